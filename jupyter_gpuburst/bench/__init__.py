@@ -1,0 +1,31 @@
+"""`gpuburst bench NAME`: benchmarks that print one JSON object each (see benchmarks/README.md)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHMARKS = {
+    "placement": "jupyter_gpuburst.bench.placement",
+    "telemetry": "jupyter_gpuburst.bench.telemetry",
+    "spawn": "jupyter_gpuburst.bench.spawn",
+    "redirect": "jupyter_gpuburst.bench.redirect",
+}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: gpuburst bench {" + ",".join(BENCHMARKS) + "} [options] --json")
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in BENCHMARKS:
+        print(f"gpuburst bench: unknown benchmark {name!r}; choose from {', '.join(BENCHMARKS)}", file=sys.stderr)
+        return 2
+    try:
+        module = importlib.import_module(BENCHMARKS[name])
+    except ModuleNotFoundError as exc:
+        if exc.name != BENCHMARKS[name]:
+            raise
+        print(f"gpuburst bench {name}: not available in this build", file=sys.stderr)
+        return 2
+    return int(module.main(rest) or 0)

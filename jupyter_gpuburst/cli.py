@@ -1,0 +1,56 @@
+"""The `gpuburst` command: one entry point, each subcommand implemented in its own module.
+
+Subcommands are imported lazily so that `gpuburst --help` stays fast and a missing optional
+part fails with a clear message instead of an ImportError traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, function, one-line help). Each function takes argv (list[str]) and returns
+# an exit code; it owns its own argparse parser so `gpuburst NAME --help` is complete.
+SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
+    "demo": ("jupyter_gpuburst.demo", "main", "run the local federation + JupyterHub demo"),
+    "sim": ("jupyter_gpuburst.sim.cli", "main", "run a local Kubernetes + Liqo federation"),
+    "doctor": ("jupyter_gpuburst.doctor", "main", "check a cluster for what the spawner needs"),
+    "capacity": ("jupyter_gpuburst.doctor", "capacity_main", "print free/total GPUs per site"),
+    "bench": ("jupyter_gpuburst.bench", "main", "run a benchmark and print JSON"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpuburst",
+        description="jupyter-gpuburst: GPU notebooks locally or on a Liqo-peered donor cluster.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_module, _func, help_text) in SUBCOMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv or argv[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        parser.error(f"unknown command {name!r}; choose from {', '.join(SUBCOMMANDS)}")
+    module_name, func_name, _help = SUBCOMMANDS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise
+        print(f"gpuburst {name}: not available in this build ({module_name} is missing)", file=sys.stderr)
+        return 2
+    return int(getattr(module, func_name)(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

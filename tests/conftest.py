@@ -1,0 +1,26 @@
+"""Shared test configuration: where the reference material lives, and opt-in tiers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("GPUBURST_SHARED", REPO.parent / "shared"))
+LIQO_CRDS = SHARED / "reference" / "liqo-crds"
+
+
+@pytest.fixture(scope="session")
+def liqo_crd_dir() -> Path:
+    if not LIQO_CRDS.is_dir():
+        pytest.fail(f"Liqo CRDs not found at {LIQO_CRDS}; set GPUBURST_SHARED to the shared/ folder")
+    return LIQO_CRDS
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_real = pytest.mark.skip(reason="set GPUBURST_KUBECONFIG to run real-cluster tests")
+    for item in items:
+        if "realcluster" in item.keywords and not os.environ.get("GPUBURST_KUBECONFIG"):
+            item.add_marker(skip_real)
