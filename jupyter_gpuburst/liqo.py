@@ -1,0 +1,157 @@
+"""Every Liqo fact the product relies on, in one place.
+
+Taken from Liqo's own source and CRDs (offloading.liqo.io/v1beta1). No other module spells a
+``liqo.io`` key: they import the names below, so a Liqo rename is a one-file change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+# A peered donor cluster shows up in the origin as a Node carrying these labels.
+TYPE_LABEL = "liqo.io/type"
+VIRTUAL_NODE_TYPE = "virtual-node"
+REMOTE_CLUSTER_ID_LABEL = "liqo.io/remote-cluster-id"
+
+# Liqo taints every virtual node so that only pods that opt in (offloaded namespaces,
+# or an explicit toleration) land there.
+VIRTUAL_NODE_TAINT_KEY = "virtual-node.liqo.io/not-allowed"
+VIRTUAL_NODE_TAINT_VALUE = "true"
+VIRTUAL_NODE_TAINT_EFFECT = "NoExecute"
+VIRTUAL_NODE_TAINT: Mapping[str, str] = {
+    "key": VIRTUAL_NODE_TAINT_KEY,
+    "value": VIRTUAL_NODE_TAINT_VALUE,
+    "effect": VIRTUAL_NODE_TAINT_EFFECT,
+}
+
+OFFLOADING_GROUP = "offloading.liqo.io"
+OFFLOADING_VERSION = "v1beta1"
+OFFLOADING_API_VERSION = f"{OFFLOADING_GROUP}/{OFFLOADING_VERSION}"
+NAMESPACE_OFFLOADING_KIND = "NamespaceOffloading"
+NAMESPACE_OFFLOADING_PLURAL = "namespaceoffloadings"
+# Liqo only honours the NamespaceOffloading with this exact name in a namespace.
+NAMESPACE_OFFLOADING_NAME = "offloading"
+VIRTUAL_NODE_KIND = "VirtualNode"
+VIRTUAL_NODE_PLURAL = "virtualnodes"
+
+POD_OFFLOADING_STRATEGIES = ("Local", "Remote", "LocalAndRemote")
+NAMESPACE_MAPPING_STRATEGIES = ("DefaultName", "EnforceSameName", "SelectedName")
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def is_virtual_node(node: Mapping[str, Any]) -> bool:
+    """True when ``node`` is a Liqo virtual node (a peered donor cluster)."""
+    return _labels(node).get(TYPE_LABEL) == VIRTUAL_NODE_TYPE
+
+
+def remote_cluster_id(node: Mapping[str, Any]) -> str | None:
+    """The donor cluster id behind a virtual node, or None for an ordinary node."""
+    if not is_virtual_node(node):
+        return None
+    return _labels(node).get(REMOTE_CLUSTER_ID_LABEL) or None
+
+
+def is_virtual_node_taint(taint: Mapping[str, Any]) -> bool:
+    """True for the taint Liqo puts on every virtual node (any effect Liqo may use)."""
+    return taint.get("key") == VIRTUAL_NODE_TAINT_KEY
+
+
+def virtual_node_labels(cluster_id: str) -> dict[str, str]:
+    """Labels Liqo sets on the virtual node of donor ``cluster_id``."""
+    return {TYPE_LABEL: VIRTUAL_NODE_TYPE, REMOTE_CLUSTER_ID_LABEL: cluster_id}
+
+
+def virtual_node_taint() -> dict[str, str]:
+    return dict(VIRTUAL_NODE_TAINT)
+
+
+def virtual_node_toleration() -> dict[str, str]:
+    """Toleration a pod needs to be scheduled on (and stay on) a virtual node."""
+    return {
+        "key": VIRTUAL_NODE_TAINT_KEY,
+        "operator": "Equal",
+        "value": VIRTUAL_NODE_TAINT_VALUE,
+        "effect": VIRTUAL_NODE_TAINT_EFFECT,
+    }
+
+
+def local_node_affinity_term() -> dict[str, Any]:
+    """A node selector term matching every node that is not a Liqo virtual node.
+
+    NotIn (rather than DoesNotExist) still matches nodes without the label at all, and does not
+    exclude nodes that some other tool labels with ``liqo.io/type`` for its own reasons.
+    """
+    return {
+        "matchExpressions": [
+            {"key": TYPE_LABEL, "operator": "NotIn", "values": [VIRTUAL_NODE_TYPE]},
+        ]
+    }
+
+
+def donor_node_affinity_term(cluster_id: str) -> dict[str, Any]:
+    """A node selector term matching only the virtual node of donor ``cluster_id``."""
+    if not cluster_id:
+        raise ValueError("donor cluster id must be a non-empty string")
+    return {
+        "matchExpressions": [
+            {"key": TYPE_LABEL, "operator": "In", "values": [VIRTUAL_NODE_TYPE]},
+            {"key": REMOTE_CLUSTER_ID_LABEL, "operator": "In", "values": [cluster_id]},
+        ]
+    }
+
+
+def namespace_offloading(
+    namespace: str,
+    strategy: str = "LocalAndRemote",
+    cluster_ids: Iterable[str] | None = None,
+    namespace_mapping_strategy: str = "DefaultName",
+) -> dict[str, Any]:
+    """The NamespaceOffloading that lets pods of ``namespace`` reach virtual nodes.
+
+    ``cluster_ids`` restricts offloading to those donors (a clusterSelector over virtual-node
+    labels); None means every peered donor.
+    """
+    if strategy not in POD_OFFLOADING_STRATEGIES:
+        raise ValueError(
+            f"unknown podOffloadingStrategy {strategy!r}; expected one of {', '.join(POD_OFFLOADING_STRATEGIES)}"
+        )
+    if namespace_mapping_strategy not in NAMESPACE_MAPPING_STRATEGIES:
+        raise ValueError(
+            f"unknown namespaceMappingStrategy {namespace_mapping_strategy!r}; "
+            f"expected one of {', '.join(NAMESPACE_MAPPING_STRATEGIES)}"
+        )
+    if not namespace:
+        raise ValueError("namespace must be a non-empty string")
+    spec: dict[str, Any] = {
+        "podOffloadingStrategy": strategy,
+        "namespaceMappingStrategy": namespace_mapping_strategy,
+    }
+    if cluster_ids is not None:
+        ids = sorted(set(cluster_ids))
+        if not ids:
+            raise ValueError("cluster_ids, when given, must name at least one donor cluster")
+        spec["clusterSelector"] = {
+            "nodeSelectorTerms": [
+                {
+                    "matchExpressions": [
+                        {"key": TYPE_LABEL, "operator": "In", "values": [VIRTUAL_NODE_TYPE]},
+                        {"key": REMOTE_CLUSTER_ID_LABEL, "operator": "In", "values": ids},
+                    ]
+                }
+            ]
+        }
+    return {
+        "apiVersion": OFFLOADING_API_VERSION,
+        "kind": NAMESPACE_OFFLOADING_KIND,
+        "metadata": {"name": NAMESPACE_OFFLOADING_NAME, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def remote_namespace_name(namespace: str, origin_cluster_id: str) -> str:
+    """Name of the donor-side namespace under Liqo's DefaultName mapping strategy."""
+    return f"{namespace}-{origin_cluster_id}"
