@@ -306,45 +306,62 @@ class Inventory:
     def _replace_node(self, old: NodeCapacity | None, new: NodeCapacity) -> None:
         """Swap ``old`` for ``new`` and move every aggregate by the difference: O(resources)."""
         buckets = self._buckets
-        if old is not None:
-            self._site_delta(old, -1)
-            for resource in old.allocatable:
-                free = old.free(resource)
-                if free > 0:
-                    buckets = _bucket_discard(buckets, (old.site, resource), free, old.name)
-        self._site_delta(new, +1)
-        for resource in new.allocatable:
-            free = new.free(resource)
-            if free > 0:
-                buckets = _bucket_add(buckets, (new.site, resource), free, new.name)
+        resources = set(new.allocatable) | (set(old.allocatable) if old is not None else set())
+        for resource in resources:
+            old_free = old.free(resource) if old is not None else 0
+            new_free = new.free(resource)
+            if old is not None and old_free == new_free and old.site == new.site:
+                continue  # the common pod event touches one resource; leave the others alone
+            if old_free > 0:
+                buckets = _bucket_discard(buckets, (old.site, resource), old_free, old.name)  # type: ignore[union-attr]
+            if new_free > 0:
+                buckets = _bucket_add(buckets, (new.site, resource), new_free, new.name)
         self._buckets = buckets
+        if old is not None and old.site == new.site:
+            self._site_change(old, new)
+        else:
+            if old is not None:
+                self._site_change(old, None)
+            self._site_change(None, new)
         if not new.present and not new.requested:
             self._nodes = self._nodes.delete(new.name) if new.name in self._nodes else self._nodes
         else:
             self._nodes = self._nodes.set(new.name, new)
         self._version += 1
 
-    def _site_delta(self, node: NodeCapacity, sign: int) -> None:
-        site = self._sites.get(node.site) or SiteCapacity(site=node.site, cluster_id=node.cluster_id)
+    def _site_change(self, old: NodeCapacity | None, new: NodeCapacity | None) -> None:
+        """Move one site's aggregates from counting ``old`` to counting ``new`` (same site)."""
+        some = new if new is not None else old
+        assert some is not None
+        site = self._sites.get(some.site) or SiteCapacity(site=some.site, cluster_id=some.cluster_id)
         allocatable, requested, free = site.allocatable, site.requested, site.free
-        if node.eligible:
-            for resource, value in node.allocatable.items():
-                allocatable = _add(allocatable, resource, sign * value)
-                free = _add(free, resource, sign * node.free(resource))
-            for resource, value in node.requested.items():
-                requested = _add(requested, resource, sign * value)
-        site = replace(
-            site,
-            nodes_present=site.nodes_present + (sign if node.present else 0),
-            nodes_eligible=site.nodes_eligible + (sign if node.eligible else 0),
+        resources = set()
+        for node in (old, new):
+            if node is not None and node.eligible:
+                resources.update(node.allocatable)
+                resources.update(node.requested)
+        for resource in resources:
+            allocatable = _add(allocatable, resource, _eligible(new, "allocatable", resource) - _eligible(old, "allocatable", resource))
+            requested = _add(requested, resource, _eligible(new, "requested", resource) - _eligible(old, "requested", resource))
+            free = _add(
+                free, resource,
+                (new.free(resource) if new is not None else 0) - (old.free(resource) if old is not None else 0),
+            )
+        present = int(bool(new and new.present)) - int(bool(old and old.present))
+        eligible = int(bool(new and new.eligible)) - int(bool(old and old.eligible))
+        site = SiteCapacity(
+            site=site.site,
+            cluster_id=site.cluster_id,
+            nodes_present=site.nodes_present + present,
+            nodes_eligible=site.nodes_eligible + eligible,
             allocatable=allocatable,
             requested=requested,
             free=free,
         )
         if site.nodes_present == 0 and not site.allocatable and not site.requested:
-            self._sites = self._sites.delete(node.site) if node.site in self._sites else self._sites
+            self._sites = self._sites.delete(site.site) if site.site in self._sites else self._sites
         else:
-            self._sites = self._sites.set(node.site, site)
+            self._sites = self._sites.set(site.site, site)
 
     # ---- reading -----------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -362,6 +379,13 @@ class Inventory:
             self.apply_node_event("ADDED", node)
         for pod in pods:
             self.apply_pod_event("ADDED", pod)
+
+
+def _eligible(node: NodeCapacity | None, field_name: str, resource: str) -> int:
+    """A node's count of ``resource`` as the site aggregates see it (ineligible nodes count 0)."""
+    if node is None or not node.eligible:
+        return 0
+    return getattr(node, field_name).get(resource, 0)
 
 
 def _add(counts: Map, key: str, delta: int) -> Map:
