@@ -1,0 +1,120 @@
+"""Conformance (b): the kubectl these machines ship, against the emulated API server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import textwrap
+
+import pytest
+
+from jupyter_gpuburst import liqo
+
+KUBECTL = "/usr/bin/kubectl"
+
+pytestmark = pytest.mark.skipif(
+    not os.access(KUBECTL, os.X_OK), reason=f"{KUBECTL} is not installed on this machine"
+)
+
+
+@pytest.fixture
+def kubectl_env(apiserver_kubeconfig, tmp_path):
+    cache = tmp_path / "kube-cache"  # a stale discovery cache from another run breaks `create`
+    return {**os.environ, "KUBECONFIG": str(apiserver_kubeconfig), "KUBECACHEDIR": str(cache), "HOME": str(tmp_path)}
+
+
+async def kubectl(env: dict, *args: str, timeout: float = 30) -> str:
+    proc = await asyncio.create_subprocess_exec(KUBECTL, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode == 0, f"kubectl {' '.join(args)} failed: {err.decode()}"
+    return out.decode()
+
+
+def gpu_node(name: str, ip: str) -> dict:
+    return {
+        "metadata": {"name": name, "labels": {"node-role.kubernetes.io/gpu": ""}},
+        "status": {
+            "capacity": {"nvidia.com/gpu": "2", "cpu": "8", "memory": "32Gi", "pods": "110"},
+            "allocatable": {"nvidia.com/gpu": "2", "cpu": "8", "memory": "32Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready"}],
+            "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
+            "nodeInfo": {"kubeletVersion": "v1.31.0", "osImage": "Debian GNU/Linux 12", "kernelVersion": "6.1.0", "containerRuntimeVersion": "process://1.0",
+                         "machineID": "m", "systemUUID": "s", "bootID": "b", "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"},
+        },
+    }
+
+
+def table_rows(text: str) -> list[list[str]]:
+    return [line.split() for line in text.strip().splitlines()]
+
+
+async def test_get_nodes_wide_has_real_columns(apiserver, kubectl_env):
+    apiserver.store.create("nodes", gpu_node("gpu-node-1", "127.0.10.1"))
+    rows = table_rows(await kubectl(kubectl_env, "get", "nodes", "-o", "wide"))
+    assert rows[0][:6] == ["NAME", "STATUS", "ROLES", "AGE", "VERSION", "INTERNAL-IP"]
+    assert rows[1][:3] == ["gpu-node-1", "Ready", "gpu"] and rows[1][4:6] == ["v1.31.0", "127.0.10.1"]
+
+
+async def test_get_pods_all_namespaces_watch_sees_new_pod(apiserver, kubectl_env):
+    proc = await asyncio.create_subprocess_exec(KUBECTL, "get", "pods", "-A", "-w", env=kubectl_env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        await asyncio.sleep(1.0)  # let kubectl list and open its watch
+        apiserver.store.create("pods", {"metadata": {"name": "watched"}, "spec": {"containers": [{"name": "notebook", "image": "x:1"}]}}, "kube-public")
+        lines = []
+        while True:
+            line = (await asyncio.wait_for(proc.stdout.readline(), 15)).decode()
+            assert line, "kubectl ended before showing the pod"
+            lines.append(line.split())
+            if "watched" in line:
+                break
+        assert lines[-1][:4] == ["kube-public", "watched", "0/1", "Pending"]
+    finally:
+        proc.kill()
+        await proc.wait()
+
+
+async def test_create_events_and_delete(apiserver, kubectl_env, tmp_path):
+    manifest = tmp_path / "objects.yaml"
+    manifest.write_text(textwrap.dedent(f"""\
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: nb
+          labels: {{app: nb}}
+        spec:
+          containers:
+          - name: notebook
+            image: jupyter/base-notebook:2024.1
+            resources: {{limits: {{nvidia.com/gpu: 1}}}}
+        ---
+        apiVersion: {liqo.OFFLOADING_API_VERSION}
+        kind: {liqo.NAMESPACE_OFFLOADING_KIND}
+        metadata:
+          name: {liqo.NAMESPACE_OFFLOADING_NAME}
+        spec:
+          podOffloadingStrategy: LocalAndRemote
+          namespaceMappingStrategy: DefaultName
+        """))
+    out = await kubectl(kubectl_env, "create", "-f", str(manifest))
+    assert "pod/nb created" in out and f"{liqo.NAMESPACE_OFFLOADING_PLURAL[:-1]}.{liqo.OFFLOADING_GROUP}/offloading created" in out
+    pod = apiserver.store.get("pods", "default", "nb")
+    assert pod["spec"]["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu": "1"}
+    assert apiserver.store.get(f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}", "default", "offloading")["spec"]["podOffloadingStrategy"] == "LocalAndRemote"
+
+    apiserver.store.record_event(pod, "FailedScheduling", "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.", "Warning", "default-scheduler", scheduler_style=True)
+    apiserver.store.record_event({"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "other", "namespace": "default", "uid": "u"}}, "Pulled", "pulled", host="n")
+    rows = table_rows(await kubectl(kubectl_env, "get", "events", "--field-selector", "involvedObject.name=nb"))
+    assert rows[0][:4] == ["LAST", "SEEN", "TYPE", "REASON"]
+    assert len(rows) == 2 and rows[1][1:4] == ["Warning", "FailedScheduling", "pod/nb"]
+
+    out = await kubectl(kubectl_env, "delete", "pod", "nb")
+    assert 'pod "nb" deleted' in out
+    assert apiserver.store.list("pods", "default")[0] == []
+    rows = table_rows(await kubectl(kubectl_env, "get", "nsoff"))
+    assert rows[0] == ["NAME", "NAMESPACEMAPPINGSTRATEGY", "PODOFFLOADINGSTRATEGY", "OFFLOADINGPHASE", "AGE"]
+    assert rows[1][:3] == ["offloading", "DefaultName", "LocalAndRemote"]
