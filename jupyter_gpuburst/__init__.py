@@ -3,3 +3,10 @@
 from ._version import __version__
 
 __all__ = ["__version__"]
+
+
+def _jupyter_server_extension_points() -> list[dict]:
+    """The jupyter_server extension (imported lazily: the hub imports this package too)."""
+    from .serverext import GPUBurstServerExtension
+
+    return [{"module": "jupyter_gpuburst.serverext", "app": GPUBurstServerExtension}]

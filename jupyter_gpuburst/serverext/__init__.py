@@ -1,0 +1,5 @@
+"""jupyter_server extension: where this server runs and how its GPUs are used (docs/api.md)."""
+
+from .app import GPUBurstServerExtension
+
+__all__ = ["GPUBurstServerExtension"]

@@ -1,0 +1,154 @@
+"""The jupyter_server extension: GPU telemetry and placement for the user's server."""
+
+from __future__ import annotations
+
+import os
+
+from jupyter_server.extension.application import ExtensionApp
+from traitlets import Enum, Float, Int, TraitError, Unicode, default, validate
+
+from ..gpu import simulated
+from ..gpu.backend import BACKEND_NAMES
+from ..gpu.sampler import Sampler
+from . import handlers
+from .kernels import ServerKernelSource
+from .placement import placement_from_env
+
+BACKEND_ENV = "JUPYTER_GPUBURST_BACKEND"
+
+
+class GPUBurstServerExtension(ExtensionApp):
+    """Serves /api/gpuburst/{placement,gpus,history,stream} (see docs/api.md)."""
+
+    name = "jupyter_gpuburst"
+    load_other_extensions = True
+
+    backend = Enum(
+        BACKEND_NAMES,
+        config=True,
+        help="""GPU telemetry backend. 'auto' and 'nvml' read the GPU through NVML and, when no
+        GPU is visible, report why ('no NVIDIA driver found ...'); 'simulated' shows simulated GPUs
+        driven by the running kernels (labelled simulated; for demos and tests); 'none' turns
+        telemetry off. Default: $JUPYTER_GPUBURST_BACKEND, else 'auto'.""",
+    )
+
+    @default("backend")
+    def _backend_default(self) -> str:
+        value = os.environ.get(BACKEND_ENV, "auto").strip() or "auto"
+        if value not in BACKEND_NAMES:
+            raise TraitError(f"{BACKEND_ENV}={value!r}: choose one of {', '.join(BACKEND_NAMES)}")
+        return value
+
+    sampling_period_s = Float(
+        1.0,
+        config=True,
+        help="Seconds between GPU samples while someone listens; every client shares each sample.",
+    )
+    process_sampling_period_s = Float(
+        5.0,
+        config=True,
+        help="""Seconds between reads of the GPU process list (used for per-kernel memory). The
+        list costs milliseconds per read, so it is read less often than utilization; it is also
+        re-read when a kernel starts or stops. Must not be shorter than sampling_period_s.""",
+    )
+    history_length = Int(300, config=True, help="Number of recent samples /api/gpuburst/history returns.")
+    keepalive_s = Float(15.0, config=True, help="Seconds between keepalive comments on an idle event stream.")
+    sim_gpus = Int(config=True, help="Number of simulated GPUs (default: $JUPYTER_GPUBURST_SIM_GPUS, else 1).")
+    sim_model = Unicode(
+        config=True,
+        help=f"Simulated GPU model, one of: {', '.join(simulated.MODELS)} "
+        "(default: $JUPYTER_GPUBURST_SIM_MODEL, else the first).",
+    )
+
+    @default("sim_gpus")
+    def _sim_gpus_default(self) -> int:
+        try:
+            return simulated.config_from_env()[0]
+        except ValueError as exc:
+            raise TraitError(str(exc)) from None
+
+    @default("sim_model")
+    def _sim_model_default(self) -> str:
+        try:
+            return simulated.config_from_env()[1]
+        except ValueError as exc:
+            raise TraitError(str(exc)) from None
+
+    @validate("sampling_period_s", "process_sampling_period_s", "keepalive_s")
+    def _positive(self, proposal):
+        if proposal.value <= 0:
+            raise TraitError(f"GPUBurstServerExtension.{proposal.trait.name} must be positive, got {proposal.value}")
+        return proposal.value
+
+    @validate("history_length")
+    def _history_positive(self, proposal):
+        if proposal.value < 1:
+            raise TraitError(f"GPUBurstServerExtension.history_length must be at least 1, got {proposal.value}")
+        return proposal.value
+
+    @validate("sim_gpus")
+    def _sim_gpus_range(self, proposal):
+        if not 1 <= proposal.value <= 16:
+            raise TraitError(f"GPUBurstServerExtension.sim_gpus must be 1-16, got {proposal.value}")
+        return proposal.value
+
+    @validate("sim_model")
+    def _sim_model_known(self, proposal):
+        if proposal.value not in simulated.MODELS:
+            raise TraitError(
+                f"GPUBurstServerExtension.sim_model {proposal.value!r} unknown; "
+                f"choose from {', '.join(simulated.MODELS)}"
+            )
+        return proposal.value
+
+    sampler: Sampler | None = None
+
+    def initialize_settings(self) -> None:
+        serverapp = self.serverapp
+        kernel_source = ServerKernelSource(serverapp.kernel_manager, getattr(serverapp, "session_manager", None))
+        process_period = self.process_sampling_period_s
+        if process_period < self.sampling_period_s:
+            self.log.warning(
+                "GPUBurstServerExtension.process_sampling_period_s (%s) < sampling_period_s (%s); using %s",
+                process_period,
+                self.sampling_period_s,
+                self.sampling_period_s,
+            )
+            process_period = self.sampling_period_s
+        simulated_backend = self.backend == "simulated"
+        self.sampler = Sampler(
+            backend=self.backend,
+            kernel_source=kernel_source,
+            period_s=self.sampling_period_s,
+            process_period_s=process_period,
+            history_length=self.history_length,
+            # The simulation settings (and their env) only matter, and are only checked, when used.
+            sim_gpus=self.sim_gpus if simulated_backend else 1,
+            sim_model=self.sim_model if simulated_backend else None,
+        )
+        self.settings.update(
+            {
+                handlers.SAMPLER_SETTING: self.sampler,
+                handlers.PLACEMENT_SETTING: placement_from_env(os.environ),
+                handlers.KEEPALIVE_SETTING: self.keepalive_s,
+            }
+        )
+        self.log.info(
+            "jupyter_gpuburst: GPU telemetry backend %r, sampling every %s s while someone listens",
+            self.backend,
+            self.sampling_period_s,
+        )
+
+    def initialize_handlers(self) -> None:
+        self.handlers.extend(
+            [
+                (r"/api/gpuburst/placement", handlers.PlacementHandler),
+                (r"/api/gpuburst/gpus", handlers.GPUsHandler),
+                (r"/api/gpuburst/history", handlers.HistoryHandler),
+                (r"/api/gpuburst/stream", handlers.StreamHandler),
+            ]
+        )
+
+    async def stop_extension(self) -> None:
+        if self.sampler is not None:
+            await self.sampler.close()

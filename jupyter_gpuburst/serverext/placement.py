@@ -1,0 +1,63 @@
+"""Where this server runs, from the env the spawner sets (the server never asks Kubernetes)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Mapping
+
+from ..keys import LOCAL_SITE
+
+log = logging.getLogger(__name__)
+
+SITE_ENV = "JUPYTER_GPUBURST_SITE"
+CLUSTER_ENV = "JUPYTER_GPUBURST_CLUSTER"
+REASON_ENV = "JUPYTER_GPUBURST_REASON"
+NODE_ENV = "JUPYTER_GPUBURST_NODE"
+GPU_RESOURCE_ENV = "JUPYTER_GPUBURST_GPU_RESOURCE"
+GPU_COUNT_ENV = "JUPYTER_GPUBURST_GPU_COUNT"
+
+
+def _text(environ: Mapping[str, str], key: str) -> str | None:
+    value = environ.get(key, "").strip()
+    return value or None
+
+
+def _count(environ: Mapping[str, str]) -> int | None:
+    raw = _text(environ, GPU_COUNT_ENV)
+    if raw is None:
+        return None
+    try:
+        count = int(raw)
+    except ValueError:
+        log.warning("%s=%r is not a whole number; GPU count not shown", GPU_COUNT_ENV, raw)
+        return None
+    return count if count >= 0 else None
+
+
+def placement_from_env(environ: Mapping[str, str]) -> dict:
+    """The placement JSON of `GET /api/gpuburst/placement` (see docs/api.md)."""
+    site = _text(environ, SITE_ENV)
+    common = {
+        "gpu_resource": _text(environ, GPU_RESOURCE_ENV),
+        "gpu_count": _count(environ),
+    }
+    if site is None:
+        return {
+            "managed": False,
+            "site": "standalone",
+            "site_kind": "standalone",
+            "cluster": None,
+            "node": _text(environ, NODE_ENV) or socket.gethostname(),
+            "reason": None,
+            **common,
+        }
+    return {
+        "managed": True,
+        "site": site,
+        "site_kind": "origin" if site == LOCAL_SITE else "donor",
+        "cluster": _text(environ, CLUSTER_ENV),
+        "node": _text(environ, NODE_ENV),
+        "reason": _text(environ, REASON_ENV),
+        **common,
+    }

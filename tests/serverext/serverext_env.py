@@ -1,0 +1,14 @@
+"""Constants shared by the server extension tests and their conftest."""
+
+SECRET = "hub-token-that-must-never-leak-4f1c9a"
+GPUBURST_ENV = (
+    "JUPYTER_GPUBURST_SITE",
+    "JUPYTER_GPUBURST_CLUSTER",
+    "JUPYTER_GPUBURST_REASON",
+    "JUPYTER_GPUBURST_NODE",
+    "JUPYTER_GPUBURST_GPU_RESOURCE",
+    "JUPYTER_GPUBURST_GPU_COUNT",
+    "JUPYTER_GPUBURST_BACKEND",
+    "JUPYTER_GPUBURST_SIM_GPUS",
+    "JUPYTER_GPUBURST_SIM_MODEL",
+)

@@ -1,0 +1,67 @@
+"""The extension's configuration and how jupyter_server finds it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from traitlets import TraitError
+
+import jupyter_gpuburst
+from jupyter_gpuburst.serverext import GPUBurstServerExtension
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_extension_point_names_the_app():
+    (point,) = jupyter_gpuburst._jupyter_server_extension_points()
+    assert point["app"] is GPUBurstServerExtension and point["module"] == "jupyter_gpuburst.serverext"
+
+
+def test_auto_enable_file_enables_the_extension():
+    config = json.loads((REPO / "jupyter-config" / "server-config" / "jupyter_gpuburst.json").read_text())
+    assert config["ServerApp"]["jpserver_extensions"] == {GPUBurstServerExtension.name: True}
+    assert GPUBurstServerExtension.name == "jupyter_gpuburst"
+
+
+def test_defaults(monkeypatch):
+    for key in ("JUPYTER_GPUBURST_BACKEND", "JUPYTER_GPUBURST_SIM_GPUS", "JUPYTER_GPUBURST_SIM_MODEL"):
+        monkeypatch.delenv(key, raising=False)
+    app = GPUBurstServerExtension()
+    assert (app.backend, app.sampling_period_s, app.process_sampling_period_s, app.history_length) == (
+        "auto",
+        1.0,
+        5.0,
+        300,
+    )
+    assert (app.sim_gpus, app.sim_model) == (1, "NVIDIA A100-SXM4-40GB")
+
+
+def test_env_selects_simulated_backend(monkeypatch):
+    monkeypatch.setenv("JUPYTER_GPUBURST_BACKEND", "simulated")
+    monkeypatch.setenv("JUPYTER_GPUBURST_SIM_GPUS", "4")
+    monkeypatch.setenv("JUPYTER_GPUBURST_SIM_MODEL", "NVIDIA L4")
+    app = GPUBurstServerExtension()
+    assert (app.backend, app.sim_gpus, app.sim_model) == ("simulated", 4, "NVIDIA L4")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"sampling_period_s": 0}, "sampling_period_s must be positive"),
+        ({"history_length": 0}, "history_length must be at least 1"),
+        ({"sim_gpus": 99}, "sim_gpus must be 1-16"),
+        ({"sim_model": "GTX 480"}, "sim_model 'GTX 480' unknown"),
+        ({"backend": "cuda"}, "backend"),
+    ],
+)
+def test_bad_config_is_a_clear_error(kwargs, message):
+    with pytest.raises(TraitError, match=message):
+        GPUBurstServerExtension(**kwargs)
+
+
+def test_bad_backend_env_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("JUPYTER_GPUBURST_BACKEND", "cuda")
+    with pytest.raises(TraitError, match="JUPYTER_GPUBURST_BACKEND='cuda'"):
+        GPUBurstServerExtension().backend  # noqa: B018

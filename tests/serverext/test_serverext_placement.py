@@ -1,0 +1,59 @@
+"""GET /api/gpuburst/placement from the env the spawner sets."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+DONOR_ENV = {
+    "JUPYTER_GPUBURST_SITE": "polito-hpc",
+    "JUPYTER_GPUBURST_CLUSTER": "c0ffee-0000-4a4a",
+    "JUPYTER_GPUBURST_REASON": "all 8 local A100s busy; 3 of 16 free on donor polito-hpc",
+    "JUPYTER_GPUBURST_NODE": "liqo-polito-hpc",
+    "JUPYTER_GPUBURST_GPU_RESOURCE": "nvidia.com/gpu",
+    "JUPYTER_GPUBURST_GPU_COUNT": "2",
+}
+
+
+async def test_standalone_without_spawner_env(jp_fetch):
+    response = await jp_fetch("api", "gpuburst", "placement")
+    assert response.code == 200
+    assert response.headers["Content-Type"].startswith("application/json")
+    assert json.loads(response.body) == {
+        "managed": False,
+        "site": "standalone",
+        "site_kind": "standalone",
+        "cluster": None,
+        "node": socket.gethostname(),
+        "reason": None,
+        "gpu_resource": None,
+        "gpu_count": None,
+    }
+
+
+@pytest.mark.parametrize("gpuburst_env", [DONOR_ENV])
+async def test_managed_on_a_donor(jp_fetch):
+    body = json.loads((await jp_fetch("api", "gpuburst", "placement")).body)
+    assert body == {
+        "managed": True,
+        "site": "polito-hpc",
+        "site_kind": "donor",
+        "cluster": "c0ffee-0000-4a4a",
+        "node": "liqo-polito-hpc",
+        "reason": "all 8 local A100s busy; 3 of 16 free on donor polito-hpc",
+        "gpu_resource": "nvidia.com/gpu",
+        "gpu_count": 2,
+    }
+
+
+@pytest.mark.parametrize(
+    "gpuburst_env",
+    [{"JUPYTER_GPUBURST_SITE": "local", "JUPYTER_GPUBURST_NODE": "gpu-node-3", "JUPYTER_GPUBURST_GPU_COUNT": "many"}],
+)
+async def test_managed_on_the_origin_with_bad_count(jp_fetch):
+    body = json.loads((await jp_fetch("api", "gpuburst", "placement")).body)
+    assert (body["managed"], body["site"], body["site_kind"], body["node"]) == (True, "local", "origin", "gpu-node-3")
+    assert body["cluster"] is None and body["reason"] is None
+    assert body["gpu_count"] is None  # not a number: not shown rather than guessed

@@ -1,0 +1,64 @@
+"""GET /api/gpuburst/stream: Server-Sent Events."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sse_client import read_sse, url
+
+
+async def test_stream_sends_placement_then_samples(
+    http_server, jp_http_port, jp_base_url, jp_auth_header, jp_serverapp
+):
+    status, headers, events, raw = await read_sse(
+        jp_http_port, url(jp_base_url, "api", "gpuburst", "stream"), jp_auth_header, events=3
+    )
+    assert " 200 " in status
+    assert "content-type: text/event-stream" in headers.lower()
+    assert [name for name, _ in events] == ["placement", "sample", "sample"]
+    placement, first, second = (data for _, data in events)
+    assert placement["site"] == "standalone"
+    assert first["simulated"] is True and len(first["gpus"]) == 2
+    assert second["timestamp"] > first["timestamp"]
+    assert raw.count(b"\ndata: ") == 3  # one data line per event
+
+
+@pytest.mark.parametrize(
+    "gpuburst_config",
+    [{"backend": "simulated", "sampling_period_s": 0.05, "process_sampling_period_s": 0.05, "keepalive_s": 0.05}],
+)
+async def test_stream_keepalive_and_sampling_stops_after_disconnect(
+    http_server, jp_http_port, jp_base_url, jp_auth_header, jp_serverapp
+):
+    sampler = jp_serverapp.web_app.settings["gpuburst_sampler"]
+    path = url(jp_base_url, "api", "gpuburst", "stream")
+    clients = [read_sse(jp_http_port, path, jp_auth_header, events=3) for _ in range(10)]
+    results = await asyncio.gather(*clients)
+    assert all(len(events) == 3 for _s, _h, events, _r in results)
+    assert sampler.stats.samples < 10  # ten clients share samples
+    for _ in range(100):  # disconnected clients unsubscribe; the lease runs out; sampling stops
+        if not sampler.running:
+            break
+        await asyncio.sleep(0.05)
+    assert not sampler.running and sampler.listeners == 0
+
+
+@pytest.mark.parametrize(
+    "gpuburst_config",
+    [{"backend": "simulated", "sampling_period_s": 5.0, "process_sampling_period_s": 5.0, "keepalive_s": 0.1}],
+)
+async def test_keepalive_comment_when_no_sample(http_server, jp_http_port, jp_base_url, jp_auth_header):
+    reader, writer = await asyncio.open_connection("127.0.0.1", jp_http_port)
+    try:
+        head = "".join(f"{k}: {v}\r\n" for k, v in jp_auth_header.items())
+        writer.write(
+            f"GET {url(jp_base_url, 'api', 'gpuburst', 'stream')} HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}\r\n".encode()
+        )
+        await writer.drain()
+        raw = b""
+        while b": keepalive\n\n" not in raw:
+            raw += await asyncio.wait_for(reader.read(65536), 5)
+        assert raw.count(b"event: sample") == 1  # the first sample, then only keepalives for now
+    finally:
+        writer.close()
