@@ -4,20 +4,54 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpuburst-installed
 
-.PHONY: setup demo test test-unit bench clean
+.PHONY: setup demo test test-unit bench clean lint-ts labextension chromium
 
-setup: $(STAMP)
+setup: $(STAMP) labextension chromium
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	@# pip would otherwise uninstall the old copy's files through the dev link, deleting the build
+	@test ! -L $(LABEXT_LINK) || rm $(LABEXT_LINK)
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
+
+# Lab extension: npm workspace at the root (lockfile committed), prebuilt into
+# jupyter_gpuburst/labextension, linked into the venv like `jupyter labextension develop`.
+NPM_STAMP := node_modules/.gpuburst-installed
+LABEXT_OUT := jupyter_gpuburst/labextension/package.json
+LABEXT_SRC := $(wildcard labextension/src/* labextension/style/* labextension/style/icons/* labextension/schema/*) \
+	labextension/package.json labextension/tsconfig.json
+LABEXT_LINK := $(VENV)/share/jupyter/labextensions/jupyter-gpuburst
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+$(NPM_STAMP): package.json package-lock.json labextension/package.json
+	npm ci --no-audit --no-fund
+	@touch $@
+
+$(LABEXT_OUT): $(NPM_STAMP) $(LABEXT_SRC) | $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" npm run build:prod
+
+labextension: $(LABEXT_OUT)
+	@if [ ! -L $(LABEXT_LINK) ]; then rm -rf $(LABEXT_LINK); mkdir -p $(dir $(LABEXT_LINK)); \
+		ln -s $(CURDIR)/jupyter_gpuburst/labextension $(LABEXT_LINK); fi
+
+# Browser tests drive Debian's chromium; no browser is downloaded from anywhere else.
+chromium:
+	@test -x $(CHROMIUM) || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
+
+# Type-check, lint and unit-test the lab extension's TypeScript.
+lint-ts: $(NPM_STAMP)
+	npm run --silent typecheck
+	npm run --silent lint
+	npm run --silent test
 
 demo: setup
 	$(BIN)/gpuburst demo
 
-test: setup
+test: setup lint-ts
 	$(BIN)/python -m pytest -q -ra
 
 test-unit: setup
@@ -27,4 +61,4 @@ bench: setup
 	$(BIN)/gpuburst bench placement --nodes 5000 --pods 50000 --json
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache
+	rm -rf $(VENV) build dist .pytest_cache node_modules labextension/lib jupyter_gpuburst/labextension

@@ -1,0 +1,251 @@
+/**
+ * Talks to the server extension: one-shot GETs through `ServerConnection`, and one shared
+ * Server-Sent Events stream that runs only while some view needs it.
+ */
+import { PageConfig, URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+import { IDisposable } from '@lumino/disposable';
+import { ISignal, Signal } from '@lumino/signaling';
+
+import { backoffDelay, DEFAULT_BACKOFF, IBackoff } from './backoff';
+import { ConnectionState, IHistory, IPlacement, ISample } from './types';
+
+/** URL path of the server extension's API, relative to the server's base URL. */
+export const API_PATH = 'api/gpuburst';
+
+/** Error raised when the server extension answers with a non-2xx status. */
+export class GpuBurstRequestError extends Error {
+  constructor(
+    readonly status: number,
+    message: string
+  ) {
+    super(message);
+    this.name = 'GpuBurstRequestError';
+  }
+}
+
+/** Reconnect scheduling as seen by the views ("connection lost, retrying in 4 s"). */
+export interface IConnectionStatus {
+  state: ConnectionState;
+  /** When the next reconnect attempt starts (ms since epoch), while retrying. */
+  retryAt: number | null;
+  attempt: number;
+}
+
+export namespace GpuBurstClient {
+  export interface IOptions {
+    serverSettings?: ServerConnection.ISettings;
+    backoff?: IBackoff;
+    /** Injected in tests; defaults to the browser's EventSource. */
+    eventSourceFactory?: (url: string) => EventSource;
+  }
+}
+
+/**
+ * Client of `/api/gpuburst`. Views call `setDemand(name, true)` while they are visible; the
+ * stream is open only while at least one view wants it and the browser tab is visible.
+ */
+export class GpuBurstClient implements IDisposable {
+  constructor(options: GpuBurstClient.IOptions = {}) {
+    this.serverSettings = options.serverSettings ?? ServerConnection.makeSettings();
+    this._backoff = options.backoff ?? DEFAULT_BACKOFF;
+    this._factory = options.eventSourceFactory ?? ((url: string) => new EventSource(url));
+    document.addEventListener('visibilitychange', this._onVisibility);
+  }
+
+  readonly serverSettings: ServerConnection.ISettings;
+
+  get placementReceived(): ISignal<this, IPlacement> {
+    return this._placementReceived;
+  }
+
+  get samplesReceived(): ISignal<this, ISample[]> {
+    return this._samplesReceived;
+  }
+
+  get statusChanged(): ISignal<this, IConnectionStatus> {
+    return this._statusChanged;
+  }
+
+  get status(): IConnectionStatus {
+    return { state: this._state, retryAt: this._retryAt, attempt: this._attempt };
+  }
+
+  get isDisposed(): boolean {
+    return this._disposed;
+  }
+
+  /** GET a JSON document below `api/gpuburst/`. */
+  async getJSON<T>(endpoint: string): Promise<T> {
+    const url = URLExt.join(this.serverSettings.baseUrl, API_PATH, endpoint);
+    const response = await ServerConnection.makeRequest(url, {}, this.serverSettings);
+    if (!response.ok) {
+      throw new GpuBurstRequestError(
+        response.status,
+        `GET ${endpoint} failed: ${response.status} ${response.statusText}`
+      );
+    }
+    return (await response.json()) as T;
+  }
+
+  async fetchPlacement(): Promise<IPlacement> {
+    const placement = await this.getJSON<IPlacement>('placement');
+    this._placementReceived.emit(placement);
+    return placement;
+  }
+
+  async fetchHistory(): Promise<IHistory> {
+    const history = await this.getJSON<IHistory>('history');
+    this._samplesReceived.emit(history.samples);
+    return history;
+  }
+
+  /** Declare whether `consumer` currently needs live samples. */
+  setDemand(consumer: string, wanted: boolean): void {
+    if (wanted) {
+      this._demand.add(consumer);
+    } else {
+      this._demand.delete(consumer);
+    }
+    this._reconcile();
+  }
+
+  /** URL of the event stream; EventSource cannot send headers, so the token rides along. */
+  streamUrl(): string {
+    const url = URLExt.join(this.serverSettings.baseUrl, API_PATH, 'stream');
+    const token = PageConfig.getToken();
+    return token ? `${url}?token=${encodeURIComponent(token)}` : url;
+  }
+
+  dispose(): void {
+    if (this._disposed) {
+      return;
+    }
+    this._disposed = true;
+    document.removeEventListener('visibilitychange', this._onVisibility);
+    this._close();
+    Signal.clearData(this);
+  }
+
+  private get _wanted(): boolean {
+    return !this._disposed && this._demand.size > 0 && document.visibilityState !== 'hidden';
+  }
+
+  private _reconcile(): void {
+    if (this._wanted) {
+      if (this._state === 'idle' || this._state === 'paused') {
+        this._open();
+      }
+    } else if (this._state !== 'idle' && this._state !== 'paused') {
+      this._close();
+      // A pause is deliberate: resuming is a fresh connection, not a retry.
+      this._attempt = 0;
+      this._setState('paused');
+    }
+  }
+
+  private _open(): void {
+    this._close();
+    this._setState(this._attempt > 0 ? 'retrying' : 'connecting');
+    const source = this._factory(this.streamUrl());
+    this._source = source;
+    source.onopen = () => {
+      if (source !== this._source) {
+        return;
+      }
+      const reconnected = this._attempt > 0 || this._everOpened;
+      this._attempt = 0;
+      this._everOpened = true;
+      this._setState('open');
+      if (reconnected) {
+        // Fill the gap left while disconnected or paused; the model drops duplicates.
+        this.fetchHistory().catch(() => undefined);
+      }
+    };
+    source.onerror = () => {
+      if (source !== this._source) {
+        return;
+      }
+      // Replace the browser's fixed-interval retry with our own capped exponential backoff.
+      this._close();
+      this._scheduleRetry();
+    };
+    source.addEventListener('placement', event => {
+      const placement = parse<IPlacement>((event as MessageEvent).data);
+      if (placement) {
+        this._placementReceived.emit(placement);
+      }
+    });
+    source.addEventListener('sample', event => {
+      const sample = parse<ISample>((event as MessageEvent).data);
+      if (sample) {
+        this._samplesReceived.emit([sample]);
+      }
+    });
+  }
+
+  private _scheduleRetry(): void {
+    const delay = backoffDelay(this._attempt, this._backoff, Math.random());
+    this._attempt += 1;
+    this._retryAt = Date.now() + delay;
+    this._setState('retrying');
+    this._timer = window.setTimeout(() => {
+      this._timer = null;
+      this._retryAt = null;
+      if (this._wanted) {
+        this._open();
+      } else {
+        this._setState('paused');
+      }
+    }, delay);
+  }
+
+  private _close(): void {
+    if (this._timer !== null) {
+      window.clearTimeout(this._timer);
+      this._timer = null;
+    }
+    this._retryAt = null;
+    if (this._source) {
+      this._source.onopen = null;
+      this._source.onerror = null;
+      this._source.close();
+      this._source = null;
+    }
+  }
+
+  private _setState(state: ConnectionState): void {
+    this._state = state;
+    this._statusChanged.emit(this.status);
+  }
+
+  private _onVisibility = (): void => {
+    this._reconcile();
+  };
+
+  private _backoff: IBackoff;
+  private _factory: (url: string) => EventSource;
+  private _demand = new Set<string>();
+  private _source: EventSource | null = null;
+  private _state: ConnectionState = 'idle';
+  private _attempt = 0;
+  private _everOpened = false;
+  private _retryAt: number | null = null;
+  private _timer: number | null = null;
+  private _disposed = false;
+  private _placementReceived = new Signal<this, IPlacement>(this);
+  private _samplesReceived = new Signal<this, ISample[]>(this);
+  private _statusChanged = new Signal<this, IConnectionStatus>(this);
+}
+
+function parse<T>(data: unknown): T | null {
+  if (typeof data !== 'string') {
+    return null;
+  }
+  try {
+    return JSON.parse(data) as T;
+  } catch {
+    console.warn('gpuburst: ignoring a malformed stream event');
+    return null;
+  }
+}

@@ -1,0 +1,100 @@
+/**
+ * Pure formatting helpers shared by the panel and the status bar item.
+ */
+import { IGpu, IPlacement, ISample } from './types';
+
+const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+
+/** Human-readable byte count in binary units ("3.2 GiB"). */
+export function formatBytes(bytes: number | null | undefined): string {
+  if (bytes == null || !Number.isFinite(bytes) || bytes < 0) {
+    return '—';
+  }
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < UNITS.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  const digits = unit === 0 || value >= 100 ? 0 : 1;
+  return `${value.toFixed(digits)} ${UNITS[unit]}`;
+}
+
+/** A 0..1 fraction as a whole percentage ("37 %"), or a dash when unknown. */
+export function formatPercent(fraction: number | null | undefined): string {
+  if (fraction == null || !Number.isFinite(fraction)) {
+    return '—';
+  }
+  const clamped = Math.min(1, Math.max(0, fraction));
+  return `${Math.round(clamped * 100)} %`;
+}
+
+/** Short site label: "origin", the donor's name, or "standalone". */
+export function siteLabel(placement: IPlacement | null): string {
+  if (!placement) {
+    return '…';
+  }
+  if (placement.site_kind === 'origin') {
+    return 'origin';
+  }
+  if (placement.site_kind === 'standalone') {
+    return 'standalone';
+  }
+  return placement.site;
+}
+
+/** One sentence that says where the server runs, for the "where" card and screen readers. */
+export function siteSentence(placement: IPlacement): string {
+  switch (placement.site_kind) {
+    case 'origin':
+      return 'Running on the university cluster (origin).';
+    case 'donor':
+      return `Running on donor cluster ${placement.site}.`;
+    default:
+      return 'Not started by the hub: no placement information.';
+  }
+}
+
+/** Mean utilization of the GPUs that report one, or null when none does. */
+export function meanUtilization(gpus: IGpu[]): number | null {
+  const known = gpus
+    .map(g => g.utilization)
+    .filter((u): u is number => u != null && Number.isFinite(u));
+  if (known.length === 0) {
+    return null;
+  }
+  return known.reduce((a, b) => a + b, 0) / known.length;
+}
+
+/** Distinct GPU model names, with a count when there are several of one ("2 × NVIDIA A100"). */
+export function gpuModels(gpus: IGpu[]): string {
+  const counts = new Map<string, number>();
+  for (const gpu of gpus) {
+    counts.set(gpu.name, (counts.get(gpu.name) ?? 0) + 1);
+  }
+  return Array.from(counts.entries())
+    .map(([name, n]) => (n > 1 ? `${n} × ${name}` : name))
+    .join(', ');
+}
+
+/** Status bar text: "donor-1 · GPU 37 %", "origin · no GPU", or just the site while loading. */
+export function statusText(placement: IPlacement | null, sample: ISample | null): string {
+  const site = siteLabel(placement);
+  if (!sample) {
+    return site;
+  }
+  if (!sample.available || sample.gpus.length === 0) {
+    return `${site} · no GPU`;
+  }
+  const util = meanUtilization(sample.gpus);
+  return util == null ? `${site} · GPU` : `${site} · GPU ${formatPercent(util)}`;
+}
+
+/** The notebook's file name without folders, or the kernel's name when it has no notebook. */
+export function kernelLabel(notebook: string | null, kernelName: string): string {
+  if (!notebook) {
+    return `${kernelName} (console)`;
+  }
+  const parts = notebook.split('/');
+  return parts[parts.length - 1] || notebook;
+}

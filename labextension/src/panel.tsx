@@ -1,0 +1,249 @@
+/**
+ * The sidebar panel: where this server runs, live GPU charts, and per-kernel GPU memory.
+ */
+import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
+import { Message } from '@lumino/messaging';
+import * as React from 'react';
+
+import { Chart } from './chart';
+import { GpuBurstClient } from './client';
+import {
+  formatBytes,
+  formatPercent,
+  gpuModels,
+  kernelLabel,
+  siteLabel,
+  siteSentence
+} from './format';
+import { gpuIcon } from './icon';
+import { GpuBurstModel } from './model';
+import { IGpu, IPlacement, ISample } from './types';
+
+export const PANEL_ID = 'jupyter-gpuburst-panel';
+
+/** Re-render once a second while `active`, for the "retrying in N s" countdown. */
+function useTicker(active: boolean): number {
+  const [now, setNow] = React.useState(Date.now());
+  React.useEffect(() => {
+    if (!active) {
+      return;
+    }
+    const timer = window.setInterval(() => setNow(Date.now()), 1000);
+    return () => window.clearInterval(timer);
+  }, [active]);
+  return now;
+}
+
+function ConnectionBanner(props: { model: GpuBurstModel }): JSX.Element | null {
+  const { state, retryAt } = props.model.connection;
+  const retrying = state === 'retrying';
+  const now = useTicker(retrying);
+  if (retrying) {
+    const seconds = retryAt ? Math.max(0, Math.ceil((retryAt - now) / 1000)) : 0;
+    return (
+      <div className="jp-GpuBurst-banner jp-GpuBurst-connection" role="status" aria-live="polite">
+        Connection lost, retrying{seconds > 0 ? ` in ${seconds} s` : '…'}
+      </div>
+    );
+  }
+  if (props.model.error) {
+    return (
+      <div className="jp-GpuBurst-banner jp-GpuBurst-error" role="alert">
+        {props.model.error}
+      </div>
+    );
+  }
+  return null;
+}
+
+function WhereCard(props: { placement: IPlacement | null; sample: ISample | null }): JSX.Element {
+  const { placement, sample } = props;
+  const rows: [string, string][] = [];
+  if (placement) {
+    rows.push(['Site', siteLabel(placement)]);
+    if (placement.cluster) {
+      rows.push(['Cluster', placement.cluster]);
+    }
+    rows.push(['Node', placement.node ?? '—']);
+  }
+  if (sample && sample.gpus.length) {
+    rows.push(['GPU', gpuModels(sample.gpus)]);
+  } else if (placement?.gpu_resource) {
+    rows.push(['GPU', `${placement.gpu_count ?? '?'} × ${placement.gpu_resource} requested`]);
+  }
+  return (
+    <section className="jp-GpuBurst-card jp-GpuBurst-where" aria-label="Where this server runs">
+      <h3>Where this server runs</h3>
+      {placement ? (
+        <>
+          <p className={`jp-GpuBurst-site jp-GpuBurst-site-${placement.site_kind}`}>
+            {siteSentence(placement)}
+          </p>
+          <dl>
+            {rows.map(([key, value]) => (
+              <React.Fragment key={key}>
+                <dt>{key}</dt>
+                <dd data-field={key.toLowerCase()}>{value}</dd>
+              </React.Fragment>
+            ))}
+          </dl>
+          {placement.reason && (
+            <p className="jp-GpuBurst-reason">
+              <span className="jp-GpuBurst-label">Why here: </span>
+              {placement.reason}
+            </p>
+          )}
+        </>
+      ) : (
+        <p className="jp-GpuBurst-muted">Loading placement…</p>
+      )}
+    </section>
+  );
+}
+
+function GpuCard(props: { gpu: IGpu; model: GpuBurstModel; end: number }): JSX.Element {
+  const { gpu, model, end } = props;
+  const series = model.series(gpu.uuid);
+  const minutes = Math.round(model.historySeconds / 60);
+  const memFraction = gpu.memory_total_bytes > 0 ? gpu.memory_used_bytes / gpu.memory_total_bytes : null;
+  const title = `GPU ${gpu.index}${gpu.mig ? ' (MIG)' : ''}`;
+  return (
+    <section className="jp-GpuBurst-card jp-GpuBurst-gpu" aria-label={`${title}: ${gpu.name}`} data-uuid={gpu.uuid}>
+      <h3>
+        {title} <span className="jp-GpuBurst-muted">{gpu.name}</span>
+      </h3>
+      <Chart
+        kind="utilization"
+        title="Utilization"
+        label={`${title} utilization over the last ${minutes} minutes`}
+        valueText={gpu.utilization == null ? 'n/a' : formatPercent(gpu.utilization)}
+        points={series.map(p => ({ t: p.t, v: p.utilization }))}
+        windowSeconds={model.historySeconds}
+        end={end}
+      />
+      {gpu.utilization_note && <p className="jp-GpuBurst-note">{gpu.utilization_note}</p>}
+      <Chart
+        kind="memory"
+        title="Memory"
+        label={`${title} memory over the last ${minutes} minutes`}
+        valueText={`${formatBytes(gpu.memory_used_bytes)} / ${formatBytes(gpu.memory_total_bytes)}`}
+        points={series.map(p => ({ t: p.t, v: p.memoryTotal > 0 ? p.memoryUsed / p.memoryTotal : null }))}
+        windowSeconds={model.historySeconds}
+        end={end}
+      />
+      <p className="jp-GpuBurst-gpuFacts">
+        {memFraction != null && <span>{formatPercent(memFraction)} memory</span>}
+        {gpu.temperature_c != null && <span>{gpu.temperature_c} °C</span>}
+        {gpu.power_w != null && <span>{gpu.power_w.toFixed(0)} W</span>}
+      </p>
+    </section>
+  );
+}
+
+function KernelList(props: { sample: ISample }): JSX.Element {
+  const { sample } = props;
+  const indexOf = new Map(sample.gpus.map(g => [g.uuid, g.index]));
+  return (
+    <section className="jp-GpuBurst-card jp-GpuBurst-kernels" aria-label="Kernels using GPUs">
+      <h3>Kernels</h3>
+      {sample.kernels.length === 0 ? (
+        <p className="jp-GpuBurst-muted">No running kernels.</p>
+      ) : (
+        <table>
+          <thead>
+            <tr>
+              <th scope="col">Notebook</th>
+              <th scope="col">GPU</th>
+              <th scope="col">Memory</th>
+            </tr>
+          </thead>
+          <tbody>
+            {sample.kernels.map(kernel => {
+              const total = kernel.gpus.reduce((sum, g) => sum + g.memory_used_bytes, 0);
+              const gpus = kernel.gpus.map(g => indexOf.get(g.uuid) ?? '?').join(', ');
+              return (
+                <tr key={kernel.kernel_id} data-kernel-id={kernel.kernel_id}>
+                  <td title={kernel.notebook ?? kernel.name}>{kernelLabel(kernel.notebook, kernel.name)}</td>
+                  <td>{gpus || '—'}</td>
+                  <td>{kernel.gpus.length ? formatBytes(total) : '—'}</td>
+                </tr>
+              );
+            })}
+          </tbody>
+        </table>
+      )}
+      {sample.unattributed.length > 0 && (
+        <p className="jp-GpuBurst-muted">
+          {sample.unattributed.length} other GPU process{sample.unattributed.length > 1 ? 'es' : ''} not
+          started from this server.
+        </p>
+      )}
+    </section>
+  );
+}
+
+/** The panel's content for one model state. */
+export function PanelView(props: { model: GpuBurstModel }): JSX.Element {
+  const { model } = props;
+  const sample = model.latest;
+  return (
+    <div className="jp-GpuBurst-content">
+      <header className="jp-GpuBurst-header">
+        <h2>GPU</h2>
+        {sample?.simulated && (
+          <span className="jp-GpuBurst-badge jp-GpuBurst-simulated" title="The numbers below are simulated, not measured">
+            simulated data
+          </span>
+        )}
+      </header>
+      <ConnectionBanner model={model} />
+      <WhereCard placement={model.placement} sample={sample} />
+      {sample === null ? (
+        <p className="jp-GpuBurst-muted">Waiting for the first GPU sample…</p>
+      ) : !sample.available || sample.gpus.length === 0 ? (
+        <section className="jp-GpuBurst-card jp-GpuBurst-nogpu" role="status">
+          <h3>No GPU visible</h3>
+          <p>{sample.reason ?? 'This server sees no GPU.'}</p>
+        </section>
+      ) : (
+        sample.gpus.map(gpu => <GpuCard key={gpu.uuid} gpu={gpu} model={model} end={sample.timestamp} />)
+      )}
+      {sample && <KernelList sample={sample} />}
+    </div>
+  );
+}
+
+/** Sidebar widget; asks the client for live samples only while it is shown. */
+export class GpuBurstPanel extends ReactWidget {
+  constructor(
+    private readonly _model: GpuBurstModel,
+    private readonly _client: GpuBurstClient
+  ) {
+    super();
+    this.id = PANEL_ID;
+    this.addClass('jp-GpuBurst-panel');
+    this.title.icon = gpuIcon;
+    this.title.caption = 'GPU: where this server runs and how its GPUs are used';
+    this.node.setAttribute('role', 'region');
+    this.node.setAttribute('aria-label', 'GPU panel');
+  }
+
+  protected render(): JSX.Element {
+    return <UseSignal signal={this._model.changed}>{() => <PanelView model={this._model} />}</UseSignal>;
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this._client.setDemand('panel', true);
+  }
+
+  protected onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    this._client.setDemand('panel', false);
+  }
+
+  protected onBeforeDetach(msg: Message): void {
+    this._client.setDemand('panel', false);
+    super.onBeforeDetach(msg);
+  }
+}

@@ -1,0 +1,79 @@
+// Unit tests of the extension's pure parts (compiled lib/), run with node's built-in test runner.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { backoffDelay } from '../lib/backoff.js';
+import { chartPath, visibleSpan } from '../lib/chart.js';
+import { formatBytes, formatPercent, gpuModels, kernelLabel, meanUtilization, statusText } from '../lib/format.js';
+import { GpuBurstModel } from '../lib/model.js';
+
+const donor = {
+  managed: true, site: 'donor-1', site_kind: 'donor', cluster: 'c-1', node: 'vn', reason: 'r',
+  gpu_resource: 'nvidia.com/gpu', gpu_count: 1
+};
+const gpu = (uuid, utilization, used = 1024) => ({
+  index: 0, uuid, name: 'NVIDIA A100-SXM4-40GB', mig: false, parent_uuid: null, utilization,
+  utilization_note: null, memory_used_bytes: used, memory_total_bytes: 4096, temperature_c: null, power_w: null
+});
+const sample = (timestamp, gpus, extra = {}) => ({
+  backend: 'simulated', simulated: true, available: true, reason: null, timestamp, period_s: 1,
+  gpus, kernels: [], unattributed: [], ...extra
+});
+
+test('status text names the site and the mean utilization', () => {
+  assert.equal(statusText(donor, sample(1, [gpu('a', 0.3), gpu('b', 0.44)])), 'donor-1 · GPU 37 %');
+  assert.equal(statusText({ ...donor, site_kind: 'origin', site: 'local' }, null), 'origin');
+  assert.equal(statusText(donor, sample(1, [], { available: false })), 'donor-1 · no GPU');
+  assert.equal(statusText(donor, sample(1, [gpu('a', null)])), 'donor-1 · GPU');
+});
+
+test('formatting of bytes, percentages, models and kernels', () => {
+  assert.equal(formatBytes(512 * 1024 * 1024), '512 MiB');
+  assert.equal(formatBytes(1536), '1.5 KiB');
+  assert.equal(formatBytes(null), '—');
+  assert.equal(formatPercent(1.7), '100 %');
+  assert.equal(formatPercent(null), '—');
+  assert.equal(meanUtilization([gpu('a', null)]), null);
+  assert.equal(gpuModels([gpu('a', 0), gpu('b', 0)]), '2 × NVIDIA A100-SXM4-40GB');
+  assert.equal(kernelLabel('deep/dir/train.ipynb', 'python3'), 'train.ipynb');
+  assert.equal(kernelLabel(null, 'python3'), 'python3 (console)');
+});
+
+test('backoff doubles up to the cap and jitters within half', () => {
+  const b = { initialMs: 1000, maxMs: 30000 };
+  assert.equal(backoffDelay(0, b, 0.999999), 1000);
+  assert.equal(backoffDelay(3, b, 0.999999), 8000);
+  assert.equal(backoffDelay(20, b, 0.999999), 30000);
+  assert.equal(backoffDelay(3, b, 0), 4000);
+});
+
+test('model keeps a time window, in order, without duplicates', () => {
+  const model = new GpuBurstModel(1);
+  let changes = 0;
+  model.changed.connect(() => (changes += 1));
+  model.addSamples([sample(100, [gpu('a', 0.1)]), sample(101, [gpu('a', 0.2)])]);
+  model.addSamples([sample(130, [gpu('a', 0.3)])]);
+  // A history backfill overlapping what the stream already delivered.
+  model.addSamples([sample(101, [gpu('a', 0.2)]), sample(120, [gpu('a', 0.25)])]);
+  assert.deepEqual(model.samples.map(s => s.timestamp), [100, 101, 120, 130]);
+  model.addSamples([sample(175, [gpu('a', 0.5)])]);
+  assert.deepEqual(model.samples.map(s => s.timestamp), [120, 130, 175]);
+  assert.deepEqual(model.series('a').map(p => p.utilization), [0.25, 0.3, 0.5]);
+  assert.equal(model.latest.timestamp, 175);
+  assert.equal(changes, 4);
+  assert.throws(() => (model.historyMinutes = 0), RangeError);
+});
+
+test('chart path spans the window and breaks at unknown values', () => {
+  const d = chartPath([{ t: 0, v: 0 }, { t: 30, v: 1 }, { t: 45, v: null }, { t: 60, v: 0.5 }], 60, 60);
+  assert.equal(d, 'M0.0 46.0 L120.0 2.0 M240.0 24.0');
+  assert.equal(chartPath([{ t: -10, v: 1 }], 60, 60), '');
+});
+
+test('chart x axis grows with the data, between 30 s and the window', () => {
+  const pts = t0 => [{ t: t0, v: 0.1 }, { t: 1000, v: 0.2 }];
+  assert.equal(visibleSpan(pts(995), 300, 1000), 30);
+  assert.equal(visibleSpan(pts(880), 300, 1000), 120);
+  assert.equal(visibleSpan(pts(100), 300, 1000), 300);
+  assert.equal(visibleSpan([], 20, 1000), 20);
+});
