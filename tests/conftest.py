@@ -20,6 +20,9 @@ def liqo_crd_dir() -> Path:
 
 
 def pytest_collection_modifyitems(config, items):
+    # Playwright's sync API keeps an event loop running in the main thread once it starts, and
+    # pytest-asyncio cannot run a test while one is running: browser tests go last.
+    items.sort(key=lambda item: "browser" in item.keywords)
     skip_real = pytest.mark.skip(reason="set GPUBURST_KUBECONFIG to run real-cluster tests")
     for item in items:
         if "realcluster" in item.keywords and not os.environ.get("GPUBURST_KUBECONFIG"):

@@ -281,6 +281,7 @@ class ApiServer:
                 raise method_not_allowed()
             return await self._log(request, ns or "", name)
         if method == "GET":
+            self.stats["get"] += 1
             obj = self.store.get(rt.key, ns, name)
             if self._wants_table(request):
                 return _json(tables.table(rt, [obj], obj["metadata"]["resourceVersion"], include_object=request.query.get("includeObject", "Metadata")))

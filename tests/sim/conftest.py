@@ -24,3 +24,15 @@ async def apiserver():
 def apiserver_kubeconfig(apiserver, tmp_path):
     """A kubeconfig with one context, ``sim``, pointing at ``apiserver``."""
     return write_kubeconfig(tmp_path / "kubeconfig", {"sim": apiserver.url}, "sim")
+
+
+@pytest.fixture
+async def federation(tmp_path):
+    """The default federation (origin + donor-1 peered), started in-process; a kubeconfig with
+    contexts ``origin`` and ``donor-1`` is at ``federation.kubeconfig``."""
+    from jupyter_gpuburst.sim.testing import running_federation
+
+    kubeconfig = tmp_path / "federation.kubeconfig"
+    async with running_federation(state_dir=tmp_path / "pods", kubeconfig=kubeconfig) as fed:
+        fed.kubeconfig = kubeconfig
+        yield fed

@@ -1,0 +1,57 @@
+"""`gpuburst sim`: run the local federation in the foreground until Ctrl-C (or SIGTERM)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from .config import DEFAULT_CONFIG, ConfigError, FederationConfig, load_config
+from .federation import Federation
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuburst sim", description="Run an origin cluster and its Liqo-peered donors locally (Kubernetes API emulators on 127.0.0.1).")
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="federation YAML (default: the shipped default.yaml)")
+    parser.add_argument("--kubeconfig-out", type=Path, default=Path("gpuburst-sim.kubeconfig"), help="where to write the kubeconfig with a context per cluster (default: %(default)s)")
+    parser.add_argument("--state-dir", type=Path, default=None, help="pod working directories and logs (default: a temp dir, removed on exit)")
+    parser.add_argument("--check", action="store_true", help="only check the config and exit")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    return parser
+
+
+async def serve(config: FederationConfig, kubeconfig_out: Path, state_dir: Path | None) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with Federation(config, state_dir) as fed:
+        path = fed.write_kubeconfig(kubeconfig_out)
+        for name, url in fed.contexts().items():
+            print(f"{name}: {url}", flush=True)
+        print(f"kubeconfig: {path} (contexts: {', '.join(fed.contexts())}; current: {fed.origin.name})", flush=True)
+        print("ready; Ctrl-C to stop", flush=True)
+        await stop.wait()
+        print("stopping", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"gpuburst sim: bad config: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        print(f"{config.source}: ok ({1 + len(config.donors)} clusters)")
+        return 0
+    try:
+        asyncio.run(serve(config, args.kubeconfig_out, args.state_dir))
+    except OSError as exc:
+        print(f"gpuburst sim: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,123 @@
+"""One emulated cluster: object store, API server, scheduler and process kubelet."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Any
+
+from . import defaults
+from .apiserver import ApiServer
+from .config import ClusterConfig, NodeConfig
+from .faults import Faults
+from .kubelet import AddressPool, Kubelet
+from .scheduler import Scheduler
+from .store import Store
+
+Obj = dict[str, Any]
+KUBELET_VERSION = "v1.31.0"
+
+
+def node_object(name: str, node: NodeConfig, internal_ip: str, now: str) -> Obj:
+    """The Node a real kubelet would register for ``node`` (Ready)."""
+    capacity = {"cpu": node.cpu, "memory": node.memory, "pods": str(node.pods), "ephemeral-storage": "100Gi"}
+    capacity.update({res: str(n) for res, n in node.resources.items()})
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": "amd64",
+        **node.labels,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {},
+        "status": {
+            "capacity": capacity,
+            "allocatable": dict(capacity),
+            "conditions": ready_conditions(True, now),
+            "addresses": [{"type": "InternalIP", "address": internal_ip}, {"type": "Hostname", "address": name}],
+            "nodeInfo": {
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+                "osImage": "Debian GNU/Linux 12 (bookworm)",
+                "kernelVersion": "6.1.0-sim",
+                "containerRuntimeVersion": "containerd://1.7.0-sim",
+                "kubeletVersion": KUBELET_VERSION,
+                "kubeProxyVersion": KUBELET_VERSION,
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+            },
+        },
+    }
+
+
+def ready_conditions(ready: bool, now: str, reason: str | None = None, message: str | None = None) -> list[Obj]:
+    """A node's conditions: healthy pressure conditions and Ready (True or False)."""
+    conds = [
+        {"type": t, "status": "False", "reason": f"KubeletHas{r}", "message": m, "lastHeartbeatTime": now, "lastTransitionTime": now}
+        for t, r, m in (
+            ("MemoryPressure", "SufficientMemory", "kubelet has sufficient memory available"),
+            ("DiskPressure", "NoDiskPressure", "kubelet has no disk pressure"),
+            ("PIDPressure", "SufficientPID", "kubelet has sufficient PID available"),
+        )
+    ]
+    conds.append({
+        "type": "Ready",
+        "status": "True" if ready else "False",
+        "reason": reason or ("KubeletReady" if ready else "KubeletNotReady"),
+        "message": message or ("kubelet is posting ready status" if ready else "kubelet stopped posting node status"),
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    })
+    return conds
+
+
+class Cluster:
+    """A cluster with its own API endpoint. ``index`` picks its pod network 127.(10+index).0.0/16."""
+
+    def __init__(self, config: ClusterConfig, index: int, state_dir: Path, *, faults: Faults | None = None, host: str = "127.0.0.1", port: int = 0):
+        if not 0 <= index < 200:
+            raise ValueError(f"cluster index must be in [0, 200), got {index}")
+        self.config = config
+        self.name = config.name
+        self.cluster_id = config.id
+        self.store = Store()
+        network = ipaddress.ip_network(f"127.{10 + index}.0.0/16")
+        # Node addresses come from 127.(10+index).0.0/24, pod addresses from the rest.
+        self._node_ips = network.hosts()
+        self.pool = AddressPool(f"127.{10 + index}.128.0/17", random_start=True)
+        self.kubelet = Kubelet(self.store, self.pool, state_dir=Path(state_dir) / config.name)
+        self.scheduler = Scheduler(self.store, host=config.name)
+        self.api = ApiServer(self.store, host=host, port=port, faults=faults, log_reader=self.kubelet.log_path)
+        self.running = False
+
+    @property
+    def url(self) -> str:
+        return self.api.url
+
+    def register_nodes(self) -> list[Obj]:
+        now = defaults.timestamp(self.store.now())
+        created = []
+        for node in self.config.nodes:
+            for name in node.names():
+                created.append(self.store.create("nodes", node_object(name, node, str(next(self._node_ips)), now)))
+        return created
+
+    async def start(self) -> None:
+        self.register_nodes()
+        await self.kubelet.start()
+        await self.scheduler.start()
+        await self.api.start()
+        self.running = True
+
+    async def stop(self) -> None:
+        self.running = False
+        await self.api.stop()
+        await self.scheduler.stop()
+        await self.kubelet.stop()
+        self.store.close_watches()

@@ -1,0 +1,92 @@
+"""The local federation: the origin cluster, its donors and the peerings between them."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from collections.abc import Mapping
+from types import TracebackType
+
+from .cluster import Cluster
+from .config import FederationConfig, load_config
+from .faults import Faults
+from .kubeconfig import write_kubeconfig
+from .peering import Peering
+
+
+class Federation:
+    """Origin + donors, each with its own API server on 127.0.0.1; donors peered to the origin.
+
+    Use ``async with Federation(config) as fed:`` or ``await start()`` / ``await stop()``.
+    Pod working directories and logs live under ``state_dir`` (a temp dir removed on stop when
+    not given). ``faults`` injects API faults per cluster name (reliability tests).
+    """
+
+    def __init__(self, config: FederationConfig | None = None, state_dir: str | Path | None = None, faults: Mapping[str, Faults] | None = None):
+        self.config = config or load_config()
+        faults = dict(faults or {})
+        unknown = set(faults) - {self.config.origin.name, *(d.cluster.name for d in self.config.donors)}
+        if unknown:
+            raise ValueError(f"faults given for unknown clusters: {', '.join(sorted(unknown))}")
+        self._own_state = state_dir is None
+        self.state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="gpuburst-sim-"))
+        self.origin = Cluster(self.config.origin, 0, self.state_dir, faults=faults.get(self.config.origin.name))
+        self.donors: dict[str, Cluster] = {}
+        self.peerings: dict[str, Peering] = {}
+        for i, donor in enumerate(self.config.donors, start=1):
+            cluster = Cluster(donor.cluster, i, self.state_dir, faults=faults.get(donor.cluster.name))
+            self.donors[cluster.cluster_id] = cluster
+            self.peerings[cluster.cluster_id] = Peering(self.origin, cluster, donor.grant, str(next(self.origin._node_ips)))
+        self.started = False
+
+    @property
+    def clusters(self) -> dict[str, Cluster]:
+        """Every cluster by name (origin first)."""
+        return {self.origin.name: self.origin, **{c.name: c for c in self.donors.values()}}
+
+    def contexts(self) -> dict[str, str]:
+        """kubeconfig contexts: cluster name -> API server URL."""
+        return {name: c.url for name, c in self.clusters.items()}
+
+    def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
+        return write_kubeconfig(path, self.contexts(), self.origin.name, namespace)
+
+    async def start(self) -> None:
+        try:
+            await self.origin.start()
+            for cluster in self.donors.values():
+                await cluster.start()
+            for peering in self.peerings.values():
+                await peering.start()
+        except BaseException:
+            await self.stop()
+            raise
+        self.started = True
+
+    async def stop(self) -> None:
+        """Stop everything: peerings, then clusters (their pod processes are killed)."""
+        for peering in self.peerings.values():
+            await peering.stop()
+        for cluster in [*self.donors.values(), self.origin]:
+            await cluster.stop()
+        self.started = False
+        if self._own_state:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    async def donor_outage(self, cluster_id: str, down: bool = True) -> None:
+        """Make a donor unreachable (its API server stops, its virtual node turns NotReady) or bring it back."""
+        donor, peering = self.donors[cluster_id], self.peerings[cluster_id]
+        if down:
+            await donor.api.stop()
+            peering.set_ready(False)
+        else:
+            await donor.api.start()
+            peering.set_ready(True)
+
+    async def __aenter__(self) -> Federation:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.stop()

@@ -1,0 +1,363 @@
+"""Liqo emulation: one peering from the origin to a donor cluster.
+
+What Liqo does and this emulates:
+
+* The peering makes a VirtualNode (Liqo's offloading API group) in the tenant namespace
+  ``liqo-tenant-<cluster id>`` and a Node named after the donor's cluster id, with Liqo's labels
+  and virtual-node taint (``liqo.VIRTUAL_NODE_TAINT``), whose capacity and allocatable are
+  the donor's grant (the ResourceSlice's resources).
+* A NamespaceOffloading named ``offloading`` in an origin namespace whose clusterSelector matches
+  the virtual node makes the remote namespace ``<namespace>-<origin cluster id>`` (DefaultName) in
+  the donor, and its status says so.
+* A pod the origin scheduler binds to the virtual node is created in the remote namespace (node
+  name, node selector and node affinity, which name origin nodes, and Liqo's own toleration left
+  out); the donor's scheduler and kubelet place and run it; its status (phase, conditions, pod IP,
+  container statuses) is reflected into the origin pod, and the donor's events about it are
+  reflected as events about the origin pod (so a donor FailedScheduling shows on the origin pod,
+  which stays Pending).
+* A pod bound to the virtual node in a namespace without a NamespaceOffloading is left alone, as
+  Liqo's virtual kubelet only reflects pods of offloaded namespaces: it stays Pending until the
+  namespace is offloaded (then it is offloaded) or it is deleted.
+* Deleting the origin pod deletes the remote one; the origin pod goes once the remote one is gone.
+* Unpeering or a donor outage turns the virtual node's Ready condition False; pods are no longer
+  offloaded until it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from typing import Any
+
+from .. import liqo
+from . import defaults
+from .cluster import KUBELET_VERSION, Cluster, ready_conditions
+from .errors import ApiError
+from .scheduler import matches_node_affinity
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+NSOFF = f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}"
+VNODES = f"{liqo.VIRTUAL_NODE_PLURAL}.{liqo.OFFLOADING_GROUP}"
+_REFLECTED_STATUS = ("phase", "podIP", "podIPs", "containerStatuses", "startTime", "reason", "message")
+
+
+def tenant_namespace(cluster_id: str) -> str:
+    return f"liqo-tenant-{cluster_id}"
+
+
+def virtual_node_object(cluster_id: str, grant: dict[str, str], internal_ip: str, now: str) -> Obj:
+    """The origin's Node for a donor: Liqo's labels and taint, the grant as capacity."""
+    capacity = {"pods": "110", **{k: str(v) for k, v in grant.items()}}
+    labels = {
+        **liqo.virtual_node_labels(cluster_id),
+        "kubernetes.io/hostname": cluster_id,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/role": "agent",
+        "type": "virtual-kubelet",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": cluster_id, "labels": labels},
+        "spec": {"taints": [liqo.virtual_node_taint()]},
+        "status": {
+            "capacity": capacity,
+            "allocatable": dict(capacity),
+            "conditions": ready_conditions(True, now, "KubeletReady", "The Liqo Virtual Kubelet is posting ready status"),
+            "addresses": [{"type": "InternalIP", "address": internal_ip}],
+            "nodeInfo": {
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+                "kubeletVersion": KUBELET_VERSION,
+                "kubeProxyVersion": "",
+                "osImage": "",
+                "kernelVersion": "",
+                "containerRuntimeVersion": "",
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+            },
+        },
+    }
+
+
+def virtual_node_cr(cluster_id: str, grant: dict[str, str]) -> Obj:
+    """The VirtualNode custom resource behind the virtual node."""
+    return {
+        "apiVersion": liqo.OFFLOADING_API_VERSION,
+        "kind": liqo.VIRTUAL_NODE_KIND,
+        "metadata": {"name": cluster_id, "namespace": tenant_namespace(cluster_id), "labels": liqo.virtual_node_labels(cluster_id)},
+        "spec": {
+            "clusterID": cluster_id,
+            "createNode": True,
+            "resourceQuota": {"hard": {k: str(v) for k, v in grant.items()}},
+            "labels": liqo.virtual_node_labels(cluster_id),
+        },
+    }
+
+
+def remote_pod(pod: Obj, remote_namespace: str) -> Obj:
+    """The donor's twin of an origin pod."""
+    meta = pod["metadata"]
+    spec = copy.deepcopy(pod["spec"])
+    for key in ("nodeName", "nodeSelector", "priority"):
+        spec.pop(key, None)
+    affinity = spec.get("affinity") or {}
+    affinity.pop("nodeAffinity", None)
+    if not affinity:
+        spec.pop("affinity", None)
+    spec["tolerations"] = [t for t in spec.get("tolerations") or [] if not liqo.is_virtual_node_taint(t)] or None
+    if spec["tolerations"] is None:
+        del spec["tolerations"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": remote_namespace,
+            "labels": dict(meta.get("labels") or {}),
+            "annotations": dict(meta.get("annotations") or {}),
+        },
+        "spec": spec,
+    }
+
+
+class Peering:
+    """Origin -> donor offloading for one donor."""
+
+    def __init__(self, origin: Cluster, donor: Cluster, grant: dict[str, str], node_ip: str):
+        self.origin = origin
+        self.donor = donor
+        self.grant = dict(grant)
+        self.cluster_id = donor.cluster_id
+        self.node_name = donor.cluster_id
+        self.node_ip = node_ip
+        self.ready = False
+        self._tasks: list[asyncio.Task] = []
+        self._remote: dict[tuple[str, str], tuple[str, str]] = {}  # donor (ns, name) -> origin (ns, name)
+
+    def remote_namespace(self, namespace: str) -> str:
+        return liqo.remote_namespace_name(namespace, self.origin.cluster_id)
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Peer: tenant namespace, VirtualNode, virtual Node, then reflect."""
+        o = self.origin.store
+        tenant = tenant_namespace(self.cluster_id)
+        try:
+            o.get("namespaces", None, tenant)
+        except ApiError:
+            o.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": tenant}})
+        try:
+            o.get(VNODES, tenant, self.cluster_id)
+        except ApiError:
+            o.create(VNODES, virtual_node_cr(self.cluster_id, self.grant), tenant)
+        now = defaults.timestamp(o.now())
+        try:
+            o.get("nodes", None, self.node_name)
+            self.set_ready(True)
+        except ApiError:
+            o.create("nodes", virtual_node_object(self.cluster_id, self.grant, self.node_ip, now))
+        self.ready = True
+        self._tasks = [
+            asyncio.create_task(self._origin_pods(), name=f"peering-{self.cluster_id}-pods"),
+            asyncio.create_task(self._origin_offloadings(), name=f"peering-{self.cluster_id}-nso"),
+            asyncio.create_task(self._donor_pods(), name=f"peering-{self.cluster_id}-remote"),
+            asyncio.create_task(self._donor_events(), name=f"peering-{self.cluster_id}-events"),
+        ]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    async def unpeer(self) -> None:
+        """Stop offloading; the virtual node stays, NotReady, as Liqo leaves it until it is removed."""
+        await self.stop()
+        self.set_ready(False, "The remote cluster is no longer peered")
+
+    def set_ready(self, ready: bool, message: str | None = None) -> None:
+        """Flip the virtual node's Ready condition (a donor outage or its recovery)."""
+        self.ready = ready
+        now = defaults.timestamp(self.origin.store.now())
+        reason = "KubeletReady" if ready else "KubeletNotReady"
+        message = message or ("The Liqo Virtual Kubelet is posting ready status" if ready else "The remote cluster is not reachable")
+
+        def update(node: Obj) -> None:
+            node["status"]["conditions"] = ready_conditions(ready, now, reason, message)
+
+        self.origin.store.mutate("nodes", None, self.node_name, update)
+        if ready:
+            self._offload_waiting()
+
+    # ---- origin -> donor -----------------------------------------------------------------------
+
+    def _offloading(self, namespace: str) -> Obj | None:
+        """The namespace's NamespaceOffloading when it selects this donor."""
+        try:
+            nso = self.origin.store.get(NSOFF, namespace, liqo.NAMESPACE_OFFLOADING_NAME)
+        except ApiError:
+            return None
+        if nso["metadata"].get("deletionTimestamp"):
+            return None
+        selector = (nso.get("spec") or {}).get("clusterSelector")
+        if selector and selector.get("nodeSelectorTerms"):
+            node = self.origin.store.get("nodes", None, self.node_name)
+            probe = {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": selector}}}}
+            if not matches_node_affinity(probe, node):
+                return None
+        if (nso.get("spec") or {}).get("podOffloadingStrategy") == "Local":
+            return None
+        return nso
+
+    def _ensure_remote_namespace(self, namespace: str) -> str:
+        remote_ns = self.remote_namespace(namespace)
+        try:
+            self.donor.store.get("namespaces", None, remote_ns)
+        except ApiError:
+            self.donor.store.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": remote_ns}})
+        return remote_ns
+
+    def _offload(self, pod: Obj) -> None:
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        if not self.ready or self._offloading(ns) is None:
+            return  # stays Pending; see the module docstring
+        remote_ns = self._ensure_remote_namespace(ns)
+        if (remote_ns, name) in self._remote:
+            return
+        self._remote[(remote_ns, name)] = (ns, name)
+        try:
+            self.donor.store.create("pods", remote_pod(pod, remote_ns), remote_ns)
+        except ApiError as exc:
+            if exc.code != 409:
+                del self._remote[(remote_ns, name)]
+                log.warning("offloading %s/%s to %s failed: %s", ns, name, self.cluster_id, exc)
+
+    def _offload_waiting(self) -> None:
+        pods, _ = self.origin.store.list("pods", field_selector=f"spec.nodeName={self.node_name}")
+        for pod in pods:
+            if not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+                self._offload(pod)
+
+    async def _origin_pods(self) -> None:
+        watch = self.origin.store.watch("pods", field_selector=f"spec.nodeName={self.node_name}")
+        try:
+            async for etype, pod in watch:
+                ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+                remote_key = (self.remote_namespace(ns), name)
+                tracked = remote_key in self._remote
+                if etype == "DELETED":
+                    if tracked:
+                        self._delete_remote(remote_key, 0)
+                elif pod["metadata"].get("deletionTimestamp"):
+                    if tracked:
+                        self._delete_remote(remote_key, pod["metadata"].get("deletionGracePeriodSeconds"))
+                    else:
+                        _remove(self.origin.store, ns, name)
+                elif not tracked and (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+                    self._offload(pod)
+        finally:
+            watch.close()
+
+    def _delete_remote(self, remote_key: tuple[str, str], grace: int | None) -> None:
+        try:
+            self.donor.store.delete("pods", *remote_key, grace_period_seconds=grace)
+        except ApiError:
+            origin_key = self._remote.pop(remote_key, None)
+            if origin_key:
+                _remove(self.origin.store, *origin_key)
+
+    async def _origin_offloadings(self) -> None:
+        watch = self.origin.store.watch(NSOFF)
+        try:
+            async for etype, nso in watch:
+                if etype == "DELETED" or nso["metadata"]["name"] != liqo.NAMESPACE_OFFLOADING_NAME:
+                    continue
+                ns = nso["metadata"]["namespace"]
+                if (nso.get("status") or {}).get("remoteNamespaceName") or self._offloading(ns) is None:
+                    continue
+                remote_ns = self._ensure_remote_namespace(ns)
+
+                def set_status(obj: Obj, remote_ns: str = remote_ns) -> None:
+                    obj["status"] = {"offloadingPhase": "Ready", "remoteNamespaceName": remote_ns}
+
+                try:
+                    self.origin.store.mutate(NSOFF, ns, liqo.NAMESPACE_OFFLOADING_NAME, set_status)
+                except ApiError:
+                    continue
+                self._offload_waiting()
+        finally:
+            watch.close()
+
+    # ---- donor -> origin -----------------------------------------------------------------------
+
+    async def _donor_pods(self) -> None:
+        watch = self.donor.store.watch("pods")
+        try:
+            async for etype, rpod in watch:
+                key = (rpod["metadata"]["namespace"], rpod["metadata"]["name"])
+                origin_key = self._remote.get(key)
+                if origin_key is None:
+                    continue
+                if etype == "DELETED":
+                    del self._remote[key]
+                    _remove(self.origin.store, *origin_key)
+                else:
+                    self._reflect_status(origin_key, rpod)
+        finally:
+            watch.close()
+
+    def _reflect_status(self, origin_key: tuple[str, str], rpod: Obj) -> None:
+        rstatus = rpod.get("status") or {}
+
+        def update(pod: Obj) -> None:
+            status = pod.setdefault("status", {})
+            for key in _REFLECTED_STATUS:
+                if key in rstatus:
+                    status[key] = copy.deepcopy(rstatus[key])
+            if rstatus.get("podIP"):
+                status["hostIP"] = self.node_ip
+                status["hostIPs"] = [{"ip": self.node_ip}]
+            ours = [c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"]
+            status["conditions"] = ours + [copy.deepcopy(c) for c in rstatus.get("conditions") or [] if c.get("type") != "PodScheduled"]
+
+        try:
+            self.origin.store.mutate("pods", *origin_key, update)
+        except ApiError:
+            pass
+
+    async def _donor_events(self) -> None:
+        watch = self.donor.store.watch("events")
+        try:
+            async for etype, event in watch:
+                if etype != "ADDED":
+                    continue
+                inv = event.get("involvedObject") or {}
+                origin_key = self._remote.get((inv.get("namespace"), inv.get("name")))
+                if origin_key is None or inv.get("kind") != "Pod":
+                    continue
+                try:
+                    pod = self.origin.store.get("pods", *origin_key)
+                except ApiError:
+                    continue
+                component = event.get("reportingComponent") or (event.get("source") or {}).get("component") or "kubelet"
+                self.origin.store.record_event(
+                    pod, event["reason"], event.get("message", ""), type=event.get("type", "Normal"), component=component,
+                    scheduler_style=bool(event.get("eventTime")), host=self.node_name, field_path=inv.get("fieldPath"),
+                    action=event.get("action"),
+                )
+        finally:
+            watch.close()
+
+
+def _remove(store: Any, namespace: str, name: str) -> None:
+    try:
+        store.remove("pods", namespace, name)
+    except ApiError:
+        pass

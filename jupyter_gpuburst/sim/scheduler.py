@@ -1,0 +1,387 @@
+"""A kube-scheduler for one emulated cluster: filters, scoring, binding, FailedScheduling.
+
+The filters run in kube-scheduler's default order and, per node, the first that fails gives the
+node's reason: NodeUnschedulable, TaintToleration, NodeAffinity (nodeSelector and required
+affinity), NodeResourcesFit (pod count, cpu, memory, every extended resource). A NotReady node
+counts as tainted ``node.kubernetes.io/not-ready`` (``unreachable`` when its status is Unknown), as
+the node lifecycle controller would taint it. The scheduler is event-driven: a new pending pod is
+tried at once; a pod that did not fit is retried on the next node change or freed capacity, no
+sooner than its backoff (1 s doubling to 10 s) allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
+
+from . import defaults
+from .errors import ApiError
+from .store import TERMINAL_PHASES, Store
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+SCHEDULER_NAME = "default-scheduler"
+_NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+_UNREACHABLE_TAINT = {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}
+
+# Reasons kube-scheduler marks UnschedulableAndUnresolvable: preemption cannot help there.
+UNSCHEDULABLE = "node(s) were unschedulable"
+AFFINITY_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
+TOO_MANY_PODS = "Too many pods"
+
+
+def untolerated_taint_reason(taint: Mapping[str, Any]) -> str:
+    return f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '')}}}"
+
+
+def pod_requests(pod: Obj) -> dict[str, int | float]:
+    """Effective requests: the larger of the containers' sum and any init container, plus overhead."""
+    spec = pod.get("spec") or {}
+    total: dict[str, Any] = {}
+    for c in spec.get("containers") or []:
+        for res, qty in ((c.get("resources") or {}).get("requests") or {}).items():
+            total[res] = total.get(res, 0) + parse_quantity(qty)
+    for c in spec.get("initContainers") or []:
+        for res, qty in ((c.get("resources") or {}).get("requests") or {}).items():
+            total[res] = max(total.get(res, 0), parse_quantity(qty))
+    for res, qty in (spec.get("overhead") or {}).items():
+        total[res] = total.get(res, 0) + parse_quantity(qty)
+    return total
+
+
+def tolerates(tolerations: list[Obj], taint: Mapping[str, Any]) -> bool:
+    """corev1 Toleration.ToleratesTaint."""
+    for tol in tolerations:
+        if tol.get("effect") and tol["effect"] != taint.get("effect"):
+            continue
+        op = tol.get("operator") or "Equal"
+        if not tol.get("key"):
+            if op == "Exists":
+                return True
+            continue
+        if tol["key"] != taint.get("key"):
+            continue
+        if op == "Exists" or (op == "Equal" and (tol.get("value") or "") == (taint.get("value") or "")):
+            return True
+    return False
+
+
+def _node_ready_status(node: Obj) -> str:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status", "Unknown")
+    return "Unknown"
+
+
+def effective_taints(node: Obj) -> list[Obj]:
+    """The node's taints plus the one the node lifecycle controller adds while it is not Ready."""
+    taints = list((node.get("spec") or {}).get("taints") or [])
+    ready = _node_ready_status(node)
+    if ready != "True":
+        extra = _NOT_READY_TAINT if ready == "False" else _UNREACHABLE_TAINT
+        if not any(t.get("key") == extra["key"] for t in taints):
+            taints.append(dict(extra))
+    return taints
+
+
+def _expression_matches(expr: Obj, labels: Mapping[str, str]) -> bool:
+    key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if op in ("Gt", "Lt"):
+        try:
+            have, want = int(labels[key]), int(values[0])
+        except (KeyError, ValueError, IndexError):
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def _term_matches(term: Obj, node: Obj) -> bool:
+    labels = node["metadata"].get("labels") or {}
+    exprs = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not exprs and not fields:
+        return False  # an empty term matches nothing
+    return all(_expression_matches(e, labels) for e in exprs) and all(
+        _expression_matches(f, {"metadata.name": node["metadata"]["name"]}) for f in fields
+    )
+
+
+def matches_node_affinity(pod: Obj, node: Obj) -> bool:
+    """nodeSelector (every label equal) and the required node affinity (any term)."""
+    spec = pod.get("spec") or {}
+    labels = node["metadata"].get("labels") or {}
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if labels.get(key) != value:
+            return False
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms")
+    if terms is None:
+        return True
+    return any(_term_matches(t, node) for t in terms)
+
+
+@dataclass
+class NodeUsage:
+    """Requests of the non-terminal pods bound to one node."""
+
+    requested: Counter[str] = field(default_factory=Counter)
+    pods: int = 0
+
+
+def usage_by_node(pods: list[Obj]) -> dict[str, NodeUsage]:
+    usage: dict[str, NodeUsage] = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            continue
+        u = usage.setdefault(node, NodeUsage())
+        u.pods += 1
+        for res, qty in pod_requests(pod).items():
+            u.requested[res] += qty
+    return usage
+
+
+def filter_node(pod: Obj, node: Obj, usage: NodeUsage, requests: Mapping[str, Any]) -> list[str]:
+    """Why ``pod`` does not fit ``node`` (empty when it fits); several reasons only for resources."""
+    if (node.get("spec") or {}).get("unschedulable"):
+        tolerations = (pod.get("spec") or {}).get("tolerations") or []
+        if not tolerates(tolerations, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}):
+            return [UNSCHEDULABLE]
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    for taint in effective_taints(node):
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
+            return [untolerated_taint_reason(taint)]
+    if not matches_node_affinity(pod, node):
+        return [AFFINITY_MISMATCH]
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    reasons = []
+    if "pods" in allocatable and usage.pods + 1 > parse_quantity(allocatable["pods"]):
+        reasons.append(TOO_MANY_PODS)
+    for res, qty in sorted(requests.items()):
+        if qty <= 0:
+            continue
+        have = parse_quantity(allocatable[res]) if res in allocatable else 0
+        if usage.requested[res] + qty > have:
+            reasons.append(f"Insufficient {res}")
+    return reasons
+
+
+def _score(node: Obj, usage: NodeUsage, requests: Mapping[str, Any]) -> float:
+    """LeastAllocated over cpu and memory: the emptier node wins, as kube-scheduler's default."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    fractions = []
+    for res in ("cpu", "memory"):
+        cap = parse_quantity(allocatable.get(res, "0"))
+        if cap > 0:
+            fractions.append(float((usage.requested[res] + requests.get(res, 0)) / cap))
+    return -sum(fractions) / len(fractions) if fractions else 0.0
+
+
+def failure_message(total: int, reasons: Counter[str]) -> str:
+    """kube-scheduler's FitError text, including the preemption postfilter's summary."""
+    if total == 0:
+        return "no nodes available to schedule pods"
+    parts = sorted(f"{n} {r}" for r, n in reasons.items())
+    unresolvable = {UNSCHEDULABLE, AFFINITY_MISMATCH}
+    preempt: Counter[str] = Counter()
+    for node_reason, n in reasons.items():
+        if node_reason in unresolvable or node_reason.startswith("node(s) had untolerated taint"):
+            preempt["Preemption is not helpful for scheduling"] += n
+    resolvable_nodes = total - sum(preempt.values())
+    if resolvable_nodes > 0:
+        preempt["No preemption victims found for incoming pod"] += resolvable_nodes
+    post = sorted(f"{n} {r}" for r, n in preempt.items())
+    return f"0/{total} nodes are available: {', '.join(parts)}. preemption: 0/{total} nodes are available: {', '.join(post)}."
+
+
+def schedule_one(pod: Obj, nodes: list[Obj], pods: list[Obj]) -> tuple[str | None, str]:
+    """(node name, "") when the pod fits somewhere, else (None, FailedScheduling message).
+
+    With several reasons on one node (only resources give several), each one counts, as in
+    kube-scheduler's diagnosis."""
+    usage = usage_by_node(pods)
+    requests = pod_requests(pod)
+    reasons: Counter[str] = Counter()
+    feasible: list[tuple[float, str]] = []
+    for node in nodes:
+        name = node["metadata"]["name"]
+        u = usage.get(name, NodeUsage())
+        why = filter_node(pod, node, u, requests)
+        if why:
+            reasons.update(why)
+        else:
+            feasible.append((-_score(node, u, requests), name))
+    if feasible:
+        return min(feasible)[1], ""
+    return None, failure_message(len(nodes), reasons)
+
+
+class Scheduler:
+    """Binds this cluster's pending pods (schedulerName default-scheduler) as they appear."""
+
+    def __init__(self, store: Store, *, backoff_initial_s: float = 1.0, backoff_max_s: float = 10.0, host: str = "sim"):
+        self.store = store
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self.host = host
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._fresh: set[tuple[str, str]] = set()  # pods to try right away
+        self._changed = False  # capacity or nodes changed since the last pass
+        # (namespace, name) -> (uid, attempts, earliest retry time)
+        self._backoff: dict[tuple[str, str], tuple[str, int, float]] = {}
+        self.bindings = 0
+
+    async def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._watch_pods(), name="scheduler-pods"),
+            asyncio.create_task(self._watch_nodes(), name="scheduler-nodes"),
+            asyncio.create_task(self._loop(), name="scheduler-loop"),
+        ]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    def _kick(self) -> None:
+        self._wake.set()
+
+    async def _watch_pods(self) -> None:
+        watch = self.store.watch("pods")
+        try:
+            async for etype, pod in watch:
+                meta, spec = pod["metadata"], pod.get("spec") or {}
+                key = (meta.get("namespace"), meta["name"])
+                phase = (pod.get("status") or {}).get("phase")
+                if etype == "DELETED":
+                    self._backoff.pop(key, None)
+                    self._fresh.discard(key)
+                    if spec.get("nodeName"):
+                        self._changed = True
+                elif etype == "ADDED" and not spec.get("nodeName"):
+                    self._fresh.add(key)
+                elif spec.get("nodeName") and (phase in TERMINAL_PHASES or meta.get("deletionTimestamp")):
+                    self._changed = True
+                else:
+                    continue
+                self._kick()
+        finally:
+            watch.close()
+
+    async def _watch_nodes(self) -> None:
+        watch = self.store.watch("nodes")
+        try:
+            async for _etype, _node in watch:
+                self._changed = True
+                self._kick()
+        finally:
+            watch.close()
+
+    async def _loop(self) -> None:
+        while True:
+            timeout = self._next_due()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                self.run_once()
+            except Exception:  # a scheduler bug must not stop the cluster
+                log.exception("scheduling pass failed")
+
+    def _next_due(self) -> float | None:
+        """Seconds until the earliest backoff ends, when a change is waiting for it."""
+        if not self._changed or not self._backoff:
+            return None
+        return max(0.0, min(due for _, _, due in self._backoff.values()) - time.monotonic())
+
+    def run_once(self) -> None:
+        """One pass over pending pods: fresh ones always, backed-off ones after a change."""
+        now = time.monotonic()
+        changed, self._changed = self._changed, False
+        pods, _ = self.store.list("pods")
+        nodes, _ = self.store.list("nodes")
+        pending = [
+            p for p in pods
+            if not (p.get("spec") or {}).get("nodeName")
+            and not p["metadata"].get("deletionTimestamp")
+            and (p.get("spec") or {}).get("schedulerName", SCHEDULER_NAME) == SCHEDULER_NAME
+            and (p.get("status") or {}).get("phase", "Pending") == "Pending"
+        ]
+        pending.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
+        waiting = False
+        for pod in pending:
+            key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+            fresh = key in self._fresh
+            self._fresh.discard(key)
+            backoff = self._backoff.get(key)
+            if backoff and backoff[0] != pod["metadata"].get("uid"):
+                backoff = None
+            if not fresh and backoff is not None:
+                if not changed:
+                    continue
+                if backoff[2] > now:
+                    waiting = True
+                    continue
+            elif not fresh and backoff is None and not changed:
+                continue
+            self._attempt(pod, nodes, pods, backoff, now)
+        if waiting:
+            self._changed = True  # the change still owes those pods a try when their backoff ends
+
+    def _attempt(self, pod: Obj, nodes: list[Obj], pods: list[Obj], backoff: tuple[str, int, float] | None, now: float) -> None:
+        meta = pod["metadata"]
+        key = (meta["namespace"], meta["name"])
+        node, message = schedule_one(pod, nodes, pods)
+        if node is not None:
+            try:
+                bound = self.store.bind_pod(meta["namespace"], meta["name"], node)
+            except ApiError as exc:
+                log.info("binding %s/%s failed: %s", *key, exc)
+                return
+            self._backoff.pop(key, None)
+            self.bindings += 1
+            pods.append(bound)  # later pods in this pass see its requests
+            return
+        attempts = (backoff[1] if backoff else 0) + 1
+        delay = min(self.backoff_initial_s * 2 ** (attempts - 1), self.backoff_max_s)
+        self._backoff[key] = (meta.get("uid", ""), attempts, now + delay)
+        self._mark_unschedulable(pod, message)
+
+    def _mark_unschedulable(self, pod: Obj, message: str) -> None:
+        meta = pod["metadata"]
+        stamp = defaults.timestamp(self.store.now())
+
+        def set_condition(p: Obj) -> None:
+            status = p.setdefault("status", {})
+            conditions = status.get("conditions") or []
+            old = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+            cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastProbeTime": None,
+                    "lastTransitionTime": old["lastTransitionTime"] if old and old.get("status") == "False" else stamp}
+            status["conditions"] = [cond] + [c for c in conditions if c.get("type") != "PodScheduled"]
+
+        try:
+            updated = self.store.mutate("pods", meta["namespace"], meta["name"], set_condition)
+            self.store.record_event(updated, "FailedScheduling", message, type="Warning", component=SCHEDULER_NAME, scheduler_style=True, host=self.host)
+        except ApiError:
+            pass  # deleted meanwhile

@@ -1,0 +1,63 @@
+"""Start and stop the local federation from tests (here and in the spawner's integration tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from .config import FederationConfig, load_config, parse_config
+from .faults import Faults
+from .federation import Federation
+from .store import Store
+
+
+@contextlib.asynccontextmanager
+async def running_federation(config: FederationConfig | dict | str | Path | None = None, state_dir: str | Path | None = None, kubeconfig: str | Path | None = None, faults: dict[str, Faults] | None = None) -> AsyncIterator[Federation]:
+    """A started Federation (default config unless given a config, a dict or a YAML path);
+    with ``kubeconfig``, writes one there (contexts: origin and one per donor)."""
+    if isinstance(config, dict):
+        config = parse_config(config, "<test config>")
+    elif isinstance(config, (str, Path)):
+        config = load_config(config)
+    fed = Federation(config, state_dir, faults)
+    await fed.start()
+    try:
+        if kubeconfig is not None:
+            fed.write_kubeconfig(kubeconfig)
+        yield fed
+    finally:
+        await fed.stop()
+
+
+async def wait_for_pod(store: Store, namespace: str, name: str, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0) -> dict[str, Any]:
+    """Poll the store until the pod satisfies ``predicate``; AssertionError with its last state on timeout."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = store.get("pods", namespace, name)
+        except Exception as exc:  # noqa: BLE001 - not there yet, or gone
+            last = exc
+        else:
+            if predicate(last):
+                return last
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"pod {namespace}/{name} did not reach the expected state in {timeout}s; last: {last!r}")
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{what} not met within {timeout}s")
+
+
+def is_running_ready(pod: dict[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])

@@ -1,0 +1,149 @@
+"""Liqo emulation: the virtual node, namespace offloading, pod reflection, unschedulable on the donor, outages."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from jupyter_gpuburst import liqo
+from jupyter_gpuburst.sim.peering import NSOFF, VNODES, tenant_namespace
+from jupyter_gpuburst.sim.testing import is_running_ready, wait_for_pod, wait_until
+
+pytestmark = pytest.mark.integration
+REMOTE_NS = liqo.remote_namespace_name("default", "origin")
+
+
+def gpu_pod(name: str, gpus: int, donor: str = "donor-1") -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "tolerations": [liqo.virtual_node_toleration()],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [liqo.donor_node_affinity_term(donor)]}}},
+            "containers": [{"name": "nb", "image": "python", "command": [sys.executable, "-c", "import time; time.sleep(60)"], "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+    }
+
+
+def crd_schema(liqo_crd_dir: Path, filename: str) -> dict:
+    crd = yaml.safe_load((liqo_crd_dir / filename).read_text())
+    return next(v for v in crd["spec"]["versions"] if v["name"] == liqo.OFFLOADING_VERSION)["schema"]["openAPIV3Schema"]
+
+
+def offload_default(federation) -> None:
+    federation.origin.store.create(NSOFF, liqo.namespace_offloading("default"), "default")
+
+
+def ready_status(node: dict) -> str:
+    return next(c["status"] for c in node["status"]["conditions"] if c["type"] == "Ready")
+
+
+async def test_virtual_node_has_liqo_labels_taint_and_grant(federation, liqo_crd_dir):
+    node = federation.origin.store.get("nodes", None, "donor-1")
+    assert liqo.is_virtual_node(node) and liqo.remote_cluster_id(node) == "donor-1"
+    assert [liqo.is_virtual_node_taint(t) for t in node["spec"]["taints"]] == [True]
+    assert node["spec"]["taints"][0]["effect"] == "NoExecute"
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8" and node["status"]["capacity"]["memory"] == "128Gi"
+    assert ready_status(node) == "True"
+    kubernetes_validate.validate(node, "1.31", strict=True)
+    vn = federation.origin.store.get(VNODES, tenant_namespace("donor-1"), "donor-1")
+    assert vn["spec"]["clusterID"] == "donor-1"
+    jsonschema.validate(vn, crd_schema(liqo_crd_dir, f"{liqo.OFFLOADING_GROUP}_{liqo.VIRTUAL_NODE_PLURAL}.yaml"))
+
+
+async def test_offloaded_pod_runs_on_donor_and_status_is_reflected(federation, liqo_crd_dir):
+    origin, donor = federation.origin.store, federation.donors["donor-1"].store
+    offload_default(federation)
+    await wait_until(lambda: (origin.get(NSOFF, "default", "offloading").get("status") or {}).get("offloadingPhase") == "Ready", what="offloading ready")
+    nso = origin.get(NSOFF, "default", "offloading")
+    assert nso["status"]["remoteNamespaceName"] == REMOTE_NS
+    jsonschema.validate(nso, crd_schema(liqo_crd_dir, f"{liqo.OFFLOADING_GROUP}_{liqo.NAMESPACE_OFFLOADING_PLURAL}.yaml"))
+    kubernetes_validate.validate(donor.get("namespaces", None, REMOTE_NS), "1.31", strict=True)
+    origin.create("pods", gpu_pod("train", 4), "default")
+    running = await wait_for_pod(origin, "default", "train", is_running_ready)
+    remote = donor.get("pods", REMOTE_NS, "train")
+    assert running["spec"]["nodeName"] == "donor-1" and remote["spec"]["nodeName"].startswith("donor-1-gpu-")
+    assert running["status"]["podIP"] == remote["status"]["podIP"]
+    assert running["status"]["containerStatuses"] == remote["status"]["containerStatuses"]
+    assert "affinity" not in remote["spec"] and not any(liqo.is_virtual_node_taint(t) for t in remote["spec"]["tolerations"])
+    kubernetes_validate.validate(remote, "1.31", strict=True)
+    # the donor's kubelet events show on the origin pod
+    events, _ = origin.list("events", "default", field_selector="involvedObject.name=train")
+    assert {"Scheduled", "Pulled", "Created", "Started"} <= {e["reason"] for e in events}
+    for obj in [*events, running]:
+        kubernetes_validate.validate(obj, "1.31", strict=True)
+    # deleting the origin pod deletes the remote one, then the origin one goes
+    origin.delete("pods", "default", "train")
+    await wait_until(lambda: not origin.list("pods", "default", field_selector="metadata.name=train")[0], what="origin pod removed")
+    assert not donor.list("pods", REMOTE_NS)[0]
+
+
+async def test_donor_without_room_leaves_origin_pod_pending_with_warning(federation):
+    origin, donor = federation.origin.store, federation.donors["donor-1"].store
+    offload_default(federation)
+    # the grant says 8, but each donor node has 4: a 6-GPU pod fits the virtual node, not the donor
+    origin.create("pods", gpu_pod("huge", 6), "default")
+    await wait_until(lambda: origin.list("events", "default", field_selector="involvedObject.name=huge,reason=FailedScheduling")[0], what="reflected FailedScheduling")
+    warning = origin.list("events", "default", field_selector="involvedObject.name=huge,reason=FailedScheduling")[0][0]
+    assert warning["type"] == "Warning"
+    kubernetes_validate.validate(warning, "1.31", strict=True)
+    assert warning["message"].startswith("0/2 nodes are available: 2 Insufficient nvidia.com/gpu.")
+    pod = origin.get("pods", "default", "huge")
+    assert pod["spec"]["nodeName"] == "donor-1" and pod["status"]["phase"] == "Pending"
+    assert donor.get("pods", REMOTE_NS, "huge")["status"]["phase"] == "Pending"
+
+
+async def test_pod_in_namespace_without_offloading_waits_until_offloaded(federation):
+    origin, donor = federation.origin.store, federation.donors["donor-1"].store
+    origin.create("pods", gpu_pod("early", 1), "default")
+    bound = await wait_for_pod(origin, "default", "early", lambda p: p["spec"].get("nodeName") == "donor-1")
+    assert bound["status"]["phase"] == "Pending"
+    assert not donor.list("pods")[0]
+    offload_default(federation)
+    await wait_for_pod(origin, "default", "early", is_running_ready)
+
+
+async def test_unpeer_and_outage_turn_virtual_node_not_ready(federation):
+    origin = federation.origin.store
+    await federation.donor_outage("donor-1")
+    assert ready_status(origin.get("nodes", None, "donor-1")) == "False"
+    # new pods no longer fit the virtual node: it is tainted not-ready
+    origin.create("pods", gpu_pod("blocked", 1), "default")
+    pending = await wait_for_pod(origin, "default", "blocked", lambda p: p["status"].get("conditions"))
+    assert "node(s) had untolerated taint {node.kubernetes.io/not-ready: }" in pending["status"]["conditions"][0]["message"]
+    offload_default(federation)
+    await federation.donor_outage("donor-1", down=False)
+    assert ready_status(origin.get("nodes", None, "donor-1")) == "True"
+    await wait_for_pod(origin, "default", "blocked", is_running_ready, timeout=15)
+    await federation.peerings["donor-1"].unpeer()
+    assert ready_status(origin.get("nodes", None, "donor-1")) == "False"
+
+
+async def test_two_donors_get_distinct_virtual_nodes_and_pod_networks(tmp_path):
+    from jupyter_gpuburst.sim.faults import Faults
+    from jupyter_gpuburst.sim.testing import running_federation
+
+    donor = lambda name: {"name": name, "nodes": [{"name": f"{name}-gpu", "resources": {"nvidia.com/gpu": 1}}], "grant": {"nvidia.com/gpu": 1}}  # noqa: E731
+    config = {"origin": {"nodes": [{"name": "o"}]}, "donors": [donor("east"), donor("west")]}
+    with pytest.raises(ValueError, match="unknown clusters: nowhere"):
+        async with running_federation(config, tmp_path, faults={"nowhere": Faults()}):
+            pass
+    async with running_federation(config, tmp_path, faults={"west": Faults(latency_s=0.01)}) as fed:
+        nodes = {n["metadata"]["name"]: n for n in fed.origin.store.list("nodes")[0]}
+        assert {liqo.remote_cluster_id(n) for n in nodes.values()} == {None, "east", "west"}
+        ips = {n["status"]["addresses"][0]["address"] for n in nodes.values()}
+        assert len(ips) == 3
+        assert fed.donors["west"].api.faults.latency_s == 0.01 and fed.origin.api.faults.latency_s == 0
+        offload_default(fed)
+        for name, target in (("a", "east"), ("b", "west")):
+            fed.origin.store.create("pods", gpu_pod(name, 1, target), "default")
+        a = await wait_for_pod(fed.origin.store, "default", "a", is_running_ready)
+        b = await wait_for_pod(fed.origin.store, "default", "b", is_running_ready)
+        assert a["status"]["podIP"].startswith("127.11.") and b["status"]["podIP"].startswith("127.12.")
