@@ -35,6 +35,8 @@ NAMESPACE_OFFLOADING_NAME = "offloading"
 VIRTUAL_NODE_KIND = "VirtualNode"
 VIRTUAL_NODE_PLURAL = "virtualnodes"
 
+INSTALL_DOCS_URL = "https://docs.liqo.io/en/stable/installation/install.html"
+
 POD_OFFLOADING_STRATEGIES = ("Local", "Remote", "LocalAndRemote")
 NAMESPACE_MAPPING_STRATEGIES = ("DefaultName", "EnforceSameName", "SelectedName")
 

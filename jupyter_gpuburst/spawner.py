@@ -1,7 +1,592 @@
-"""GPUBurstSpawner: KubeSpawner that places GPU servers locally or on a Liqo donor."""
+"""GPUBurstSpawner: KubeSpawner that places GPU servers on the origin or on a Liqo donor.
 
+The decision is taken where KubeSpawner builds the pod (``get_pod_manifest``), after the chosen
+profile's overrides are applied, from the per-process ``CapacityTracker``'s snapshot; a spawn
+never lists nodes or pods. ``_start`` wraps KubeSpawner's start with a watcher that, when the
+pod turns unschedulable for its GPUs (or waits on a donor past a grace period), deletes it and
+starts again on a site not yet tried. The pod name never changes, so one server never has two
+pods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio.client import V1Affinity, V1NodeAffinity, V1Toleration
 from kubespawner import KubeSpawner
+from kubespawner.utils import get_k8s_model
+from tornado import web
+from traitlets import default
+
+from . import keys
+from .capacity import CapacityTracker, server_key
+from .offloading import NamespaceOffloader
+from .placement import GPURequest, NoCapacity, Placement, PlacementInputError, decide
+from .profiles import ProfileGPU, gpu_from_resources, profile_block, validate_user_options
+from .settings import GPUBurstSettings
+
+TEMPLATES = Path(__file__).parent / "templates"
+ENV_PREFIX = "JUPYTER_GPUBURST_"
 
 
-class GPUBurstSpawner(KubeSpawner):
-    """Placeholder until the spawner lands: behaves exactly like KubeSpawner."""
+class SpawnRefused(web.HTTPError):
+    """A spawn that cannot go ahead, with a message meant for the user."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(status, "%s", message)
+        self.jupyterhub_message = message
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class _Redirect(Exception):
+    """The pod must move: raised inside the start loop, never outside it."""
+
+
+def _metrics() -> Any:
+    try:
+        from .hub import metrics
+    except Exception:
+        return None
+    return metrics
+
+
+def _metric(name: str, *args: Any) -> None:
+    """Call a metrics function if the hub side provides it; metrics never break a spawn."""
+    module = _metrics()
+    fn = getattr(module, name, None) if module is not None else None
+    if fn is None:
+        return
+    try:
+        fn(*args)
+    except Exception:
+        pass
+
+
+class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
+    """KubeSpawner that checks live GPU capacity at spawn time and bursts to Liqo donors."""
+
+    _offloaders: dict[int, NamespaceOffloader] = {}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._gb_tracker: CapacityTracker | None = None
+        self._gb_reset()
+        self._gb_state: dict[str, Any] = {}
+
+    def _gb_reset(self) -> None:
+        self._gb_placement: Placement | None = None
+        self._gb_profile: dict[str, Any] | None = None
+        self._gb_attempts: list[dict[str, Any]] = []
+        self._gb_messages: list[dict[str, Any]] = []
+        self._gb_decided = asyncio.Event()
+        self._gb_dead_uids: set[str] = set()
+        self._gb_redirect_t0: float | None = None
+        self.gpuburst_redirect_seconds: list[float] = []
+
+    # ---- configuration defaults --------------------------------------------------------------
+    @default("profile_form_template")
+    def _gb_form_template_default(self) -> str:
+        return (TEMPLATES / "gpuburst_form.html").read_text()
+
+    @default("options_form")
+    def _gb_options_form_default(self) -> Any:
+        if not self.profile_list:
+            return ""
+        # always rendered per request: availability changes from one minute to the next
+        return self._gb_render_form
+
+    # ---- shared state ------------------------------------------------------------------------
+    @property
+    def gpuburst_key(self) -> str:
+        return server_key(self.user.name, self.name)
+
+    async def gpuburst_tracker(self) -> CapacityTracker:
+        if self._gb_tracker is None:
+            self._gb_tracker = await CapacityTracker.ensure(self.config, self.log)
+        return self._gb_tracker
+
+    def _offloader(self) -> NamespaceOffloader:
+        loop_key = id(asyncio.get_running_loop())
+        offloader = self._offloaders.get(loop_key)
+        if offloader is None:
+            from kubespawner.clients import shared_client
+
+            offloader = NamespaceOffloader(shared_client("CustomObjectsApi"), self.log)
+            self._offloaders[loop_key] = offloader
+        return offloader
+
+    # ---- profiles and user_options -----------------------------------------------------------
+    async def _gb_profile_list(self) -> list[dict[str, Any]]:
+        profile_list = self._sorted_dict_values(self.profile_list)
+        if callable(profile_list):
+            profile_list = await maybe_future(profile_list(self))
+        return self._get_initialized_profile_list(profile_list or [])
+
+    async def _gb_validate_options(self) -> list[dict[str, Any]]:
+        profile_list = await self._gb_profile_list()
+        validate_user_options(self.user_options, profile_list)
+        return profile_list
+
+    async def _run_apply_user_options(self, user_options: Any) -> Any:
+        # JupyterHub turns errors here into 400 before start(), so nothing is created
+        validate_user_options(user_options, await self._gb_profile_list())
+        parent = getattr(super(), "_run_apply_user_options", None)
+        return await parent(user_options) if parent is not None else None
+
+    async def load_user_options(self) -> None:
+        profile_list = await self._gb_validate_options()
+        await super().load_user_options()
+        self._gb_profile = None
+        if profile_list:
+            self._gb_profile = self._get_profile((self.user_options or {}).get("profile"), profile_list)
+        block = self._gb_block(self._gb_profile)
+        if block is not None:
+            count = str(block.count)
+            self.extra_resource_limits = {**self.extra_resource_limits, block.resource: count}
+            self.extra_resource_guarantees = {**self.extra_resource_guarantees, block.resource: count}
+
+    def _gb_block(self, profile: dict[str, Any] | None) -> ProfileGPU | None:
+        try:
+            return profile_block(profile)
+        except ValueError as exc:
+            raise SpawnRefused(400, str(exc)) from None
+
+    def _gb_tracks(self, resource: str) -> bool:
+        return resource in self.gpu_resource_names or resource.startswith(tuple(self.gpu_resource_prefixes))
+
+    def gpu_request(self) -> GPURequest | None:
+        """The GPU request of the loaded profile, or None for a CPU-only server."""
+        try:
+            gpu = gpu_from_resources(self.extra_resource_limits, self.extra_resource_guarantees, self._gb_tracks)
+        except ValueError as exc:
+            raise SpawnRefused(400, str(exc)) from None
+        if gpu is None:
+            return None
+        block = self._gb_block(self._gb_profile)
+        groups = frozenset(getattr(g, "name", str(g)) for g in (getattr(self.user, "groups", None) or []))
+        return GPURequest(
+            resource=gpu.resource,
+            count=gpu.count,
+            user=self.user.name,
+            groups=groups,
+            profile=(self._gb_profile or {}).get("slug", ""),
+            allowed_sites=block.allowed_sites if block else None,
+        )
+
+    # ---- the decision ------------------------------------------------------------------------
+    def _gb_message(self, message: str) -> None:
+        self._gb_messages.append({"message": message})
+        self.log.info("%s: %s", self._log_name, message)
+
+    async def _gb_decide(self, request: GPURequest) -> Placement:
+        tracker = await self.gpuburst_tracker()
+        key = self.gpuburst_key
+        tried = [a["site"] for a in self._gb_attempts]
+        if tried:
+            sites = request.allowed_sites if request.allowed_sites is not None else tuple(tracker.snapshot().sites)
+            request = replace(request, allowed_sites=tuple(s for s in sites if s not in tried))
+        outcome = self._gb_place(tracker, key, request)
+        if isinstance(outcome, NoCapacity) and not tried and self.queue_when_full:
+            outcome = await self._gb_wait_in_queue(tracker, key, request)
+        if isinstance(outcome, NoCapacity):
+            _metric("record_spawn", "none", "no_capacity")
+            if tried:
+                raise SpawnRefused(503, f"{self._gb_tried_summary()} No other site can take it: {outcome.reason}")
+            raise SpawnRefused(503, outcome.reason)
+        if tried:
+            _metric("record_redirect", tried[-1], outcome.site)
+            outcome = replace(outcome, reason=self._gb_redirect_reason(tracker, outcome, tried[-1]))
+            self._gb_message(outcome.reason)
+        else:
+            self._gb_message(outcome.reason)
+        tracker.note_decision(key, outcome, len(self._gb_attempts) + 1)
+        return outcome
+
+    @staticmethod
+    def _gb_redirect_reason(tracker: CapacityTracker, outcome: Placement, previous: str) -> str:
+        site = tracker.snapshot().site(outcome.site)
+        reserved = tracker.placer.reservations.on_site(outcome.site, outcome.resource)
+        total = site.allocatable.get(outcome.resource, 0) if site else 0
+        free = max(0, (site.free.get(outcome.resource, 0) if site else 0) - reserved + outcome.count)
+        where = f"donor {outcome.site}" if outcome.is_donor else f"the origin (node {outcome.node})"
+        return (
+            f"Redirected: {previous} could not schedule the pod after all; "
+            f"starting on {where} ({free} of {total} {outcome.resource} free)."
+        )
+
+    def _gb_place(self, tracker: CapacityTracker, key: str, request: GPURequest) -> Placement | NoCapacity:
+        started = time.perf_counter()
+        try:
+            return tracker.placer.place(key, request, tracker.snapshot(), time.monotonic())
+        except PlacementInputError as exc:
+            raise SpawnRefused(400, str(exc)) from None
+        finally:
+            _metric("observe_decision", time.perf_counter() - started)
+
+    async def _gb_wait_in_queue(self, tracker: CapacityTracker, key: str, request: GPURequest) -> Placement | NoCapacity:
+        """Wait first-come-first-served until a site has room, at most ``start_timeout``."""
+        position = tracker.enqueue(key)
+        _metric("set_queue_length", tracker.queue_length)
+        self._gb_message(f"No GPU free now; waiting in the queue (position {position}).")
+        deadline = time.monotonic() + self.start_timeout
+        outcome: Placement | NoCapacity = NoCapacity("queue wait ended")
+        try:
+            while time.monotonic() < deadline:
+                now_position = tracker.queue_position(key)
+                if now_position == 1:
+                    outcome = self._gb_place(tracker, key, request)
+                    if isinstance(outcome, Placement):
+                        return outcome
+                elif now_position != position:
+                    self._gb_message(f"Waiting in the queue (position {now_position}).")
+                position = now_position
+                await tracker.wait_change(min(1.0, max(0.01, deadline - time.monotonic())))
+            reason = outcome.reason if isinstance(outcome, NoCapacity) else ""
+            return NoCapacity(f"Waited {self.start_timeout:g} s in the queue without a free GPU. {reason}".strip())
+        finally:
+            tracker.dequeue(key)
+            _metric("set_queue_length", tracker.queue_length)
+
+    def _gb_tried_summary(self) -> str:
+        tried = "; ".join(f"{a['site']} ({a['outcome']})" for a in self._gb_attempts)
+        return f"Tried {len(self._gb_attempts)} site(s): {tried}."
+
+    # ---- the pod -----------------------------------------------------------------------------
+    async def get_pod_manifest(self) -> Any:
+        request = self.gpu_request()
+        if request is None:
+            self._gb_placement = None
+            return await super().get_pod_manifest()
+        placement = await self._gb_decide(request)
+        self._gb_placement = placement
+        if placement.is_donor and self.offload_namespace:
+            try:
+                await self._offloader().ensure(self.namespace)
+            except Exception as exc:
+                (await self.gpuburst_tracker()).forget_decision(self.gpuburst_key)
+                raise SpawnRefused(500, f"Cannot start on donor {placement.site}: {exc}") from None
+        pod = await super().get_pod_manifest()
+        self._gb_pin(pod, placement)
+        self._gb_decided.set()
+        return pod
+
+    def _gb_pin(self, pod: Any, placement: Placement) -> None:
+        """Pin ``pod`` to the placement: labels, annotations, node affinity, toleration."""
+        meta = pod.metadata
+        meta.labels = {**(meta.labels or {}), **placement.labels()}
+        groups = sorted(getattr(g, "name", str(g)) for g in (getattr(self.user, "groups", None) or []))
+        meta.annotations = {
+            **(meta.annotations or {}),
+            keys.REASON_ANNOTATION: placement.reason,
+            keys.USER_ANNOTATION: self.user.name,
+            keys.GROUPS_ANNOTATION: json.dumps(groups),
+            keys.ATTEMPTS_ANNOTATION: str(len(self._gb_attempts) + 1),
+        }
+        ours = placement.node_affinity()["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+        spec = pod.spec
+        affinity = spec.affinity or V1Affinity()
+        node_affinity = affinity.node_affinity or V1NodeAffinity()
+        required = node_affinity.required_during_scheduling_ignored_during_execution
+        if required is None or not required.node_selector_terms:
+            terms = [ours]
+        else:
+            # terms are ORed by Kubernetes: add ours to every admin term so each one is narrowed
+            terms = []
+            for term in required.node_selector_terms:
+                raw = self._gb_serialize(term)
+                raw["matchExpressions"] = list(raw.get("matchExpressions") or []) + ours.get("matchExpressions", [])
+                if ours.get("matchFields"):
+                    raw["matchFields"] = list(raw.get("matchFields") or []) + ours["matchFields"]
+                terms.append(raw)
+        node_affinity = get_k8s_model(
+            V1NodeAffinity,
+            {
+                **self._gb_serialize(node_affinity),
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms},
+            },
+        )
+        affinity.node_affinity = node_affinity
+        spec.affinity = affinity
+        spec.tolerations = list(spec.tolerations or []) + [get_k8s_model(V1Toleration, t) for t in placement.tolerations()]
+
+    def _gb_serialize(self, model: Any) -> dict[str, Any]:
+        return self.api.api_client.sanitize_for_serialization(model) or {}
+
+    def get_env(self) -> dict[str, Any]:
+        env = super().get_env()
+        placement = self._gb_placement
+        if placement is not None:
+            env[f"{ENV_PREFIX}SITE"] = placement.site
+            env[f"{ENV_PREFIX}CLUSTER"] = placement.cluster_id or ""
+            env[f"{ENV_PREFIX}REASON"] = placement.reason
+            env[f"{ENV_PREFIX}GPU_RESOURCE"] = placement.resource
+            env[f"{ENV_PREFIX}GPU_COUNT"] = str(placement.count)
+            env[f"{ENV_PREFIX}NODE"] = {"valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+        return env
+
+    async def _make_create_pod_request(self, pod: Any, request_timeout: float) -> bool:
+        created = await super()._make_create_pod_request(pod, request_timeout)
+        if created and self._gb_redirect_t0 is not None:
+            self.gpuburst_redirect_seconds.append(time.monotonic() - self._gb_redirect_t0)
+            self._gb_redirect_t0 = None
+        return created
+
+    # ---- start, redirect, stop ---------------------------------------------------------------
+    async def _start(self) -> Any:
+        self._gb_reset()
+        self._gb_state = {}  # a new start replaces whatever placement was restored
+        # also checked before start() by _run_apply_user_options; kept here for hubs without it
+        await self._gb_validate_options()
+        try:
+            while True:
+                start_task = asyncio.ensure_future(super()._start())
+                monitor = asyncio.ensure_future(self._gb_watch_pod())
+                try:
+                    await asyncio.wait({start_task, monitor}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for task in (start_task, monitor):
+                        if not task.done():
+                            task.cancel()
+                if not monitor.done() or monitor.cancelled() or start_task.done():
+                    await asyncio.gather(monitor, return_exceptions=True)
+                    url = await start_task
+                    if self._gb_placement is not None:
+                        _metric("record_spawn", self._gb_placement.site, "success")
+                    return url
+                why = monitor.result()
+                await asyncio.gather(start_task, return_exceptions=True)
+                await self._gb_redirect(why)
+        except asyncio.CancelledError:
+            _metric("record_spawn", self._gb_site(), "cancelled")
+            await self._gb_forget()
+            raise
+        except Exception:
+            if self._gb_placement is not None:
+                _metric("record_spawn", self._gb_placement.site, "failure")
+            await self._gb_forget()
+            raise
+
+    def _gb_site(self) -> str:
+        return self._gb_placement.site if self._gb_placement is not None else "none"
+
+    async def _gb_forget(self) -> None:
+        if self._gb_tracker is not None:
+            self._gb_tracker.forget_decision(self.gpuburst_key)
+            self._gb_tracker.dequeue(self.gpuburst_key)
+
+    async def _gb_redirect(self, why: str) -> None:
+        placement = self._gb_placement
+        assert placement is not None
+        self._gb_redirect_t0 = self._gb_redirect_t0 or time.monotonic()
+        self._gb_attempts.append({"site": placement.site, "cluster_id": placement.cluster_id, "outcome": why})
+        tracker = await self.gpuburst_tracker()
+        pod = tracker.pod(self.namespace, self.pod_name)
+        if pod is not None and (pod.get("metadata") or {}).get("uid"):
+            self._gb_dead_uids.add(pod["metadata"]["uid"])
+        self._gb_message(f"Could not start on {placement.site}: {why}")
+        await self.stop(now=True)
+        tracker.forget_decision(self.gpuburst_key)
+        if len(self._gb_attempts) > self.max_redirects:
+            raise SpawnRefused(503, f"{self._gb_tried_summary()} Gave up after {self.max_redirects} redirect(s).")
+        self._gb_decided = asyncio.Event()
+        self._gb_placement = None
+
+    async def _gb_watch_pod(self) -> str:
+        """Return why this attempt's pod must move; runs until cancelled otherwise."""
+        await self._gb_decided.wait()
+        placement = self._gb_placement
+        assert placement is not None
+        tracker = await self.gpuburst_tracker()
+        pending_since: float | None = None
+        while True:
+            pod = tracker.pod(self.namespace, self.pod_name)
+            uid = ((pod or {}).get("metadata") or {}).get("uid")
+            if pod is not None and uid not in self._gb_dead_uids:
+                phase = (pod.get("status") or {}).get("phase")
+                why = unschedulable_reason(pod, placement.resource)
+                if why is None and placement.is_donor and phase == "Pending":
+                    # a donor's own scheduler failing shows only as events about this pod; the
+                    # event list is scanned for pending donor pods only, so 200 spawns stay cheap
+                    why = self._gb_failed_scheduling_event(uid, placement.resource)
+                if why is not None:
+                    self._gb_redirect_t0 = time.monotonic()
+                    return why
+                if placement.is_donor and phase == "Pending":
+                    pending_since = pending_since or time.monotonic()
+                    waited = time.monotonic() - pending_since
+                    if waited >= self.donor_pending_grace_seconds:
+                        self._gb_redirect_t0 = time.monotonic()
+                        return f"still pending on donor {placement.site} after {waited:.0f} s"
+                else:
+                    pending_since = None
+            await tracker.wait_pod_change(self.namespace, self.pod_name, 0.5)
+
+    def _gb_failed_scheduling_event(self, uid: str | None, resource: str) -> str | None:
+        for event in self.events:
+            involved = event.get("involvedObject") or {}
+            if uid and involved.get("uid") not in (None, uid):
+                continue
+            message = event.get("message") or ""
+            if event.get("reason") == "FailedScheduling" and resource in message:
+                return message
+        return None
+
+    async def stop(self, now: bool = False) -> None:
+        await super().stop(now=now)
+        if self._gb_tracker is not None:
+            self._gb_tracker.forget_decision(self.gpuburst_key)
+
+    # ---- progress ----------------------------------------------------------------------------
+    async def progress(self) -> Any:
+        """The decision and its reason, redirects, then KubeSpawner's usual pod events."""
+        sent = 0
+        events = super().progress().__aiter__()
+        pending: asyncio.Future | None = None
+        events_done = False
+        try:
+            while True:
+                while sent < len(self._gb_messages):
+                    yield {"progress": min(5 + 5 * sent, 30), **self._gb_messages[sent]}
+                    sent += 1
+                start_future = self._start_future
+                if events_done:
+                    if start_future is None or start_future.done():
+                        break
+                    await asyncio.sleep(0.2)
+                    continue
+                if pending is None:
+                    pending = asyncio.ensure_future(events.__anext__())
+                done, _ = await asyncio.wait({pending}, timeout=0.2)
+                if pending in done:
+                    try:
+                        item = pending.result()
+                    except StopAsyncIteration:
+                        events_done = True
+                    else:
+                        yield item
+                    pending = None
+            while sent < len(self._gb_messages):
+                yield {"message": self._gb_messages[sent]["message"]}
+                sent += 1
+        finally:
+            if pending is not None and not pending.done():
+                pending.cancel()
+
+    # ---- state -------------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        state = super().get_state()
+        if self._gb_placement is not None:
+            state["gpuburst"] = {**self._gb_placement.as_dict(), "attempts": len(self._gb_attempts) + 1}
+        elif self._gb_state:
+            state["gpuburst"] = dict(self._gb_state)
+        return state
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        saved = state.get("gpuburst") if isinstance(state, dict) else None
+        self._gb_state = dict(saved) if isinstance(saved, dict) else {}
+
+    def clear_state(self) -> None:
+        super().clear_state()
+        self._gb_state = {}
+        self._gb_placement = None
+
+    @property
+    def gpuburst_placement(self) -> dict[str, Any] | None:
+        """Where this server runs (restored from state after a hub restart)."""
+        if self._gb_placement is not None:
+            return {**self._gb_placement.as_dict(), "attempts": len(self._gb_attempts) + 1}
+        return dict(self._gb_state) or None
+
+    # ---- the form ----------------------------------------------------------------------------
+    async def _gb_render_form(self, spawner: Any = None) -> str:
+        profile_list = await self._gb_profile_list()
+        try:
+            tracker = await self.gpuburst_tracker()
+        except Exception as exc:  # the form must still render when the API server is away
+            self.log.warning("No live GPU capacity for the spawn form: %s", exc)
+            tracker = None
+        annotated = [self._gb_annotate(p, tracker) for p in profile_list]
+        return self._render_options_form(annotated)
+
+    def _gb_annotate(self, profile: dict[str, Any], tracker: CapacityTracker | None) -> dict[str, Any]:
+        out = dict(profile)
+        try:
+            gpu = profile_gpu(profile, self.extra_resource_limits, self.extra_resource_guarantees, self._gb_tracks)
+        except ValueError as exc:
+            out["gpuburst_status"] = {"full": True, "summary": f"Misconfigured: {exc}"}
+            return out
+        if gpu is None or tracker is None:
+            return out
+        status = availability(gpu, profile.get("slug", ""), self.user, tracker)
+        out["gpuburst_status"] = status
+        description = out.get("description") or ""
+        out["description"] = f"{description} {status['summary']}".strip()
+        return out
+
+
+def profile_gpu(
+    profile: dict[str, Any], base_limits: dict[str, Any], base_guarantees: dict[str, Any], tracks: Any
+) -> ProfileGPU | None:
+    """The GPU request a profile would make, without applying it to a spawner."""
+    block = profile_block(profile)
+    override = profile.get("kubespawner_override") or {}
+    limits = {**base_limits, **(override.get("extra_resource_limits") or {})}
+    guarantees = {**base_guarantees, **(override.get("extra_resource_guarantees") or {})}
+    if block is not None:
+        return block
+    return gpu_from_resources(limits, guarantees, tracks)
+
+
+def availability(gpu: ProfileGPU, slug: str, user: Any, tracker: CapacityTracker) -> dict[str, Any]:
+    """Free GPUs per site now and where a spawn of this profile would land (nothing reserved)."""
+    snapshot = tracker.snapshot()
+    reservations = tracker.placer.reservations
+    sites = []
+    for name in sorted(snapshot.sites, key=lambda s: (s != keys.LOCAL_SITE, s)):
+        site = snapshot.sites[name]
+        total = site.allocatable.get(gpu.resource, 0)
+        if not total and site.is_donor and not site.ready:
+            continue
+        free = max(0, site.free.get(gpu.resource, 0) - reservations.on_site(name, gpu.resource))
+        sites.append({"site": name, "free": free, "total": total})
+    groups = frozenset(getattr(g, "name", str(g)) for g in (getattr(user, "groups", None) or []))
+    request = GPURequest(gpu.resource, gpu.count, user.name, groups, slug, gpu.allowed_sites)
+    try:
+        outcome = decide(request, snapshot, reservations, tracker.placer.policy)
+    except PlacementInputError as exc:
+        outcome = NoCapacity(str(exc))
+    free_text = ", ".join(f"{s['site']} {s['free']} of {s['total']}" for s in sites) or "no GPU sites"
+    if isinstance(outcome, Placement):
+        summary = f"{gpu.count} × {gpu.resource}. Free now: {free_text}. Would start on {outcome.site}."
+        return {"full": False, "target": outcome.site, "sites": sites, "summary": summary}
+    summary = f"Full: {outcome.reason}"
+    return {"full": True, "target": None, "sites": sites, "reason": outcome.reason, "summary": summary}
+
+
+def unschedulable_reason(pod: dict[str, Any], resource: str) -> str | None:
+    """The scheduler's message when ``pod`` is unschedulable for lack of ``resource``."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            message = condition.get("message") or ""
+            if resource in message:
+                return message
+    return None
+
+
+async def maybe_future(value: Any) -> Any:
+    if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+        return await value
+    return value

@@ -433,7 +433,7 @@ class Store:
         orphan = uid in self._orphaning
         self._orphaning.discard(uid)
         owner_ns = obj["metadata"].get("namespace")
-        for key, other in RESOURCES.items():
+        for key in RESOURCES:
             if key not in self._objects:
                 continue
             for dep in list(self._objects[key].values()):
@@ -444,7 +444,7 @@ class Store:
                 if owner_ns and dep_ns != owner_ns:
                     continue
                 if orphan:
-                    self.mutate(key, dep_ns, dep["metadata"]["name"], lambda o: o["metadata"].__setitem__("ownerReferences", [r for r in o["metadata"]["ownerReferences"] if r.get("uid") != uid]) if len(refs) > 1 else o["metadata"].pop("ownerReferences"))
+                    self.mutate(key, dep_ns, dep["metadata"]["name"], _drop_owner_reference(uid))
                 else:
                     self.delete(key, dep_ns, dep["metadata"]["name"], propagation_policy="Background")
         if rt.namespaced and owner_ns:
@@ -557,3 +557,16 @@ class Store:
                 "reportingInstance": host or "",
             })
         return self.create("events", event, namespace)
+
+
+def _drop_owner_reference(uid: str):
+    """A mutation that forgets the owner ``uid`` (orphan propagation), omitting an empty list."""
+
+    def drop(obj: Obj) -> None:
+        remaining = [r for r in obj["metadata"].get("ownerReferences") or [] if r.get("uid") != uid]
+        if remaining:
+            obj["metadata"]["ownerReferences"] = remaining
+        else:
+            obj["metadata"].pop("ownerReferences", None)
+
+    return drop

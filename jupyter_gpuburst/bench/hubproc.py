@@ -1,0 +1,149 @@
+"""A real JupyterHub in a child process, for the hub tests and the spawn benchmarks.
+
+The hub runs exactly as in production (its own process, its own proxy: the
+``configurable-http-proxy`` found next to the running Python), on free ports, with its state in
+a temporary directory. An admin service token is generated for the caller; it is passed to the
+hub through the environment and never written to the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import socket
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ADMIN_SERVICE = "gpuburst-admin"
+ADMIN_TOKEN_ENV = "GPUBURST_ADMIN_TOKEN"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+BASE_CONFIG = """
+import os
+c = get_config()  # noqa
+c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = {port}
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = {hub_port}
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
+c.ConfigurableHTTPProxy.command = [{chp!r}]
+c.JupyterHub.db_url = "sqlite:///{workdir}/jupyterhub.sqlite"
+c.JupyterHub.cookie_secret_file = "{workdir}/cookie_secret"
+c.JupyterHub.pid_file = "{workdir}/jupyterhub.pid"
+c.JupyterHub.authenticator_class = "dummy"
+c.Authenticator.allow_all = True
+c.Authenticator.admin_users = {{"admin"}}
+c.JupyterHub.cleanup_servers = True
+c.JupyterHub.load_roles = [
+    {{"name": "gpuburst-admin", "scopes": ["admin:users", "admin:servers", "admin-ui", "read:metrics", "tokens", "list:users", "read:users"], "services": ["{service}"]}},
+]
+c.JupyterHub.services = [{{"name": "{service}", "api_token": os.environ["{token_env}"]}}]
+"""
+
+
+class HubProcess:
+    """Start with ``await hub.start()``; stop with ``await hub.stop()`` (also kills the proxy)."""
+
+    def __init__(self, workdir: Path, extra_config: str = "", env: dict[str, str] | None = None, log_level: str = "INFO") -> None:
+        self.workdir = Path(workdir)
+        self.extra_config = textwrap.dedent(extra_config)
+        self.env = dict(env or {})
+        self.log_level = log_level
+        self.port = free_port()
+        self.hub_port = free_port()
+        self.proxy_api_port = free_port()
+        self.token = secrets.token_hex(24)
+        self.proc: asyncio.subprocess.Process | None = None
+        self.log_path = self.workdir / "jupyterhub.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def api(self) -> str:
+        """The hub's REST API, addressed directly (not through the proxy, one hop fewer)."""
+        return f"http://127.0.0.1:{self.hub_port}/hub/api"
+
+    def headers(self, token: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"token {token or self.token}"}
+
+    def config_text(self) -> str:
+        chp = str(Path(sys.executable).with_name("configurable-http-proxy"))
+        base = BASE_CONFIG.format(
+            port=self.port, hub_port=self.hub_port, proxy_api_port=self.proxy_api_port, chp=chp,
+            workdir=self.workdir, service=ADMIN_SERVICE, token_env=ADMIN_TOKEN_ENV,
+        )
+        return base + "\n" + self.extra_config
+
+    async def start(self, timeout: float = 60.0) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        config = self.workdir / "jupyterhub_config.py"
+        config.write_text(self.config_text())
+        env = {**os.environ, **self.env, ADMIN_TOKEN_ENV: self.token}
+        # the proxy and single-user commands are found next to this interpreter
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        log = self.log_path.open("ab")
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "jupyterhub", "-f", str(config), f"--log-level={self.log_level}",
+            cwd=self.workdir, env=env, stdout=log, stderr=log, start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        async with aiohttp.ClientSession() as session:
+            while True:
+                if self.proc.returncode is not None:
+                    raise RuntimeError(f"jupyterhub exited with {self.proc.returncode}:\n{self.log_tail()}")
+                try:
+                    async with session.get(f"{self.api}/", headers=self.headers()) as resp:
+                        if resp.status == 200:
+                            return
+                except aiohttp.ClientError:
+                    pass
+                if time.monotonic() > deadline:
+                    await self.stop()
+                    raise RuntimeError(f"jupyterhub did not answer within {timeout}s:\n{self.log_tail()}")
+                await asyncio.sleep(0.2)
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    async def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM the hub (it stops its proxy and, with cleanup_servers, its servers)."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), timeout)
+        except asyncio.TimeoutError:
+            # its own session: the proxy it started goes with it
+            os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+
+    async def request(self, session: aiohttp.ClientSession, method: str, path: str, token: str | None = None, **kwargs: Any) -> tuple[int, Any]:
+        """One hub API call; returns (status, parsed JSON or text)."""
+        async with session.request(method, f"{self.api}{path}", headers=self.headers(token), **kwargs) as resp:
+            body = await resp.text()
+            try:
+                import json
+
+                return resp.status, json.loads(body) if body else None
+            except ValueError:
+                return resp.status, body

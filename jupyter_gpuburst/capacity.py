@@ -1,0 +1,247 @@
+"""Per-hub-process capacity state: one node watch and one pod watch feeding the inventory.
+
+Every spawn of a hub process shares one ``CapacityTracker`` (per API host). Spawns read a
+snapshot; they never list nodes or pods themselves, so 200 concurrent spawns cost the API server
+exactly two watches. The tracker also holds the Placer (reservations), the FIFO queue of spawns
+waiting for capacity, and what the hub shows about placements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from traitlets.config import Config
+
+from . import keys
+from .inventory import Inventory, Snapshot
+from .placement import Placement, Placer
+from .settings import GPUBurstSettings, api_settings_from_config, settings_from_config
+from .watch import WatchFeed, object_key
+
+SERVERNAME_ANNOTATION = "hub.jupyter.org/servername"
+USERNAME_ANNOTATION = "hub.jupyter.org/username"
+
+
+def server_key(user: str, server_name: str = "") -> str:
+    """The key one server's reservation, queue entry and placement are kept under."""
+    return f"{user}/{server_name or ''}"
+
+
+def pod_server_key(pod: Mapping[str, Any]) -> str | None:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    user = annotations.get(keys.USER_ANNOTATION) or annotations.get(USERNAME_ANNOTATION)
+    if not user:
+        return None
+    return server_key(user, annotations.get(SERVERNAME_ANNOTATION, ""))
+
+
+def pod_is_bound(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
+class CapacityTracker:
+    """Live GPU capacity, reservations and placements for one hub process and API host."""
+
+    _instances: dict[Any, "CapacityTracker"] = {}
+    _starting: dict[Any, asyncio.Future] = {}
+
+    def __init__(self, core_api: Any, settings: GPUBurstSettings, log: logging.Logger | None = None) -> None:
+        self.api = core_api
+        self.settings = settings
+        self.log = log or logging.getLogger(__name__)
+        self.inventory = Inventory(
+            resource_names=settings.gpu_resource_names, resource_prefixes=settings.gpu_resource_prefixes
+        )
+        self.placer = Placer(settings.policy(), ttl_s=settings.reservation_ttl_seconds)
+        # pods placed by this product (they carry the site label), by namespace/name
+        self._pods: dict[str, dict[str, Any]] = {}
+        # decisions whose pod does not exist yet, by server key
+        self._inflight: dict[str, dict[str, Any]] = {}
+        self._pod_events: dict[str, asyncio.Event] = {}
+        self._changed = asyncio.Event()
+        self._queue: collections.OrderedDict[str, float] = collections.OrderedDict()
+        self._feeds: list[WatchFeed] = []
+        self.ready = False
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    @classmethod
+    async def ensure(cls, config: Config | None, log: logging.Logger | None = None) -> "CapacityTracker":
+        """The tracker of this hub process for the API host ``config`` names; started once."""
+        api = api_settings_from_config(config)
+        loop = asyncio.get_running_loop()
+        key = (id(loop), api["host"])
+        existing = cls._instances.get(key)
+        if existing is not None:
+            return existing
+        pending = cls._starting.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future = loop.create_future()
+        cls._starting[key] = future
+        try:
+            from kubespawner.clients import load_config, shared_client
+
+            load_config(host=api["host"], ssl_ca_cert=api["ssl_ca_cert"], verify_ssl=api["verify_ssl"])
+            tracker = cls(shared_client("CoreV1Api"), settings_from_config(config), log)
+            await tracker.start()
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved: concurrent callers get it through shield
+            raise
+        finally:
+            cls._starting.pop(key, None)
+        cls._instances[key] = tracker
+        future.set_result(tracker)
+        return tracker
+
+    @classmethod
+    async def forget_all(cls) -> None:
+        """Stop every tracker of this process (tests, hub shutdown)."""
+        trackers = list(cls._instances.values())
+        cls._instances.clear()
+        for tracker in trackers:
+            await tracker.stop()
+
+    async def start(self) -> None:
+        """Start both watches and wait for their first list."""
+        nodes = WatchFeed(self.api.list_node, self._on_node_event, kind="nodes", log=self.log)
+        pods = WatchFeed(self.api.list_pod_for_all_namespaces, self._on_pod_event, kind="pods", log=self.log)
+        self._feeds = [nodes, pods]
+        # nodes first: pods bound to a node are then counted on the right site at once
+        await nodes.start()
+        await pods.start()
+        self.ready = True
+
+    async def stop(self) -> None:
+        self.ready = False
+        for feed in self._feeds:
+            await feed.stop()
+        self._feeds = []
+
+    # ---- events ------------------------------------------------------------------------------
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _on_node_event(self, event_type: str, node: Mapping[str, Any]) -> None:
+        self.inventory.apply_node_event(event_type, node)
+        self._notify()
+
+    def _on_pod_event(self, event_type: str, pod: Mapping[str, Any]) -> None:
+        self.inventory.apply_pod_event(event_type, pod)
+        key = object_key(pod)
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if event_type == "DELETED":
+            self._pods.pop(key, None)
+        elif keys.SITE_LABEL in labels:
+            self._pods[key] = dict(pod)
+            if pod_is_bound(pod):
+                # the inventory counts a bound pod itself; holding its reservation too would
+                # count the same GPUs twice
+                owner = pod_server_key(pod)
+                if owner is not None:
+                    self.placer.release(owner)
+                    self._inflight.pop(owner, None)
+        event = self._pod_events.get(key)
+        if event is not None:
+            event.set()
+        self._notify()
+
+    # ---- reading -----------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        return self.inventory.snapshot()
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The latest state of a pod this product placed (no API call)."""
+        return self._pods.get(f"{namespace}/{name}")
+
+    async def wait_pod_change(self, namespace: str, name: str, timeout: float) -> None:
+        """Return when a watch event for that pod arrives, or after ``timeout`` seconds."""
+        key = f"{namespace}/{name}"
+        event = self._pod_events.setdefault(key, asyncio.Event())
+        try:
+            await _wait_event(event, timeout)
+        finally:
+            event.clear()
+            self._pod_events.pop(key, None)
+
+    async def wait_change(self, timeout: float) -> None:
+        """Return at the next node or pod event, or after ``timeout`` seconds."""
+        await _wait_event(self._changed, timeout)
+
+    # ---- placements shown to the hub -----------------------------------------------------------
+    def note_decision(self, key: str, placement: Placement, attempts: int) -> None:
+        self._inflight[key] = {**placement.as_dict(), "attempts": attempts, "state": "pending"}
+
+    def forget_decision(self, key: str) -> None:
+        self._inflight.pop(key, None)
+        self.placer.release(key)
+
+    def placements(self) -> dict[str, dict[str, Any]]:
+        """Server key -> placement and state, for running and pending servers this hub knows."""
+        out = {key: dict(value) for key, value in self._inflight.items()}
+        for pod in self._pods.values():
+            owner = pod_server_key(pod)
+            if owner is None:
+                continue
+            meta = pod.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            annotations = meta.get("annotations") or {}
+            phase = (pod.get("status") or {}).get("phase")
+            out[owner] = {
+                "site": labels.get(keys.SITE_LABEL),
+                "cluster_id": labels.get(keys.CLUSTER_LABEL),
+                "node": (pod.get("spec") or {}).get("nodeName"),
+                "reason": annotations.get(keys.REASON_ANNOTATION, ""),
+                "attempts": _int(annotations.get(keys.ATTEMPTS_ANNOTATION), 1),
+                "pod": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "state": "running" if phase == "Running" and "deletionTimestamp" not in meta else "pending",
+            }
+        return out
+
+    # ---- the fair queue ------------------------------------------------------------------------
+    def enqueue(self, key: str) -> int:
+        self._queue.setdefault(key, time.monotonic())
+        return self.queue_position(key)
+
+    def dequeue(self, key: str) -> None:
+        if self._queue.pop(key, None) is not None:
+            self._notify()  # the next in line may now try
+
+    def queue_position(self, key: str) -> int:
+        """1-based position of ``key`` in the queue, 0 when not queued."""
+        for position, queued in enumerate(self._queue, start=1):
+            if queued == key:
+                return position
+        return 0
+
+    @property
+    def queue_length(self) -> int:
+        return len(self._queue)
+
+
+async def _wait_event(event: asyncio.Event, timeout: float) -> None:
+    """Wait for ``event``, at most ``timeout`` seconds.
+
+    Not ``asyncio.wait_for``: on Python 3.11 it swallows a cancellation that arrives as the
+    event fires, and a cancelled pod watcher then never ends (its spawn hangs until
+    ``start_timeout``).
+    """
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({waiter}, timeout=timeout)
+    finally:
+        waiter.cancel()
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default

@@ -1,0 +1,311 @@
+"""`gpuburst demo`: the local federation, JupyterHub with GPUBurstSpawner, and its proxy.
+
+One command a student or an admin can try on a laptop:
+
+- the federation runs in this process (origin with GPUs and a MIG-partitioned GPU, N donors
+  peered through the Liqo emulation, each granting its GPUs);
+- JupyterHub runs as a child process with ``hub_config/demo_config.py``, in its own session so
+  that Ctrl-C reaches this process only and the shutdown happens in order;
+- the hub starts the proxy, the Python ``configurable-http-proxy`` (no Node runtime);
+- user servers are pods, run by the federation's kubelet as local processes, with the server
+  extension on simulated GPUs.
+
+Ctrl-C (or SIGTERM) stops the hub (which stops every server and its proxy), then the
+federation (which kills any pod process left), and checks that the public port is free again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import liqo
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO_CONFIG = REPO / "hub_config" / "demo_config.py"
+NAMESPACE = "default"
+DEFAULT_PASSWORD = "gpuburst"
+STUDENTS = ("student1", "student2")
+ADMIN = "teacher"
+MIG_RESOURCE = "nvidia.com/mig-1g.10gb"
+MIG_SLICES = 7
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    port: int = 8000
+    origin_gpus: int = 2
+    donor_gpus: int = 8
+    donors: int = 1
+    password: str = DEFAULT_PASSWORD
+    state_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.port <= 65535:
+            raise ValueError(f"--port must be 1-65535, not {self.port}")
+        if not 0 <= self.origin_gpus <= 64:
+            raise ValueError(f"--origin-gpus must be 0-64, not {self.origin_gpus}")
+        if not 1 <= self.donor_gpus <= 64:
+            raise ValueError(f"--donor-gpus must be 1-64, not {self.donor_gpus}")
+        if not 0 <= self.donors <= 8:
+            raise ValueError(f"--donors must be 0-8, not {self.donors}")
+        if not self.password:
+            raise ValueError("--password must not be empty")
+
+
+def federation_config(opts: DemoOptions) -> dict[str, Any]:
+    """The federation as `gpuburst sim` YAML data: A100s on the origin, H100s on the donors."""
+    origin_nodes: list[dict[str, Any]] = [{"name": "origin-cpu", "cpu": "8", "memory": "32Gi"}]
+    if opts.origin_gpus:
+        origin_nodes.insert(0, {
+            "name": "origin-gpu", "cpu": "16", "memory": "64Gi",
+            "resources": {"nvidia.com/gpu": opts.origin_gpus},
+            "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/gpu.memory": "40960"},
+        })
+    origin_nodes.append({
+        "name": "origin-mig", "cpu": "16", "memory": "64Gi",
+        "resources": {MIG_RESOURCE: MIG_SLICES},
+        "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", "nvidia.com/mig.strategy": "mixed"},
+    })
+    donors = []
+    for i in range(1, opts.donors + 1):
+        donors.append({
+            "name": f"donor-{i}",
+            "nodes": [{
+                "name": f"donor-{i}-gpu", "cpu": "64", "memory": "256Gi",
+                "resources": {"nvidia.com/gpu": opts.donor_gpus},
+                "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559"},
+            }],
+            "grant": {"cpu": "64", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": opts.donor_gpus},
+        })
+    return {"origin": {"name": "origin", "nodes": origin_nodes}, "donors": donors}
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when a server could listen on ``port`` now.
+
+    SO_REUSEADDR, as every server sets it: connections in TIME_WAIT after a clean shutdown do
+    not hold the port; only a listening socket does.
+    """
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def banner(opts: DemoOptions, url: str, kubeconfig: Path, donor_names: list[str]) -> str:
+    donors = ", ".join(f"{name} ({opts.donor_gpus} GPUs)" for name in donor_names) or "none"
+    first_donor = donor_names[0] if donor_names else "a donor"
+    return "\n".join([
+        "",
+        f"  jupyter-gpuburst demo is ready: {url}",
+        "",
+        f"  origin: {opts.origin_gpus} GPUs + 1 GPU as {MIG_SLICES} MIG 1g.10gb slices;  donors: {donors}",
+        f"  users:  {', '.join(STUDENTS)} (any other name works too), admin {ADMIN};  password: {opts.password}",
+        "",
+        "  Try:",
+        "    1. Log in as student1, pick '2 GPUs', start: the server lands on the origin.",
+        "    2. In a private window, log in as student2 with '2 GPUs': the origin is full,",
+        f"       so it lands on {first_donor}. The spawn page says why; the GPU panel in JupyterLab",
+        "       shows where the server runs and its (simulated) GPUs.",
+        f"    3. Log in as {ADMIN} and open {url}/hub/gpuburst/capacity for capacity per site.",
+        f"    4. In another shell: gpuburst doctor --kubeconfig {kubeconfig}",
+        f"                         gpuburst capacity --kubeconfig {kubeconfig}",
+        "",
+        "  Ctrl-C stops everything.",
+        "",
+    ])
+
+
+@contextlib.contextmanager
+def _state_dir(given: Path | None) -> Iterator[Path]:
+    if given is not None:
+        given.mkdir(parents=True, exist_ok=True)
+        yield given
+        return
+    with tempfile.TemporaryDirectory(prefix="gpuburst-demo-") as tmp:
+        yield Path(tmp)
+
+
+class Demo:
+    """Start and stop the federation and the hub, in that order and in reverse."""
+
+    def __init__(self, opts: DemoOptions, state: Path) -> None:
+        self.opts = opts
+        self.state = state
+        self.fed: Any = None
+        self.hub: asyncio.subprocess.Process | None = None
+        self.kubeconfig = state / "kubeconfig"
+        self.hub_log = state / "jupyterhub.log"
+        self.url = f"http://127.0.0.1:{opts.port}"
+
+    async def start(self) -> None:
+        from .sim.config import parse_config
+        from .sim.federation import Federation
+
+        self.fed = Federation(parse_config(federation_config(self.opts), "<gpuburst demo>"), self.state / "sim")
+        await self.fed.start()
+        self.fed.write_kubeconfig(self.kubeconfig, namespace=NAMESPACE)
+        # What an admin does once on a real cluster (`liqoctl offload namespace`): the user
+        # namespace may reach every donor, and local nodes too.
+        self.fed.origin.store.create(
+            f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}", liqo.namespace_offloading(NAMESPACE), NAMESPACE
+        )
+        await self._start_hub()
+
+    async def _start_hub(self, timeout: float = 60.0) -> None:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "GPUBURST_DEMO_PORT": str(self.opts.port),
+            "GPUBURST_DEMO_HUB_PORT": str(free_port()),
+            "GPUBURST_DEMO_PROXY_API_PORT": str(free_port()),
+            "GPUBURST_DEMO_STATE_DIR": str(self.state),
+            "GPUBURST_DEMO_PASSWORD": self.opts.password,
+            "GPUBURST_DEMO_NAMESPACE": NAMESPACE,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        # The demo talks to the federation, never to a cluster this machine may be inside of.
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        log = self.hub_log.open("ab")
+        try:
+            self.hub = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "jupyterhub", "-f", str(DEMO_CONFIG),
+                cwd=self.state, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        await self._wait_for_login_page(timeout)
+
+    async def _wait_for_login_page(self, timeout: float) -> None:
+        import aiohttp
+
+        deadline = time.monotonic() + timeout
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+            while True:
+                assert self.hub is not None
+                if self.hub.returncode is not None:
+                    raise RuntimeError(f"JupyterHub exited with {self.hub.returncode}; its log:\n{self.log_tail()}")
+                with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                    async with session.get(f"{self.url}/hub/login") as resp:
+                        if resp.status == 200:
+                            return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"JupyterHub did not serve its login page within {timeout:.0f}s; its log:\n{self.log_tail()}")
+                await asyncio.sleep(0.1)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.hub_log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return "(no log)"
+
+    async def stop(self, timeout: float = 30.0) -> None:
+        hub, self.hub = self.hub, None
+        if hub is not None and hub.returncode is None:
+            # SIGTERM: the hub stops every server (cleanup_servers) and then its proxy.
+            with contextlib.suppress(ProcessLookupError):
+                hub.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(hub.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+        if hub is not None:
+            # Anything the hub left in its session (a proxy it could not stop) goes now.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(hub.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                await hub.wait()
+        if self.fed is not None:
+            fed, self.fed = self.fed, None
+            await fed.stop()  # kills the pod processes that are still running
+
+
+async def run(opts: DemoOptions, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> int:
+    """Run the demo until ``stop`` is set (or SIGINT/SIGTERM); returns an exit code."""
+    if not DEMO_CONFIG.is_file():
+        print(f"gpuburst demo: {DEMO_CONFIG} is missing; run the demo from a source checkout (make demo)", file=sys.stderr)
+        return 2
+    if not port_is_free(opts.port):
+        print(f"gpuburst demo: port {opts.port} is in use; choose another with --port", file=sys.stderr)
+        return 2
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    started = time.monotonic()
+    try:
+        with _state_dir(opts.state_dir) as state:
+            demo = Demo(opts, state)
+            try:
+                print("starting the federation and JupyterHub ...", flush=True)
+                await demo.start()
+                print(banner(opts, demo.url, demo.kubeconfig, list(demo.fed.donors)), flush=True)
+                print(f"  (login page up in {time.monotonic() - started:.1f}s; hub log: {demo.hub_log})", flush=True)
+                if ready is not None:
+                    ready.set()
+                await stop.wait()
+                print("stopping ...", flush=True)
+            except RuntimeError as exc:
+                print(f"gpuburst demo: {exc}", file=sys.stderr)
+                return 1
+            finally:
+                await demo.stop()
+        if not port_is_free(opts.port):
+            print(f"gpuburst demo: port {opts.port} is still bound after stopping", file=sys.stderr)
+            return 1
+        print("stopped; nothing left running.", flush=True)
+        return 0
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpuburst demo",
+        description="Run a local origin cluster and Liqo-peered donors, JupyterHub with GPUBurstSpawner and its "
+        "proxy, all on 127.0.0.1. Prints the URL and the demo users; Ctrl-C stops everything.",
+    )
+    parser.add_argument("--port", type=int, default=DemoOptions.port, help="public port of the hub (default: %(default)s)")
+    parser.add_argument("--origin-gpus", type=int, default=DemoOptions.origin_gpus, help="whole GPUs on the origin's GPU node (default: %(default)s; the origin also has one GPU split into 7 MIG slices)")
+    parser.add_argument("--donor-gpus", type=int, default=DemoOptions.donor_gpus, help="GPUs each donor grants (default: %(default)s)")
+    parser.add_argument("--donors", type=int, default=DemoOptions.donors, help="number of donor clusters (default: %(default)s)")
+    parser.add_argument("--password", default=os.environ.get("GPUBURST_DEMO_PASSWORD", DEFAULT_PASSWORD),
+                        help="shared password of the demo users (default: $GPUBURST_DEMO_PASSWORD, else %(default)s)")
+    parser.add_argument("--state-dir", type=Path, default=None, help="keep the hub database, logs and pod directories here (default: a temp dir, removed on exit)")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        opts = DemoOptions(args.port, args.origin_gpus, args.donor_gpus, args.donors, args.password, args.state_dir)
+    except ValueError as exc:
+        print(f"gpuburst demo: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(run(opts))
+    except KeyboardInterrupt:  # a second Ctrl-C during shutdown
+        return 130

@@ -1,0 +1,650 @@
+"""`gpuburst doctor` and `gpuburst capacity`: check a cluster for what the spawner needs.
+
+Both talk to the API server with the official ``kubernetes`` client, using the current
+kubeconfig (or ``--kubeconfig`` / ``--context``, or the in-cluster service account when run in
+the hub pod). The checks themselves only see plain dicts through the small ``ClusterView``
+protocol, so they are tested with fakes and against the emulated federation alike.
+
+What doctor checks, and why each matters to a spawn:
+
+- Liqo is installed (its offloading API group is served): without it nothing can burst.
+- Every Liqo virtual node (a donor): Ready (peering healthy), schedulable, and granting GPUs.
+- Local GPU nodes: where local-first placement puts servers first.
+- SelfSubjectAccessReviews for every call the spawner makes, as the identity that runs it.
+- The user namespace is offloaded (a ``NamespaceOffloading`` that reaches the donors),
+  otherwise the scheduler never considers a virtual node for the user's pod.
+
+Exit codes: 0 when nothing needed is missing (warnings allowed), 1 when something is, 2 when the
+cluster cannot be reached or the arguments are wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+from . import liqo
+from .inventory import DEFAULT_RESOURCE_NAMES, DEFAULT_RESOURCE_PREFIXES, Inventory, Snapshot, parse_count
+
+DEFAULT_NAMESPACE = "default"
+SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+class Status(str, Enum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of the report: what was checked, how it went, and how to fix it if needed."""
+
+    area: str
+    subject: str
+    status: Status
+    detail: str
+    fix: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["status"] = self.status.value
+        return out
+
+
+@dataclass(frozen=True)
+class Permission:
+    """One API call the hub makes, checked with a SelfSubjectAccessReview."""
+
+    verb: str
+    resource: str
+    group: str = ""
+    namespaced: bool = True
+    why: str = ""
+
+
+def _perms(verbs: str, resource: str, group: str = "", namespaced: bool = True, why: str = "") -> list[Permission]:
+    return [Permission(v, resource, group, namespaced, why) for v in verbs.split(",")]
+
+
+# Everything GPUBurstSpawner (KubeSpawner underneath) and its capacity watch call; the same list
+# is what hub_config/rbac.yaml grants, and a test holds the two together.
+REQUIRED_PERMISSIONS: tuple[Permission, ...] = tuple(
+    _perms("list,watch", "nodes", namespaced=False, why="GPU inventory: local nodes and Liqo virtual nodes")
+    + _perms("list,watch", "pods", namespaced=False, why="GPU inventory: GPUs held by pods of every namespace")
+    + _perms("get,list,watch,create,delete", "pods", why="start, watch and stop user servers")
+    + _perms("list,watch", "events", why="spawn progress and Unschedulable detection")
+    + _perms(
+        "get,create",
+        liqo.NAMESPACE_OFFLOADING_PLURAL,
+        liqo.OFFLOADING_GROUP,
+        why="offload the user namespace to donors when it is not yet",
+    )
+)
+
+
+class ClusterView(Protocol):
+    """What doctor reads from a cluster, as plain API-shaped dicts."""
+
+    def list_nodes(self) -> list[dict[str, Any]]: ...
+
+    def list_pods(self) -> list[dict[str, Any]]: ...
+
+    def api_groups(self) -> set[str]: ...
+
+    def access_review(self, verb: str, group: str, resource: str, namespace: str | None) -> tuple[bool, str]: ...
+
+    def namespace_offloading(self, namespace: str) -> dict[str, Any] | None: ...
+
+
+class ClusterUnreachable(RuntimeError):
+    """The API server could not be reached or refused the question outright."""
+
+
+# ---- the kubernetes client adapter ----------------------------------------------------------
+class KubernetesCluster:
+    """``ClusterView`` over the official ``kubernetes`` client.
+
+    Responses are read raw (``_preload_content=False``) so the checks see exactly the JSON the
+    API server sent, the same shape the watch-driven inventory sees inside the hub.
+    """
+
+    def __init__(self, api_client: Any) -> None:
+        from kubernetes import client
+
+        self._api_client = api_client
+        self._core = client.CoreV1Api(api_client)
+        self._apis = client.ApisApi(api_client)
+        self._authz = client.AuthorizationV1Api(api_client)
+        self._custom = client.CustomObjectsApi(api_client)
+
+    @staticmethod
+    def _json(response: Any) -> Any:
+        return json.loads(response.data)
+
+    def _call(self, what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            return self._json(func(*args, _preload_content=False, **kwargs))
+        except ApiException:
+            raise
+        except (HTTPError, OSError) as exc:
+            raise ClusterUnreachable(f"cannot {what}: {exc}") from exc
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return self._call("list nodes", self._core.list_node).get("items") or []
+
+    def list_pods(self) -> list[dict[str, Any]]:
+        return self._call("list pods", self._core.list_pod_for_all_namespaces).get("items") or []
+
+    def api_groups(self) -> set[str]:
+        groups = self._call("read API groups", self._apis.get_api_versions).get("groups") or []
+        return {g.get("name", "") for g in groups}
+
+    def access_review(self, verb: str, group: str, resource: str, namespace: str | None) -> tuple[bool, str]:
+        attributes: dict[str, Any] = {"verb": verb, "group": group, "resource": resource}
+        if namespace:
+            attributes["namespace"] = namespace
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes},
+        }
+        answer = self._call("create a SelfSubjectAccessReview", self._authz.create_self_subject_access_review, body)
+        status = answer.get("status") or {}
+        return bool(status.get("allowed")), str(status.get("reason") or status.get("evaluationError") or "")
+
+    def namespace_offloading(self, namespace: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self._call(
+                "read the NamespaceOffloading",
+                self._custom.get_namespaced_custom_object,
+                liqo.OFFLOADING_GROUP,
+                liqo.OFFLOADING_VERSION,
+                namespace,
+                liqo.NAMESPACE_OFFLOADING_PLURAL,
+                liqo.NAMESPACE_OFFLOADING_NAME,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+
+@dataclass(frozen=True)
+class Connection:
+    cluster: KubernetesCluster
+    context: str
+    namespace: str
+    server: str
+
+
+def connect(
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    namespace: str | None = None,
+    impersonate: str | None = None,
+    impersonate_group: str | None = None,
+) -> Connection:
+    """Open a client for ``kubeconfig``/``context`` (or in-cluster config when there is none).
+
+    ``impersonate`` asks every question as another identity (``--as``, like kubectl), e.g. the
+    hub's service account ``system:serviceaccount:jhub:hub``; the caller needs ``impersonate``
+    rights for that.
+    """
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser("~/.kube/config")
+    if kubeconfig is None and not os.path.exists(path) and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        api_client = client.ApiClient(configuration)
+        ctx_name, ctx_namespace = "in-cluster", _service_account_namespace()
+    else:
+        if not os.path.exists(path):
+            raise ClusterUnreachable(f"no kubeconfig at {path}; pass --kubeconfig or set KUBECONFIG")
+        try:
+            contexts, active = config.list_kube_config_contexts(config_file=path)
+            chosen = active
+            if context is not None:
+                matches = [c for c in contexts if c["name"] == context]
+                if not matches:
+                    names = ", ".join(sorted(c["name"] for c in contexts))
+                    raise ClusterUnreachable(f"context {context!r} is not in {path} (contexts: {names})")
+                chosen = matches[0]
+            api_client = config.new_client_from_config(config_file=path, context=chosen["name"])
+        except ConfigException as exc:
+            raise ClusterUnreachable(f"cannot load kubeconfig {path}: {exc}") from exc
+        ctx_name = chosen["name"]
+        ctx_namespace = (chosen.get("context") or {}).get("namespace") or DEFAULT_NAMESPACE
+    if impersonate:
+        api_client.set_default_header("Impersonate-User", impersonate)
+        if impersonate_group:
+            # The generated client sends one value per header name, hence a single group.
+            api_client.set_default_header("Impersonate-Group", impersonate_group)
+    elif impersonate_group:
+        raise ClusterUnreachable("--as-group needs --as")
+    return Connection(
+        cluster=KubernetesCluster(api_client),
+        context=ctx_name,
+        namespace=namespace or ctx_namespace,
+        server=api_client.configuration.host,
+    )
+
+
+def _service_account_namespace() -> str:
+    try:
+        with open(SERVICE_ACCOUNT_NAMESPACE_FILE) as fh:
+            return fh.read().strip() or DEFAULT_NAMESPACE
+    except OSError:
+        return DEFAULT_NAMESPACE
+
+
+# ---- the checks -----------------------------------------------------------------------------
+def _is_ready(node: Mapping[str, Any]) -> bool:
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+def _ready_message(node: Mapping[str, Any]) -> str:
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            reason = condition.get("reason") or condition.get("status") or "unknown"
+            message = condition.get("message")
+            return f"{reason}: {message}" if message else str(reason)
+    return "no Ready condition reported"
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", "?"))
+
+
+def _gpus(inventory: Inventory, node: Mapping[str, Any]) -> dict[str, int]:
+    """The GPU resources a node offers, counted the way the inventory counts them."""
+    out: dict[str, int] = {}
+    for resource, value in ((node.get("status") or {}).get("allocatable") or {}).items():
+        if inventory.tracks(resource):
+            try:
+                count = parse_count(value)
+            except ValueError:
+                continue
+            if count:
+                out[resource] = count
+    return out
+
+
+def _fmt_gpus(gpus: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {r}" for r, n in sorted(gpus.items())) or "no GPUs"
+
+
+def check_liqo_installed(groups: set[str]) -> list[Finding]:
+    if liqo.OFFLOADING_GROUP in groups:
+        return [Finding("liqo", "Liqo API", Status.OK, f"{liqo.OFFLOADING_API_VERSION} is served")]
+    return [
+        Finding(
+            "liqo",
+            "Liqo API",
+            Status.FAIL,
+            f"the API group {liqo.OFFLOADING_GROUP} is not served: Liqo is not installed in this cluster",
+            "liqoctl install <provider> --cluster-id <origin-name>   (see " + liqo.INSTALL_DOCS_URL + ")",
+        )
+    ]
+
+
+def check_nodes(nodes: Iterable[Mapping[str, Any]], inventory: Inventory) -> list[Finding]:
+    """Donor virtual nodes (ready, schedulable, GPUs granted) and local GPU nodes."""
+    findings: list[Finding] = []
+    donors = 0
+    local_gpu_nodes = 0
+    local_ready_gpus = 0
+    for node in sorted(nodes, key=_name):
+        name = _name(node)
+        gpus = _gpus(inventory, node)
+        if liqo.is_virtual_node(node):
+            donors += 1
+            cluster_id = liqo.remote_cluster_id(node) or "?"
+            subject = f"donor {cluster_id} (node {name})"
+            if cluster_id == "?":
+                findings.append(
+                    Finding("donors", subject, Status.FAIL, "virtual node has no remote cluster id label",
+                            f"kubectl describe node {shlex.quote(name)}   # re-create the peering: liqoctl unpeer/peer")
+                )
+            elif not _is_ready(node):
+                findings.append(
+                    Finding("donors", subject, Status.FAIL, f"NotReady ({_ready_message(node)}); {_fmt_gpus(gpus)} unusable",
+                            f"liqoctl info peer {shlex.quote(cluster_id)}   # then fix the peering it reports, e.g. liqoctl peer --remote-kubeconfig <donor kubeconfig>")
+                )
+            elif (node.get("spec") or {}).get("unschedulable"):
+                findings.append(
+                    Finding("donors", subject, Status.WARN, f"cordoned; {_fmt_gpus(gpus)} not offered to new servers",
+                            f"kubectl uncordon {shlex.quote(name)}")
+                )
+            elif not gpus:
+                findings.append(
+                    Finding("donors", subject, Status.FAIL, "Ready, but the donor grants no GPUs",
+                            f"liqoctl create resourceslice gpu-pool --remote-cluster-id {shlex.quote(cluster_id)} --resource nvidia.com/gpu=<N>")
+                )
+            else:
+                findings.append(Finding("donors", subject, Status.OK, f"Ready, grants {_fmt_gpus(gpus)}"))
+        elif gpus:
+            local_gpu_nodes += 1
+            ready = _is_ready(node)
+            if ready:
+                local_ready_gpus += sum(gpus.values())
+            findings.append(
+                Finding("local", f"node {name}", Status.OK if ready else Status.WARN,
+                        f"{'Ready' if ready else 'NotReady (' + _ready_message(node) + ')'}, {_fmt_gpus(gpus)}",
+                        None if ready else f"kubectl describe node {shlex.quote(name)}")
+            )
+    if donors == 0:
+        findings.append(
+            Finding("donors", "virtual nodes", Status.FAIL, "no Liqo virtual node: no donor cluster is peered",
+                    "liqoctl peer --remote-kubeconfig <donor kubeconfig>   # run against the origin cluster")
+        )
+    if local_gpu_nodes == 0:
+        findings.append(
+            Finding("local", "GPU nodes", Status.WARN,
+                    "no local node advertises a GPU resource: every GPU server goes to a donor",
+                    "install the NVIDIA device plugin or GPU operator on the origin's GPU nodes")
+        )
+    return findings
+
+
+def check_permissions(view: ClusterView, namespace: str, permissions: Iterable[Permission] = REQUIRED_PERMISSIONS) -> list[Finding]:
+    """One SelfSubjectAccessReview per needed verb, reported as one line per resource and scope.
+
+    Every denied verb shares one fix that grants exactly what is missing.
+    """
+    rules: dict[tuple[bool, str, str], list[tuple[Permission, bool, str]]] = {}
+    missing: list[Permission] = []
+    for perm in permissions:
+        allowed, reason = view.access_review(perm.verb, perm.group, perm.resource, namespace if perm.namespaced else None)
+        rules.setdefault((not perm.namespaced, perm.group, perm.resource), []).append((perm, allowed, reason))
+        if not allowed:
+            missing.append(perm)
+    fix = rbac_fix(missing, namespace) if missing else None
+    findings: list[Finding] = []
+    for answers in rules.values():
+        first = answers[0][0]
+        qualified = f"{first.resource}.{first.group}" if first.group else first.resource
+        subject = f"{qualified} {'in ' + namespace if first.namespaced else 'cluster-wide'}"
+        verbs = ",".join(p.verb for p, _, _ in answers)
+        denied = [(p.verb, reason) for p, ok, reason in answers if not ok]
+        if not denied:
+            findings.append(Finding("rbac", subject, Status.OK, f"{verbs}: {first.why}"))
+            continue
+        reasons = sorted({r for _, r in denied if r})
+        detail = f"denied {','.join(v for v, _ in denied)} (needed to {first.why})" + (f": {'; '.join(reasons)}" if reasons else "")
+        findings.append(Finding("rbac", subject, Status.FAIL, detail, fix))
+    return findings
+
+
+def rbac_fix(missing: Iterable[Permission], namespace: str, service_account: str = "hub") -> str:
+    """kubectl commands granting exactly the missing permissions (or apply hub_config/rbac.yaml)."""
+    by_rule: dict[tuple[bool, str, str], list[str]] = {}
+    for perm in missing:
+        by_rule.setdefault((perm.namespaced, perm.group, perm.resource), []).append(perm.verb)
+    ns = shlex.quote(namespace)
+    lines = [f"kubectl apply -n {ns} -f hub_config/rbac.yaml   # or grant just what is missing:"]
+    for (namespaced, group, resource), verbs in sorted(by_rule.items()):
+        qualified = f"{resource}.{group}" if group else resource
+        role = f"gpuburst-{resource.replace('.', '-')}"
+        if namespaced:
+            lines.append(f"kubectl create role {role} -n {ns} --verb={','.join(verbs)} --resource={qualified}")
+            lines.append(f"kubectl create rolebinding {role} -n {ns} --role={role} --serviceaccount={ns}:{service_account}")
+        else:
+            lines.append(f"kubectl create clusterrole {role}-all --verb={','.join(verbs)} --resource={qualified}")
+            lines.append(f"kubectl create clusterrolebinding {role}-all --clusterrole={role}-all --serviceaccount={ns}:{service_account}")
+    return "\n".join(lines)
+
+
+def _term_matches(term: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    for expr in term.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        have = labels.get(key)
+        ok = {
+            "In": have is not None and have in values,
+            "NotIn": have is None or have not in values,
+            "Exists": have is not None,
+            "DoesNotExist": have is None,
+        }.get(op, False)
+        if not ok:
+            return False
+    return True
+
+
+def selects(cluster_selector: Mapping[str, Any] | None, node_labels: Mapping[str, str]) -> bool:
+    """Whether a NamespaceOffloading clusterSelector admits a virtual node (no selector: all)."""
+    terms = (cluster_selector or {}).get("nodeSelectorTerms") or []
+    return not terms or any(_term_matches(t, node_labels) for t in terms)
+
+
+def check_offloading(offloading: Mapping[str, Any] | None, namespace: str, donor_nodes: Iterable[Mapping[str, Any]]) -> list[Finding]:
+    """The user namespace must be offloaded, to the donors, with local pods still allowed."""
+    subject = f"namespace {namespace}"
+    ns = shlex.quote(namespace)
+    offload_fix = (
+        f"liqoctl offload namespace {ns} --pod-offloading-strategy LocalAndRemote   "
+        f"# or: kubectl create -f - <<< '{json.dumps(liqo.namespace_offloading(namespace))}'"
+    )
+    if offloading is None:
+        return [Finding("offloading", subject, Status.FAIL,
+                        f"not offloaded (no NamespaceOffloading {liqo.NAMESPACE_OFFLOADING_NAME!r}): user pods can never reach a donor",
+                        offload_fix)]
+    spec = offloading.get("spec") or {}
+    status = offloading.get("status") or {}
+    findings: list[Finding] = []
+    strategy = spec.get("podOffloadingStrategy", "LocalAndRemote")
+    if strategy != "LocalAndRemote":
+        where = "the origin's own GPUs" if strategy == "Remote" else "donors"
+        findings.append(Finding("offloading", subject, Status.WARN,
+                                f"podOffloadingStrategy is {strategy}: pods cannot use {where}",
+                                f"liqoctl unoffload namespace {ns} && {offload_fix}"))
+    phase = status.get("offloadingPhase")
+    if phase in (None, "", "Ready"):
+        findings.append(Finding("offloading", subject, Status.OK,
+                                f"offloaded ({strategy}{', phase ' + phase if phase else ''})"))
+    elif phase == "InProgress":
+        findings.append(Finding("offloading", subject, Status.WARN, "offloading in progress", f"kubectl get namespaceoffloading -n {ns} -w"))
+    else:
+        findings.append(Finding("offloading", subject, Status.FAIL, f"offloading phase {phase}",
+                                f"kubectl describe namespaceoffloading {liqo.NAMESPACE_OFFLOADING_NAME} -n {ns}"))
+    if strategy != "Local":
+        selector = spec.get("clusterSelector")
+        for node in donor_nodes:
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            if not selects(selector, labels):
+                cid = liqo.remote_cluster_id(node)
+                findings.append(Finding("offloading", f"{subject} -> donor {cid}", Status.WARN,
+                                        "the NamespaceOffloading clusterSelector leaves this donor out",
+                                        f"kubectl edit namespaceoffloading {liqo.NAMESPACE_OFFLOADING_NAME} -n {ns}   # widen spec.clusterSelector"))
+    return findings
+
+
+@dataclass
+class Report:
+    context: str
+    namespace: str
+    findings: list[Finding] = field(default_factory=list)
+    capacity: Snapshot | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(f.status is not Status.FAIL for f in self.findings)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "context": self.context,
+            "namespace": self.namespace,
+            "findings": [f.as_dict() for f in self.findings],
+            "capacity": self.capacity.as_dict() if self.capacity is not None else None,
+        }
+
+
+def new_inventory(resources: Sequence[str] | None = None) -> Inventory:
+    if resources:
+        return Inventory(resource_names=resources, resource_prefixes=())
+    return Inventory(DEFAULT_RESOURCE_NAMES, DEFAULT_RESOURCE_PREFIXES)
+
+
+def take_capacity(view: ClusterView, inventory: Inventory, nodes: list[dict[str, Any]] | None = None) -> Snapshot:
+    for node in nodes if nodes is not None else view.list_nodes():
+        inventory.apply_node_event("ADDED", node)
+    for pod in view.list_pods():
+        inventory.apply_pod_event("ADDED", pod)
+    return inventory.snapshot()
+
+
+def diagnose(view: ClusterView, context: str, namespace: str, resources: Sequence[str] | None = None) -> Report:
+    """Run every check; never raises for a missing piece, only for an unreachable cluster."""
+    report = Report(context=context, namespace=namespace)
+    inventory = new_inventory(resources)
+    nodes = view.list_nodes()
+    report.findings += check_liqo_installed(view.api_groups())
+    report.findings += check_nodes(nodes, inventory)
+    report.findings += check_permissions(view, namespace)
+    if liqo.OFFLOADING_GROUP in view.api_groups():
+        donors = [n for n in nodes if liqo.is_virtual_node(n)]
+        report.findings += check_offloading(view.namespace_offloading(namespace), namespace, donors)
+    report.capacity = take_capacity(view, inventory, nodes)
+    return report
+
+
+# ---- rendering ------------------------------------------------------------------------------
+_MARK = {Status.OK: "ok", Status.WARN: "WARN", Status.FAIL: "FAIL"}
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in [headers, *rows]]
+    return "\n".join(lines)
+
+
+def render_report(report: Report) -> str:
+    rows = [(_MARK[f.status], f.area, f.subject, f.detail) for f in report.findings]
+    out = [f"context {report.context}, user namespace {report.namespace}", "", _table(("STATUS", "AREA", "CHECK", "DETAIL"), rows)]
+    fixes: list[str] = []
+    for f in report.findings:
+        if f.fix and f.status is not Status.OK and f.fix not in fixes:
+            fixes.append(f.fix)
+    if fixes:
+        out += ["", "Fixes:"]
+        for i, fix in enumerate(fixes, 1):
+            first, *rest = fix.splitlines()
+            out.append(f"  {i}. {first}")
+            out += [f"     {line}" for line in rest]
+    if report.capacity is not None:
+        out += ["", render_capacity(report.capacity)]
+    failed = sum(f.status is Status.FAIL for f in report.findings)
+    warned = sum(f.status is Status.WARN for f in report.findings)
+    out += ["", "All needed pieces are in place." if not failed else f"{failed} needed piece(s) missing."]
+    if warned:
+        out[-1] += f" {warned} warning(s)."
+    return "\n".join(out)
+
+
+def capacity_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
+    rows = []
+    for site in sorted(snapshot.sites.values(), key=lambda s: (s.is_donor, s.site)):
+        resources = sorted(set(site.allocatable) | set(site.requested)) or ["-"]
+        for resource in resources:
+            rows.append({
+                "site": site.site,
+                "kind": "donor" if site.is_donor else "origin",
+                "ready": site.ready,
+                "resource": resource,
+                "free": site.free.get(resource, 0),
+                "total": site.allocatable.get(resource, 0),
+                "requested": site.requested.get(resource, 0),
+            })
+    return rows
+
+
+def render_capacity(snapshot: Snapshot) -> str:
+    rows = capacity_rows(snapshot)
+    if not rows:
+        return "no GPU capacity found (no node advertises a GPU resource)"
+    return _table(
+        ("SITE", "KIND", "READY", "RESOURCE", "FREE/TOTAL"),
+        [(r["site"], r["kind"], "yes" if r["ready"] else "no", r["resource"], f"{r['free']}/{r['total']}") for r in rows],
+    )
+
+
+# ---- command line ---------------------------------------------------------------------------
+def _common_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
+    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--resource", action="append", dest="resources", metavar="NAME",
+                        help="GPU resource name to count (repeatable; default: nvidia.com/gpu, amd.com/gpu and nvidia.com/mig-*)")
+
+
+def _connect(args: argparse.Namespace, namespace: str | None = None) -> Connection:
+    return connect(args.kubeconfig, args.context, namespace,
+                   getattr(args, "impersonate", None), getattr(args, "impersonate_group", None))
+
+
+def main(argv: list[str]) -> int:
+    """`gpuburst doctor`."""
+    parser = argparse.ArgumentParser(
+        prog="gpuburst doctor",
+        description="Check a cluster for everything GPUBurstSpawner needs: Liqo donors and their GPUs, local GPU "
+        "nodes, the hub's permissions and the user namespace's offloading. Exit 1 when something needed is missing.",
+    )
+    _common_args(parser)
+    parser.add_argument("-n", "--namespace", help="the namespace user servers run in (default: the context's)")
+    parser.add_argument("--as", dest="impersonate", metavar="USER",
+                        help="check permissions as this identity, e.g. system:serviceaccount:jhub:hub")
+    parser.add_argument("--as-group", dest="impersonate_group", metavar="GROUP",
+                        help="a group to impersonate along with --as")
+    args = parser.parse_args(argv)
+    try:
+        conn = _connect(args, args.namespace)
+        report = diagnose(conn.cluster, conn.context, conn.namespace, args.resources)
+    except ClusterUnreachable as exc:
+        print(f"gpuburst doctor: {exc}", file=sys.stderr)
+        return 2
+    except _api_exception() as exc:
+        print(f"gpuburst doctor: the API server answered {exc.status} {exc.reason}", file=sys.stderr)
+        return 2
+    print(json.dumps(report.as_dict(), indent=2) if args.json else render_report(report))
+    return 0 if report.ok else 1
+
+
+def capacity_main(argv: list[str]) -> int:
+    """`gpuburst capacity`: free/total GPUs per site."""
+    parser = argparse.ArgumentParser(prog="gpuburst capacity", description="Print free/total GPUs per site (origin and each Liqo donor).")
+    _common_args(parser)
+    args = parser.parse_args(argv)
+    try:
+        conn = _connect(args)
+        snapshot = take_capacity(conn.cluster, new_inventory(args.resources))
+    except ClusterUnreachable as exc:
+        print(f"gpuburst capacity: {exc}", file=sys.stderr)
+        return 2
+    except _api_exception() as exc:
+        print(f"gpuburst capacity: the API server answered {exc.status} {exc.reason}", file=sys.stderr)
+        return 2
+    print(json.dumps({"context": conn.context, "sites": capacity_rows(snapshot)}, indent=2) if args.json else render_capacity(snapshot))
+    return 0
+
+
+def _api_exception() -> type[Exception]:
+    from kubernetes.client.exceptions import ApiException
+
+    return ApiException

@@ -1,0 +1,150 @@
+"""List-then-watch of one Kubernetes collection that hands every change to a callback.
+
+KubeSpawner's ResourceReflector keeps a dict but tells nobody what changed, and it keys by
+namespace (nodes have none); the inventory needs each event, so this is the same loop (list,
+watch from the list's resourceVersion, relist after 410 Gone or any error, with backoff) with a
+per-event callback. A relist is turned into the events it implies, deletions included, so the
+consumer never has to recount.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+from kubernetes_asyncio import watch
+
+EventCallback = Callable[[str, Mapping[str, Any]], None]
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+
+
+class WatchFeed:
+    """Keeps ``on_event`` informed of every object of one collection, for as long as it runs."""
+
+    def __init__(
+        self,
+        list_method: Callable[..., Any],
+        on_event: EventCallback,
+        *,
+        kind: str,
+        log: logging.Logger | None = None,
+        timeout_seconds: int = 300,
+        request_timeout: float = 330,
+        max_backoff: float = 8.0,
+        list_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.list_method = list_method
+        self.on_event = on_event
+        self.kind = kind
+        self.log = log or logging.getLogger(__name__)
+        self.timeout_seconds = timeout_seconds
+        self.request_timeout = request_timeout
+        self.max_backoff = max_backoff
+        self.list_kwargs = dict(list_kwargs or {})
+        self.first_load = asyncio.get_event_loop().create_future()
+        self.relists = 0
+        self.events_seen = 0
+        self._known: dict[str, str] = {}
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        """List once (raising if that fails), then keep watching in the background."""
+        version = await self._relist()
+        self._task = asyncio.create_task(self._run(version), name=f"gpuburst-watch-{self.kind}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._task = None
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def _emit(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        self.events_seen += 1
+        try:
+            self.on_event(event_type, obj)
+        except Exception:  # one bad object must not end the watch for every spawn
+            self.log.exception("Ignoring %s event the inventory could not apply", self.kind)
+
+    async def _relist(self) -> str:
+        response = await self.list_method(
+            _preload_content=False, _request_timeout=self.request_timeout, **self.list_kwargs
+        )
+        body = json.loads(await response.read())
+        if not isinstance(body, dict) or "items" not in body:
+            raise RuntimeError(f"listing {self.kind} returned no items: {str(body)[:200]}")
+        seen: dict[str, str] = {}
+        for item in body["items"]:
+            key = object_key(item)
+            version = (item.get("metadata") or {}).get("resourceVersion", "")
+            seen[key] = version
+            if self._known.get(key) != version:
+                self._emit("MODIFIED" if key in self._known else "ADDED", item)
+        for key in set(self._known) - set(seen):
+            namespace, _, name = key.rpartition("/")
+            meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+            self._emit("DELETED", {"metadata": meta})
+        self._known = seen
+        self.relists += 1
+        if not self.first_load.done():
+            self.first_load.set_result(None)
+        return str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+    async def _run(self, version: str) -> None:
+        delay = 0.1
+        while True:
+            try:
+                await self._watch(version)
+                delay = 0.1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # 410 Gone, a dropped connection, an API restart
+                self.log.warning("Watch of %s ended (%s); relisting in %.1fs", self.kind, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.max_backoff)
+            try:
+                version = await self._relist()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.log.warning("Relisting %s failed (%s); retrying", self.kind, exc)
+                version = ""
+
+    async def _watch(self, version: str) -> None:
+        w = watch.Watch()
+        method = partial(self.list_method, _preload_content=False)
+        kwargs: dict[str, Any] = dict(self.list_kwargs)
+        kwargs.update(timeout_seconds=self.timeout_seconds, _request_timeout=self.request_timeout)
+        if version:
+            kwargs["resource_version"] = version
+        try:
+            async with w.stream(method, **kwargs) as stream:
+                async for event in stream:
+                    event_type = event["type"]
+                    obj = event["raw_object"]
+                    if event_type == "BOOKMARK":
+                        continue
+                    key = object_key(obj)
+                    if event_type == "DELETED":
+                        self._known.pop(key, None)
+                    else:
+                        self._known[key] = (obj.get("metadata") or {}).get("resourceVersion", "")
+                    self._emit(event_type, obj)
+        finally:
+            w.stop()
+            await w.close()

@@ -1,0 +1,225 @@
+"""`gpuburst demo` end to end, driven over HTTP as students would drive it in a browser.
+
+The demo runs as a subprocess exactly as `make demo` runs it; the test reads its banner, logs in
+through the login form, picks the 2-GPU profile in the spawn form, reaches the server's
+placement API through the proxy, runs a cell through the kernel websocket, stops the servers,
+and finally presses Ctrl-C (SIGINT) and checks that nothing is left: processes or ports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from jupyter_gpuburst.demo import DEFAULT_PASSWORD, free_port, port_is_free
+
+from .student import Student
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+READY = re.compile(r"demo is ready: (http://\S+)")
+LOGIN_TIME = re.compile(r"login page up in ([0-9.]+)s")
+
+
+class DemoProcess:
+    def __init__(self, state: Path, port: int, *extra: str) -> None:
+        self.state = state
+        self.port = port
+        self.extra = extra
+        self.proc: asyncio.subprocess.Process | None = None
+        self.output: list[str] = []
+        self.url = ""
+        self.login_s = 0.0
+
+    async def start(self, timeout: float = 60) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "jupyter_gpuburst.cli", "demo", "--port", str(self.port), "--state-dir", str(self.state), *self.extra,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = (await asyncio.wait_for(self.proc.stdout.readline(), deadline - time.monotonic())).decode()
+            if not line:
+                break
+            self.output.append(line)
+            if m := READY.search(line):
+                self.url = m.group(1)
+            if m := LOGIN_TIME.search(line):
+                self.login_s = float(m.group(1))
+                return
+        raise AssertionError("demo did not become ready:\n" + "".join(self.output) + self.hub_log())
+
+    def hub_log(self) -> str:
+        try:
+            return (self.state / "jupyterhub.log").read_text()[-4000:]
+        except OSError:
+            return ""
+
+    def descendants(self) -> list[psutil.Process]:
+        """Every process the demo started, the hub's own session included."""
+        assert self.proc is not None
+        found = {p.pid: p for p in psutil.Process(self.proc.pid).children(recursive=True)}
+        hub_pid = (self.state / "jupyterhub.pid")
+        if hub_pid.exists():
+            try:
+                hub = psutil.Process(int(hub_pid.read_text()))
+                found.setdefault(hub.pid, hub)
+                found.update({p.pid: p for p in hub.children(recursive=True)})
+            except (psutil.Error, ValueError):
+                pass
+        return list(found.values())
+
+    async def interrupt(self, timeout: float = 60) -> int:
+        """Ctrl-C, as in a terminal; returns the exit code."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGINT)
+        rest, _ = await asyncio.wait_for(self.proc.communicate(), timeout)
+        self.output.append(rest.decode())
+        return self.proc.returncode
+
+    async def kill(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            for p in self.descendants():
+                with_suppress_kill(p)
+            self.proc.kill()
+            await self.proc.wait()
+
+
+def with_suppress_kill(proc: psutil.Process) -> None:
+    try:
+        proc.kill()
+    except psutil.Error:
+        pass
+
+
+def singleuser_processes(procs: list[psutil.Process]) -> list[psutil.Process]:
+    out = []
+    for p in procs:
+        try:
+            if any("jupyterhub-singleuser" in part for part in p.cmdline()):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+async def origin_pods(kubeconfig: Path) -> list[dict]:
+    from jupyter_gpuburst.doctor import connect
+
+    view = connect(str(kubeconfig)).cluster
+    return [p for p in await asyncio.to_thread(view.list_pods) if p["metadata"]["namespace"] == "default"]
+
+
+async def test_two_students_land_on_origin_then_donor_and_everything_stops(tmp_path):
+    port = free_port()
+    demo = DemoProcess(tmp_path / "state", port)
+    students = [Student(f"http://127.0.0.1:{port}", name, DEFAULT_PASSWORD) for name in ("student1", "student2")]
+    try:
+        await demo.start()
+        assert demo.url == f"http://127.0.0.1:{port}"
+        banner = "".join(demo.output)
+        assert "student1" in banner and "password: gpuburst" in banner and "donor-1 (8 GPUs)" in banner
+
+        placements = {}
+        for student in students:
+            await student.login()
+            profiles = await student.spawn_form_profiles()
+            assert {"cpu", "gpu-1", "gpu-2", "mig-1g"} <= set(profiles), profiles
+            await student.start("gpu-2")
+            await student.wait_ready()
+            await student.open_lab()
+            placements[student.name] = await student.server_get("api/gpuburst/placement")
+
+        assert placements["student1"]["site"] == "local", placements
+        assert placements["student2"]["site"] == "donor-1", placements
+        assert placements["student2"]["cluster"] == "donor-1"
+        assert placements["student2"]["gpu_count"] == 2
+        assert placements["student2"]["reason"]
+
+        # A MIG slice comes from the origin's partitioned GPU, whatever the whole GPUs do.
+        mig = Student(f"http://127.0.0.1:{port}", "student3", DEFAULT_PASSWORD)
+        students.append(mig)
+        await mig.login()
+        await mig.spawn_form_profiles()
+        await mig.start("mig-1g")
+        await mig.wait_ready()
+        await mig.open_lab()
+        placements["student3"] = await mig.server_get("api/gpuburst/placement")
+        assert (placements["student3"]["site"], placements["student3"]["gpu_resource"]) == ("local", "nvidia.com/mig-1g.10gb")
+
+        pods = await origin_pods(tmp_path / "state" / "kubeconfig")
+        nodes = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+        assert nodes == {"jupyter-student1": "origin-gpu", "jupyter-student2": "donor-1", "jupyter-student3": "origin-mig"}
+
+        for student in students[:2]:
+            out = await student.run_cell("import os; print(6 * 7, os.environ['JUPYTER_GPUBURST_SITE'])")
+            assert out.split() == ["42", "local" if student.name == "student1" else "donor-1"]
+        gpus = await students[1].server_get("api/gpuburst/gpus")
+        assert len(gpus["gpus"]) == 2 and gpus.get("simulated") is True, gpus
+
+        assert len(singleuser_processes(demo.descendants())) == 3
+        for student in students:
+            await student.stop()
+        assert await origin_pods(tmp_path / "state" / "kubeconfig") == []
+        await wait_for(lambda: not singleuser_processes(demo.descendants()), "server processes to end")
+
+        started = demo.descendants()
+        assert started, "the hub and its proxy run as children of the demo"
+        assert await demo.interrupt() == 0, "".join(demo.output)
+        assert "stopped; nothing left running." in demo.output[-1]
+        assert not [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert port_is_free(port)
+    finally:
+        for student in students:
+            await student.close()
+        await demo.kill()
+
+
+async def test_second_run_works_and_login_page_is_quick(tmp_path):
+    port = free_port()
+    for run in range(2):
+        demo = DemoProcess(tmp_path / f"state{run}", port, "--donors", "2", "--donor-gpus", "4")
+        try:
+            await demo.start()
+            assert demo.login_s < 60
+            assert "donor-2 (4 GPUs)" in "".join(demo.output)
+            assert await demo.interrupt() == 0, "".join(demo.output)
+            assert port_is_free(port)
+        finally:
+            await demo.kill()
+
+
+async def test_busy_port_and_bad_knobs_are_refused(tmp_path):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        busy = sock.getsockname()[1]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "jupyter_gpuburst.cli", "demo", "--port", str(busy), stderr=asyncio.subprocess.PIPE,
+        )
+        _, err = await proc.communicate()
+        assert proc.returncode == 2 and f"port {busy} is in use" in err.decode()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "jupyter_gpuburst.cli", "demo", "--donor-gpus", "0", stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await proc.communicate()
+    assert proc.returncode == 2 and "--donor-gpus must be 1-64" in err.decode()
+
+
+async def wait_for(predicate, what: str, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")

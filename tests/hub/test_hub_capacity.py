@@ -1,0 +1,118 @@
+"""The capacity API and page on a real hub: admin-only, correct numbers, no secrets."""
+
+from __future__ import annotations
+
+import re
+
+import aiohttp
+import pytest
+
+from jupyter_gpuburst.inventory import summarize
+
+from .fakes import GPU, StaticTracker
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+async def _user_token(hub, http, name: str) -> str:
+    status, _ = await hub.request(http, "POST", f"/users/{name}")
+    assert status in (201, 409)
+    status, body = await hub.request(http, "POST", f"/users/{name}/tokens", json={"note": "test"})
+    assert status == 201, body
+    return body["token"]
+
+
+async def test_capacity_api_refuses_without_credentials(static_hub, http):
+    async with http.get(f"{static_hub.api}/gpuburst/capacity") as resp:
+        assert resp.status == 403
+        body = await resp.json()
+    assert "sites" not in body
+
+
+async def test_capacity_api_refuses_non_admin_user(static_hub, http):
+    token = await _user_token(static_hub, http, "student")
+    status, body = await static_hub.request(http, "GET", "/gpuburst/capacity", token=token)
+    assert status == 403
+    assert "sites" not in body and "placements" not in body
+    # the same token works for the user's own model: the 403 is about admin rights
+    status, _ = await static_hub.request(http, "GET", "/user", token=token)
+    assert status == 200
+
+
+async def test_capacity_api_reports_the_inventory(static_hub, http):
+    status, report = await static_hub.request(http, "GET", "/gpuburst/capacity")
+    assert status == 200, report
+    expected = summarize(StaticTracker().snapshot())
+    sites = {s["site"]: s for s in report["sites"]}
+    assert set(sites) == {"local", "donor-1", "donor-2"}
+    assert set(expected) <= set(sites)
+    for name, resources in expected.items():
+        for resource, numbers in resources.items():
+            got = sites[name]["resources"][resource]
+            assert got["free"] == numbers["free"], (name, resource)
+            assert got["allocatable"] == numbers["allocatable"], (name, resource)
+    # hand-checked: origin 6 GPUs, alice holds 2, another team's job 1
+    assert sites["local"]["resources"][GPU] == {"allocatable": 6, "requested": 3, "free": 3}
+    assert sites["donor-1"]["resources"][GPU]["free"] == 5
+    assert report["sites"][0]["site"] == "local"
+    # a donor whose peering is down offers nothing until it is back
+    assert sites["donor-2"]["resources"].get(GPU, {"free": 0})["free"] == 0
+    assert report["totals"][GPU]["allocatable"] == 6 + 8
+    donors = {d["site"]: d["ready"] for d in report["donors"]}
+    assert donors == {"donor-1": True, "donor-2": False}
+    assert report["queue_length"] == 2
+    servers = {p["server"]: p for p in report["placements"]}
+    assert set(servers) == {"alice/", "bob/", "carol/"}
+    assert servers["bob/"]["site"] == "donor-1" and servers["bob/"]["user"] == "bob"
+    assert servers["carol/"]["state"] == "pending"
+    assert "pod_spec" not in servers["alice/"]
+
+
+async def test_capacity_api_leaks_no_secret(static_hub, http):
+    async with http.get(f"{static_hub.api}/gpuburst/capacity", headers=static_hub.headers()) as resp:
+        text = await resp.text()
+    assert resp.status == 200
+    assert "tok-do-not-leak" not in text
+    assert static_hub.token not in text
+
+
+async def _login(hub, name: str) -> aiohttp.ClientSession:
+    session = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
+    async with session.get(f"{hub.url}/hub/login") as resp:
+        page = await resp.text()
+    xsrf = re.search(r'name="_xsrf"\s+value="([^"]+)"', page)
+    data = {"username": name, "password": "any"}
+    if xsrf:
+        data["_xsrf"] = xsrf.group(1)
+    async with session.post(f"{hub.url}/hub/login", data=data, allow_redirects=False) as resp:
+        assert resp.status == 302, await resp.text()
+    return session
+
+
+async def test_capacity_page_renders_for_admin(static_hub):
+    session = await _login(static_hub, "admin")
+    try:
+        async with session.get(f"{static_hub.url}/hub/gpuburst/capacity") as resp:
+            assert resp.status == 200
+            html = await resp.text()
+    finally:
+        await session.close()
+    assert "GPU capacity" in html
+    row = re.search(r'<tr data-site="donor-1" data-resource="nvidia.com/gpu">(.*?)</tr>', html, re.S)
+    assert row, html[:2000]
+    assert re.search(r'class="gpuburst-free">5<', row.group(1))
+    assert re.search(r'class="gpuburst-total">8<', row.group(1))
+    assert 'data-server="bob/"' in html
+    assert "not ready" in html  # donor-2
+    assert "tok-do-not-leak" not in html
+
+
+async def test_capacity_page_forbidden_for_student(static_hub):
+    session = await _login(static_hub, "student2")
+    try:
+        async with session.get(f"{static_hub.url}/hub/gpuburst/capacity") as resp:
+            assert resp.status == 403
+            html = await resp.text()
+    finally:
+        await session.close()
+    assert "data-site" not in html

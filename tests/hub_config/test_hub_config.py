@@ -1,0 +1,175 @@
+"""hub_config/: every manifest validates against the real schemas, and the files agree.
+
+z2jh's schema and default values are kept in tests/hub_config/z2jh (see its README); the
+values snippet is merged over the chart defaults and validated the way `helm install` does.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from traitlets.config.loader import PyFileConfigLoader
+
+from jupyter_gpuburst import doctor, liqo
+
+REPO = Path(__file__).resolve().parents[2]
+
+HUB_CONFIG = REPO / "hub_config"
+Z2JH = Path(__file__).with_name("z2jh")
+K8S_VERSION = kubernetes_validate.latest_version()
+
+
+def load_all(name: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all((HUB_CONFIG / name).read_text()) if doc]
+
+
+def merge(base: Any, overlay: Any) -> Any:
+    """Helm's values merge: maps merge key by key, anything else replaces."""
+    if isinstance(base, dict) and isinstance(overlay, dict):
+        out = dict(base)
+        for key, value in overlay.items():
+            out[key] = merge(base.get(key), value) if key in base else value
+        return out
+    return copy.deepcopy(overlay)
+
+
+@pytest.fixture(scope="module")
+def values() -> dict[str, Any]:
+    return yaml.safe_load((HUB_CONFIG / "values.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def plain_config():
+    return PyFileConfigLoader("jupyterhub_config.py", path=str(HUB_CONFIG)).load_config()
+
+
+# ---- RBAC ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("doc", load_all("rbac.yaml"), ids=lambda d: f"{d['kind']}/{d['metadata']['name']}")
+def test_rbac_validates_strictly(doc):
+    kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_strict_validation_would_catch_a_typo():
+    role = copy.deepcopy(next(d for d in load_all("rbac.yaml") if d["kind"] == "Role"))
+    role["rules"][0]["verb"] = role["rules"][0].pop("verbs")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(role, K8S_VERSION, strict=True)
+
+
+def granted(docs: list[dict[str, Any]]) -> set[tuple[bool, str, str, str]]:
+    out = set()
+    for doc in docs:
+        if doc["kind"] not in ("Role", "ClusterRole"):
+            continue
+        for rule in doc["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        out.add((doc["kind"] == "Role", group, resource, verb))
+    return out
+
+
+def test_rbac_grants_exactly_what_doctor_checks():
+    """Least privilege: every rule is needed (doctor checks it) and nothing needed is missing."""
+    needed = {(p.namespaced, p.group, p.resource, p.verb) for p in doctor.REQUIRED_PERMISSIONS}
+    assert granted(load_all("rbac.yaml")) == needed
+
+
+def test_rbac_has_no_wildcards_secrets_or_writes_outside_the_namespace():
+    docs = load_all("rbac.yaml")
+    for namespaced, group, resource, verb in granted(docs):
+        assert "*" not in (group, resource, verb)
+        assert resource != "secrets"
+        if not namespaced:
+            assert verb in ("get", "list", "watch"), (resource, verb)
+
+
+def test_bindings_point_at_the_roles_and_the_hub_account():
+    docs = load_all("rbac.yaml")
+    roles = {(d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    bindings = [d for d in docs if d["kind"].endswith("Binding")]
+    assert {(b["roleRef"]["kind"], b["roleRef"]["name"]) for b in bindings} == roles
+    for binding in bindings:
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": "jhub"}]
+        if binding["kind"] == "RoleBinding":
+            assert binding["metadata"]["namespace"] == "jhub"
+
+
+# ---- NamespaceOffloading ---------------------------------------------------------------------
+def test_namespace_offloading_matches_liqo_crd_and_product(liqo_crd_dir):
+    [doc] = load_all("namespace-offloading.yaml")
+    crd = yaml.safe_load((liqo_crd_dir / "offloading.liqo.io_namespaceoffloadings.yaml").read_text())
+    [version] = [v for v in crd["spec"]["versions"] if v["name"] == liqo.OFFLOADING_VERSION]
+    jsonschema.validate(doc, version["schema"]["openAPIV3Schema"])
+    assert doc == liqo.namespace_offloading("jhub")
+
+
+# ---- z2jh values -----------------------------------------------------------------------------
+def test_values_validate_against_z2jh_schema(values):
+    schema = json.loads((Z2JH / "values.schema.json").read_text())
+    defaults = yaml.safe_load((Z2JH / "values.yaml").read_text())
+    jsonschema.validate(merge(defaults, values), schema)
+
+
+def test_z2jh_schema_would_catch_a_misplaced_key(values):
+    schema = json.loads((Z2JH / "values.schema.json").read_text())
+    defaults = yaml.safe_load((Z2JH / "values.yaml").read_text())
+    broken = merge(values, {"singleuser": {"profile_list": values["singleuser"]["profileList"]}})
+    with pytest.raises(jsonschema.ValidationError, match="profile_list"):
+        jsonschema.validate(merge(defaults, broken), schema)
+
+
+def test_values_profiles_cover_cpu_gpus_and_a_mig_slice(values):
+    profiles = {p["slug"]: p for p in values["singleuser"]["profileList"]}
+    assert set(profiles) == {"cpu", "gpu-1", "gpu-2", "mig-1g"}
+    limits = {slug: p["kubespawner_override"].get("extra_resource_limits", {}) for slug, p in profiles.items()}
+    assert limits == {
+        "cpu": {},
+        "gpu-1": {"nvidia.com/gpu": "1"},
+        "gpu-2": {"nvidia.com/gpu": "2"},
+        "mig-1g": {"nvidia.com/mig-1g.10gb": "1"},
+    }
+    inventory = doctor.new_inventory()
+    assert all(inventory.tracks(r) for lim in limits.values() for r in lim)
+
+
+def test_values_spawner_class_is_our_entry_point(values):
+    name = values["hub"]["config"]["JupyterHub"]["spawner_class"]
+    [ep] = [ep for ep in entry_points(group="jupyterhub.spawners") if ep.name == name]
+    assert ep.value == "jupyter_gpuburst.spawner:GPUBurstSpawner"
+
+
+def test_values_extra_config_is_valid_python(values):
+    for name, source in values["hub"]["extraConfig"].items():
+        compile(source, f"hub.extraConfig.{name}", "exec")
+
+
+def test_plain_config_matches_the_helm_values(values, plain_config):
+    as_profiles = [{k: v for k, v in p.items()} for p in values["singleuser"]["profileList"]]
+    assert plain_config.KubeSpawner.profile_list == as_profiles
+    assert dict(plain_config.GPUBurstSpawner) == values["hub"]["config"]["GPUBurstSpawner"]
+    assert plain_config.JupyterHub.spawner_class == "gpuburst"
+    # install(c) ran: the capacity page is routed
+    assert any("gpuburst" in route[0] for route in plain_config.JupyterHub.extra_handlers)
+
+
+def test_configured_spawner_traits_exist(values):
+    from jupyter_gpuburst.spawner import GPUBurstSpawner
+
+    if "strategy" not in GPUBurstSpawner.class_trait_names():
+        pytest.skip("GPUBurstSpawner has no placement traits yet")
+    from jupyter_gpuburst.settings import GPUBurstSettings
+
+    settings = GPUBurstSettings()
+    for name, value in values["hub"]["config"]["GPUBurstSpawner"].items():
+        assert name in GPUBurstSpawner.class_trait_names(config=True), name
+        setattr(settings, name, value)  # validates like loading the config does
+    settings.policy()  # and the policy accepts the combination

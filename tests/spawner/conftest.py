@@ -1,0 +1,37 @@
+"""Fixtures for the spawner's tests: the local federation and a real hub in front of it."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyter_gpuburst.sim.testing import running_federation
+
+from .harness import Hub
+
+
+@pytest.fixture
+async def federation(tmp_path):
+    """The default local federation (origin 1 GPU node x 2; donor-1 granting 8), with a kubeconfig."""
+    kubeconfig = tmp_path / "kubeconfig"
+    async with running_federation(state_dir=tmp_path / "sim", kubeconfig=kubeconfig) as fed:
+        fed.kubeconfig_path = kubeconfig
+        yield fed
+
+
+@pytest.fixture
+async def start_hub(federation, tmp_path):
+    """Factory: start a hub with extra config lines; every hub is stopped afterwards."""
+    hubs: list[Hub] = []
+
+    async def start(extra_config: str = "") -> Hub:
+        workdir = tmp_path / f"hub{len(hubs)}"
+        workdir.mkdir()
+        hub = Hub(workdir, federation.kubeconfig_path, extra_config)
+        hubs.append(hub)
+        hub.start()
+        await hub.wait_up()
+        return hub
+
+    yield start
+    for hub in hubs:
+        await hub.stop()

@@ -1,0 +1,356 @@
+"""GPUBurstSpawner without a cluster: decisions, pod fields, state, progress, form, settings."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes_asyncio.client import ApiClient, ApiException
+from traitlets.config import Config
+
+from jupyter_gpuburst import keys, liqo
+from jupyter_gpuburst.bench import synthetic
+from jupyter_gpuburst.capacity import CapacityTracker
+from jupyter_gpuburst.offloading import NamespaceOffloader, OffloadingPermissionError
+from jupyter_gpuburst.placement import PlacementInputError, Strategy
+from jupyter_gpuburst.settings import GPUBurstSettings, settings_from_config
+from jupyter_gpuburst.spawner import GPUBurstSpawner, SpawnRefused, unschedulable_reason
+
+K8S = kubernetes_validate.latest_version()
+SERIALIZER = object.__new__(ApiClient)  # serialization needs no connection
+PROFILES = [
+    {"display_name": "CPU", "slug": "cpu", "default": True},
+    {"display_name": "1 GPU", "slug": "gpu1", "kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": "1"}}},
+    {"display_name": "4 GPUs", "slug": "gpu4", "gpuburst": {"count": 4}},
+    {"display_name": "Donor only", "slug": "donor", "gpuburst": {"count": 1, "allowed_sites": ["donor-1"]}},
+]
+
+
+class FakeCustomApi:
+    def __init__(self, status: int | None = None, exists: bool = False) -> None:
+        self.status = status
+        self.exists = exists
+        self.created: list[dict[str, Any]] = []
+
+    async def create_namespaced_custom_object(self, group, version, namespace, plural, body):
+        if self.status:
+            raise ApiException(status=self.status)
+        self.created.append(body)
+        return body
+
+    async def get_namespaced_custom_object(self, group, version, namespace, plural, name):
+        if not self.exists:
+            raise ApiException(status=404)
+        return {}
+
+
+class FakeCoreApi:
+    api_client = SERIALIZER
+
+
+@pytest.fixture
+def no_cluster(monkeypatch):
+    monkeypatch.setattr("kubespawner.spawner.load_config", lambda **kwargs: None)
+    monkeypatch.setattr("kubespawner.spawner.shared_client", lambda *a, **k: FakeCoreApi())
+
+
+def make_tracker(local_free_nodes=({"origin-gpu": 2},), donor_gpus: int = 8, config: Config | None = None) -> CapacityTracker:
+    tracker = CapacityTracker(None, settings_from_config(config))
+    for nodes in local_free_nodes:
+        for name, gpus in nodes.items():
+            tracker._on_node_event("ADDED", synthetic.node(name, {"nvidia.com/gpu": gpus}))
+    tracker._on_node_event("ADDED", synthetic.node("origin-cpu", {}))
+    if donor_gpus:
+        tracker._on_node_event("ADDED", synthetic.node("donor-1", {"nvidia.com/gpu": donor_gpus}, cluster_id="donor-1"))
+    tracker.ready = True
+    return tracker
+
+
+def make_spawner(tracker: CapacityTracker, options: dict | None = None, offloader: NamespaceOffloader | None = None, **traits) -> GPUBurstSpawner:
+    config = Config()
+    config.GPUBurstSpawner.profile_list = PROFILES
+    for name, value in traits.items():
+        config.GPUBurstSpawner[name] = value
+    spawner = GPUBurstSpawner(_mock=True, config=config)
+    spawner.user_options = options or {}
+    spawner._gb_tracker = tracker
+    GPUBurstSpawner._offloaders[id(asyncio.get_running_loop())] = offloader or NamespaceOffloader(FakeCustomApi())
+    return spawner
+
+
+async def manifest_of(spawner: GPUBurstSpawner) -> dict[str, Any]:
+    await spawner.load_user_options()
+    pod = await spawner.get_pod_manifest()
+    return SERIALIZER.sanitize_for_serialization(pod)
+
+
+def required_terms(manifest):
+    return manifest["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+
+
+def env(manifest) -> dict[str, Any]:
+    return {e["name"]: e for e in manifest["spec"]["containers"][0]["env"]}
+
+
+async def test_local_pod_is_pinned_labelled_and_valid(no_cluster):
+    tracker = make_tracker()
+    spawner = make_spawner(tracker, {"profile": "gpu1"})
+    manifest = await manifest_of(spawner)
+    kubernetes_validate.validate(manifest, K8S, strict=True)
+    (term,) = required_terms(manifest)
+    assert term["matchExpressions"] == liqo.local_node_affinity_term()["matchExpressions"]
+    assert term["matchFields"] == [{"key": "metadata.name", "operator": "In", "values": ["origin-gpu"]}]
+    assert manifest["metadata"]["labels"][keys.SITE_LABEL] == "local"
+    assert keys.CLUSTER_LABEL not in manifest["metadata"]["labels"]
+    annotations = manifest["metadata"]["annotations"]
+    assert annotations[keys.USER_ANNOTATION] == spawner.user.name
+    assert json.loads(annotations[keys.GROUPS_ANNOTATION]) == []
+    assert "2 of 2" in annotations[keys.REASON_ANNOTATION]
+    assert not manifest["spec"].get("tolerations")
+    variables = env(manifest)
+    assert variables["JUPYTER_GPUBURST_SITE"]["value"] == "local"
+    assert variables["JUPYTER_GPUBURST_GPU_RESOURCE"]["value"] == "nvidia.com/gpu"
+    assert variables["JUPYTER_GPUBURST_NODE"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    # the decision holds a reservation until the pod is bound
+    assert spawner.gpuburst_key in tracker.placer.reservations
+    assert tracker.placements()[spawner.gpuburst_key]["state"] == "pending"
+
+
+async def test_donor_pod_tolerates_virtual_node_and_offloads_namespace(no_cluster, liqo_crd_dir):
+    tracker = make_tracker(({"origin-gpu": 2},))
+    tracker._on_pod_event("ADDED", synthetic.pod("hog", node_name="origin-gpu", gpus={"nvidia.com/gpu": 2}))
+    custom = FakeCustomApi()
+    spawner = make_spawner(tracker, {"profile": "gpu1"}, NamespaceOffloader(custom))
+    manifest = await manifest_of(spawner)
+    kubernetes_validate.validate(manifest, K8S, strict=True)
+    assert required_terms(manifest) == [liqo.donor_node_affinity_term("donor-1")]
+    assert liqo.virtual_node_toleration() in manifest["spec"]["tolerations"]
+    assert manifest["metadata"]["labels"][keys.CLUSTER_LABEL] == "donor-1"
+    assert env(manifest)["JUPYTER_GPUBURST_CLUSTER"]["value"] == "donor-1"
+    assert "0 of 2" in env(manifest)["JUPYTER_GPUBURST_REASON"]["value"]
+    (offloading,) = custom.created
+    crd = yaml.safe_load((liqo_crd_dir / "offloading.liqo.io_namespaceoffloadings.yaml").read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == liqo.OFFLOADING_VERSION]
+    jsonschema.validate(offloading, version["schema"]["openAPIV3Schema"])
+    assert offloading["metadata"]["namespace"] == spawner.namespace
+    # ensured once per namespace and process: a second donor spawn creates nothing
+    await make_spawner(tracker, {"profile": "donor"}, NamespaceOffloader(custom)).load_user_options()
+    assert len(custom.created) == 1
+
+
+async def test_admin_affinity_terms_are_narrowed_not_replaced(no_cluster):
+    tracker = make_tracker()
+    admin_term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    spawner = make_spawner(tracker, {"profile": "gpu1"}, node_affinity_required=[admin_term])
+    manifest = await manifest_of(spawner)
+    kubernetes_validate.validate(manifest, K8S, strict=True)
+    (term,) = required_terms(manifest)
+    assert term["matchExpressions"][0] == admin_term["matchExpressions"][0]
+    assert liqo.local_node_affinity_term()["matchExpressions"][0] in term["matchExpressions"]
+
+
+async def test_cpu_profile_passes_through_untouched(no_cluster):
+    tracker = make_tracker()
+    spawner = make_spawner(tracker, {"profile": "cpu"})
+    manifest = await manifest_of(spawner)
+    assert keys.SITE_LABEL not in manifest["metadata"]["labels"]
+    assert "JUPYTER_GPUBURST_SITE" not in env(manifest)
+    assert not manifest["spec"].get("affinity")
+    assert not tracker.placer.reservations._by_key
+
+
+async def test_no_capacity_fails_fast_with_reason(no_cluster):
+    tracker = make_tracker(donor_gpus=2)
+    spawner = make_spawner(tracker, {"profile": "gpu4"})
+    with pytest.raises(SpawnRefused) as info:
+        await manifest_of(spawner)
+    assert info.value.status_code == 503
+    assert "origin: 2 of 2 free" in str(info.value) and "donor donor-1: 2 of 2 free" in str(info.value)
+
+
+async def test_oversized_profile_is_a_client_error(no_cluster):
+    # the tracker's policy comes from the same hub config as the spawner's traits
+    config = Config()
+    config.GPUBurstSpawner.max_gpus_per_server = 2
+    spawner = make_spawner(make_tracker(config=config), {"profile": "gpu4"}, max_gpus_per_server=2)
+    with pytest.raises(SpawnRefused) as info:
+        await manifest_of(spawner)
+    assert info.value.status_code == 400 and "between 1 and 2" in str(info.value)
+
+
+async def test_profile_allowed_sites_are_respected(no_cluster):
+    manifest = await manifest_of(make_spawner(make_tracker(), {"profile": "donor"}))
+    assert manifest["metadata"]["labels"][keys.SITE_LABEL] == "donor-1"
+
+
+async def test_forbidden_offloading_names_the_missing_permission(no_cluster):
+    tracker = make_tracker(({"origin-gpu": 0},))
+    spawner = make_spawner(tracker, {"profile": "gpu1"}, NamespaceOffloader(FakeCustomApi(status=403)))
+    with pytest.raises(SpawnRefused) as info:
+        await manifest_of(spawner)
+    assert f"create namespaceoffloadings.offloading.liqo.io in namespace {spawner.namespace}" in str(info.value)
+    assert spawner.gpuburst_key not in tracker.placer.reservations
+
+
+async def test_offloader_accepts_existing_object():
+    assert await NamespaceOffloader(FakeCustomApi(status=409)).ensure("ns") is False
+    assert await NamespaceOffloader(FakeCustomApi(status=403, exists=True)).ensure("ns") is False
+    with pytest.raises(OffloadingPermissionError, match="is Liqo installed"):
+        await NamespaceOffloader(FakeCustomApi(status=404)).ensure("ns")
+
+
+async def test_queue_waits_in_order_and_shows_position(no_cluster):
+    tracker = make_tracker(({"origin-gpu": 1},), donor_gpus=0)
+    tracker._on_pod_event("ADDED", synthetic.pod("hog", node_name="origin-gpu", gpus={"nvidia.com/gpu": 1}))
+    first = make_spawner(tracker, {"profile": "gpu1"}, queue_when_full=True)
+    first.user.name = "first"
+    second = make_spawner(tracker, {"profile": "gpu1"}, queue_when_full=True)
+    second.user = type(first.user)()
+    second.user.name, second.user.id, second.user.url = "second", 2, "u"
+    task1 = asyncio.ensure_future(manifest_of(first))
+    await asyncio.sleep(0.05)
+    task2 = asyncio.ensure_future(manifest_of(second))
+    await asyncio.sleep(0.05)
+    assert tracker.queue_length == 2
+    assert "position 2" in second._gb_messages[-1]["message"]
+    tracker._on_pod_event("DELETED", synthetic.pod("hog", node_name="origin-gpu", gpus={"nvidia.com/gpu": 1}))
+    manifest = await asyncio.wait_for(task1, 5)
+    assert manifest["metadata"]["labels"][keys.SITE_LABEL] == "local"
+    await asyncio.sleep(0.1)
+    assert not task2.done() and tracker.queue_position("second/") == 1
+    task2.cancel()
+    await asyncio.gather(task2, return_exceptions=True)
+    assert tracker.queue_length == 0
+
+
+async def test_queue_gives_up_after_start_timeout(no_cluster):
+    tracker = make_tracker(({"origin-gpu": 0},), donor_gpus=0)
+    spawner = make_spawner(tracker, {"profile": "gpu1"}, queue_when_full=True, start_timeout=1)
+    with pytest.raises(SpawnRefused, match="Waited 1 s in the queue"):
+        await manifest_of(spawner)
+    assert tracker.queue_length == 0
+
+
+async def test_state_round_trip_and_restore(no_cluster):
+    tracker = make_tracker()
+    spawner = make_spawner(tracker, {"profile": "gpu1"})
+    await manifest_of(spawner)
+    state = spawner.get_state()
+    assert state["gpuburst"]["site"] == "local" and state["gpuburst"]["attempts"] == 1
+    restored = make_spawner(tracker)
+    restored.load_state(json.loads(json.dumps(state)))
+    assert restored.gpuburst_placement["node"] == "origin-gpu"
+    assert restored.get_state()["gpuburst"] == state["gpuburst"]
+    restored.clear_state()
+    assert restored.gpuburst_placement is None
+
+
+async def test_progress_yields_decision_before_pod_events(no_cluster):
+    spawner = make_spawner(make_tracker(), {"profile": "gpu1"}, events_enabled=False)
+    await manifest_of(spawner)
+    spawner._start_future = asyncio.get_running_loop().create_future()
+    spawner._start_future.set_result("http://x")
+    events = [event async for event in spawner.progress()]
+    assert events and "starting on the origin" in events[0]["message"]
+
+
+def test_unschedulable_reason_only_for_the_gpu_resource():
+    def pod(message):
+        return {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]}}
+
+    assert unschedulable_reason(pod("0/3 nodes are available: 1 Insufficient nvidia.com/gpu."), "nvidia.com/gpu")
+    assert unschedulable_reason(pod("0/3 nodes are available: 3 Insufficient cpu."), "nvidia.com/gpu") is None
+    assert unschedulable_reason({"status": {"phase": "Pending"}}, "nvidia.com/gpu") is None
+
+
+async def test_form_shows_availability_and_marks_full_profiles(no_cluster):
+    tracker = make_tracker(donor_gpus=2)
+    spawner = make_spawner(tracker)
+    form = await spawner.options_form(spawner)
+    assert "Would start on local" in form
+    assert "local 2 of 2" in form and "donor-1 2 of 2" in form
+    assert 'data-profile="gpu4"' in form and 'data-full="true"' in form
+    assert "Full: No site can start 4" in form
+    assert 'name="profile"' in form  # KubeSpawner's own form is still there
+
+
+async def test_callable_profile_list_keeps_working(no_cluster):
+    tracker = make_tracker()
+    spawner = make_spawner(tracker, {"profile": "gpu1"})
+    spawner.profile_list = lambda s: PROFILES
+    form = await spawner.options_form(spawner)
+    assert "Would start on local" in form
+    manifest = await manifest_of(spawner)
+    assert manifest["metadata"]["labels"][keys.SITE_LABEL] == "local"
+
+
+def test_settings_translate_into_policy():
+    config = Config()
+    config.GPUBurstSpawner.strategy = "donor-first"
+    config.GPUBurstSpawner.donor_order = ["b", "a"]
+    config.GPUBurstSpawner.group_donor_caps = {"students": 4}
+    config.GPUBurstSpawner.max_gpus_per_server = 3
+    config.GPUBurstSpawner.image = "ignored/by-settings"  # a KubeSpawner trait, not ours
+    policy = settings_from_config(config).policy()
+    assert policy.strategy is Strategy.DONOR_FIRST
+    assert policy.donor_order == ("b", "a")
+    assert policy.group_donor_caps == {"students": 4}
+    assert policy.max_count == 3
+    assert policy.donor_allowlist is None
+
+
+def test_bad_strategy_is_a_clear_error():
+    with pytest.raises(PlacementInputError, match="unknown strategy 'nearest'"):
+        GPUBurstSettings(strategy="nearest")
+
+
+def test_every_policy_knob_has_help():
+    for name in GPUBurstSettings.class_trait_names(config=True):
+        assert GPUBurstSettings.class_traits()[name].help, name
+
+
+def donor_pod(spawner, phase="Pending", conditions=None) -> dict[str, Any]:
+    pod = synthetic.pod(spawner.pod_name, namespace=spawner.namespace, node_name="donor-1", gpus={"nvidia.com/gpu": 1}, phase=phase, site="donor-1")
+    pod["metadata"]["uid"] = "uid-1"
+    pod["status"]["conditions"] = conditions or []
+    return pod
+
+
+async def test_pod_pending_on_donor_past_grace_is_moved(no_cluster):
+    tracker = make_tracker(({"origin-gpu": 0},))
+    spawner = make_spawner(tracker, {"profile": "gpu1"}, donor_pending_grace_seconds=0.3)
+    await manifest_of(spawner)
+    assert spawner._gb_placement.site == "donor-1"
+    tracker._on_pod_event("ADDED", donor_pod(spawner))
+    why = await asyncio.wait_for(spawner._gb_watch_pod(), 3)
+    assert "still pending on donor donor-1" in why
+
+
+async def test_running_donor_pod_is_left_alone(no_cluster):
+    tracker = make_tracker(({"origin-gpu": 0},))
+    spawner = make_spawner(tracker, {"profile": "gpu1"}, donor_pending_grace_seconds=0.1)
+    await manifest_of(spawner)
+    tracker._on_pod_event("ADDED", donor_pod(spawner, phase="Running"))
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(spawner._gb_watch_pod(), 0.5)
+
+
+async def test_failed_scheduling_event_for_the_gpu_triggers_a_move(no_cluster, monkeypatch):
+    tracker = make_tracker(({"origin-gpu": 0},))
+    spawner = make_spawner(tracker, {"profile": "gpu1"}, donor_pending_grace_seconds=60)
+    await manifest_of(spawner)
+    tracker._on_pod_event("ADDED", donor_pod(spawner))
+    event = {"reason": "FailedScheduling", "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.", "involvedObject": {"uid": "uid-1"}}
+    stale = {**event, "involvedObject": {"uid": "an-earlier-pod"}}
+    events = [stale]
+    monkeypatch.setattr(GPUBurstSpawner, "events", property(lambda self: events))
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(spawner._gb_watch_pod(), 0.7)
+    events.append(event)
+    why = await asyncio.wait_for(spawner._gb_watch_pod(), 2)
+    assert "Insufficient nvidia.com/gpu" in why
