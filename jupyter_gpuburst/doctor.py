@@ -31,7 +31,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from . import liqo
-from .inventory import DEFAULT_RESOURCE_NAMES, DEFAULT_RESOURCE_PREFIXES, Inventory, Snapshot, parse_count
+from .inventory import DEFAULT_RESOURCE_NAMES, DEFAULT_RESOURCE_PREFIXES, Inventory, Snapshot, node_is_ready, parse_count
 
 DEFAULT_NAMESPACE = "default"
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -253,13 +253,6 @@ def _service_account_namespace() -> str:
 
 
 # ---- the checks -----------------------------------------------------------------------------
-def _is_ready(node: Mapping[str, Any]) -> bool:
-    for condition in (node.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
-    return False
-
-
 def _ready_message(node: Mapping[str, Any]) -> str:
     for condition in (node.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Ready":
@@ -323,7 +316,7 @@ def check_nodes(nodes: Iterable[Mapping[str, Any]], inventory: Inventory) -> lis
                     Finding("donors", subject, Status.FAIL, "virtual node has no remote cluster id label",
                             f"kubectl describe node {shlex.quote(name)}   # re-create the peering: liqoctl unpeer/peer")
                 )
-            elif not _is_ready(node):
+            elif not node_is_ready(node):
                 findings.append(
                     Finding("donors", subject, Status.FAIL, f"NotReady ({_ready_message(node)}); {_fmt_gpus(gpus)} unusable",
                             f"liqoctl info peer {shlex.quote(cluster_id)}   # then fix the peering it reports, e.g. liqoctl peer --remote-kubeconfig <donor kubeconfig>")
@@ -342,7 +335,7 @@ def check_nodes(nodes: Iterable[Mapping[str, Any]], inventory: Inventory) -> lis
                 findings.append(Finding("donors", subject, Status.OK, f"Ready, grants {_fmt_gpus(gpus)}"))
         elif gpus:
             local_gpu_nodes += 1
-            ready = _is_ready(node)
+            ready = node_is_ready(node)
             if ready:
                 local_ready_gpus += sum(gpus.values())
             findings.append(

@@ -218,7 +218,7 @@ class Inventory:
         else:
             cluster_id = liqo.remote_cluster_id(node)
             site = cluster_id or keys.LOCAL_SITE
-            ready = _is_ready(node)
+            ready = node_is_ready(node)
             allocatable = Map(self._gpu_quantities((node.get("status") or {}).get("allocatable")))
             requested = old.requested if old is not None else EMPTY
             new = NodeCapacity(
@@ -410,7 +410,8 @@ def _bucket_discard(buckets: Map, key: tuple, free: int, name: str) -> Map:
     return buckets.set(key, levels) if len(levels) else buckets.delete(key)
 
 
-def _is_ready(node: Mapping[str, Any]) -> bool:
+def node_is_ready(node: Mapping[str, Any]) -> bool:
+    """The node's Ready condition is True (a virtual node's reflects its peering)."""
     for condition in (node.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Ready":
             return condition.get("status") == "True"
@@ -442,7 +443,7 @@ def full_recount(
     for node in nodes:
         name = node["metadata"]["name"]
         site = liqo.remote_cluster_id(node) or keys.LOCAL_SITE
-        eligible = _is_ready(node) and _accepts_new_pods(node)
+        eligible = node_is_ready(node) and _accepts_new_pods(node)
         node_info[name] = (site, eligible, counter._gpu_quantities((node.get("status") or {}).get("allocatable")))
     used: dict[str, dict[str, int]] = {}
     for pod in pods:
