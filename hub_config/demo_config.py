@@ -25,15 +25,16 @@ c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
 
 env = os.environ
 state = Path(env["GPUBURST_DEMO_STATE_DIR"])
-bin_dir = Path(sys.executable).parent  # the venv: proxy and single-user commands live here
+bin_dir = Path(sys.executable).parent  # the venv: the single-user command lives here
 
 # ---- hub and proxy, on 127.0.0.1 only -------------------------------------------------------
 c.JupyterHub.ip = "127.0.0.1"
 c.JupyterHub.port = int(env["GPUBURST_DEMO_PORT"])
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = int(env["GPUBURST_DEMO_HUB_PORT"])
-# The Python configurable-http-proxy from PyPI: same REST API as the Node one, no Node runtime.
-c.ConfigurableHTTPProxy.command = [str(bin_dir / "configurable-http-proxy")]
+# The Python configurable-http-proxy from PyPI (same REST API as the Node one, no Node runtime),
+# run with streamed responses so spawn progress and the GPU panel's live stream get through.
+c.ConfigurableHTTPProxy.command = [sys.executable, "-m", "jupyter_gpuburst.proxy"]
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{env['GPUBURST_DEMO_PROXY_API_PORT']}"
 c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")

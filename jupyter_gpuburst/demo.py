@@ -6,7 +6,8 @@ One command a student or an admin can try on a laptop:
   peered through the Liqo emulation, each granting its GPUs);
 - JupyterHub runs as a child process with ``hub_config/demo_config.py``, in its own session so
   that Ctrl-C reaches this process only and the shutdown happens in order;
-- the hub starts the proxy, the Python ``configurable-http-proxy`` (no Node runtime);
+- the hub starts the proxy, the Python ``configurable-http-proxy`` (no Node runtime), with
+  streamed responses (``jupyter_gpuburst.proxy``);
 - user servers are pods, run by the federation's kubelet as local processes, with the server
   extension on simulated GPUs.
 

@@ -122,6 +122,24 @@ class Student:
             assert resp.status == 200, (resp.status, await resp.text())
             return await resp.json()
 
+    async def first_stream_events(self, count: int = 2, timeout: float = 20) -> list[tuple[str, dict]]:
+        """The first ``count`` events of the GPU panel's stream, read as they arrive."""
+        events: list[tuple[str, dict]] = []
+        url = f"{self.base}/user/{self.name}/api/gpuburst/stream"
+        async with asyncio.timeout(timeout):
+            async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=None)) as resp:
+                assert resp.status == 200, resp.status
+                name = ""
+                async for raw in resp.content:
+                    line = raw.decode().rstrip("\n")
+                    if line.startswith("event: "):
+                        name = line[len("event: "):]
+                    elif line.startswith("data: "):
+                        events.append((name, json.loads(line[len("data: "):])))
+                        if len(events) == count:
+                            return events
+        return events
+
     async def run_cell(self, code: str, timeout: float = 30) -> str:
         """Start a kernel, execute ``code`` over the kernel websocket, return its stdout."""
         prefix = f"/user/{self.name}"

@@ -143,6 +143,10 @@ async def test_two_students_land_on_origin_then_donor_and_everything_stops(tmp_p
         assert placements["student2"]["cluster"] == "donor-1"
         assert placements["student2"]["gpu_count"] == 2
         assert placements["student2"]["reason"]
+        # the panel's live stream gets through the demo's proxy event by event, not at its end
+        (first, placement), (second, sample) = await students[1].first_stream_events(2)
+        assert (first, second) == ("placement", "sample")
+        assert placement["site"] == "donor-1" and sample["simulated"] is True and sample["gpus"]
 
         # A MIG slice comes from the origin's partitioned GPU, whatever the whole GPUs do.
         mig = Student(f"http://127.0.0.1:{port}", "student3", DEFAULT_PASSWORD)
