@@ -168,11 +168,16 @@ JUPYTER_ENTRYPOINT = ("jupyterhub-singleuser",)
 
 
 def container_argv(container: Obj) -> list[str]:
-    """command + args, with the image's entrypoint standing in for a missing command."""
+    """command + args, as a container runtime builds them from the pod and the image.
+
+    Jupyter images have a pass-through entrypoint (tini) and a default CMD; ``args`` replace
+    that CMD, so the stand-in CMD is used only when the pod gives neither command nor args.
+    """
     command = list(container.get("command") or [])
-    if not command and JUPYTER_IMAGE.search(container.get("image", "")):
-        command = list(JUPYTER_ENTRYPOINT)
-    return [*command, *(container.get("args") or [])]
+    args = list(container.get("args") or [])
+    if not command and not args and JUPYTER_IMAGE.search(container.get("image", "")):
+        return list(JUPYTER_ENTRYPOINT)
+    return [*command, *args]
 
 
 def resolve_command(argv0: str, path: str | None = None) -> str | None:

@@ -151,7 +151,11 @@ async def test_delete_kills_process_group_records_killing_and_removes(cluster):
 
 
 def test_jupyter_image_without_command_runs_singleuser():
-    assert container_argv({"image": "quay.io/jupyterhub/k8s-singleuser-sample:4.0.0", "args": ["--debug"]}) == ["jupyterhub-singleuser", "--debug"]
+    image = "quay.io/jupyterhub/k8s-singleuser-sample:4.0.0"
+    assert container_argv({"image": image}) == ["jupyterhub-singleuser"]
+    # args replace the image's default command, as KubeSpawner's `cmd` does
+    assert container_argv({"image": image, "args": ["jupyterhub-singleuser", "--debug"]}) == ["jupyterhub-singleuser", "--debug"]
+    assert container_argv({"image": image, "command": ["python3"], "args": ["-V"]}) == ["python3", "-V"]
     assert container_argv({"image": "busybox"}) == []
 
 
