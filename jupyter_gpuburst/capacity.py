@@ -193,10 +193,13 @@ class CapacityTracker:
             labels = meta.get("labels") or {}
             annotations = meta.get("annotations") or {}
             phase = (pod.get("status") or {}).get("phase")
+            resource, count = next(iter(sorted(self.inventory.pod_requests(pod).items())), (None, None))
             out[owner] = {
                 "site": labels.get(keys.SITE_LABEL),
                 "cluster_id": labels.get(keys.CLUSTER_LABEL),
                 "node": (pod.get("spec") or {}).get("nodeName"),
+                "resource": resource,
+                "count": count,
                 "reason": annotations.get(keys.REASON_ANNOTATION, ""),
                 "attempts": _int(annotations.get(keys.ATTEMPTS_ANNOTATION), 1),
                 "pod": meta.get("name"),

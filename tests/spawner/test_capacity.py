@@ -138,6 +138,6 @@ def test_placements_of_pods_from_before_a_restart():
     tracker._on_pod_event("ADDED", pod)
     shown = tracker.placements()["zoe/"]
     assert shown == {
-        "site": "donor-1", "cluster_id": "donor-1", "node": "donor-1", "reason": "busy", "attempts": 1,
-        "pod": "jupyter-zoe", "namespace": "jupyter", "state": "running",
+        "site": "donor-1", "cluster_id": "donor-1", "node": "donor-1", "resource": GPU, "count": 1,
+        "reason": "busy", "attempts": 1, "pod": "jupyter-zoe", "namespace": "jupyter", "state": "running",
     }
