@@ -477,8 +477,12 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                 yield {"message": self._gb_messages[sent]["message"]}
                 sent += 1
         finally:
+            # KubeSpawner's generator must not be closed while a step of it still runs
+            # ("aclose(): asynchronous generator is already running" when a client leaves)
             if pending is not None and not pending.done():
                 pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
+            await events.aclose()
 
     # ---- state -------------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Any
+from unittest.mock import patch
 
 import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
 from kubernetes_asyncio.client import ApiClient, ApiException
+from kubespawner import KubeSpawner
 from traitlets.config import Config
 
 from jupyter_gpuburst import keys, liqo
@@ -354,3 +356,27 @@ async def test_failed_scheduling_event_for_the_gpu_triggers_a_move(no_cluster, m
     events.append(event)
     why = await asyncio.wait_for(spawner._gb_watch_pod(), 2)
     assert "Insufficient nvidia.com/gpu" in why
+
+
+async def test_progress_closed_by_a_leaving_client_closes_kubespawners_stream(no_cluster):
+    spawner = make_spawner(make_tracker(), {"profile": "gpu1"}, events_enabled=False)
+    await manifest_of(spawner)
+    spawner._start_future = asyncio.get_running_loop().create_future()  # still starting
+
+    async def slow_pod_events():
+        await asyncio.sleep(3600)
+        yield {"message": "never"}
+
+    inner = slow_pod_events()
+    with patch.object(KubeSpawner, "progress", lambda self: inner):
+        stream = spawner.progress()
+        assert "starting on the origin" in (await stream.__anext__())["message"]
+        step = asyncio.ensure_future(stream.__anext__())
+        await asyncio.sleep(0.3)  # a step of KubeSpawner's stream is now in flight
+        spawner._gb_messages.append({"message": "Redirected: ..."})
+        assert (await step)["message"] == "Redirected: ..."
+        assert inner.ag_running  # the page's client leaves while that step still runs
+        await stream.aclose()
+    # closed in order: nothing left for the garbage collector to close mid-step, which
+    # failed with "aclose(): asynchronous generator is already running"
+    assert not inner.ag_running and inner.ag_frame is None
