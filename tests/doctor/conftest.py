@@ -4,32 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from jupyter_gpuburst import liqo
+from jupyter_gpuburst.bench import synthetic
 
 
 def node(name: str, gpus: int = 0, *, ready: bool = True, donor: str | None = None, resource: str = "nvidia.com/gpu", unschedulable: bool = False) -> dict[str, Any]:
-    labels = {"kubernetes.io/hostname": name}
-    spec: dict[str, Any] = {}
-    if donor is not None:
-        labels.update(liqo.virtual_node_labels(donor))
-        spec["taints"] = [liqo.virtual_node_taint()]
-    if unschedulable:
-        spec["unschedulable"] = True
-    allocatable = {"cpu": "8", "memory": "32Gi", "pods": "110"}
-    if gpus:
-        allocatable[resource] = str(gpus)
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels},
-        "spec": spec,
-        "status": {
-            "capacity": dict(allocatable),
-            "allocatable": allocatable,
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False",
-                            "reason": "KubeletReady" if ready else "PeeringDown", "message": "" if ready else "peering lost"}],
-        },
-    }
+    """A node (a Liqo virtual node with ``donor``) whose Ready condition says why, as doctor reports it."""
+    obj = synthetic.node(name, {resource: gpus} if gpus else {}, cluster_id=donor, ready=ready, unschedulable=unschedulable)
+    obj["status"]["conditions"][0].update(
+        reason="KubeletReady" if ready else "PeeringDown", message="" if ready else "peering lost"
+    )
+    return obj
 
 
 def gpu_pod(name: str, node_name: str, gpus: int, namespace: str = "default") -> dict[str, Any]:
