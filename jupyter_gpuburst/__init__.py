@@ -1,12 +1,12 @@
 """jupyter-gpuburst: GPU notebooks on the local cluster, or on a Liqo-peered donor when it is full."""
 
-from ._version import __version__
+from jupyter_gpuburst._version import __version__
 
 __all__ = ["__version__"]
 
 
 def _jupyter_server_extension_points() -> list[dict]:
     """The jupyter_server extension (imported lazily: the hub imports this package too)."""
-    from .serverext import GPUBurstServerExtension
+    from jupyter_gpuburst.server import GPUBurstServerExtension
 
-    return [{"module": "jupyter_gpuburst.serverext", "app": GPUBurstServerExtension}]
+    return [{"module": "jupyter_gpuburst.server", "app": GPUBurstServerExtension}]

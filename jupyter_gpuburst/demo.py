@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import liqo
+from jupyter_gpuburst.core import liqo
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_CONFIG = REPO / "hub_config" / "demo_config.py"
@@ -161,8 +161,8 @@ class Demo:
         self.url = f"http://127.0.0.1:{opts.port}"
 
     async def start(self) -> None:
-        from .sim.config import parse_config
-        from .sim.federation import Federation
+        from jupyter_gpuburst.sim.config import parse_config
+        from jupyter_gpuburst.sim.federation import Federation
 
         self.fed = Federation(parse_config(federation_config(self.opts), "<gpuburst demo>"), self.state / "sim")
         await self.fed.start()

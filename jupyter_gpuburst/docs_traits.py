@@ -26,8 +26,8 @@ PACKAGE = "jupyter_gpuburst"
 
 def _sections() -> list[tuple[str, str, type[HasTraits]]]:
     """(config section, what it configures, class) for every configurable class we ship."""
-    from .serverext.app import GPUBurstServerExtension
-    from .spawner import GPUBurstSpawner
+    from jupyter_gpuburst.server.app import GPUBurstServerExtension
+    from jupyter_gpuburst.hub.spawner import GPUBurstSpawner
 
     return [
         ("GPUBurstSpawner", "the hub: placement policy and spawner behaviour (`jupyterhub_config.py`)", GPUBurstSpawner),

@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Protocol
 
-from . import liqo
-from .inventory import DEFAULT_RESOURCE_NAMES, DEFAULT_RESOURCE_PREFIXES, Inventory, Snapshot, node_is_ready, parse_count
+from jupyter_gpuburst.core import liqo
+from jupyter_gpuburst.core.inventory import DEFAULT_RESOURCE_NAMES, DEFAULT_RESOURCE_PREFIXES, Inventory, Snapshot, node_is_ready, parse_count
 
 DEFAULT_NAMESPACE = "default"
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"

@@ -15,9 +15,9 @@ import statistics
 import sys
 import time
 
-from ..inventory import Inventory, full_recount, summarize
-from ..placement import GPURequest, Placement, Placer, Policy
-from . import synthetic
+from jupyter_gpuburst.core.inventory import Inventory, full_recount, summarize
+from jupyter_gpuburst.core.placement import GPURequest, Placement, Placer, Policy
+from jupyter_gpuburst.bench import synthetic
 
 
 def _percentile(values: list[float], q: float) -> float:

@@ -26,11 +26,11 @@ from typing import Any
 
 import aiohttp
 
-from .. import keys, liqo
-from ..sim.federation import Federation
-from ..sim.testing import running_federation
-from .hubproc import HubProcess
-from .spawn import GPU, clear_pods, hub_config, metric_sum
+from jupyter_gpuburst.core import keys, liqo
+from jupyter_gpuburst.sim.federation import Federation
+from jupyter_gpuburst.sim.testing import running_federation
+from jupyter_gpuburst.bench.hubproc import HubProcess
+from jupyter_gpuburst.bench.spawn import GPU, clear_pods, hub_config, metric_sum
 
 THIEF_LABEL = "gpuburst.bench/thief"
 

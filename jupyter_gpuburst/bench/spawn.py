@@ -33,11 +33,11 @@ from typing import Any
 import aiohttp
 import psutil
 
-from ..inventory import Inventory
-from ..sim.config import FederationConfig, parse_config
-from ..sim.federation import Federation
-from ..sim.testing import running_federation
-from .hubproc import HubProcess
+from jupyter_gpuburst.core.inventory import Inventory
+from jupyter_gpuburst.sim.config import FederationConfig, parse_config
+from jupyter_gpuburst.sim.federation import Federation
+from jupyter_gpuburst.sim.testing import running_federation
+from jupyter_gpuburst.bench.hubproc import HubProcess
 
 GPU = "nvidia.com/gpu"
 DONOR = "donor-1"

@@ -7,7 +7,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from .. import keys, liqo
+from jupyter_gpuburst.core import keys, liqo
 
 MIG_RESOURCE = "nvidia.com/mig-1g.10gb"
 

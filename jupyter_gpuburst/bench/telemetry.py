@@ -32,8 +32,8 @@ def _free_port() -> int:
 
 
 def _nvml_works() -> bool:
-    from jupyter_gpuburst.gpu.backend import GPUUnavailable
-    from jupyter_gpuburst.gpu.nvml import NVMLBackend
+    from jupyter_gpuburst.server.gpu.backend import GPUUnavailable
+    from jupyter_gpuburst.server.gpu.nvml import NVMLBackend
 
     backend = NVMLBackend()
     try:

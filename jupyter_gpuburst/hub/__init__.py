@@ -23,8 +23,8 @@ def install(c: Any, tracker_source: Any = None) -> None:
     ``tracker_source(handler)`` may replace the hub's shared ``CapacityTracker`` (tests, or a
     hub whose spawner is configured elsewhere).
     """
-    from . import metrics  # noqa: F401 - /hub/metrics shows the series from hub start
-    from .handlers import handlers
+    from jupyter_gpuburst.hub import metrics  # noqa: F401 - /hub/metrics shows the series from hub start
+    from jupyter_gpuburst.hub.handlers import handlers
 
     section = c.JupyterHub
     ours = handlers(tracker_source)

@@ -17,8 +17,8 @@ from jupyterhub.handlers.base import BaseHandler
 from jupyterhub.scopes import needs_scope
 from tornado import web
 
-from . import metrics
-from .report import CapacitySource, capacity_report
+from jupyter_gpuburst.hub import metrics
+from jupyter_gpuburst.hub.report import CapacitySource, capacity_report
 
 TrackerSource = Callable[[BaseHandler], "Awaitable[CapacitySource] | CapacitySource"]
 
@@ -29,7 +29,7 @@ PAGE_TEMPLATE = "gpuburst_capacity.html"
 
 async def default_tracker_source(handler: BaseHandler) -> CapacitySource:
     """The hub process's shared tracker, built from the hub's config (GPUBurstSpawner traits)."""
-    from ..capacity import CapacityTracker
+    from jupyter_gpuburst.hub.capacity import CapacityTracker
 
     return await CapacityTracker.ensure(handler.settings["config"], handler.log)
 

@@ -24,7 +24,7 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .. import keys
+from jupyter_gpuburst.core import keys
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ class CapacityCollector(Collector):
             self._sources = [ref for ref in self._sources if ref() is not None]
             found = [source for source in (ref() for ref in self._sources) if source is not None]
         # The hub's trackers, once the spawner has started them: no registration needed.
-        capacity = sys.modules.get("jupyter_gpuburst.capacity")
+        capacity = sys.modules.get("jupyter_gpuburst.hub.capacity")
         tracker_class = getattr(capacity, "CapacityTracker", None)
         for tracker in list(getattr(tracker_class, "_instances", {}).values()):
             snapshot = getattr(tracker, "snapshot", None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from .. import keys
+from jupyter_gpuburst.core import keys
 
 # What an admin may see about one placement; anything else in a tracker's record is dropped.
 PLACEMENT_FIELDS: tuple[str, ...] = (
@@ -18,7 +18,7 @@ PLACEMENT_FIELDS: tuple[str, ...] = (
 
 
 class CapacitySource(Protocol):
-    """What the report reads (``jupyter_gpuburst.capacity.CapacityTracker`` provides it)."""
+    """What the report reads (``jupyter_gpuburst.hub.capacity.CapacityTracker`` provides it)."""
 
     ready: bool
     queue_length: int

@@ -20,13 +20,13 @@ from typing import Any
 
 from aiohttp import web
 
-from . import openapi, tables
-from .errors import ApiError, bad_request, method_not_allowed
-from .faults import Faults
-from .patch import apply_patch
-from .resources import EVENTS_V1_KEY, RESOURCES, ResourceType, by_path, group_versions
-from .selectors import matcher
-from .store import Store, Watch
+from jupyter_gpuburst.sim import openapi, tables
+from jupyter_gpuburst.sim.errors import ApiError, bad_request, method_not_allowed
+from jupyter_gpuburst.sim.faults import Faults
+from jupyter_gpuburst.sim.patch import apply_patch
+from jupyter_gpuburst.sim.resources import EVENTS_V1_KEY, RESOURCES, ResourceType, by_path, group_versions
+from jupyter_gpuburst.sim.selectors import matcher
+from jupyter_gpuburst.sim.store import Store, Watch
 
 log = logging.getLogger(__name__)
 

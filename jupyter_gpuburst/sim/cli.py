@@ -9,8 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
-from .config import DEFAULT_CONFIG, ConfigError, FederationConfig, load_config
-from .federation import Federation
+from jupyter_gpuburst.sim.config import DEFAULT_CONFIG, ConfigError, FederationConfig, load_config
+from jupyter_gpuburst.sim.federation import Federation
 
 
 def build_parser() -> argparse.ArgumentParser:

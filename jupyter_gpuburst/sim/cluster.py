@@ -6,13 +6,13 @@ import ipaddress
 from pathlib import Path
 from typing import Any
 
-from . import defaults
-from .apiserver import ApiServer
-from .config import ClusterConfig, NodeConfig
-from .faults import Faults
-from .kubelet import AddressPool, Kubelet
-from .scheduler import Scheduler
-from .store import Store
+from jupyter_gpuburst.sim import defaults
+from jupyter_gpuburst.sim.apiserver import ApiServer
+from jupyter_gpuburst.sim.config import ClusterConfig, NodeConfig
+from jupyter_gpuburst.sim.faults import Faults
+from jupyter_gpuburst.sim.kubelet import AddressPool, Kubelet
+from jupyter_gpuburst.sim.scheduler import Scheduler
+from jupyter_gpuburst.sim.store import Store
 
 Obj = dict[str, Any]
 KUBELET_VERSION = "v1.31.0"

@@ -15,7 +15,7 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-from .errors import invalid
+from jupyter_gpuburst.sim.errors import invalid
 
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

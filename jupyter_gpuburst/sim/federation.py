@@ -8,11 +8,11 @@ from pathlib import Path
 from collections.abc import Mapping
 from types import TracebackType
 
-from .cluster import Cluster
-from .config import FederationConfig, load_config
-from .faults import Faults
-from .kubeconfig import write_kubeconfig
-from .peering import Peering
+from jupyter_gpuburst.sim.cluster import Cluster
+from jupyter_gpuburst.sim.config import FederationConfig, load_config
+from jupyter_gpuburst.sim.faults import Faults
+from jupyter_gpuburst.sim.kubeconfig import write_kubeconfig
+from jupyter_gpuburst.sim.peering import Peering
 
 
 class Federation:

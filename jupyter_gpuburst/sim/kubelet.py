@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import liqo
-from . import defaults
-from .errors import ApiError
-from .store import Store
+from jupyter_gpuburst.core import liqo
+from jupyter_gpuburst.sim import defaults
+from jupyter_gpuburst.sim.errors import ApiError
+from jupyter_gpuburst.sim.store import Store
 
 log = logging.getLogger(__name__)
 

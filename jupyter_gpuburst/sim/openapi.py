@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Any
 
-from .resources import RESOURCES, ResourceType
+from jupyter_gpuburst.sim.resources import RESOURCES, ResourceType
 
 
 def _gv_path(group: str, version: str) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 import jsonpatch
 
-from .errors import ApiError, bad_request, unsupported_media_type
+from jupyter_gpuburst.sim.errors import ApiError, bad_request, unsupported_media_type
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"

@@ -30,11 +30,11 @@ import copy
 import logging
 from typing import Any
 
-from .. import liqo
-from . import defaults
-from .cluster import KUBELET_VERSION, Cluster, ready_conditions
-from .errors import ApiError
-from .scheduler import matches_node_affinity
+from jupyter_gpuburst.core import liqo
+from jupyter_gpuburst.sim import defaults
+from jupyter_gpuburst.sim.cluster import KUBELET_VERSION, Cluster, ready_conditions
+from jupyter_gpuburst.sim.errors import ApiError
+from jupyter_gpuburst.sim.scheduler import matches_node_affinity
 
 log = logging.getLogger(__name__)
 

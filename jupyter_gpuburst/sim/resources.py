@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import liqo
-from .errors import ApiError
+from jupyter_gpuburst.core import liqo
+from jupyter_gpuburst.sim.errors import ApiError
 
 STANDARD_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 # Fields every kind can be selected on.

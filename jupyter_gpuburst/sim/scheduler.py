@@ -21,9 +21,9 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-from . import defaults
-from .errors import ApiError
-from .store import TERMINAL_PHASES, Store
+from jupyter_gpuburst.sim import defaults
+from jupyter_gpuburst.sim.errors import ApiError
+from jupyter_gpuburst.sim.store import TERMINAL_PHASES, Store
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import bad_request
+from jupyter_gpuburst.sim.errors import bad_request
 
 _LABEL_KEY = re.compile(r"^([a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?/)?[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$")
 _SET_EXPR = re.compile(r"^\s*(!?)\s*([^\s!=()]+)\s+(in|notin)\s*\((.*)\)\s*$")

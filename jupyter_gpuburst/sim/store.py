@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from . import defaults
-from .errors import ApiError, already_exists, bad_request, conflict, forbidden, gone, invalid, not_found
-from .resources import RESOURCES, VIRTUAL_RESOURCES, ResourceType, resource
-from .selectors import matcher
+from jupyter_gpuburst.sim import defaults
+from jupyter_gpuburst.sim.errors import ApiError, already_exists, bad_request, conflict, forbidden, gone, invalid, not_found
+from jupyter_gpuburst.sim.resources import RESOURCES, VIRTUAL_RESOURCES, ResourceType, resource
+from jupyter_gpuburst.sim.selectors import matcher
 
 Obj = dict[str, Any]
 # Namespaces that exist in every fresh cluster.

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from .resources import ResourceType
+from jupyter_gpuburst.sim.resources import ResourceType
 
 Obj = dict[str, Any]
 Column = tuple[str, str, int, str]  # name, type, priority, description

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from .config import FederationConfig, load_config, parse_config
-from .faults import Faults
-from .federation import Federation
-from .store import Store
+from jupyter_gpuburst.sim.config import FederationConfig, load_config, parse_config
+from jupyter_gpuburst.sim.faults import Faults
+from jupyter_gpuburst.sim.federation import Federation
+from jupyter_gpuburst.sim.store import Store
 
 
 @contextlib.asynccontextmanager

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
 
-from jupyter_gpuburst import keys
+from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.sim.testing import running_federation
 from spawner.harness import Hub
 

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from jupyter_gpuburst import doctor, liqo
+from jupyter_gpuburst import doctor
+from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim.apiserver import ApiServer
 from jupyter_gpuburst.sim.kubeconfig import write_kubeconfig
 from jupyter_gpuburst.sim.store import Store

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from jupyter_gpuburst import doctor, liqo
+from jupyter_gpuburst import doctor
+from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.demo import NAMESPACE, DemoOptions, federation_config
 from jupyter_gpuburst.sim.testing import running_federation
 

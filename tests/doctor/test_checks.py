@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpuburst import doctor, liqo
+from jupyter_gpuburst import doctor
+from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.doctor import Status
 
 from .conftest import gpu_pod, node

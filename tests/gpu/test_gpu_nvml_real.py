@@ -7,7 +7,7 @@ import time
 import pynvml
 import pytest
 
-from jupyter_gpuburst.gpu.nvml import NVMLBackend
+from jupyter_gpuburst.server.gpu.nvml import NVMLBackend
 
 pytestmark = pytest.mark.gpu
 

@@ -7,7 +7,7 @@ import re
 import aiohttp
 import pytest
 
-from jupyter_gpuburst.inventory import summarize
+from jupyter_gpuburst.core.inventory import summarize
 
 from .fakes import GPU, StaticTracker
 

@@ -18,7 +18,8 @@ import pytest
 import yaml
 from traitlets.config.loader import PyFileConfigLoader
 
-from jupyter_gpuburst import doctor, liqo
+from jupyter_gpuburst import doctor
+from jupyter_gpuburst.core import liqo
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -144,7 +145,7 @@ def test_values_profiles_cover_cpu_gpus_and_a_mig_slice(values):
 def test_values_spawner_class_is_our_entry_point(values):
     name = values["hub"]["config"]["JupyterHub"]["spawner_class"]
     [ep] = [ep for ep in entry_points(group="jupyterhub.spawners") if ep.name == name]
-    assert ep.value == "jupyter_gpuburst.spawner:GPUBurstSpawner"
+    assert ep.value == "jupyter_gpuburst.hub.spawner:GPUBurstSpawner"
 
 
 def test_values_extra_config_is_valid_python(values):
@@ -162,11 +163,11 @@ def test_plain_config_matches_the_helm_values(values, plain_config):
 
 
 def test_configured_spawner_traits_exist(values):
-    from jupyter_gpuburst.spawner import GPUBurstSpawner
+    from jupyter_gpuburst.hub.spawner import GPUBurstSpawner
 
     if "strategy" not in GPUBurstSpawner.class_trait_names():
         pytest.skip("GPUBurstSpawner has no placement traits yet")
-    from jupyter_gpuburst.settings import GPUBurstSettings
+    from jupyter_gpuburst.hub.settings import GPUBurstSettings
 
     settings = GPUBurstSettings()
     for name, value in values["hub"]["config"]["GPUBurstSpawner"].items():

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpuburst.capacity import CapacityTracker
-from jupyter_gpuburst.inventory import full_recount, summarize
-from jupyter_gpuburst.settings import GPUBurstSettings
+from jupyter_gpuburst.hub.capacity import CapacityTracker
+from jupyter_gpuburst.core.inventory import full_recount, summarize
+from jupyter_gpuburst.hub.settings import GPUBurstSettings
 
 pytestmark = pytest.mark.realcluster
 

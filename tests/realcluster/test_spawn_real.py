@@ -17,8 +17,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from jupyter_gpuburst import keys, liqo
-from jupyter_gpuburst.inventory import full_recount
+from jupyter_gpuburst.core import keys, liqo
+from jupyter_gpuburst.core.inventory import full_recount
 from spawner.harness import Hub
 
 pytestmark = pytest.mark.realcluster

@@ -13,7 +13,7 @@ import kubernetes_asyncio
 import pytest
 from kubernetes.client.rest import ApiException
 
-from jupyter_gpuburst import liqo
+from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim.faults import Faults
 
 

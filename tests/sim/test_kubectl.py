@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from jupyter_gpuburst import liqo
+from jupyter_gpuburst.core import liqo
 
 KUBECTL = "/usr/bin/kubectl"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from jupyter_gpuburst import liqo
+from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim.testing import is_running_ready, wait_for_pod
 
 pytestmark = pytest.mark.integration

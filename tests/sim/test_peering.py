@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from jupyter_gpuburst import liqo
+from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim.peering import NSOFF, VNODES, tenant_namespace
 from jupyter_gpuburst.sim.testing import is_running_ready, wait_for_pod, wait_until
 

@@ -8,7 +8,7 @@ import time
 import kubernetes_validate
 import pytest
 
-from jupyter_gpuburst import liqo
+from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim.config import NodeConfig
 from jupyter_gpuburst.sim.cluster import node_object
 from jupyter_gpuburst.sim.peering import virtual_node_object

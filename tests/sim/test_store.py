@@ -7,7 +7,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from jupyter_gpuburst import liqo
+from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.resources import RESOURCES
 from jupyter_gpuburst.sim.store import Store

@@ -7,16 +7,16 @@ import asyncio
 import pytest
 from kubernetes_asyncio import client, config
 
-from jupyter_gpuburst import keys
+from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.bench import synthetic
-from jupyter_gpuburst.capacity import CapacityTracker, server_key
-from jupyter_gpuburst.placement import GPURequest, Placement
-from jupyter_gpuburst.settings import settings_from_config
+from jupyter_gpuburst.hub.capacity import CapacityTracker, server_key
+from jupyter_gpuburst.core.placement import GPURequest, Placement
+from jupyter_gpuburst.hub.settings import settings_from_config
 from jupyter_gpuburst.sim.apiserver import ApiServer
 from jupyter_gpuburst.sim.kubeconfig import write_kubeconfig
 from jupyter_gpuburst.sim.store import Store
 from jupyter_gpuburst.sim.testing import wait_until
-from jupyter_gpuburst.watch import WatchFeed
+from jupyter_gpuburst.hub.watch import WatchFeed
 
 GPU = "nvidia.com/gpu"
 

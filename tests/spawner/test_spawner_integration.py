@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from jupyter_gpuburst import keys, liqo
+from jupyter_gpuburst.core import keys, liqo
 from jupyter_gpuburst.sim.testing import wait_until
 
 pytestmark = pytest.mark.integration

@@ -15,13 +15,13 @@ from kubernetes_asyncio.client import ApiClient, ApiException
 from kubespawner import KubeSpawner
 from traitlets.config import Config
 
-from jupyter_gpuburst import keys, liqo
+from jupyter_gpuburst.core import keys, liqo
 from jupyter_gpuburst.bench import synthetic
-from jupyter_gpuburst.capacity import CapacityTracker
-from jupyter_gpuburst.offloading import NamespaceOffloader, OffloadingPermissionError
-from jupyter_gpuburst.placement import PlacementInputError, Strategy
-from jupyter_gpuburst.settings import GPUBurstSettings, settings_from_config
-from jupyter_gpuburst.spawner import GPUBurstSpawner, SpawnRefused, unschedulable_reason
+from jupyter_gpuburst.hub.capacity import CapacityTracker
+from jupyter_gpuburst.hub.offloading import NamespaceOffloader, OffloadingPermissionError
+from jupyter_gpuburst.core.placement import PlacementInputError, Strategy
+from jupyter_gpuburst.hub.settings import GPUBurstSettings, settings_from_config
+from jupyter_gpuburst.hub.spawner import GPUBurstSpawner, SpawnRefused, unschedulable_reason
 
 K8S = kubernetes_validate.latest_version()
 SERIALIZER = object.__new__(ApiClient)  # serialization needs no connection

@@ -6,7 +6,7 @@ import kubernetes_validate
 import pytest
 
 from jupyter_gpuburst.bench import synthetic
-from jupyter_gpuburst.placement import GPURequest, Placement, Policy, Reservations, decide
+from jupyter_gpuburst.core.placement import GPURequest, Placement, Policy, Reservations, decide
 
 K8S_VERSION = kubernetes_validate.latest_version()
 GPU = "nvidia.com/gpu"
@@ -25,7 +25,7 @@ def pod_with(placement: Placement) -> dict:
 
 @pytest.fixture
 def snapshot():
-    from jupyter_gpuburst.inventory import Inventory
+    from jupyter_gpuburst.core.inventory import Inventory
 
     inv = Inventory()
     inv.apply_node_event("ADDED", synthetic.node("gpu-0", {GPU: 1}))

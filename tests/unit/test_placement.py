@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from jupyter_gpuburst.bench import synthetic
-from jupyter_gpuburst.inventory import Inventory
-from jupyter_gpuburst.placement import (
+from jupyter_gpuburst.core.inventory import Inventory
+from jupyter_gpuburst.core.placement import (
     GPURequest,
     InvalidCount,
     NoCapacity,

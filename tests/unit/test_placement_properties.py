@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from jupyter_gpuburst.bench import synthetic
-from jupyter_gpuburst.inventory import Inventory
-from jupyter_gpuburst.placement import GPURequest, NoCapacity, Placement, Placer, Policy, Strategy
+from jupyter_gpuburst.core.inventory import Inventory
+from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, Placer, Policy, Strategy
 
 GPU = "nvidia.com/gpu"
 USERS = ["ann", "bob", "cy"]

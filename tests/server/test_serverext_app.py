@@ -9,14 +9,14 @@ import pytest
 from traitlets import TraitError
 
 import jupyter_gpuburst
-from jupyter_gpuburst.serverext import GPUBurstServerExtension
+from jupyter_gpuburst.server import GPUBurstServerExtension
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_extension_point_names_the_app():
     (point,) = jupyter_gpuburst._jupyter_server_extension_points()
-    assert point["app"] is GPUBurstServerExtension and point["module"] == "jupyter_gpuburst.serverext"
+    assert point["app"] is GPUBurstServerExtension and point["module"] == "jupyter_gpuburst.server"
 
 
 def test_auto_enable_file_enables_the_extension():

@@ -1,8 +1,8 @@
 """GPU telemetry for the user's server: backends (NVML, simulated, none), attribution, sampler."""
 
-from .backend import BACKEND_NAMES, GPUBackend, GPUProcess, GPUReading, GPUUnavailable, KernelRef, NoGPUBackend
-from .sampler import Sample, Sampler
-from .select import open_backend
+from jupyter_gpuburst.server.gpu.backend import BACKEND_NAMES, GPUBackend, GPUProcess, GPUReading, GPUUnavailable, KernelRef, NoGPUBackend
+from jupyter_gpuburst.server.gpu.sampler import Sample, Sampler
+from jupyter_gpuburst.server.gpu.select import open_backend
 
 __all__ = [
     "BACKEND_NAMES",

@@ -12,8 +12,8 @@ from typing import Any
 from traitlets import Bool, Dict, Float, Int, List, Unicode, Union, validate
 from traitlets.config import Config, Configurable
 
-from .inventory import DEFAULT_RESOURCE_NAMES, DEFAULT_RESOURCE_PREFIXES
-from .placement import Policy, PlacementInputError, Strategy
+from jupyter_gpuburst.core.inventory import DEFAULT_RESOURCE_NAMES, DEFAULT_RESOURCE_PREFIXES
+from jupyter_gpuburst.core.placement import Policy, PlacementInputError, Strategy
 
 SPAWNER_SECTION = "GPUBurstSpawner"
 

@@ -19,9 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from .attribution import KernelPids, attribute, resolve
-from .backend import GPUBackend, GPUProcess, GPUUnavailable, KernelRef
-from .select import open_backend
+from jupyter_gpuburst.server.gpu.attribution import KernelPids, attribute, resolve
+from jupyter_gpuburst.server.gpu.backend import GPUBackend, GPUProcess, GPUUnavailable, KernelRef
+from jupyter_gpuburst.server.gpu.select import open_backend
 
 log = logging.getLogger(__name__)
 

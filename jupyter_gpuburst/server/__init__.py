@@ -1,5 +1,5 @@
 """jupyter_server extension: where this server runs and how its GPUs are used (docs/api.md)."""
 
-from .app import GPUBurstServerExtension
+from jupyter_gpuburst.server.app import GPUBurstServerExtension
 
 __all__ = ["GPUBurstServerExtension"]

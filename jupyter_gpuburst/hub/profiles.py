@@ -14,7 +14,7 @@ from typing import Any
 
 from tornado import web
 
-from .inventory import parse_count
+from jupyter_gpuburst.core.inventory import parse_count
 
 PROFILE_BLOCK = "gpuburst"
 # Keys that name something only the admin's profiles decide; named in the error so a user who

@@ -17,11 +17,11 @@ from typing import Any
 
 from traitlets.config import Config
 
-from . import keys
-from .inventory import Inventory, Snapshot
-from .placement import Placement, Placer
-from .settings import GPUBurstSettings, api_settings_from_config, settings_from_config
-from .watch import WatchFeed, object_key
+from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.core.inventory import Inventory, Snapshot
+from jupyter_gpuburst.core.placement import Placement, Placer
+from jupyter_gpuburst.hub.settings import GPUBurstSettings, api_settings_from_config, settings_from_config
+from jupyter_gpuburst.hub.watch import WatchFeed, object_key
 
 SERVERNAME_ANNOTATION = "hub.jupyter.org/servername"
 USERNAME_ANNOTATION = "hub.jupyter.org/username"

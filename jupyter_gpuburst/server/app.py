@@ -7,12 +7,12 @@ import os
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Enum, Float, Int, TraitError, Unicode, default, validate
 
-from ..gpu import simulated
-from ..gpu.backend import BACKEND_NAMES
-from ..gpu.sampler import Sampler
-from . import handlers
-from .kernels import ServerKernelSource
-from .placement import placement_from_env
+from jupyter_gpuburst.server.gpu import simulated
+from jupyter_gpuburst.server.gpu.backend import BACKEND_NAMES
+from jupyter_gpuburst.server.gpu.sampler import Sampler
+from jupyter_gpuburst.server import handlers
+from jupyter_gpuburst.server.kernels import ServerKernelSource
+from jupyter_gpuburst.server.placement import placement_from_env
 
 BACKEND_ENV = "JUPYTER_GPUBURST_BACKEND"
 

@@ -23,12 +23,12 @@ from kubespawner.utils import get_k8s_model
 from tornado import web
 from traitlets import default
 
-from . import keys
-from .capacity import CapacityTracker, server_key
-from .offloading import NamespaceOffloader
-from .placement import GPURequest, NoCapacity, Placement, PlacementInputError, decide
-from .profiles import ProfileGPU, gpu_from_resources, profile_block, validate_user_options
-from .settings import GPUBurstSettings
+from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.hub.capacity import CapacityTracker, server_key
+from jupyter_gpuburst.hub.offloading import NamespaceOffloader
+from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError, decide
+from jupyter_gpuburst.hub.profiles import ProfileGPU, gpu_from_resources, profile_block, validate_user_options
+from jupyter_gpuburst.hub.settings import GPUBurstSettings
 
 TEMPLATES = Path(__file__).parent / "templates"
 ENV_PREFIX = "JUPYTER_GPUBURST_"
@@ -52,7 +52,7 @@ class _Redirect(Exception):
 
 def _metrics() -> Any:
     try:
-        from .hub import metrics
+        from jupyter_gpuburst.hub import metrics
     except Exception:
         return None
     return metrics

@@ -6,7 +6,7 @@ import logging
 import socket
 from collections.abc import Mapping
 
-from ..keys import LOCAL_SITE
+from jupyter_gpuburst.core.keys import LOCAL_SITE
 
 log = logging.getLogger(__name__)
 

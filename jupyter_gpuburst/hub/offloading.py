@@ -13,7 +13,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiException
 
-from . import liqo
+from jupyter_gpuburst.core import liqo
 
 
 class OffloadingPermissionError(RuntimeError):

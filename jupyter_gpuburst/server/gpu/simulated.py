@@ -16,7 +16,7 @@ import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .backend import GPUBackend, GPUProcess, GPUReading, KernelRef
+from jupyter_gpuburst.server.gpu.backend import GPUBackend, GPUProcess, GPUReading, KernelRef
 
 SIM_GPUS_ENV = "JUPYTER_GPUBURST_SIM_GPUS"
 SIM_MODEL_ENV = "JUPYTER_GPUBURST_SIM_MODEL"
