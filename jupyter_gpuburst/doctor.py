@@ -339,7 +339,7 @@ def check_nodes(nodes: Iterable[Mapping[str, Any]], inventory: Inventory) -> lis
             if ready:
                 local_ready_gpus += sum(gpus.values())
             findings.append(
-                Finding("local", f"node {name}", Status.OK if ready else Status.WARN,
+                Finding("origin", f"node {name}", Status.OK if ready else Status.WARN,
                         f"{'Ready' if ready else 'NotReady (' + _ready_message(node) + ')'}, {_fmt_gpus(gpus)}",
                         None if ready else f"kubectl describe node {shlex.quote(name)}")
             )
@@ -350,7 +350,7 @@ def check_nodes(nodes: Iterable[Mapping[str, Any]], inventory: Inventory) -> lis
         )
     if local_gpu_nodes == 0:
         findings.append(
-            Finding("local", "GPU nodes", Status.WARN,
+            Finding("origin", "GPU nodes", Status.WARN,
                     "no local node advertises a GPU resource: every GPU server goes to a donor",
                     "install the NVIDIA device plugin or GPU operator on the origin's GPU nodes")
         )

@@ -2,7 +2,7 @@
 
 The default local federation (origin: one node with 2 GPUs; donor-1 granting 8) and a real
 JupyterHub with GPUBurstSpawner. For each run a user starts a 1-GPU server; the hub decides
-"local"; right after that decision, as the pod reaches the API server, another pod takes every
+"origin"; right after that decision, as the pod reaches the API server, another pod takes every
 GPU of the origin node (created in the emulator's store before the user's pod, so the
 scheduler sees it first). The scheduler reports FailedScheduling; the spawner must delete the
 pod and create its replacement on the donor.
@@ -61,9 +61,9 @@ class Interposer:
         meta = obj.get("metadata") or {}
         site = (meta.get("labels") or {}).get(keys.SITE_LABEL)
         if rtype == "pods" and meta.get("name") == self.pod_name and not kwargs.get("dry_run"):
-            if site == keys.LOCAL_SITE and not self.stole:
+            if site == keys.ORIGIN_SITE and not self.stole:
                 self._steal(namespace or meta.get("namespace") or "default")
-            elif site and site != keys.LOCAL_SITE and self.donor_created_at is None:
+            elif site and site != keys.ORIGIN_SITE and self.donor_created_at is None:
                 self.donor_created_at = time.monotonic()
         return self._create(rtype, obj, namespace, **kwargs)
 

@@ -4,7 +4,7 @@ Every event costs O(1) (a handful of persistent-map updates; no recount), and ``
 O(1) too: the state lives in immutable HAMT maps (``immutables.Map``), so a snapshot is just the
 current set of references and never changes under its reader, however many events follow.
 
-A *site* is ``"local"`` (the origin's own nodes) or one Liqo donor, named by its cluster id.
+A *site* is ``"origin"`` (the origin's own nodes) or one Liqo donor, named by its cluster id.
 Only extended resources that look like GPUs are counted (configurable: exact names plus name
 prefixes such as ``nvidia.com/mig-`` for MIG slices).
 """
@@ -217,7 +217,7 @@ class Inventory:
             new = replace(old, present=False, ready=False, eligible=False, allocatable=EMPTY)
         else:
             cluster_id = liqo.remote_cluster_id(node)
-            site = cluster_id or keys.LOCAL_SITE
+            site = cluster_id or keys.ORIGIN_SITE
             ready = node_is_ready(node)
             allocatable = Map(self._gpu_quantities((node.get("status") or {}).get("allocatable")))
             requested = old.requested if old is not None else EMPTY
@@ -265,7 +265,7 @@ class Inventory:
         annotations = meta.get("annotations") or {}
         labels = meta.get("labels") or {}
         site = labels.get(keys.SITE_LABEL)
-        donor_site = site if site and site != keys.LOCAL_SITE else None
+        donor_site = site if site and site != keys.ORIGIN_SITE else None
         groups: tuple[str, ...] = ()
         raw_groups = annotations.get(keys.GROUPS_ANNOTATION)
         if raw_groups:
@@ -286,7 +286,7 @@ class Inventory:
         if record.node is not None:
             old = self._nodes.get(record.node)
             if old is None:
-                old = NodeCapacity(name=record.node, site=keys.LOCAL_SITE, cluster_id=None)
+                old = NodeCapacity(name=record.node, site=keys.ORIGIN_SITE, cluster_id=None)
                 self._nodes = self._nodes.set(record.node, old)
             requested = old.requested
             for resource, value in record.requests:
@@ -442,7 +442,7 @@ def full_recount(
     node_info: dict[str, tuple[str, bool, dict[str, int]]] = {}
     for node in nodes:
         name = node["metadata"]["name"]
-        site = liqo.remote_cluster_id(node) or keys.LOCAL_SITE
+        site = liqo.remote_cluster_id(node) or keys.ORIGIN_SITE
         eligible = node_is_ready(node) and _accepts_new_pods(node)
         node_info[name] = (site, eligible, counter._gpu_quantities((node.get("status") or {}).get("allocatable")))
     used: dict[str, dict[str, int]] = {}

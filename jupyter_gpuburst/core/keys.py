@@ -11,4 +11,4 @@ USER_ANNOTATION = f"{GROUP}/user"
 GROUPS_ANNOTATION = f"{GROUP}/groups"
 ATTEMPTS_ANNOTATION = f"{GROUP}/attempts"
 
-LOCAL_SITE = "local"
+ORIGIN_SITE = "origin"

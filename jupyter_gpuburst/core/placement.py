@@ -25,7 +25,7 @@ from typing import Any
 from . import keys, liqo
 from .inventory import DEFAULT_RESOURCE_NAMES, DEFAULT_RESOURCE_PREFIXES, SiteCapacity, Snapshot
 
-LOCAL_SITE = keys.LOCAL_SITE
+ORIGIN_SITE = keys.ORIGIN_SITE
 DEFAULT_MAX_COUNT = 16
 
 
@@ -65,7 +65,7 @@ class GPURequest:
     user: str
     groups: frozenset[str] = frozenset()
     profile: str = ""
-    # None: any site the policy allows; otherwise only these site names ("local" or donor ids)
+    # None: any site the policy allows; otherwise only these site names ("origin" or donor ids)
     allowed_sites: tuple[str, ...] | None = None
 
 
@@ -253,7 +253,7 @@ class Reservations:
             if not holders[r.node]:
                 del holders[r.node]
         bump(self._site_units, (r.site, r.resource))
-        if r.site != LOCAL_SITE:
+        if r.site != ORIGIN_SITE:
             bump(self._owner_donor_units, ("user", r.user))
             for group in r.groups:
                 bump(self._owner_donor_units, ("group", group))
@@ -303,8 +303,8 @@ def decide(
 ) -> Placement | NoCapacity:
     """Choose a site and node for ``request``; never counts a reserved GPU as free."""
     validate_request(request, policy)
-    local = snapshot.site(LOCAL_SITE)
-    local_allowed = policy.strategy is not Strategy.DONOR_ONLY and _site_allowed(request, LOCAL_SITE)
+    local = snapshot.site(ORIGIN_SITE)
+    local_allowed = policy.strategy is not Strategy.DONOR_ONLY and _site_allowed(request, ORIGIN_SITE)
     donors, donor_notes = _eligible_donors(request, snapshot, reservations, policy)
 
     local_tier = [local] if (local is not None and local_allowed) else []
@@ -437,14 +437,14 @@ def _reason(
     free, total = _free_units(chosen.site, resource, reservations)
     if not chosen.site.is_donor:
         return f"{free} of {total} local {resource} free; starting on the origin (node {chosen.node})."
-    local = snapshot.site(LOCAL_SITE)
+    local = snapshot.site(ORIGIN_SITE)
     lfree, ltotal = _free_units(local, resource, reservations)
     donor_part = f"starting on donor {chosen.site.site} ({free} of {total} free)."
     if policy.strategy is Strategy.DONOR_FIRST:
         return f"Donor-first policy: {donor_part[0].lower()}{donor_part[1:]}"
     if policy.strategy is Strategy.DONOR_ONLY:
         return f"Donor-only policy: {donor_part}"
-    if not _site_allowed(request, LOCAL_SITE):
+    if not _site_allowed(request, ORIGIN_SITE):
         return f"Profile {request.profile!r} runs on donors only; {donor_part}"
     if ltotal == 0:
         return f"No local {resource} on the origin; {donor_part}"
@@ -468,7 +468,7 @@ def _no_capacity_reason(
 ) -> str:
     resource, count = request.resource, request.count
     parts: list[str] = []
-    local = snapshot.site(LOCAL_SITE)
+    local = snapshot.site(ORIGIN_SITE)
     if not local_allowed:
         parts.append("the origin is not allowed for this request")
     elif local is None or not local.allocatable.get(resource):

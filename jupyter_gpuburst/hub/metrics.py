@@ -77,7 +77,7 @@ QUEUE_LENGTH = Gauge(
 
 # Pre-create the series every deployment has, so dashboards and alerts see zeros, not gaps.
 for _outcome in SPAWN_OUTCOMES:
-    SPAWNS.labels(site=keys.LOCAL_SITE, outcome=_outcome)
+    SPAWNS.labels(site=keys.ORIGIN_SITE, outcome=_outcome)
 SPAWNS.labels(site=NO_SITE, outcome="no_capacity")
 SPAWNS.labels(site=NO_SITE, outcome="cancelled")
 

@@ -51,7 +51,7 @@ def capacity_report(tracker: CapacitySource) -> dict[str, Any]:
     snapshot = tracker.snapshot()
     sites = snapshot.as_dict()["sites"] if snapshot is not None else []
     # the origin first, then donors by name: the order admins read the page in
-    sites.sort(key=lambda s: (s["site"] != keys.LOCAL_SITE, s["site"]))
+    sites.sort(key=lambda s: (s["site"] != keys.ORIGIN_SITE, s["site"]))
     donors = [
         {
             "site": s["site"],

@@ -555,7 +555,7 @@ def availability(gpu: ProfileGPU, slug: str, user: Any, tracker: CapacityTracker
     snapshot = tracker.snapshot()
     reservations = tracker.placer.reservations
     sites = []
-    for name in sorted(snapshot.sites, key=lambda s: (s != keys.LOCAL_SITE, s)):
+    for name in sorted(snapshot.sites, key=lambda s: (s != keys.ORIGIN_SITE, s)):
         site = snapshot.sites[name]
         total = site.allocatable.get(gpu.resource, 0)
         if not total and site.is_donor and not site.ready:

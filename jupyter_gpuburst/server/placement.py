@@ -6,7 +6,7 @@ import logging
 import socket
 from collections.abc import Mapping
 
-from jupyter_gpuburst.core.keys import LOCAL_SITE
+from jupyter_gpuburst.core.keys import ORIGIN_SITE
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def placement_from_env(environ: Mapping[str, str]) -> dict:
     return {
         "managed": True,
         "site": site,
-        "site_kind": "origin" if site == LOCAL_SITE else "donor",
+        "site_kind": "origin" if site == ORIGIN_SITE else "donor",
         "cluster": _text(environ, CLUSTER_ENV),
         "node": _text(environ, NODE_ENV),
         "reason": _text(environ, REASON_ENV),

@@ -178,7 +178,7 @@ def profile_label(page: Page, slug: str) -> Locator:
 
 def local_total(site: HubSite) -> int:
     sites = {s["site"]: s for s in site.capacity()["sites"]}
-    return int(sites[keys.LOCAL_SITE]["resources"]["nvidia.com/gpu"]["allocatable"])
+    return int(sites[keys.ORIGIN_SITE]["resources"]["nvidia.com/gpu"]["allocatable"])
 
 
 def donor_total(site: HubSite) -> int:
@@ -266,7 +266,7 @@ def test_admin_capacity_page_shows_sites(browser: Browser, browser_context_args:
         expect(page.locator("#gpuburst-capacity h1")).to_have_text("GPU capacity", timeout=30_000)
         report = hub_site.capacity()
         names = [s["site"] for s in report["sites"]]
-        assert names[0] == keys.LOCAL_SITE and DONOR in names, names
+        assert names[0] == keys.ORIGIN_SITE and DONOR in names, names
         rows = page.locator("#gpuburst-sites tbody tr[data-site]")
         expect(rows.locator("th")).to_have_text(names)
         for site in report["sites"]:
@@ -275,7 +275,7 @@ def test_admin_capacity_page_shows_sites(browser: Browser, browser_context_args:
             expect(row.locator(".gpuburst-free")).to_have_text(str(numbers["free"]))
             expect(row.locator(".gpuburst-total")).to_have_text(str(numbers["allocatable"]))
             expect(row.locator(".badge")).to_have_text("ready" if site["ready"] else "not ready")
-        local = {s["site"]: s for s in report["sites"]}[keys.LOCAL_SITE]["resources"]["nvidia.com/gpu"]
+        local = {s["site"]: s for s in report["sites"]}[keys.ORIGIN_SITE]["resources"]["nvidia.com/gpu"]
         assert local["free"] == local["allocatable"] - HELD_LOCALLY, local
         servers = {p["server"]: p for p in report["placements"]}
         for name, placement in servers.items():

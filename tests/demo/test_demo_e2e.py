@@ -138,7 +138,7 @@ async def test_two_students_land_on_origin_then_donor_and_everything_stops(tmp_p
             await student.open_lab()
             placements[student.name] = await student.server_get("api/gpuburst/placement")
 
-        assert placements["student1"]["site"] == "local", placements
+        assert placements["student1"]["site"] == "origin", placements
         assert placements["student2"]["site"] == "donor-1", placements
         assert placements["student2"]["cluster"] == "donor-1"
         assert placements["student2"]["gpu_count"] == 2
@@ -157,7 +157,7 @@ async def test_two_students_land_on_origin_then_donor_and_everything_stops(tmp_p
         await mig.wait_ready()
         await mig.open_lab()
         placements["student3"] = await mig.server_get("api/gpuburst/placement")
-        assert (placements["student3"]["site"], placements["student3"]["gpu_resource"]) == ("local", "nvidia.com/mig-1g.10gb")
+        assert (placements["student3"]["site"], placements["student3"]["gpu_resource"]) == ("origin", "nvidia.com/mig-1g.10gb")
 
         pods = await origin_pods(tmp_path / "state" / "kubeconfig")
         nodes = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
@@ -165,7 +165,7 @@ async def test_two_students_land_on_origin_then_donor_and_everything_stops(tmp_p
 
         for student in students[:2]:
             out = await student.run_cell("import os; print(6 * 7, os.environ['JUPYTER_GPUBURST_SITE'])")
-            assert out.split() == ["42", "local" if student.name == "student1" else "donor-1"]
+            assert out.split() == ["42", "origin" if student.name == "student1" else "donor-1"]
         gpus = await students[1].server_get("api/gpuburst/gpus")
         assert len(gpus["gpus"]) == 2 and gpus.get("simulated") is True, gpus
 

@@ -46,7 +46,7 @@ async def test_healthy_origin_exits_zero(origin, capsys):
     assert await run(doctor.main, "--kubeconfig", kubeconfig, "--json") == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["namespace"] == "jhub" and report["context"] == "origin"
-    assert {f["area"] for f in report["findings"]} == {"liqo", "local", "donors", "rbac", "offloading"}
+    assert {f["area"] for f in report["findings"]} == {"liqo", "origin", "donors", "rbac", "offloading"}
 
 
 async def test_capacity_prints_free_and_total_per_site(origin, capsys):
@@ -55,7 +55,7 @@ async def test_capacity_prints_free_and_total_per_site(origin, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["SITE", "KIND", "READY", "RESOURCE", "FREE/TOTAL"]
     assert [line.split() for line in lines[1:]] == [
-        ["local", "origin", "yes", "nvidia.com/gpu", "1/2"],
+        ["origin", "origin", "yes", "nvidia.com/gpu", "1/2"],
         ["donor-1", "donor", "yes", "nvidia.com/gpu", "8/8"],
     ]
 

@@ -42,8 +42,8 @@ async def test_demo_federation_passes(demo_federation):
     rc, report = await doctor_json(kubeconfig)
     assert rc == 0, [f for f in report["findings"] if f["status"] != "ok"]
     sites = {s["site"]: s["resources"] for s in report["capacity"]["sites"]}
-    assert sites["local"]["nvidia.com/gpu"]["free"] == 2
-    assert sites["local"]["nvidia.com/mig-1g.10gb"]["free"] == 7
+    assert sites["origin"]["nvidia.com/gpu"]["free"] == 2
+    assert sites["origin"]["nvidia.com/mig-1g.10gb"]["free"] == 7
     assert sites["donor-1"]["nvidia.com/gpu"]["free"] == 8
 
 

@@ -63,7 +63,7 @@ def test_healthy_cluster_passes_and_counts_capacity():
     report = doctor.diagnose(healthy(), "ctx", "jhub")
     assert report.ok, failed(report)
     sites = {s["site"]: s for s in report.as_dict()["capacity"]["sites"]}
-    assert sites["local"]["resources"]["nvidia.com/gpu"] == {"allocatable": 2, "requested": 1, "free": 1}
+    assert sites["origin"]["resources"]["nvidia.com/gpu"] == {"allocatable": 2, "requested": 1, "free": 1}
     assert sites["donor-1"]["resources"]["nvidia.com/gpu"]["free"] == 8
     subjects = {f.subject for f in report.findings}
     assert "donor donor-1 (node liqo-donor-1)" in subjects and "node gpu-a" in subjects
@@ -113,7 +113,7 @@ def test_no_donor_at_all_fails():
 def test_no_local_gpu_is_only_a_warning():
     report = doctor.diagnose(healthy(nodes=[node("cpu-a"), node("liqo-donor-1", 8, donor="donor-1")]), "ctx", "jhub")
     assert report.ok
-    assert any(f.area == "local" and f.status is Status.WARN for f in report.findings)
+    assert any(f.area == "origin" and f.status is Status.WARN for f in report.findings)
 
 
 def test_liqo_not_installed_fails_and_skips_offloading_lookup():
@@ -177,14 +177,14 @@ def test_render_report_lists_each_fix_once():
     text = doctor.render_report(doctor.diagnose(cluster, "ctx", "jhub"))
     assert "Fixes:" in text and text.count("kubectl apply -n jhub -f hub_config/rbac.yaml") == 1
     assert "3 needed piece(s) missing." in text
-    assert re.search(r"^local +origin +yes +nvidia.com/gpu +1/2$", text, re.M)  # the capacity table follows
+    assert re.search(r"^origin +origin +yes +nvidia.com/gpu +1/2$", text, re.M)  # the capacity table follows
 
 
 def test_capacity_rows_cover_mig_slices_and_not_ready_sites():
     view = FakeCluster(nodes=[node("mig-a", 7, resource="nvidia.com/mig-1g.10gb"), node("v", 8, donor="d", ready=False)])
     rows = doctor.capacity_rows(doctor.take_capacity(view, doctor.new_inventory()))
     assert {(r["site"], r["resource"], r["free"], r["total"], r["ready"]) for r in rows} == {
-        ("local", "nvidia.com/mig-1g.10gb", 7, 7, True),
+        ("origin", "nvidia.com/mig-1g.10gb", 7, 7, True),
         ("d", "-", 0, 0, False),
     }
 

@@ -31,9 +31,9 @@ def nodes() -> list[dict[str, Any]]:
 
 def pods() -> list[dict[str, Any]]:
     out = [
-        synthetic.pod("jupyter-alice", node_name="gpu-a", gpus={GPU: 2}, site="local", user="alice"),
+        synthetic.pod("jupyter-alice", node_name="gpu-a", gpus={GPU: 2}, site="origin", user="alice"),
         synthetic.pod("jupyter-bob", node_name="liqo-donor-1", gpus={GPU: 3}, site="donor-1", user="bob"),
-        synthetic.pod("jupyter-carol", node_name="gpu-b", gpus={synthetic.MIG_RESOURCE: 1}, site="local", user="carol", phase="Pending"),
+        synthetic.pod("jupyter-carol", node_name="gpu-b", gpus={synthetic.MIG_RESOURCE: 1}, site="origin", user="carol", phase="Pending"),
         synthetic.pod("other-team-job", node_name="gpu-b", gpus={GPU: 1}),
     ]
     # a secret in the pod env must never reach the report

@@ -13,7 +13,7 @@ async def test_spawn_benchmark_small(tmp_path):
     result = await spawn.run(users=5, local_gpus=2, donor_gpus=8, state_dir=tmp_path, start_timeout=60)
     assert result["failures"] == []
     assert result["ready"] == result["baseline_ready"] == 5
-    assert result["sites"] == {"local": 2, "donor-1": 3}
+    assert result["sites"] == {"origin": 2, "donor-1": 3}
     assert result["overcommitted"] == 0
     assert result["redirects"] == 0
     assert result["extra_api_reads_per_spawn"] == 0

@@ -44,7 +44,7 @@ async def test_capacity_api_reports_the_inventory(static_hub, http):
     assert status == 200, report
     expected = summarize(StaticTracker().snapshot())
     sites = {s["site"]: s for s in report["sites"]}
-    assert set(sites) == {"local", "donor-1", "donor-2"}
+    assert set(sites) == {"origin", "donor-1", "donor-2"}
     assert set(expected) <= set(sites)
     for name, resources in expected.items():
         for resource, numbers in resources.items():
@@ -52,9 +52,9 @@ async def test_capacity_api_reports_the_inventory(static_hub, http):
             assert got["free"] == numbers["free"], (name, resource)
             assert got["allocatable"] == numbers["allocatable"], (name, resource)
     # hand-checked: origin 6 GPUs, alice holds 2, another team's job 1
-    assert sites["local"]["resources"][GPU] == {"allocatable": 6, "requested": 3, "free": 3}
+    assert sites["origin"]["resources"][GPU] == {"allocatable": 6, "requested": 3, "free": 3}
     assert sites["donor-1"]["resources"][GPU]["free"] == 5
-    assert report["sites"][0]["site"] == "local"
+    assert report["sites"][0]["site"] == "origin"
     # a donor whose peering is down offers nothing until it is back
     assert sites["donor-2"]["resources"].get(GPU, {"free": 0})["free"] == 0
     assert report["totals"][GPU]["allocatable"] == 6 + 8

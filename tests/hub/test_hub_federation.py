@@ -21,7 +21,7 @@ c.KubeSpawner.profile_list = [
     {"display_name": "One GPU", "slug": "gpu1", "default": True,
      "kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": "1"}}},
     {"display_name": "Four GPUs, origin only", "slug": "gpu4-local",
-     "gpuburst": {"resource": "nvidia.com/gpu", "count": 4, "allowed_sites": ["local"]}},
+     "gpuburst": {"resource": "nvidia.com/gpu", "count": 4, "allowed_sites": ["origin"]}},
 ]
 """
 
@@ -72,15 +72,15 @@ async def test_metrics_and_capacity_after_spawns(tmp_path):
 
                 async def capacity_is_current():
                     series = await scrape(hub, http)
-                    assert get(series, "jupyterhub_gpuburst_gpus_free", site="local", resource=GPU) == 0
-                    assert get(series, "jupyterhub_gpuburst_gpus_allocatable", site="local", resource=GPU) == 2
+                    assert get(series, "jupyterhub_gpuburst_gpus_free", site="origin", resource=GPU) == 0
+                    assert get(series, "jupyterhub_gpuburst_gpus_allocatable", site="origin", resource=GPU) == 2
                     assert get(series, "jupyterhub_gpuburst_gpus_free", site="donor-1", resource=GPU) == 7
                     assert get(series, "jupyterhub_gpuburst_gpus_allocatable", site="donor-1", resource=GPU) == 8
                     assert get(series, "jupyterhub_gpuburst_site_ready", site="donor-1", kind="donor") == 1
                     return series
 
                 series = await eventually(capacity_is_current)
-                assert get(series, "jupyterhub_gpuburst_spawns_total", site="local", outcome="success") == 2
+                assert get(series, "jupyterhub_gpuburst_spawns_total", site="origin", outcome="success") == 2
                 assert get(series, "jupyterhub_gpuburst_spawns_total", site="donor-1", outcome="success") == 1
                 refused = sum(
                     v for (n, labels), v in series.items()
@@ -95,7 +95,7 @@ async def test_metrics_and_capacity_after_spawns(tmp_path):
                 status, report = await hub.request(http, "GET", "/gpuburst/capacity")
                 assert status == 200
                 sites = {p["user"]: p["site"] for p in report["placements"]}
-                assert sites == {"ada": "local", "bo": "local", "cy": "donor-1"}
+                assert sites == {"ada": "origin", "bo": "origin", "cy": "donor-1"}
                 assert all(p["state"] == "running" for p in report["placements"])
                 assert report["donors"] == [
                     {"site": "donor-1", "cluster_id": "donor-1", "ready": True, "nodes_present": 1, "nodes_eligible": 1}

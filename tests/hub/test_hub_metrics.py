@@ -42,7 +42,7 @@ async def test_capacity_gauges_follow_the_inventory(static_hub, http):
         for resource in site.allocatable:
             assert value(series, "jupyterhub_gpuburst_gpus_free", site=name, resource=resource) == site.free.get(resource, 0)
             assert value(series, "jupyterhub_gpuburst_gpus_allocatable", site=name, resource=resource) == site.allocatable[resource]
-    assert value(series, "jupyterhub_gpuburst_gpus_free", site="local", resource=GPU) == 3
+    assert value(series, "jupyterhub_gpuburst_gpus_free", site="origin", resource=GPU) == 3
     assert value(series, "jupyterhub_gpuburst_site_ready", site="donor-1", kind="donor") == 1
     assert value(series, "jupyterhub_gpuburst_site_ready", site="donor-2", kind="donor") == 0
 
@@ -50,7 +50,7 @@ async def test_capacity_gauges_follow_the_inventory(static_hub, http):
 async def test_spawn_series_exist_before_any_spawn(static_hub, http):
     series = await scrape(static_hub, http)
     for outcome in metrics.SPAWN_OUTCOMES:
-        assert value(series, "jupyterhub_gpuburst_spawns_total", site="local", outcome=outcome) == 0
+        assert value(series, "jupyterhub_gpuburst_spawns_total", site="origin", outcome=outcome) == 0
     assert value(series, "jupyterhub_gpuburst_spawn_queue_length") == 0
     assert value(series, "jupyterhub_gpuburst_placement_decision_duration_seconds_count") == 0
     # JupyterHub's own series are served by the same handler

@@ -26,15 +26,15 @@ def test_bad_values_never_raise():
     before = sample("jupyterhub_gpuburst_spawns_total", site="none", outcome="no_capacity")
     metrics.record_spawn(None, "no_capacity")
     assert sample("jupyterhub_gpuburst_spawns_total", site="none", outcome="no_capacity") == before + 1
-    metrics.record_spawn("local", "exploded")  # unknown outcome: counted as a failure, no error
+    metrics.record_spawn("origin", "exploded")  # unknown outcome: counted as a failure, no error
     metrics.observe_decision("not a number")  # type: ignore[arg-type]
     metrics.set_queue_length(None)  # type: ignore[arg-type]
     metrics.record_redirect(None, None)
 
 
 def test_redirects_decisions_and_queue():
-    metrics.record_redirect("local", "donor-1")
-    assert sample("jupyterhub_gpuburst_redirects_total", from_site="local", to_site="donor-1") >= 1
+    metrics.record_redirect("origin", "donor-1")
+    assert sample("jupyterhub_gpuburst_redirects_total", from_site="origin", to_site="donor-1") >= 1
     count = sample("jupyterhub_gpuburst_placement_decision_duration_seconds_count") or 0
     metrics.observe_decision(0.0004)
     assert sample("jupyterhub_gpuburst_placement_decision_duration_seconds_count") == count + 1

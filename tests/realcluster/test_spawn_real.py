@@ -122,7 +122,7 @@ def assert_placed_as_decided(core_v1, pod: dict[str, Any], real_cluster) -> tupl
     assert env["JUPYTER_GPUBURST_NODE"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert container["resources"]["limits"][real_cluster.gpu_resource] == str(real_cluster.gpu_count)
     node = raw(core_v1.read_node(pod["spec"]["nodeName"], _preload_content=False))
-    if site == keys.LOCAL_SITE:
+    if site == keys.ORIGIN_SITE:
         assert not liqo.is_virtual_node(node), f"placed on the origin but runs on virtual node {node['metadata']['name']}"
         assert env["JUPYTER_GPUBURST_CLUSTER"]["value"] == ""
     else:

@@ -50,10 +50,10 @@ async def test_managed_on_a_donor(jp_fetch):
 
 @pytest.mark.parametrize(
     "gpuburst_env",
-    [{"JUPYTER_GPUBURST_SITE": "local", "JUPYTER_GPUBURST_NODE": "gpu-node-3", "JUPYTER_GPUBURST_GPU_COUNT": "many"}],
+    [{"JUPYTER_GPUBURST_SITE": "origin", "JUPYTER_GPUBURST_NODE": "gpu-node-3", "JUPYTER_GPUBURST_GPU_COUNT": "many"}],
 )
 async def test_managed_on_the_origin_with_bad_count(jp_fetch):
     body = json.loads((await jp_fetch("api", "gpuburst", "placement")).body)
-    assert (body["managed"], body["site"], body["site_kind"], body["node"]) == (True, "local", "origin", "gpu-node-3")
+    assert (body["managed"], body["site"], body["site_kind"], body["node"]) == (True, "origin", "origin", "gpu-node-3")
     assert body["cluster"] is None and body["reason"] is None
     assert body["gpu_count"] is None  # not a number: not shown rather than guessed

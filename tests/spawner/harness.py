@@ -37,7 +37,7 @@ GPU_PROFILES = [
     {
         "display_name": "One GPU, origin only",
         "slug": "gpu1-local",
-        "gpuburst": {"resource": "nvidia.com/gpu", "count": 1, "allowed_sites": ["local"]},
+        "gpuburst": {"resource": "nvidia.com/gpu", "count": 1, "allowed_sites": ["origin"]},
     },
 ]
 

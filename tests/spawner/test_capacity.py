@@ -47,18 +47,18 @@ async def test_tracker_follows_nodes_and_pods_and_releases_on_bind(api):
     await tracker.start()
     try:
         assert tracker.ready
-        assert tracker.snapshot().site("local").free[GPU] == 2
+        assert tracker.snapshot().site("origin").free[GPU] == 2
         store.create("nodes", synthetic.node("donor-1", {GPU: 8}, cluster_id="donor-1"))
         await wait_until(lambda: tracker.snapshot().site("donor-1") is not None, 5, "donor seen")
 
         key = server_key("ann", "")
         request = GPURequest(GPU, 1, "ann")
         placement = tracker.placer.place(key, request, tracker.snapshot(), 0.0)
-        assert isinstance(placement, Placement) and placement.site == "local"
+        assert isinstance(placement, Placement) and placement.site == "origin"
         tracker.note_decision(key, placement, 1)
         assert tracker.placements()[key]["state"] == "pending"
 
-        pod = store_pod("jupyter-ann", gpus={GPU: 1}, site="local", user="ann")
+        pod = store_pod("jupyter-ann", gpus={GPU: 1}, site="origin", user="ann")
         pod["metadata"]["annotations"]["hub.jupyter.org/username"] = "ann"
         store.create("pods", pod)
         await wait_until(lambda: tracker.pod("default", "jupyter-ann") is not None, 5, "pod seen")
@@ -66,12 +66,12 @@ async def test_tracker_follows_nodes_and_pods_and_releases_on_bind(api):
 
         store.mutate("pods", "default", "jupyter-ann", lambda p: p["spec"].__setitem__("nodeName", "gpu-a"))
         await wait_until(lambda: key not in tracker.placer.reservations, 5, "reservation released on bind")
-        assert tracker.snapshot().site("local").free[GPU] == 1
+        assert tracker.snapshot().site("origin").free[GPU] == 1
         shown = tracker.placements()[key]
-        assert shown["site"] == "local" and shown["node"] == "gpu-a" and shown["pod"] == "jupyter-ann"
+        assert shown["site"] == "origin" and shown["node"] == "gpu-a" and shown["pod"] == "jupyter-ann"
 
         store.delete("pods", "default", "jupyter-ann", grace_period_seconds=0)
-        await wait_until(lambda: tracker.snapshot().site("local").free[GPU] == 2, 5, "pod gone")
+        await wait_until(lambda: tracker.snapshot().site("origin").free[GPU] == 2, 5, "pod gone")
         assert key not in tracker.placements()
     finally:
         await tracker.stop()
@@ -84,10 +84,10 @@ async def test_pod_waiters_wake_on_their_pod_only(api):
     try:
         waiter = asyncio.ensure_future(tracker.wait_pod_change("default", "p1", 5))
         await asyncio.sleep(0.05)
-        store.create("pods", store_pod("p2", site="local"))
+        store.create("pods", store_pod("p2", site="origin"))
         await asyncio.sleep(0.2)
         assert not waiter.done()
-        store.create("pods", store_pod("p1", site="local"))
+        store.create("pods", store_pod("p1", site="origin"))
         await asyncio.wait_for(waiter, 2)
     finally:
         await tracker.stop()
@@ -116,8 +116,8 @@ async def test_watch_recovers_after_the_stream_ends(api):
     try:
         store.close_watches()  # what an API server restart or a 410 looks like to the client
         store.create("nodes", synthetic.node("late", {GPU: 4}))
-        await wait_until(lambda: (tracker.snapshot().site("local") or None) is not None, 10, "node seen after relist")
-        assert tracker.snapshot().site("local").free[GPU] == 4
+        await wait_until(lambda: (tracker.snapshot().site("origin") or None) is not None, 10, "node seen after relist")
+        assert tracker.snapshot().site("origin").free[GPU] == 4
     finally:
         await tracker.stop()
 

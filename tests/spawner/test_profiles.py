@@ -73,15 +73,15 @@ def test_options_without_profiles_are_refused():
 
 def test_profile_block_reads_and_checks():
     assert profile_block({"slug": "p"}) is None
-    block = profile_block({"slug": "p", "gpuburst": {"resource": "nvidia.com/mig-1g.10gb", "count": "2", "allowed_sites": ["local"]}})
-    assert block == ProfileGPU("nvidia.com/mig-1g.10gb", 2, ("local",))
+    block = profile_block({"slug": "p", "gpuburst": {"resource": "nvidia.com/mig-1g.10gb", "count": "2", "allowed_sites": ["origin"]}})
+    assert block == ProfileGPU("nvidia.com/mig-1g.10gb", 2, ("origin",))
     assert profile_block({"slug": "p", "gpuburst": {}}) == ProfileGPU("nvidia.com/gpu", 1, None)
     with pytest.raises(ValueError, match="unknown key"):
         profile_block({"slug": "p", "gpuburst": {"cnt": 1}})
     with pytest.raises(ValueError, match="count"):
         profile_block({"slug": "p", "gpuburst": {"count": "1.5"}})
     with pytest.raises(ValueError, match="allowed_sites"):
-        profile_block({"slug": "p", "gpuburst": {"allowed_sites": "local"}})
+        profile_block({"slug": "p", "gpuburst": {"allowed_sites": "origin"}})
 
 
 def test_gpu_from_resources():

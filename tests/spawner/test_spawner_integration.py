@@ -81,11 +81,11 @@ async def test_local_free_lands_on_origin_gpu_node(federation, start_hub):
     await hub.wait_ready("alice")
     pod = pod_of(federation, "alice")
     assert pod["spec"]["nodeName"] == "origin-gpu"
-    assert pod["metadata"]["labels"][keys.SITE_LABEL] == keys.LOCAL_SITE
+    assert pod["metadata"]["labels"][keys.SITE_LABEL] == keys.ORIGIN_SITE
     terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms[0]["matchExpressions"] == liqo.local_node_affinity_term()["matchExpressions"]
     env = env_of(pod)
-    assert env["JUPYTER_GPUBURST_SITE"]["value"] == "local"
+    assert env["JUPYTER_GPUBURST_SITE"]["value"] == "origin"
     assert env["JUPYTER_GPUBURST_GPU_COUNT"]["value"] == "1"
     assert env["JUPYTER_GPUBURST_NODE"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     code, _ = await hub.get_via_proxy("alice")
@@ -167,14 +167,14 @@ async def test_capacity_stolen_after_decision_is_redirected_to_donor(federation,
     assert user["servers"][""]["ready"]
     code, _ = await hub.get_via_proxy("dave")
     assert code == 200
-    assert "Redirected: local could not schedule" in hub.log()
+    assert "Redirected: origin could not schedule" in hub.log()
 
 
 async def test_redirects_exhausted_fail_with_what_was_tried(federation, start_hub):
     hub = await start_hub(STEAL_HOOK + "\nc.GPUBurstSpawner.max_redirects = 0")
     status, body = await hub.spawn("hank", {"profile": "gpu1"})
     assert status >= 400, body
-    assert "Tried 1 site(s): local (0/3 nodes are available" in body["message"], body
+    assert "Tried 1 site(s): origin (0/3 nodes are available" in body["message"], body
     assert "Gave up after 0 redirect(s)" in body["message"]
     await wait_until(lambda: pod_of(federation, "hank") is None, 10, "failed pod removed")
 
@@ -213,7 +213,7 @@ async def test_spawn_form_shows_live_availability_and_full_profiles(federation, 
     hub = await start_hub()
     page = await hub.spawn_page("ivy")
     assert 'id="profile-item-gpu1"' in page  # KubeSpawner's own form is kept
-    assert "Free now: local 0 of 2, donor-1 1 of 8. Would start on donor-1." in page
+    assert "Free now: origin 0 of 2, donor-1 1 of 8. Would start on donor-1." in page
     assert 'data-profile="gpu2"\n     data-full="true">Full: No site can start 2 × nvidia.com/gpu now' in page
     assert 'data-profile="gpu1-local"\n     data-full="true">Full:' in page
 

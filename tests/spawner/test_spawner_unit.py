@@ -107,7 +107,7 @@ async def test_local_pod_is_pinned_labelled_and_valid(no_cluster):
     (term,) = required_terms(manifest)
     assert term["matchExpressions"] == liqo.local_node_affinity_term()["matchExpressions"]
     assert term["matchFields"] == [{"key": "metadata.name", "operator": "In", "values": ["origin-gpu"]}]
-    assert manifest["metadata"]["labels"][keys.SITE_LABEL] == "local"
+    assert manifest["metadata"]["labels"][keys.SITE_LABEL] == "origin"
     assert keys.CLUSTER_LABEL not in manifest["metadata"]["labels"]
     annotations = manifest["metadata"]["annotations"]
     assert annotations[keys.USER_ANNOTATION] == spawner.user.name
@@ -115,7 +115,7 @@ async def test_local_pod_is_pinned_labelled_and_valid(no_cluster):
     assert "2 of 2" in annotations[keys.REASON_ANNOTATION]
     assert not manifest["spec"].get("tolerations")
     variables = env(manifest)
-    assert variables["JUPYTER_GPUBURST_SITE"]["value"] == "local"
+    assert variables["JUPYTER_GPUBURST_SITE"]["value"] == "origin"
     assert variables["JUPYTER_GPUBURST_GPU_RESOURCE"]["value"] == "nvidia.com/gpu"
     assert variables["JUPYTER_GPUBURST_NODE"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     # the decision holds a reservation until the pod is bound
@@ -222,7 +222,7 @@ async def test_queue_waits_in_order_and_shows_position(no_cluster):
     assert "position 2" in second._gb_messages[-1]["message"]
     tracker._on_pod_event("DELETED", synthetic.pod("hog", node_name="origin-gpu", gpus={"nvidia.com/gpu": 1}))
     manifest = await asyncio.wait_for(task1, 5)
-    assert manifest["metadata"]["labels"][keys.SITE_LABEL] == "local"
+    assert manifest["metadata"]["labels"][keys.SITE_LABEL] == "origin"
     await asyncio.sleep(0.1)
     assert not task2.done() and tracker.queue_position("second/") == 1
     task2.cancel()
@@ -243,7 +243,7 @@ async def test_state_round_trip_and_restore(no_cluster):
     spawner = make_spawner(tracker, {"profile": "gpu1"})
     await manifest_of(spawner)
     state = spawner.get_state()
-    assert state["gpuburst"]["site"] == "local" and state["gpuburst"]["attempts"] == 1
+    assert state["gpuburst"]["site"] == "origin" and state["gpuburst"]["attempts"] == 1
     restored = make_spawner(tracker)
     restored.load_state(json.loads(json.dumps(state)))
     assert restored.gpuburst_placement["node"] == "origin-gpu"
@@ -274,8 +274,8 @@ async def test_form_shows_availability_and_marks_full_profiles(no_cluster):
     tracker = make_tracker(donor_gpus=2)
     spawner = make_spawner(tracker)
     form = await spawner.options_form(spawner)
-    assert "Would start on local" in form
-    assert "local 2 of 2" in form and "donor-1 2 of 2" in form
+    assert "Would start on origin" in form
+    assert "origin 2 of 2" in form and "donor-1 2 of 2" in form
     assert 'data-profile="gpu4"' in form and 'data-full="true"' in form
     assert "Full: No site can start 4" in form
     assert 'name="profile"' in form  # KubeSpawner's own form is still there
@@ -286,9 +286,9 @@ async def test_callable_profile_list_keeps_working(no_cluster):
     spawner = make_spawner(tracker, {"profile": "gpu1"})
     spawner.profile_list = lambda s: PROFILES
     form = await spawner.options_form(spawner)
-    assert "Would start on local" in form
+    assert "Would start on origin" in form
     manifest = await manifest_of(spawner)
-    assert manifest["metadata"]["labels"][keys.SITE_LABEL] == "local"
+    assert manifest["metadata"]["labels"][keys.SITE_LABEL] == "origin"
 
 
 def test_settings_translate_into_policy():

@@ -32,12 +32,12 @@ def test_counts_allocatable_requested_and_free_per_site():
         ],
     )
     snap = inv.snapshot()
-    local, donor = snap.site(keys.LOCAL_SITE), snap.site("donor-1")
+    local, donor = snap.site(keys.ORIGIN_SITE), snap.site("donor-1")
     assert (local.allocatable[GPU], local.requested[GPU], local.free[GPU]) == (2, 1, 1)
     assert (donor.allocatable[GPU], donor.requested[GPU], donor.free[GPU]) == (8, 3, 5)
     assert donor.is_donor and not local.is_donor and donor.cluster_id == "donor-1"
     assert snap.donor_units("user", "ann") == 3
-    assert snap.max_free_on_a_node(keys.LOCAL_SITE, GPU) == 1
+    assert snap.max_free_on_a_node(keys.ORIGIN_SITE, GPU) == 1
 
 
 @pytest.mark.parametrize(
@@ -54,12 +54,12 @@ def test_ineligible_nodes_offer_nothing(change):
     inv = Inventory()
     node = synthetic.node("gpu-0", {GPU: 4})
     inv.apply_node_event("ADDED", node)
-    assert inv.snapshot().site("local").free[GPU] == 4
+    assert inv.snapshot().site("origin").free[GPU] == 4
     changed = copy.deepcopy(node)
     change(changed)
     inv.apply_node_event("MODIFIED", changed)
-    assert inv.snapshot().site("local").free.get(GPU, 0) == 0
-    assert not inv.snapshot().site("local").ready
+    assert inv.snapshot().site("origin").free.get(GPU, 0) == 0
+    assert not inv.snapshot().site("origin").ready
 
 
 def test_liqo_taint_and_prefer_no_schedule_do_not_block():
@@ -68,7 +68,7 @@ def test_liqo_taint_and_prefer_no_schedule_do_not_block():
     soft = synthetic.node("soft", {GPU: 2}, taints=[{"key": "x", "effect": "PreferNoSchedule"}])
     inv.apply_node_event("ADDED", soft)
     snap = inv.snapshot()
-    assert snap.site("d1").free[GPU] == 4 and snap.site("local").free[GPU] == 2
+    assert snap.site("d1").free[GPU] == 4 and snap.site("origin").free[GPU] == 2
 
 
 def test_snapshot_never_changes_after_it_is_taken():
@@ -77,9 +77,9 @@ def test_snapshot_never_changes_after_it_is_taken():
     before = inv.snapshot()
     inv.apply_pod_event("ADDED", synthetic.pod("p", node_name="gpu-0", gpus={GPU: 3}))
     inv.apply_node_event("DELETED", synthetic.node("gpu-0", {GPU: 4}))
-    assert before.site("local").free[GPU] == 4
-    assert list(before.nodes_with_free("local", GPU, 4)) == ["gpu-0"]
-    assert inv.snapshot().site("local") is None or inv.snapshot().site("local").free.get(GPU, 0) == 0
+    assert before.site("origin").free[GPU] == 4
+    assert list(before.nodes_with_free("origin", GPU, 4)) == ["gpu-0"]
+    assert inv.snapshot().site("origin") is None or inv.snapshot().site("origin").free.get(GPU, 0) == 0
 
 
 def test_pod_before_its_node_is_counted_when_the_node_arrives():
@@ -88,13 +88,13 @@ def test_pod_before_its_node_is_counted_when_the_node_arrives():
     inv.apply_node_event("ADDED", synthetic.node("liqo-d", {GPU: 8}, cluster_id="d"))
     site = inv.snapshot().site("d")
     assert (site.requested[GPU], site.free[GPU]) == (2, 6)
-    assert inv.snapshot().site("local") is None
+    assert inv.snapshot().site("origin") is None
 
 
 def test_mig_and_configured_resources():
     inv = Inventory(resource_names=["amd.com/gpu"], resource_prefixes=["nvidia.com/mig-"])
     inv.apply_node_event("ADDED", synthetic.node("m", {MIG: 7, GPU: 1, "amd.com/gpu": 2}))
-    site = inv.snapshot().site("local")
+    site = inv.snapshot().site("origin")
     assert dict(site.allocatable) == {MIG: 7, "amd.com/gpu": 2}
 
 
@@ -121,7 +121,7 @@ def test_malformed_quantity_on_foreign_node_is_skipped():
     node = synthetic.node("odd", {GPU: 2})
     node["status"]["allocatable"][GPU] = "two"
     inv.apply_node_event("ADDED", node)
-    assert inv.snapshot().site("local").allocatable.get(GPU, 0) == 0
+    assert inv.snapshot().site("origin").allocatable.get(GPU, 0) == 0
 
 
 # ---- property: any event sequence ends where a full recount ends -----------------------------

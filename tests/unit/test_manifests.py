@@ -33,7 +33,7 @@ def snapshot():
     return inv.snapshot()
 
 
-@pytest.mark.parametrize("count, site", [(1, "local"), (4, "donor-1")])
+@pytest.mark.parametrize("count, site", [(1, "origin"), (4, "donor-1")])
 def test_placement_fragments_validate(snapshot, count, site):
     placement = decide(GPURequest(GPU, count, "ann"), snapshot, Reservations(), Policy())
     assert placement.site == site

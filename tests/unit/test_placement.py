@@ -42,7 +42,7 @@ def req(count=1, user="ann", **kw):
 def test_local_first_uses_the_origin_while_it_fits():
     out = decide(req(2), inventory().snapshot(), Reservations(), Policy())
     assert isinstance(out, Placement)
-    assert (out.site, out.cluster_id, out.node) == ("local", None, "gpu-0")
+    assert (out.site, out.cluster_id, out.node) == ("origin", None, "gpu-0")
     assert out.reason == "2 of 2 local nvidia.com/gpu free; starting on the origin (node gpu-0)."
     assert out.tolerations() == []
 
@@ -82,7 +82,7 @@ def test_ordered_donors_come_first():
 
 @pytest.mark.parametrize(
     "strategy, expected",
-    [("local-first", "local"), ("donor-first", "donor-1"), ("local-only", "local"), ("donor-only", "donor-1")],
+    [("local-first", "origin"), ("donor-first", "donor-1"), ("local-only", "origin"), ("donor-only", "donor-1")],
 )
 def test_strategies(strategy, expected):
     out = decide(req(1), inventory().snapshot(), Reservations(), Policy(strategy=strategy))
@@ -126,7 +126,7 @@ def test_reservations_keep_two_spawns_off_the_same_gpus():
     first = placer.place("ann/", req(2), snap, now=0)
     second = placer.place("bob/", req(2, user="bob"), snap, now=0)
     third = placer.place("cy/", req(1, user="cy"), snap, now=0)
-    assert first.site == "local" and second.site == "donor-1"
+    assert first.site == "origin" and second.site == "donor-1"
     assert isinstance(third, NoCapacity)
     assert "origin: 0 of 2 free" in third.reason and "donor donor-1: 0 of 2 free" in third.reason
 
@@ -134,9 +134,9 @@ def test_reservations_keep_two_spawns_off_the_same_gpus():
 def test_reservations_expire_and_can_be_released():
     snap = inventory(local=(1,), donors={"d": 0}).snapshot()
     placer = Placer(Policy(), ttl_s=10)
-    assert placer.place("a", req(1), snap, now=0).site == "local"
+    assert placer.place("a", req(1), snap, now=0).site == "origin"
     assert isinstance(placer.place("b", req(1, user="b"), snap, now=5), NoCapacity)
-    assert placer.place("b", req(1, user="b"), snap, now=11).site == "local"  # a's hold expired
+    assert placer.place("b", req(1, user="b"), snap, now=11).site == "origin"  # a's hold expired
     placer.release("b")
     assert len(placer.reservations) == 0
 
@@ -144,8 +144,8 @@ def test_reservations_expire_and_can_be_released():
 def test_replacing_a_spawn_frees_its_own_hold():
     snap = inventory(local=(2,), donors={"d": 0}).snapshot()
     placer = Placer(Policy())
-    assert placer.place("a", req(2), snap, now=0).site == "local"
-    assert placer.place("a", req(2), snap, now=1).site == "local"
+    assert placer.place("a", req(2), snap, now=0).site == "origin"
+    assert placer.place("a", req(2), snap, now=1).site == "origin"
     assert len(placer.reservations) == 1
 
 

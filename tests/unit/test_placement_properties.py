@@ -38,7 +38,7 @@ class Federation(RuleBasedStateMachine):
     @precondition(lambda self: not self.allocatable)
     def build(self, gpus, donors):
         for i, n in enumerate(gpus):
-            self._add_node(synthetic.node(f"gpu-{i}", {GPU: n}), n, "local")
+            self._add_node(synthetic.node(f"gpu-{i}", {GPU: n}), n, "origin")
         for i, n in enumerate(donors):
             self._add_node(synthetic.node(f"liqo-d{i}", {GPU: n}, cluster_id=f"d{i}"), n, f"d{i}")
 
@@ -59,7 +59,7 @@ class Federation(RuleBasedStateMachine):
             if outcome.is_donor:
                 # local-first: a donor only when no local node fits after reservations
                 for node in snapshot.nodes.values():
-                    if node.site == "local":
+                    if node.site == "origin":
                         assert node.free(GPU) - self.placer.reservations.on_node(node.name, GPU) < count
             self.pending[key] = (outcome, request)
         else:
