@@ -3,7 +3,8 @@
 Every spawn of a hub process shares one ``CapacityTracker`` (per API host). Spawns read a
 snapshot; they never list nodes or pods themselves, so 200 concurrent spawns cost the API server
 exactly two watches. The tracker also holds the Placer (reservations), the FIFO queue of spawns
-waiting for capacity, and what the hub shows about placements.
+waiting for capacity, and what the hub shows about placements. Only pods the hub's spawners own
+(``hub.ownership``) are taken for user servers; any other pod only counts as GPUs in use.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from traitlets.config import Config
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.inventory import Inventory, Snapshot
 from jupyter_gpuburst.core.placement import Placement, Placer
+from jupyter_gpuburst.hub import retry
+from jupyter_gpuburst.hub.ownership import PodOwnership
 from jupyter_gpuburst.hub.settings import GPUBurstSettings, api_settings_from_config, settings_from_config
 from jupyter_gpuburst.hub.watch import WatchFeed, object_key
 
@@ -50,15 +53,24 @@ class CapacityTracker:
     _instances: dict[Any, "CapacityTracker"] = {}
     _starting: dict[Any, asyncio.Future] = {}
 
-    def __init__(self, core_api: Any, settings: GPUBurstSettings, log: logging.Logger | None = None) -> None:
+    def __init__(
+        self,
+        core_api: Any,
+        settings: GPUBurstSettings,
+        log: logging.Logger | None = None,
+        ownership: PodOwnership | None = None,
+    ) -> None:
         self.api = core_api
         self.settings = settings
         self.log = log or logging.getLogger(__name__)
+        self.ownership = ownership or PodOwnership()
         self.inventory = Inventory(
             resource_names=settings.gpu_resource_names, resource_prefixes=settings.gpu_resource_prefixes
         )
         self.placer = Placer(settings.policy(), ttl_s=settings.reservation_ttl_seconds)
-        # pods placed by this product (they carry the site label), by namespace/name
+        # pods carrying the site label, by namespace/name, whoever made them
+        self._labelled: dict[str, dict[str, Any]] = {}
+        # those of them that are the hub's own user servers (see ownership)
         self._pods: dict[str, dict[str, Any]] = {}
         # decisions whose pod does not exist yet, by server key
         self._inflight: dict[str, dict[str, Any]] = {}
@@ -70,8 +82,20 @@ class CapacityTracker:
 
     # ---- lifecycle ---------------------------------------------------------------------------
     @classmethod
-    async def ensure(cls, config: Config | None, log: logging.Logger | None = None) -> "CapacityTracker":
-        """The tracker of this hub process for the API host ``config`` names; started once."""
+    async def ensure(
+        cls, config: Config | None, log: logging.Logger | None = None, namespace: str | None = None
+    ) -> "CapacityTracker":
+        """The tracker of this hub process for the API host ``config`` names; started once.
+
+        ``namespace``: one the calling spawner puts its pods in (owned from now on).
+        """
+        tracker = await cls._ensure(config, log)
+        if namespace:
+            tracker.own_namespace(namespace)
+        return tracker
+
+    @classmethod
+    async def _ensure(cls, config: Config | None, log: logging.Logger | None = None) -> "CapacityTracker":
         api = api_settings_from_config(config)
         loop = asyncio.get_running_loop()
         key = (id(loop), api["host"])
@@ -87,7 +111,9 @@ class CapacityTracker:
             from kubespawner.clients import load_config, shared_client
 
             load_config(host=api["host"], ssl_ca_cert=api["ssl_ca_cert"], verify_ssl=api["verify_ssl"])
-            tracker = cls(shared_client("CoreV1Api"), settings_from_config(config), log)
+            core_api = shared_client("CoreV1Api")
+            retry.install(core_api.api_client, logger=log)
+            tracker = cls(core_api, settings_from_config(config), log, PodOwnership.from_config(config))
             await tracker.start()
         except BaseException as exc:
             future.set_exception(exc)
@@ -136,21 +162,37 @@ class CapacityTracker:
         self.inventory.apply_pod_event(event_type, pod)
         key = object_key(pod)
         labels = (pod.get("metadata") or {}).get("labels") or {}
-        if event_type == "DELETED":
+        if event_type == "DELETED" or keys.SITE_LABEL not in labels:
+            self._labelled.pop(key, None)
             self._pods.pop(key, None)
-        elif keys.SITE_LABEL in labels:
-            self._pods[key] = dict(pod)
-            if pod_is_bound(pod):
-                # the inventory counts a bound pod itself; holding its reservation too would
-                # count the same GPUs twice
-                owner = pod_server_key(pod)
-                if owner is not None:
-                    self.placer.release(owner)
-                    self._inflight.pop(owner, None)
+        else:
+            self._labelled[key] = dict(pod)
+            self._classify(key, self._labelled[key])
         event = self._pod_events.get(key)
         if event is not None:
             event.set()
         self._notify()
+
+    def _classify(self, key: str, pod: dict[str, Any]) -> None:
+        if not self.ownership.owns(pod):
+            # someone else's pod: its GPUs are counted (inventory), it is nobody's server
+            self._pods.pop(key, None)
+            return
+        self._pods[key] = pod
+        if pod_is_bound(pod):
+            # the inventory counts a bound pod itself; holding its reservation too would
+            # count the same GPUs twice
+            owner = pod_server_key(pod)
+            if owner is not None:
+                self.placer.release(owner)
+                self._inflight.pop(owner, None)
+
+    def own_namespace(self, namespace: str) -> None:
+        """Take the user-server pods of ``namespace`` for the hub's own from now on."""
+        if self.ownership.add_namespace(namespace):
+            for key, pod in self._labelled.items():
+                if pod.get("metadata", {}).get("namespace") == namespace:
+                    self._classify(key, pod)
 
     # ---- reading -----------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:

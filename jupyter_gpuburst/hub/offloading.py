@@ -2,7 +2,9 @@
 
 Liqo only reflects pods of namespaces that have a NamespaceOffloading named ``offloading``. It
 is created once per namespace and hub process (then cached), and an existing one, perhaps
-managed by the cluster admin, is left as it is.
+managed by the cluster admin, is left as it is. Transient API failures are retried by the
+client's REST layer (``hub.retry``); what still fails here is either the admin's to fix
+(:class:`OffloadingPermissionError`, whose text is for the log) or the API server being away.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 from kubernetes_asyncio.client import ApiException
 
 from jupyter_gpuburst.core import liqo
+from jupyter_gpuburst.hub import retry
 
 
 class OffloadingPermissionError(RuntimeError):
@@ -26,6 +29,9 @@ class NamespaceOffloader:
     def __init__(self, custom_api: Any, log: logging.Logger | None = None) -> None:
         self.api = custom_api
         self.log = log or logging.getLogger(__name__)
+        api_client = getattr(custom_api, "api_client", None)
+        if api_client is not None and getattr(api_client, "rest_client", None) is not None:
+            retry.install(api_client, logger=self.log)
         self._done: set[str] = set()
         self._locks: dict[str, asyncio.Lock] = {}
 

@@ -38,11 +38,44 @@ class UserOptionsError(web.HTTPError):
         return self.message
 
 
-def validate_user_options(user_options: Any, profile_list: list[dict[str, Any]]) -> None:
+# KubeSpawner's form selects this value when the user picks "Other..." and types a value into
+# the free-form field sent as ``<option>--unlisted-choice``
+UNLISTED_CHOICE = "unlisted-choice"
+UNLISTED_SUFFIX = "--unlisted-choice"
+# Echoed user input is cut here: a 1 MB profile name must not make a 1 MB error or log line.
+ECHO_LIMIT = 80
+
+
+def shorten(value: Any, limit: int = ECHO_LIMIT) -> str:
+    """``repr`` of untrusted input, cut to ``limit`` characters with an ellipsis."""
+    text = repr(value) if not isinstance(value, str) else repr(value[: limit + 1])
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _names(values: Any, limit: int = 5) -> str:
+    values = list(values)
+    shown = ", ".join(shorten(v) for v in values[:limit])
+    return shown + (f" and {len(values) - limit} more" if len(values) > limit else "")
+
+
+def validate_user_options(user_options: Any, profile_list: list[dict[str, Any]], log: Any = None) -> None:
     """Raise UserOptionsError unless ``user_options`` only picks among what is offered.
 
-    ``profile_list`` must be KubeSpawner-initialized (slugs filled in, defaults chosen).
+    ``profile_list`` must be KubeSpawner-initialized (slugs filled in, defaults chosen). Unlisted
+    choices follow KubeSpawner 7 (``_validate_user_options``/``_load_profile``): a non-empty
+    ``<option>--unlisted-choice`` value wins over the listed choice, must be enabled for the
+    option, and must match its ``validation_regex`` with ``re.match``. Echoed input is cut to
+    ``ECHO_LIMIT`` characters, in the error and in the log line ``log`` gets.
     """
+    try:
+        _validate(user_options, profile_list)
+    except UserOptionsError as exc:
+        if log is not None:
+            log.warning("Refused user_options: %s", exc.message)
+        raise
+
+
+def _validate(user_options: Any, profile_list: list[dict[str, Any]]) -> None:
     if user_options is None:
         return
     if not isinstance(user_options, Mapping):
@@ -50,51 +83,58 @@ def validate_user_options(user_options: Any, profile_list: list[dict[str, Any]])
     if not user_options:
         return
     if not profile_list:
-        raise UserOptionsError(
-            f"this hub offers no profiles, so no options may be given (got {', '.join(map(repr, sorted(user_options)))})"
-        )
+        raise UserOptionsError(f"this hub offers no profiles, so no options may be given (got {_names(sorted(map(str, user_options)))})")
     slug = user_options.get("profile")
     if slug is not None and not isinstance(slug, str):
         raise UserOptionsError("user_options 'profile' must be a profile slug (a string)")
     offered = {p["slug"]: p for p in profile_list}
     if slug:
         if slug not in offered:
-            raise UserOptionsError(f"unknown profile {slug!r}; offered: {', '.join(offered)}")
+            raise UserOptionsError(f"unknown profile {shorten(slug)}; offered: {_names(offered, 10)}")
         profile = offered[slug]
     else:
         profile = next(p for p in profile_list if p.get("default"))
     options: Mapping[str, Any] = profile.get("profile_options") or {}
-    allowed = {"profile"} | set(options)
-    allowed |= {f"{name}--unlisted-choice" for name, opt in options.items() if (opt.get("unlisted_choice") or {}).get("enabled")}
+    where = f"profile {shorten(profile['slug'])}"
+    offers = _names(sorted(options), 10) if options else "no options"
+    allowed = {"profile"} | set(options) | {f"{name}{UNLISTED_SUFFIX}" for name in options}
     unknown = sorted(str(k) for k in user_options if k not in allowed)
     if unknown:
         privileged = [k for k in unknown if PRIVILEGED_KEYS.search(k)]
         if privileged:
             raise UserOptionsError(
-                f"user_options may not set {', '.join(map(repr, privileged))}: placement, images and "
-                f"resources come from the profile you pick (profile {profile['slug']!r} offers: "
-                f"{', '.join(sorted(options)) or 'no options'})"
+                f"user_options may not set {_names(privileged)}: placement, images and "
+                f"resources come from the profile you pick ({where} offers: {offers})"
             )
-        raise UserOptionsError(
-            f"unknown option(s) {', '.join(map(repr, unknown))} for profile {profile['slug']!r}; "
-            f"it offers: {', '.join(sorted(options)) or 'no options'}"
-        )
+        raise UserOptionsError(f"unknown option(s) {_names(unknown)} for {where}; it offers: {offers}")
     for name, option in options.items():
-        choice = user_options.get(name)
-        if choice is None or choice == "":
-            continue
-        if not isinstance(choice, str):
-            raise UserOptionsError(f"option {name!r} must be the slug of a choice (a string)")
-        choices = option.get("choices") or {}
-        if choice not in choices:
-            raise UserOptionsError(
-                f"unknown choice {choice!r} for option {name!r} of profile {profile['slug']!r}; "
-                f"offered: {', '.join(choices) or 'none'}"
-            )
-    for name in options:
-        unlisted = user_options.get(f"{name}--unlisted-choice")
-        if unlisted is not None and not isinstance(unlisted, str):
-            raise UserOptionsError(f"option {name!r}: an unlisted choice must be a string")
+        _check_option(name, option, user_options, where)
+
+
+def _check_option(name: str, option: Mapping[str, Any], user_options: Mapping[str, Any], where: str) -> None:
+    choice = user_options.get(name)
+    unlisted = user_options.get(f"{name}{UNLISTED_SUFFIX}")
+    if unlisted is not None and not isinstance(unlisted, str):
+        raise UserOptionsError(f"option {shorten(name)}: an unlisted choice must be a string")
+    if choice not in (None, "") and not isinstance(choice, str):
+        raise UserOptionsError(f"option {shorten(name)} must be the slug of a choice (a string)")
+    unlisted_config = option.get("unlisted_choice") or {}
+    if unlisted:
+        if not unlisted_config.get("enabled"):
+            raise UserOptionsError(f"option {shorten(name)} of {where} takes no unlisted choice, only one of its listed choices")
+        pattern = unlisted_config.get("validation_regex")
+        if pattern and not re.match(pattern, unlisted):
+            hint = unlisted_config.get("validation_message") or f"it must match {pattern}"
+            raise UserOptionsError(f"{shorten(unlisted)} is not allowed for option {shorten(name)}: {hint}")
+        return
+    if not choice:
+        return
+    choices = option.get("choices") or {}
+    if choice == UNLISTED_CHOICE and unlisted_config.get("enabled"):
+        label = unlisted_config.get("display_name_in_choices") or "Other..."
+        raise UserOptionsError(f"option {shorten(name)}: {label!r} was chosen without a value")
+    if choice not in choices:
+        raise UserOptionsError(f"unknown choice {shorten(choice)} for option {shorten(name)} of {where}; offered: {_names(choices, 10) or 'none'}")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ pods.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import time
 from dataclasses import replace
@@ -24,10 +25,17 @@ from tornado import web
 from traitlets import default
 
 from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.hub import retry, spawnstate
 from jupyter_gpuburst.hub.capacity import CapacityTracker, server_key
-from jupyter_gpuburst.hub.offloading import NamespaceOffloader
+from jupyter_gpuburst.hub.offloading import NamespaceOffloader, OffloadingPermissionError
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError, decide
-from jupyter_gpuburst.hub.profiles import ProfileGPU, gpu_from_resources, profile_block, validate_user_options
+from jupyter_gpuburst.hub.profiles import (
+    ProfileGPU,
+    UserOptionsError,
+    gpu_from_resources,
+    profile_block,
+    validate_user_options,
+)
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -80,6 +88,18 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         self._gb_tracker: CapacityTracker | None = None
         self._gb_reset()
         self._gb_state: dict[str, Any] = {}
+        # the options the hub database held when this spawner was made: the last accepted set
+        self._gb_saved_options = copy.deepcopy(dict(self.user_options or {}))
+        # True until this process starts the server itself: a pod found meanwhile was started
+        # by a hub process that is gone (see poll)
+        self._gb_inherited = True
+        self._gb_install_retry(getattr(self, "api", None))
+
+    def _gb_install_retry(self, api: Any) -> None:
+        """Transient API failures are retried for every call through KubeSpawner's client."""
+        api_client = getattr(api, "api_client", None)
+        if getattr(api_client, "rest_client", None) is not None:
+            retry.install(api_client, logger=self.log)
 
     def _gb_reset(self) -> None:
         self._gb_placement: Placement | None = None
@@ -110,7 +130,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
 
     async def gpuburst_tracker(self) -> CapacityTracker:
         if self._gb_tracker is None:
-            self._gb_tracker = await CapacityTracker.ensure(self.config, self.log)
+            self._gb_tracker = await CapacityTracker.ensure(self.config, self.log, namespace=self.namespace)
         return self._gb_tracker
 
     def _offloader(self) -> NamespaceOffloader:
@@ -132,14 +152,24 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
 
     async def _gb_validate_options(self) -> list[dict[str, Any]]:
         profile_list = await self._gb_profile_list()
-        validate_user_options(self.user_options, profile_list)
+        validate_user_options(self.user_options, profile_list, log=self.log)
         return profile_list
 
     async def _run_apply_user_options(self, user_options: Any) -> Any:
         # JupyterHub turns errors here into 400 before start(), so nothing is created
-        validate_user_options(user_options, await self._gb_profile_list())
+        try:
+            validate_user_options(user_options, await self._gb_profile_list(), log=self.log)
+        except UserOptionsError:
+            self._gb_restore_options()
+            raise
         parent = getattr(super(), "_run_apply_user_options", None)
-        return await parent(user_options) if parent is not None else None
+        result = await parent(user_options) if parent is not None else None
+        self._gb_saved_options = copy.deepcopy(dict(user_options or {}))
+        return result
+
+    def _gb_restore_options(self) -> None:
+        """JupyterHub saved the refused options before asking us: put the accepted ones back."""
+        spawnstate.restore_options(self, self._gb_saved_options)
 
     async def load_user_options(self) -> None:
         profile_list = await self._gb_validate_options()
@@ -267,12 +297,15 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             return await super().get_pod_manifest()
         placement = await self._gb_decide(request)
         self._gb_placement = placement
+        # in the hub database before the pod exists: a hub killed from here on restarts knowing
+        # where this server was sent
+        spawnstate.save_state(self)
         if placement.is_donor and self.offload_namespace:
             try:
                 await self._offloader().ensure(self.namespace)
             except Exception as exc:
                 (await self.gpuburst_tracker()).forget_decision(self.gpuburst_key)
-                raise SpawnRefused(500, f"Cannot start on donor {placement.site}: {exc}") from None
+                raise self._gb_public_error(exc, f"offloading namespace {self.namespace} for donor {placement.site}") from None
         pod = await super().get_pod_manifest()
         self._gb_pin(pod, placement)
         self._gb_decided.set()
@@ -341,6 +374,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
 
     # ---- start, redirect, stop ---------------------------------------------------------------
     async def _start(self) -> Any:
+        self._gb_inherited = False
         self._gb_reset()
         self._gb_state = {}  # a new start replaces whatever placement was restored
         # also checked before start() by _run_apply_user_options; kept here for hubs without it
@@ -368,11 +402,30 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             _metric("record_spawn", self._gb_site(), "cancelled")
             await self._gb_forget()
             raise
-        except Exception:
+        except Exception as exc:
             if self._gb_placement is not None:
                 _metric("record_spawn", self._gb_placement.site, "failure")
             await self._gb_forget()
-            raise
+            if isinstance(exc, UserOptionsError) or (isinstance(exc, SpawnRefused) and exc.status_code == 400):
+                self._gb_restore_options()
+            if isinstance(exc, web.HTTPError):
+                raise
+            raise self._gb_public_error(exc, "starting the server") from None
+
+    def _gb_public_error(self, exc: BaseException, doing: str) -> BaseException:
+        """The one sentence a student sees for ``exc``; the detail goes to the log only."""
+        if isinstance(exc, web.HTTPError):
+            return exc
+        if isinstance(exc, OffloadingPermissionError):
+            self.log.error("%s: %s failed: %s", self._log_name, doing, exc)
+            return SpawnRefused(503, "GPUs on donor clusters cannot be used now; an administrator has been told.")
+        if retry.is_api_failure(exc) and (retry.api_status(exc) in (None, *retry.RETRY_STATUSES)):
+            self.log.warning("%s: %s failed after retries: %s", self._log_name, doing, retry.describe(exc))
+            return SpawnRefused(503, retry.BUSY_MESSAGE)
+        if retry.is_api_failure(exc):
+            self.log.error("%s: %s failed: %s", self._log_name, doing, retry.describe(exc))
+            return SpawnRefused(500, "The server could not be created; an administrator has been told.")
+        return exc
 
     def _gb_site(self) -> str:
         return self._gb_placement.site if self._gb_placement is not None else "none"
@@ -394,6 +447,8 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         self._gb_message(f"Could not start on {placement.site}: {why}")
         await self.stop(now=True)
         tracker.forget_decision(self.gpuburst_key)
+        self._gb_placement = None
+        spawnstate.save_state(self)  # the old pod is gone: no placement until the next decision
         if len(self._gb_attempts) > self.max_redirects:
             raise SpawnRefused(503, f"{self._gb_tried_summary()} Gave up after {self.max_redirects} redirect(s).")
         self._gb_decided = asyncio.Event()
@@ -443,6 +498,39 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         await super().stop(now=now)
         if self._gb_tracker is not None:
             self._gb_tracker.forget_decision(self.gpuburst_key)
+
+    async def poll(self) -> int | None:
+        """KubeSpawner's poll, plus what a hub restart in the middle of a spawn needs.
+
+        A pod found still starting by a hub process that did not start it belongs to a spawn
+        the previous process never finished: nobody waits for it, and JupyterHub would route to
+        an address it never learned. It is deleted, so the student's next start makes one pod
+        again, and the server counts as stopped. A running pod is adopted, with the placement
+        its own labels show.
+        """
+        status = await super().poll()
+        if status is not None or not self._gb_inherited:
+            return status
+        pod = self.pod_reflector.pods.get(f"{self.namespace}/{self.pod_name}")
+        if pod is None:
+            return status
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp") or not self.is_pod_running(pod):
+            self.log.warning(
+                "%s: pod %s was left starting by an earlier hub process; deleting it", self._log_name, self.pod_name
+            )
+            await self.stop(now=True)
+            self.clear_state()
+            spawnstate.save_state(self)
+            return 1
+        placement = spawnstate.reconcile(self._gb_state, pod)
+        if placement is not None and placement != self._gb_state:
+            if self._gb_state:
+                self.log.warning("%s: placement in hub state corrected from the pod's labels", self._log_name)
+            self._gb_state = placement
+            spawnstate.save_state(self)
+        self._gb_inherited = False
+        return status
 
     # ---- progress ----------------------------------------------------------------------------
     async def progress(self) -> Any:

@@ -10,6 +10,7 @@ from kubernetes_asyncio import client, config
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.bench import synthetic
 from jupyter_gpuburst.hub.capacity import CapacityTracker, server_key
+from jupyter_gpuburst.hub.ownership import PodOwnership
 from jupyter_gpuburst.core.placement import GPURequest, Placement
 from jupyter_gpuburst.hub.settings import settings_from_config
 from jupyter_gpuburst.sim.apiserver import ApiServer
@@ -34,8 +35,13 @@ async def api(tmp_path):
     await server.stop()
 
 
+# what KubeSpawner labels its user pods with, and the tracker takes for one of the hub's servers
+KUBESPAWNER_LABELS = {"component": "singleuser-server", "app.kubernetes.io/managed-by": "kubespawner"}
+
+
 def store_pod(name, **kwargs):
     pod = synthetic.pod(name, namespace="default", **kwargs)
+    pod["metadata"]["labels"].update(KUBESPAWNER_LABELS)
     pod.pop("status")
     return pod
 
@@ -131,8 +137,9 @@ def test_queue_is_first_come_first_served():
 
 
 def test_placements_of_pods_from_before_a_restart():
-    tracker = CapacityTracker(None, settings_from_config(None))
+    tracker = CapacityTracker(None, settings_from_config(None), ownership=PodOwnership(["jupyter"]))
     pod = synthetic.pod("jupyter-zoe", node_name="donor-1", gpus={GPU: 1}, site="donor-1", user="zoe")
+    pod["metadata"]["labels"].update(KUBESPAWNER_LABELS)
     pod["metadata"]["labels"][keys.CLUSTER_LABEL] = "donor-1"
     pod["metadata"]["annotations"][keys.REASON_ANNOTATION] = "busy"
     tracker._on_pod_event("ADDED", pod)
@@ -141,3 +148,60 @@ def test_placements_of_pods_from_before_a_restart():
         "site": "donor-1", "cluster_id": "donor-1", "node": "donor-1", "resource": GPU, "count": 1,
         "reason": "busy", "attempts": 1, "pod": "jupyter-zoe", "namespace": "jupyter", "state": "running",
     }
+
+
+def test_forged_pod_in_another_namespace_is_only_gpu_usage():
+    """A tenant's pod dressed as alice's server neither shows as hers nor ends her reservation."""
+    tracker = CapacityTracker(None, settings_from_config(None), ownership=PodOwnership(["jupyter"]))
+    tracker._on_node_event("ADDED", synthetic.node("gpu-a", {GPU: 4}))
+    key = server_key("alice", "")
+    placement = tracker.placer.place(key, GPURequest(GPU, 1, "alice"), tracker.snapshot(), 0.0)
+    assert isinstance(placement, Placement)
+    tracker.note_decision(key, placement, 1)
+
+    forged = synthetic.pod("jupyter-alice", namespace="tenant-x", node_name="gpu-a", gpus={GPU: 2}, site="origin", user="alice")
+    forged["metadata"]["labels"].update(KUBESPAWNER_LABELS)
+    forged["metadata"]["annotations"][keys.REASON_ANNOTATION] = "attacker-chosen text"
+    tracker._on_pod_event("ADDED", forged)
+
+    assert key in tracker.placer.reservations  # still held: the forged pod is not her server
+    shown = tracker.placements()[key]
+    assert shown["state"] == "pending" and shown["reason"] != "attacker-chosen text"
+    assert tracker.pod("tenant-x", "jupyter-alice") is None
+    # its GPUs are in use all the same: 4 - 2 forged - 1 reserved
+    free = tracker.snapshot().site("origin").free[GPU] - tracker.placer.reservations.on_site("origin", GPU)
+    assert free == 1
+
+    # the same pod in the hub's namespace without KubeSpawner's labels is not a server either
+    unlabelled = synthetic.pod("jupyter-alice", namespace="jupyter", node_name="gpu-a", gpus={GPU: 1}, site="origin", user="alice")
+    tracker._on_pod_event("ADDED", unlabelled)
+    assert key in tracker.placer.reservations and tracker.pod("jupyter", "jupyter-alice") is None
+
+    # the real one, in the hub's namespace with KubeSpawner's labels, releases the reservation
+    real = synthetic.pod("jupyter-alice", namespace="jupyter", node_name="gpu-a", gpus={GPU: 1}, site="origin", user="alice")
+    real["metadata"]["labels"].update(KUBESPAWNER_LABELS)
+    tracker._on_pod_event("MODIFIED", real)
+    assert key not in tracker.placer.reservations
+    assert tracker.placements()[key]["namespace"] == "jupyter"
+
+
+def test_ownership_follows_the_spawner_config():
+    from traitlets.config import Config
+
+    config = Config()
+    config.KubeSpawner.namespace = "jhub"
+    config.KubeSpawner.enable_user_namespaces = True
+    config.GPUBurstSpawner.component_label = "gpu-server"
+    owner = PodOwnership.from_config(config)
+    labels = {"component": "gpu-server", "app.kubernetes.io/managed-by": "kubespawner"}
+
+    def pod(namespace, **extra):
+        return {"metadata": {"namespace": namespace, "labels": {**labels, **extra}}}
+
+    assert owner.owns(pod("jhub")) and owner.owns(pod("jhub-alice"))
+    assert not owner.owns(pod("tenant-x")) and not owner.owns(pod("jhub-alice-x.y"))
+    assert not owner.owns(pod("jhub", component="singleuser-server"))
+    assert not owner.owns(pod("jhub", **{"app.kubernetes.io/managed-by": "helm"}))
+    # a Liqo donor's copy of an offloaded pod, in the remapped namespace
+    donor_view = PodOwnership(["jhub"], origin_cluster_id="origin-1")
+    assert donor_view.owns({"metadata": {"namespace": "jhub-origin-1", "labels": {"component": "singleuser-server", "app.kubernetes.io/managed-by": "kubespawner"}}})

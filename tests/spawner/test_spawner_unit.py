@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import json
 from typing import Any
 from unittest.mock import patch
@@ -81,6 +82,7 @@ def make_spawner(tracker: CapacityTracker, options: dict | None = None, offloade
     spawner = GPUBurstSpawner(_mock=True, config=config)
     spawner.user_options = options or {}
     spawner._gb_tracker = tracker
+    tracker.own_namespace(spawner.namespace)
     GPUBurstSpawner._offloaders[id(asyncio.get_running_loop())] = offloader or NamespaceOffloader(FakeCustomApi())
     return spawner
 
@@ -190,12 +192,15 @@ async def test_profile_allowed_sites_are_respected(no_cluster):
     assert manifest["metadata"]["labels"][keys.SITE_LABEL] == "donor-1"
 
 
-async def test_forbidden_offloading_names_the_missing_permission(no_cluster):
+async def test_forbidden_offloading_names_the_missing_permission(no_cluster, caplog):
     tracker = make_tracker(({"origin-gpu": 0},))
     spawner = make_spawner(tracker, {"profile": "gpu1"}, NamespaceOffloader(FakeCustomApi(status=403)))
     with pytest.raises(SpawnRefused) as info:
-        await manifest_of(spawner)
-    assert f"create namespaceoffloadings.offloading.liqo.io in namespace {spawner.namespace}" in str(info.value)
+        with caplog.at_level(logging.ERROR):
+            await manifest_of(spawner)
+    # the student reads one sentence; the admin's log names the missing permission
+    assert str(info.value) == "GPUs on donor clusters cannot be used now; an administrator has been told."
+    assert f"create namespaceoffloadings.offloading.liqo.io in namespace {spawner.namespace}" in caplog.text
     assert spawner.gpuburst_key not in tracker.placer.reservations
 
 
@@ -316,9 +321,14 @@ def test_every_policy_knob_has_help():
         assert GPUBurstSettings.class_traits()[name].help, name
 
 
+# what KubeSpawner labels its user pods with, and the tracker takes for one of the hub's servers
+KUBESPAWNER_LABELS = {"component": "singleuser-server", "app.kubernetes.io/managed-by": "kubespawner"}
+
+
 def donor_pod(spawner, phase="Pending", conditions=None) -> dict[str, Any]:
     pod = synthetic.pod(spawner.pod_name, namespace=spawner.namespace, node_name="donor-1", gpus={"nvidia.com/gpu": 1}, phase=phase, site="donor-1")
     pod["metadata"]["uid"] = "uid-1"
+    pod["metadata"]["labels"].update(KUBESPAWNER_LABELS)
     pod["status"]["conditions"] = conditions or []
     return pod
 

@@ -1,0 +1,120 @@
+"""Which pods are this hub's user servers, and which are only GPUs in use by someone else.
+
+The capacity tracker watches every pod of the cluster, because any pod can hold GPUs. Labels and
+annotations are chosen by whoever creates a pod, so a pod in another tenant's namespace carrying
+``gpuburst.jupyter.org/site`` and ``…/user=alice`` must not show as alice's server, nor end her
+reservation. A pod is taken for one of the hub's servers only when both hold:
+
+* its namespace is one the hub's spawners use (``KubeSpawner.namespace``; with
+  ``enable_user_namespaces``, a name ``user_namespace_template`` can produce; on a donor, the
+  same names as Liqo remaps them), a boundary the cluster's RBAC enforces; and
+* it carries the labels KubeSpawner puts on the user pods it manages: ``component`` (its
+  ``component_label``) and ``app.kubernetes.io/managed-by`` (from ``common_labels``), the same
+  labels KubeSpawner's own pod reflector selects on.
+
+Every other pod is counted by the inventory as plain GPU usage and nothing more.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import string
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from jupyter_gpuburst.core import liqo
+
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+COMPONENT_LABEL = "component"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+# most specific section first: GPUBurstSpawner's settings override KubeSpawner's
+SPAWNER_SECTIONS = ("GPUBurstSpawner", "KubeSpawner")
+# a DNS label part a template field can expand to (KubeSpawner's safe slugs are of this form)
+_FIELD = r"[a-z0-9]([a-z0-9-]*[a-z0-9])?"
+
+
+def default_namespace() -> str:
+    """KubeSpawner's default namespace: the hub pod's own, else ``default``."""
+    try:
+        with open(SERVICE_ACCOUNT_NAMESPACE) as fh:
+            return fh.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def template_pattern(template: str, hub_namespace: str) -> re.Pattern[str]:
+    """A regex for the names ``template`` (KubeSpawner's ``user_namespace_template``) yields."""
+    parts: list[str] = []
+    for literal, field, _spec, _conv in string.Formatter().parse(template):
+        parts.append(re.escape(literal))
+        if field is None:
+            continue
+        parts.append(re.escape(hub_namespace) if field == "hubnamespace" else _FIELD)
+    return re.compile("".join(parts))
+
+
+class PodOwnership:
+    """Decides whether a pod is one of the hub's user servers."""
+
+    def __init__(
+        self,
+        namespaces: Iterable[str] = ("default",),
+        *,
+        namespace_patterns: Iterable[re.Pattern[str]] = (),
+        component: str = "singleuser-server",
+        managed_by: str | None = "kubespawner",
+        origin_cluster_id: str | None = None,
+    ) -> None:
+        self.namespaces: set[str] = set()
+        self.namespace_patterns = list(namespace_patterns)
+        self.component = component
+        self.managed_by = managed_by
+        self.origin_cluster_id = origin_cluster_id
+        for namespace in namespaces:
+            self.add_namespace(namespace)
+
+    @classmethod
+    def from_config(cls, config: Any) -> "PodOwnership":
+        """The rules for the spawner the hub's config sets up (KubeSpawner's defaults otherwise)."""
+
+        def trait(name: str, default: Any) -> Any:
+            for section in SPAWNER_SECTIONS:
+                if config is not None and section in config and name in config[section]:
+                    return config[section][name]
+            return default
+
+        namespace = trait("namespace", None) or default_namespace()
+        patterns = []
+        if trait("enable_user_namespaces", False):
+            patterns.append(template_pattern(trait("user_namespace_template", "{hubnamespace}-{username}"), namespace))
+        common = trait("common_labels", {MANAGED_BY_LABEL: "kubespawner"})
+        managed_by = common.get(MANAGED_BY_LABEL) if isinstance(common, Mapping) else None
+        return cls([namespace], namespace_patterns=patterns, component=trait("component_label", "singleuser-server"), managed_by=managed_by)
+
+    def add_namespace(self, namespace: str) -> bool:
+        """Own ``namespace`` too (a spawner uses it); True when it was not owned before."""
+        if not namespace or namespace in self.namespaces:
+            return False
+        self.namespaces.add(namespace)
+        return True
+
+    def owns_namespace(self, namespace: str | None) -> bool:
+        if not namespace:
+            return False
+        if namespace in self.namespaces or any(p.fullmatch(namespace) for p in self.namespace_patterns):
+            return True
+        if self.origin_cluster_id:
+            # a donor's copy of an offloaded pod lives in Liqo's remapped namespace
+            return any(liqo.remote_namespace_name(ns, self.origin_cluster_id) == namespace for ns in self.namespaces)
+        return False
+
+    def owns(self, pod: Mapping[str, Any]) -> bool:
+        """Whether ``pod`` is one of the hub's user servers (not merely a pod using GPUs)."""
+        meta = pod.get("metadata") or {}
+        if not self.owns_namespace(meta.get("namespace")):
+            return False
+        labels = meta.get("labels") or {}
+        if labels.get(COMPONENT_LABEL) != self.component:
+            return False
+        return self.managed_by is None or labels.get(MANAGED_BY_LABEL) == self.managed_by

@@ -1,0 +1,297 @@
+"""Bounded retries of Kubernetes API requests: 429, 5xx, timeouts and dropped connections.
+
+A busy API server answers 429 (API priority and fairness) or 5xx for a moment, and a rolling
+restart drops connections; one such answer must not fail a student's spawn. The retry sits in
+the REST layer of the kubernetes_asyncio ``ApiClient`` (:func:`install`), not around individual
+calls, because that one place covers every request the hub makes through that client:
+KubeSpawner's pod and PVC creates, its reflectors' lists and watches, its deletes, and our own
+NamespaceOffloading and capacity watches. Wrapping KubeSpawner's methods one by one would miss
+the ones it adds next release; replacing the class method would change every client in the
+process, including ones this product does not own. ``install`` wraps one client instance, and
+KubeSpawner's ``shared_client`` hands the same instance to the spawner and its reflectors.
+
+What is retried, and why it is safe:
+
+* 429 and 503 mean the request was not processed (kube-apiserver sends ``Retry-After``); any
+  verb is retried, after the server's ``Retry-After`` when it gives one.
+* 500, 502, 504 and dropped connections are retried for every verb too. A create that did go
+  through before the error comes back as 409 AlreadyExists on the retry, which every caller of
+  creates in this product and in KubeSpawner already treats (existing NamespaceOffloading kept;
+  KubeSpawner replaces a pod of the same name, so one server never has two pods).
+* A client-side timeout is retried for reads only: a write that timed out may have happened,
+  and KubeSpawner retries its own writes after a timeout with the same 409 handling.
+
+The delay is exponential with full jitter (so 200 spawns do not come back in step), never below
+the server's ``Retry-After``, and the whole retry has a deadline: after it the last error is
+raised, for the caller to turn into a sentence for the student.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import aiohttp
+from kubernetes_asyncio.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+# answers that say the request was not processed: safe to repeat for any verb
+NOT_PROCESSED = frozenset({429, 503})
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_MARK = "_gpuburst_retry_policy"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long and how often to retry one request."""
+
+    attempts: int = 8
+    base_s: float = 0.2
+    max_delay_s: float = 8.0
+    deadline_s: float = 45.0
+    # the server's Retry-After is honoured up to this many seconds
+    max_retry_after_s: float = 30.0
+    rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"RetryPolicy.attempts must be >= 1, got {self.attempts}")
+        if self.base_s <= 0 or self.max_delay_s < self.base_s:
+            raise ValueError("RetryPolicy needs 0 < base_s <= max_delay_s")
+        if self.deadline_s <= 0:
+            raise ValueError(f"RetryPolicy.deadline_s must be > 0, got {self.deadline_s}")
+
+    def backoff(self, attempt: int) -> float:
+        """Full-jitter exponential delay before retry number ``attempt`` (1-based)."""
+        ceiling = min(self.max_delay_s, self.base_s * (2 ** (attempt - 1)))
+        return self.rng.uniform(self.base_s / 2, ceiling)
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """The wait before retry ``attempt``: the backoff, but never less than Retry-After."""
+        wait = self.backoff(attempt)
+        if retry_after is not None:
+            wait = max(wait, min(retry_after, self.max_retry_after_s))
+        return wait
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a ``Retry-After`` header asks for: delta-seconds or an HTTP date (RFC 9110)."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _status_retry_after(body: Any) -> float | None:
+    """``details.retryAfterSeconds`` of a Kubernetes Status body, when the header is absent."""
+    if isinstance(body, (bytes, bytearray)):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str):
+        try:
+            body = json.loads(body)
+        except ValueError:
+            return None
+    if not isinstance(body, Mapping):
+        return None
+    seconds = (body.get("details") or {}).get("retryAfterSeconds")
+    return float(seconds) if isinstance(seconds, (int, float)) and seconds >= 0 else None
+
+
+def _header(headers: Any, name: str) -> str | None:
+    if not headers:
+        return None
+    try:
+        return headers.get(name)
+    except AttributeError:
+        return None
+
+
+def api_status(exc: BaseException) -> int | None:
+    """The HTTP status of a kubernetes client error, None for anything else."""
+    if isinstance(exc, (ApiException, _RetryableResponse)) and isinstance(exc.status, int):
+        return exc.status
+    return None
+
+
+def is_transient(exc: BaseException, method: str = "GET") -> bool:
+    """Whether ``exc`` from a ``method`` request is worth retrying (see the module doc)."""
+    status = api_status(exc)
+    if status is not None:
+        return status in RETRY_STATUSES
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return True  # never reached the server
+    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, aiohttp.ClientPayloadError)):
+        return True
+    if isinstance(exc, asyncio.TimeoutError):
+        return method.upper() in READ_METHODS
+    return False
+
+
+def retry_after_of(exc: BaseException) -> float | None:
+    header = _header(getattr(exc, "headers", None), "Retry-After")
+    seconds = parse_retry_after(header)
+    if seconds is None:
+        seconds = _status_retry_after(getattr(exc, "body", None))
+    return seconds
+
+
+def describe(exc: BaseException) -> str:
+    """One log line about an API error: status and reason, never headers or bodies."""
+    status = api_status(exc)
+    if status is not None:
+        reason = str(getattr(exc, "reason", "") or "").splitlines()[0][:120] if getattr(exc, "reason", None) else ""
+        message = _status_message(getattr(exc, "body", None))
+        return f"HTTP {status} {reason}{': ' + message if message else ''}".strip()
+    return f"{type(exc).__name__}: {str(exc)[:160]}" if str(exc) else type(exc).__name__
+
+
+def _status_message(body: Any) -> str:
+    if isinstance(body, (bytes, bytearray)):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str):
+        try:
+            body = json.loads(body)
+        except ValueError:
+            return ""
+    if isinstance(body, Mapping):
+        return str(body.get("message") or "")[:160]
+    return ""
+
+
+def next_wait(policy: RetryPolicy, attempt: int, exc: BaseException, method: str, remaining: float) -> float | None:
+    """Seconds to wait before retrying after ``exc`` on try ``attempt``; None to give up."""
+    if not is_transient(exc, method) or attempt >= policy.attempts:
+        return None
+    wait = policy.delay(attempt, retry_after_of(exc))
+    return wait if wait <= remaining else None
+
+
+async def call_with_retry(
+    fn: Callable[[], Awaitable[T]],
+    *,
+    what: str,
+    method: str = "GET",
+    policy: RetryPolicy | None = None,
+    logger: logging.Logger | None = None,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
+    """Await ``fn()`` until it succeeds, retrying transient errors within ``policy``'s bounds."""
+    policy = policy or RetryPolicy()
+    logger = logger or log
+    deadline = clock() + policy.deadline_s
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await fn()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            wait = next_wait(policy, attempt, exc, method, deadline - clock())
+            if wait is None:
+                if is_transient(exc, method):
+                    logger.warning("Giving up on %s after %d attempt(s): %s", what, attempt, describe(exc))
+                raise
+            logger.info("Retrying %s in %.2fs (attempt %d): %s", what, wait, attempt, describe(exc))
+            await sleep(wait)
+
+
+class _RetryableResponse(Exception):
+    """A raw (``_preload_content=False``) response with a retryable status."""
+
+    def __init__(self, response: Any) -> None:
+        super().__init__(f"HTTP {response.status} {response.reason}")
+        self.response = response
+        self.status = response.status
+        self.reason = response.reason or ""
+        self.headers = response.headers
+        self.body = None
+
+
+def install(api_client: Any, policy: RetryPolicy | None = None, logger: logging.Logger | None = None) -> Any:
+    """Make every request of a kubernetes_asyncio ``ApiClient`` retry transient failures.
+
+    Idempotent: a client already wrapped keeps its first policy. Returns ``api_client``.
+    """
+    rest = api_client.rest_client
+    if getattr(rest, _MARK, None) is not None:
+        return api_client
+    policy = policy or RetryPolicy()
+    logger = logger or log
+    original = rest.request
+
+    async def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        raw = not kwargs.get("_preload_content", True)
+        headers = kwargs.get("headers")
+        what = f"{method.upper()} /{url.split('?', 1)[0].split('://', 1)[-1].partition('/')[2]}"
+        deadline = time.monotonic() + policy.deadline_s
+        attempt = 0
+        while True:
+            attempt += 1
+            # the REST layer adds a Content-Type header in place: give each try a fresh copy
+            if headers is not None:
+                kwargs["headers"] = dict(headers)
+            try:
+                response = await original(method, url, *args, **kwargs)
+                if raw and getattr(response, "status", 200) in RETRY_STATUSES:
+                    raise _RetryableResponse(response)
+                return response
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                wait = next_wait(policy, attempt, exc, method, deadline - time.monotonic())
+                if isinstance(exc, _RetryableResponse):
+                    if wait is None:
+                        # out of tries: the caller reads the error status itself, as without us
+                        logger.warning("Giving up on %s after %d attempt(s): %s", what, attempt, describe(exc))
+                        return exc.response
+                    exc.response.release()
+                elif wait is None:
+                    if is_transient(exc, method):
+                        logger.warning("Giving up on %s after %d attempt(s): %s", what, attempt, describe(exc))
+                    raise
+                logger.info("Retrying %s in %.2fs (attempt %d): %s", what, wait, attempt, describe(exc))
+                await asyncio.sleep(wait)
+
+    setattr(rest, _MARK, policy)
+    rest.request = request
+    return api_client
+
+
+def installed(api_client: Any) -> RetryPolicy | None:
+    """The policy ``install`` put on ``api_client``, or None."""
+    return getattr(api_client.rest_client, _MARK, None)
+
+
+# What a student reads when the API server stays unavailable past the retries: one sentence,
+# never the client's dump of status, headers and body (those go to the hub log, via describe()).
+BUSY_MESSAGE = "The cluster is busy; try again in a minute."
+
+
+def is_api_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is the API server failing (an error status or no answer at all)."""
+    if api_status(exc) is not None:
+        return True
+    return isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError))

@@ -1,0 +1,100 @@
+"""What the hub database must hold at every moment of a spawn, so a hub crash loses nothing.
+
+JupyterHub writes ``Spawner.get_state()`` to its database only after ``start()`` returns. A hub
+killed between the placement decision and that moment restarts with no record of where the pod
+was sent (the pod alone remembers). :func:`save_state` writes the state at once, the way
+JupyterHub itself does (``orm_spawner.state = spawner.get_state()`` and a commit), through the
+session the spawner's ORM object belongs to (``Spawner.db`` is deprecated since JupyterHub 5).
+
+JupyterHub also stores new ``user_options`` before the spawner validates them; a refused set
+would then be reused by the next plain spawn and refused again. :func:`restore_options` puts
+back the last set that was accepted.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from jupyter_gpuburst.core import keys
+
+log = logging.getLogger(__name__)
+
+
+def _session(orm_object: Any) -> Any:
+    if orm_object is None:
+        return None
+    try:
+        from sqlalchemy import inspect
+        from sqlalchemy.exc import NoInspectionAvailable
+    except ImportError:  # pragma: no cover - JupyterHub depends on SQLAlchemy
+        return None
+    try:
+        return inspect(orm_object).session
+    except NoInspectionAvailable:
+        return None
+
+
+def save_state(spawner: Any) -> bool:
+    """Persist ``spawner.get_state()`` now; False when the spawner has no database row (tests)."""
+    orm_spawner = getattr(spawner, "orm_spawner", None)
+    session = _session(orm_spawner)
+    if session is None:
+        return False
+    orm_spawner.state = spawner.get_state()
+    session.commit()
+    return True
+
+
+def restore_options(spawner: Any, saved: Mapping[str, Any] | None) -> None:
+    """Put the last accepted ``user_options`` back in memory and in the hub database."""
+    saved = copy.deepcopy(dict(saved or {}))
+    spawner.user_options = copy.deepcopy(saved)
+    orm_spawner = getattr(spawner, "orm_spawner", None)
+    session = _session(orm_spawner)
+    if session is None:
+        return
+    orm_spawner.user_options = saved
+    session.commit()
+
+
+def placement_from_pod(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Where a pod placed by this product runs, from its own labels and annotations."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    site = labels.get(keys.SITE_LABEL)
+    if not site:
+        return None
+    annotations = meta.get("annotations") or {}
+    try:
+        attempts = int(annotations.get(keys.ATTEMPTS_ANNOTATION, 1))
+    except (TypeError, ValueError):
+        attempts = 1
+    return {
+        "site": site,
+        "cluster_id": labels.get(keys.CLUSTER_LABEL) or None,
+        "node": (pod.get("spec") or {}).get("nodeName"),
+        "reason": annotations.get(keys.REASON_ANNOTATION, ""),
+        "attempts": attempts,
+    }
+
+
+def reconcile(saved: Mapping[str, Any] | None, pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The placement to keep for an adopted pod: the saved one, corrected by the pod's labels.
+
+    The pod is the truth about where it runs; the saved state adds what the pod does not carry
+    (resource, count, the decision's other fields).
+    """
+    actual = placement_from_pod(pod)
+    if actual is None:
+        return dict(saved) if saved else None
+    merged = {**dict(saved or {})}
+    for key in ("site", "cluster_id", "attempts"):
+        merged[key] = actual[key]
+    if actual["node"]:
+        merged["node"] = actual["node"]
+    if not merged.get("reason"):
+        merged["reason"] = actual["reason"]
+    return merged
