@@ -1,10 +1,13 @@
 """List-then-watch of one Kubernetes collection that hands every change to a callback.
 
 KubeSpawner's ResourceReflector keeps a dict but tells nobody what changed, and it keys by
-namespace (nodes have none); the inventory needs each event, so this is the same loop (list,
-watch from the list's resourceVersion, relist after 410 Gone or any error, with backoff) with a
-per-event callback. A relist is turned into the events it implies, deletions included, so the
-consumer never has to recount.
+namespace (nodes have none); the inventory needs each event, so this is the same loop with a
+per-event callback. Unlike the reflector it lists only when it must: a watch that ends (its
+``timeoutSeconds``, a dropped connection, an API server restart) is resumed from the last
+resourceVersion it saw, kept fresh by bookmarks (``allowWatchBookmarks``), as client-go's
+reflector does. Only 410 Gone, the server no longer holding that version, makes it list again;
+at 500,000 pods, a list every watch timeout would be most of the API server's work. A relist is
+turned into the events it implies, deletions included, so the consumer never has to recount.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from functools import partial
 from typing import Any
 
 from kubernetes_asyncio import watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from jupyter_gpuburst.hub import retry
 
 EventCallback = Callable[[str, Mapping[str, Any]], None]
 
@@ -52,14 +58,18 @@ class WatchFeed:
         self.list_kwargs = dict(list_kwargs or {})
         self.first_load = asyncio.get_event_loop().create_future()
         self.relists = 0
+        self.resumes = 0
+        self.bookmarks = 0
         self.events_seen = 0
+        # the newest resourceVersion seen (list, event or bookmark): where a watch resumes
+        self.resource_version = ""
         self._known: dict[str, str] = {}
         self._task: asyncio.Task | None = None
 
     async def start(self) -> None:
         """List once (raising if that fails), then keep watching in the background."""
-        version = await self._relist()
-        self._task = asyncio.create_task(self._run(version), name=f"gpuburst-watch-{self.kind}")
+        await self._relist()
+        self._task = asyncio.create_task(self._run(), name=f"gpuburst-watch-{self.kind}")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -103,33 +113,60 @@ class WatchFeed:
         self.relists += 1
         if not self.first_load.done():
             self.first_load.set_result(None)
-        return str((body.get("metadata") or {}).get("resourceVersion") or "")
+        self.resource_version = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        return self.resource_version
 
-    async def _run(self, version: str) -> None:
+    async def _run(self) -> None:
         delay = 0.1
         while True:
             try:
-                await self._watch(version)
-                delay = 0.1
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # 410 Gone, a dropped connection, an API restart
-                self.log.warning("Watch of %s ended (%s); relisting in %.1fs", self.kind, exc, delay)
+                seen = self.events_seen + self.bookmarks
+                await self._watch(self.resource_version)
+                self.resumes += 1  # the watch ended as watches do: resume where it stopped
+                if self.events_seen + self.bookmarks > seen:
+                    delay = 0.1
+                    continue
+                # ended at once with nothing in it: do not spin against a server shedding load
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.max_backoff)
+                continue
+            except asyncio.CancelledError:
+                raise
+            except ApiException as exc:
+                if exc.status != 410:
+                    self.log.warning("Watch of %s failed (%s); resuming in %.1fs", self.kind, retry.describe(exc), delay)
+                else:
+                    self.log.info("Watch of %s: resourceVersion %s is gone; relisting", self.kind, self.resource_version)
+                    await self._relist_until_done()
+                    continue
+            except Exception as exc:  # a dropped connection, an API restart
+                self.log.warning("Watch of %s ended (%s); resuming in %.1fs", self.kind, retry.describe(exc), delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.max_backoff)
+            self.resumes += 1
+
+    async def _relist_until_done(self) -> None:
+        delay = 0.1
+        while True:
             try:
-                version = await self._relist()
+                await self._relist()
+                return
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self.log.warning("Relisting %s failed (%s); retrying", self.kind, exc)
-                version = ""
+                self.log.warning("Relisting %s failed (%s); retrying in %.1fs", self.kind, retry.describe(exc), delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.max_backoff)
 
     async def _watch(self, version: str) -> None:
         w = watch.Watch()
         method = partial(self.list_method, _preload_content=False)
         kwargs: dict[str, Any] = dict(self.list_kwargs)
-        kwargs.update(timeout_seconds=self.timeout_seconds, _request_timeout=self.request_timeout)
+        kwargs.update(
+            timeout_seconds=self.timeout_seconds,
+            _request_timeout=self.request_timeout,
+            allow_watch_bookmarks=True,
+        )
         if version:
             kwargs["resource_version"] = version
         try:
@@ -137,7 +174,12 @@ class WatchFeed:
                 async for event in stream:
                     event_type = event["type"]
                     obj = event["raw_object"]
+                    version = (obj.get("metadata") or {}).get("resourceVersion")
+                    if version:
+                        self.resource_version = str(version)
                     if event_type == "BOOKMARK":
+                        # nothing changed for us, but the resume point moved on
+                        self.bookmarks += 1
                         continue
                     key = object_key(obj)
                     if event_type == "DELETED":

@@ -331,6 +331,8 @@ class ApiServer:
         table = self._wants_table(request)
         include = q.get("includeObject", "Metadata")
         try:
+            if self.faults.is_expired(q.get("resourceVersion")):
+                raise ApiError(410, "Expired", f"too old resource version: {q.get('resourceVersion')} ({self.faults.expired_below})")
             watch = self.store.watch(rt.key, ns, q.get("resourceVersion"), q.get("labelSelector"), q.get("fieldSelector"), allow_bookmarks=bookmarks)
         except ApiError as err:
             if err.code != 410:
