@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from kubernetes_asyncio.client.exceptions import ApiException
 from traitlets.config import Config
 
 from jupyter_gpuburst.core import keys
@@ -140,8 +142,36 @@ class CapacityTracker:
         self._feeds = [nodes, pods]
         # nodes first: pods bound to a node are then counted on the right site at once
         await nodes.start()
-        await pods.start()
+        try:
+            await pods.start()
+        except ApiException as exc:
+            namespace = self._narrowed_namespace(exc)
+            if namespace is None:
+                raise
+            pods = WatchFeed(
+                functools.partial(self.api.list_namespaced_pod, namespace), self._on_pod_event, kind="pods", log=self.log
+            )
+            self._feeds = [nodes, pods]
+            await pods.start()
         self.ready = True
+
+    def _narrowed_namespace(self, exc: ApiException) -> str | None:
+        """The one namespace to count pods in when the hub may not read pods cluster-wide.
+
+        An admin who binds the hub a namespaced Role instead of the pod-reading ClusterRole
+        (docs/security.md) gets accounting of that namespace only: GPUs that other namespaces'
+        pods hold on the same nodes are not seen, and a spawn placed there waits Pending
+        until the redirect moves it.
+        """
+        namespaces = sorted(self.ownership.namespaces)
+        if exc.status != 403 or len(namespaces) != 1 or self.ownership.namespace_patterns:
+            return None
+        self.log.warning(
+            "The hub may not list pods cluster-wide (403); counting GPUs of pods in namespace %s only. "
+            "GPUs used by pods of other namespaces are not seen.",
+            namespaces[0],
+        )
+        return namespaces[0]
 
     async def stop(self) -> None:
         self.ready = False

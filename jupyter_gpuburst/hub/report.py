@@ -72,4 +72,11 @@ def capacity_report(tracker: CapacitySource) -> dict[str, Any]:
         "donors": donors,
         "placements": placements,
         "queue_length": int(tracker.queue_length),
+        # GPUs held for spawns whose pod is not bound yet; with no spawn in progress, a leak
+        "reservations": _reservations(tracker),
     }
+
+
+def _reservations(tracker: CapacitySource) -> int:
+    placer = getattr(tracker, "placer", None)
+    return len(placer.reservations) if placer is not None else 0

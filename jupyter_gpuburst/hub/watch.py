@@ -95,7 +95,13 @@ class WatchFeed:
         response = await self.list_method(
             _preload_content=False, _request_timeout=self.request_timeout, **self.list_kwargs
         )
-        body = json.loads(await response.read())
+        raw = await response.read()
+        if getattr(response, "status", 200) >= 400:
+            # kubernetes_asyncio raises only for preloaded responses; this one is read raw
+            exc = ApiException(status=response.status, reason=response.reason)
+            exc.body = raw
+            raise exc
+        body = json.loads(raw)
         if not isinstance(body, dict) or "items" not in body:
             raise RuntimeError(f"listing {self.kind} returned no items: {str(body)[:200]}")
         seen: dict[str, str] = {}

@@ -103,6 +103,16 @@ class ApiServer:
         self.port = site._server.sockets[0].getsockname()[1]  # the OS-chosen port when port=0
         log.info("API server listening on %s", self.url)
 
+    def drop_watches(self) -> int:
+        """End every open HTTP watch stream, as a dropped connection would (faults); returns how many.
+
+        Only the streams this server serves: in-process watchers of the store stay open.
+        """
+        streams = list(self._streams)
+        for watch in streams:
+            watch.close()
+        return len(streams)
+
     async def stop(self) -> None:
         for watch in list(self._streams):
             watch.close()

@@ -205,3 +205,39 @@ def test_ownership_follows_the_spawner_config():
     # a Liqo donor's copy of an offloaded pod, in the remapped namespace
     donor_view = PodOwnership(["jhub"], origin_cluster_id="origin-1")
     assert donor_view.owns({"metadata": {"namespace": "jhub-origin-1", "labels": {"component": "singleuser-server", "app.kubernetes.io/managed-by": "kubespawner"}}})
+
+
+async def test_without_cluster_wide_pod_read_it_counts_its_namespace_only(api):
+    """A hub bound a namespaced Role (docs/security.md) still works, for its namespace's GPUs."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    store, core = api
+    store.create("nodes", synthetic.node("gpu-a", {GPU: 4}))
+    store.create("pods", store_pod("mine", node_name="gpu-a", gpus={GPU: 1}))
+    store.create("namespaces", {"metadata": {"name": "tenant-x"}})
+    other = synthetic.pod("theirs", namespace="tenant-x", node_name="gpu-a", gpus={GPU: 2})
+    other.pop("status")
+    store.create("pods", other)
+
+    class NamespacedOnly:
+        """What a Role in 'default' allows: nodes (ClusterRole), pods of 'default' only."""
+
+        list_node = core.list_node
+        list_namespaced_pod = core.list_namespaced_pod
+
+        async def list_pod_for_all_namespaces(self, **kwargs):
+            raise ApiException(status=403, reason="Forbidden")
+
+    tracker = CapacityTracker(NamespacedOnly(), settings_from_config(None), ownership=PodOwnership(["default"]))
+    await tracker.start()
+    try:
+        assert tracker.ready
+        # the tenant's 2 GPUs are not seen: what narrowing costs
+        assert tracker.snapshot().site("origin").free[GPU] == 3
+    finally:
+        await tracker.stop()
+
+    many = CapacityTracker(NamespacedOnly(), settings_from_config(None), ownership=PodOwnership(["a", "b"]))
+    with pytest.raises(ApiException):
+        await many.start()  # several namespaces: no silent narrowing
+    await many.stop()

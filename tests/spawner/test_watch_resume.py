@@ -52,7 +52,7 @@ async def test_watch_timeouts_and_drops_resume_without_listing(cluster):
         add_pod(store, "a")
         await wait_until(lambda: "default/a" in seen.objects, 5, "first event")
         await wait_until(lambda: feed.resumes >= 2, 10, "two watch timeouts")
-        store.close_watches()  # a dropped stream: what happened meanwhile must still arrive
+        server.drop_watches()  # a dropped stream: what happened meanwhile must still arrive
         add_pod(store, "b")
         store.delete("pods", "default", "a", grace_period_seconds=0)
         await wait_until(lambda: set(seen.objects) == {"default/b"}, 10, "events after the drop")
@@ -73,7 +73,7 @@ async def test_410_gone_makes_it_list_once_and_catch_up(cluster):
         # compaction past what the client saw, then a drop: the resume gets 410 Gone
         store.delete("pods", "default", "a", grace_period_seconds=0)
         add_pod(store, "c")
-        store.close_watches()
+        server.drop_watches()
         server.faults.expire_history(store.resource_version + 1)
         await wait_until(lambda: feed.relists == 2, 10, "a relist after 410")
         await wait_until(lambda: set(seen.objects) == {"default/c"}, 5, "state after the relist")
@@ -102,7 +102,7 @@ async def test_bookmarks_move_the_resume_point_so_a_quiet_watch_is_not_expired(c
         assert int(feed.resource_version) > int(last_pod_version)
         # history before the nodes is compacted; the bookmarked version is still served
         server.faults.expire_history(store.resource_version)
-        store.close_watches()
+        server.drop_watches()
         add_pod(store, "b")
         await wait_until(lambda: "default/b" in seen.objects, 5, "resumed from the bookmark")
     finally:

@@ -1,0 +1,475 @@
+"""`gpuburst bench chaos`: N students start a GPU server while the federation misbehaves.
+
+One local federation (origin + one donor) and a real JupyterHub running GPUBurstSpawner, twice
+in one invocation, with the same arrivals (spawns spread over the run, not all at once):
+
+1. fault-free: the reference spawn times;
+2. chaos: under a :class:`~jupyter_gpuburst.sim.faults.FaultSchedule`: 429/500 bursts on the
+   origin's API, watch streams dropped, the history expired (410 Gone on resumed watches), the
+   origin's API server down 10 s, the donor's peering lost 10 s and back, and the hub killed
+   (SIGKILL, hub and proxy) and restarted twice.
+
+Each student behaves as one would: starts the server, and when the hub went away under them,
+waits for it, looks at their server, and starts it again if it is not there (at most
+``--attempts`` times). A refusal the hub answers with a message ends their attempt.
+
+Every count comes from what exists, read after the run has settled, never from what the hub
+reports about its own spawns: pods from the emulated API servers' stores (origin and donor),
+servers and their saved state from the hub's database, reservations from the hub's capacity
+API. ``ready``: the hub has the server ready, exactly one pod exists for it, running, on the
+site the hub's saved placement names. ``refused``: the student got a short message (no API
+dump), and nothing exists for them. ``lost``: neither. ``duplicated``: pods beyond one per
+server (origin pods, and donor copies beyond one per origin pod). ``orphaned``: pods no server
+of the hub accounts for. ``leaked_reservations``: reservations the hub still holds when no spawn
+is in progress. ``wrong_placement``: servers whose saved placement is not where the pod is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import sqlite3
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from jupyter_gpuburst.bench.hubproc import HubProcess
+from jupyter_gpuburst.bench.spawn import NAMESPACE, clear_pods, federation_config, hub_config, percentile
+from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.sim.faults import FaultSchedule, FaultStep
+from jupyter_gpuburst.sim.federation import Federation
+from jupyter_gpuburst.sim.testing import running_federation
+
+HUB_LOG_LEVEL = os.environ.get("GPUBURST_BENCH_HUB_LOG_LEVEL", "INFO")
+USER_LABEL = "hub.jupyter.org/username"
+SERVER_COMPONENT = "singleuser-server"
+# what must never reach a student: the kubernetes client's dump of an error
+RAW_MARKERS = ("HTTP response headers", "HTTP response body", "CIMultiDict", "Traceback", "Reason: ")
+CLEAR_MESSAGE_MAX = 300
+HUB_CONFIG_EXTRA = """
+c.GPUBurstSpawner.donor_pending_grace_seconds = 20
+c.KubeSpawner.k8s_api_request_retry_timeout = 60
+"""
+
+
+def is_clear(message: str) -> bool:
+    """A reason a student can read: short, and no raw API response in it."""
+    return bool(message) and len(message) <= CLEAR_MESSAGE_MAX and not any(m in message for m in RAW_MARKERS)
+
+
+@dataclass
+class Journey:
+    """One student's spawn: what they saw, from their side."""
+
+    user: str
+    outcome: str = "none"  # ready | refused | unclear | gave_up
+    message: str = ""
+    seconds: float | None = None
+    posts: int = 0
+    hub_gone: int = 0
+
+
+@dataclass
+class Phase:
+    name: str
+    journeys: list[Journey] = field(default_factory=list)
+    wall_s: float = 0.0
+    faults_done: list[tuple[float, str]] = field(default_factory=list)
+    hub_restarts: int = 0
+
+
+class Hub:
+    """A HubProcess that can be killed like a crashed pod and started again on the same ports."""
+
+    def __init__(self, workdir: Path, kubeconfig: Path, start_timeout: int) -> None:
+        self.process = HubProcess(
+            workdir, hub_config("gpuburst", start_timeout, HUB_CONFIG_EXTRA), env={"KUBECONFIG": str(kubeconfig)}, log_level=HUB_LOG_LEVEL
+        )
+        self.up = asyncio.Event()
+        self.restarts = 0
+
+    async def start(self) -> None:
+        await self.process.start(timeout=120)
+        self.up.set()
+
+    async def kill_and_restart(self) -> None:
+        proc = self.process.proc
+        self.up.clear()
+        if proc is not None and proc.returncode is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the hub and its proxy, no cleanup
+            await proc.wait()
+        self.process.proc = None
+        await asyncio.sleep(1.0)
+        await self.start()
+        self.restarts += 1
+
+    async def stop(self) -> None:
+        self.up.clear()
+        await self.process.stop(timeout=60)
+
+
+async def _request(hub: Hub, session: aiohttp.ClientSession, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+    return await hub.process.request(session, method, path, **kwargs)
+
+
+async def _wait_hub(hub: Hub, deadline: float) -> None:
+    while not hub.up.is_set():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the hub did not come back")
+        await asyncio.sleep(0.2)
+
+
+def _message(body: Any) -> str:
+    if isinstance(body, dict):
+        return str(body.get("message") or "")
+    return str(body or "")
+
+
+async def journey(hub: Hub, session: aiohttp.ClientSession, user: str, attempts: int, deadline: float) -> Journey:
+    """Start ``user``'s server as a student would, through hub deaths; see the module doc."""
+    out = Journey(user)
+    started = time.monotonic()
+    while time.monotonic() < deadline:
+        await _wait_hub(hub, deadline)
+        if out.posts >= attempts:
+            out.outcome = "gave_up"
+            return out
+        out.posts += 1
+        try:
+            status, body = await _request(hub, session, "POST", f"/users/{user}/server", json={"profile": "gpu1"})
+        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
+            out.hub_gone += 1
+            status, body = await _after_hub_loss(hub, session, user, deadline)
+            if status == "ready":
+                out.outcome, out.seconds = "ready", time.monotonic() - started
+                return out
+            continue  # no server: start it again
+        if status == 201:
+            out.outcome, out.seconds = "ready", time.monotonic() - started
+            return out
+        if status == 202 or (status == 400 and "is pending" in _message(body)):
+            state = await _wait_not_pending(hub, session, user, deadline)
+            if state == "ready":
+                out.outcome, out.seconds = "ready", time.monotonic() - started
+                return out
+            continue
+        if status == 400 and "already running" in _message(body):
+            out.outcome, out.seconds = "ready", time.monotonic() - started
+            return out
+        if status in (502, 503, 504) and not hub.up.is_set():
+            continue  # the proxy or hub died mid-answer
+        out.message = _message(body)
+        out.outcome = "refused" if is_clear(out.message) else "unclear"
+        return out
+    out.outcome = "gave_up"
+    return out
+
+
+async def _server_state(hub: Hub, session: aiohttp.ClientSession, user: str) -> str:
+    """ready | pending | none, from the hub's user model."""
+    status, model = await _request(hub, session, "GET", f"/users/{user}")
+    if status != 200 or not isinstance(model, dict):
+        raise aiohttp.ClientError(f"GET /users/{user}: HTTP {status}")
+    server = (model.get("servers") or {}).get("")
+    if not server:
+        return "none"
+    if server.get("ready"):
+        return "ready"
+    return "pending" if server.get("pending") else "none"
+
+
+async def _wait_not_pending(hub: Hub, session: aiohttp.ClientSession, user: str, deadline: float) -> str:
+    while time.monotonic() < deadline:
+        try:
+            await _wait_hub(hub, deadline)
+            state = await _server_state(hub, session, user)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
+            await asyncio.sleep(0.5)
+            continue
+        if state != "pending":
+            return state
+        await asyncio.sleep(0.5)
+    return "none"
+
+
+async def _after_hub_loss(hub: Hub, session: aiohttp.ClientSession, user: str, deadline: float) -> tuple[str, Any]:
+    """The hub went away mid-request: once it is back, what became of the server?"""
+    await asyncio.sleep(0.5)
+    return await _wait_not_pending(hub, session, user, deadline), None
+
+
+# ---- what exists -------------------------------------------------------------------------------
+
+
+def hub_servers(workdir: Path) -> dict[str, dict[str, Any]]:
+    """Per user: whether the hub's database has a server, and the spawner's saved state."""
+    db = sqlite3.connect(f"file:{workdir / 'jupyterhub.sqlite'}?mode=ro", uri=True, timeout=30)
+    try:
+        rows = db.execute(
+            "SELECT users.name, spawners.name, spawners.server_id, spawners.state FROM spawners "
+            "JOIN users ON users.id = spawners.user_id"
+        ).fetchall()
+    finally:
+        db.close()
+    out = {}
+    for user, name, server_id, state in rows:
+        if name:
+            continue
+        saved = json.loads(state) if state else {}
+        out[user] = {"server": server_id is not None, "state": saved or {}}
+    return out
+
+
+def user_pods(fed: Federation) -> tuple[dict[str, list[dict[str, Any]]], int, int]:
+    """Origin user-server pods by user; donor twins beyond one per origin pod; donor orphans.
+
+    A donor's twin of an offloaded pod has the origin pod's name in Liqo's remapped namespace.
+    """
+    by_user: dict[str, list[dict[str, Any]]] = {}
+    origin_names = set()
+    for pod in fed.origin.store.list("pods", NAMESPACE)[0]:
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get("component") != SERVER_COMPONENT:
+            continue
+        by_user.setdefault(labels.get(USER_LABEL, "?"), []).append(pod)
+        origin_names.add(pod["metadata"]["name"])
+    twins: Counter[str] = Counter()
+    donor_orphans = 0
+    for donor_id, donor in fed.donors.items():
+        remote_ns = fed.peerings[donor_id].remote_namespace(NAMESPACE)
+        for pod in donor.store.list("pods", remote_ns)[0]:
+            if (pod["metadata"].get("labels") or {}).get("component") != SERVER_COMPONENT:
+                continue
+            name = pod["metadata"]["name"]
+            if name not in origin_names:
+                donor_orphans += 1
+            twins[name] += 1
+    extra_twins = sum(n - 1 for n in twins.values() if n > 1)
+    return by_user, extra_twins, donor_orphans
+
+
+def _running_ready(pod: dict[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+async def leaked_reservations(hub: Hub, session: aiohttp.ClientSession) -> int:
+    status, report = await _request(hub, session, "GET", "/gpuburst/capacity")
+    if status != 200 or not isinstance(report, dict):
+        raise RuntimeError(f"capacity API: HTTP {status}")
+    if "reservations" not in report:
+        raise RuntimeError("the capacity API does not report reservations")
+    return int(report["reservations"])
+
+
+async def settle(fed: Federation, timeout: float = 60.0) -> None:
+    """Wait until no pod is pending or terminating, so what is counted is what stays."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        busy = False
+        for cluster in fed.clusters.values():
+            for pod in cluster.store.list("pods")[0]:
+                if pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") == "Pending":
+                    busy = True
+        if not busy:
+            return
+        await asyncio.sleep(0.5)
+
+
+async def count(fed: Federation, hub: Hub, session: aiohttp.ClientSession, journeys: list[Journey]) -> dict[str, Any]:
+    await settle(fed)
+    servers = hub_servers(hub.process.workdir)
+    pods, extra_copies, donor_orphans = user_pods(fed)
+    ready = refused = lost = duplicated = orphaned = wrong = 0
+    reasons: Counter[str] = Counter()
+    for j in journeys:
+        mine = pods.get(j.user, [])
+        server = servers.get(j.user, {"server": False, "state": {}})
+        duplicated += max(0, len(mine) - 1)
+        if server["server"]:
+            saved = (server["state"] or {}).get("gpuburst") or {}
+            live = [p for p in mine if _running_ready(p)]
+            if len(live) == 1 and j.outcome == "ready":
+                site = (live[0]["metadata"].get("labels") or {}).get(keys.SITE_LABEL)
+                if saved.get("site") == site:
+                    ready += 1
+                else:
+                    wrong += 1
+                    lost += 1
+            else:
+                lost += 1
+        else:
+            orphaned += len(mine)
+            if j.outcome == "refused" and not mine:
+                refused += 1
+                reasons[j.message] += 1
+            else:
+                lost += 1
+    known = {j.user for j in journeys}
+    orphaned += sum(len(p) for user, p in pods.items() if user not in known)
+    orphaned += donor_orphans
+    return {
+        "ready": ready,
+        "refused": refused,
+        "refused_reasons": dict(reasons.most_common(5)),
+        "lost": lost,
+        "duplicated": duplicated + extra_copies,
+        "orphaned": orphaned,
+        "leaked_reservations": await leaked_reservations(hub, session),
+        "wrong_placement": wrong,
+        "unclear_refusals": [j.message[:160] for j in journeys if j.outcome == "unclear"][:3],
+    }
+
+
+# ---- the run -----------------------------------------------------------------------------------
+
+
+def chaos_actions(fed: Federation, hub: Hub) -> dict[str, Any]:
+    faults = fed.origin.api.faults
+
+    async def errors(step: FaultStep) -> None:
+        faults.error_rate_429 = float(step.params.get("rate_429", 0.0))
+        faults.error_rate_500 = float(step.params.get("rate_500", 0.0))
+        try:
+            await asyncio.sleep(step.duration_s)
+        finally:
+            faults.error_rate_429 = faults.error_rate_500 = 0.0
+
+    async def watch_gone(step: FaultStep) -> None:
+        faults.expire_history(fed.origin.store.resource_version)
+        fed.origin.api.drop_watches()
+
+    async def watch_drop(step: FaultStep) -> None:
+        fed.origin.api.drop_watches()
+
+    async def api_down(step: FaultStep) -> None:
+        await fed.origin.api.stop()
+        try:
+            await asyncio.sleep(step.duration_s)
+        finally:
+            await fed.origin.api.start()
+
+    async def peering_lost(step: FaultStep) -> None:
+        donor = str(step.params.get("donor") or next(iter(fed.donors)))
+        await fed.donor_outage(donor, True)
+        try:
+            await asyncio.sleep(step.duration_s)
+        finally:
+            await fed.donor_outage(donor, False)
+
+    async def hub_kill(step: FaultStep) -> None:
+        await hub.kill_and_restart()
+
+    return {"errors": errors, "watch_gone": watch_gone, "watch_drop": watch_drop, "api_down": api_down, "peering_lost": peering_lost, "hub_kill": hub_kill}
+
+
+async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, name: str, users: list[str], arrivals: list[float], schedule: FaultSchedule | None, args: argparse.Namespace) -> tuple[Phase, dict[str, Any]]:
+    phase = Phase(name)
+    hub = Hub(workdir, kubeconfig, args.start_timeout)
+    await hub.start()
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=args.start_timeout + 60)
+    try:
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            status, body = await _request(hub, session, "POST", "/users", json={"usernames": users})
+            if status != 201:
+                raise RuntimeError(f"could not create users: HTTP {status}: {body}")
+            deadline = time.monotonic() + arrivals[-1] + args.start_timeout * args.attempts
+
+            async def one(user: str, at: float) -> Journey:
+                await asyncio.sleep(at)
+                return await journey(hub, session, user, args.attempts, deadline)
+
+            started = time.monotonic()
+            faults_task = asyncio.create_task(schedule.run(chaos_actions(fed, hub))) if schedule else None
+            phase.journeys = list(await asyncio.gather(*(one(u, t) for u, t in zip(users, arrivals))))
+            if faults_task is not None:
+                await faults_task  # every fault has ended and the hub is back before counting
+                phase.faults_done = list(schedule.done)
+            phase.wall_s = time.monotonic() - started
+            phase.hub_restarts = hub.restarts
+            await _wait_hub(hub, time.monotonic() + 120)
+            counts = await count(fed, hub, session, phase.journeys)
+    finally:
+        await hub.stop()
+        await clear_pods(fed)
+    return phase, counts
+
+
+async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
+    n = args.spawns
+    kubeconfig = state_dir / "kubeconfig"
+    local = args.local_gpus if args.local_gpus is not None else max(1, n // 4)
+    donor = args.donor_gpus if args.donor_gpus is not None else n - local + max(2, n // 10)
+    config = federation_config(local, donor, n)
+    span = args.span if args.span is not None else max(45.0, n * 0.6)
+    rng = random.Random(args.seed)
+    arrivals = sorted(rng.uniform(0, span * 0.8) for _ in range(n))
+    async with running_federation(config, state_dir=state_dir / "sim", kubeconfig=kubeconfig) as fed:
+        base, base_counts = await run_phase(fed, state_dir / "hub-fault-free", kubeconfig, "fault-free", [f"calm{i:03d}" for i in range(n)], arrivals, None, args)
+        schedule = FaultSchedule.chaos(span, donor=next(iter(fed.donors)))
+        chaos, counts = await run_phase(fed, state_dir / "hub-chaos", kubeconfig, "chaos", [f"storm{i:03d}" for i in range(n)], arrivals, schedule, args)
+    times = [j.seconds for j in chaos.journeys if j.outcome == "ready" and j.seconds is not None]
+    base_times = [j.seconds for j in base.journeys if j.outcome == "ready" and j.seconds is not None]
+    goal = (
+        counts["lost"] == counts["duplicated"] == counts["orphaned"] == counts["leaked_reservations"] == 0
+        and counts["ready"] + counts["refused"] == n
+    )
+    return {
+        "benchmark": "chaos",
+        "requested": n,
+        "local_gpus": local,
+        "donor_gpus": donor,
+        **counts,
+        "goal_met": goal,
+        "p50_spawn_s": round(percentile(times, 50), 3),
+        "p95_spawn_s": round(percentile(times, 95), 3),
+        "fault_free_ready": base_counts["ready"],
+        "fault_free_p95_spawn_s": round(percentile(base_times, 95), 3),
+        "fault_free_lost": base_counts["lost"],
+        "hub_restarts": chaos.hub_restarts,
+        "faults": [f"{t:.0f}s {kind}" for t, kind in chaos.faults_done],
+        "spawn_requests": sum(j.posts for j in chaos.journeys),
+        "spawns_cut_by_hub_kill": sum(1 for j in chaos.journeys if j.hub_gone),
+        "wall_s": round(chaos.wall_s, 1),
+        "fault_free_wall_s": round(base.wall_s, 1),
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gpuburst bench chaos", description=__doc__.splitlines()[0])
+    parser.add_argument("--spawns", type=int, default=200, help="students starting a 1-GPU server (default 200)")
+    parser.add_argument("--local-gpus", type=int, default=None, help="GPUs on the origin (default: a quarter of --spawns)")
+    parser.add_argument("--donor-gpus", type=int, default=None, help="GPUs the donor grants (default: the rest and a tenth more)")
+    parser.add_argument("--span", type=float, default=None, help="seconds the arrivals and the fault schedule span (default: 0.6 s per spawn, at least 45)")
+    parser.add_argument("--attempts", type=int, default=4, help="times a student starts the server again after losing the hub (default 4)")
+    parser.add_argument("--start-timeout", type=int, default=180, help="seconds one spawn may take before the hub gives up")
+    parser.add_argument("--seed", type=int, default=1, help="arrival times' random seed")
+    parser.add_argument("--state-dir", type=Path, default=None, help="keep hub logs and pod logs here (default: a temp dir, removed)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on one line")
+    args = parser.parse_args(argv)
+    if args.spawns < 1:
+        parser.error("--spawns must be at least 1")
+    if args.attempts < 1:
+        parser.error("--attempts must be at least 1")
+    if args.state_dir is not None:
+        args.state_dir.mkdir(parents=True, exist_ok=True)
+        result = asyncio.run(run(args, args.state_dir))
+    else:
+        with tempfile.TemporaryDirectory(prefix="gpuburst-bench-chaos-") as tmp:
+            result = asyncio.run(run(args, Path(tmp)))
+    json.dump(result, sys.stdout, indent=None if args.json else 2)
+    sys.stdout.write("\n")
+    return 0 if result["goal_met"] else 1
