@@ -1,0 +1,163 @@
+"""A real hub under API faults, crashes and bad input (the chaos benchmark: benchmarks/README.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+import aiohttp
+import pytest
+
+from jupyter_gpuburst.bench import chaos
+from jupyter_gpuburst.bench.hubproc import HubProcess
+from jupyter_gpuburst.bench.spawn import NAMESPACE, clear_pods, federation_config, hub_config
+from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.sim.testing import running_federation
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+
+OPTIONS_PROFILES = [
+    {"display_name": "CPU only", "slug": "cpu", "default": True},
+    {
+        "display_name": "One GPU",
+        "slug": "gpu1",
+        "kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": "1"}},
+        "profile_options": {
+            "image": {
+                "display_name": "Image",
+                "choices": {"base": {"display_name": "Base", "kubespawner_override": {"image": "gpuburst/bench-standin:1"}}},
+                "unlisted_choice": {
+                    "enabled": True,
+                    "validation_regex": "^gpuburst/.+:.+$",
+                    "kubespawner_override": {"image": "{value}"},
+                },
+            }
+        },
+    },
+]
+
+
+async def spawn_many(hub: HubProcess, session: aiohttp.ClientSession, users: list[str]) -> list[tuple[int, str]]:
+    async def one(user: str) -> tuple[int, str]:
+        status, body = await hub.request(session, "POST", f"/users/{user}/server", json={"profile": "gpu1"})
+        return status, (body.get("message") if isinstance(body, dict) else str(body or ""))
+
+    return list(await asyncio.gather(*(one(u) for u in users)))
+
+
+def judged(outcomes: list[tuple[int, str]]) -> tuple[int, int, list[str]]:
+    ready = sum(1 for status, _ in outcomes if status == 201)
+    clear = sum(1 for status, message in outcomes if status != 201 and chaos.is_clear(message))
+    unclear = [message[:200] for status, message in outcomes if status != 201 and not chaos.is_clear(message)]
+    return ready, clear, unclear
+
+
+async def test_a_quarter_of_api_requests_failing_cold_and_warm(tmp_path):
+    """25 % of the origin's API requests answer 429 or 500, from before the hub starts (cold:
+    its first lists, KubeSpawner's reflectors) and on a hub already running (warm)."""
+    kubeconfig = tmp_path / "kubeconfig"
+    async with running_federation(federation_config(4, 16, 12), state_dir=tmp_path / "sim", kubeconfig=kubeconfig) as fed:
+        faults = fed.origin.api.faults
+        faults.error_rate_429, faults.error_rate_500 = 0.125, 0.125
+        hub = HubProcess(tmp_path / "hub", hub_config("gpuburst", 120), env={"KUBECONFIG": str(kubeconfig)})
+        await hub.start()
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
+                users = [f"u{i}" for i in range(12)]
+                status, _ = await hub.request(session, "POST", "/users", json={"usernames": users})
+                assert status == 201
+                served_before = sum(fed.origin.api.stats.values())
+                cold = await spawn_many(hub, session, users[:6])
+                warm = await spawn_many(hub, session, users[6:])
+        finally:
+            await hub.stop()
+            await clear_pods(fed)
+        log = hub.log_tail(2_000_000)
+    assert sum(fed.origin.api.stats.values()) > served_before  # the faults were in the path
+    for outcomes in (cold, warm):
+        ready, clear, unclear = judged(outcomes)
+        assert unclear == [], unclear
+        assert ready + clear >= 0.99 * len(outcomes)
+        assert ready >= len(outcomes) // 2  # retries, not refusals, carry most spawns through
+    assert "Retrying" in log  # the hub did meet the faults
+    assert "HTTP response headers" not in log and "CIMultiDict" not in log
+
+
+async def test_refused_options_do_not_stick_and_unlisted_choices_work(tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    extra = f"c.KubeSpawner.profile_list = {OPTIONS_PROFILES!r}"
+    async with running_federation(federation_config(2, 0, 2), state_dir=tmp_path / "sim", kubeconfig=kubeconfig) as fed:
+        hub = HubProcess(tmp_path / "hub", hub_config("gpuburst", 120, extra), env={"KUBECONFIG": str(kubeconfig)})
+        await hub.start()
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=180)) as session:
+                await hub.request(session, "POST", "/users", json={"usernames": ["ann", "bob"]})
+                huge = "x" * 1_000_000
+                status, body = await hub.request(session, "POST", "/users/ann/server", json={"profile": huge})
+                assert status == 400
+                assert len(body["message"]) < 400 and "…" in body["message"]
+                assert fed.origin.store.list("pods", NAMESPACE)[0] == []
+                # the refused options were not kept: a plain start uses the last good ones (none)
+                status, body = await hub.request(session, "POST", "/users/ann/server")
+                assert status == 201, body
+                status, model = await hub.request(session, "GET", "/users/ann")
+                assert model["servers"][""]["user_options"] == {}
+
+                # KubeSpawner's form: "Other..." picked, a value typed that the regex allows
+                options = {"profile": "gpu1", "image": "unlisted-choice", "image--unlisted-choice": "gpuburst/bench-standin:2"}
+                status, body = await hub.request(session, "POST", "/users/bob/server", json=options)
+                assert status == 201, body
+                pod = fed.origin.store.get("pods", NAMESPACE, "jupyter-bob")
+                assert pod["spec"]["containers"][0]["image"] == "gpuburst/bench-standin:2"
+                assert pod["metadata"]["labels"][keys.SITE_LABEL] == "origin"
+                status, _ = await hub.request(session, "DELETE", "/users/bob/server")
+                assert status in (202, 204)
+                bad = {**options, "image--unlisted-choice": "evil/miner:1"}
+                status, body = await hub.request(session, "POST", "/users/bob/server", json=bad)
+                assert status == 400 and "image" in body["message"]
+                await asyncio.sleep(1)
+                status, model = await hub.request(session, "GET", "/users/bob")
+                assert model["servers"] == {} or "" not in model["servers"]
+        finally:
+            await hub.stop()
+            await clear_pods(fed)
+        log = hub.log_tail(5_000_000)
+    assert huge not in log and "x" * 200 not in log
+
+
+async def test_chaos_benchmark_short(tmp_path):
+    """Faults of every kind, the hub killed twice: nothing lost, duplicated, orphaned or leaked."""
+    args = argparse.Namespace(
+        spawns=12, local_gpus=None, donor_gpus=None, span=45.0, attempts=4, start_timeout=90, seed=3
+    )
+    result = await chaos.run(args, tmp_path)
+    assert result["hub_restarts"] == 2
+    assert {"api_down", "peering_lost", "watch_gone", "watch_drop", "errors"} <= {f.split()[1] for f in result["faults"]}
+    assert result["lost"] == result["duplicated"] == result["orphaned"] == 0, result
+    assert result["leaked_reservations"] == 0 and result["wrong_placement"] == 0, result
+    assert result["ready"] + result["refused"] == 12, result
+    assert result["fault_free_ready"] == 12
+    assert result["goal_met"]
+
+
+def test_counting_sees_what_the_hub_does_not_know(tmp_path):
+    """The counts can fail: an orphan, a duplicate and a lost server are each found."""
+    from types import SimpleNamespace
+
+    def pod(user, name, phase="Running"):
+        return {
+            "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"component": "singleuser-server", chaos.USER_LABEL: user, keys.SITE_LABEL: "origin"}},
+            "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True"}]},
+        }
+
+    class Store:
+        def __init__(self, pods):
+            self.pods = pods
+
+        def list(self, rtype, namespace=None):
+            return list(self.pods), "1"
+
+    origin = SimpleNamespace(store=Store([pod("ann", "jupyter-ann"), pod("ann", "jupyter-ann-2"), pod("eve", "jupyter-eve")]))
+    fed = SimpleNamespace(origin=origin, donors={}, peerings={}, clusters={"origin": origin})
+    by_user, extra, donor_orphans = chaos.user_pods(fed)
+    assert len(by_user["ann"]) == 2 and extra == 0 and donor_orphans == 0

@@ -1,0 +1,125 @@
+"""What the hub database holds through a spawn: placement from the decision on, options restored
+after a refusal, and what a restarted hub makes of a pod it did not start."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from unittest.mock import patch
+
+import pytest
+from jupyterhub import orm
+
+from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.hub.profiles import UserOptionsError
+from jupyter_gpuburst.hub.spawner import GPUBurstSpawner
+
+from .test_spawner_unit import KUBESPAWNER_LABELS, make_spawner, make_tracker, manifest_of, no_cluster  # noqa: F401
+
+
+@pytest.fixture
+def hub_db(tmp_path):
+    """JupyterHub's own ORM on a file, and a second session to read what was committed."""
+    url = f"sqlite:///{tmp_path / 'jupyterhub.sqlite'}"
+    session = orm.new_session_factory(url)()
+    user = orm.User(name="mock")
+    session.add(user)
+    session.commit()
+    orm_spawner = orm.Spawner(user=user, name="")
+    session.add(orm_spawner)
+    session.commit()
+    reader = orm.new_session_factory(url)
+
+    def committed() -> orm.Spawner:
+        fresh = reader()
+        try:
+            row = fresh.query(orm.Spawner).filter_by(id=orm_spawner.id).one()
+            return SimpleNamespace(state=row.state, user_options=row.user_options)
+        finally:
+            fresh.close()
+
+    yield orm_spawner, committed
+    session.close()
+
+
+async def test_placement_is_committed_before_the_pod_is_created(no_cluster, hub_db):
+    orm_spawner, committed = hub_db
+    spawner = make_spawner(make_tracker(({"origin-gpu": 0},)), {"profile": "gpu1"})
+    spawner.orm_spawner = orm_spawner
+    created = []
+
+    async def create_pod(pod, timeout):
+        # what a hub killed at this instant leaves in its database
+        created.append((committed().state or {}).get("gpuburst"))
+        return True
+
+    with patch("kubespawner.KubeSpawner._make_create_pod_request", side_effect=create_pod):
+        await manifest_of(spawner)
+        await spawner._make_create_pod_request(None, 1)
+    assert created and created[0]["site"] == "donor-1"
+    assert created[0]["resource"] == "nvidia.com/gpu" and created[0]["count"] == 1
+
+
+async def test_refused_options_are_put_back(no_cluster, hub_db):
+    orm_spawner, committed = hub_db
+    orm_spawner.user_options = {"profile": "gpu1"}
+    spawner = make_spawner(make_tracker(), {"profile": "gpu1"})
+    spawner.orm_spawner = orm_spawner
+    spawner._gb_saved_options = {"profile": "gpu1"}
+    # JupyterHub stores the new options before asking the spawner
+    orm_spawner.user_options = {"profile": "nope"}
+    spawner.user_options = {"profile": "nope"}
+    with pytest.raises(UserOptionsError):
+        await spawner._run_apply_user_options({"profile": "nope"})
+    assert committed().user_options == {"profile": "gpu1"}
+    assert spawner.user_options == {"profile": "gpu1"}
+    # accepted ones become the ones to go back to
+    await spawner._run_apply_user_options({"profile": "cpu"})
+    assert spawner._gb_saved_options == {"profile": "cpu"}
+
+
+def pod(phase: str, site: str, ready: bool = True) -> dict:
+    return {
+        "metadata": {"name": "jupyter-mock", "namespace": "default", "labels": {**KUBESPAWNER_LABELS, keys.SITE_LABEL: site, keys.CLUSTER_LABEL: site}, "annotations": {}},
+        "spec": {"nodeName": site},
+        "status": {"phase": phase, "podIP": "10.0.0.9" if phase == "Running" else None, "containerStatuses": [{"name": "notebook", "ready": ready, "state": {"running": {}}}]},
+    }
+
+
+async def inherited_poll(spawner: GPUBurstSpawner, the_pod: dict) -> tuple[int | None, list[bool]]:
+    stopped: list[bool] = []
+
+    async def stop(now=False):
+        stopped.append(now)
+
+    async def no_watch(*args, **kwargs):
+        return None
+
+    reflector = SimpleNamespace(pods={f"{spawner.namespace}/{spawner.pod_name}": the_pod})
+    with patch.object(GPUBurstSpawner, "pod_reflector", reflector), patch.object(spawner, "_start_watching_pods", no_watch), patch.object(spawner, "stop", stop):
+        return await spawner.poll(), stopped
+
+
+async def test_pod_left_starting_by_a_dead_hub_is_deleted(no_cluster, hub_db):
+    orm_spawner, committed = hub_db
+    spawner = make_spawner(make_tracker(), {"profile": "gpu1"})
+    spawner.orm_spawner = orm_spawner
+    spawner.load_state({"pod_name": spawner.pod_name, "gpuburst": {"site": "donor-1", "cluster_id": "donor-1"}})
+    status, stopped = await inherited_poll(spawner, pod("Pending", "donor-1"))
+    assert status == 1 and stopped == [True]
+    assert spawner.gpuburst_placement is None
+    assert "gpuburst" not in (committed().state or {})
+
+
+async def test_running_pod_is_adopted_with_the_placement_its_labels_show(no_cluster, hub_db):
+    orm_spawner, committed = hub_db
+    spawner = make_spawner(make_tracker(), {"profile": "gpu1"})
+    spawner.orm_spawner = orm_spawner
+    spawner.load_state({"gpuburst": {"site": "origin", "cluster_id": None, "resource": "nvidia.com/gpu", "count": 1, "reason": "r"}})
+    status, stopped = await inherited_poll(spawner, pod("Running", "donor-1"))
+    assert status is None and stopped == []
+    assert spawner.gpuburst_placement["site"] == "donor-1"
+    assert spawner.gpuburst_placement["resource"] == "nvidia.com/gpu"
+    assert committed().state["gpuburst"]["site"] == "donor-1"
+    # later polls of a server this process knows leave it alone, even while it is not ready
+    status, stopped = await inherited_poll(spawner, pod("Running", "donor-1", ready=False))
+    assert status is None and stopped == []
