@@ -47,9 +47,8 @@ class GPUBurstHandler(ExtensionHandlerMixin, APIHandler):
         return {**data, "kernels": []}
 
     def encode(self, sample: Sample, kernels_visible: bool) -> bytes:
-        if kernels_visible:
-            return sample.encoded
-        return json.dumps(self.without_kernels(sample.data), separators=(",", ":")).encode()
+        # encoded once per sample for all readers with the same view, never per request
+        return sample.body(kernels_visible)
 
 
 class PlacementHandler(GPUBurstHandler):
@@ -113,7 +112,8 @@ class StreamHandler(GPUBurstHandler):
                             await self.flush()
                         continue
                     idle = 0.0
-                    self.write(b"event: sample\ndata: " + self.encode(last, visible) + b"\n\n")
+                    # one frame per sample shared by every client: no per-client encoding or copying
+                    self.write(last.sse(visible))
                     await self.flush()
         except StreamClosedError:
             pass

@@ -3,7 +3,9 @@
 The sampler runs only while someone listens (a stream subscriber, or a request within the last
 few periods), reads the GPU in its own worker thread so NVML never blocks the event loop, reads
 the expensive process list less often than utilization, serialises each sample once for all
-clients, and keeps the last `history_length` samples.
+clients (the Server-Sent Events frame too), and keeps the last `history_length` samples.
+Process trees come from a cached table of /proc's parent links (`proctable`), so a cycle costs
+the same with 1 or 50 kernels on a machine with thousands of processes.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 
 from jupyter_gpuburst.server.gpu.attribution import KernelPids, attribute, resolve
 from jupyter_gpuburst.server.gpu.backend import GPUBackend, GPUProcess, GPUUnavailable, KernelRef
+from jupyter_gpuburst.server.gpu.proctable import ProcessTable
 from jupyter_gpuburst.server.gpu.select import open_backend
 
 log = logging.getLogger(__name__)
@@ -35,6 +38,25 @@ class Sample:
     data: dict
     encoded: bytes
     seq: int
+    # other encodings (without kernels; as an SSE frame), made once on first use, then shared
+    _views: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def body(self, kernels_visible: bool) -> bytes:
+        """The JSON body; without the kernel list for readers who may not see kernels."""
+        if kernels_visible:
+            return self.encoded
+        view = self._views.get("no-kernels")
+        if view is None:
+            view = self._views["no-kernels"] = _encode({**self.data, "kernels": []})
+        return view
+
+    def sse(self, kernels_visible: bool) -> bytes:
+        """The whole ``event: sample`` frame for a stream: one allocation per sample, not per client."""
+        key = ("sse", kernels_visible)
+        frame = self._views.get(key)
+        if frame is None:
+            frame = self._views[key] = b"event: sample\ndata: " + self.body(kernels_visible) + b"\n\n"
+        return frame
 
 
 @dataclass
@@ -46,6 +68,10 @@ class SamplerStats:
     device_read_s: deque = field(default_factory=lambda: deque(maxlen=100_000))
     process_read_s: deque = field(default_factory=lambda: deque(maxlen=100_000))
     loop_work_s: deque = field(default_factory=lambda: deque(maxlen=100_000))
+    # the whole cycle: kernel list, device read, process read, attribution, encoding, publishing
+    cycle_s: deque = field(default_factory=lambda: deque(maxlen=100_000))
+    # the cycles among those that also re-read processes
+    cycle_with_processes_s: deque = field(default_factory=lambda: deque(maxlen=100_000))
 
 
 def _encode(data: dict) -> bytes:
@@ -100,6 +126,7 @@ class Sampler:
         self._processes: list[GPUProcess] = []
         self._resolved: dict[str, KernelPids] = {}
         self._processes_at = float("-inf")
+        self._proctable = ProcessTable()
         self._closed = False
         self.stats = SamplerStats()
 
@@ -186,6 +213,7 @@ class Sampler:
     async def _sample_once(self) -> None:
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
+        process_samples = self.stats.process_samples
         try:
             kernels = list(await self.kernel_source())
         except Exception:  # noqa: BLE001 - a broken kernel manager must not stop telemetry
@@ -207,7 +235,11 @@ class Sampler:
         self._next = None
         future.set_result(sample)
         self.stats.samples += 1
-        self.stats.loop_work_s.append((t1 - t0) + (time.perf_counter() - t2))
+        done = time.perf_counter()
+        self.stats.loop_work_s.append((t1 - t0) + (done - t2))
+        self.stats.cycle_s.append(done - t0)
+        if self.stats.process_samples != process_samples:
+            self.stats.cycle_with_processes_s.append(done - t0)
 
     # -- the worker thread -------------------------------------------------------------------
     def _ensure_backend(self) -> GPUBackend:
@@ -271,7 +303,9 @@ class Sampler:
             # The kernel set changed or the list is old: re-read processes and process trees.
             t1 = time.perf_counter()
             self._processes = backend.read_processes(kernels, now)
-            self._resolved = {kp.kernel.kernel_id: kp for kp in resolve(kernels)}
+            self._proctable.refresh()
+            resolved = resolve(kernels, self._proctable.tree, self._proctable.aliases)
+            self._resolved = {kp.kernel.kernel_id: kp for kp in resolved}
             self._processes_at = now
             self.stats.process_samples += 1
             self.stats.process_read_s.append(time.perf_counter() - t1)
