@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import statistics
 import sys
@@ -43,6 +42,7 @@ from jupyter_gpuburst.core import keys, liqo
 from jupyter_gpuburst.sim.config import FederationConfig, parse_config
 from jupyter_gpuburst.sim.federation import Federation
 from jupyter_gpuburst.sim.testing import running_federation
+from jupyter_gpuburst.bench import stats
 from jupyter_gpuburst.bench.hubproc import HubProcess
 
 GPU = "nvidia.com/gpu"
@@ -72,12 +72,8 @@ RATIO_GOAL = 1.05
 
 
 def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (the value at or below which q% of samples fall)."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
+    """Nearest-rank percentile (``bench.stats``); 0.0 when there are no values."""
+    return stats.percentile(values, q) or 0.0
 
 
 def _node_groups(prefix: str, gpus: int, per_node: int, pods: int) -> list[dict[str, Any]]:

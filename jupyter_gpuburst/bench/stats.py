@@ -11,7 +11,8 @@ def percentile(values: Iterable[float], q: float) -> float | None:
     ordered = sorted(values)
     if not ordered:
         return None
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    # q * n / 100 in floating point can land a hair above a whole rank (99.9 * 1000 / 100)
+    rank = max(1, math.ceil(q * len(ordered) / 100 - 1e-9))
     return ordered[rank - 1]
 
 

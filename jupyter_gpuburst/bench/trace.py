@@ -183,6 +183,7 @@ class Outcome:
     policy: str
     waits: list[float] = field(default_factory=list)
     refused: int = 0
+    refused_in_labs: int = 0
     requests: int = 0
     held_gpu_s: float = 0.0
     active_gpu_s: float = 0.0
@@ -302,6 +303,7 @@ class Simulation:
                 queue.remove(did)
                 queued.discard(did)
                 self.out.refused += 1
+                self.out.refused_in_labs += d.session.lab
                 self.out.waits.append(self.params.start_timeout_s)
                 try_queue(now)
         end = max((s.start + s.length for s in sessions), default=0.0)
@@ -352,6 +354,7 @@ def _summarise(out: Outcome, federation: Federation) -> dict[str, Any]:
         "requests": out.requests,
         "placed": placed,
         "refused": out.refused,
+        "refused_in_labs": out.refused_in_labs,
         "wait_s": {**summary(out.waits, digits=1),
                    "p95": round(percentile(out.waits, 95) or 0.0, 1),
                    "waited_share": round(sum(1 for w in out.waits if w > 0) / max(1, len(out.waits)), 4)},
