@@ -294,6 +294,8 @@ def _pooled(rounds: list[dict], phase: str, key: str) -> dict:
 
 async def window(server: Server, session: aiohttp.ClientSession, args: argparse.Namespace, clients: int) -> dict:
     """One measured phase: ``clients`` stream clients (with churn when any), status load, lag probe."""
+    if not clients:
+        await asyncio.sleep(args.period * 4)  # the last listener's lease runs out: the sampler pauses
     await server.stats(session, reset=True, probe="start")
     streams = [StreamClient(server, session) for _ in range(clients)]
     await asyncio.gather(*(c.connected.wait() for c in streams))

@@ -102,15 +102,16 @@ class StreamHandler(GPUBurstHandler):
                 wait = min(keepalive, max(self.sampler.period_s * 2, 0.5))
                 idle = 0.0
                 while not self._gone:
-                    try:
-                        last = await asyncio.wait_for(self.sampler.next_sample(last), timeout=wait)
-                    except TimeoutError:
+                    # a timeout built into the wait: no extra task and timer per client and sample
+                    sample = await self.sampler.next_sample(last, timeout=wait)
+                    if sample is None:
                         idle += wait
                         if idle >= keepalive:
                             idle = 0.0
                             self.write(b": keepalive\n\n")
                             await self.flush()
                         continue
+                    last = sample
                     idle = 0.0
                     # one frame per sample shared by every client: no per-client encoding or copying
                     self.write(last.sse(visible))

@@ -29,6 +29,8 @@ from jupyter_gpuburst.server.gpu.select import open_backend
 log = logging.getLogger(__name__)
 
 KernelSource = Callable[[], Awaitable[Sequence[KernelRef]]]
+# readers woken per event-loop turn when a sample is published
+FANOUT_BATCH = 8
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,11 @@ def _encode(data: dict) -> bytes:
     return json.dumps(data, separators=(",", ":")).encode()
 
 
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 async def _no_kernels() -> Sequence[KernelRef]:
     return []
 
@@ -122,7 +129,8 @@ class Sampler:
         self._listeners = 0
         self._lease_until = 0.0
         self._task: asyncio.Task | None = None
-        self._next: asyncio.Future | None = None
+        # one future per waiting reader, woken in batches (see _publish)
+        self._waiters: set[asyncio.Future] = set()
         self._processes: list[GPUProcess] = []
         self._resolved: dict[str, KernelPids] = {}
         self._processes_at = float("-inf")
@@ -147,12 +155,21 @@ class Sampler:
             return self._latest
         return await self.next_sample(self._latest)
 
-    async def next_sample(self, after: Sample | None) -> Sample:
-        """The first sample newer than `after` (waits for it; every waiter shares it)."""
+    async def next_sample(self, after: Sample | None, timeout: float | None = None) -> Sample | None:
+        """The first sample newer than `after`; waits for it (None after `timeout` seconds)."""
         if self._latest is not None and (after is None or self._latest.seq > after.seq):
             return self._latest
         self._ensure_running()
-        return await asyncio.shield(self._future())
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        self._waiters.add(waiter)
+        timer = loop.call_later(timeout, _expire, waiter) if timeout is not None else None
+        try:
+            return await waiter
+        finally:
+            self._waiters.discard(waiter)
+            if timer is not None:
+                timer.cancel()
 
     def history(self) -> list[Sample]:
         """The last `history_length` samples, oldest first (only those taken while someone listened)."""
@@ -175,8 +192,9 @@ class Sampler:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):  # shutting down anyway
                 await self._task
-        if self._next is not None and not self._next.done():
-            self._next.cancel()
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.cancel()
         backend = self._backend
         if backend is not None:
             await asyncio.get_running_loop().run_in_executor(self._executor, backend.close)
@@ -189,11 +207,6 @@ class Sampler:
 
     def _wanted(self) -> bool:
         return not self._closed and (self._listeners > 0 or asyncio.get_running_loop().time() < self._lease_until)
-
-    def _future(self) -> asyncio.Future:
-        if self._next is None or self._next.done():
-            self._next = asyncio.get_running_loop().create_future()
-        return self._next
 
     def _ensure_running(self) -> None:
         if self._closed:
@@ -231,15 +244,27 @@ class Sampler:
         sample = Sample(data=data, encoded=encoded, seq=self._seq)
         self._latest, self._latest_at = sample, loop.time()
         self._history.append(sample)
-        future = self._future()
-        self._next = None
-        future.set_result(sample)
+        await self._publish(sample)
         self.stats.samples += 1
         done = time.perf_counter()
         self.stats.loop_work_s.append((t1 - t0) + (done - t2))
         self.stats.cycle_s.append(done - t0)
         if self.stats.process_samples != process_samples:
             self.stats.cycle_with_processes_s.append(done - t0)
+
+    async def _publish(self, sample: Sample) -> None:
+        """Wake the readers waiting for a sample, FANOUT_BATCH per event-loop turn.
+
+        Woken all at once, 50 stream clients write and flush in one turn of the loop (several
+        ms on a small machine), and every other request waits behind them; in batches, the loop
+        serves other work between batches. Readers arriving meanwhile get ``_latest`` at once.
+        """
+        waiters, self._waiters = self._waiters, set()
+        for i, waiter in enumerate(waiters, 1):
+            if not waiter.done():
+                waiter.set_result(sample)
+            if i % FANOUT_BATCH == 0 and i < len(waiters):
+                await asyncio.sleep(0)
 
     # -- the worker thread -------------------------------------------------------------------
     def _ensure_backend(self) -> GPUBackend:
