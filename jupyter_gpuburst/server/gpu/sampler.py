@@ -4,8 +4,9 @@ The sampler runs only while someone listens (a stream subscriber, or a request w
 few periods), reads the GPU in its own worker thread so NVML never blocks the event loop, reads
 the expensive process list less often than utilization, serialises each sample once for all
 clients (the Server-Sent Events frame too), and keeps the last `history_length` samples.
-Process trees come from a cached table of /proc's parent links (`proctable`), so a cycle costs
-the same with 1 or 50 kernels on a machine with thousands of processes.
+Process trees come from a cached table of /proc's parent links (`proctable`): /proc is listed
+once per process read, not scanned once per kernel. Readers are woken in small batches per
+event-loop turn, so a sample for 50 stream clients never holds the loop for all 50 writes.
 """
 
 from __future__ import annotations
