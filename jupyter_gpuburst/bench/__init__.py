@@ -11,6 +11,7 @@ BENCHMARKS = {
     "spawn": "jupyter_gpuburst.bench.spawn",
     "redirect": "jupyter_gpuburst.bench.redirect",
     "chaos": "jupyter_gpuburst.bench.chaos",
+    "trace": "jupyter_gpuburst.bench.trace",
 }
 
 

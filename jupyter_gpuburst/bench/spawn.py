@@ -1,8 +1,12 @@
 """`gpuburst bench spawn`: many users start a 1-GPU server at once through a real JupyterHub.
 
-One local federation (default 40 local + 160 donor GPUs) serves two hubs in turn:
-1. baseline: plain KubeSpawner, a CPU-only profile, ``--concurrent`` users;
-2. GPUBurstSpawner, a 1-GPU profile, the same number of users.
+One local federation (default 40 local + 160 donor GPUs) serves a fresh hub per phase. The two
+phases are like for like and interleave A B A B ... for ``--repeats`` rounds:
+
+A. baseline: plain KubeSpawner with the same 1-GPU profile, the same Liqo virtual-node
+   toleration, and kube-scheduler (the emulator's) choosing among origin nodes and the donor's
+   virtual node; the namespace is offloaded beforehand, as an admin would;
+B. GPUBurstSpawner with that profile, placing and pinning each pod itself.
 
 Each user's spawn is one ``POST /hub/api/users/{name}/server`` that returns when the server
 answers (the hub's slow-spawn timeout is raised so the request waits), so its duration is the
@@ -10,10 +14,11 @@ spawn time the user sees. The single-user command is ``bench/standin.py``, a few
 answerer: a real Jupyter server per user does not fit a 2-core machine at 200 users, and the
 hub's readiness check only needs an HTTP answer.
 
-Reported: ``ready`` servers, ``overcommitted`` pods (bound beyond a node's allocatable GPUs, over
-every node of every cluster, read from the emulator's stores), ``redirects`` (from the hub's own
-``/hub/metrics``), p50/p95 spawn times for both runs, and the API reads (list + get, counted by
-the emulated API server) per spawn that the GPU spawner made beyond the baseline.
+Reported per phase: p50/p95/p99/max spawn time; per round the p95 ratio B/A; over rounds the
+median ratio and its spread (min, max). Checks (each can fail): every server ready, no
+``FailedScheduling`` event on a pod GPUBurstSpawner pinned (read from the API server), no
+redirect counted by the hub's own metrics (with no competing load, a redirect means our own
+reservations or pinning were wrong), no extra API reads per spawn, median p95 ratio <= 1.05.
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -33,10 +38,11 @@ from typing import Any
 import aiohttp
 import psutil
 
-from jupyter_gpuburst.core.inventory import Inventory
+from jupyter_gpuburst.core import keys, liqo
 from jupyter_gpuburst.sim.config import FederationConfig, parse_config
 from jupyter_gpuburst.sim.federation import Federation
 from jupyter_gpuburst.sim.testing import running_federation
+from jupyter_gpuburst.bench import stats
 from jupyter_gpuburst.bench.hubproc import HubProcess
 
 GPU = "nvidia.com/gpu"
@@ -48,19 +54,26 @@ GPUS_PER_DONOR_NODE = 8
 # hub log level in --state-dir; DEBUG shows every reflector event when a spawn misbehaves
 HUB_LOG_LEVEL = os.environ.get("GPUBURST_BENCH_HUB_LOG_LEVEL", "WARN")
 
-PROFILES = [
-    {"display_name": "CPU only", "slug": "cpu", "default": True},
-    {"display_name": "One GPU", "slug": "gpu1", "kubespawner_override": {"extra_resource_limits": {GPU: "1"}}},
-]
+# One GPU profile for both spawners. The toleration is the one GPUBurstSpawner adds for a donor
+# placement: with it, kube-scheduler may put the baseline's pod on the donor's virtual node too.
+GPU_PROFILE = {
+    "display_name": "One GPU",
+    "slug": "gpu1",
+    "default": True,
+    "kubespawner_override": {
+        "extra_resource_limits": {GPU: "1"},
+        "tolerations": [liqo.virtual_node_toleration()],
+    },
+}
+PROFILES = [GPU_PROFILE]
+BASELINE = "kubespawner.KubeSpawner"
+GPUBURST = "gpuburst"
+RATIO_GOAL = 1.05
 
 
 def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (the value at or below which q% of samples fall)."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
+    """Nearest-rank percentile (``bench.stats``); 0.0 when there are no values."""
+    return stats.percentile(values, q) or 0.0
 
 
 def _node_groups(prefix: str, gpus: int, per_node: int, pods: int) -> list[dict[str, Any]]:
@@ -76,8 +89,6 @@ def _node_groups(prefix: str, gpus: int, per_node: int, pods: int) -> list[dict[
 def federation_config(local_gpus: int, donor_gpus: int, users: int) -> FederationConfig:
     """Origin with ``local_gpus`` (4 per node) and a donor granting ``donor_gpus`` (8 per node)."""
     origin_nodes = _node_groups("origin-gpu", local_gpus, GPUS_PER_LOCAL_NODE, 110)
-    # the baseline's CPU servers need room of their own: pod slots, not GPUs
-    origin_nodes.append({"name": "origin-cpu", "count": max(1, math.ceil(users / 100)), "cpu": "64", "memory": "512Gi", "pods": 110})
     data: dict[str, Any] = {"origin": {"name": "origin", "nodes": origin_nodes}, "donors": []}
     if donor_gpus:
         data["donors"].append({
@@ -119,28 +130,26 @@ def api_reads(fed: Federation) -> int:
     return int(stats.get("list", 0) + stats.get("get", 0))
 
 
-def overcommitted_pods(fed: Federation) -> int:
-    """Pods bound to a node beyond its allocatable GPUs, in creation order, over every cluster."""
-    inventory = Inventory()
-    over = 0
-    for cluster in fed.clusters.values():
-        store = cluster.store
-        nodes = {n["metadata"]["name"]: n for n in store.list("nodes")[0]}
-        pods, _ = store.list("pods")
-        pods.sort(key=lambda p: (p["metadata"].get("creationTimestamp", ""), int(p["metadata"].get("resourceVersion", 0))))
-        used: dict[tuple[str, str], int] = {}
-        for pod in pods:
-            node = (pod.get("spec") or {}).get("nodeName")
-            if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            allocatable = ((nodes.get(node) or {}).get("status") or {}).get("allocatable") or {}
-            beyond = False
-            for resource, count in inventory.pod_requests(pod).items():
-                used[(node, resource)] = used.get((node, resource), 0) + count
-                if used[(node, resource)] > int(allocatable.get(resource, 0)):
-                    beyond = True
-            over += beyond
-    return over
+def failed_scheduling(fed: Federation, pod_prefix: str) -> int:
+    """FailedScheduling events the origin's API server holds about pods named ``pod_prefix*``.
+
+    Read through the store's list, as ``kubectl get events`` would; a donor's FailedScheduling
+    is reflected onto the origin pod by the peering, so it is counted here too.
+    """
+    events, _ = fed.origin.store.list("events")
+    return sum(
+        1 for e in events
+        if e.get("reason") == "FailedScheduling"
+        and str((e.get("involvedObject") or {}).get("name", "")).startswith(pod_prefix)
+    )
+
+
+def offload_namespace(fed: Federation, namespace: str) -> None:
+    """The NamespaceOffloading an admin creates so plain pods may run on virtual nodes."""
+    rtype = f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}"
+    if fed.origin.store.list(rtype, namespace)[0]:
+        return
+    fed.origin.store.create(rtype, liqo.namespace_offloading(namespace), namespace)
 
 
 def pod_rss_mib(fed: Federation) -> float:
@@ -186,6 +195,7 @@ async def clear_pods(fed: Federation, timeout: float = 60.0) -> None:
 
 @dataclass
 class PhaseResult:
+    spawner: str
     requested: int
     ready: int = 0
     failures: list[str] = field(default_factory=list)
@@ -195,8 +205,30 @@ class PhaseResult:
     pod_rss_mib: float = 0.0
     hub_rss_mib: float = 0.0
     redirects: float = 0.0
+    failed_scheduling: int = 0
     sites: dict[str, int] = field(default_factory=dict)
-    overcommitted: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "spawner": self.spawner,
+            "requested": self.requested,
+            "ready": self.ready,
+            **{f"{k}_spawn_s": round(v, 3) for k, v in quantiles(self.spawn_s).items()},
+            "wall_s": round(self.wall_s, 2),
+            "api_reads": self.api_reads,
+            "failed_scheduling": self.failed_scheduling,
+            "redirects": int(self.redirects),
+            "sites": self.sites,
+        }
+
+
+def quantiles(values: list[float]) -> dict[str, float]:
+    return {
+        "p50": percentile(values, 50),
+        "p95": percentile(values, 95),
+        "p99": percentile(values, 99),
+        "max": max(values, default=0.0),
+    }
 
 
 async def spawn_all(hub: HubProcess, session: aiohttp.ClientSession, users: list[str], profile: str) -> tuple[list[float], list[str]]:
@@ -226,8 +258,24 @@ def pod_states(fed: Federation) -> dict[str, int]:
     return states
 
 
-async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, spawner: str, profile: str, users: int, prefix: str, start_timeout: int) -> PhaseResult:
-    result = PhaseResult(requested=users)
+def pod_sites(fed: Federation, pod_prefix: str) -> dict[str, int]:
+    """Where the phase's pods run: the origin, or the donor whose virtual node they are bound to."""
+    nodes = {n["metadata"]["name"]: n for n in fed.origin.store.list("nodes")[0]}
+    sites: dict[str, int] = {}
+    for pod in fed.origin.store.list("pods")[0]:
+        if not pod["metadata"]["name"].startswith(pod_prefix):
+            continue
+        node = nodes.get((pod.get("spec") or {}).get("nodeName") or "")
+        if node is None:
+            site = "unbound"
+        else:
+            site = liqo.remote_cluster_id(node) or keys.ORIGIN_SITE
+        sites[site] = sites.get(site, 0) + 1
+    return sites
+
+
+async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, spawner: str, users: int, prefix: str, start_timeout: int) -> PhaseResult:
+    result = PhaseResult(spawner=spawner, requested=users)
     hub = HubProcess(workdir, hub_config(spawner, start_timeout), env={"KUBECONFIG": str(kubeconfig)}, log_level=HUB_LOG_LEVEL)
     await hub.start()
     names = [f"{prefix}{i:03d}" for i in range(users)]
@@ -240,67 +288,111 @@ async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, spawner: s
                 raise RuntimeError(f"could not create users: HTTP {status}: {body}")
             # the capacity tracker is one per hub process, started once: not a per-spawn cost
             status, body = await hub.request(session, "GET", "/gpuburst/capacity")
-            if spawner == "gpuburst" and status != 200:
+            if spawner == GPUBURST and status != 200:
                 raise RuntimeError(f"capacity API: HTTP {status}: {body}")
             reads_before = api_reads(fed)
             started = time.monotonic()
-            result.spawn_s, result.failures = await spawn_all(hub, session, names, profile)
+            result.spawn_s, result.failures = await spawn_all(hub, session, names, GPU_PROFILE["slug"])
             result.wall_s = time.monotonic() - started
             result.api_reads = api_reads(fed) - reads_before
             result.ready = len(result.spawn_s)
             result.pod_rss_mib = pod_rss_mib(fed)
             if hub.proc is not None:
                 result.hub_rss_mib = psutil.Process(hub.proc.pid).memory_info().rss / 2**20
-            result.overcommitted = overcommitted_pods(fed)
+            result.sites = pod_sites(fed, f"jupyter-{prefix}")
+            result.failed_scheduling = failed_scheduling(fed, f"jupyter-{prefix}")
             if result.failures:
                 result.failures.append(f"pods: {pod_states(fed)}")
-            if spawner == "gpuburst":
+            if spawner == GPUBURST:
                 result.redirects = await metric_sum(hub, session, "jupyterhub_gpuburst_redirects_total")
-                status, report = await hub.request(session, "GET", "/gpuburst/capacity")
-                for placement in (report or {}).get("placements", []):
-                    result.sites[placement["site"]] = result.sites.get(placement["site"], 0) + 1
     finally:
         await hub.stop(timeout=30)
         await clear_pods(fed)
     return result
 
 
-async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, start_timeout: int = 600) -> dict[str, Any]:
+def ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b > 0 else None
+
+
+def checks(result: dict[str, Any], ratio_goal: float = RATIO_GOAL) -> dict[str, bool]:
+    """Pass/fail over a finished run's JSON; each is False when its condition is violated."""
+    phases = result["phases"]
+    gpu = [p for p in phases if p["spawner"] == GPUBURST]
+    median = result["p95_ratio"]["median"]
+    return {
+        "all_ready": bool(phases) and all(p["ready"] == p["requested"] for p in phases),
+        "no_failed_scheduling_of_pinned_pods": bool(gpu) and all(p["failed_scheduling"] == 0 for p in gpu),
+        "no_redirects": bool(gpu) and all(p["redirects"] == 0 for p in gpu),
+        "no_extra_api_reads": result["extra_api_reads_per_spawn"] <= 0,
+        "p95_ratio_within_goal": median is not None and median <= ratio_goal,
+    }
+
+
+async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, start_timeout: int = 600, repeats: int = 3) -> dict[str, Any]:
     kubeconfig = state_dir / "kubeconfig"
     config = federation_config(local_gpus, donor_gpus, users)
+    rounds: list[tuple[PhaseResult, PhaseResult]] = []
     async with running_federation(config, state_dir=state_dir / "sim", kubeconfig=kubeconfig) as fed:
-        baseline = await run_phase(fed, state_dir / "hub-baseline", kubeconfig, "kubespawner.KubeSpawner", "cpu", users, "base", start_timeout)
-        gpu = await run_phase(fed, state_dir / "hub-gpu", kubeconfig, "gpuburst", "gpu1", users, "gpu", start_timeout)
-    extra_reads = gpu.api_reads - baseline.api_reads
-    return {
+        if donor_gpus:
+            offload_namespace(fed, NAMESPACE)
+        for r in range(repeats):
+            # A then B in every round: each round is one like-for-like pair on the same federation
+            base = await run_phase(fed, state_dir / f"hub-a{r}", kubeconfig, BASELINE, users, f"a{r}u", start_timeout)
+            gpu = await run_phase(fed, state_dir / f"hub-b{r}", kubeconfig, GPUBURST, users, f"b{r}u", start_timeout)
+            rounds.append((base, gpu))
+    phases = [p for pair in rounds for p in pair]
+    p95_ratios = [ratio(percentile(g.spawn_s, 95), percentile(b.spawn_s, 95)) for b, g in rounds]
+    p50_ratios = [ratio(percentile(g.spawn_s, 50), percentile(b.spawn_s, 50)) for b, g in rounds]
+    known95 = [v for v in p95_ratios if v is not None]
+    known50 = [v for v in p50_ratios if v is not None]
+    extra_reads = sum(g.api_reads - b.api_reads for b, g in rounds) / max(1, len(rounds))
+    all_gpu = [s for _, g in rounds for s in g.spawn_s]
+    all_base = [s for b, _ in rounds for s in b.spawn_s]
+    result: dict[str, Any] = {
         "benchmark": "spawn",
         "requested": users,
+        "repeats": repeats,
+        "order": "ABAB (A: KubeSpawner + kube-scheduler, B: GPUBurstSpawner), same 1-GPU profile and toleration",
         "local_gpus": local_gpus,
         "donor_gpus": donor_gpus,
-        "ready": gpu.ready,
-        "overcommitted": gpu.overcommitted,
-        "redirects": int(gpu.redirects),
-        "sites": gpu.sites,
-        "p50_spawn_s": round(percentile(gpu.spawn_s, 50), 3),
-        "p95_spawn_s": round(percentile(gpu.spawn_s, 95), 3),
-        "max_spawn_s": round(max(gpu.spawn_s, default=0.0), 3),
-        "baseline_ready": baseline.ready,
-        "baseline_p50_spawn_s": round(percentile(baseline.spawn_s, 50), 3),
-        "baseline_p95_spawn_s": round(percentile(baseline.spawn_s, 95), 3),
-        "api_reads": gpu.api_reads,
-        "baseline_api_reads": baseline.api_reads,
+        "phases": [p.summary() for p in phases],
+        "p95_ratio": {
+            "per_round": p95_ratios,
+            "median": round(statistics.median(known95), 3) if known95 else None,
+            "min": min(known95, default=None),
+            "max": max(known95, default=None),
+            "goal": RATIO_GOAL,
+        },
+        "p50_ratio": {
+            "per_round": p50_ratios,
+            "median": round(statistics.median(known50), 3) if known50 else None,
+            "min": min(known50, default=None),
+            "max": max(known50, default=None),
+        },
+        "pooled_spawn_s": {
+            "gpuburst": {k: round(v, 3) for k, v in quantiles(all_gpu).items()},
+            "baseline": {k: round(v, 3) for k, v in quantiles(all_base).items()},
+            "samples_each": len(all_gpu),
+        },
+        "failed_scheduling_pinned": sum(g.failed_scheduling for _, g in rounds),
+        "failed_scheduling_baseline": sum(b.failed_scheduling for b, _ in rounds),
+        "redirects": int(sum(g.redirects for _, g in rounds)),
         "extra_api_reads_per_spawn": round(extra_reads / users, 3),
-        "wall_s": round(gpu.wall_s, 2),
-        "baseline_wall_s": round(baseline.wall_s, 2),
-        "standin_rss_mib_total": round(gpu.pod_rss_mib, 1),
-        "hub_rss_mib": round(gpu.hub_rss_mib, 1),
-        "failures": (baseline.failures + gpu.failures)[-6:],
+        "standin_rss_mib_total": round(max((p.pod_rss_mib for p in phases), default=0.0), 1),
+        "hub_rss_mib": round(max((g.hub_rss_mib for _, g in rounds), default=0.0), 1),
+        "load_average": [round(v, 2) for v in os.getloadavg()],
+        "failures": [f for p in phases for f in p.failures][-6:],
     }
+    result["checks"] = checks(result)
+    result["ok"] = all(result["checks"].values())
+    return result
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="gpuburst bench spawn", description=__doc__.splitlines()[0])
     parser.add_argument("--concurrent", type=int, default=200, help="users spawning at once (default 200)")
+    parser.add_argument("--repeats", type=int, default=3, help="A/B rounds, interleaved (default 3, at least 3 for the ratio)")
     parser.add_argument("--local-gpus", type=int, default=None, help="GPUs on the origin (default: a fifth of --concurrent, 40 for 200)")
     parser.add_argument("--donor-gpus", type=int, default=None, help="GPUs the donor grants (default: the rest, 160 for 200)")
     parser.add_argument("--start-timeout", type=int, default=600, help="seconds one spawn may take before the hub gives up")
@@ -309,17 +401,18 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.concurrent < 1:
         parser.error("--concurrent must be at least 1")
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     local = args.local_gpus if args.local_gpus is not None else args.concurrent // 5
     donor = args.donor_gpus if args.donor_gpus is not None else args.concurrent - local
     if local < 0 or donor < 0:
         parser.error("--local-gpus and --donor-gpus must not be negative")
     if args.state_dir is not None:
         args.state_dir.mkdir(parents=True, exist_ok=True)
-        result = asyncio.run(run(args.concurrent, local, donor, args.state_dir, args.start_timeout))
+        result = asyncio.run(run(args.concurrent, local, donor, args.state_dir, args.start_timeout, args.repeats))
     else:
         with tempfile.TemporaryDirectory(prefix="gpuburst-bench-spawn-") as tmp:
-            result = asyncio.run(run(args.concurrent, local, donor, Path(tmp), args.start_timeout))
+            result = asyncio.run(run(args.concurrent, local, donor, Path(tmp), args.start_timeout, args.repeats))
     json.dump(result, sys.stdout, indent=None if args.json else 2)
     sys.stdout.write("\n")
-    ok = result["ready"] == args.concurrent and result["overcommitted"] == 0
-    return 0 if ok else 1
+    return 0 if result["ok"] else 1

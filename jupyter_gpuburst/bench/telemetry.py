@@ -1,21 +1,39 @@
 """`gpuburst bench telemetry`: the server extension's GPU telemetry under load, as JSON.
 
-Starts a real jupyter_server with the extension in a child process, and measures in three
-phases of `--seconds` each:
-  1. idle, nobody listening: the sampler is paused (baseline CPU of the server process);
-  2. one stream client at the default period (an open panel): CPU added by the extension;
-  3. `--clients` concurrent stream clients: sample cost, samples shared per client delivery,
-     and the event loop's lag (a 5 ms sleep probe inside the server).
+Two parts, both on the production code path:
+
+1. **cycle** (in this process): the sampler's whole cycle — kernel list, device read, process
+   read (process trees from /proc), attribution and JSON encoding, up to publishing the sample —
+   timed ``--samples`` times (default 1,000) with ``--gpus`` simulated GPUs (default 8) and
+   ``--kernels`` kernel process trees (default 50). Every cycle re-reads processes (the worst
+   case; in production one cycle in five does). GC stays on.
+2. **server** (a real jupyter_server in a child process, with the same GPUs and kernels): rounds
+   of two phases, interleaved A B A B for ``--rounds`` (default 3):
+   A. no stream client;
+   B. ``--clients`` stream clients (default 50), and ``--churn`` (default 10) of them per second
+      disconnect while as many new ones connect.
+   In both, a 1 ms timer inside the server records the event loop's lag, and this process calls
+   ``GET /api/status`` ``--status-rate`` times per second. The first connection of the 50 clients
+   happens before B's window (its lag is reported on its own, as ``ramp_up_lag_ms``).
+   Before the rounds: CPU use of the idle server with nobody listening and with one panel open.
+
+Checks (each can fail): cycle p99 <= 5 ms; lag max <= 5 ms in every B window; /api/status p99
+ratio B/A (median over rounds) <= 1.1; at least 1,000 samples behind each tail; every stream
+client connected for 3 periods or more received samples, about one per period (>= 0.8).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import secrets
+import shutil
+import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,6 +42,13 @@ import time
 import aiohttp
 import psutil
 
+from jupyter_gpuburst.bench.stats import percentile, summary
+
+CYCLE_P99_GOAL_MS = 5.0
+LAG_MAX_GOAL_MS = 5.0
+STATUS_RATIO_GOAL = 1.1
+MIN_TAIL_SAMPLES = 1000
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -31,157 +56,201 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _nvml_works() -> bool:
-    from jupyter_gpuburst.server.gpu.backend import GPUUnavailable
-    from jupyter_gpuburst.server.gpu.nvml import NVMLBackend
+# ---- part 1: the sampler's whole cycle -------------------------------------------------------
+async def measure_cycle(gpus: int, kernels: int, samples: int) -> dict:
+    from jupyter_gpuburst.bench.telemetry_server import standin_kernels, stop_standins
+    from jupyter_gpuburst.server.gpu.sampler import Sampler
+    from jupyter_gpuburst.server.gpu.simulated import SimulatedBackend
 
-    backend = NVMLBackend()
+    procs, refs = standin_kernels(kernels)
     try:
-        backend.open()
-    except GPUUnavailable:
-        return False
-    backend.close()
-    return True
+
+        async def kernel_source():
+            return refs
+
+        # a process period of 1 µs: every cycle re-reads processes and process trees
+        sampler = Sampler(backend=SimulatedBackend(gpus), kernel_source=kernel_source, period_s=1e-6,
+                          process_period_s=1e-6)
+        try:
+            await sampler._sample_once()  # opens the backend; not a steady-state cycle
+            sampler.stats.cycle_s.clear()
+            sampler.stats.cycle_with_processes_s.clear()
+            for _ in range(samples):
+                await sampler._sample_once()
+                await asyncio.sleep(0)
+            # the compute alone, on this thread: what the cycle costs without the thread hand-off
+            compute = []
+            for _ in range(samples):
+                t0 = time.perf_counter()
+                sampler._take_encoded(refs, time.time())
+                compute.append(time.perf_counter() - t0)
+            last = sampler._latest
+            attributed = sum(1 for k in last.data["kernels"] if k["gpus"]) if last else 0
+            return {
+                "gpus": gpus,
+                "kernels": kernels,
+                "kernels_attributed": attributed,
+                "sample_bytes": len(last.encoded) if last else 0,
+                "cycle_ms": summary(sampler.stats.cycle_s, scale=1000),
+                "cycle_with_processes_ms": summary(sampler.stats.cycle_with_processes_s, scale=1000),
+                "compute_only_ms": summary(compute, scale=1000),
+                "process_read_ms": summary(sampler.stats.process_read_s, scale=1000),
+                "device_read_ms": summary(sampler.stats.device_read_s, scale=1000),
+            }
+        finally:
+            await sampler.close()
+    finally:
+        stop_standins(procs)
 
 
-class Bench:
+# ---- part 2: the server under stream clients -------------------------------------------------
+class Server:
     def __init__(self, base: str, token: str) -> None:
         self.base = base
         self.headers = {"Authorization": f"token {token}"}
-        self.events = 0
 
     async def stats(self, session: aiohttp.ClientSession, reset: bool = False, probe: str | None = None) -> dict:
-        query = "&".join(q for q in ("reset=1" if reset else "", f"probe={probe}" if probe else "") if q)
-        url = f"{self.base}/api/gpuburst-bench/stats" + ("?" + query if query else "")
-        async with session.get(url, headers=self.headers) as response:
-            response.raise_for_status()
-            return await response.json()
+        params = {}
+        if reset:
+            params["reset"] = "1"
+        if probe:
+            params["probe"] = probe
+        async with session.get(f"{self.base}/api/gpuburst-bench/stats", headers=self.headers, params=params) as r:
+            r.raise_for_status()
+            return await r.json()
 
-    async def wait_ready(self, session: aiohttp.ClientSession, proc: subprocess.Popen, timeout: float = 60) -> None:
+    async def wait_ready(self, session: aiohttp.ClientSession, proc: subprocess.Popen, timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise RuntimeError(f"the server exited with {proc.returncode} before it was ready")
-            try:
-                async with session.get(f"{self.base}/api/status", headers=self.headers) as response:
-                    if response.status == 200:
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(f"{self.base}/api/status", headers=self.headers) as r:
+                    if r.status == 200:
                         return
-            except aiohttp.ClientError:
-                pass
             await asyncio.sleep(0.2)
         raise RuntimeError("the server did not become ready in time")
 
-    async def stream_client(self, session: aiohttp.ClientSession, stop: asyncio.Event) -> None:
-        async with session.get(
-            f"{self.base}/api/gpuburst/stream",
-            headers=self.headers,
-            timeout=aiohttp.ClientTimeout(total=None, sock_read=None),
-        ) as response:
-            response.raise_for_status()
-            reader = asyncio.ensure_future(self._read(response))
-            await stop.wait()
-            reader.cancel()
+
+class StreamClient:
+    """One open panel: reads the event stream until told to leave."""
+
+    def __init__(self, server: Server, session: aiohttp.ClientSession) -> None:
+        self.server, self.session = server, session
+        self.samples = 0
+        self.connected_at: float | None = None
+        self.left_at: float | None = None
+        self.connected = asyncio.Event()
+        self.leave = asyncio.Event()
+        self.error: str | None = None
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        try:
+            async with self.session.get(f"{self.server.base}/api/gpuburst/stream", headers=self.server.headers,
+                                        timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as r:
+                r.raise_for_status()
+                reader = asyncio.ensure_future(self._read(r))
+                await self.leave.wait()
+                self.left_at = time.monotonic()
+                reader.cancel()
+        except Exception as exc:  # noqa: BLE001 - reported in the JSON
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.connected.set()
 
     async def _read(self, response: aiohttp.ClientResponse) -> None:
         async for line in response.content:
-            if line.startswith(b"event: sample"):
-                self.events += 1
+            if line.startswith(b"event: placement"):
+                self.connected_at = time.monotonic()
+                self.connected.set()
+            elif line.startswith(b"event: sample"):
+                self.samples += 1
+
+    async def close(self) -> None:
+        self.leave.set()
+        await self.task
 
 
-async def cpu_percent_async(proc: psutil.Process, seconds: float) -> float:
-    """CPU used by one process over `seconds`, in percent of one core (clock-tick resolution)."""
+async def status_load(server: Server, session: aiohttp.ClientSession, rate: float, until: float) -> list[float]:
+    """GET /api/status at ``rate`` per second until ``until``; each request's seconds."""
+    out: list[float] = []
+    interval = 1.0 / rate
+    nxt = time.monotonic()
+    while time.monotonic() < until:
+        started = time.monotonic()
+        async with session.get(f"{server.base}/api/status", headers=server.headers) as r:
+            await r.read()
+            r.raise_for_status()
+        out.append(time.monotonic() - started)
+        nxt += interval
+        await asyncio.sleep(max(0.0, nxt - time.monotonic()))
+    return out
+
+
+async def churn(server: Server, session: aiohttp.ClientSession, clients: list[StreamClient], per_second: float,
+                until: float, closed: list[StreamClient]) -> int:
+    """Every 1/per_second s: the oldest client leaves and a new one connects. Returns the swaps."""
+    swaps = 0
+    if per_second <= 0:
+        return 0
+    interval = 1.0 / per_second
+    nxt = time.monotonic() + interval
+    while True:
+        await asyncio.sleep(max(0.0, nxt - time.monotonic()))
+        if time.monotonic() >= until:
+            return swaps
+        nxt += interval
+        old = clients.pop(0)
+        old.leave.set()
+        closed.append(old)
+        clients.append(StreamClient(server, session))
+        swaps += 1
+
+
+async def cpu_percent(proc: psutil.Process, seconds: float) -> float:
     before = proc.cpu_times()
     await asyncio.sleep(seconds)
     after = proc.cpu_times()
     return 100.0 * ((after.user - before.user) + (after.system - before.system)) / seconds
 
 
-async def run(args: argparse.Namespace) -> dict:
-    backend = args.backend
-    if backend == "auto":
-        backend = "nvml" if _nvml_works() else "simulated"
+async def measure_server(args: argparse.Namespace) -> dict:
     port, token = _free_port(), secrets.token_hex(16)
-    root = tempfile.mkdtemp(prefix="gpuburst-bench-")
-    options = {"port": port, "token": token, "root_dir": root, "backend": backend, "period_s": args.period}
-    env = {
-        **os.environ,
-        "JUPYTER_CONFIG_DIR": os.path.join(root, ".jupyter"),
-        "JUPYTER_RUNTIME_DIR": os.path.join(root, ".runtime"),
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_gpuburst.bench.telemetry_server", json.dumps(options)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=root,
-    )
-    server = psutil.Process(proc.pid)
-    bench = Bench(f"http://127.0.0.1:{port}", token)
-    result: dict = {
-        "benchmark": "telemetry",
-        "backend": backend,
-        "clients": args.clients,
-        "seconds": args.seconds,
-        "period_s": args.period,
-    }
+    root = tempfile.mkdtemp(prefix="gpuburst-bench-telemetry-")
+    options = {"port": port, "token": token, "root_dir": root, "backend": args.backend, "period_s": args.period,
+               "gpus": args.gpus, "kernels": args.kernels}
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": os.path.join(root, ".jupyter"),
+           "JUPYTER_RUNTIME_DIR": os.path.join(root, ".runtime")}
+    proc = subprocess.Popen([sys.executable, "-m", "jupyter_gpuburst.bench.telemetry_server", json.dumps(options)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root)
+    server_ps = psutil.Process(proc.pid)
+    server = Server(f"http://127.0.0.1:{port}", token)
+    out: dict = {"clients": args.clients, "churn_per_s": args.churn, "window_s": args.seconds, "rounds": args.rounds,
+                 "status_rate_per_s": args.status_rate, "period_s": args.period}
     try:
-        connector = aiohttp.TCPConnector(limit=args.clients + 10)
+        connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
-            await bench.wait_ready(session, proc)
-            # One kernel, so each sample also attributes a real process.
-            async with session.post(f"{bench.base}/api/kernels", headers=bench.headers, json={"name": "python3"}) as r:
-                kernel_ok = r.status == 201
-            async with session.get(f"{bench.base}/api/gpuburst/gpus", headers=bench.headers) as r:
+            await server.wait_ready(session, proc)
+            async with session.get(f"{server.base}/api/gpuburst/gpus", headers=server.headers) as r:
                 first = await r.json()
-            result["gpus"] = len(first["gpus"])
-            result["gpu_names"] = sorted({g["name"] for g in first["gpus"]})
-            result["available"] = first["available"]
-            result["kernel_started"] = kernel_ok
-            await asyncio.sleep(args.period * 4)  # let the request's lease run out: sampler pauses
+            out["backend"] = first["backend"]
+            out["gpus"] = len(first["gpus"])
+            out["kernels"] = len(first["kernels"])
+            await asyncio.sleep(args.period * 4)  # the request's lease runs out: the sampler pauses
 
-            # Phase 1: nobody listens (CPU measured with the lag probe off, then lag with it on).
-            s0 = await bench.stats(session, reset=True)
-            result["cpu_idle_no_listener_percent"] = round(await cpu_percent_async(server, args.seconds), 3)
-            await bench.stats(session, probe="start")
-            await asyncio.sleep(min(args.seconds, 3.0))
-            s1 = await bench.stats(session, reset=True, probe="stop")
-            result["samples_while_nobody_listens"] = s1["samples"] - s0["samples"]
+            # idle CPU: nobody listening, then one open panel (the probe is off for both)
+            out["cpu_idle_no_listener_percent"] = round(await cpu_percent(server_ps, args.cpu_seconds), 3)
+            one = StreamClient(server, session)
+            await one.connected.wait()
+            out["cpu_one_listener_percent"] = round(await cpu_percent(server_ps, args.cpu_seconds), 3)
+            await one.close()
+            out["cpu_resolution_percent"] = round(100.0 / os.sysconf("SC_CLK_TCK") / args.cpu_seconds, 3)
 
-            # Phase 2: one panel open at the default period.
-            stop = asyncio.Event()
-            one = asyncio.ensure_future(bench.stream_client(session, stop))
-            await asyncio.sleep(args.period)
-            result["cpu_one_listener_percent"] = round(await cpu_percent_async(server, args.seconds), 3)
-            stop.set()
-            await one
-            result["idle_cpu_added_percent"] = round(
-                result["cpu_one_listener_percent"] - result["cpu_idle_no_listener_percent"], 3
-            )
-
-            # Phase 3: many clients.
-            s2 = await bench.stats(session, reset=True, probe="start")
-            bench.events = 0
-            stop = asyncio.Event()
-            clients = [asyncio.ensure_future(bench.stream_client(session, stop)) for _ in range(args.clients)]
-            await asyncio.sleep(args.seconds)
-            s3 = await bench.stats(session)
-            stop.set()
-            await asyncio.gather(*clients, return_exceptions=True)
-            samples = max(1, s3["samples"] - s2["samples"])
-            result.update(
-                {
-                    "samples_taken": s3["samples"] - s2["samples"],
-                    "events_delivered": bench.events,
-                    "requests_per_sample": round(bench.events / samples, 2),
-                    "sample_p99_ms": s3["sample_p99_ms"],
-                    "sample_p50_ms": s3["sample_p50_ms"],
-                    "process_sample_p99_ms": s3["process_sample_p99_ms"],
-                    "sampler_loop_work_p99_ms": s3["sampler_loop_work_p99_ms"],
-                    "event_loop_lag_p99_ms": s3["event_loop_lag_p99_ms"],
-                    "event_loop_lag_p50_ms": s3["event_loop_lag_p50_ms"],
-                    "event_loop_lag_idle_p99_ms": s1["event_loop_lag_p99_ms"],
-                }
-            )
+            rounds = []
+            for _ in range(args.rounds):
+                rounds.append({"A": await window(server, session, args, clients=0),
+                               "B": await window(server, session, args, clients=args.clients)})
     finally:
         proc.terminate()
         try:
@@ -189,31 +258,149 @@ async def run(args: argparse.Namespace) -> dict:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        _kill_standins(root)
+        shutil.rmtree(root, ignore_errors=True)
+
+    a_status = [s for r in rounds for s in r["A"].pop("status_s")]
+    b_status = [s for r in rounds for s in r["B"].pop("status_s")]
+    ratios = [r["B"]["status_ms"]["p99"] / r["A"]["status_ms"]["p99"] for r in rounds
+              if r["A"]["status_ms"]["p99"] and r["B"]["status_ms"]["p99"]]
+    out["rounds_detail"] = rounds
+    out["lag_ms_without_clients"] = _pooled(rounds, "A", "lag_ms")
+    out["lag_ms_with_clients"] = _pooled(rounds, "B", "lag_ms")
+    out["ramp_up_lag_ms_max"] = max(r["B"]["ramp_up_lag_ms"]["max"] or 0 for r in rounds)
+    out["status_ms_without_clients"] = summary(a_status, scale=1000)
+    out["status_ms_with_clients"] = summary(b_status, scale=1000)
+    out["status_p99_ratio"] = {
+        "per_round": [round(v, 3) for v in ratios],
+        "median": round(statistics.median(ratios), 3) if ratios else None,
+        "min": round(min(ratios), 3) if ratios else None,
+        "max": round(max(ratios), 3) if ratios else None,
+        "goal": STATUS_RATIO_GOAL,
+    }
+    out["stream_errors"] = sum(r["B"]["stream_errors"] for r in rounds)
+    out["samples_per_connected_period_min"] = min((r["B"]["samples_per_connected_period"] or 0.0 for r in rounds), default=0.0)
+    out["clients_without_samples"] = sum(r["B"]["clients_without_samples"] for r in rounds)
+    return out
+
+
+def _pooled(rounds: list[dict], phase: str, key: str) -> dict:
+    """Pooled over rounds: n summed, p99/p99.9 the worst round's, max the maximum."""
+    parts = [r[phase][key] for r in rounds]
+    worst = lambda k: max((p[k] for p in parts if p[k] is not None), default=None)  # noqa: E731
+    return {"n": sum(p["n"] for p in parts), "p50": worst("p50"), "p99": worst("p99"),
+            "p99_9": worst("p99_9"), "max": worst("max")}
+
+
+async def window(server: Server, session: aiohttp.ClientSession, args: argparse.Namespace, clients: int) -> dict:
+    """One measured phase: ``clients`` stream clients (with churn when any), status load, lag probe."""
+    if not clients:
+        await asyncio.sleep(args.period * 4)  # the last listener's lease runs out: the sampler pauses
+    await server.stats(session, reset=True, probe="start")
+    streams = [StreamClient(server, session) for _ in range(clients)]
+    await asyncio.gather(*(c.connected.wait() for c in streams))
+    ramp = await server.stats(session, reset=True)  # the 50 first connections, reported apart
+    before = ramp["samples"]
+    until = time.monotonic() + args.seconds
+    closed: list[StreamClient] = []
+    status_task = asyncio.ensure_future(status_load(server, session, args.status_rate, until))
+    churn_task = asyncio.ensure_future(churn(server, session, streams, args.churn if clients else 0, until, closed))
+    status_s = await status_task
+    swaps = await churn_task
+    stats = await server.stats(session, probe="stop")
+    await asyncio.gather(*(c.close() for c in streams + closed))
+    samples = stats["samples"] - before
+    # one sample per period connected, give or take the one at each end of a client's stay
+    everyone = streams + closed
+    connected_s = sum((c.left_at - c.connected_at) for c in everyone if c.connected_at and c.left_at)
+    received = sum(c.samples for c in everyone)
+    starved = sum(1 for c in everyone if c.connected_at and c.left_at
+                  and c.left_at - c.connected_at >= 3 * args.period and c.samples == 0)
+    return {
+        "clients": clients,
+        "swaps": swaps,
+        "samples": samples,
+        "lag_ms": stats["lag_ms"],
+        "ramp_up_lag_ms": ramp["lag_ms"],
+        "cycle_ms": stats["cycle_ms"],
+        "status_ms": summary(status_s, scale=1000),
+        "status_s": status_s,
+        "stream_errors": sum(1 for c in streams + closed if c.error),
+        "samples_per_connected_period": round(received * args.period / connected_s, 3) if clients and connected_s else None,
+        "clients_without_samples": starved,
+    }
+
+
+def _kill_standins(root: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        with open(os.path.join(root, "standin-pids.json")) as f:
+            for pid in json.load(f):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+
+
+# ---- checks and the command ----------------------------------------------------------------
+def checks(result: dict) -> dict[str, bool]:
+    """Pass/fail over the run's JSON; each is False when its condition is violated."""
+    cycle = result["cycle"]["cycle_ms"]
+    server = result.get("server")
+    out = {
+        "cycle_samples_enough": cycle["n"] >= MIN_TAIL_SAMPLES,
+        "cycle_p99_within_goal": cycle["p99"] is not None and cycle["p99"] <= CYCLE_P99_GOAL_MS,
+        "all_kernels_attributed": result["cycle"]["kernels_attributed"] == result["cycle"]["kernels"],
+    }
+    if server is not None:
+        lag = server["lag_ms_with_clients"]
+        ratio = server["status_p99_ratio"]["median"]
+        out.update({
+            "lag_samples_enough": lag["n"] >= MIN_TAIL_SAMPLES,
+            "lag_max_within_goal": lag["max"] is not None and lag["max"] <= LAG_MAX_GOAL_MS,
+            "status_samples_enough": min(server["status_ms_with_clients"]["n"],
+                                         server["status_ms_without_clients"]["n"]) >= MIN_TAIL_SAMPLES,
+            "status_p99_ratio_within_goal": ratio is not None and ratio <= STATUS_RATIO_GOAL,
+            "streams_without_errors": server["stream_errors"] == 0,
+            "every_client_got_samples": server["clients_without_samples"] == 0
+            and server["samples_per_connected_period_min"] >= 0.8,
+        })
+    return out
+
+
+async def run(args: argparse.Namespace) -> dict:
+    result: dict = {"benchmark": "telemetry", "gc_enabled": True}
+    result["cycle"] = await measure_cycle(args.gpus, args.kernels, args.samples)
+    if not args.cycle_only:
+        result["server"] = await measure_server(args)
     result["cpu_count"] = os.cpu_count()
-    # CPU times count clock ticks: below this, a phase reads as 0.
-    result["cpu_resolution_percent"] = round(100.0 / os.sysconf("SC_CLK_TCK") / args.seconds, 3)
+    result["load_average"] = [round(v, 2) for v in os.getloadavg()]
+    result["checks"] = checks(result)
+    result["ok"] = all(result["checks"].values())
     return result
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="gpuburst bench telemetry", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--backend",
-        choices=["auto", "nvml", "simulated"],
-        default="auto",
-        help="'auto': NVML when it initialises, else simulated (default)",
-    )
-    parser.add_argument("--clients", type=int, default=50, help="concurrent stream clients in phase 3 (default 50)")
-    parser.add_argument("--seconds", type=float, default=10.0, help="length of each phase (default 10)")
-    parser.add_argument(
-        "--period", type=float, default=1.0, help="sampling period in seconds (default 1.0, the default)"
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON object (the only output format)")
+    parser = argparse.ArgumentParser(prog="gpuburst bench telemetry", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=["simulated", "nvml"], default="simulated",
+                        help="GPU backend of the server part (default simulated; the cycle part is always simulated)")
+    parser.add_argument("--gpus", type=int, default=8, help="simulated GPUs (default 8)")
+    parser.add_argument("--kernels", type=int, default=50, help="kernel process trees (default 50)")
+    parser.add_argument("--samples", type=int, default=1000, help="timed sampler cycles (default 1000)")
+    parser.add_argument("--clients", type=int, default=50, help="stream clients in the B phases (default 50)")
+    parser.add_argument("--churn", type=float, default=10.0, help="clients replaced per second in B (default 10)")
+    parser.add_argument("--rounds", type=int, default=3, help="A/B rounds, interleaved (default 3)")
+    parser.add_argument("--seconds", type=float, default=12.0, help="length of each A or B window (default 12)")
+    parser.add_argument("--status-rate", type=float, default=100.0, help="GET /api/status per second (default 100)")
+    parser.add_argument("--cpu-seconds", type=float, default=5.0, help="length of each idle-CPU phase (default 5)")
+    parser.add_argument("--period", type=float, default=1.0, help="sampling period in seconds (default 1.0)")
+    parser.add_argument("--cycle-only", action="store_true", help="time the sampler's cycle only, no server")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on one line")
     args = parser.parse_args(argv)
-    if args.clients < 1 or args.seconds <= 0 or args.period <= 0:
-        parser.error("--clients must be >= 1, --seconds and --period positive")
+    if min(args.gpus, args.samples, args.clients, args.rounds) < 1 or args.kernels < 0:
+        parser.error("--gpus, --samples, --clients and --rounds must be >= 1; --kernels >= 0")
+    if not 1 <= args.gpus <= 16:
+        parser.error("--gpus must be 1-16 (the simulated backend's range)")
+    if args.seconds <= 0 or args.period <= 0 or args.status_rate <= 0 or args.churn < 0 or args.cpu_seconds <= 0:
+        parser.error("--seconds, --period, --status-rate and --cpu-seconds must be positive; --churn >= 0")
     result = asyncio.run(run(args))
     print(json.dumps(result, indent=None if args.json else 2))
-    return 0
+    return 0 if result["ok"] else 1

@@ -1,14 +1,25 @@
 """The server under test for `gpuburst bench telemetry`: a real jupyter_server with the extension.
 
-Adds, for the benchmark only, an event-loop lag probe and `GET /api/gpuburst-bench/stats`
-(sampler timings and probe percentiles; token-authenticated like any API). Run as
-`python -m jupyter_gpuburst.bench.telemetry_server CONFIG_JSON`.
+Adds, for the benchmark only:
+- an event-loop lag probe: a 1 ms timer that records how late each tick fires (the time the loop
+  spent on something else), started and stopped through the stats endpoint;
+- ``GET /api/gpuburst-bench/stats`` (token-authenticated like any API): sampler timings and the
+  probe's quantiles, ``?reset=1`` clears them, ``?probe=start|stop``;
+- ``--kernels N``: N stand-in kernel processes (``sh`` with a ``sleep`` child, so each has a
+  process tree) appended to the real kernel manager's list. The sampler resolves, attributes and
+  encodes them exactly as it does real kernels; 50 real ipykernels (about 80 MB each) do not fit
+  next to the benchmark on a small machine.
+
+Run as `python -m jupyter_gpuburst.bench.telemetry_server CONFIG_JSON`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
 import sys
 import time
 
@@ -18,18 +29,14 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 from traitlets.config import Config
 
-PROBE_INTERVAL_S = 0.005
+from jupyter_gpuburst.bench.stats import summary
+from jupyter_gpuburst.server.gpu.backend import KernelRef
 
-
-def percentile(values, q: float) -> float | None:
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
+PROBE_INTERVAL_S = 0.001
 
 
 class LagProbe:
-    """Measures how late a short sleep wakes up: the time the loop was busy with something else."""
+    """A 1 ms timer; each tick records how late it fired: the loop's lag at that moment."""
 
     def __init__(self) -> None:
         self.lags: list[float] = []
@@ -40,7 +47,7 @@ class LagProbe:
             self.task = asyncio.ensure_future(self.run())
 
     def stop(self) -> None:
-        # The probe wakes 200 times a second: it must be off while CPU use is measured.
+        # the probe wakes 1000 times a second: it must be off while CPU use is measured
         if self.task is not None:
             self.task.cancel()
             self.task = None
@@ -53,6 +60,29 @@ class LagProbe:
             self.lags.append(max(0.0, loop.time() - start - PROBE_INTERVAL_S))
 
 
+def standin_kernels(count: int) -> tuple[list[subprocess.Popen], list[KernelRef]]:
+    """``count`` process trees that stand for kernels; every other one reports itself busy."""
+    procs = [
+        subprocess.Popen(["sh", "-c", "sleep 86400 & wait"], stdin=subprocess.DEVNULL, start_new_session=True)
+        for _ in range(count)
+    ]
+    refs = [
+        KernelRef(kernel_id=f"bench-kernel-{i:03d}", name="python3", notebook=f"bench/notebook-{i:03d}.ipynb",
+                  pid=p.pid, execution_state="busy" if i % 2 else "idle")
+        for i, p in enumerate(procs)
+    ]
+    return procs, refs
+
+
+def stop_standins(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
+
 class StatsHandler(APIHandler):
     _track_activity = False
 
@@ -60,17 +90,15 @@ class StatsHandler(APIHandler):
     def get(self) -> None:
         probe: LagProbe = self.settings["bench_probe"]
         stats = self.settings["gpuburst_sampler"].stats
-        ms = lambda v: None if v is None else round(v * 1000, 4)  # noqa: E731
         body = {
             "samples": stats.samples,
             "process_samples": stats.process_samples,
-            "sample_p99_ms": ms(percentile(stats.device_read_s, 99)),
-            "sample_p50_ms": ms(percentile(stats.device_read_s, 50)),
-            "process_sample_p99_ms": ms(percentile(stats.process_read_s, 99)),
-            "sampler_loop_work_p99_ms": ms(percentile(stats.loop_work_s, 99)),
-            "event_loop_lag_p99_ms": ms(percentile(probe.lags, 99)),
-            "event_loop_lag_p50_ms": ms(percentile(probe.lags, 50)),
-            "probe_count": len(probe.lags),
+            "cycle_ms": summary(stats.cycle_s, scale=1000),
+            "cycle_with_processes_ms": summary(stats.cycle_with_processes_s, scale=1000),
+            "device_read_ms": summary(stats.device_read_s, scale=1000),
+            "process_read_ms": summary(stats.process_read_s, scale=1000),
+            "loop_work_ms": summary(stats.loop_work_s, scale=1000),
+            "lag_ms": summary(probe.lags, scale=1000),
             "time": time.time(),
         }
         probe_action = self.get_argument("probe", None)
@@ -80,9 +108,9 @@ class StatsHandler(APIHandler):
             probe.stop()
         if self.get_argument("reset", None):
             probe.lags.clear()
-            stats.device_read_s.clear()
-            stats.process_read_s.clear()
-            stats.loop_work_s.clear()
+            for series in (stats.device_read_s, stats.process_read_s, stats.loop_work_s, stats.cycle_s,
+                           stats.cycle_with_processes_s):
+                series.clear()
         self.finish(json.dumps(body))
 
 
@@ -102,6 +130,7 @@ def main(argv: list[str]) -> int:
             "GPUBurstServerExtension": {
                 "backend": options["backend"],
                 "sampling_period_s": options["period_s"],
+                "sim_gpus": options.get("gpus", 1),
             },
         }
     )
@@ -110,7 +139,21 @@ def main(argv: list[str]) -> int:
     probe = LagProbe()
     app.web_app.settings["bench_probe"] = probe
     app.web_app.add_handlers(".*$", [(url_path_join(app.base_url, "/api/gpuburst-bench/stats"), StatsHandler)])
-    app.start()
+    procs, refs = standin_kernels(int(options.get("kernels", 0)))
+    # the benchmark kills these even when the server itself had to be killed
+    with open(os.path.join(options["root_dir"], "standin-pids.json"), "w") as f:
+        json.dump([p.pid for p in procs], f)
+    sampler = app.web_app.settings["gpuburst_sampler"]
+    real_source = sampler.kernel_source
+
+    async def kernels_with_standins():
+        return [*(await real_source()), *refs]
+
+    sampler.kernel_source = kernels_with_standins
+    try:
+        app.start()
+    finally:
+        stop_standins(procs)
     return 0
 
 

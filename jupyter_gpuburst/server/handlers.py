@@ -47,9 +47,8 @@ class GPUBurstHandler(ExtensionHandlerMixin, APIHandler):
         return {**data, "kernels": []}
 
     def encode(self, sample: Sample, kernels_visible: bool) -> bytes:
-        if kernels_visible:
-            return sample.encoded
-        return json.dumps(self.without_kernels(sample.data), separators=(",", ":")).encode()
+        # encoded once per sample for all readers with the same view, never per request
+        return sample.body(kernels_visible)
 
 
 class PlacementHandler(GPUBurstHandler):
@@ -103,17 +102,19 @@ class StreamHandler(GPUBurstHandler):
                 wait = min(keepalive, max(self.sampler.period_s * 2, 0.5))
                 idle = 0.0
                 while not self._gone:
-                    try:
-                        last = await asyncio.wait_for(self.sampler.next_sample(last), timeout=wait)
-                    except TimeoutError:
+                    # a timeout built into the wait: no extra task and timer per client and sample
+                    sample = await self.sampler.next_sample(last, timeout=wait)
+                    if sample is None:
                         idle += wait
                         if idle >= keepalive:
                             idle = 0.0
                             self.write(b": keepalive\n\n")
                             await self.flush()
                         continue
+                    last = sample
                     idle = 0.0
-                    self.write(b"event: sample\ndata: " + self.encode(last, visible) + b"\n\n")
+                    # one frame per sample shared by every client: no per-client encoding or copying
+                    self.write(last.sse(visible))
                     await self.flush()
         except StreamClosedError:
             pass

@@ -10,41 +10,50 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
 async def test_spawn_benchmark_small(tmp_path):
-    result = await spawn.run(users=5, local_gpus=2, donor_gpus=8, state_dir=tmp_path, start_timeout=60)
+    result = await spawn.run(users=5, local_gpus=2, donor_gpus=8, state_dir=tmp_path, start_timeout=60, repeats=1)
     assert result["failures"] == []
-    assert result["ready"] == result["baseline_ready"] == 5
-    assert result["sites"] == {"origin": 2, "donor-1": 3}
-    assert result["overcommitted"] == 0
+    assert [p["spawner"] for p in result["phases"]] == [spawn.BASELINE, spawn.GPUBURST]
+    assert all(p["ready"] == 5 for p in result["phases"])
+    baseline, gpu = result["phases"]
+    # GPUBurstSpawner fills the origin first; both spawners' pods are bound somewhere real
+    assert gpu["sites"] == {"origin": 2, "donor-1": 3}
+    assert sum(baseline["sites"].values()) == 5 and "unbound" not in baseline["sites"]
+    assert result["failed_scheduling_pinned"] == 0
     assert result["redirects"] == 0
-    assert result["extra_api_reads_per_spawn"] == 0
-    assert 0 < result["p50_spawn_s"] <= result["p95_spawn_s"]
+    assert result["extra_api_reads_per_spawn"] <= 0
+    assert 0 < gpu["p50_spawn_s"] <= gpu["p95_spawn_s"] <= gpu["max_spawn_s"]
+    assert result["p95_ratio"]["per_round"] and result["p95_ratio"]["median"] > 0
+    assert set(result["checks"]) == {"all_ready", "no_failed_scheduling_of_pinned_pods", "no_redirects",
+                                     "no_extra_api_reads", "p95_ratio_within_goal"}
 
 
 async def test_redirect_benchmark_small(tmp_path):
-    result = await redirect.run(runs=1, state_dir=tmp_path)
+    result = await redirect.run(runs=2, state_dir=tmp_path)
     assert result["failures"] == []
-    assert result["redirected"] == result["ready"] == 1
-    assert result["redirects_metric"] == 1
-    assert 0 <= result["redirect_s"] <= 2.0
+    assert result["redirected"] == result["ready"] == result["samples"] == 2
+    assert result["redirects_metric"] == 2
+    assert len(result["redirect_s_all"]) == 2
+    assert 0 <= result["redirect_s"]["min"] <= result["redirect_s"]["p50"] <= result["redirect_s"]["max"] <= 2.0
+    assert sum(m["n"] for m in result["modes"]) == 2
+    assert result["checks"]["all_redirected"] and result["checks"]["redirect_max_within_goal"]
 
 
-def test_overcommit_count_sees_a_pod_beyond_allocatable():
-    """The over-commit check itself can fail: two 2-GPU pods bound to a 2-GPU node."""
-    from jupyter_gpuburst.bench import synthetic
+def test_failed_scheduling_count_sees_events_about_our_pods():
+    """The check can fail: FailedScheduling events about the phase's pods are counted, others not."""
 
-    class FakeCluster:
-        class store:  # noqa: N801 - mimics Cluster.store
-            @staticmethod
-            def list(rtype):
-                if rtype == "nodes":
-                    return [synthetic.node("n1", {"nvidia.com/gpu": 2})], "1"
-                pods = [synthetic.pod(f"p{i}", node_name="n1", gpus={"nvidia.com/gpu": 2}) for i in range(2)]
-                for i, pod in enumerate(pods):
-                    pod["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:0{i}Z"
-                    pod["metadata"]["resourceVersion"] = str(i + 1)
-                return pods, "2"
+    class FakeStore:
+        @staticmethod
+        def list(rtype):
+            assert rtype == "events"
+            return [
+                {"reason": "FailedScheduling", "involvedObject": {"name": "jupyter-b0u001"}},
+                {"reason": "FailedScheduling", "involvedObject": {"name": "jupyter-a0u001"}},
+                {"reason": "Scheduled", "involvedObject": {"name": "jupyter-b0u002"}},
+            ], "3"
 
     class FakeFederation:
-        clusters = {"origin": FakeCluster()}
+        class origin:  # noqa: N801 - mimics Federation.origin
+            store = FakeStore()
 
-    assert spawn.overcommitted_pods(FakeFederation()) == 1
+    assert spawn.failed_scheduling(FakeFederation(), "jupyter-b0u") == 1
+    assert spawn.failed_scheduling(FakeFederation(), "jupyter-c0u") == 0

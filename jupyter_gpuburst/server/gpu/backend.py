@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 BACKEND_NAMES = ("auto", "nvml", "simulated", "none")
 
@@ -50,7 +50,8 @@ class GPUReading:
     power_w: float | None
 
     def to_json(self) -> dict:
-        return asdict(self)
+        # a flat record of plain values: a shallow copy is what asdict() returns, at a tenth the cost
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)

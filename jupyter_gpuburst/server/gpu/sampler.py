@@ -3,7 +3,10 @@
 The sampler runs only while someone listens (a stream subscriber, or a request within the last
 few periods), reads the GPU in its own worker thread so NVML never blocks the event loop, reads
 the expensive process list less often than utilization, serialises each sample once for all
-clients, and keeps the last `history_length` samples.
+clients (the Server-Sent Events frame too), and keeps the last `history_length` samples.
+Process trees come from a cached table of /proc's parent links (`proctable`): /proc is listed
+once per process read, not scanned once per kernel. Readers are woken in small batches per
+event-loop turn, so a sample for 50 stream clients never holds the loop for all 50 writes.
 """
 
 from __future__ import annotations
@@ -21,11 +24,14 @@ from dataclasses import dataclass, field
 
 from jupyter_gpuburst.server.gpu.attribution import KernelPids, attribute, resolve
 from jupyter_gpuburst.server.gpu.backend import GPUBackend, GPUProcess, GPUUnavailable, KernelRef
+from jupyter_gpuburst.server.gpu.proctable import ProcessTable
 from jupyter_gpuburst.server.gpu.select import open_backend
 
 log = logging.getLogger(__name__)
 
 KernelSource = Callable[[], Awaitable[Sequence[KernelRef]]]
+# readers woken per event-loop turn when a sample is published
+FANOUT_BATCH = 8
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,25 @@ class Sample:
     data: dict
     encoded: bytes
     seq: int
+    # other encodings (without kernels; as an SSE frame), made once on first use, then shared
+    _views: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def body(self, kernels_visible: bool) -> bytes:
+        """The JSON body; without the kernel list for readers who may not see kernels."""
+        if kernels_visible:
+            return self.encoded
+        view = self._views.get("no-kernels")
+        if view is None:
+            view = self._views["no-kernels"] = _encode({**self.data, "kernels": []})
+        return view
+
+    def sse(self, kernels_visible: bool) -> bytes:
+        """The whole ``event: sample`` frame for a stream: one allocation per sample, not per client."""
+        key = ("sse", kernels_visible)
+        frame = self._views.get(key)
+        if frame is None:
+            frame = self._views[key] = b"event: sample\ndata: " + self.body(kernels_visible) + b"\n\n"
+        return frame
 
 
 @dataclass
@@ -46,10 +71,19 @@ class SamplerStats:
     device_read_s: deque = field(default_factory=lambda: deque(maxlen=100_000))
     process_read_s: deque = field(default_factory=lambda: deque(maxlen=100_000))
     loop_work_s: deque = field(default_factory=lambda: deque(maxlen=100_000))
+    # the whole cycle: kernel list, device read, process read, attribution, encoding, publishing
+    cycle_s: deque = field(default_factory=lambda: deque(maxlen=100_000))
+    # the cycles among those that also re-read processes
+    cycle_with_processes_s: deque = field(default_factory=lambda: deque(maxlen=100_000))
 
 
 def _encode(data: dict) -> bytes:
     return json.dumps(data, separators=(",", ":")).encode()
+
+
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 async def _no_kernels() -> Sequence[KernelRef]:
@@ -96,10 +130,12 @@ class Sampler:
         self._listeners = 0
         self._lease_until = 0.0
         self._task: asyncio.Task | None = None
-        self._next: asyncio.Future | None = None
+        # one future per waiting reader, woken in batches (see _publish)
+        self._waiters: set[asyncio.Future] = set()
         self._processes: list[GPUProcess] = []
         self._resolved: dict[str, KernelPids] = {}
         self._processes_at = float("-inf")
+        self._proctable = ProcessTable()
         self._closed = False
         self.stats = SamplerStats()
 
@@ -120,12 +156,21 @@ class Sampler:
             return self._latest
         return await self.next_sample(self._latest)
 
-    async def next_sample(self, after: Sample | None) -> Sample:
-        """The first sample newer than `after` (waits for it; every waiter shares it)."""
+    async def next_sample(self, after: Sample | None, timeout: float | None = None) -> Sample | None:
+        """The first sample newer than `after`; waits for it (None after `timeout` seconds)."""
         if self._latest is not None and (after is None or self._latest.seq > after.seq):
             return self._latest
         self._ensure_running()
-        return await asyncio.shield(self._future())
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        self._waiters.add(waiter)
+        timer = loop.call_later(timeout, _expire, waiter) if timeout is not None else None
+        try:
+            return await waiter
+        finally:
+            self._waiters.discard(waiter)
+            if timer is not None:
+                timer.cancel()
 
     def history(self) -> list[Sample]:
         """The last `history_length` samples, oldest first (only those taken while someone listened)."""
@@ -148,8 +193,9 @@ class Sampler:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):  # shutting down anyway
                 await self._task
-        if self._next is not None and not self._next.done():
-            self._next.cancel()
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.cancel()
         backend = self._backend
         if backend is not None:
             await asyncio.get_running_loop().run_in_executor(self._executor, backend.close)
@@ -162,11 +208,6 @@ class Sampler:
 
     def _wanted(self) -> bool:
         return not self._closed and (self._listeners > 0 or asyncio.get_running_loop().time() < self._lease_until)
-
-    def _future(self) -> asyncio.Future:
-        if self._next is None or self._next.done():
-            self._next = asyncio.get_running_loop().create_future()
-        return self._next
 
     def _ensure_running(self) -> None:
         if self._closed:
@@ -186,6 +227,7 @@ class Sampler:
     async def _sample_once(self) -> None:
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
+        process_samples = self.stats.process_samples
         try:
             kernels = list(await self.kernel_source())
         except Exception:  # noqa: BLE001 - a broken kernel manager must not stop telemetry
@@ -203,11 +245,27 @@ class Sampler:
         sample = Sample(data=data, encoded=encoded, seq=self._seq)
         self._latest, self._latest_at = sample, loop.time()
         self._history.append(sample)
-        future = self._future()
-        self._next = None
-        future.set_result(sample)
+        await self._publish(sample)
         self.stats.samples += 1
-        self.stats.loop_work_s.append((t1 - t0) + (time.perf_counter() - t2))
+        done = time.perf_counter()
+        self.stats.loop_work_s.append((t1 - t0) + (done - t2))
+        self.stats.cycle_s.append(done - t0)
+        if self.stats.process_samples != process_samples:
+            self.stats.cycle_with_processes_s.append(done - t0)
+
+    async def _publish(self, sample: Sample) -> None:
+        """Wake the readers waiting for a sample, FANOUT_BATCH per event-loop turn.
+
+        Woken all at once, 50 stream clients write and flush in one turn of the loop (several
+        ms on a small machine), and every other request waits behind them; in batches, the loop
+        serves other work between batches. Readers arriving meanwhile get ``_latest`` at once.
+        """
+        waiters, self._waiters = self._waiters, set()
+        for i, waiter in enumerate(waiters, 1):
+            if not waiter.done():
+                waiter.set_result(sample)
+            if i % FANOUT_BATCH == 0 and i < len(waiters):
+                await asyncio.sleep(0)
 
     # -- the worker thread -------------------------------------------------------------------
     def _ensure_backend(self) -> GPUBackend:
@@ -271,7 +329,9 @@ class Sampler:
             # The kernel set changed or the list is old: re-read processes and process trees.
             t1 = time.perf_counter()
             self._processes = backend.read_processes(kernels, now)
-            self._resolved = {kp.kernel.kernel_id: kp for kp in resolve(kernels)}
+            self._proctable.refresh()
+            resolved = resolve(kernels, self._proctable.tree, self._proctable.aliases)
+            self._resolved = {kp.kernel.kernel_id: kp for kp in resolved}
             self._processes_at = now
             self.stats.process_samples += 1
             self.stats.process_read_s.append(time.perf_counter() - t1)

@@ -8,6 +8,7 @@ attribution path a real GPU would take is exercised for real. Every sample is la
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -71,6 +72,7 @@ def validate(count: int, model: str) -> None:
         raise ValueError(f"unknown simulated GPU model {model!r}; choose from: {', '.join(MODELS)}")
 
 
+@functools.lru_cache(maxsize=4096)  # called per GPU and kernel on every sample: hash each id once
 def _stable_fraction(text: str) -> float:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") / 2**64
 

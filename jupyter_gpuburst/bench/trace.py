@@ -1,0 +1,434 @@
+"""`gpuburst bench trace`: a semester of a GPU course replayed through the real placement engine.
+
+The trace (``bench/trace_model.py``: arrivals by weekday and hour, lab sections, session
+lengths, profile mix, busy periods within sessions) is replayed as a discrete-event simulation
+against ``core.inventory.Inventory`` (synthetic nodes: origin GPU nodes and one Liqo virtual
+node per donor, fed as watch events) and ``core.placement`` (``Placer`` / ``decide``), for
+four policies:
+
+- ``local-only``: the origin alone (``Strategy.LOCAL_ONLY``);
+- ``local-first``: burst to donors when the origin is full (``Strategy.LOCAL_FIRST``);
+- ``donor-first``: donors before the origin (``Strategy.DONOR_FIRST``);
+- ``loss``: every site competes on the loss ``latency + idle GPU memory`` alone. core.placement
+  ranks sites inside a strategy's tiers; here each site's best node comes from ``decide`` with
+  the request limited to that site, and the lowest loss wins.
+
+A request that finds no room waits in a first-come-first-served queue, as GPUBurstSpawner's
+queue does (a new request first tries to place directly; only the head of the queue is retried
+when capacity frees), for at most ``start_timeout`` (KubeSpawner's default, 300 s); then it is
+refused. A placed request's pod is bound at once and fed back to the inventory, which releases
+the reservation, as in the hub.
+
+How sessions hold GPUs is a *mode* (``MODES``): ``server`` holds the session's GPUs from start to
+end; ``kernel`` holds them only while a kernel computes (busy periods, merged when the gap is
+shorter than ``kernel_release_s``, plus that release delay). Each mode turns a session into GPU
+*demands*; the simulator does not know the difference.
+
+Prints JSON; ``--plots DIR`` writes the PNG plots (matplotlib, the ``bench`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from jupyter_gpuburst.bench import synthetic
+from jupyter_gpuburst.bench.stats import percentile, summary
+from jupyter_gpuburst.bench.trace_model import HOUR, WEEK, Session, TraceParams, generate
+from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.core.inventory import Inventory, Snapshot
+from jupyter_gpuburst.core.placement import (
+    GPURequest,
+    NoCapacity,
+    Placement,
+    Placer,
+    Policy,
+    Strategy,
+    decide,
+)
+
+GPU = "nvidia.com/gpu"
+ORIGIN = keys.ORIGIN_SITE
+POLICIES = ("local-only", "local-first", "donor-first", "loss")
+GPUS_PER_LOCAL_NODE = 4
+# the loss's latency term for a donor, in GiB of idle GPU memory: one stranded 40 GiB GPU
+DEFAULT_DONOR_LATENCY = 40.0
+
+
+# ---- modes: how a session turns into GPU demands ---------------------------------------------
+@dataclass(frozen=True)
+class Demand:
+    """GPUs wanted from ``start`` for ``hold`` seconds, of which ``active`` compute."""
+
+    did: int
+    session: Session
+    start: float
+    hold: float
+    active: float
+
+
+class Mode(Protocol):
+    name: str
+
+    def demands(self, session: Session, first_id: int) -> list[Demand]: ...
+
+
+@dataclass(frozen=True)
+class ServerMode:
+    """The session's server holds its GPUs for the whole session (what a GPU profile does today)."""
+
+    name: str = "server"
+
+    def demands(self, session: Session, first_id: int) -> list[Demand]:
+        active = sum(b for _, b in session.busy)
+        return [Demand(first_id, session, session.start, session.length, active)]
+
+
+@dataclass(frozen=True)
+class KernelMode:
+    """Only a computing kernel holds GPUs; it lets them go ``release_s`` after its last busy moment."""
+
+    name: str = "kernel"
+    release_s: float = 120.0
+
+    def demands(self, session: Session, first_id: int) -> list[Demand]:
+        spans: list[list[float]] = []  # [start, end, active] merged when the gap < release_s
+        for offset, length in session.busy:
+            s, e = session.start + offset, session.start + offset + length
+            if spans and s - spans[-1][1] < self.release_s:
+                spans[-1][1] = e
+                spans[-1][2] += length
+            else:
+                spans.append([s, e, length])
+        end_of_session = session.start + session.length
+        return [
+            Demand(first_id + i, session, s, min(e + self.release_s, end_of_session) - s, active)
+            for i, (s, e, active) in enumerate(spans)
+        ]
+
+
+MODES: dict[str, Callable[[], Mode]] = {"server": ServerMode, "kernel": KernelMode}
+
+
+# ---- the federation ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Federation:
+    local_gpus: int = 16
+    donor_gpus: tuple[tuple[str, int], ...] = (("donor-a", 32), ("donor-b", 32))
+
+    def nodes(self) -> list[dict[str, Any]]:
+        out = []
+        full, rest = divmod(self.local_gpus, GPUS_PER_LOCAL_NODE)
+        for i in range(full):
+            out.append(synthetic.node(f"origin-gpu-{i}", {GPU: GPUS_PER_LOCAL_NODE}))
+        if rest:
+            out.append(synthetic.node("origin-gpu-small", {GPU: rest}))
+        for donor, gpus in self.donor_gpus:
+            # one virtual node per donor, allocatable = the grant (as Liqo's virtual kubelet shows it)
+            out.append(synthetic.node(f"liqo-{donor}", {GPU: gpus}, cluster_id=donor))
+        return out
+
+    @property
+    def donors(self) -> list[str]:
+        return [d for d, _ in self.donor_gpus]
+
+
+def policy_for(name: str, gpu_memory_gib: float, donor_latency: float) -> Policy:
+    strategy = {
+        "local-only": Strategy.LOCAL_ONLY,
+        "local-first": Strategy.LOCAL_FIRST,
+        "donor-first": Strategy.DONOR_FIRST,
+        "loss": Strategy.LOCAL_FIRST,  # each site is asked alone: the strategy's tiers do not matter
+    }[name]
+    return Policy(strategy=strategy, donor_latency_penalty=donor_latency, idle_memory_weight=1.0,
+                  resource_memory_gib={GPU: gpu_memory_gib})
+
+
+# ---- the simulation ---------------------------------------------------------------------------
+class HourSeries:
+    """A piecewise-constant quantity integrated into hourly bins (value-hours per hour)."""
+
+    def __init__(self, hours: int) -> None:
+        self.bins = [0.0] * hours
+        self.value = 0.0
+        self.last = 0.0
+
+    def set(self, now: float, value: float) -> None:
+        self.advance(now)
+        self.value = value
+
+    def advance(self, now: float) -> None:
+        t, v = self.last, self.value
+        if v:
+            while t < now:
+                h = int(t // HOUR)
+                end = min(now, (h + 1) * HOUR)
+                if h < len(self.bins):
+                    self.bins[h] += v * (end - t) / HOUR
+                t = end
+        self.last = max(self.last, now)
+
+
+@dataclass
+class Outcome:
+    mode: str
+    policy: str
+    waits: list[float] = field(default_factory=list)
+    refused: int = 0
+    refused_in_labs: int = 0
+    requests: int = 0
+    held_gpu_s: float = 0.0
+    active_gpu_s: float = 0.0
+    borrowed_gpu_s: dict[str, float] = field(default_factory=dict)
+    overcommitted: int = 0
+    decision_s: list[float] = field(default_factory=list)
+
+
+class Simulation:
+    def __init__(self, federation: Federation, policy_name: str, mode: Mode, params: TraceParams,
+                 donor_latency: float = DEFAULT_DONOR_LATENCY) -> None:
+        self.federation = federation
+        self.policy_name = policy_name
+        self.mode = mode
+        self.params = params
+        self.policy = policy_for(policy_name, params.gpu_memory_gib, donor_latency)
+        self.placer = Placer(self.policy)
+        self.inventory = Inventory()
+        for node in federation.nodes():
+            self.inventory.apply_node_event("ADDED", node)
+        self.sites = [ORIGIN, *federation.donors]
+        hours = int(params.weeks * WEEK // HOUR) + 24 * 7
+        self.in_use = {site: HourSeries(hours) for site in self.sites}
+        self.idle_memory = HourSeries(hours)
+        self.out = Outcome(mode=mode.name, policy=policy_name)
+
+    # -- placement through the real engine
+    def decide(self, key: str, demand: Demand, now: float) -> Placement | NoCapacity:
+        s = demand.session
+        request = GPURequest(resource=GPU, count=s.gpus, user=s.user, profile=f"gpu{s.gpus}")
+        snapshot = self.inventory.snapshot()
+        t0 = time.perf_counter()
+        if self.policy_name == "loss":
+            outcome = self._by_loss(key, request, snapshot, now)
+        else:
+            outcome = self.placer.place(key, request, snapshot, now)
+        self.out.decision_s.append(time.perf_counter() - t0)
+        return outcome
+
+    def _by_loss(self, key: str, request: GPURequest, snapshot: Snapshot, now: float) -> Placement | NoCapacity:
+        best: Placement | None = None
+        for site in self.sites:
+            outcome = decide(replace(request, allowed_sites=(site,)), snapshot, self.placer.reservations, self.policy)
+            if isinstance(outcome, Placement) and (best is None or (outcome.loss, outcome.site) < (best.loss, best.site)):
+                best = outcome
+        if best is None:
+            return NoCapacity("no site has room")
+        self.placer.reservations.reserve(key, best, request, now)
+        return best
+
+    def run(self, sessions: list[Session]) -> Outcome:
+        demands: list[Demand] = []
+        for s in sessions:
+            demands.extend(self.mode.demands(s, len(demands)))
+        events: list[tuple[float, int, str, int]] = []
+        for d in demands:
+            heapq.heappush(events, (d.start, 1, "arrive", d.did))
+        queue: deque[int] = deque()
+        queued: set[int] = set()
+        running: dict[int, tuple[dict, Placement]] = {}
+        by_id = {d.did: d for d in demands}
+        self.out.requests = len(demands)
+        idle_mem = 0.0
+
+        def start(d: Demand, placement: Placement, now: float) -> None:
+            nonlocal idle_mem
+            node = self.inventory.snapshot().nodes.get(placement.node or "")
+            if node is None or node.free(GPU) < d.session.gpus:
+                self.out.overcommitted += 1
+            key = f"d{d.did}"
+            pod = synthetic.pod(key, node_name=placement.node, gpus={GPU: d.session.gpus}, site=placement.site,
+                                user=d.session.user)
+            self.inventory.apply_pod_event("ADDED", pod)
+            self.placer.release(key)  # the pod is bound: the inventory counts it now
+            running[d.did] = (pod, placement)
+            self.out.waits.append(now - d.start)
+            self.out.held_gpu_s += d.hold * d.session.gpus
+            self.out.active_gpu_s += d.active * d.session.gpus
+            if placement.site != ORIGIN:
+                self.out.borrowed_gpu_s[placement.site] = self.out.borrowed_gpu_s.get(placement.site, 0.0) + d.hold * d.session.gpus
+            series = self.in_use[placement.site]
+            series.set(now, series.value + d.session.gpus)
+            idle_mem += self._idle_memory(d)
+            self.idle_memory.set(now, idle_mem)
+            heapq.heappush(events, (now + d.hold, 0, "depart", d.did))
+
+        def try_queue(now: float) -> None:
+            while queue:
+                did = queue[0]
+                outcome = self.decide(f"d{did}", by_id[did], now)
+                if not isinstance(outcome, Placement):
+                    return
+                queue.popleft()
+                queued.discard(did)
+                start(by_id[did], outcome, now)
+
+        while events:
+            now, _, kind, did = heapq.heappop(events)
+            d = by_id[did]
+            if kind == "arrive":
+                outcome = self.decide(f"d{did}", d, now)
+                if isinstance(outcome, Placement):
+                    start(d, outcome, now)
+                else:
+                    queue.append(did)
+                    queued.add(did)
+                    heapq.heappush(events, (now + self.params.start_timeout_s, 2, "timeout", did))
+            elif kind == "depart":
+                pod, placement = running.pop(did)
+                self.inventory.apply_pod_event("DELETED", pod)
+                series = self.in_use[placement.site]
+                series.set(now, series.value - d.session.gpus)
+                idle_mem -= self._idle_memory(d)
+                self.idle_memory.set(now, idle_mem)
+                try_queue(now)
+            elif kind == "timeout" and did in queued:
+                queue.remove(did)
+                queued.discard(did)
+                self.out.refused += 1
+                self.out.refused_in_labs += d.session.lab
+                self.out.waits.append(self.params.start_timeout_s)
+                try_queue(now)
+        end = max((s.start + s.length for s in sessions), default=0.0)
+        for series in (*self.in_use.values(), self.idle_memory):
+            series.advance(end)
+        return self.out
+
+    def _idle_memory(self, d: Demand) -> float:
+        """GPU memory held but unused by the demand: its GPUs' memory less what the session uses."""
+        return max(0.0, d.session.gpus * self.params.gpu_memory_gib - d.session.memory_used_gib)
+
+
+# ---- the study ------------------------------------------------------------------------------
+def run_study(params: TraceParams, federation: Federation, modes: list[str], policies: list[str],
+              donor_latency: float = DEFAULT_DONOR_LATENCY) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the JSON result, the hourly series for the plots)."""
+    sessions = generate(params)
+    results: dict[str, Any] = {}
+    series: dict[str, Any] = {}
+    for mode_name in modes:
+        for policy in policies:
+            sim = Simulation(federation, policy, MODES[mode_name](), params, donor_latency)
+            out = sim.run(sessions)
+            label = f"{mode_name}/{policy}"
+            results[label] = _summarise(out, federation)
+            series[label] = {
+                "in_use": {site: s.bins for site, s in sim.in_use.items()},
+                "idle_memory_gib": sim.idle_memory.bins,
+                "waits": out.waits,
+            }
+    result = {
+        "benchmark": "trace",
+        "params": _params_json(params),
+        "federation": {"local_gpus": federation.local_gpus, "donors": dict(federation.donor_gpus)},
+        "sessions": len(sessions),
+        "lab_sessions": sum(1 for s in sessions if s.lab),
+        "results": results,
+    }
+    result["checks"] = checks(result)
+    result["ok"] = all(result["checks"].values())
+    return result, series
+
+
+def _summarise(out: Outcome, federation: Federation) -> dict[str, Any]:
+    placed = len(out.waits) - out.refused
+    hours = 3600.0
+    return {
+        "requests": out.requests,
+        "placed": placed,
+        "refused": out.refused,
+        "refused_in_labs": out.refused_in_labs,
+        "wait_s": {**summary(out.waits, digits=1),
+                   "p95": round(percentile(out.waits, 95) or 0.0, 1),
+                   "waited_share": round(sum(1 for w in out.waits if w > 0) / max(1, len(out.waits)), 4)},
+        "gpu_hours_held": round(out.held_gpu_s / hours, 1),
+        "gpu_hours_active": round(out.active_gpu_s / hours, 1),
+        "held_per_active_gpu_hour": round(out.held_gpu_s / out.active_gpu_s, 3) if out.active_gpu_s else None,
+        "gpu_hours_borrowed": {d: round(out.borrowed_gpu_s.get(d, 0.0) / hours, 1) for d in federation.donors},
+        "overcommitted": out.overcommitted,
+        "decision_ms": summary(out.decision_s, scale=1000),
+    }
+
+
+def _params_json(p: TraceParams) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(p)
+
+
+def checks(result: dict[str, Any]) -> dict[str, bool]:
+    """Pass/fail over the study's JSON; each is False when its condition is violated."""
+    out: dict[str, bool] = {}
+    res = result["results"]
+    out["no_overcommit"] = all(r["overcommitted"] == 0 for r in res.values())
+    for mode in sorted({k.split("/")[0] for k in res}):
+        local, burst = res.get(f"{mode}/local-only"), res.get(f"{mode}/local-first")
+        if local is None or burst is None:
+            continue
+        # "cuts p95 wait at least 10x": burst's p95 times 10 is at most local-only's p95
+        out[f"{mode}_burst_cuts_p95_wait_10x"] = burst["wait_s"]["p95"] * 10 <= local["wait_s"]["p95"] and local["wait_s"]["p95"] > 0
+        out[f"{mode}_burst_refuses_none"] = burst["refused"] == 0
+    return out
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gpuburst bench trace", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    d = TraceParams()
+    parser.add_argument("--students", type=int, default=d.students, help=f"students in the course (default {d.students})")
+    parser.add_argument("--weeks", type=int, default=d.weeks, help=f"teaching weeks (default {d.weeks})")
+    parser.add_argument("--seed", type=int, default=d.seed, help=f"random seed; same seed, same trace (default {d.seed})")
+    parser.add_argument("--local-gpus", type=int, default=16, help="GPUs on the origin, 4 per node (default 16)")
+    parser.add_argument("--donor-gpus", type=int, default=64, help="GPUs granted by donors in all (default 64)")
+    parser.add_argument("--donors", type=int, default=2, help="donor clusters sharing --donor-gpus (default 2)")
+    parser.add_argument("--donor-latency", type=float, default=DEFAULT_DONOR_LATENCY,
+                        help="the loss's latency term for a donor, in GiB of idle memory (default 40)")
+    parser.add_argument("--start-timeout", type=float, default=d.start_timeout_s, help="queue wait before a refusal, s (default 300)")
+    parser.add_argument("--modes", default="server,kernel", help="comma-separated: server, kernel (default both)")
+    parser.add_argument("--policies", default=",".join(POLICIES), help=f"comma-separated, from {', '.join(POLICIES)}")
+    parser.add_argument("--plots", type=Path, default=None, help="write the PNG plots into this directory")
+    parser.add_argument("--plot-week", type=int, default=6, help="the week shown hour by hour (default 6)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on one line")
+    args = parser.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    policies = [p for p in args.policies.split(",") if p]
+    bad = [m for m in modes if m not in MODES] + [p for p in policies if p not in POLICIES]
+    if bad or not modes or not policies:
+        parser.error(f"unknown mode or policy: {', '.join(bad) or '(none given)'}")
+    if args.local_gpus < 0 or args.donor_gpus < 0 or args.donors < 1 or args.start_timeout <= 0:
+        parser.error("--local-gpus/--donor-gpus must be >= 0, --donors >= 1, --start-timeout > 0")
+    if not 0 <= args.plot_week < args.weeks:
+        parser.error("--plot-week must be one of the simulated weeks")
+    params = replace(d, students=args.students, weeks=args.weeks, seed=args.seed, start_timeout_s=args.start_timeout)
+    try:
+        params.validate()
+    except ValueError as exc:
+        parser.error(str(exc))
+    share, rest = divmod(args.donor_gpus, args.donors)
+    donors = tuple((f"donor-{chr(ord('a') + i)}", share + (1 if i < rest else 0)) for i in range(args.donors))
+    federation = Federation(local_gpus=args.local_gpus, donor_gpus=donors)
+    result, series = run_study(params, federation, modes, policies, args.donor_latency)
+    if args.plots is not None:
+        from jupyter_gpuburst.bench import plots
+
+        result["plots"] = [str(p) for p in plots.write_all(args.plots, result, series, args.plot_week)]
+    json.dump(result, sys.stdout, indent=None if args.json else 2)
+    sys.stdout.write("\n")
+    return 0 if result["ok"] else 1

@@ -1,0 +1,236 @@
+"""The benchmarks' JSON and checks: small runs for the shape, bad inputs to see each check fail."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from jupyter_gpuburst.bench import redirect, spawn, telemetry, trace
+from jupyter_gpuburst.bench.stats import summary
+from jupyter_gpuburst.bench.trace_model import HOUR, Session, TraceParams, generate
+
+SMALL = TraceParams(students=40, weeks=2, seed=7)
+
+
+def small_federation(local: int = 8, donor: int = 32) -> trace.Federation:
+    return trace.Federation(local_gpus=local, donor_gpus=(("donor-a", donor // 2), ("donor-b", donor - donor // 2)))
+
+
+# ---- stats ------------------------------------------------------------------------------------
+def test_summary_reports_p99_9_only_with_1000_samples():
+    assert summary([0.001] * 999, scale=1000)["p99_9"] is None
+    full = summary([i / 1000 for i in range(1000)], scale=1000)
+    assert full["n"] == 1000 and full["p99_9"] == 998.0 and full["max"] == 999.0 and full["p50"] == 499.0
+
+
+# ---- trace ------------------------------------------------------------------------------------
+def test_trace_is_deterministic_for_a_seed():
+    assert generate(SMALL) == generate(SMALL)
+    assert generate(SMALL) != generate(TraceParams(students=40, weeks=2, seed=8))
+
+
+def test_trace_keeps_one_server_per_student():
+    sessions = generate(SMALL)
+    ends: dict[str, float] = {}
+    for s in sessions:
+        assert s.start >= ends.get(s.user, float("-inf"))
+        ends[s.user] = s.start + s.length
+
+
+def test_trace_study_json_shape_and_checks_pass_when_donors_suffice():
+    result, series = trace.run_study(SMALL, small_federation(), ["server", "kernel"], list(trace.POLICIES))
+    assert set(result["results"]) == {f"{m}/{p}" for m in ("server", "kernel") for p in trace.POLICIES}
+    for r in result["results"].values():
+        assert r["placed"] + r["refused"] == r["requests"]
+        assert r["wait_s"]["n"] == r["requests"]
+        assert r["overcommitted"] == 0
+        assert set(r["gpu_hours_borrowed"]) == {"donor-a", "donor-b"}
+    assert result["results"]["server/local-only"]["gpu_hours_borrowed"] == {"donor-a": 0.0, "donor-b": 0.0}
+    assert result["results"]["server/local-only"]["refused"] > 0
+    assert result["checks"] == {
+        "no_overcommit": True,
+        "kernel_burst_cuts_p95_wait_10x": True,
+        "kernel_burst_refuses_none": True,
+        "server_burst_cuts_p95_wait_10x": True,
+        "server_burst_refuses_none": True,
+    }
+    # kernel mode holds GPUs for less time per computing hour than server mode
+    assert (result["results"]["kernel/local-first"]["held_per_active_gpu_hour"]
+            < result["results"]["server/local-first"]["held_per_active_gpu_hour"])
+    assert len(series["server/local-first"]["in_use"]["origin"]) >= 2 * 7 * 24
+
+
+def test_trace_checks_fail_when_donors_are_too_small():
+    """Deliberately bad input: 2 donor GPUs cannot absorb a lab, so burst refuses and waits."""
+    result, _ = trace.run_study(SMALL, small_federation(local=8, donor=2), ["server"], ["local-only", "local-first"])
+    assert result["checks"]["server_burst_refuses_none"] is False
+    assert result["checks"]["server_burst_cuts_p95_wait_10x"] is False
+    assert result["ok"] is False
+
+
+def test_trace_overcommit_check_fails_on_an_overcommitted_result():
+    result, _ = trace.run_study(SMALL, small_federation(), ["server"], ["local-first"])
+    bad = copy.deepcopy(result)
+    bad["results"]["server/local-first"]["overcommitted"] = 1
+    assert trace.checks(bad)["no_overcommit"] is False
+
+
+def test_kernel_mode_merges_close_busy_periods_and_releases_after_the_last():
+    s = Session(0, "u", 1000.0, 3600.0, 1, 4.0, busy=((0.0, 60.0), (100.0, 60.0), (1000.0, 30.0)))
+    demands = trace.KernelMode(release_s=120.0).demands(s, 5)
+    assert [(d.did, d.start, d.hold, d.active) for d in demands] == [
+        (5, 1000.0, 280.0, 120.0),  # 0-160 merged (gap 40 < 120), held until 160 + 120
+        (6, 2000.0, 150.0, 30.0),
+    ]
+    whole = trace.ServerMode().demands(s, 0)
+    assert [(d.start, d.hold, d.active) for d in whole] == [(1000.0, 3600.0, 150.0)]
+
+
+def test_hour_series_splits_a_value_across_hours():
+    h = trace.HourSeries(3)
+    h.set(0.5 * HOUR, 2.0)
+    h.set(1.5 * HOUR, 0.0)
+    h.advance(3 * HOUR)
+    assert h.bins == [1.0, 1.0, 0.0]
+
+
+def test_trace_plots_are_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    from jupyter_gpuburst.bench import plots
+
+    result, series = trace.run_study(SMALL, small_federation(), ["server", "kernel"], ["local-only", "local-first"])
+    paths = plots.write_all(tmp_path, result, series, week=1)
+    assert {p.name for p in paths} == {
+        "trace-wait-cdf.png", "trace-refused.png", "trace-gpus-in-use.png", "trace-idle-memory.png",
+        "trace-borrowed.png", "trace-held-per-active.png",
+    }
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
+
+
+def test_trace_cli_refuses_bad_options(capsys):
+    with pytest.raises(SystemExit) as exc:
+        trace.main(["--policies", "fastest"])
+    assert exc.value.code == 2
+    assert "unknown mode or policy: fastest" in capsys.readouterr().err
+
+
+# ---- spawn ------------------------------------------------------------------------------------
+def spawn_result(**changes) -> dict:
+    phase = {"spawner": spawn.GPUBURST, "requested": 3, "ready": 3, "failed_scheduling": 0, "redirects": 0}
+    base = {**phase, "spawner": spawn.BASELINE}
+    result = {"phases": [base, phase] * 3, "p95_ratio": {"median": 1.01}, "extra_api_reads_per_spawn": 0.0}
+    result.update(changes)
+    return result
+
+
+def test_spawn_checks_pass_on_a_good_result():
+    assert all(spawn.checks(spawn_result()).values())
+
+
+@pytest.mark.parametrize(
+    ("change", "check"),
+    [
+        ({"ready": 2}, "all_ready"),
+        ({"failed_scheduling": 1}, "no_failed_scheduling_of_pinned_pods"),
+        ({"redirects": 1}, "no_redirects"),
+    ],
+)
+def test_spawn_checks_fail_on_a_bad_phase(change, check):
+    result = spawn_result()
+    result["phases"][3] = {**result["phases"][3], **change}
+    assert spawn.checks(result)[check] is False
+
+
+def test_spawn_checks_fail_on_ratio_and_reads():
+    assert spawn.checks(spawn_result(p95_ratio={"median": 1.2}))["p95_ratio_within_goal"] is False
+    assert spawn.checks(spawn_result(p95_ratio={"median": None}))["p95_ratio_within_goal"] is False
+    assert spawn.checks(spawn_result(extra_api_reads_per_spawn=0.5))["no_extra_api_reads"] is False
+
+
+def test_spawn_baseline_profile_is_the_gpu_profile_with_the_liqo_toleration():
+    from jupyter_gpuburst.core import liqo
+
+    override = spawn.GPU_PROFILE["kubespawner_override"]
+    assert override["extra_resource_limits"] == {"nvidia.com/gpu": "1"}
+    assert override["tolerations"] == [liqo.virtual_node_toleration()]
+    assert spawn.PROFILES == [spawn.GPU_PROFILE]
+
+
+# ---- redirect ---------------------------------------------------------------------------------
+def test_redirect_modes_split_a_two_mode_distribution():
+    values = [0.010, 0.011, 0.012, 0.010, 0.150, 0.190, 0.170]
+    modes = redirect.modes(values)
+    assert [m["n"] for m in modes] == [4, 3]
+    assert modes[0]["max"] == 0.012 and modes[1]["min"] == 0.15
+
+
+def test_redirect_modes_keep_one_mode_when_values_are_spread_evenly():
+    assert [m["n"] for m in redirect.modes([0.01, 0.02, 0.03, 0.04, 0.05])] == [5]
+
+
+def test_redirect_checks_fail_on_bad_results():
+    good = {"runs": 3, "redirected": 3, "ready": 3, "redirects_metric": 3, "redirect_s": redirect.distribution([0.1, 0.2, 0.3])}
+    assert all(redirect.checks(good).values())
+    assert redirect.checks({**good, "redirected": 2})["all_redirected"] is False
+    assert redirect.checks({**good, "ready": 2})["all_ready"] is False
+    assert redirect.checks({**good, "redirects_metric": 4})["redirects_counted_by_hub"] is False
+    slow = {**good, "redirect_s": redirect.distribution([0.1, 2.5])}
+    assert redirect.checks(slow)["redirect_max_within_goal"] is False
+    assert redirect.checks({**good, "redirect_s": redirect.distribution([])})["redirect_max_within_goal"] is False
+
+
+# ---- telemetry --------------------------------------------------------------------------------
+async def test_telemetry_cycle_times_the_whole_cycle():
+    cycle = await telemetry.measure_cycle(gpus=2, kernels=3, samples=30)
+    assert cycle["kernels_attributed"] == 3
+    assert cycle["cycle_ms"]["n"] == 30
+    # every timed cycle re-read processes: the process read is part of what is timed
+    assert cycle["cycle_with_processes_ms"]["n"] == 30
+    assert cycle["cycle_ms"]["p50"] >= cycle["device_read_ms"]["p50"] > 0
+    assert cycle["sample_bytes"] > 0
+
+
+def telemetry_result() -> dict:
+    ok_tail = {"n": 5000, "p50": 0.1, "p99": 1.0, "p99_9": 2.0, "max": 3.0}
+    return {
+        "cycle": {"kernels": 50, "kernels_attributed": 50, "cycle_ms": {**ok_tail}},
+        "server": {
+            "lag_ms_with_clients": {**ok_tail},
+            "status_ms_with_clients": {**ok_tail},
+            "status_ms_without_clients": {**ok_tail},
+            "status_p99_ratio": {"median": 1.05},
+            "stream_errors": 0,
+            "clients_without_samples": 0,
+            "samples_per_connected_period_min": 0.97,
+        },
+    }
+
+
+def test_telemetry_checks_pass_on_a_good_result():
+    assert all(telemetry.checks(telemetry_result()).values())
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "check"),
+    [
+        (("cycle", "cycle_ms", "p99"), 6.0, "cycle_p99_within_goal"),
+        (("cycle", "cycle_ms", "n"), 999, "cycle_samples_enough"),
+        (("cycle", "kernels_attributed"), 49, "all_kernels_attributed"),
+        (("server", "lag_ms_with_clients", "max"), 5.1, "lag_max_within_goal"),
+        (("server", "lag_ms_with_clients", "n"), 10, "lag_samples_enough"),
+        (("server", "status_ms_without_clients", "n"), 10, "status_samples_enough"),
+        (("server", "status_p99_ratio", "median"), 1.2, "status_p99_ratio_within_goal"),
+        (("server", "stream_errors"), 1, "streams_without_errors"),
+        (("server", "clients_without_samples"), 1, "every_client_got_samples"),
+        (("server", "samples_per_connected_period_min"), 0.5, "every_client_got_samples"),
+    ],
+)
+def test_telemetry_checks_fail_on_bad_values(path, value, check):
+    result = telemetry_result()
+    target = result
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    assert telemetry.checks(result)[check] is False
