@@ -71,7 +71,7 @@ _TYPES = [
     ResourceType("", "v1", "Namespace", "namespaces", False, ("ns",), ("create", "delete", "get", "list", "patch", "update", "watch"), ("status",), "namespace", (), ("status.phase",)),
     ResourceType("", "v1", "Node", "nodes", False, ("no",), STANDARD_VERBS, ("status",), "node", (), ("spec.unschedulable",)),
     ResourceType(
-        "", "v1", "Pod", "pods", True, ("po",), STANDARD_VERBS, ("status", "binding", "log"), "pod", ("all",),
+        "", "v1", "Pod", "pods", True, ("po",), STANDARD_VERBS, ("status", "binding", "log", "exec"), "pod", ("all",),
         ("spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName", "status.phase", "status.podIP", "status.nominatedNodeName"),
     ),
     ResourceType("", "v1", "Event", "events", True, ("ev",), STANDARD_VERBS, (), "event", (), _EVENT_FIELDS),
