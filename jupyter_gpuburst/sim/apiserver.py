@@ -248,6 +248,9 @@ class ApiServer:
         ns = namespace if rt.namespaced else None
         method = request.method
         if rt.key == EVENTS_V1_KEY:
+            if method == "POST" and name is None and ns is not None:
+                created = self.store.create("events", core_event(await self._body(request) or {}), ns, dry_run=_dry_run(request))
+                return _json(event_v1(created), 201)
             if method != "GET":
                 raise method_not_allowed()
             return await self._events_v1(request, ns, name)
@@ -634,6 +637,35 @@ def deleted_status(rt: ResourceType, obj: Obj) -> Obj:
     if rt.group:
         details = {"name": details["name"], "group": rt.group, "kind": rt.plural, "uid": details["uid"]}
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+
+
+def core_event(ev: Obj) -> Obj:
+    """An events.k8s.io/v1 Event in its core/v1 shape (one storage for both, as in kube-apiserver)."""
+    if not isinstance(ev, dict):
+        raise bad_request("the body of the request is not an Event object")
+    if ev.get("apiVersion") not in (None, "events.k8s.io/v1") or ev.get("kind") not in (None, "Event"):
+        raise bad_request(f"the API version in the data ({ev.get('apiVersion')}) does not match the expected API version (events.k8s.io/v1)")
+    if not ev.get("eventTime"):
+        raise ApiError(422, "Invalid", 'Event.events.k8s.io "" is invalid: eventTime: Required value', {"kind": "Event", "group": "events.k8s.io", "causes": [{"reason": "FieldValueRequired", "message": "Required value", "field": "eventTime"}]})
+    out: Obj = {
+        "metadata": ev.get("metadata") or {},
+        "eventTime": ev.get("eventTime"),
+        "reportingComponent": ev.get("reportingController", ""),
+        "reportingInstance": ev.get("reportingInstance", ""),
+        "action": ev.get("action", ""),
+        "reason": ev.get("reason", ""),
+        "involvedObject": ev.get("regarding") or {},
+        "message": ev.get("note", ""),
+        "type": ev.get("type", ""),
+        "source": ev.get("deprecatedSource") or {},
+        "firstTimestamp": ev.get("deprecatedFirstTimestamp"),
+        "lastTimestamp": ev.get("deprecatedLastTimestamp"),
+    }
+    if ev.get("related"):
+        out["related"] = ev["related"]
+    if ev.get("deprecatedCount") is not None:
+        out["count"] = ev["deprecatedCount"]
+    return out
 
 
 def not_found_path() -> ApiError:

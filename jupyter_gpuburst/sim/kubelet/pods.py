@@ -50,6 +50,14 @@ if _name:
 '''
 
 
+def go_duration(seconds: float) -> str:
+    """A duration as Go prints one: 500ms, 10s, 2m40s, 5m0s."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
 @cache
 def uts_namespaces() -> bool:
     """Whether this process may give a child its own hostname (unshare(CLONE_NEWUTS))."""
@@ -272,6 +280,8 @@ class Kubelet:
         stamp = defaults.timestamp(self.store.now())
 
         def update(p: Obj) -> None:
+            if p["metadata"]["uid"] != pr.uid:
+                return  # a newer pod of the same name: not ours to write
             st = p.setdefault("status", {})
             st["phase"] = phase
             st["conditions"] = status.conditions(st.get("conditions") or [], phase, pr.init, pr.main, pr.sandbox, stamp)
@@ -280,9 +290,6 @@ class Kubelet:
             st["containerStatuses"] = [c.status(pr.uid) for c in pr.main]
 
         try:
-            current = self.store.get("pods", *pr.key)
-            if current["metadata"]["uid"] != pr.uid:
-                return
             pr.pod = self.store.mutate("pods", *pr.key, update)
         except ApiError:
             pass  # removed meanwhile
@@ -317,7 +324,8 @@ class Kubelet:
         except ApiError:
             return
         pr.sandbox = True
-        self._publish(pr)
+        if pr.init:
+            self._publish(pr)  # Initialized=False until they are done
         policy = pr.pod["spec"].get("restartPolicy", "Always")
         for c in pr.init:
             while not pr.killing:
@@ -354,7 +362,7 @@ class Kubelet:
         c.last_state = {"terminated": c.state.get("terminated", {})}
         if delay:
             podref = f"{pr.key[1]}_{pr.key[0]}({pr.uid})"
-            c.state = {"waiting": {"reason": "CrashLoopBackOff", "message": f"back-off {int(delay)}s restarting failed container={c.name} pod={podref}"}}
+            c.state = {"waiting": {"reason": "CrashLoopBackOff", "message": f"back-off {go_duration(delay)} restarting failed container={c.name} pod={podref}"}}
             c.ready = False
             self._event(pr, "BackOff", f"Back-off restarting failed container {c.name} in pod {podref}", container=c, warning=True)
             self._publish(pr)
