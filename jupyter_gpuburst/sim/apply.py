@@ -208,7 +208,13 @@ def _conflict(conflicts: list[tuple[str, str, Path]]) -> ApiError:
     def dotted(path: Path) -> str:
         out = ""
         for part in path:
-            out += "." + part[2:] if part.startswith("f:") else f"[{part[2:]}]"
+            if part.startswith("f:"):
+                out += "." + part[2:]
+            elif part.startswith("k:"):
+                keys = json.loads(part[2:])
+                out += "[" + ",".join(f"{k}={json.dumps(v)}" for k, v in keys.items()) + "]"
+            else:
+                out += f"[={part[2:]}]"
         return out
 
     causes = [{"reason": "FieldManagerConflict", "message": f'conflict with "{m}" using {v}', "field": dotted(p)} for m, v, p in conflicts]
@@ -236,6 +242,8 @@ def apply(current: Obj | None, applied: Obj, manager: str, *, force: bool, now: 
         if owner.get("manager") == manager and owner.get("operation") == "Apply":
             continue
         for path in sorted(paths & new_paths):
+            if path and path[-1].startswith("k:"):
+                continue  # owning a keyed item itself ("."): its fields are compared one by one
             present, live = value_at(current, path)
             _, wanted = value_at(applied, path)
             if present and live != wanted:

@@ -246,20 +246,18 @@ def test_delete_returns_status_or_object_as_the_registry_does(core_v1, test_name
 
 
 # 7b. Server-side apply: create on apply, managedFields, 409 on a conflict, force takes over.
-def test_server_side_apply(kube_client, core_v1, test_namespace):
+def test_server_side_apply(core_v1, test_namespace):
     cm = name("ssa")
-    path = f"/api/v1/namespaces/{test_namespace}/configmaps/{cm}"
 
     def apply(body: dict, manager: str, force: bool = False) -> tuple[int, dict]:
-        query = [("fieldManager", manager)] + ([("force", "true")] if force else [])
         from kubernetes.client.exceptions import ApiException
 
         try:
-            resp = kube_client.call_api(path, "PATCH", query_params=query, header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
-                                        body=body, _preload_content=False, auth_settings=["BearerToken"])
+            resp = core_v1.patch_namespaced_config_map(cm, test_namespace, body, field_manager=manager, force=force or None,
+                                                       _content_type="application/apply-patch+yaml", _preload_content=False)
         except ApiException as exc:
             return exc.status, json.loads(exc.body)
-        return resp[1], json.loads(resp[0].data)
+        return resp.status, json.loads(resp.data)
 
     config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm, "labels": {"owner": "a"}}, "data": {"shared": "1", "a-only": "x"}}
     code, created = apply(config, "manager-a")
@@ -279,10 +277,10 @@ def test_server_side_apply(kube_client, core_v1, test_namespace):
 
 # 7c. events.k8s.io/v1 events can be watched.
 def test_events_v1_watch_sees_new_event(kube_client, core_v1, test_namespace):
-    from kubernetes import client, watch
+    from kubernetes import client
 
     events_v1 = client.EventsV1Api(kube_client)
-    rv = events_v1.list_namespaced_event(test_namespace).metadata.resource_version
+    rv = json.loads(events_v1.list_namespaced_event(test_namespace, _preload_content=False).data)["metadata"]["resourceVersion"]
     ev_name = name("ev")
     now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
     events_v1.create_namespaced_event(test_namespace, {
@@ -291,14 +289,31 @@ def test_events_v1_watch_sees_new_event(kube_client, core_v1, test_namespace):
         "reason": "Conformance", "note": "watched", "type": "Normal",
         "regarding": {"kind": "Namespace", "name": test_namespace, "apiVersion": "v1"},
     })
+    # raw JSON: the client's model rejects kubelet events, whose eventTime is null in this API
     seen = None
-    w = watch.Watch()
-    for event in w.stream(events_v1.list_namespaced_event, test_namespace, resource_version=rv, timeout_seconds=20, _request_timeout=30):
-        if event["object"].metadata.name == ev_name:
-            seen = event
-            w.stop()
+    resp = events_v1.list_namespaced_event(test_namespace, watch=True, resource_version=rv, timeout_seconds=20, _preload_content=False, _request_timeout=30)
+    try:
+        for line in _lines(resp):
+            event = json.loads(line)
+            if event["object"]["metadata"]["name"] == ev_name:
+                seen = event
+                break
+    finally:
+        resp.release_conn()
     assert seen is not None and seen["type"] == "ADDED"
-    assert seen["object"].note == "watched" and seen["object"].regarding.name == test_namespace
+    assert seen["object"]["apiVersion"] == "events.k8s.io/v1"
+    assert seen["object"]["note"] == "watched" and seen["object"]["regarding"]["name"] == test_namespace
+
+
+def _lines(resp: Any):
+    """Lines of a streamed HTTP response, as they arrive."""
+    buffer = b""
+    for chunk in resp.stream(4096, decode_content=False):
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if line.strip():
+                yield line
 
 
 # 7d. list limit/continue pages through a collection.

@@ -169,10 +169,11 @@ async def test_exec_logs_follow_and_server_side_apply(pod_cluster, tmp_path):
     follow = await asyncio.create_subprocess_exec(KUBECTL, "logs", "-f", "talk", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     lines = [await asyncio.wait_for(follow.stdout.readline(), 10) for _ in range(3)]
     assert lines == [b"line1\n", b"line2\n", b"line3\n"]
-    cluster.store.delete("pods", "default", "talk")
-    assert await asyncio.wait_for(follow.stdout.read(), 15) == b""
-    assert await follow.wait() == 0
     # a second apply by another manager that changes a field the first owns: a conflict
     manifest.write_text(manifest.read_text().replace("value: pod", "value: other"))
     code, out, err = await run_kubectl(env, "apply", "--server-side", "--field-manager", "someone-else", "-f", str(manifest))
     assert code != 0 and "conflict" in err.lower()
+    assert 'conflict with "kubectl"' in err and ".spec.containers[name=\"main\"].env[name=\"WHO\"].value" in err
+    cluster.store.delete("pods", "default", "talk")
+    assert await asyncio.wait_for(follow.stdout.read(), 15) == b""
+    assert await follow.wait() == 0

@@ -114,11 +114,13 @@ async def _pump(ws: web.WebSocketResponse, proc: asyncio.subprocess.Process, mas
 
     async def copy_in() -> None:
         async for msg in ws:
-            if msg.type != WSMsgType.BINARY or not msg.data:
-                if msg.type in (WSMsgType.CLOSE, WSMsgType.ERROR):
-                    break
+            if msg.type in (WSMsgType.CLOSE, WSMsgType.ERROR):
+                break
+            # clients send binary frames, or text frames whose first character is the channel
+            raw = msg.data.encode() if msg.type == WSMsgType.TEXT else msg.data
+            if msg.type not in (WSMsgType.BINARY, WSMsgType.TEXT) or not raw:
                 continue
-            channel, data = msg.data[0], msg.data[1:]
+            channel, data = raw[0], raw[1:]
             if channel == STDIN and stdin:
                 if master is not None:
                     os.write(master, data)
