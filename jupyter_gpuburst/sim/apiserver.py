@@ -20,9 +20,10 @@ from typing import Any
 
 from aiohttp import web
 
-from jupyter_gpuburst.sim import openapi, tables
-from jupyter_gpuburst.sim.errors import ApiError, bad_request, method_not_allowed
+from jupyter_gpuburst.sim import apply, defaults, openapi, tables
+from jupyter_gpuburst.sim.errors import ApiError, bad_request, method_not_allowed, not_found
 from jupyter_gpuburst.sim.faults import Faults
+from jupyter_gpuburst.sim.kubelet import exec as exec_stream
 from jupyter_gpuburst.sim.patch import apply_patch
 from jupyter_gpuburst.sim.resources import EVENTS_V1_KEY, RESOURCES, ResourceType, by_path, group_versions
 from jupyter_gpuburst.sim.selectors import matcher
@@ -36,7 +37,8 @@ JSON = "application/json"
 _WATCH_TICK_S = 1.0
 
 Obj = dict[str, Any]
-LogReader = Callable[[str, str], "Path | None"]
+# (namespace, pod, container or None for the first, previous instance) -> log file
+LogReader = Callable[[str, str, "str | None", bool], "Path | None"]
 
 
 def _dumps(obj: Any) -> str:
@@ -45,6 +47,10 @@ def _dumps(obj: Any) -> str:
 
 def _json(obj: Any, status: int = 200) -> web.Response:
     return web.Response(text=_dumps(obj), status=status, content_type=JSON)
+
+
+def tables_now(store: Store) -> str:
+    return defaults.timestamp(store.now())
 
 
 def _truthy(value: str | None) -> bool:
@@ -73,8 +79,9 @@ def _int_param(query: Any, name: str) -> int | None:
 class ApiServer:
     """One cluster's API endpoint on ``http://host:port``."""
 
-    def __init__(self, store: Store, *, host: str = "127.0.0.1", port: int = 0, faults: Faults | None = None, log_reader: LogReader | None = None, git_version: str = DEFAULT_GIT_VERSION):
+    def __init__(self, store: Store, *, host: str = "127.0.0.1", port: int = 0, faults: Faults | None = None, log_reader: LogReader | None = None, git_version: str = DEFAULT_GIT_VERSION, exec_opener: exec_stream.Opener | None = None):
         self.store = store
+        self.exec_opener = exec_opener  # the kubelet's: starts a command in a running container
         self.host = host
         self.port = port
         self.faults = faults or Faults()
@@ -207,7 +214,7 @@ class ApiServer:
                 entry["categories"] = list(rt.categories)
             resources.append(entry)
             for sub in rt.subresources:
-                kind, verbs = {"status": (rt.kind, ["get", "patch", "update"]), "binding": ("Binding", ["create"]), "log": ("Pod", ["get"])}[sub]
+                kind, verbs = {"status": (rt.kind, ["get", "patch", "update"]), "binding": ("Binding", ["create"]), "log": ("Pod", ["get"]), "exec": ("PodExecOptions", ["create", "get"])}[sub]
                 resources.append({"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced, "kind": kind, "verbs": verbs})
         if not resources:
             raise not_found_path()
@@ -251,6 +258,9 @@ class ApiServer:
         ns = namespace if rt.namespaced else None
         method = request.method
         if rt.key == EVENTS_V1_KEY:
+            if method == "POST" and name is None and ns is not None:
+                created = self.store.create("events", core_event(await self._body(request) or {}), ns, dry_run=_dry_run(request))
+                return _json(event_v1(created), 201)
             if method != "GET":
                 raise method_not_allowed()
             return await self._events_v1(request, ns, name)
@@ -290,6 +300,11 @@ class ApiServer:
             if method != "GET":
                 raise method_not_allowed()
             return await self._log(request, ns or "", name)
+        if sub == "exec":
+            if method not in ("GET", "POST"):
+                raise method_not_allowed()
+            self.store.get("pods", ns, name)  # 404 for a missing pod, before any upgrade
+            return await exec_stream.serve(request, ns or "", name, self.exec_opener)
         if method == "GET":
             self.stats["get"] += 1
             obj = self.store.get(rt.key, ns, name)
@@ -308,6 +323,8 @@ class ApiServer:
                 meta.setdefault("namespace", ns)
             return _json(self.store.replace(rt.key, body, subresource=sub, dry_run=_dry_run(request)))
         if method == "PATCH":
+            if request.headers.get("Content-Type", "").split(";")[0].strip().lower() == apply.APPLY_PATCH:
+                return await self._apply(request, rt, ns, name, sub)
             return _json(await self._patch(request, rt, ns, name, sub))
         if method == "DELETE":
             if sub:
@@ -328,13 +345,31 @@ class ApiServer:
         if rv_match == "Exact" and rv != str(self.store.resource_version):
             # Only the present is kept, not past states.
             raise ApiError(410, "Expired", f"too old resource version: {rv} ({self.store.resource_version})")
-        items, list_rv = self.store.list(rt.key, ns, q.get("labelSelector"), q.get("fieldSelector"))
+        limit = _int_param(q, "limit")
+        token = q.get("continue")
+        if token and rv not in (None, "", "0"):
+            raise bad_request("specifying resource version is not allowed when using continue")
         self.stats["list"] += 1
+        list_meta: Obj
+        if limit or token:
+            items, list_rv, next_token, remaining = self.store.list_page(rt.key, ns, q.get("labelSelector"), q.get("fieldSelector"), limit if limit and limit > 0 else None, token)
+            list_meta = {"resourceVersion": list_rv}
+            if next_token:
+                list_meta["continue"] = next_token
+            if remaining is not None:
+                list_meta["remainingItemCount"] = remaining
+        else:
+            items, list_rv = self.store.list(rt.key, ns, q.get("labelSelector"), q.get("fieldSelector"))
+            list_meta = {"resourceVersion": list_rv}
         if self._wants_table(request):
-            return _json(tables.table(rt, items, list_rv, include_object=q.get("includeObject", "Metadata")))
-        return _json({"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": {"resourceVersion": list_rv}, "items": items})
+            table = tables.table(rt, items, list_rv, include_object=q.get("includeObject", "Metadata"))
+            table["metadata"].update({k: v for k, v in list_meta.items() if k != "resourceVersion"})
+            return _json(table)
+        return _json({"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": list_meta, "items": items})
 
-    async def _watch(self, request: web.Request, rt: ResourceType, ns: str | None) -> web.StreamResponse:
+    async def _watch(self, request: web.Request, rt: ResourceType, ns: str | None, *, store_key: str | None = None, field_selector: str | None = None, convert: Callable[[Obj], Obj] | None = None) -> web.StreamResponse:
+        """A watch stream; ``store_key``/``field_selector``/``convert`` serve one stored type in
+        another API's shape (events.k8s.io/v1 Events from the core Events)."""
         q = request.query
         timeout = _int_param(q, "timeoutSeconds")
         bookmarks = _truthy(q.get("allowWatchBookmarks"))
@@ -343,7 +378,7 @@ class ApiServer:
         try:
             if self.faults.is_expired(q.get("resourceVersion")):
                 raise ApiError(410, "Expired", f"too old resource version: {q.get('resourceVersion')} ({self.faults.expired_below})")
-            watch = self.store.watch(rt.key, ns, q.get("resourceVersion"), q.get("labelSelector"), q.get("fieldSelector"), allow_bookmarks=bookmarks)
+            watch = self.store.watch(store_key or rt.key, ns, q.get("resourceVersion"), q.get("labelSelector"), field_selector if store_key else q.get("fieldSelector"), allow_bookmarks=bookmarks)
         except ApiError as err:
             if err.code != 410:
                 raise
@@ -376,6 +411,8 @@ class ApiServer:
                     else:
                         continue
                 etype, obj = event
+                if convert is not None and etype != "BOOKMARK":
+                    obj = convert(obj)
                 if table and etype != "BOOKMARK":
                     obj = tables.table(rt, [obj], obj["metadata"].get("resourceVersion", ""), include_object=include, headers=sent == 0)
                 await response.write((_dumps({"type": etype, "object": obj}) + "\n").encode())
@@ -398,6 +435,31 @@ class ApiServer:
         response.enable_chunked_encoding()
         await response.prepare(request)
         return response
+
+    async def _apply(self, request: web.Request, rt: ResourceType, ns: str | None, name: str, sub: str | None) -> web.Response:
+        """Server-side apply (see sim.apply); creates the object when it is missing."""
+        manager = request.query.get("fieldManager")
+        if not manager:
+            raise bad_request("PATCH /apply requires fieldManager")
+        force = _truthy(request.query.get("force"))
+        body = apply.parse_body(await request.read())
+        self.store._check_type(rt, dict(body))  # 400 for another kind or apiVersion
+        meta = body.get("metadata")
+        if not isinstance(meta, dict) or meta.get("name") != name:
+            raise bad_request("the name of the object does not match the name on the URL")
+        if ns is not None and meta.get("namespace") not in (None, ns):
+            raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
+        now = tables_now(self.store)
+        dry_run = _dry_run(request)
+        if not self.store.exists(rt.key, ns, name):
+            if sub:
+                raise not_found(rt.plural, name, rt.group)
+            created = self.store.create(rt.key, apply.apply(None, body, manager, force=force, now=now), ns, dry_run=dry_run)
+            return _json(created, 201)
+        current = self.store.get(rt.key, ns, name)
+        result = apply.apply(current, body, manager, force=force, now=now)
+        result["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        return _json(self.store.replace(rt.key, result, subresource=sub, dry_run=dry_run))
 
     async def _patch(self, request: web.Request, rt: ResourceType, ns: str | None, name: str, sub: str | None) -> Obj:
         patch = await self._body(request)
@@ -431,7 +493,11 @@ class ApiServer:
         grace, policy = await self._delete_options(request)
         if _dry_run(request):
             return self.store.get(rt.key, ns, name)
-        return self.store.delete(rt.key, ns, name, grace, policy)
+        deleted = self.store.delete(rt.key, ns, name, grace, policy)
+        if rt.key in RETURNS_DELETED_OBJECT or self.store.exists(rt.key, ns, name):
+            # kept for finalizers or a graceful deletion: the object, with its deletionTimestamp
+            return deleted
+        return deleted_status(rt, deleted)
 
     async def _delete_collection(self, request: web.Request, rt: ResourceType, ns: str | None) -> web.Response:
         grace, policy = await self._delete_options(request)
@@ -456,15 +522,24 @@ class ApiServer:
     async def _log(self, request: web.Request, ns: str, name: str) -> web.StreamResponse:
         pod = self.store.get("pods", ns, name)
         containers = [c["name"] for c in pod["spec"].get("containers", [])]
-        container = request.query.get("container") or containers[0]
-        if container not in containers:
+        init = [c["name"] for c in pod["spec"].get("initContainers") or []]
+        container = request.query.get("container")
+        if not container:
+            if len(containers) > 1:
+                raise bad_request(f"a container name must be specified for pod {name}, choose one of: [{' '.join(containers)}] or one of the init containers: [{' '.join(init)}]" if init else f"a container name must be specified for pod {name}, choose one of: [{' '.join(containers)}]")
+            container = containers[0]
+        if container not in containers + init:
             raise bad_request(f"container {container} is not valid for pod {name}")
-        path = self.log_reader(ns, name) if self.log_reader else None
+        previous = _truthy(request.query.get("previous"))
+        path = self.log_reader(ns, name, container, previous) if self.log_reader else None
         if path is None or not Path(path).exists():
+            if previous:
+                raise bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
             raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating')
         tail = _int_param(request.query, "tailLines")
         limit = _int_param(request.query, "limitBytes")
         data = Path(path).read_bytes()
+        offset = len(data)
         if tail is not None:
             data = b"".join(data.splitlines(keepends=True)[-tail:]) if tail > 0 else b""
         if limit is not None:
@@ -474,7 +549,6 @@ class ApiServer:
         response = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await response.prepare(request)
         await response.write(data)
-        offset = Path(path).stat().st_size
         while request.transport is not None and not request.transport.is_closing():
             try:
                 current = self.store.get("pods", ns, name)
@@ -486,7 +560,7 @@ class ApiServer:
             if chunk:
                 offset += len(chunk)
                 await response.write(chunk)
-            elif (current.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            elif current["metadata"]["uid"] != pod["metadata"]["uid"] or _instance_ended(current, container):
                 break
             await asyncio.sleep(0.2)
         await response.write_eof()
@@ -514,10 +588,23 @@ class ApiServer:
         if name is not None:
             return _json(event_v1(self.store.get("events", ns, name)))
         if _truthy(request.query.get("watch")):
-            raise method_not_allowed("watching events.k8s.io/v1 is not served; watch core/v1 events")
+            matcher(request.query.get("labelSelector"), request.query.get("fieldSelector"), rt.selectable_fields)
+            return await self._watch(request, rt, ns, store_key="events", field_selector=field_selector, convert=event_v1)
         matcher(request.query.get("labelSelector"), request.query.get("fieldSelector"), rt.selectable_fields)
         items, rv = self.store.list("events", ns, request.query.get("labelSelector"), field_selector)
         return _json({"kind": "EventList", "apiVersion": "events.k8s.io/v1", "metadata": {"resourceVersion": rv}, "items": [event_v1(e) for e in items]})
+
+
+def _instance_ended(pod: Obj, container: str) -> bool:
+    """Whether the followed container instance is no longer running (a follow then ends)."""
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return True
+    for cs in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
+        if cs.get("name") == container:
+            state = cs.get("state") or {}
+            return "terminated" in state or ("waiting" in state and bool(cs.get("lastState")))
+    return False
 
 
 def _events_v1_fields(selector: str | None) -> str | None:
@@ -546,6 +633,50 @@ def event_v1(ev: Obj) -> Obj:
     for old, new in (("firstTimestamp", "deprecatedFirstTimestamp"), ("lastTimestamp", "deprecatedLastTimestamp"), ("count", "deprecatedCount")):
         if ev.get(old) is not None:
             out[new] = ev[old]
+    return out
+
+
+# Registries built with ``ReturnDeletedObject: true`` in kube-apiserver (pods, services, PVCs,
+# service accounts) and namespaces (their own Delete): an immediate delete answers with the object.
+# Every other type (configmaps, secrets, events, nodes, custom resources) answers with a Status.
+RETURNS_DELETED_OBJECT = frozenset({"pods", "services", "persistentvolumeclaims", "serviceaccounts", "namespaces"})
+
+
+def deleted_status(rt: ResourceType, obj: Obj) -> Obj:
+    """The Status of a completed delete (genericregistry.Store.finalizeDelete)."""
+    meta = obj.get("metadata") or {}
+    details: Obj = {"name": meta.get("name", ""), "kind": rt.plural, "uid": meta.get("uid", "")}
+    if rt.group:
+        details = {"name": details["name"], "group": rt.group, "kind": rt.plural, "uid": details["uid"]}
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+
+
+def core_event(ev: Obj) -> Obj:
+    """An events.k8s.io/v1 Event in its core/v1 shape (one storage for both, as in kube-apiserver)."""
+    if not isinstance(ev, dict):
+        raise bad_request("the body of the request is not an Event object")
+    if ev.get("apiVersion") not in (None, "events.k8s.io/v1") or ev.get("kind") not in (None, "Event"):
+        raise bad_request(f"the API version in the data ({ev.get('apiVersion')}) does not match the expected API version (events.k8s.io/v1)")
+    if not ev.get("eventTime"):
+        raise ApiError(422, "Invalid", 'Event.events.k8s.io "" is invalid: eventTime: Required value', {"kind": "Event", "group": "events.k8s.io", "causes": [{"reason": "FieldValueRequired", "message": "Required value", "field": "eventTime"}]})
+    out: Obj = {
+        "metadata": ev.get("metadata") or {},
+        "eventTime": ev.get("eventTime"),
+        "reportingComponent": ev.get("reportingController", ""),
+        "reportingInstance": ev.get("reportingInstance", ""),
+        "action": ev.get("action", ""),
+        "reason": ev.get("reason", ""),
+        "involvedObject": ev.get("regarding") or {},
+        "message": ev.get("note", ""),
+        "type": ev.get("type", ""),
+        "source": ev.get("deprecatedSource") or {},
+        "firstTimestamp": ev.get("deprecatedFirstTimestamp"),
+        "lastTimestamp": ev.get("deprecatedLastTimestamp"),
+    }
+    if ev.get("related"):
+        out["related"] = ev["related"]
+    if ev.get("deprecatedCount") is not None:
+        out["count"] = ev["deprecatedCount"]
     return out
 
 

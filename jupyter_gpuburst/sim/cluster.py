@@ -93,7 +93,7 @@ class Cluster:
         self.pool = AddressPool(f"127.{10 + index}.128.0/17", random_start=True)
         self.kubelet = Kubelet(self.store, self.pool, state_dir=Path(state_dir) / config.name)
         self.scheduler = Scheduler(self.store, host=config.name)
-        self.api = ApiServer(self.store, host=host, port=port, faults=faults, log_reader=self.kubelet.log_path)
+        self.api = ApiServer(self.store, host=host, port=port, faults=faults, log_reader=self.kubelet.log_path, exec_opener=self.kubelet.open_exec)
         self.running = False
 
     @property

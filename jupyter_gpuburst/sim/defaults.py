@@ -8,6 +8,8 @@ and the required fields whose absence would break the scheduler or the kubelet.
 
 from __future__ import annotations
 
+import base64
+
 import itertools
 import re
 from datetime import datetime, timezone
@@ -202,6 +204,18 @@ def default_pvc(pvc: dict[str, Any]) -> None:
 
 def default_secret(secret: dict[str, Any]) -> None:
     secret.setdefault("type", "Opaque")
+    fold_string_data(secret)
+
+
+def fold_string_data(secret: dict[str, Any]) -> None:
+    """``stringData`` is write-only: each value is base64-encoded into ``data`` (winning over a
+    ``data`` entry of the same key) and the field is never stored, as kube-apiserver does."""
+    string_data = secret.pop("stringData", None)
+    if not string_data:
+        return
+    data = secret.setdefault("data", {})
+    for key, value in string_data.items():
+        data[key] = base64.b64encode(str(value).encode()).decode()
 
 
 def default_node(node: dict[str, Any]) -> None:

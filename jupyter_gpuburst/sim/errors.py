@@ -18,13 +18,15 @@ class ApiError(Exception):
         self.reason = reason
         self.message = message
         self.details = details
+        # Status.metadata.continue, sent with an expired list token (see sim.paging).
+        self.list_continue: str | None = None
 
     def status(self) -> dict[str, Any]:
         """The ``Status`` body kube-apiserver sends for this error."""
         body: dict[str, Any] = {
             "kind": "Status",
             "apiVersion": "v1",
-            "metadata": {},
+            "metadata": {"continue": self.list_continue} if self.list_continue else {},
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,

@@ -71,7 +71,7 @@ _TYPES = [
     ResourceType("", "v1", "Namespace", "namespaces", False, ("ns",), ("create", "delete", "get", "list", "patch", "update", "watch"), ("status",), "namespace", (), ("status.phase",)),
     ResourceType("", "v1", "Node", "nodes", False, ("no",), STANDARD_VERBS, ("status",), "node", (), ("spec.unschedulable",)),
     ResourceType(
-        "", "v1", "Pod", "pods", True, ("po",), STANDARD_VERBS, ("status", "binding", "log"), "pod", ("all",),
+        "", "v1", "Pod", "pods", True, ("po",), STANDARD_VERBS, ("status", "binding", "log", "exec"), "pod", ("all",),
         ("spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName", "status.phase", "status.podIP", "status.nominatedNodeName"),
     ),
     ResourceType("", "v1", "Event", "events", True, ("ev",), STANDARD_VERBS, (), "event", (), _EVENT_FIELDS),
@@ -80,7 +80,7 @@ _TYPES = [
     ResourceType("", "v1", "Secret", "secrets", True, (), STANDARD_VERBS, (), "secret", (), ("type",)),
     ResourceType("", "v1", "ServiceAccount", "serviceaccounts", True, ("sa",), STANDARD_VERBS, (), "serviceaccount"),
     ResourceType("", "v1", "ConfigMap", "configmaps", True, ("cm",), STANDARD_VERBS, (), "configmap"),
-    ResourceType("events.k8s.io", "v1", "Event", "events", True, ("ev",), ("get", "list", "watch"), (), "event", (), ("reason", "reportingController", "type", "regarding.kind", "regarding.name", "regarding.namespace", "regarding.uid")),
+    ResourceType("events.k8s.io", "v1", "Event", "events", True, ("ev",), ("create", "get", "list", "watch"), (), "event", (), ("reason", "reportingController", "type", "regarding.kind", "regarding.name", "regarding.namespace", "regarding.uid")),
     ResourceType("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", False, (), ("create",), (), "selfsubjectaccessreview"),
     ResourceType(
         liqo.OFFLOADING_GROUP, liqo.OFFLOADING_VERSION, liqo.NAMESPACE_OFFLOADING_KIND, liqo.NAMESPACE_OFFLOADING_PLURAL, True,

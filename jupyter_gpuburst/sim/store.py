@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from jupyter_gpuburst.sim import defaults
+from jupyter_gpuburst.sim import defaults, paging
 from jupyter_gpuburst.sim.errors import ApiError, already_exists, bad_request, conflict, forbidden, gone, invalid, not_found
 from jupyter_gpuburst.sim.resources import RESOURCES, VIRTUAL_RESOURCES, ResourceType, resource
 from jupyter_gpuburst.sim.selectors import matcher
@@ -173,6 +173,10 @@ class Store:
 
     # ---- reads -------------------------------------------------------------------------------
 
+    def exists(self, rtype: str, namespace: str | None, name: str) -> bool:
+        rt = self._rt(rtype)
+        return self._key(rt, namespace, name) in self._objects[rt.key]
+
     def get(self, rtype: str, namespace: str | None, name: str) -> Obj:
         """A deep copy of the object; ``ApiError`` 404 when absent."""
         return copy.deepcopy(self._current(self._rt(rtype), namespace, name))
@@ -187,6 +191,41 @@ class Store:
             if (namespace is None or not rt.namespaced or ns == namespace) and match(obj)
         ]
         return items, str(self.resource_version)
+
+    def list_page(self, rtype: str, namespace: str | None, label_selector: str | None, field_selector: str | None, limit: int | None, continue_token: str | None) -> tuple[list[Obj], str, str | None, int | None]:
+        """One chunk of a paged list: (items, resourceVersion, continue token, remainingItemCount).
+
+        Like kube-apiserver, the token carries the version of the first chunk and the key after
+        which to go on; later chunks report that version. Only the present is kept here, so a
+        later chunk shows the objects as they are now; a token older than the watch history
+        gets 410 Expired, as a token older than etcd's compaction does.
+        """
+        rt = self._rt(rtype)
+        match = matcher(label_selector, field_selector, rt.selectable_fields)
+        list_rv, start = self.resource_version, ""
+        if continue_token:
+            list_rv, start = paging.decode_continue(continue_token)
+            if list_rv < self._compacted:
+                raise paging.expired(paging.encode_continue(self.resource_version, start))
+        keys = sorted(k for k in self._objects[rt.key] if (namespace is None or not rt.namespaced or k[0] == namespace))
+        out: list[Obj] = []
+        last = ""
+        token: str | None = None
+        remaining: int | None = None
+        for i, key in enumerate(keys):
+            if start and paging.key_string(key) < start:
+                continue
+            obj = self._objects[rt.key][key]
+            if not match(obj):
+                continue
+            if limit and len(out) >= limit:
+                token = paging.encode_continue(list_rv, last + "\x00")
+                if not label_selector and not field_selector:
+                    remaining = len(keys) - i  # as kube-apiserver: only counted without selectors
+                break
+            out.append(copy.deepcopy(obj))
+            last = paging.key_string(key)
+        return out, str(list_rv), token, remaining
 
     # ---- writes ------------------------------------------------------------------------------
 
@@ -310,6 +349,8 @@ class Store:
                     new.pop("status", None)
             if rt.kind == "Pod":
                 defaults.validate_pod(new)
+            elif rt.kind == "Secret":
+                defaults.fold_string_data(new)
         if dry_run:
             new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
             return new

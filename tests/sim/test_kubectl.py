@@ -118,3 +118,62 @@ async def test_create_events_and_delete(apiserver, kubectl_env, tmp_path):
     rows = table_rows(await kubectl(kubectl_env, "get", "nsoff"))
     assert rows[0] == ["NAME", "NAMESPACEMAPPINGSTRATEGY", "PODOFFLOADINGSTRATEGY", "OFFLOADINGPHASE", "AGE"]
     assert rows[1][:3] == ["offloading", "DefaultName", "LocalAndRemote"]
+
+
+@pytest.fixture
+async def pod_cluster(tmp_path):
+    """One cluster with a kubelet, and kubectl's environment pointed at it."""
+    from jupyter_gpuburst.sim.cluster import Cluster
+    from jupyter_gpuburst.sim.config import ClusterConfig, NodeConfig
+    from jupyter_gpuburst.sim.kubeconfig import write_kubeconfig
+
+    cluster = Cluster(ClusterConfig(name="c", nodes=(NodeConfig(name="n", resources={}),)), 7, tmp_path / "pods")
+    await cluster.start()
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", {"sim": cluster.url}, "sim")
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "KUBECACHEDIR": str(tmp_path / "kube-cache"), "HOME": str(tmp_path)}
+    try:
+        yield cluster, env
+    finally:
+        await cluster.stop()
+
+
+async def run_kubectl(env: dict, *args: str, stdin: bytes | None = None, timeout: float = 30) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(KUBECTL, *args, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_exec_logs_follow_and_server_side_apply(pod_cluster, tmp_path):
+    from jupyter_gpuburst.sim.testing import wait_for_pod
+
+    cluster, env = pod_cluster
+    script = "for i in 1 2 3; do echo line$i; sleep 0.3; done; exec sleep 60"
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(textwrap.dedent(f"""\
+        apiVersion: v1
+        kind: Pod
+        metadata: {{name: talk, labels: {{app: talk}}}}
+        spec:
+          terminationGracePeriodSeconds: 1
+          containers:
+          - {{name: main, image: busybox, command: [sh, -c, "{script}"], env: [{{name: WHO, value: pod}}]}}
+        """))
+    code, out, err = await run_kubectl(env, "apply", "--server-side", "-f", str(manifest))
+    assert code == 0, err
+    assert "serverside-applied" in out
+    await wait_for_pod(cluster.store, "default", "talk", lambda p: p["status"].get("phase") == "Running")
+    # exec (WebSocket, v5.channel.k8s.io): stdin, stdout, stderr and the exit code
+    code, out, err = await run_kubectl(env, "exec", "-i", "talk", "--", "sh", "-c", 'read x; echo "$WHO got $x"; echo warn >&2; exit 7', stdin=b"hello\n")
+    assert code == 7 and out == "pod got hello\n" and "warn" in err
+    # logs -f: everything so far, then new lines as they come; ends when the container stops
+    follow = await asyncio.create_subprocess_exec(KUBECTL, "logs", "-f", "talk", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    lines = [await asyncio.wait_for(follow.stdout.readline(), 10) for _ in range(3)]
+    assert lines == [b"line1\n", b"line2\n", b"line3\n"]
+    # a second apply by another manager that changes a field the first owns: a conflict
+    manifest.write_text(manifest.read_text().replace("value: pod", "value: other"))
+    code, out, err = await run_kubectl(env, "apply", "--server-side", "--field-manager", "someone-else", "-f", str(manifest))
+    assert code != 0 and "conflict" in err.lower()
+    assert 'conflict with "kubectl"' in err and ".spec.containers[name=\"main\"].env[name=\"WHO\"].value" in err
+    cluster.store.delete("pods", "default", "talk")
+    assert await asyncio.wait_for(follow.stdout.read(), 15) == b""
+    assert await follow.wait() == 0

@@ -1,0 +1,12 @@
+"""The process kubelet (see ``pods``): pods of a cluster's non-virtual nodes as local processes.
+
+Modules: ``network`` (pod IPs on loopback), ``runtime`` (argv, env, executable), ``volumes``
+(volumes as directories and each container's view of them), ``probes``, ``status`` (phase and
+conditions from container states), ``pods`` (the pod workers), ``exec`` (pods/exec streams).
+"""
+
+from jupyter_gpuburst.sim.kubelet.network import AddressPool, container_ports
+from jupyter_gpuburst.sim.kubelet.pods import Kubelet
+from jupyter_gpuburst.sim.kubelet.runtime import container_argv, pod_env, resolve_command, resolve_field_ref
+
+__all__ = ["AddressPool", "Kubelet", "container_argv", "container_ports", "pod_env", "resolve_command", "resolve_field_ref"]

@@ -1,0 +1,153 @@
+"""``pods/exec`` over WebSocket with the Kubernetes channel protocols.
+
+``v4.channel.k8s.io`` (the kubernetes Python client's ``stream``) and ``v5.channel.k8s.io``
+(kubectl 1.30+): every binary message starts with a channel byte, 0 stdin, 1 stdout, 2 stderr,
+3 the final Status as JSON, 4 terminal resize; v5 adds 255, a client's "close this channel"
+(``[255, 0]`` ends stdin). The command runs beside the container's process with its environment,
+working directory and hostname, under a pseudo-terminal when ``tty=true``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import struct
+import termios
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from jupyter_gpuburst.sim.errors import ApiError, bad_request
+
+PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
+STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
+Opener = Callable[..., Awaitable[tuple[asyncio.subprocess.Process, int | None]]]
+
+
+def _status(code: int, command: list[str]) -> dict[str, Any]:
+    if code == 0:
+        return {"metadata": {}, "status": "Success"}
+    return {
+        "metadata": {}, "status": "Failure",
+        "message": f"command terminated with non-zero exit code: error executing command {json.dumps(command)}, exit code {code}",
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
+    }
+
+
+def _flag(request: web.Request, name: str) -> bool:
+    return request.query.get(name, "").lower() in ("true", "1")
+
+
+async def serve(request: web.Request, namespace: str, name: str, opener: Opener | None) -> web.StreamResponse:
+    """Answer one exec request; 400 before the upgrade for what kube-apiserver refuses."""
+    command = request.query.getall("command", [])
+    stdin, stdout, stderr, tty = (_flag(request, n) for n in ("stdin", "stdout", "stderr", "tty"))
+    if not (stdin or stdout or stderr):
+        raise bad_request("you must specify at least 1 of stdin, stdout, stderr")
+    if tty and stderr:
+        stderr = False  # a terminal has one output stream, as the kubelet merges them
+    if request.headers.get("Upgrade", "").lower() != "websocket":
+        raise bad_request("Upgrade request required: pods/exec is served over WebSocket (v4.channel.k8s.io, v5.channel.k8s.io)")
+    if opener is None:
+        raise bad_request(f'pod "{name}" is not running on a node of this cluster\'s kubelet')
+    ws = web.WebSocketResponse(protocols=PROTOCOLS, autoping=True)
+    ready = ws.can_prepare(request)
+    if not ready.ok or ready.protocol not in PROTOCOLS:
+        raise bad_request(f"unable to upgrade connection: no supported subprotocol requested (supported: {', '.join(PROTOCOLS)})")
+    try:
+        proc, master = await opener(namespace, name, request.query.get("container"), command, stdin=stdin, tty=tty)
+    except ApiError:
+        raise
+    await ws.prepare(request)
+    v5 = ws.ws_protocol == PROTOCOLS[0]
+    try:
+        await _pump(ws, proc, master, stdin=stdin, stdout=stdout, stderr=stderr, v5=v5, command=command)
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 9)
+            await proc.wait()
+        if master is not None:
+            with contextlib.suppress(OSError):
+                os.close(master)
+        await ws.close()
+    return ws
+
+
+async def _pump(ws: web.WebSocketResponse, proc: asyncio.subprocess.Process, master: int | None, *, stdin: bool, stdout: bool, stderr: bool, v5: bool, command: list[str]) -> None:
+    loop = asyncio.get_running_loop()
+    send_lock = asyncio.Lock()
+
+    async def send(channel: int, data: bytes) -> None:
+        async with send_lock:
+            if not ws.closed:
+                await ws.send_bytes(bytes([channel]) + data)
+
+    async def copy_out(reader: asyncio.StreamReader, channel: int, wanted: bool) -> None:
+        while chunk := await reader.read(65536):
+            if wanted:
+                await send(channel, chunk)
+
+    async def copy_tty() -> None:
+        queue: asyncio.Queue[bytes] = asyncio.Queue()
+
+        def readable() -> None:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                data = b""
+            queue.put_nowait(data)
+            if not data:
+                loop.remove_reader(master)
+
+        loop.add_reader(master, readable)
+        try:
+            while data := await queue.get():
+                await send(STDOUT, data)
+        finally:
+            loop.remove_reader(master)
+
+    async def copy_in() -> None:
+        async for msg in ws:
+            if msg.type in (WSMsgType.CLOSE, WSMsgType.ERROR):
+                break
+            # clients send binary frames, or text frames whose first character is the channel
+            raw = msg.data.encode() if msg.type == WSMsgType.TEXT else msg.data
+            if msg.type not in (WSMsgType.BINARY, WSMsgType.TEXT) or not raw:
+                continue
+            channel, data = raw[0], raw[1:]
+            if channel == STDIN and stdin:
+                if master is not None:
+                    os.write(master, data)
+                elif proc.stdin is not None:
+                    proc.stdin.write(data)
+                    await proc.stdin.drain()
+            elif channel == RESIZE and master is not None:
+                with contextlib.suppress(ValueError, KeyError, OSError):
+                    size = json.loads(data)
+                    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", int(size["Height"]), int(size["Width"]), 0, 0))
+            elif channel == CLOSE and v5 and data[:1] == bytes([STDIN]):
+                if master is not None:
+                    os.write(master, b"\x04")  # end of input on a terminal
+                elif proc.stdin is not None:
+                    proc.stdin.close()
+        # the client went away: the command goes too
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 9)
+
+    outputs = [copy_tty()] if master is not None else [copy_out(proc.stdout, STDOUT, stdout), copy_out(proc.stderr, STDERR, stderr)]
+    reader = asyncio.create_task(copy_in())
+    try:
+        await asyncio.gather(*outputs)
+        code = await proc.wait()
+        await send(ERROR, json.dumps(_status(code if code >= 0 else 128 - code, command)).encode())
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader

@@ -1,0 +1,595 @@
+"""The process kubelet: runs the pods bound to one cluster's non-virtual nodes as local processes.
+
+Per pod, as the kubelet does: volumes are set up (``volumes``), init containers run one after
+the other to completion, then every container runs; an exit is restarted per ``restartPolicy``
+with the kubelet's back-off (immediately, then 10 s doubling up to 5 min, reported as
+CrashLoopBackOff); startup, liveness and readiness probes (``probes``) drive ``started``,
+restarts and ``ready``; deletion sends SIGTERM to each container's process group and SIGKILL
+after the grace period. The pod's hostname is its name: the process gets its own UTS namespace
+where this kubelet may create one (root), else ``HOSTNAME`` and, for Python programs, a
+``sitecustomize`` that makes ``socket.gethostname()`` answer it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from jupyter_gpuburst.core import liqo
+from jupyter_gpuburst.sim import defaults
+from jupyter_gpuburst.sim.errors import ApiError, bad_request
+from jupyter_gpuburst.sim.kubelet import probes, runtime, status, volumes
+from jupyter_gpuburst.sim.kubelet.network import AddressPool, container_ports
+from jupyter_gpuburst.sim.store import Store
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+ContainerRun = status.ContainerRun
+_CLONE_NEWUTS = 0x04000000
+# kubelet's container restart back-off: 10 s doubling to 5 min; reset after 10 min of running.
+BACKOFF_INITIAL_S = 10.0
+BACKOFF_MAX_S = 300.0
+_HOSTNAME_HOOK = '''"""Written by the emulated kubelet: the pod's hostname for Python programs (no UTS namespace)."""
+import os as _os
+import socket as _socket
+
+_name = _os.environ.get("HOSTNAME")
+if _name:
+    _socket.gethostname = lambda: _name
+'''
+
+
+def go_duration(seconds: float) -> str:
+    """A duration as Go prints one: 500ms, 10s, 2m40s, 5m0s."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
+@cache
+def uts_namespaces() -> bool:
+    """Whether this process may give a child its own hostname (unshare(CLONE_NEWUTS))."""
+    if os.geteuid() != 0 or not sys.platform.startswith("linux"):
+        return False
+    try:
+        return subprocess.run([sys.executable, "-c", "import ctypes,sys;sys.exit(ctypes.CDLL(None).unshare(0x04000000) != 0)"], timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _enter_uts(hostname: str):
+    """A preexec_fn: a fresh UTS namespace named ``hostname`` (in the child, before exec)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    name = hostname.encode()
+
+    def enter() -> None:
+        if libc.unshare(_CLONE_NEWUTS) == 0:
+            libc.sethostname(name, len(name))
+
+    return enter
+
+
+@dataclass
+class PodRun:
+    key: tuple[str, str]
+    uid: str
+    ip: str
+    dir: Path
+    pod: Obj
+    init: list[ContainerRun]
+    main: list[ContainerRun]
+    hostname: str
+    volumes: dict[str, Path] = field(default_factory=dict)
+    tasks: list[asyncio.Task] = field(default_factory=list)
+    killing: bool = False
+    sandbox: bool = False  # the pod IP is assigned and published
+    killed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def all(self) -> list[ContainerRun]:
+        return [*self.init, *self.main]
+
+    def container(self, name: str | None) -> ContainerRun | None:
+        for c in self.all():
+            if name is None and not c.init:
+                return c
+            if c.name == name:
+                return c
+        return None
+
+
+class Kubelet:
+    """Runs every pod bound to a non-virtual node of this cluster."""
+
+    def __init__(self, store: Store, pool: AddressPool, *, state_dir: Path, readiness_interval_s: float = 0.05, stop_grace_s: float = 2.0, backoff_initial_s: float = BACKOFF_INITIAL_S):
+        self.store = store
+        self.stop_grace_s = stop_grace_s
+        self.pool = pool
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.readiness_interval_s = readiness_interval_s  # kept for callers; probes have their own periods
+        self.backoff_initial_s = backoff_initial_s
+        self._pods: dict[tuple[str, str], PodRun] = {}
+        self._finished: dict[tuple[str, str], PodRun] = {}  # logs stay readable after the pod is gone
+        self._task: asyncio.Task | None = None
+        self._virtual_nodes: set[str] = set()
+
+    # ---- what the API server and tests read ---------------------------------------------------
+
+    def log_path(self, namespace: str, name: str, container: str | None = None, previous: bool = False) -> Path | None:
+        """The log file of a container (the first regular one by default); None when it has none."""
+        pr = self._pods.get((namespace, name)) or self._finished.get((namespace, name))
+        if pr is None:
+            return None
+        c = pr.container(container)
+        if c is None or (previous and c.restart_count == 0):
+            return None
+        path = c.log_path(previous)
+        return path if path.exists() else None
+
+    def processes(self) -> dict[tuple[str, str], int]:
+        """Live process ids (the first regular container's) by (namespace, pod name)."""
+        out = {}
+        for key, pr in self._pods.items():
+            for c in pr.main:
+                if c.process is not None and c.process.returncode is None:
+                    out[key] = c.process.pid
+                    break
+        return out
+
+    async def open_exec(self, namespace: str, name: str, container: str | None, command: list[str], *, stdin: bool, tty: bool) -> tuple[asyncio.subprocess.Process, int | None]:
+        """Start ``command`` in a running container: (process, pty master fd when ``tty``)."""
+        pr = self._pods.get((namespace, name))
+        if pr is None:
+            raise bad_request(f'pod "{name}" is not running on a node of this cluster\'s kubelet')
+        c = pr.container(container)
+        if c is None:
+            raise bad_request(f"container {container} is not valid for pod {name}")
+        if c.process is None or c.process.returncode is not None:
+            raise bad_request(f'unable to upgrade connection: container not found ("{c.name}")')
+        if not command:
+            raise bad_request("you must specify at least 1 command")
+        return await self._spawn_in(pr, c, command, stdin=stdin, tty=tty)
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="kubelet")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for pr in self._pods.values():
+            pr.killing = True
+        await asyncio.gather(*(self._kill_pod(pr, self.stop_grace_s) for pr in list(self._pods.values())), return_exceptions=True)
+        for pr in self._pods.values():
+            for t in pr.tasks:
+                t.cancel()
+        self._pods.clear()
+
+    def _is_ours(self, node_name: str) -> bool:
+        if node_name in self._virtual_nodes:
+            return False
+        try:
+            node = self.store.get("nodes", None, node_name)
+        except ApiError:
+            return False
+        if liqo.is_virtual_node(node):
+            self._virtual_nodes.add(node_name)
+            return False
+        return True
+
+    async def _run(self) -> None:
+        watch = self.store.watch("pods")
+        try:
+            async for etype, pod in watch:
+                node = (pod.get("spec") or {}).get("nodeName")
+                if not node or not self._is_ours(node):
+                    continue
+                key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+                pr = self._pods.get(key)
+                if pr is not None and pr.uid != pod["metadata"]["uid"]:
+                    continue  # an event of an older pod of the same name
+                if etype == "DELETED":
+                    if pr and not pr.killing:
+                        pr.killing = True
+                        pr.tasks.append(asyncio.create_task(self._finish(pr, 0, remove=False)))
+                    continue
+                if pr is None and not pod["metadata"].get("deletionTimestamp"):
+                    if (pod.get("status") or {}).get("phase", "Pending") == "Pending" and not (pod.get("status") or {}).get("podIP"):
+                        self._start_pod(key, pod)
+                elif pod["metadata"].get("deletionTimestamp"):
+                    if pr is None:
+                        self._remove(key, pod["metadata"]["uid"])
+                    elif not pr.killing:
+                        pr.killing = True
+                        grace = int(pod["metadata"].get("deletionGracePeriodSeconds", 30))
+                        pr.tasks.append(asyncio.create_task(self._finish(pr, grace, remove=True)))
+        finally:
+            watch.close()
+
+    def _event(self, pr: PodRun, reason: str, message: str, *, container: ContainerRun | None = None, warning: bool = False) -> None:
+        """Record an event; a refused one (namespace terminating, pod gone) is dropped, as the
+        kubelet's event recorder drops what the server rejects."""
+        field_path = None
+        if container is not None:
+            field_path = f"spec.{'initContainers' if container.init else 'containers'}{{{container.name}}}"
+        try:
+            self.store.record_event(pr.pod, reason, message, type="Warning" if warning else "Normal", host=pr.pod["spec"]["nodeName"], field_path=field_path)
+        except ApiError as err:
+            log.debug("event %s for %s/%s dropped: %s", reason, *pr.key, err.message)
+
+    def _remove(self, key: tuple[str, str], uid: str) -> None:
+        try:
+            current = self.store.get("pods", *key)
+        except ApiError:
+            return
+        if current["metadata"]["uid"] == uid:
+            self.store.remove("pods", *key)
+
+    def _start_pod(self, key: tuple[str, str], pod: Obj) -> None:
+        spec = pod["spec"]
+        ports = [p for c in spec["containers"] for p in container_ports(c)]
+        ip = self.pool.allocate(ports)
+        pod_dir = self.state_dir / f"{key[0]}_{key[1]}_{pod['metadata']['uid'][:8]}"
+        pod_dir.mkdir(parents=True, exist_ok=True)
+
+        def run(c: Obj, init: bool) -> ContainerRun:
+            cr = ContainerRun(c, init, pod_dir / "logs" / c["name"])
+            cr.log_dir.mkdir(parents=True, exist_ok=True)
+            cr.log_path().touch()
+            if init or spec.get("initContainers"):
+                cr.state = {"waiting": {"reason": "PodInitializing"}}
+            return cr
+
+        pr = PodRun(
+            key, pod["metadata"]["uid"], ip, pod_dir, pod,
+            [run(c, True) for c in spec.get("initContainers") or []], [run(c, False) for c in spec["containers"]],
+            hostname=spec.get("hostname") or pod["metadata"]["name"],
+        )
+        self._pods[key] = pr
+        pr.tasks.append(asyncio.create_task(self._run_pod(pr), name=f"pod-{key[1]}"))
+
+    def _host_ip(self, node_name: str) -> str:
+        node = self.store.get("nodes", None, node_name)
+        for addr in (node.get("status") or {}).get("addresses") or []:
+            if addr.get("type") == "InternalIP":
+                return addr["address"]
+        return "127.0.0.1"
+
+    # ---- status ---------------------------------------------------------------------------------
+
+    def _publish(self, pr: PodRun) -> None:
+        """Write the pod's status from what the kubelet knows now (one MODIFIED at most)."""
+        if pr.killing and not pr.sandbox:
+            return
+        policy = pr.pod["spec"].get("restartPolicy", "Always")
+        phase = status.pod_phase(policy, pr.init, pr.main)
+        stamp = defaults.timestamp(self.store.now())
+
+        def update(p: Obj) -> None:
+            if p["metadata"]["uid"] != pr.uid:
+                return  # a newer pod of the same name: not ours to write
+            st = p.setdefault("status", {})
+            st["phase"] = phase
+            st["conditions"] = status.conditions(st.get("conditions") or [], phase, pr.init, pr.main, pr.sandbox, stamp)
+            if pr.init:
+                st["initContainerStatuses"] = [c.status(pr.uid) for c in pr.init]
+            st["containerStatuses"] = [c.status(pr.uid) for c in pr.main]
+
+        try:
+            pr.pod = self.store.mutate("pods", *pr.key, update)
+        except ApiError:
+            pass  # removed meanwhile
+
+    # ---- running a pod --------------------------------------------------------------------------
+
+    async def _run_pod(self, pr: PodRun) -> None:
+        ns, name = pr.key
+        node = pr.pod["spec"]["nodeName"]
+        while True:
+            try:
+                pr.volumes = volumes.materialize(self.store, pr.pod, pr.dir, self.state_dir)
+                break
+            except volumes.VolumeError as exc:
+                self._event(pr, "FailedMount", f"MountVolume.SetUp failed for volume: {exc}", warning=True)
+                self._publish(pr)
+                for _ in range(20):  # the kubelet retries mounts; stop soon when deleted
+                    if pr.killing:
+                        return
+                    await asyncio.sleep(0.1)
+        if pr.killing:
+            return
+        host_ip = self._host_ip(node)
+        started = defaults.timestamp(self.store.now())
+
+        def sandbox(p: Obj) -> None:
+            st = p.setdefault("status", {})
+            st.update({"hostIP": host_ip, "hostIPs": [{"ip": host_ip}], "podIP": pr.ip, "podIPs": [{"ip": pr.ip}], "startTime": started})
+
+        try:
+            pr.pod = self.store.mutate("pods", ns, name, sandbox)
+        except ApiError:
+            return
+        pr.sandbox = True
+        if pr.init:
+            self._publish(pr)  # Initialized=False until they are done
+        policy = pr.pod["spec"].get("restartPolicy", "Always")
+        for c in pr.init:
+            while not pr.killing:
+                code = await self._run_once(pr, c)
+                if code == 0 or pr.killing:
+                    break
+                if policy == "Never":
+                    self._publish(pr)
+                    return
+                await self._back_off(pr, c)
+            if pr.killing:
+                return
+        for c in pr.main:
+            if not c.ran:
+                c.state = {"waiting": {"reason": "ContainerCreating"}}
+        await asyncio.gather(*(self._container_loop(pr, c, policy) for c in pr.main))
+
+    async def _container_loop(self, pr: PodRun, c: ContainerRun, policy: str) -> None:
+        while not pr.killing:
+            ran_from = time.monotonic()
+            code = await self._run_once(pr, c)
+            if pr.killing:
+                return
+            if policy == "Never" or (policy == "OnFailure" and code == 0):
+                return
+            if time.monotonic() - ran_from > 2 * BACKOFF_MAX_S:
+                c.backoff = 0.0  # ran long enough: the kubelet forgets the back-off
+            await self._back_off(pr, c)
+
+    async def _back_off(self, pr: PodRun, c: ContainerRun) -> None:
+        """Wait before restarting ``c``: not at all the first time, then 10 s doubling to 5 min."""
+        delay = c.backoff
+        c.backoff = min(BACKOFF_MAX_S, delay * 2 if delay else self.backoff_initial_s)
+        c.last_state = {"terminated": c.state.get("terminated", {})}
+        if delay:
+            podref = f"{pr.key[1]}_{pr.key[0]}({pr.uid})"
+            c.state = {"waiting": {"reason": "CrashLoopBackOff", "message": f"back-off {go_duration(delay)} restarting failed container={c.name} pod={podref}"}}
+            c.ready = False
+            self._event(pr, "BackOff", f"Back-off restarting failed container {c.name} in pod {podref}", container=c, warning=True)
+            self._publish(pr)
+            try:
+                await asyncio.wait_for(pr.killed.wait(), delay)
+            except TimeoutError:
+                pass
+        c.restart_count += 1
+
+    def _container_env(self, pr: PodRun, c: ContainerRun, view: volumes.PathMap) -> tuple[list[str], dict[str, str], Path]:
+        """argv, environment and working directory of the container's process (paths mapped)."""
+        spec = c.spec
+        argv = [view.rewrite(a.replace("0.0.0.0", pr.ip)) for a in runtime.container_argv(spec)]
+        if not argv:
+            raise FileNotFoundError(f'no command given and image "{spec.get("image", "")}" has no emulated entrypoint')
+        env = {k: view.rewrite(v) for k, v in runtime.pod_env(pr.pod, spec, self.store, pr.ip).items()}
+        jupyter = bool(runtime.JUPYTER_IMAGE.search(spec.get("image", "")))
+        home = view.directory(env["HOME"] if env.get("HOME", "").startswith("/") else ("/home/jovyan" if jupyter else "/root"))
+        env.setdefault("HOME", str(home))
+        workdir = view.directory(spec["workingDir"]) if spec.get("workingDir") else home
+        env.setdefault("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+        env.setdefault("HOSTNAME", pr.hostname)
+        if not uts_namespaces():
+            hook = pr.dir / "hostname-hook"
+            hook.mkdir(exist_ok=True)
+            (hook / "sitecustomize.py").write_text(_HOSTNAME_HOOK)
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hook), env.get("PYTHONPATH")]))
+        if os.geteuid() == 0 and runtime.run_as_user(pr.pod, spec) != 0:
+            runtime._pretend_unprivileged(pr.dir, env)
+        env.setdefault("TMPDIR", tempfile.gettempdir())
+        exe = runtime.resolve_command(argv[0], env.get("PATH"))
+        if exe is None:
+            raise FileNotFoundError(f'exec: "{argv[0]}": executable file not found in $PATH')
+        return [exe, *argv[1:]], env, workdir
+
+    async def _spawn(self, pr: PodRun, argv: list[str], env: dict[str, str], cwd: Path, *, stdout: Any, stderr: Any, stdin: Any = asyncio.subprocess.DEVNULL) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            *argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr, stdin=stdin, start_new_session=True,
+            preexec_fn=_enter_uts(pr.hostname) if uts_namespaces() else None,
+        )
+
+    async def _spawn_in(self, pr: PodRun, c: ContainerRun, command: list[str], *, stdin: bool, tty: bool) -> tuple[asyncio.subprocess.Process, int | None]:
+        """A process beside the container's (exec, exec probes): same env, cwd and hostname."""
+        view = c.view
+        _, env, cwd = self._container_env(pr, c, view)
+        argv = [view.rewrite(a) for a in command]
+        exe = runtime.resolve_command(argv[0], env.get("PATH"))
+        if exe is None:
+            raise bad_request(f'exec: "{argv[0]}": executable file not found in $PATH')
+        if tty:
+            import pty
+
+            master, slave = pty.openpty()
+            try:
+                proc = await self._spawn(pr, [exe, *argv[1:]], env, cwd, stdout=slave, stderr=slave, stdin=slave)
+            finally:
+                os.close(slave)
+            return proc, master
+        pipe = asyncio.subprocess.PIPE
+        proc = await self._spawn(pr, [exe, *argv[1:]], env, cwd, stdout=pipe, stderr=pipe, stdin=pipe if stdin else asyncio.subprocess.DEVNULL)
+        return proc, None
+
+    async def _exec_probe(self, pr: PodRun, c: ContainerRun, command: list[str], timeout: float) -> tuple[int, bytes]:
+        try:
+            proc, _ = await self._spawn_in(pr, c, command, stdin=False, tty=False)
+        except ApiError as err:
+            return 126, err.message.encode()
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        except TimeoutError:
+            _signal_group(proc.pid, signal.SIGKILL)
+            await proc.wait()
+            return 1, f"command {command!r} timed out".encode()
+        return proc.returncode or 0, out + err
+
+    async def _run_once(self, pr: PodRun, c: ContainerRun) -> int:
+        """Start the container's process, probe it while it runs; its exit code."""
+        spec = c.spec
+        self._event(pr, "Pulled", f'Container image "{spec.get("image", "")}" already present on machine', container=c)
+        c.log_path().touch()
+        try:
+            c.view = volumes.container_view(pr.dir, spec, pr.volumes)
+            argv, env, workdir = self._container_env(pr, c, c.view)
+            self._event(pr, "Created", f"Created container {c.name}", container=c)
+            with open(c.log_path(), "ab") as logfile:
+                c.process = await self._spawn(pr, argv, env, workdir, stdout=logfile, stderr=asyncio.subprocess.STDOUT)
+        except (OSError, ValueError, volumes.VolumeError) as exc:
+            return self._start_error(pr, c, str(exc))
+        c.ran = True
+        if pr.killing:  # deleted while starting
+            _signal_group(c.process.pid, signal.SIGKILL)
+            await c.process.wait()
+            return 137
+        self._event(pr, "Started", f"Started container {c.name}", container=c)
+        since = defaults.timestamp(self.store.now())
+        c.state = {"running": {"startedAt": since}}
+        startup = None if c.init else spec.get("startupProbe")
+        readiness = None if c.init else spec.get("readinessProbe")
+        liveness = None if c.init else spec.get("livenessProbe")
+        c.started = startup is None and not c.init
+        c.ready = c.started and readiness is None
+        self._publish(pr)
+        probe_tasks = []
+        if startup:
+            probe_tasks.append(asyncio.create_task(self._probe_loop(pr, c, "Startup", probes.ProbeSpec.of(startup), readiness, liveness, probe_tasks)))
+        else:
+            probe_tasks.extend(self._after_startup(pr, c, readiness, liveness))
+        try:
+            code = await c.process.wait()
+        finally:
+            for t in probe_tasks:
+                t.cancel()
+        exit_code = 128 - code if code < 0 else code
+        if not pr.killing:
+            reason = "Completed" if exit_code == 0 else "Error"
+            c.state = {"terminated": {"exitCode": exit_code, "reason": reason, "startedAt": since, "finishedAt": defaults.timestamp(self.store.now()), "containerID": f"sim://{pr.uid}-{c.name}-{c.restart_count}"}}
+            c.ready = False
+            c.started = False
+            c.kill_reason = None
+            self._publish(pr)
+        return exit_code
+
+    def _after_startup(self, pr: PodRun, c: ContainerRun, readiness: Obj | None, liveness: Obj | None) -> list[asyncio.Task]:
+        tasks = []
+        if readiness:
+            tasks.append(asyncio.create_task(self._probe_loop(pr, c, "Readiness", probes.ProbeSpec.of(readiness), None, None, tasks)))
+        if liveness:
+            tasks.append(asyncio.create_task(self._probe_loop(pr, c, "Liveness", probes.ProbeSpec.of(liveness), None, None, tasks)))
+        return tasks
+
+    async def _probe_loop(self, pr: PodRun, c: ContainerRun, kind: str, spec: probes.ProbeSpec, readiness: Obj | None, liveness: Obj | None, siblings: list[asyncio.Task]) -> None:
+        proc = c.process
+
+        def failed_attempt(why: str) -> None:
+            if proc.returncode is None and not pr.killing:
+                self._event(pr, "Unhealthy", f"{kind} probe failed: {why}", container=c, warning=True)
+
+        def on_result(ok: bool, why: str) -> None:
+            if proc.returncode is not None or pr.killing:
+                return
+            if kind == "Readiness":
+                c.ready = ok
+                self._publish(pr)
+            elif kind == "Startup" and ok:
+                c.started = True
+                c.ready = readiness is None
+                self._publish(pr)
+                siblings.extend(self._after_startup(pr, c, readiness, liveness))
+                raise _ProbeDone
+            elif not ok:  # liveness, or startup past its failure threshold
+                c.kill_reason = kind.lower()
+                self._event(pr, "Killing", f"Container {c.name} failed {kind.lower()} probe, will be restarted", container=c)
+                grace = spec.termination_grace_s if spec.termination_grace_s is not None else pr.pod["spec"].get("terminationGracePeriodSeconds", 30)
+                siblings.append(asyncio.create_task(_stop_process(proc, float(grace))))
+                raise _ProbeDone
+
+        async def attempt() -> tuple[bool, str]:
+            return await probes.run_probe(spec, c.spec, pr.ip, lambda cmd, timeout: self._exec_probe(pr, c, cmd, timeout))
+
+        try:
+            await probes.ProbeWorker(spec, attempt, on_result, failed_attempt).run()
+        except _ProbeDone:
+            pass
+
+    def _start_error(self, pr: PodRun, c: ContainerRun, why: str) -> int:
+        message = f"failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: {why}: unknown"
+        self._event(pr, "Failed", f"Error: {message}", container=c, warning=True)
+        with open(c.log_path(), "a") as fh:
+            fh.write(message + "\n")
+        now = defaults.timestamp(self.store.now())
+        c.state = {"terminated": {"exitCode": 128, "reason": "StartError", "message": message, "startedAt": "1970-01-01T00:00:00Z", "finishedAt": now}}
+        c.ready = c.started = False
+        self._publish(pr)
+        return 128
+
+    # ---- stopping -------------------------------------------------------------------------------
+
+    async def _finish(self, pr: PodRun, grace: float, *, remove: bool) -> None:
+        """Graceful deletion: Killing events, SIGTERM, SIGKILL after ``grace``, then the pod goes."""
+        pr.killed.set()
+        for c in pr.all():
+            if c.process is not None and c.process.returncode is None:
+                self._event(pr, "Killing", f"Stopping container {c.name}", container=c)
+        try:
+            await self._kill_pod(pr, grace)
+        finally:
+            for t in pr.tasks:
+                if t is not asyncio.current_task():
+                    t.cancel()
+            self._forget(pr)
+            if remove:
+                self._remove(pr.key, pr.uid)
+
+    async def _kill_pod(self, pr: PodRun, grace: float) -> None:
+        pr.killed.set()
+        await asyncio.gather(*(_stop_process(c.process, grace) for c in pr.all() if c.process is not None), return_exceptions=True)
+
+    def _forget(self, pr: PodRun) -> None:
+        if self._pods.get(pr.key) is pr:
+            del self._pods[pr.key]
+            self._finished[pr.key] = pr
+            self.pool.release(pr.ip)
+
+
+class _ProbeDone(Exception):
+    """Ends a probe worker whose job is done (startup succeeded, container being killed)."""
+
+
+async def _stop_process(proc: asyncio.subprocess.Process | None, grace: float) -> None:
+    """SIGTERM the process group, SIGKILL after ``grace`` seconds (and the group after that)."""
+    if proc is None or proc.returncode is not None:
+        if proc is not None:
+            _signal_group(proc.pid, signal.SIGKILL)
+        return
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), timeout=max(grace, 0.01))
+    except TimeoutError:
+        _signal_group(proc.pid, signal.SIGKILL)
+        await proc.wait()
+    # children that ignored SIGTERM go with the group
+    _signal_group(proc.pid, signal.SIGKILL)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+

@@ -1,0 +1,229 @@
+"""Pod volumes as real directories, and the per-container view of the filesystem.
+
+Each volume is materialised under ``<pod dir>/volumes/<name>`` (configMap, secret, downwardAPI,
+projected: one file per key, as the kubelet's atomic writer leaves them; emptyDir: an empty
+directory; persistentVolumeClaim: a directory per claim that outlives the pod, so the next pod
+using the claim on this site finds the data; hostPath: the host's own path).
+
+A process here shares the host's mount table, so a ``mountPath`` cannot be mounted over. Each
+container instead gets a root ``<pod dir>/rootfs/<container>`` in which every ``mountPath`` is a
+symlink to its volume, and the kubelet rewrites the paths the program is handed: env values,
+``command``/``args``, ``workingDir`` and ``HOME``. A program that finds its files through those
+(``--notebook-dir=/home/jovyan``, ``$HOME``, ``CONFIG=/etc/app/x.yaml``) sees the volumes; a path
+compiled into a program is not rewritten (the limit of emulating mounts without a mount
+namespace). Paths outside every mount are the host's, as the image's filesystem is the host's.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from jupyter_gpuburst.sim.errors import ApiError
+from jupyter_gpuburst.sim.kubelet.runtime import resolve_field_ref
+from jupyter_gpuburst.sim.store import Store
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+
+class VolumeError(Exception):
+    """A volume cannot be set up yet (a missing ConfigMap, Secret or claim): FailedMount."""
+
+
+def _write_files(target: Path, files: dict[str, bytes], mode: int) -> None:
+    for rel, content in files.items():
+        path = target / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+        os.chmod(path, mode)
+
+
+def _keyed(data: dict[str, bytes], items: list[Obj] | None, what: str, optional: bool) -> dict[str, bytes]:
+    if not items:
+        return data
+    out = {}
+    for item in items:
+        if item["key"] not in data:
+            if optional:
+                continue
+            raise VolumeError(f"configmap references non-existent config key: {item['key']}" if what == "configmap" else f"references non-existent secret key: {item['key']}")
+        out[item.get("path") or item["key"]] = data[item["key"]]
+    return out
+
+
+def _configmap_files(store: Store, ns: str, src: Obj) -> dict[str, bytes] | None:
+    try:
+        cm = store.get("configmaps", ns, src.get("name", ""))
+    except ApiError:
+        if src.get("optional"):
+            return {}
+        raise VolumeError(f'configmap "{src.get("name")}" not found') from None
+    data = {k: str(v).encode() for k, v in (cm.get("data") or {}).items()}
+    data.update({k: base64.b64decode(v) for k, v in (cm.get("binaryData") or {}).items()})
+    return _keyed(data, src.get("items"), "configmap", bool(src.get("optional")))
+
+
+def _secret_files(store: Store, ns: str, src: Obj, name_key: str) -> dict[str, bytes]:
+    try:
+        secret = store.get("secrets", ns, src.get(name_key, ""))
+    except ApiError:
+        if src.get("optional"):
+            return {}
+        raise VolumeError(f'secret "{src.get(name_key)}" not found') from None
+    data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+    return _keyed(data, src.get("items"), "secret", bool(src.get("optional")))
+
+
+def _resource_value(pod: Obj, ref: Obj) -> str:
+    """A downward-API resourceFieldRef (``limits.cpu``, ``requests.memory``...), in the unit's divisor."""
+    cname = ref.get("containerName") or pod["spec"]["containers"][0]["name"]
+    container = next((c for c in pod["spec"]["containers"] if c["name"] == cname), {})
+    kind, _, res = ref.get("resource", "").partition(".")
+    value = ((container.get("resources") or {}).get(kind) or {}).get(res)
+    return "0" if value is None else str(value)
+
+
+def _downward_files(pod: Obj, items: list[Obj]) -> dict[str, bytes]:
+    out = {}
+    for item in items or []:
+        if "fieldRef" in item:
+            path = item["fieldRef"]["fieldPath"]
+            if path in ("metadata.labels", "metadata.annotations"):
+                values = (pod["metadata"].get(path.split(".")[1]) or {})
+                value = "\n".join(f'{k}="{v}"' for k, v in sorted(values.items()))
+            else:
+                value = resolve_field_ref(pod, path)
+        else:
+            value = _resource_value(pod, item.get("resourceFieldRef") or {})
+        out[item["path"]] = value.encode()
+    return out
+
+
+def _mode(src: Obj, default: int = 0o644) -> int:
+    return int(src.get("defaultMode", default))
+
+
+def claim_dir(store: Store, state_dir: Path, ns: str, claim: str) -> Path:
+    """Where a claim's data lives on this site: by bound volume name, else by claim uid."""
+    try:
+        pvc = store.get("persistentvolumeclaims", ns, claim)
+    except ApiError:
+        raise VolumeError(f'persistentvolumeclaim "{claim}" not found') from None
+    if (pvc.get("metadata") or {}).get("deletionTimestamp"):
+        raise VolumeError(f'persistentvolumeclaim "{claim}" is being deleted')
+    volume = (pvc.get("spec") or {}).get("volumeName") or f"pvc-{pvc['metadata']['uid']}"
+    return state_dir / "persistent-volumes" / volume
+
+
+def materialize(store: Store, pod: Obj, pod_dir: Path, state_dir: Path) -> dict[str, Path]:
+    """Create every volume of the pod; ``{volume name: directory}``. VolumeError when not yet possible."""
+    ns = pod["metadata"]["namespace"]
+    out: dict[str, Path] = {}
+    for vol in (pod.get("spec") or {}).get("volumes") or []:
+        name = vol["name"]
+        target = pod_dir / "volumes" / name
+        if "persistentVolumeClaim" in vol:
+            path = claim_dir(store, state_dir, ns, vol["persistentVolumeClaim"]["claimName"])
+            path.mkdir(parents=True, exist_ok=True)
+            out[name] = path
+            continue
+        if "hostPath" in vol:
+            path = Path(vol["hostPath"]["path"])
+            if (vol["hostPath"].get("type") or "") in ("DirectoryOrCreate",):
+                path.mkdir(parents=True, exist_ok=True)
+            out[name] = path
+            continue
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        if "configMap" in vol:
+            _write_files(target, _configmap_files(store, ns, vol["configMap"]), _mode(vol["configMap"]))
+        elif "secret" in vol:
+            _write_files(target, _secret_files(store, ns, vol["secret"], "secretName"), _mode(vol["secret"]))
+        elif "downwardAPI" in vol:
+            _write_files(target, _downward_files(pod, vol["downwardAPI"].get("items")), _mode(vol["downwardAPI"]))
+        elif "projected" in vol:
+            mode = _mode(vol["projected"])
+            for source in vol["projected"].get("sources") or []:
+                if "configMap" in source:
+                    _write_files(target, _configmap_files(store, ns, source["configMap"]), mode)
+                elif "secret" in source:
+                    _write_files(target, _secret_files(store, ns, source["secret"], "name"), mode)
+                elif "downwardAPI" in source:
+                    _write_files(target, _downward_files(pod, source["downwardAPI"].get("items")), mode)
+                elif "serviceAccountToken" in source:
+                    # The emulated API server does not authenticate; the file is there so that
+                    # clients configured "in cluster" find one.
+                    _write_files(target, {source["serviceAccountToken"].get("path", "token"): b"sim-service-account-token"}, 0o600)
+        elif "emptyDir" not in vol:
+            log.warning("volume %s of pod %s/%s: type not emulated, served as an emptyDir", name, ns, pod["metadata"]["name"])
+        out[name] = target
+    return out
+
+
+class PathMap:
+    """One container's view: ``mountPath`` -> directory, and the rewriting of paths it is handed."""
+
+    def __init__(self, root: Path, mounts: dict[str, Path]):
+        self.root = root
+        self.mounts = dict(sorted(mounts.items(), key=lambda kv: -len(kv[0])))
+        if self.mounts:
+            alternatives = "|".join(re.escape(m.rstrip("/")) for m in self.mounts)
+            # a mount path as a whole path or path prefix, where a path can start inside a value
+            self._pattern = re.compile(rf"(?:(?<=^)|(?<=[=:,\s'\"]))({alternatives})(?=/|$|[\s:,'\"])")
+        else:
+            self._pattern = None
+
+    def resolve(self, path: str) -> str:
+        """Where the container's ``path`` is on the host."""
+        for mount, target in self.mounts.items():
+            if path == mount or path.startswith(mount.rstrip("/") + "/"):
+                return str(target) + path[len(mount.rstrip("/")):]
+        return path
+
+    def rewrite(self, value: str) -> str:
+        if self._pattern is None or "/" not in value:
+            return value
+        return self._pattern.sub(lambda m: str(self.mounts.get(m.group(1)) or self.mounts.get(m.group(1) + "/")), value)
+
+    def directory(self, path: str) -> Path:
+        """A directory the container expects at ``path`` (HOME, workingDir): a mount, the host's
+        own directory when it exists, else one created in the container's root."""
+        resolved = self.resolve(path)
+        if resolved != path or Path(path).is_dir():
+            Path(resolved).mkdir(parents=True, exist_ok=True)
+            return Path(resolved)
+        private = self.root / path.lstrip("/")
+        private.mkdir(parents=True, exist_ok=True)
+        return private
+
+
+def container_view(pod_dir: Path, container: Obj, volumes: dict[str, Path]) -> PathMap:
+    """Build ``rootfs/<container>`` with a symlink per volumeMount; the container's PathMap."""
+    root = pod_dir / "rootfs" / container["name"]
+    root.mkdir(parents=True, exist_ok=True)
+    mounts: dict[str, Path] = {}
+    for vm in container.get("volumeMounts") or []:
+        source = volumes.get(vm["name"])
+        if source is None:
+            raise VolumeError(f'volume "{vm["name"]}" is not defined in the pod')
+        if vm.get("subPath"):
+            source = source / vm["subPath"]
+            source.mkdir(parents=True, exist_ok=True)
+        mount_path = vm["mountPath"]
+        link = root / mount_path.lstrip("/")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() or link.exists():
+            if link.is_dir() and not link.is_symlink():
+                shutil.rmtree(link)
+            else:
+                link.unlink()
+        link.symlink_to(source, target_is_directory=True)
+        mounts[mount_path.rstrip("/") or "/"] = source
+    return PathMap(root, mounts)

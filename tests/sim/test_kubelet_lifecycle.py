@@ -1,0 +1,191 @@
+"""The process kubelet's pod lifecycle: probes, restarts, termination, hostname, volumes."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import socket
+import sys
+import time
+
+import pytest
+
+from jupyter_gpuburst.sim.cluster import Cluster
+from jupyter_gpuburst.sim.config import ClusterConfig, NodeConfig
+from jupyter_gpuburst.sim.kubelet.pods import uts_namespaces
+from jupyter_gpuburst.sim.kubelet.volumes import PathMap
+from jupyter_gpuburst.sim.testing import wait_for_pod
+
+PY = sys.executable
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    c = Cluster(ClusterConfig(name="c", nodes=(NodeConfig(name="n", resources={}),)), 6, tmp_path)
+    c.kubelet.backoff_initial_s = 0.5  # the kubelet's 10 s, shortened for tests
+    await c.start()
+    try:
+        yield c
+    finally:
+        await c.stop()
+
+
+def pod(name: str, *containers: dict, **spec) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": list(containers), "terminationGracePeriodSeconds": 1, **spec}}
+
+
+def py(name: str, code: str, **extra) -> dict:
+    return {"name": name, "image": "python:3.11", "command": [PY, "-c", code], **extra}
+
+
+def free_port(ip: str) -> int:
+    with socket.socket() as s:
+        s.bind((ip, 0))
+        return s.getsockname()[1]
+
+
+def status_of(p: dict, name: str) -> dict:
+    return next((c for c in p["status"].get("containerStatuses") or [] if c["name"] == name), {"restartCount": 0})
+
+
+def ready(p: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or [])
+
+
+async def test_http_readiness_and_liveness_restart(cluster):
+    store = cluster.store
+    # serves /healthz until the file "sick" appears in its working directory, then 500s
+    server = (
+        "import http.server,os\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        self.send_response(500 if os.path.exists('sick') else 200); self.end_headers()\n"
+        "    def log_message(self,*a): pass\n"
+        "http.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()\n"
+    )
+    probe = {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 1, "failureThreshold": 1}
+    c = py("web", server, ports=[{"name": "http", "containerPort": 8080}], readinessProbe=probe, livenessProbe={**probe, "failureThreshold": 2}, workingDir="/srv", volumeMounts=[{"name": "w", "mountPath": "/srv"}])
+    store.create("pods", pod("web", c, volumes=[{"name": "w", "emptyDir": {}}]), "default")
+    up = await wait_for_pod(store, "default", "web", ready)
+    assert status_of(up, "web")["restartCount"] == 0
+    (cluster.kubelet._pods[("default", "web")].volumes["w"] / "sick").touch()
+    restarted = await wait_for_pod(store, "default", "web", lambda p: status_of(p, "web")["restartCount"] >= 1, timeout=15)
+    assert restarted["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] in (137, 143)
+    reasons = [e["message"] for e in store.list("events", "default", field_selector="involvedObject.name=web")[0]]
+    assert "Container web failed liveness probe, will be restarted" in reasons
+    assert any(m.startswith("Readiness probe failed: HTTP probe failed with statuscode: 500") for m in reasons)
+
+
+async def test_startup_probe_holds_started_and_ready(cluster):
+    store = cluster.store
+    code = "import time,pathlib;time.sleep(1.5);pathlib.Path('up').touch();time.sleep(60)"
+    c = py("slow", code, startupProbe={"exec": {"command": ["test", "-f", "up"]}, "periodSeconds": 1, "failureThreshold": 30})
+    store.create("pods", pod("slow", c), "default")
+    running = await wait_for_pod(store, "default", "slow", lambda p: p["status"].get("phase") == "Running")
+    assert status_of(running, "slow")["started"] is False and not ready(running)
+    up = await wait_for_pod(store, "default", "slow", ready, timeout=10)
+    assert status_of(up, "slow")["started"] is True
+
+
+async def test_crash_loop_back_off_grows(cluster):
+    store = cluster.store
+    store.create("pods", pod("crash", py("c", "raise SystemExit(3)"), restartPolicy="Always"), "default")
+    looping = await wait_for_pod(store, "default", "crash", lambda p: (status_of(p, "c").get("state") or {}).get("waiting", {}).get("reason") == "CrashLoopBackOff")
+    cs = status_of(looping, "c")
+    assert cs["restartCount"] == 1 and cs["lastState"]["terminated"]["exitCode"] == 3
+    assert cs["state"]["waiting"]["message"].startswith("back-off 500ms restarting failed container=c pod=crash_default(")
+    later = await wait_for_pod(store, "default", "crash", lambda p: status_of(p, "c")["restartCount"] >= 3, timeout=10)
+    assert later["status"]["phase"] == "Running"
+    events = store.list("events", "default", field_selector="involvedObject.name=crash,reason=BackOff")[0]
+    assert events and events[0]["type"] == "Warning"
+
+
+async def test_on_failure_restarts_only_failures_and_never_fails_the_pod(cluster):
+    store = cluster.store
+    # fails the first time only: a marker in an emptyDir survives the restart
+    code = "import os,sys\nif os.path.exists('/m/once'): sys.exit(0)\nopen('/m/once','w').close(); sys.exit(2)"
+    c = py("c", code, volumeMounts=[{"name": "m", "mountPath": "/m"}])
+    store.create("pods", pod("onf", c, restartPolicy="OnFailure", volumes=[{"name": "m", "emptyDir": {}}]), "default")
+    done = await wait_for_pod(store, "default", "onf", lambda p: p["status"].get("phase") in ("Succeeded", "Failed"))
+    assert done["status"]["phase"] == "Succeeded" and status_of(done, "c")["restartCount"] == 1
+    store.create("pods", pod("never", py("c", "raise SystemExit(4)"), restartPolicy="Never"), "default")
+    failed = await wait_for_pod(store, "default", "never", lambda p: p["status"].get("phase") == "Failed")
+    assert status_of(failed, "c")["restartCount"] == 0
+
+
+async def test_graceful_termination_sigterm_then_sigkill(cluster):
+    store = cluster.store
+    # records SIGTERM, then ignores it: only SIGKILL after the grace period ends it
+    code = "import signal,time\ndef term(*a): open('/m/term','w').write(str(time.time()))\nsignal.signal(signal.SIGTERM, term)\nwhile True: time.sleep(0.05)"
+    c = py("c", code, volumeMounts=[{"name": "m", "mountPath": "/m"}])
+    store.create("pods", pod("grace", c, terminationGracePeriodSeconds=2, volumes=[{"name": "m", "emptyDir": {}}]), "default")
+    await wait_for_pod(store, "default", "grace", lambda p: p["status"].get("phase") == "Running")
+    await asyncio.sleep(0.5)
+    volume = cluster.kubelet._pods[("default", "grace")].volumes["m"]
+    start = time.time()
+    store.delete("pods", "default", "grace")
+    while store.exists("pods", "default", "grace"):
+        await asyncio.sleep(0.05)
+    took = time.time() - start
+    assert float((volume / "term").read_text()) - start < 1.0  # SIGTERM came first, at once
+    assert took >= 1.9  # and the kill waited for the grace period
+
+
+async def test_hostname_is_the_pod_name(cluster):
+    store = cluster.store
+    store.create("pods", pod("host-a", py("c", "import socket,os;print(socket.gethostname(), os.environ['HOSTNAME'])"), restartPolicy="Never"), "default")
+    await wait_for_pod(store, "default", "host-a", lambda p: p["status"].get("phase") == "Succeeded")
+    assert cluster.kubelet.log_path("default", "host-a").read_text().split() == ["host-a", "host-a"]
+    if uts_namespaces():  # its own UTS namespace: non-Python programs see it too
+        store.create("pods", pod("host-b", {"name": "c", "image": "busybox", "command": ["hostname"]}, restartPolicy="Never"), "default")
+        await wait_for_pod(store, "default", "host-b", lambda p: p["status"].get("phase") == "Succeeded")
+        assert cluster.kubelet.log_path("default", "host-b").read_text().strip() == "host-b"
+        assert socket.gethostname() != "host-b"
+
+
+async def test_volume_sources_items_modes_and_missing_configmap(cluster):
+    store = cluster.store
+    store.create("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a.json": "{}", "b": "bee"}, "binaryData": {"bin": base64.b64encode(b"\x00\x01").decode()}}, "default")
+    code = "import os,json,stat\nprint(json.dumps({'cfg': sorted(os.listdir('/etc/cfg')), 'only': open('/etc/only/renamed').read(), 'mode': oct(stat.S_IMODE(os.stat('/etc/only/renamed').st_mode)), 'bin': list(open('/etc/cfg/bin','rb').read())}))"
+    c = py("c", code, volumeMounts=[{"name": "cfg", "mountPath": "/etc/cfg"}, {"name": "only", "mountPath": "/etc/only"}])
+    vols = [{"name": "cfg", "configMap": {"name": "cfg"}}, {"name": "only", "configMap": {"name": "cfg", "items": [{"key": "b", "path": "renamed"}], "defaultMode": 0o600}}]
+    # the paths reach the program in its args (here, the -c program text), which are mapped
+    store.create("pods", pod("vols", c, restartPolicy="Never", volumes=vols), "default")
+    done = await wait_for_pod(store, "default", "vols", lambda p: p["status"].get("phase") in ("Succeeded", "Failed"))
+    out = cluster.kubelet.log_path("default", "vols").read_text()
+    assert done["status"]["phase"] == "Succeeded", out
+    assert '"cfg": ["a.json", "b", "bin"]' in out and '"only": "bee"' in out and '"mode": "0o600"' in out and '"bin": [0, 1]' in out
+    # a missing configmap: FailedMount, the pod stays Pending without containers started
+    store.create("pods", pod("nocm", py("c", "print(1)"), volumes=[{"name": "x", "configMap": {"name": "absent"}}]), "default")
+    await asyncio.sleep(0.5)
+    pending = store.get("pods", "default", "nocm")
+    assert pending["status"].get("phase", "Pending") == "Pending"
+    events = store.list("events", "default", field_selector="involvedObject.name=nocm,reason=FailedMount")[0]
+    assert events and 'configmap "absent" not found' in events[0]["message"]
+
+
+def test_path_map_rewrites_mount_paths_only_at_path_boundaries(tmp_path):
+    view = PathMap(tmp_path / "root", {"/home/jovyan": tmp_path / "vol", "/etc/cfg": tmp_path / "cfg"})
+    assert view.rewrite("--notebook-dir=/home/jovyan") == f"--notebook-dir={tmp_path / 'vol'}"
+    assert view.rewrite("/home/jovyan/work/x.ipynb") == f"{tmp_path / 'vol'}/work/x.ipynb"
+    assert view.rewrite("/home/jovyanother") == "/home/jovyanother"
+    assert view.rewrite("PATH=/usr/bin:/etc/cfg") == f"PATH=/usr/bin:{tmp_path / 'cfg'}"
+    assert view.rewrite("http://host/home/jovyan") == "http://host/home/jovyan"
+    assert view.resolve("/etc/cfgx") == "/etc/cfgx"
+
+
+async def test_namespace_deletion_kills_running_pods_and_finishes(cluster):
+    store = cluster.store
+    store.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nsdel"}})
+    store.create("pods", pod("p", py("c", "import time;time.sleep(60)"), terminationGracePeriodSeconds=5), "nsdel")
+    await wait_for_pod(store, "nsdel", "p", lambda p: p["status"].get("phase") == "Running")
+    pid = cluster.kubelet.processes()[("nsdel", "p")]
+    store.delete("namespaces", None, "nsdel")
+    for _ in range(200):
+        if not store.exists("namespaces", None, "nsdel"):
+            break
+        await asyncio.sleep(0.05)
+    assert not store.exists("namespaces", None, "nsdel")
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
