@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
+from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from traitlets import Float, Unicode, default
 
@@ -24,8 +25,17 @@ API_PATH = "gpuburst/kernels"
 POLL_CACHE_S = 2.0
 
 
-class KernelPlacementError(RuntimeError):
-    """The hub could not place or start the kernel; the message is shown in the notebook."""
+class KernelPlacementError(web.HTTPError):
+    """The hub could not place or start the kernel; jupyter_server sends the message to the
+    notebook (an HTTPError's message is shown as is; any other error reads 'Unhandled error')."""
+
+    def __init__(self, message: str, status: int = 503) -> None:
+        # no format args: jupyter_server shows log_message as is
+        super().__init__(status, message, reason="GPU kernel not started")
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class HubKernelClient:

@@ -164,6 +164,6 @@ async def test_kernel_that_cannot_be_placed_fails_fast_with_the_reason(federatio
     # the origin-only profile, with the origin full: no site may take it
     occupy_origin(federation, 2)
     status, body = await server_api(hub, "alice", "POST", "/kernels", {"name": "gpuburst-gpu-1-origin"})
-    assert status == 500
+    assert status == 503
     assert "No GPU kernel" in body["message"] and "nvidia.com/gpu" in body["message"], body
     assert kernel_pods(federation) == []
