@@ -12,3 +12,10 @@ GROUPS_ANNOTATION = f"{GROUP}/groups"
 ATTEMPTS_ANNOTATION = f"{GROUP}/attempts"
 
 ORIGIN_SITE = "origin"
+
+# Kernel mode: a GPU kernel's pod is placed like a server but belongs to a kernel, so its
+# reservation and placement are kept under the kernel's own key, never its server's.
+KERNEL_ANNOTATION = f"{GROUP}/kernel"
+SERVER_ANNOTATION = f"{GROUP}/server"
+COMPONENT_LABEL = "component"
+KERNEL_COMPONENT = "gpuburst-kernel"

@@ -17,7 +17,8 @@ TEMPLATES = str(Path(__file__).with_name("templates"))
 
 
 def install(c: Any, tracker_source: Any = None) -> None:
-    """Add the capacity API (``/hub/api/gpuburst/capacity``) and page (``/hub/gpuburst/capacity``).
+    """Add the capacity API (``/hub/api/gpuburst/capacity``) and page (``/hub/gpuburst/capacity``),
+    and the GPU kernel API (``/hub/api/gpuburst/kernels``, see ``jupyter_gpuburst.hub.kernels``).
 
     ``c`` is the config object of ``jupyterhub_config.py``. Calling it twice changes nothing.
     ``tracker_source(handler)`` may replace the hub's shared ``CapacityTracker`` (tests, or a
@@ -28,6 +29,12 @@ def install(c: Any, tracker_source: Any = None) -> None:
 
     section = c.JupyterHub
     ours = handlers(tracker_source)
+    # ---- GPU kernels: the kernel-placement API (/hub/api/gpuburst/kernels) and its scope.
+    # Kept apart so it can move, with the capacity API, into a hub-managed service.
+    from jupyter_gpuburst.hub.kernels import install as install_kernels
+
+    ours += install_kernels(c)
+    # ---- end GPU kernels
     paths = {route[0] for route in ours}
     extra = [route for route in _configured(section, "extra_handlers") if route[0] not in paths]
     section.extra_handlers = extra + ours

@@ -37,11 +37,20 @@ def server_key(user: str, server_name: str = "") -> str:
     return f"{user}/{server_name or ''}"
 
 
+def kernel_key(user: str, kernel: str) -> str:
+    """The key a GPU kernel's reservation and placement are kept under (never a server's)."""
+    return f"{user}/kernel:{kernel}"
+
+
 def pod_server_key(pod: Mapping[str, Any]) -> str | None:
+    """The key of whatever owns ``pod``'s placement: its server, or its GPU kernel."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     user = annotations.get(keys.USER_ANNOTATION) or annotations.get(USERNAME_ANNOTATION)
     if not user:
         return None
+    kernel = annotations.get(keys.KERNEL_ANNOTATION)
+    if kernel:
+        return kernel_key(user, kernel)
     return server_key(user, annotations.get(SERVERNAME_ANNOTATION, ""))
 
 
@@ -231,6 +240,10 @@ class CapacityTracker:
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The latest state of a pod this product placed (no API call)."""
         return self._pods.get(f"{namespace}/{name}")
+
+    def placed_pods(self) -> list[dict[str, Any]]:
+        """Every pod this product placed, as last seen (no API call)."""
+        return list(self._pods.values())
 
     async def wait_pod_change(self, namespace: str, name: str, timeout: float) -> None:
         """Return when a watch event for that pod arrives, or after ``timeout`` seconds."""

@@ -498,6 +498,16 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         await super().stop(now=now)
         if self._gb_tracker is not None:
             self._gb_tracker.forget_decision(self.gpuburst_key)
+        await self._gb_stop_kernels()
+
+    async def _gb_stop_kernels(self) -> None:
+        """The server's GPU kernels stop with it (their pods are also owned by its pod)."""
+        from jupyter_gpuburst.hub.kernels.service import stop_server_kernels
+
+        try:
+            await stop_server_kernels(self)
+        except Exception:  # noqa: BLE001 - garbage collection and the reaper still remove them
+            self.log.exception("Could not stop the GPU kernels of %s", self._log_name)
 
     async def poll(self) -> int | None:
         """KubeSpawner's poll, plus what a hub restart in the middle of a spawn needs.

@@ -133,11 +133,20 @@ class GPUBurstServerExtension(ExtensionApp):
                 handlers.KEEPALIVE_SETTING: self.keepalive_s,
             }
         )
+        self._install_gpu_kernels()
         self.log.info(
             "jupyter_gpuburst: GPU telemetry backend %r, sampling every %s s while someone listens",
             self.backend,
             self.sampling_period_s,
         )
+
+    def _install_gpu_kernels(self) -> None:
+        """Kernelspecs for the hub's GPU kernel profiles (none outside a hub, or without the scope)."""
+        from jupyter_gpuburst.server.kernelspecs import install_kernelspecs
+
+        names = install_kernelspecs(self.serverapp.kernel_spec_manager, self.serverapp.runtime_dir)
+        if names:
+            self.log.info("jupyter_gpuburst: GPU kernels offered: %s", ", ".join(names))
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(

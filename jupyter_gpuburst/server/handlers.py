@@ -55,7 +55,10 @@ class PlacementHandler(GPUBurstHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        self.finish(json.dumps(self.placement))
+        from jupyter_gpuburst.server.provisioner import remote_kernels
+
+        kernels = remote_kernels(self.kernel_manager) if await self.may_read_kernels() else []
+        self.finish(json.dumps({**self.placement, "kernels": kernels}))
 
 
 class GPUsHandler(GPUBurstHandler):

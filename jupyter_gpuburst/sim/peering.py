@@ -18,6 +18,8 @@ What Liqo does and this emulates:
 * A pod bound to the virtual node in a namespace without a NamespaceOffloading is left alone, as
   Liqo's virtual kubelet only reflects pods of offloaded namespaces: it stays Pending until the
   namespace is offloaded (then it is offloaded) or it is deleted.
+* Secrets of an offloaded namespace are reflected into the remote namespace (Liqo's
+  reflection of Secrets); here, those a pod references, copied when the pod is offloaded.
 * Deleting the origin pod deletes the remote one; the origin pod goes once the remote one is gone.
 * Unpeering or a donor outage turns the virtual node's Ready condition False; pods are no longer
   offloaded until it is back.
@@ -232,12 +234,33 @@ class Peering:
         if (remote_ns, name) in self._remote:
             return
         self._remote[(remote_ns, name)] = (ns, name)
+        self._reflect_secrets(pod, remote_ns)
         try:
             self.donor.store.create("pods", remote_pod(pod, remote_ns), remote_ns)
         except ApiError as exc:
             if exc.code != 409:
                 del self._remote[(remote_ns, name)]
                 log.warning("offloading %s/%s to %s failed: %s", ns, name, self.cluster_id, exc)
+
+    def _reflect_secrets(self, pod: Obj, remote_ns: str) -> None:
+        ns = pod["metadata"]["namespace"]
+        for name in sorted(referenced_secrets(pod)):
+            try:
+                secret = self.origin.store.get("secrets", ns, name)
+            except ApiError:
+                continue  # the donor's kubelet reports it missing, as the origin's would
+            twin = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": name, "namespace": remote_ns, "labels": dict(secret["metadata"].get("labels") or {})},
+                "type": secret.get("type", "Opaque"),
+                "data": dict(secret.get("data") or {}),
+            }
+            try:
+                self.donor.store.create("secrets", twin, remote_ns)
+            except ApiError as exc:
+                if exc.code != 409:
+                    log.warning("reflecting secret %s/%s to %s failed: %s", ns, name, self.cluster_id, exc)
 
     def _offload_waiting(self) -> None:
         pods, _ = self.origin.store.list("pods", field_selector=f"spec.nodeName={self.node_name}")
@@ -354,6 +377,16 @@ class Peering:
                 )
         finally:
             watch.close()
+
+
+def referenced_secrets(pod: Obj) -> set[str]:
+    """Names of the Secrets a pod's containers and volumes use."""
+    spec = pod.get("spec") or {}
+    names = {((v.get("secret") or {}).get("secretName")) for v in spec.get("volumes") or []}
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        names |= {((e.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name") for e in container.get("env") or []}
+        names |= {(f.get("secretRef") or {}).get("name") for f in container.get("envFrom") or []}
+    return {n for n in names if n}
 
 
 def _remove(store: Any, namespace: str, name: str) -> None:

@@ -1,0 +1,143 @@
+"""A GPU kernel's pod and the Secret that carries its connection key (plain dicts, no I/O).
+
+The key never appears in the pod spec: the pod reads it from the Secret through a
+``secretKeyRef``, so ``kubectl get pod -o yaml``, events and the hub's API show only the
+Secret's name. The Secret is owned by the pod and the pod by the user's server pod, so
+Kubernetes' garbage collector removes both when the server goes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.core.placement import Placement
+from jupyter_gpuburst.hub.kernels.files import SCRATCH_PATH, KernelFiles
+from jupyter_gpuburst.hub.kernels.settings import CHANNELS, KernelProfile
+
+CONNECTION_KEY = "connection.json"
+CONNECTION_ENV = "JUPYTER_GPUBURST_KERNEL_CONNECTION"
+NOTE_ENV = "JUPYTER_GPUBURST_KERNEL_NOTE"
+FILES_ENV = "JUPYTER_GPUBURST_KERNEL_FILES"
+SCRATCH_ENV = "JUPYTER_GPUBURST_KERNEL_SCRATCH"
+KERNEL_ENTRY = ["python", "-m", "jupyter_gpuburst.server.kernel_pod"]
+ENV_PREFIX = "JUPYTER_GPUBURST_"
+CONTAINER = "kernel"
+
+
+def kernel_labels(placement: Placement) -> dict[str, str]:
+    return {keys.COMPONENT_LABEL: keys.KERNEL_COMPONENT, **placement.labels()}
+
+
+def connection_secret(name: str, namespace: str, key: str, signature_scheme: str, ports: dict[str, int]) -> dict[str, Any]:
+    """The kernel's connection file, with its key; the kernel binds every interface of its pod."""
+    connection = {
+        "transport": "tcp",
+        "ip": "0.0.0.0",
+        "key": key,
+        "signature_scheme": signature_scheme,
+        **ports,
+    }
+    encoded = base64.b64encode(json.dumps(connection).encode()).decode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace, "labels": {keys.COMPONENT_LABEL: keys.KERNEL_COMPONENT}},
+        "type": "Opaque",
+        "data": {CONNECTION_KEY: encoded},
+    }
+
+
+def owner_reference(kind: str, name: str, uid: str, api_version: str = "v1") -> dict[str, Any]:
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "blockOwnerDeletion": False}
+
+
+def kernel_pod(
+    *,
+    name: str,
+    namespace: str,
+    record_id: str,
+    user: str,
+    groups: list[str],
+    server_name: str,
+    profile: KernelProfile,
+    placement: Placement,
+    attempts: int,
+    image: str,
+    ports: dict[str, int],
+    files: KernelFiles,
+    note: str,
+    secret_name: str,
+    server_pod: dict[str, Any] | None,
+    grace_seconds: int,
+    extra_env: dict[str, str] | None = None,
+    uid: int | None = 1000,
+    gid: int | None = 100,
+) -> dict[str, Any]:
+    """The kernel pod, pinned to ``placement`` exactly like a GPU server's pod."""
+    env: list[dict[str, Any]] = [
+        {"name": f"{ENV_PREFIX}SITE", "value": placement.site},
+        {"name": f"{ENV_PREFIX}CLUSTER", "value": placement.cluster_id or ""},
+        {"name": f"{ENV_PREFIX}REASON", "value": placement.reason},
+        {"name": f"{ENV_PREFIX}GPU_RESOURCE", "value": placement.resource},
+        {"name": f"{ENV_PREFIX}GPU_COUNT", "value": str(placement.count)},
+        {"name": f"{ENV_PREFIX}NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": FILES_ENV, "value": files.mode},
+        {"name": SCRATCH_ENV, "value": SCRATCH_PATH if files.mode == "scratch" else ""},
+        {"name": NOTE_ENV, "value": note},
+        {"name": "JUPYTERHUB_USER", "value": user},
+        {"name": CONNECTION_ENV, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": CONNECTION_KEY}}},
+    ]
+    env += [{"name": k, "value": v} for k, v in sorted((extra_env or {}).items())]
+    limits: dict[str, str] = {placement.resource: str(placement.count)}
+    requests: dict[str, str] = {placement.resource: str(placement.count)}
+    for resource, value in (("cpu", profile.cpu), ("memory", profile.memory)):
+        if value:
+            limits[resource] = requests[resource] = value
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": image,
+        "command": list(KERNEL_ENTRY),
+        "env": env,
+        "ports": [{"name": channel, "containerPort": ports[f"{channel}_port"], "protocol": "TCP"} for channel in CHANNELS],
+        # ready once the kernel listens: the server connects only then
+        "readinessProbe": {"tcpSocket": {"port": "hb"}, "periodSeconds": 1, "failureThreshold": 600},
+        "resources": {"limits": limits, "requests": requests},
+        "volumeMounts": list(files.volume_mounts),
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+    if files.working_dir:
+        container["workingDir"] = files.working_dir
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": grace_seconds,
+        "affinity": {"nodeAffinity": placement.node_affinity()},
+        "tolerations": placement.tolerations(),
+        "containers": [container],
+        "volumes": list(files.volumes),
+    }
+    if uid is not None:
+        spec["securityContext"] = {"runAsUser": uid, **({"runAsGroup": gid, "fsGroup": gid} if gid is not None else {})}
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": kernel_labels(placement),
+        "annotations": {
+            keys.REASON_ANNOTATION: placement.reason,
+            keys.USER_ANNOTATION: user,
+            keys.GROUPS_ANNOTATION: json.dumps(sorted(groups)),
+            keys.ATTEMPTS_ANNOTATION: str(attempts),
+            keys.KERNEL_ANNOTATION: record_id,
+            keys.SERVER_ANNOTATION: server_name,
+            f"{keys.GROUP}/profile": profile.slug,
+            f"{keys.GROUP}/files": files.mode,
+        },
+    }
+    server_meta = (server_pod or {}).get("metadata") or {}
+    if server_meta.get("uid"):
+        metadata["ownerReferences"] = [owner_reference("Pod", server_meta["name"], server_meta["uid"])]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}

@@ -1,0 +1,497 @@
+"""The hub's GPU kernels: place each one from the spawner's ledger, run its pod, stop and reap it.
+
+One registry per ``CapacityTracker``, so servers and kernels share one inventory and one set of
+reservations: a GPU promised to a spawning server is never offered to a kernel, and the other
+way round. Pods are the truth: a record lost in a hub restart is rebuilt from its pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kubernetes_asyncio.client import ApiException
+
+from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
+from jupyter_gpuburst.hub.capacity import CapacityTracker, kernel_key
+from jupyter_gpuburst.hub.kernels import manifests
+from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, clean_notebook_dir, decide_files
+from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings, KernelProfile
+from jupyter_gpuburst.hub.offloading import NamespaceOffloader
+
+POD_PREFIX = "gpuburst-kernel-"
+SIGNATURE_SCHEMES = frozenset({"hmac-sha256"})
+MAX_REDIRECTS = 2
+
+
+class KernelError(Exception):
+    """A request the hub refuses; ``message`` is meant for the notebook user."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class KernelRecord:
+    id: str
+    user: str
+    server_name: str
+    kernel_id: str
+    profile: KernelProfile
+    namespace: str
+    pod_name: str = ""
+    state: str = "pending"  # pending -> running -> stopped, or failed
+    placement: Placement | None = None
+    error: str = ""
+    files: str = "scratch"
+    relocated_from: str = ""
+    attempts: list[dict[str, str]] = field(default_factory=list)
+    created: float = field(default_factory=time.time)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task | None = None
+
+    @property
+    def key(self) -> str:
+        return kernel_key(self.user, self.id)
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+
+class KernelRegistry:
+    """GPU kernels of one hub process (one per capacity tracker)."""
+
+    _instances: dict[int, "KernelRegistry"] = {}
+
+    def __init__(self, tracker: CapacityTracker, settings: GPUKernelSettings, core_api: Any, custom_api: Any, image: str, namespace: str, log: logging.Logger | None = None) -> None:
+        self.tracker = tracker
+        self.settings = settings
+        self.api = core_api
+        self.offloader = NamespaceOffloader(custom_api, log)
+        self.image = image
+        self.namespace = namespace
+        self.log = log or logging.getLogger(__name__)
+        self.records: dict[str, KernelRecord] = {}
+        self.profiles = settings.kernel_profiles()
+        self._reaper: asyncio.Task | None = None
+
+    @classmethod
+    def for_tracker(cls, tracker: CapacityTracker, factory: Callable[[], "KernelRegistry"]) -> "KernelRegistry":
+        registry = cls._instances.get(id(tracker))
+        if registry is None or registry.tracker is not tracker:
+            registry = cls._instances[id(tracker)] = factory()
+        return registry
+
+    # ---- reading ------------------------------------------------------------------------------
+    def get(self, user: str, record_id: str) -> KernelRecord:
+        """The user's kernel; another user's reads as missing, so ids reveal nothing."""
+        self._adopt()
+        record = self.records.get(record_id)
+        if record is None or record.user != user:
+            raise KernelError(404, f"no GPU kernel {record_id!r}")
+        return record
+
+    def list(self, user: str, server_name: str | None = None) -> list[KernelRecord]:
+        self._adopt()
+        return [
+            r for r in self.records.values() if r.user == user and (server_name is None or r.server_name == server_name)
+        ]
+
+    def state(self, record: KernelRecord) -> str:
+        if record.state != "running":
+            return record.state
+        pod = self.tracker.pod(record.namespace, record.pod_name)
+        if pod is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return "stopped"
+        return "running"
+
+    def pod_ip(self, record: KernelRecord) -> str | None:
+        pod = self.tracker.pod(record.namespace, record.pod_name) or {}
+        return (pod.get("status") or {}).get("podIP")
+
+    def node(self, record: KernelRecord) -> str | None:
+        pod = self.tracker.pod(record.namespace, record.pod_name) or {}
+        return (pod.get("spec") or {}).get("nodeName") or (record.placement.node if record.placement else None)
+
+    async def wait(self, record: KernelRecord, timeout: float) -> None:
+        """Return once ``record`` is no longer pending, or after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while record.state == "pending" and time.monotonic() < deadline:
+            waiter = asyncio.ensure_future(record.changed.wait())
+            try:
+                await asyncio.wait({waiter}, timeout=deadline - time.monotonic())
+            finally:
+                waiter.cancel()
+
+    def _adopt(self) -> None:
+        """Records for kernel pods this process did not start (a hub restart)."""
+        for pod in self.tracker.placed_pods():
+            meta = pod.get("metadata") or {}
+            annotations = meta.get("annotations") or {}
+            record_id = annotations.get(keys.KERNEL_ANNOTATION)
+            if not record_id or record_id in self.records or "deletionTimestamp" in meta:
+                continue
+            labels = meta.get("labels") or {}
+            profile = self.profiles.get(annotations.get(f"{keys.GROUP}/profile", ""))
+            requests = self.tracker.inventory.pod_requests(pod)
+            resource, count = next(iter(sorted(requests.items())), ("", 0))
+            if profile is None:
+                profile = KernelProfile(slug="unknown", display_name="GPU kernel", resource=resource, count=count)
+            site = labels.get(keys.SITE_LABEL, "")
+            placement = Placement(
+                site=site,
+                cluster_id=labels.get(keys.CLUSTER_LABEL),
+                node=(pod.get("spec") or {}).get("nodeName"),
+                resource=resource,
+                count=count,
+                reason=annotations.get(keys.REASON_ANNOTATION, ""),
+            )
+            self.records[record_id] = KernelRecord(
+                id=record_id,
+                user=annotations.get(keys.USER_ANNOTATION, ""),
+                server_name=annotations.get(keys.SERVER_ANNOTATION, ""),
+                kernel_id="",
+                profile=profile,
+                namespace=meta.get("namespace", ""),
+                pod_name=meta.get("name", ""),
+                state="running" if _ready(pod) else "pending",
+                placement=placement,
+                files=annotations.get(f"{keys.GROUP}/files", "scratch"),
+            )
+            if not _ready(pod):
+                record = self.records[record_id]
+                record.task = asyncio.ensure_future(self._watch_start(record, GPURequest(resource, count, record.user)))
+
+    # ---- starting -----------------------------------------------------------------------------
+    def profile(self, slug: Any) -> KernelProfile:
+        if not isinstance(slug, str) or slug not in self.profiles:
+            offered = ", ".join(sorted(self.profiles)) or "none"
+            raise KernelError(400, f"unknown GPU kernel profile {slug!r}; offered: {offered}")
+        return self.profiles[slug]
+
+    async def start(
+        self,
+        *,
+        user: str,
+        groups: frozenset[str],
+        server_name: str,
+        server_pod: dict[str, Any] | None,
+        profile_slug: Any,
+        key: Any,
+        signature_scheme: Any,
+        kernel_id: Any,
+        notebook_dir: Any,
+        prefer_site: Any = None,
+    ) -> KernelRecord:
+        """Place a kernel and create its pod; raises KernelError (503 with the reason when full)."""
+        profile = self.profile(profile_slug)
+        if not isinstance(key, str) or not 16 <= len(key) <= 512:
+            raise KernelError(400, "the kernel's connection key must be a string of 16 to 512 characters")
+        if signature_scheme not in SIGNATURE_SCHEMES:
+            raise KernelError(400, f"signature scheme must be one of: {', '.join(sorted(SIGNATURE_SCHEMES))}")
+        if not isinstance(kernel_id, str) or len(kernel_id) > 64:
+            raise KernelError(400, "kernel_id must be a string of at most 64 characters")
+        if prefer_site is not None and not isinstance(prefer_site, str):
+            raise KernelError(400, "prefer_site must be a site name")
+        record = KernelRecord(
+            id=secrets.token_hex(6),
+            user=user,
+            server_name=server_name,
+            kernel_id=kernel_id,
+            profile=profile,
+            namespace=((server_pod or {}).get("metadata") or {}).get("namespace") or self.namespace,
+        )
+        request = GPURequest(profile.resource, profile.count, user, groups, profile.slug, profile.allowed_sites)
+        placement = self._place(record, request, prefer_site)
+        if isinstance(placement, NoCapacity):
+            raise KernelError(503, placement.reason)
+        self.records[record.id] = record
+        try:
+            await self._create_pod(record, placement, server_pod, key, signature_scheme, clean_notebook_dir(notebook_dir))
+        except KernelError:
+            self._forget(record)
+            raise
+        except Exception as exc:
+            self.log.exception("Could not create the pod of GPU kernel %s of %s", record.id, user)
+            self._forget(record)
+            raise KernelError(500, f"could not start the GPU kernel on {placement.site}: {exc.__class__.__name__}") from None
+        record.task = asyncio.ensure_future(self._watch_start(record, request, server_pod, key, signature_scheme, notebook_dir))
+        self._ensure_reaper()
+        return record
+
+    def _place(self, record: KernelRecord, request: GPURequest, prefer_site: str | None) -> Placement | NoCapacity:
+        tracker = self.tracker
+        tried = [a["site"] for a in record.attempts]
+        if tried:
+            sites = request.allowed_sites if request.allowed_sites is not None else tuple(tracker.snapshot().sites)
+            request = replace(request, allowed_sites=tuple(s for s in sites if s not in tried))
+        outcome: Placement | NoCapacity = NoCapacity("")
+        try:
+            if prefer_site and prefer_site not in tried and (request.allowed_sites is None or prefer_site in request.allowed_sites):
+                # a restart goes back where the kernel ran, if it still fits there
+                if prefer_site in tracker.snapshot().sites:
+                    outcome = tracker.placer.place(record.key, replace(request, allowed_sites=(prefer_site,)), tracker.snapshot(), time.monotonic())
+            if isinstance(outcome, NoCapacity):
+                outcome = tracker.placer.place(record.key, request, tracker.snapshot(), time.monotonic())
+                if prefer_site and isinstance(outcome, Placement) and outcome.site != prefer_site:
+                    record.relocated_from = prefer_site
+        except PlacementInputError as exc:
+            raise KernelError(400, str(exc)) from None
+        if isinstance(outcome, Placement):
+            tracker.note_decision(record.key, outcome, len(record.attempts) + 1)
+        return outcome
+
+    async def _create_pod(
+        self, record: KernelRecord, placement: Placement, server_pod: dict[str, Any] | None, key: str, scheme: str, notebook_dir: str
+    ) -> None:
+        record.placement = placement
+        record.pod_name = f"{POD_PREFIX}{record.id}-{len(record.attempts) + 1}"
+        files = await decide_files(
+            self.settings.files_policy,
+            KernelFilesRequest(record.user, record.server_name, placement, notebook_dir, server_pod),
+        )
+        record.files = files.mode
+        notes = []
+        if record.relocated_from:
+            notes.append(
+                f"Note: this kernel restarted on {_where(placement)} because {record.relocated_from} has no free "
+                f"{placement.resource} now. Variables and imports from before the restart are gone, as after any restart."
+            )
+        if files.note:
+            notes.append(files.note)
+        if placement.is_donor:
+            await self.offloader.ensure(record.namespace)
+        ports = self.settings.ports()
+        secret = manifests.connection_secret(record.pod_name, record.namespace, key, scheme, ports)
+        pod = manifests.kernel_pod(
+            name=record.pod_name,
+            namespace=record.namespace,
+            record_id=record.id,
+            user=record.user,
+            groups=[],
+            server_name=record.server_name,
+            profile=record.profile,
+            placement=placement,
+            attempts=len(record.attempts) + 1,
+            image=record.profile.image or self.image,
+            ports=ports,
+            files=files,
+            note="\n".join(notes),
+            secret_name=record.pod_name,
+            server_pod=server_pod,
+            grace_seconds=self.settings.termination_grace_seconds,
+            extra_env=dict(self.settings.extra_env),
+        )
+        await self.api.create_namespaced_secret(record.namespace, secret)
+        try:
+            created = await self.api.create_namespaced_pod(record.namespace, pod)
+        except BaseException:
+            await self._delete_secret(record.namespace, record.pod_name)
+            raise
+        uid = created.metadata.uid
+        # owned by its pod: the key goes with the kernel, whoever deletes it
+        await self.api.patch_namespaced_secret(
+            record.pod_name,
+            record.namespace,
+            {"metadata": {"ownerReferences": [manifests.owner_reference("Pod", record.pod_name, uid)]}},
+        )
+        self.log.info("GPU kernel %s of %s: pod %s on %s (%s)", record.id, record.user, record.pod_name, placement.site, placement.reason)
+
+    async def _watch_start(self, record: KernelRecord, request: GPURequest, server_pod: Any = None, key: Any = None, scheme: Any = None, notebook_dir: Any = "") -> None:
+        """Follow the pod until it is ready; move it when the scheduler cannot place it."""
+        from jupyter_gpuburst.hub.spawner import unschedulable_reason
+
+        deadline = time.monotonic() + self.settings.start_timeout
+        seen = False
+        try:
+            while record.state == "pending":
+                pod = self.tracker.pod(record.namespace, record.pod_name)
+                if pod is not None:
+                    seen = True
+                    phase = (pod.get("status") or {}).get("phase")
+                    why = unschedulable_reason(pod, record.profile.resource)
+                    if why is not None and key is not None and len(record.attempts) < MAX_REDIRECTS:
+                        await self._redirect(record, request, why, server_pod, key, scheme, notebook_dir)
+                        seen = False
+                        deadline = time.monotonic() + self.settings.start_timeout
+                        continue
+                    if why is not None:
+                        await self._fail(record, why)
+                    elif _ready(pod):
+                        record.state = "running"
+                        record.notify()
+                    elif phase in ("Succeeded", "Failed"):
+                        await self._fail(record, f"the kernel exited while starting ({_exit_message(pod)})")
+                elif seen:
+                    await self._fail(record, "the kernel's pod was deleted while starting")
+                if record.state == "pending" and time.monotonic() > deadline:
+                    await self._fail(record, f"the kernel did not start within {self.settings.start_timeout:g} s on {record.placement.site if record.placement else '?'}")
+                if record.state == "pending":
+                    await self.tracker.wait_pod_change(record.namespace, record.pod_name, 0.5)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user sees a short reason, the log the rest
+            self.log.exception("GPU kernel %s: start failed", record.id)
+            await self._fail(record, f"could not start the kernel ({exc.__class__.__name__})")
+
+    async def _redirect(self, record: KernelRecord, request: GPURequest, why: str, server_pod: Any, key: str, scheme: str, notebook_dir: str) -> None:
+        assert record.placement is not None
+        record.attempts.append({"site": record.placement.site, "outcome": why})
+        self.log.info("GPU kernel %s: moving off %s: %s", record.id, record.placement.site, why)
+        await self._delete_pod(record, grace=0)
+        self.tracker.forget_decision(record.key)
+        outcome = self._place(record, request, None)
+        if isinstance(outcome, NoCapacity):
+            tried = "; ".join(f"{a['site']} ({a['outcome']})" for a in record.attempts)
+            await self._fail(record, f"Tried {tried}. No other site can take it: {outcome.reason}")
+            return
+        await self._create_pod(record, outcome, server_pod, key, scheme, clean_notebook_dir(notebook_dir))
+
+    async def _fail(self, record: KernelRecord, why: str) -> None:
+        record.error = why
+        record.state = "failed"
+        self.log.warning("GPU kernel %s of %s failed: %s", record.id, record.user, why)
+        await self._delete_pod(record, grace=0)
+        self.tracker.forget_decision(record.key)
+        record.notify()
+
+    # ---- stopping -----------------------------------------------------------------------------
+    async def stop(self, record: KernelRecord, wait: float = 15.0) -> None:
+        """Delete the kernel's pod and free its GPU; returns once the pod is gone (or ``wait``)."""
+        if record.task is not None and not record.task.done():
+            record.task.cancel()
+            await asyncio.gather(record.task, return_exceptions=True)
+        await self._delete_pod(record, grace=self.settings.termination_grace_seconds)
+        self.tracker.forget_decision(record.key)
+        deadline = time.monotonic() + wait
+        while self.tracker.pod(record.namespace, record.pod_name) is not None and time.monotonic() < deadline:
+            await self.tracker.wait_pod_change(record.namespace, record.pod_name, 0.5)
+        if record.state != "failed":
+            record.state = "stopped"
+        record.notify()
+        self.records.pop(record.id, None)
+
+    async def stop_server_kernels(self, user: str, server_name: str) -> int:
+        """Stop every kernel of one server (the server is stopping)."""
+        records = self.list(user, server_name)
+        await asyncio.gather(*(self.stop(r, wait=0) for r in records), return_exceptions=True)
+        return len(records)
+
+    async def reap(self, server_running: Callable[[str, str], bool]) -> int:
+        """Stop kernels whose server no longer runs; drop failed records after a while."""
+        self._adopt()
+        reaped = 0
+        for record in list(self.records.values()):
+            if record.state == "failed":
+                if time.time() - record.created > 600:
+                    self.records.pop(record.id, None)
+                continue
+            try:
+                running = server_running(record.user, record.server_name)
+            except Exception:  # noqa: BLE001 - never reap on doubt
+                self.log.debug("GPU kernel reaper: cannot tell whether %s's server runs", record.user, exc_info=True)
+                continue
+            if not running:
+                self.log.info("Reaping GPU kernel %s of %s: its server %r is not running", record.id, record.user, record.server_name)
+                await self.stop(record, wait=0)
+                reaped += 1
+        return reaped
+
+    def start_reaper(self, server_running: Callable[[str, str], bool]) -> None:
+        self._server_running = server_running
+        self._ensure_reaper()
+
+    def _ensure_reaper(self) -> None:
+        if self._reaper is None and getattr(self, "_server_running", None) is not None:
+            self._reaper = asyncio.ensure_future(self._reap_forever())
+
+    async def _reap_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.reap_interval_seconds)
+            try:
+                await self.reap(self._server_running)
+            except Exception:  # noqa: BLE001 - the next sweep tries again
+                self.log.exception("GPU kernel reaper failed")
+
+    def _forget(self, record: KernelRecord) -> None:
+        self.tracker.forget_decision(record.key)
+        self.records.pop(record.id, None)
+
+    async def _delete_pod(self, record: KernelRecord, grace: int) -> None:
+        if not record.pod_name:
+            return
+        try:
+            await self.api.delete_namespaced_pod(record.pod_name, record.namespace, grace_period_seconds=grace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        await self._delete_secret(record.namespace, record.pod_name)
+
+    async def _delete_secret(self, namespace: str, name: str) -> None:
+        try:
+            await self.api.delete_namespaced_secret(name, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                self.log.warning("Could not delete the connection secret %s/%s: %s", namespace, name, exc.status)
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+
+
+def _exit_message(pod: dict[str, Any]) -> str:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated") or {}
+        if terminated:
+            return f"exit code {terminated.get('exitCode')}"
+    return (pod.get("status") or {}).get("phase") or "unknown"
+
+
+def _where(placement: Placement) -> str:
+    return f"donor {placement.site}" if placement.is_donor else f"the origin (node {placement.node})" if placement.node else "the origin"
+
+
+def record_json(registry: KernelRegistry, record: KernelRecord) -> dict[str, Any]:
+    """What the API shows about a kernel: placement and address, never its key."""
+    placement = record.placement
+    state = registry.state(record)
+    out: dict[str, Any] = {
+        "id": record.id,
+        "kernel_id": record.kernel_id,
+        "server_name": record.server_name,
+        "profile": record.profile.slug,
+        "display_name": record.profile.display_name,
+        "state": state,
+        "error": record.error or None,
+        "site": placement.site if placement else None,
+        "site_kind": (("donor" if placement.is_donor else "origin") if placement else None),
+        "cluster_id": placement.cluster_id if placement else None,
+        "node": registry.node(record),
+        "resource": placement.resource if placement else None,
+        "count": placement.count if placement else None,
+        "reason": placement.reason if placement else None,
+        "relocated_from": record.relocated_from or None,
+        "files": record.files,
+        "attempts": len(record.attempts) + 1,
+        "pod": record.pod_name,
+    }
+    if state == "running":
+        out["connection"] = {"transport": "tcp", "ip": registry.pod_ip(record), **registry.settings.ports()}
+    return out
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data)

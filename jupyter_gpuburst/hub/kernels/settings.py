@@ -1,0 +1,208 @@
+"""What an admin configures about GPU kernels: their profiles, image, ports and lifetimes."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from traitlets import Any as AnyTrait
+from traitlets import Dict, Float, Int, List, Unicode
+from traitlets.config import Config, Configurable
+
+from jupyter_gpuburst.core.inventory import parse_count
+from jupyter_gpuburst.hub.profiles import profile_block
+
+CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
+SLUG = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """One GPU kernel a user may start: one kernelspec in their launcher."""
+
+    slug: str
+    display_name: str
+    resource: str
+    count: int
+    allowed_sites: tuple[str, ...] | None = None
+    image: str = ""
+    cpu: str = ""
+    memory: str = ""
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "slug": self.slug,
+            "display_name": self.display_name,
+            "resource": self.resource,
+            "count": self.count,
+        }
+
+
+def gpu_label(resource: str, count: int) -> str:
+    """'1 GPU', '2 GPUs', 'MIG 1g.10gb': the GPU part of a kernel's name in the launcher."""
+    if resource.startswith("nvidia.com/mig-"):
+        slice_ = resource.removeprefix("nvidia.com/mig-")
+        return f"MIG {slice_}" if count == 1 else f"{count} × MIG {slice_}"
+    if resource == "nvidia.com/gpu":
+        return f"{count} GPU" + ("s" if count != 1 else "")
+    return f"{count} × {resource}"
+
+
+def parse_profile(raw: Any) -> KernelProfile:
+    """A kernel profile from the admin's config; ValueError names what is wrong."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"a kernel profile must be a mapping, not {type(raw).__name__}")
+    unknown = set(raw) - {"slug", "display_name", "resource", "count", "allowed_sites", "image", "cpu", "memory"}
+    if unknown:
+        raise ValueError(f"kernel profile {raw.get('slug')!r}: unknown key(s) {', '.join(sorted(unknown))}")
+    resource = raw.get("resource", "nvidia.com/gpu")
+    count = parse_count(raw.get("count", 1))
+    if count < 1:
+        raise ValueError(f"kernel profile {raw.get('slug')!r}: count must be at least 1")
+    slug = str(raw.get("slug") or _slug(resource, count))
+    if not SLUG.match(slug):
+        raise ValueError(f"kernel profile slug {slug!r}: use lowercase letters, digits and '-' (at most 40)")
+    sites = raw.get("allowed_sites")
+    if sites is not None:
+        if isinstance(sites, str) or not all(isinstance(s, str) and s for s in sites):
+            raise ValueError(f"kernel profile {slug!r}: allowed_sites must be a list of site names")
+        sites = tuple(sites)
+    return KernelProfile(
+        slug=slug,
+        display_name=str(raw.get("display_name") or f"Python 3 ({gpu_label(resource, count)})"),
+        resource=resource,
+        count=count,
+        allowed_sites=sites,
+        image=str(raw.get("image") or ""),
+        cpu=str(raw.get("cpu") or ""),
+        memory=str(raw.get("memory") or ""),
+    )
+
+
+def _slug(resource: str, count: int) -> str:
+    tail = resource.rsplit("/", 1)[-1]
+    return re.sub(r"[^a-z0-9-]+", "-", f"{tail}-{count}".lower()).strip("-")[:40]
+
+
+def profiles_from_server_profiles(profile_list: Any) -> list[dict[str, Any]]:
+    """One kernel profile per distinct GPU request among the spawner's (static) server profiles."""
+    if not isinstance(profile_list, list | tuple):
+        return []
+    out: dict[tuple, dict[str, Any]] = {}
+    for profile in profile_list:
+        if not isinstance(profile, dict):
+            continue
+        try:
+            block = profile_block(profile)
+        except ValueError:
+            continue
+        if block is None:
+            limits = ((profile.get("kubespawner_override") or {}).get("extra_resource_limits")) or {}
+            gpu = [(r, v) for r, v in limits.items() if r.startswith("nvidia.com/")]
+            if len(gpu) != 1:
+                continue
+            resource, count, sites = gpu[0][0], parse_count(gpu[0][1]), None
+        else:
+            resource, count, sites = block.resource, block.count, block.allowed_sites
+        if count < 1:
+            continue
+        key = (resource, count, sites)
+        if key not in out:
+            entry: dict[str, Any] = {"resource": resource, "count": count}
+            if sites is not None:
+                entry["allowed_sites"] = list(sites)
+                entry["slug"] = f"{_slug(resource, count)}-{'-'.join(sites)}"[:40].strip("-")
+                entry["display_name"] = f"Python 3 ({gpu_label(resource, count)}, {', '.join(sites)})"
+            out[key] = entry
+    return list(out.values())
+
+
+class GPUKernelSettings(Configurable):
+    """Remote GPU kernels: the server stays on the origin, each GPU kernel runs where a GPU is free."""
+
+    profiles = List(
+        Dict(),
+        help="""The GPU kernels users may start, one kernelspec each. Each entry: ``slug``,
+        ``display_name`` (default "Python 3 (1 GPU)"-style), ``resource`` (default
+        nvidia.com/gpu), ``count`` (default 1), ``allowed_sites``, and optionally ``image``,
+        ``cpu`` and ``memory`` for the kernel pod. Default: one per distinct GPU request among
+        ``GPUBurstSpawner.profile_list`` (when it is a list).""",
+    ).tag(config=True)
+
+    image = Unicode(
+        "",
+        help="""Image of kernel pods (it needs ipykernel and jupyter-gpuburst). Default: the
+        spawner's ``image``.""",
+    ).tag(config=True)
+
+    base_port = Int(
+        50000,
+        help="""First of the five ports (shell, iopub, stdin, control, heartbeat) a kernel pod
+        listens on. Every kernel pod has its own IP, so all use the same ports.""",
+    ).tag(config=True)
+
+    start_timeout = Float(
+        120.0,
+        help="Seconds a kernel pod may take to become ready before the start fails.",
+    ).tag(config=True)
+
+    termination_grace_seconds = Int(
+        5,
+        help="Grace period of kernel pods: a stopped kernel frees its GPU within this time.",
+    ).tag(config=True)
+
+    reap_interval_seconds = Float(
+        60.0,
+        help="""Seconds between sweeps that delete kernel pods whose server no longer runs
+        (the server pod's garbage collection covers most cases; this covers the rest).""",
+    ).tag(config=True)
+
+    files_policy = AnyTrait(
+        None,
+        allow_none=True,
+        help="""Decides whether a kernel pod may mount the user's files (see
+        ``jupyter_gpuburst.hub.kernels.files``). A callable
+        ``(KernelFilesRequest) -> KernelFiles | None`` (may be async); None gives scratch space.
+        Default: scratch space for every kernel.""",
+    ).tag(config=True)
+
+    extra_env = Dict(
+        value_trait=Unicode(),
+        help="Extra environment variables for kernel pods.",
+    ).tag(config=True)
+
+    def ports(self) -> dict[str, int]:
+        return {f"{name}_port": self.base_port + i for i, name in enumerate(CHANNELS)}
+
+    def kernel_profiles(self) -> dict[str, KernelProfile]:
+        out: dict[str, KernelProfile] = {}
+        for raw in self.profiles:
+            profile = parse_profile(raw)
+            if profile.slug in out:
+                raise ValueError(f"two kernel profiles have the slug {profile.slug!r}")
+            out[profile.slug] = profile
+        return out
+
+
+def kernel_settings_from_config(config: Config | None) -> GPUKernelSettings:
+    """The kernel settings of the hub's config; profiles default from the spawner's profiles."""
+    config = config or Config()
+    settings = GPUKernelSettings(config=config)
+    if "profiles" not in (config.get("GPUKernelSettings") or {}):
+        server_profiles = None
+        for section in ("GPUBurstSpawner", "KubeSpawner"):
+            if "profile_list" in (config.get(section) or {}):
+                server_profiles = config[section]["profile_list"]
+                break
+        settings.profiles = profiles_from_server_profiles(server_profiles)
+    return settings
+
+
+def spawner_setting(config: Config | None, name: str, default: Any) -> Any:
+    """A spawner trait as configured for the hub (GPUBurstSpawner over KubeSpawner)."""
+    config = config or Config()
+    for section in ("GPUBurstSpawner", "KubeSpawner", "Spawner"):
+        if name in (config.get(section) or {}):
+            return config[section][name]
+    return default

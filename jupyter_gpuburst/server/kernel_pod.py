@@ -1,0 +1,69 @@
+"""Entry point of a GPU kernel's pod: write the connection file privately, then run ipykernel.
+
+The connection (with its key) arrives in an environment variable filled from a Secret; it is
+written to a file only this user can read and removed from the environment, so code in the
+kernel and its child processes do not inherit it. A note from the hub (scratch space, a
+restart on another site) is printed once, with the output of the first cell run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+CONNECTION_ENV = "JUPYTER_GPUBURST_KERNEL_CONNECTION"
+NOTE_ENV = "JUPYTER_GPUBURST_KERNEL_NOTE"
+SCRATCH_ENV = "JUPYTER_GPUBURST_KERNEL_SCRATCH"
+
+
+def write_connection_file(environ: dict[str, str]) -> str:
+    raw = environ.pop(CONNECTION_ENV, "")
+    if not raw:
+        raise SystemExit(f"{CONNECTION_ENV} is not set: this pod was not started by jupyter-gpuburst")
+    json.loads(raw)  # fail here, not in ipykernel, on a malformed connection
+    directory = tempfile.mkdtemp(prefix="gpuburst-kernel-")  # 0700
+    path = os.path.join(directory, "kernel.json")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(raw)
+    return path
+
+
+def enter_scratch(environ: dict[str, str]) -> str | None:
+    """Move into the scratch mount; where none is mounted, into a fresh private directory."""
+    scratch = environ.get(SCRATCH_ENV, "")
+    if not scratch:
+        return None
+    if not (os.path.isdir(scratch) and os.access(scratch, os.W_OK)):
+        scratch = tempfile.mkdtemp(prefix="gpuburst-scratch-")
+    os.chdir(scratch)
+    return scratch
+
+
+def note_once(shell, note: str) -> None:
+    """Print ``note`` with the first cell's output, then never again."""
+
+    def first_cell(*_args) -> None:
+        shell.events.unregister("pre_run_cell", first_cell)
+        print(note, flush=True)
+
+    shell.events.register("pre_run_cell", first_cell)
+
+
+def main(argv: list[str] | None = None) -> None:
+    connection_file = write_connection_file(os.environ)
+    enter_scratch(os.environ)
+    note = os.environ.pop(NOTE_ENV, "").strip()
+    from ipykernel.kernelapp import IPKernelApp
+
+    app = IPKernelApp.instance()
+    app.initialize(["-f", connection_file, *(argv if argv is not None else sys.argv[1:])])
+    if note and app.shell is not None:
+        note_once(app.shell, note)
+    app.start()
+
+
+if __name__ == "__main__":
+    main()

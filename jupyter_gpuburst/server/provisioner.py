@@ -1,0 +1,298 @@
+"""``GPUBurstProvisioner``: a jupyter_client kernel provisioner whose kernels run where a GPU is free.
+
+The server never talks to Kubernetes. It asks the hub's kernel API (with its own
+``$JUPYTERHUB_API_TOKEN``) to place a kernel; the hub decides from the same ledger as its
+spawner, starts the kernel's pod and answers with the pod's address. The kernel manager then
+speaks ZMQ to that address as to any kernel. The session key is generated here, sent to the
+hub once (which keeps it in a Secret), and never returned by it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from typing import Any
+
+from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
+from tornado import web
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from traitlets import Float, Unicode, default
+
+API_PATH = "gpuburst/kernels"
+POLL_CACHE_S = 2.0
+
+
+class KernelPlacementError(web.HTTPError):
+    """The hub could not place or start the kernel; jupyter_server sends the message to the
+    notebook (an HTTPError's message is shown as is; any other error reads 'Unhandled error')."""
+
+    def __init__(self, message: str, status: int = 503) -> None:
+        # no format args: jupyter_server shows log_message as is
+        super().__init__(status, message, reason="GPU kernel not started")
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class HubKernelClient:
+    """The server's side of ``/hub/api/gpuburst/kernels``."""
+
+    def __init__(self, api_url: str, token: str, timeout: float = 60.0) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    async def request(self, method: str, path: str = "", body: Any = None, timeout: float | None = None) -> tuple[int, Any]:
+        url = f"{self.api_url}/{API_PATH}{path}"
+        request = HTTPRequest(
+            url,
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+            body=json.dumps(body) if body is not None else (b"" if method == "POST" else None),
+            request_timeout=timeout or self.timeout,
+        )
+        try:
+            response = await AsyncHTTPClient().fetch(request, raise_error=False)
+        except (OSError, HTTPClientError) as exc:
+            raise KernelPlacementError(f"the hub cannot be reached ({exc.__class__.__name__})") from None
+        data: Any = None
+        if response.body:
+            try:
+                data = json.loads(response.body)
+            except ValueError:
+                data = None
+        if response.code == 599:
+            raise KernelPlacementError(f"the hub cannot be reached ({response.error})")
+        return response.code, data
+
+    @staticmethod
+    def message(code: int, data: Any) -> str:
+        if isinstance(data, dict) and data.get("message"):
+            return str(data["message"])
+        return f"the hub answered {code}"
+
+
+def client_from_env(environ: dict[str, str] | None = None) -> HubKernelClient | None:
+    environ = environ if environ is not None else os.environ
+    url, token = environ.get("JUPYTERHUB_API_URL"), environ.get("JUPYTERHUB_API_TOKEN")
+    if not url or not token:
+        return None
+    return HubKernelClient(url, token)
+
+
+class GPUBurstProvisioner(KernelProvisionerBase):
+    """Starts the kernel in a pod the hub places on the origin or a donor (see module doc)."""
+
+    profile = Unicode(help="Slug of the hub's GPU kernel profile this kernelspec starts.").tag(config=True)
+    wait_step_s = Float(20.0, help="Seconds per long-poll while the hub starts the kernel.").tag(config=True)
+    start_timeout = Float(300.0, help="Seconds to wait for the hub to report the kernel ready.").tag(config=True)
+    server_name = Unicode(help="This server's name at the hub (default: $JUPYTERHUB_SERVER_NAME).").tag(config=True)
+
+    @default("server_name")
+    def _server_name_default(self) -> str:
+        return os.environ.get("JUPYTERHUB_SERVER_NAME", "")
+
+    placement: dict[str, Any] | None = None
+    _hub: HubKernelClient | None = None
+    _previous_site: str | None = None
+    _poll_at = float("-inf")
+    _poll_value: int | None = None
+    _notebook_dir = ""
+
+    @property
+    def hub(self) -> HubKernelClient:
+        if self._hub is None:
+            client = client_from_env()
+            if client is None:
+                raise KernelPlacementError(
+                    "GPU kernels need a server started by JupyterHub (no JUPYTERHUB_API_URL/JUPYTERHUB_API_TOKEN)"
+                )
+            self._hub = client
+        return self._hub
+
+    @hub.setter
+    def hub(self, client: HubKernelClient) -> None:
+        self._hub = client
+
+    @property
+    def has_process(self) -> bool:
+        return self.placement is not None
+
+    @property
+    def placement_id(self) -> str | None:
+        return (self.placement or {}).get("id")
+
+    # ---- launching ----------------------------------------------------------------------------
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        km = self.parent
+        cwd = kwargs.get("cwd")
+        root = getattr(getattr(km, "parent", None), "root_dir", None) or os.getcwd()
+        if cwd:
+            try:
+                relative = os.path.relpath(os.path.abspath(cwd), os.path.abspath(root))
+                self._notebook_dir = "" if relative.startswith("..") else relative.replace(os.sep, "/")
+            except ValueError:
+                self._notebook_dir = ""
+        kwargs = await super().pre_launch(**kwargs)
+        # the hub decides the command; the kernelspec's argv only says it is a Python kernel
+        kwargs.setdefault("cmd", list(self.kernel_spec.argv))
+        return kwargs
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> dict[str, Any]:
+        km = self.parent
+        key = km.session.key.decode() if isinstance(km.session.key, bytes) else str(km.session.key)
+        if not key:
+            raise KernelPlacementError("the kernel manager has no session key; refusing an unsigned kernel")
+        body = {
+            "profile": self.profile,
+            "key": key,
+            "signature_scheme": km.session.signature_scheme,
+            "kernel_id": self.kernel_id or "",
+            "server_name": self.server_name,
+            "notebook_dir": self._notebook_dir,
+        }
+        if self._previous_site:
+            body["prefer_site"] = self._previous_site
+        code, data = await self.hub.request("POST", "", body)
+        if code != 202 or not isinstance(data, dict):
+            raise KernelPlacementError(f"No GPU kernel: {self.hub.message(code, data)}")
+        self.placement = data
+        self.log.info("GPU kernel %s: placed on %s (%s)", data.get("id"), data.get("site"), data.get("reason"))
+        deadline = time.monotonic() + self.start_timeout
+        while data.get("state") == "pending":
+            if time.monotonic() > deadline:
+                await self._delete()
+                raise KernelPlacementError(f"No GPU kernel: not ready within {self.start_timeout:g} s")
+            code, fresh = await self.hub.request("GET", f"/{data['id']}?wait={self.wait_step_s:g}", timeout=self.wait_step_s + 30)
+            if code != 200 or not isinstance(fresh, dict):
+                await self._delete()
+                raise KernelPlacementError(f"No GPU kernel: {self.hub.message(code, fresh)}")
+            data = fresh
+            self.placement = data
+        if data.get("state") != "running" or not data.get("connection"):
+            self.placement = None
+            raise KernelPlacementError(f"No GPU kernel: {data.get('error') or 'it stopped while starting'}")
+        self._previous_site = data.get("site")
+        self._poll_at, self._poll_value = time.monotonic(), None
+        connection = data["connection"]
+        self.connection_info = {
+            "transport": connection["transport"],
+            "ip": connection["ip"],
+            "shell_port": connection["shell_port"],
+            "iopub_port": connection["iopub_port"],
+            "stdin_port": connection["stdin_port"],
+            "control_port": connection["control_port"],
+            "hb_port": connection["hb_port"],
+            "key": km.session.key,
+            "signature_scheme": km.session.signature_scheme,
+            "kernel_name": getattr(km, "kernel_name", "") or "",
+        }
+        return self.connection_info
+
+    # ---- liveness -----------------------------------------------------------------------------
+    async def poll(self) -> int | None:
+        """None while the kernel's pod runs; an exit code once it stopped or failed."""
+        if self.placement is None:
+            return 0
+        now = time.monotonic()
+        if now - self._poll_at < POLL_CACHE_S:
+            return self._poll_value
+        try:
+            code, data = await self.hub.request("GET", f"/{self.placement_id}", timeout=10)
+        except KernelPlacementError:
+            # the hub restarting is no reason to restart the kernel
+            return None
+        self._poll_at = now
+        if code == 404:
+            self._poll_value = 1
+        elif code == 200 and isinstance(data, dict):
+            self.placement = {**self.placement, **data}
+            state = data.get("state")
+            self._poll_value = None if state in ("running", "pending") else (1 if state == "failed" else 0)
+        else:
+            self._poll_value = None
+        return self._poll_value
+
+    async def wait(self) -> int | None:
+        while True:
+            self._poll_at = float("-inf")
+            status = await self.poll()
+            if status is not None:
+                return status
+            await asyncio.sleep(0.5)
+
+    async def send_signal(self, signum: int) -> None:
+        # interrupts go through the control channel (interrupt_mode "message"); only the
+        # signals that end a kernel mean something to a pod
+        if signum in (signal.SIGKILL, signal.SIGTERM):
+            await self._delete()
+
+    async def kill(self, restart: bool = False) -> None:
+        await self._delete()
+
+    async def terminate(self, restart: bool = False) -> None:
+        await self._delete()
+
+    async def cleanup(self, restart: bool = False) -> None:
+        await self._delete()
+        if not restart:
+            self._previous_site = None
+
+    async def _delete(self) -> None:
+        record = self.placement_id
+        if record is None:
+            return
+        try:
+            code, data = await self.hub.request("DELETE", f"/{record}", timeout=60)
+            if code not in (204, 404):
+                self.log.warning("GPU kernel %s: the hub refused to stop it: %s", record, self.hub.message(code, data))
+                return
+        except KernelPlacementError as exc:
+            self.log.warning("GPU kernel %s: %s; the hub's reaper will stop it", record, exc)
+        self.placement = None
+        self._poll_value = 0
+
+    # ---- persistence and limits ---------------------------------------------------------------
+    async def get_provisioner_info(self) -> dict[str, Any]:
+        info = await super().get_provisioner_info()
+        info.update({"profile": self.profile, "placement": self.placement, "previous_site": self._previous_site})
+        return info
+
+    async def load_provisioner_info(self, provisioner_info: dict) -> None:
+        await super().load_provisioner_info(provisioner_info)
+        self.profile = provisioner_info.get("profile", self.profile)
+        self.placement = provisioner_info.get("placement")
+        self._previous_site = provisioner_info.get("previous_site")
+
+    def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
+        return max(recommended, 10.0)
+
+    def get_stable_start_time(self, recommended: float = 10.0) -> float:
+        return max(recommended, self.start_timeout)
+
+    def public_placement(self) -> dict[str, Any] | None:
+        """Where the kernel runs, for the GPU panel (no address, no key)."""
+        if self.placement is None:
+            return None
+        fields = ("id", "profile", "display_name", "state", "site", "site_kind", "cluster_id", "node", "resource", "count", "reason", "relocated_from", "files")
+        return {k: self.placement.get(k) for k in fields}
+
+
+def remote_kernels(kernel_manager: Any) -> list[dict[str, Any]]:
+    """Where each of this server's GPU kernels runs: site, node, GPU (for the panel)."""
+    out = []
+    for kernel_id in list(kernel_manager.list_kernel_ids()):
+        try:
+            kernel = kernel_manager.get_kernel(kernel_id)
+        except KeyError:
+            continue
+        provisioner = getattr(kernel, "provisioner", None)
+        if isinstance(provisioner, GPUBurstProvisioner):
+            placement = provisioner.public_placement()
+            if placement is not None:
+                out.append({"kernel_id": kernel_id, "kernel_name": getattr(kernel, "kernel_name", ""), **placement})
+    return out

@@ -1,0 +1,150 @@
+"""A stand-in for the hub's kernel API that runs each 'pod' as a local kernel_pod process.
+
+It answers like ``jupyter_gpuburst.hub.kernels.handlers`` (same paths, codes and fields), so
+the provisioner's side of the protocol is tested without a hub or a cluster; the real hub is
+tested in ``test_kernels_integration.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+from typing import Any
+
+from tornado import web
+from tornado.httpserver import HTTPServer
+
+from jupyter_gpuburst.hub.kernels import manifests
+
+PROFILES = [{"slug": "gpu-1", "display_name": "Python 3 (1 GPU)", "resource": "nvidia.com/gpu", "count": 1}]
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class FakeHub:
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.kernels: dict[str, dict[str, Any]] = {}
+        self.posts: list[dict[str, Any]] = []
+        self.deleted: list[str] = []
+        self.full_reason: str | None = None
+        self.full_sites: set[str] = set()
+        self.responses: list[str] = []
+        self.server: HTTPServer | None = None
+        self.port = 0
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hub/api"
+
+    def start(self) -> None:
+        app = web.Application([(r"/hub/api/gpuburst/kernels", Kernels, {"hub": self}), (r"/hub/api/gpuburst/kernels/(\w+)", Kernel, {"hub": self})])
+        self.server = HTTPServer(app)
+        (self.port,) = free_ports(1)
+        self.server.listen(self.port, "127.0.0.1")
+
+    def stop(self) -> None:
+        for kernel in self.kernels.values():
+            if kernel["process"].poll() is None:
+                kernel["process"].kill()
+                kernel["process"].wait()
+        if self.server is not None:
+            self.server.stop()
+
+    def launch(self, body: dict[str, Any]) -> dict[str, Any]:
+        site = body.get("prefer_site") if body.get("prefer_site") not in self.full_sites else None
+        site = site or next(s for s in ("origin", "donor-1") if s not in self.full_sites)
+        ports = dict(zip(("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"), free_ports(5)))
+        connection = {"transport": "tcp", "ip": "127.0.0.1", "key": body["key"], "signature_scheme": body["signature_scheme"], **ports}
+        env = {
+            **os.environ,
+            manifests.CONNECTION_ENV: json.dumps(connection),
+            manifests.NOTE_ENV: "Note: scratch space only.",
+            "JUPYTER_GPUBURST_SITE": site,
+        }
+        process = subprocess.Popen([sys.executable, "-m", "jupyter_gpuburst.server.kernel_pod"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        record = {"id": secrets.token_hex(6), "site": site, "ports": ports, "process": process, "profile": body["profile"]}
+        self.kernels[record["id"]] = record
+        return record
+
+    def state(self, record: dict[str, Any]) -> dict[str, Any]:
+        process = record["process"]
+        if process.poll() is not None:
+            state = "stopped"
+        else:
+            try:
+                socket.create_connection(("127.0.0.1", record["ports"]["hb_port"]), timeout=0.2).close()
+                state = "running"
+            except OSError:
+                state = "pending"
+        out = {"id": record["id"], "state": state, "site": record["site"], "site_kind": "origin" if record["site"] == "origin" else "donor", "profile": record["profile"], "node": "gpu-0"}
+        if state == "running":
+            out["connection"] = {"transport": "tcp", "ip": "127.0.0.1", **record["ports"]}
+        return out
+
+
+class Base(web.RequestHandler):
+    def initialize(self, hub: FakeHub) -> None:
+        self.hub = hub
+
+    def prepare(self) -> None:
+        if self.request.headers.get("Authorization") != f"token {self.hub.token}":
+            raise web.HTTPError(403)
+
+    def send(self, data: Any, status: int = 200) -> None:
+        text = json.dumps(data)
+        self.hub.responses.append(text)
+        self.set_status(status)
+        self.finish(text)
+
+
+class Kernels(Base):
+    def get(self) -> None:
+        self.send({"profiles": PROFILES, "kernels": [self.hub.state(k) for k in self.hub.kernels.values()]})
+
+    def post(self) -> None:
+        body = json.loads(self.request.body)
+        self.hub.posts.append(body)
+        if self.hub.full_reason:
+            self.send({"status": 503, "message": self.hub.full_reason}, 503)
+            return
+        self.send(self.hub.state(self.hub.launch(body)), 202)
+
+
+class Kernel(Base):
+    async def get(self, record_id: str) -> None:
+        record = self.hub.kernels.get(record_id)
+        if record is None:
+            self.send({"status": 404, "message": "no GPU kernel"}, 404)
+            return
+        wait = float(self.get_argument("wait", "0"))
+        for _ in range(int(wait * 20)):
+            if self.hub.state(record)["state"] != "pending":
+                break
+            await asyncio.sleep(0.05)
+        self.send(self.hub.state(record))
+
+    async def delete(self, record_id: str) -> None:
+        record = self.hub.kernels.pop(record_id, None)
+        if record is None:
+            self.send({"status": 404, "message": "no GPU kernel"}, 404)
+            return
+        self.hub.deleted.append(record_id)
+        record["process"].terminate()
+        await asyncio.get_running_loop().run_in_executor(None, record["process"].wait)
+        self.set_status(204)
+        self.finish()

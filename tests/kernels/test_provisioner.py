@@ -1,0 +1,147 @@
+"""The provisioner with jupyter_client's own kernel manager, against a stand-in for the hub's API."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
+
+from jupyter_gpuburst.server.kernelspecs import fetch_profiles, install_kernelspecs, write_kernelspecs
+from jupyter_gpuburst.server.provisioner import GPUBurstProvisioner, KernelPlacementError
+
+from .fake_hub import FakeHub
+
+TOKEN = "server-token-123"
+
+
+@pytest.fixture
+async def hub(monkeypatch):
+    fake = FakeHub(TOKEN)
+    fake.start()
+    monkeypatch.setenv("JUPYTERHUB_API_URL", fake.api_url)
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", TOKEN)
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+async def specs(hub, tmp_path):
+    # the server fetches once, synchronously, at start; here from a thread, the stand-in hub
+    # being served by this test's event loop
+    profiles = await asyncio.to_thread(fetch_profiles, hub.api_url, TOKEN)
+    names = write_kernelspecs(tmp_path, profiles)
+    assert names == ["gpuburst-gpu-1"]
+    return KernelSpecManager(kernel_dirs=[str(tmp_path)])
+
+
+async def run(client, code: str) -> dict:
+    """Execute and collect stdout, the result, or the error name."""
+    out = {"stdout": "", "result": None, "error": None}
+
+    def output(msg):
+        kind, content = msg["header"]["msg_type"], msg["content"]
+        if kind == "stream":
+            out["stdout"] += content["text"]
+        elif kind == "execute_result":
+            out["result"] = content["data"]["text/plain"]
+        elif kind == "error":
+            out["error"] = content["ename"]
+
+    await client.execute_interactive(code, output_hook=output, timeout=60)
+    return out
+
+
+async def test_gpu_kernel_lifecycle_through_the_hub_api(hub, specs):
+    km = AsyncKernelManager(kernel_name="gpuburst-gpu-1", kernel_spec_manager=specs)
+    await km.start_kernel()
+    try:
+        assert isinstance(km.provisioner, GPUBurstProvisioner)
+        assert km.kernel_spec.interrupt_mode == "message"
+        (post,) = hub.posts
+        assert post["profile"] == "gpu-1" and post["key"] == km.session.key.decode()
+        client = km.client()
+        client.start_channels()
+        await client.wait_for_ready(timeout=60)
+
+        first = await run(client, "import os; os.environ['JUPYTER_GPUBURST_SITE']")
+        assert first["result"] == "'origin'"
+        assert "scratch space" in first["stdout"]  # said on the first run...
+        second = await run(client, "1 + 1")
+        assert second["stdout"] == "" and second["result"] == "2"  # ...and only then
+        assert await km.is_alive()
+
+        # interrupt travels on the control channel, like for any kernel with interrupt_mode message
+        msg_id = client.execute("import time; time.sleep(60)")
+        while True:  # interrupt once the cell runs
+            msg = await client.get_iopub_msg(timeout=30)
+            if msg["header"]["msg_type"] == "execute_input" and msg["parent_header"].get("msg_id") == msg_id:
+                break
+        await km.interrupt_kernel()
+        reply = await client.get_shell_msg(timeout=30)
+        assert reply["parent_header"]["msg_id"] == msg_id
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+
+        # restart: the old pod goes, and the hub is asked for the same site first
+        old = km.provisioner.placement_id
+        client.stop_channels()
+        await km.restart_kernel()
+        assert hub.deleted == [old]
+        assert hub.posts[-1]["prefer_site"] == "origin"
+        client = km.client()
+        client.start_channels()
+        await client.wait_for_ready(timeout=60)
+        assert (await run(client, "40 + 2"))["result"] == "42"
+        client.stop_channels()
+
+        info = await km.provisioner.get_provisioner_info()
+        assert info["placement"]["site"] == "origin"
+        assert km.provisioner.public_placement()["site"] == "origin"
+    finally:
+        await km.shutdown_kernel(now=False)
+    assert len(hub.deleted) == 2 and hub.kernels == {}
+    assert not await km.is_alive()
+    # the key went to the hub once per start, and never came back
+    assert all(km.session.key.decode() not in text for text in hub.responses)
+
+
+async def test_restart_goes_elsewhere_when_the_site_is_full(hub, specs):
+    km = AsyncKernelManager(kernel_name="gpuburst-gpu-1", kernel_spec_manager=specs)
+    await km.start_kernel()
+    try:
+        assert km.provisioner.placement["site"] == "origin"
+        hub.full_sites.add("origin")
+        await km.restart_kernel()
+        assert km.provisioner.placement["site"] == "donor-1"
+    finally:
+        await km.shutdown_kernel(now=True)
+    assert hub.kernels == {}
+
+
+async def test_a_kernel_the_hub_cannot_place_fails_at_once_with_the_reason(hub, specs):
+    hub.full_reason = "No site can start 1 × nvidia.com/gpu now: origin 0 of 2 free."
+    km = AsyncKernelManager(kernel_name="gpuburst-gpu-1", kernel_spec_manager=specs)
+    with pytest.raises(KernelPlacementError) as info:
+        await km.start_kernel()
+    assert info.value.status_code == 503
+    assert str(info.value) == f"No GPU kernel: {hub.full_reason}"
+    assert hub.kernels == {}
+
+
+async def test_kernelspecs_name_the_provisioner_and_profile(hub, tmp_path):
+    ksm = KernelSpecManager(kernel_dirs=[])
+    env = {"JUPYTERHUB_API_URL": hub.api_url, "JUPYTERHUB_API_TOKEN": TOKEN}
+    names = await asyncio.to_thread(install_kernelspecs, ksm, str(tmp_path), env)
+    assert names == ["gpuburst-gpu-1"]
+    spec = ksm.get_kernel_spec("gpuburst-gpu-1")
+    assert spec.display_name == "Python 3 (1 GPU)"
+    assert spec.metadata["kernel_provisioner"] == {"provisioner_name": "gpuburst", "config": {"profile": "gpu-1"}}
+
+
+async def test_without_the_scope_no_gpu_kernels_are_offered(hub, tmp_path):
+    ksm = KernelSpecManager(kernel_dirs=[])
+    env = {"JUPYTERHUB_API_URL": hub.api_url, "JUPYTERHUB_API_TOKEN": "someone-elses"}
+    assert await asyncio.to_thread(install_kernelspecs, ksm, str(tmp_path), env) == []
+    assert ksm.kernel_dirs == []
+    assert "gpuburst-gpu-1" not in ksm.find_kernel_specs()
