@@ -50,6 +50,7 @@ from jupyter_gpuburst.sim.faults import FaultSchedule, FaultStep
 from jupyter_gpuburst.sim.federation import Federation
 from jupyter_gpuburst.sim.testing import running_federation
 
+T0 = time.monotonic()
 HUB_LOG_LEVEL = os.environ.get("GPUBURST_BENCH_HUB_LOG_LEVEL", "INFO")
 USER_LABEL = "hub.jupyter.org/username"
 SERVER_COMPONENT = "singleuser-server"
@@ -77,6 +78,11 @@ class Journey:
     seconds: float | None = None
     posts: int = 0
     hub_gone: int = 0
+    # (seconds since the run started, what happened): for the state dir's journeys.json
+    trace: list[tuple[float, str]] = field(default_factory=list)
+
+    def note(self, what: str) -> None:
+        self.trace.append((round(time.monotonic() - T0, 2), what))
 
 
 @dataclass
@@ -97,12 +103,19 @@ class Hub:
         )
         self.up = asyncio.Event()
         self.restarts = 0
+        self._restarting = asyncio.Lock()
 
     async def start(self) -> None:
         await self.process.start(timeout=120)
         self.up.set()
 
     async def kill_and_restart(self) -> None:
+        """SIGKILL a hub that is up (a restart still under way is waited for first)."""
+        async with self._restarting:
+            await self.up.wait()
+            await self._kill_and_restart()
+
+    async def _kill_and_restart(self) -> None:
         proc = self.process.proc
         self.up.clear()
         if proc is not None and proc.returncode is None:
@@ -145,9 +158,12 @@ async def journey(hub: Hub, session: aiohttp.ClientSession, user: str, attempts:
             out.outcome = "gave_up"
             return out
         out.posts += 1
+        out.note("POST")
         try:
             status, body = await _request(hub, session, "POST", f"/users/{user}/server", json={"profile": "gpu1"})
-        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
+            out.note(f"HTTP {status}")
+        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+            out.note(f"hub gone: {type(exc).__name__}")
             out.hub_gone += 1
             status, body = await _after_hub_loss(hub, session, user, deadline)
             if status == "ready":
@@ -402,6 +418,8 @@ async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, name: str,
             phase.hub_restarts = hub.restarts
             await _wait_hub(hub, time.monotonic() + 120)
             counts = await count(fed, hub, session, phase.journeys)
+            trace = [{"user": j.user, "outcome": j.outcome, "message": j.message[:300], "trace": j.trace} for j in phase.journeys]
+            (workdir / "journeys.json").write_text(json.dumps({"faults": phase.faults_done, "journeys": trace}, indent=1))
     finally:
         await hub.stop()
         await clear_pods(fed)

@@ -496,7 +496,10 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
 
     async def stop(self, now: bool = False) -> None:
         await super().stop(now=now)
-        if self._gb_tracker is not None:
+        # KubeSpawner stops a same-named pod inside start (a create retried after a timeout
+        # finds the first one): the spawn goes on, and so must its reservation
+        starting = self._start_future is not None and not self._start_future.done()
+        if self._gb_tracker is not None and not starting:
             self._gb_tracker.forget_decision(self.gpuburst_key)
         await self._gb_stop_kernels()
 
