@@ -42,7 +42,7 @@ import time
 import aiohttp
 import psutil
 
-from jupyter_gpuburst.bench.stats import percentile, summary
+from jupyter_gpuburst.bench.stats import summary
 
 CYCLE_P99_GOAL_MS = 5.0
 LAG_MAX_GOAL_MS = 5.0

@@ -36,7 +36,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -368,8 +368,6 @@ def _summarise(out: Outcome, federation: Federation) -> dict[str, Any]:
 
 
 def _params_json(p: TraceParams) -> dict[str, Any]:
-    from dataclasses import asdict
-
     return asdict(p)
 
 
