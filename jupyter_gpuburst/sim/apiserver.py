@@ -49,10 +49,6 @@ def _json(obj: Any, status: int = 200) -> web.Response:
     return web.Response(text=_dumps(obj), status=status, content_type=JSON)
 
 
-def tables_now(store: Store) -> str:
-    return defaults.timestamp(store.now())
-
-
 def _truthy(value: str | None) -> bool:
     return (value or "").lower() in ("true", "1")
 
@@ -443,13 +439,14 @@ class ApiServer:
             raise bad_request("PATCH /apply requires fieldManager")
         force = _truthy(request.query.get("force"))
         body = apply.parse_body(await request.read())
-        self.store._check_type(rt, dict(body))  # 400 for another kind or apiVersion
+        if body.get("kind") != rt.kind or body.get("apiVersion") != rt.api_version:
+            raise bad_request(f"the applied object must be a {rt.kind} of {rt.api_version} (got kind {body.get('kind')!r}, apiVersion {body.get('apiVersion')!r})")
         meta = body.get("metadata")
         if not isinstance(meta, dict) or meta.get("name") != name:
             raise bad_request("the name of the object does not match the name on the URL")
         if ns is not None and meta.get("namespace") not in (None, ns):
             raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
-        now = tables_now(self.store)
+        now = defaults.timestamp(self.store.now())
         dry_run = _dry_run(request)
         if not self.store.exists(rt.key, ns, name):
             if sub:

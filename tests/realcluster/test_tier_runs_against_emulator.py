@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 GPUBURST = Path(sys.executable).parent / "gpuburst"
-TIER_MODULES = {"test_doctor_real", "test_capacity_real", "test_spawn_real"}
+TIER_MODULES = {"test_doctor_real", "test_capacity_real", "test_spawn_real", "test_conformance_real"}
 # Skips README.md documents as acceptable on some clusters; the default federation has free
 # GPUs on the origin and the donor, and the hub is reachable, so none of them may happen here.
 DOCUMENTED_SKIPS: tuple[str, ...] = ()
@@ -121,7 +121,7 @@ def test_realcluster_tier_passes_against_gpuburst_sim(tmp_path):
         run = subprocess.run(
             [sys.executable, "-m", "pytest", "tests/realcluster", "-m", "realcluster", "-q", "-rs",
              "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "tier"), "--junitxml", str(report)],
-            cwd=REPO, env=tier_env(kubeconfig), capture_output=True, text=True, timeout=240,
+            cwd=REPO, env=tier_env(kubeconfig), capture_output=True, text=True, timeout=480,
         )
         pods = psutil.Process(proc.pid).children(recursive=True)
     finally:

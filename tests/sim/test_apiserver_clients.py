@@ -271,7 +271,7 @@ async def test_status_subresource_and_dry_run(apiserver):
 async def test_log_subresource_delete_collection_and_quantities(apiserver, tmp_path):
     log_file = tmp_path / "nb.log"
     log_file.write_text("starting\nlistening on 8888\n")
-    apiserver.log_reader = lambda ns, name: log_file if (ns, name) == ("default", "nb") else None
+    apiserver.log_reader = lambda ns, name, container, previous: log_file if (ns, name, previous) == ("default", "nb", False) else None
     apiserver.store.create("pods", pod_manifest("nb"))
     apiserver.store.create("pods", pod_manifest("waiting"))
 

@@ -164,6 +164,7 @@ async def test_gpu_pod_pinned_to_donor_runs_there_and_is_reachable_from_origin(f
                 "image": "python",
                 "command": [sys.executable, "-m", "http.server", "--bind", "0.0.0.0", "8888"],
                 "ports": [{"containerPort": 8888}],
+                "readinessProbe": {"tcpSocket": {"port": 8888}, "periodSeconds": 1},
                 "resources": {"limits": {"nvidia.com/gpu": "2"}},
             }],
         },

@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from jupyter_gpuburst.sim.errors import ApiError, bad_request
+from jupyter_gpuburst.sim.errors import bad_request
 
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
@@ -59,10 +59,8 @@ async def serve(request: web.Request, namespace: str, name: str, opener: Opener 
     ready = ws.can_prepare(request)
     if not ready.ok or ready.protocol not in PROTOCOLS:
         raise bad_request(f"unable to upgrade connection: no supported subprotocol requested (supported: {', '.join(PROTOCOLS)})")
-    try:
-        proc, master = await opener(namespace, name, request.query.get("container"), command, stdin=stdin, tty=tty)
-    except ApiError:
-        raise
+    # errors (no such container, not running, unknown command) are answered before the upgrade
+    proc, master = await opener(namespace, name, request.query.get("container"), command, stdin=stdin, tty=tty)
     await ws.prepare(request)
     v5 = ws.ws_protocol == PROTOCOLS[0]
     try:

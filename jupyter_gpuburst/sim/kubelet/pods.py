@@ -112,13 +112,12 @@ class PodRun:
 class Kubelet:
     """Runs every pod bound to a non-virtual node of this cluster."""
 
-    def __init__(self, store: Store, pool: AddressPool, *, state_dir: Path, readiness_interval_s: float = 0.05, stop_grace_s: float = 2.0, backoff_initial_s: float = BACKOFF_INITIAL_S):
+    def __init__(self, store: Store, pool: AddressPool, *, state_dir: Path, stop_grace_s: float = 2.0, backoff_initial_s: float = BACKOFF_INITIAL_S):
         self.store = store
         self.stop_grace_s = stop_grace_s
         self.pool = pool
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.readiness_interval_s = readiness_interval_s  # kept for callers; probes have their own periods
         self.backoff_initial_s = backoff_initial_s
         self._pods: dict[tuple[str, str], PodRun] = {}
         self._finished: dict[tuple[str, str], PodRun] = {}  # logs stay readable after the pod is gone
