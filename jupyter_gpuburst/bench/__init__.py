@@ -10,6 +10,7 @@ BENCHMARKS = {
     "telemetry": "jupyter_gpuburst.bench.telemetry",
     "spawn": "jupyter_gpuburst.bench.spawn",
     "redirect": "jupyter_gpuburst.bench.redirect",
+    "kernels": "jupyter_gpuburst.bench.kernels",
 }
 
 

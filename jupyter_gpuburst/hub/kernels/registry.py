@@ -293,6 +293,7 @@ class KernelRegistry:
             server_pod=server_pod,
             grace_seconds=self.settings.termination_grace_seconds,
             extra_env=dict(self.settings.extra_env),
+            command=list(self.settings.command) or None,
         )
         await self.api.create_namespaced_secret(record.namespace, secret)
         try:
