@@ -12,6 +12,7 @@ BENCHMARKS = {
     "redirect": "jupyter_gpuburst.bench.redirect",
     "chaos": "jupyter_gpuburst.bench.chaos",
     "trace": "jupyter_gpuburst.bench.trace",
+    "kernels": "jupyter_gpuburst.bench.kernels",
 }
 
 

@@ -55,10 +55,7 @@ class PlacementHandler(GPUBurstHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        from jupyter_gpuburst.server.provisioner import remote_kernels
-
-        kernels = remote_kernels(self.kernel_manager) if await self.may_read_kernels() else []
-        self.finish(json.dumps({**self.placement, "kernels": kernels}))
+        self.finish(json.dumps(self.placement))
 
 
 class GPUsHandler(GPUBurstHandler):

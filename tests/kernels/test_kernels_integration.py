@@ -108,8 +108,9 @@ async def test_cpu_server_runs_gpu_kernels_on_origin_then_donor(federation, star
     assert secret["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
 
     # the server's GPU panel data names the kernel's site; the kernel API never shows the key
-    status, placement = await server_api(hub, "alice", "GET", "/gpuburst/placement")
-    assert [k["site"] for k in placement["kernels"]] == ["origin"]
+    status, listing = await server_api(hub, "alice", "GET", "/gpuburst/kernels")
+    assert status == 200 and [(k["site"], k["kernel_id"]) for k in listing["kernels"]] == [("origin", first["id"])]
+    assert connection_key not in json.dumps(listing)
     alice = await user_token(hub, "alice", ["custom:gpuburst:kernels"])
     status, listing = await kernel_api(hub, alice, "GET")
     assert status == 200 and [k["site"] for k in listing["kernels"]] == ["origin"]

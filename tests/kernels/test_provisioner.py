@@ -145,3 +145,20 @@ async def test_without_the_scope_no_gpu_kernels_are_offered(hub, tmp_path):
     assert await asyncio.to_thread(install_kernelspecs, ksm, str(tmp_path), env) == []
     assert ksm.kernel_dirs == []
     assert "gpuburst-gpu-1" not in ksm.find_kernel_specs()
+
+
+async def test_idle_culling_gives_the_gpu_back(hub, specs):
+    from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+
+    mkm = AsyncMappingKernelManager(kernel_spec_manager=specs, cull_idle_timeout=1, cull_interval=1)
+    kernel_id = await mkm.start_kernel(kernel_name="gpuburst-gpu-1")
+    record = mkm.get_kernel(kernel_id).provisioner.placement_id
+    try:
+        for _ in range(300):
+            if record in hub.deleted:
+                break
+            await asyncio.sleep(0.1)
+        assert record in hub.deleted and hub.kernels == {}
+        assert kernel_id not in mkm.list_kernel_ids()
+    finally:
+        await mkm.shutdown_all(now=True)

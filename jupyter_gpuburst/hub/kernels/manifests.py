@@ -73,6 +73,7 @@ def kernel_pod(
     server_pod: dict[str, Any] | None,
     grace_seconds: int,
     extra_env: dict[str, str] | None = None,
+    command: list[str] | None = None,
     uid: int | None = 1000,
     gid: int | None = 100,
 ) -> dict[str, Any]:
@@ -99,7 +100,7 @@ def kernel_pod(
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
-        "command": list(KERNEL_ENTRY),
+        "command": list(command or KERNEL_ENTRY),
         "env": env,
         "ports": [{"name": channel, "containerPort": ports[f"{channel}_port"], "protocol": "TCP"} for channel in CHANNELS],
         # ready once the kernel listens: the server connects only then

@@ -54,6 +54,7 @@ class KernelRecord:
     error: str = ""
     files: str = "scratch"
     relocated_from: str = ""
+    groups: frozenset[str] = frozenset()
     attempts: list[dict[str, str]] = field(default_factory=list)
     created: float = field(default_factory=time.time)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -210,6 +211,7 @@ class KernelRegistry:
             kernel_id=kernel_id,
             profile=profile,
             namespace=((server_pod or {}).get("metadata") or {}).get("namespace") or self.namespace,
+            groups=groups,
         )
         request = GPURequest(profile.resource, profile.count, user, groups, profile.slug, profile.allowed_sites)
         placement = self._place(record, request, prefer_site)
@@ -278,7 +280,7 @@ class KernelRegistry:
             namespace=record.namespace,
             record_id=record.id,
             user=record.user,
-            groups=[],
+            groups=sorted(record.groups),
             server_name=record.server_name,
             profile=record.profile,
             placement=placement,
@@ -291,6 +293,7 @@ class KernelRegistry:
             server_pod=server_pod,
             grace_seconds=self.settings.termination_grace_seconds,
             extra_env=dict(self.settings.extra_env),
+            command=list(self.settings.command) or None,
         )
         await self.api.create_namespaced_secret(record.namespace, secret)
         try:

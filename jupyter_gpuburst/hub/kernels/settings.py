@@ -167,6 +167,13 @@ class GPUKernelSettings(Configurable):
         Default: scratch space for every kernel.""",
     ).tag(config=True)
 
+    command = List(
+        Unicode(),
+        help="""Command of kernel pods. Default: ``python -m jupyter_gpuburst.server.kernel_pod``,
+        which writes the connection file from the pod's Secret and runs ipykernel. Change it
+        only for an image whose Python is elsewhere; the command must do the same.""",
+    ).tag(config=True)
+
     extra_env = Dict(
         value_trait=Unicode(),
         help="Extra environment variables for kernel pods.",

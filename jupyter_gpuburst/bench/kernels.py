@@ -1,0 +1,232 @@
+"""`gpuburst bench kernels`: GPU kernel start latency, and concurrent kernel starts without double booking.
+
+Runs the hub's kernel registry (the code behind ``/hub/api/gpuburst/kernels``) in this process
+against the local federation; the HTTP hop from the server to the hub is left out, it is the
+same for every site.
+
+1. **latency**: ``--rounds`` rounds, each starting (interleaved, same run) one GPU kernel pinned
+   to the origin, one pinned to the donor, and one plain local ipykernel (jupyter_client's
+   LocalProvisioner); each is timed from the start request to its first ``kernel_info_reply``
+   over ZMQ, then stopped. Reported: medians, and origin and donor over local as ratios.
+2. **concurrency**: a federation with ``--gpus`` GPUs (40% origin, 60% donor); ``--concurrent``
+   kernels requested at once. Each kernel pod runs a stand-in that only binds the five ports (a
+   real ipykernel per kernel does not fit a 2-core machine). Reported: kernels started and
+   refused, double bookings read from every cluster's API server (pods bound beyond a node's
+   allocatable GPUs) and from the ledger (reservations beyond a site's free GPUs), p50/p95.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from jupyter_gpuburst.bench.spawn import GPU, overcommitted_pods, percentile
+from jupyter_gpuburst.hub.capacity import CapacityTracker
+from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRegistry
+from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
+from jupyter_gpuburst.hub.settings import GPUBurstSettings
+from jupyter_gpuburst.sim.config import parse_config
+from jupyter_gpuburst.sim.testing import running_federation
+
+log = logging.getLogger("gpuburst.bench.kernels")
+DONOR = "donor-1"
+# binds the five ports of the connection and waits: what kubelet readiness and the ledger see
+STANDIN = (
+    "import json,os,socket,time;c=json.loads(os.environ['JUPYTER_GPUBURST_KERNEL_CONNECTION']);"
+    "s=[socket.create_server((c['ip'],c[k])) for k in ('shell_port','iopub_port','stdin_port','control_port','hb_port')];"
+    "time.sleep(3600)"
+)
+
+
+def federation(gpus: int, concurrent: int) -> Any:
+    origin = max(1, round(gpus * 0.4))
+    donor = gpus - origin
+    per = 4
+    origin_nodes = [{"name": "origin-gpu", "count": max(1, origin // per), "cpu": "64", "memory": "512Gi", "pods": 110, "resources": {GPU: min(per, origin)}}]
+    origin_nodes.append({"name": "origin-cpu", "cpu": "64", "memory": "512Gi", "pods": 110})
+    data = {
+        "origin": {"name": "origin", "nodes": origin_nodes},
+        "donors": [{
+            "name": DONOR,
+            "nodes": [{"name": f"{DONOR}-gpu", "count": max(1, donor // 8), "cpu": "256", "memory": "2Ti", "pods": 110, "resources": {GPU: min(8, donor)}}],
+            "grant": {"cpu": "1000", "memory": "8Ti", "pods": str(concurrent + 110), GPU: donor},
+        }],
+    }
+    return parse_config(data, "<bench kernels>")
+
+
+async def registry_on(kubeconfig: Path, settings: GPUKernelSettings) -> tuple[KernelRegistry, Any]:
+    from kubernetes_asyncio import client, config
+
+    configuration = client.Configuration()
+    await config.load_kube_config(config_file=str(kubeconfig), context="origin", client_configuration=configuration)
+    api_client = client.ApiClient(configuration)
+    tracker = CapacityTracker(client.CoreV1Api(api_client), GPUBurstSettings(), log)
+    await tracker.start()
+    registry = KernelRegistry(tracker, settings, client.CoreV1Api(api_client), client.CustomObjectsApi(api_client), "bench", "default", log)
+    return registry, api_client
+
+
+async def first_reply(connection: dict[str, Any], key: bytes, timeout: float = 120) -> None:
+    from jupyter_client.asynchronous.client import AsyncKernelClient
+
+    kc = AsyncKernelClient()
+    kc.load_connection_info({**connection, "key": key, "signature_scheme": "hmac-sha256"})
+    kc.start_channels()
+    try:
+        msg_id = kc.kernel_info()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            reply = await kc.get_shell_msg(timeout=deadline - time.monotonic())
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return
+    finally:
+        kc.stop_channels()
+
+
+async def remote_start(registry: KernelRegistry, profile: str, user: str) -> float:
+    import secrets
+
+    key = secrets.token_hex(16)
+    t0 = time.perf_counter()
+    record = await registry.start(user=user, groups=frozenset(), server_name="", server_pod=None, profile_slug=profile, key=key,
+                                  signature_scheme="hmac-sha256", kernel_id="", notebook_dir="")
+    while record.state == "pending":
+        await registry.wait(record, 5)
+    if record.state != "running":
+        raise RuntimeError(f"{profile} kernel did not start: {record.error}")
+    connection = {"transport": "tcp", "ip": registry.pod_ip(record), **registry.settings.ports()}
+    await first_reply(connection, key.encode())
+    elapsed = time.perf_counter() - t0
+    await registry.stop(record)
+    return elapsed
+
+
+async def local_start() -> float:
+    from jupyter_client.manager import AsyncKernelManager
+
+    t0 = time.perf_counter()
+    km = AsyncKernelManager(kernel_name="python3")
+    await km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    try:
+        await kc.wait_for_ready(timeout=120)
+        elapsed = time.perf_counter() - t0
+    finally:
+        kc.stop_channels()
+        await km.shutdown_kernel(now=True)
+    return elapsed
+
+
+async def latency(rounds: int, state_dir: Path) -> dict[str, Any]:
+    kubeconfig = state_dir / "kubeconfig-latency"
+    async with running_federation(state_dir=state_dir / "sim-latency", kubeconfig=kubeconfig):
+        settings = GPUKernelSettings(profiles=[
+            {"slug": "origin", "resource": GPU, "count": 1, "allowed_sites": ["origin"]},
+            {"slug": "donor", "resource": GPU, "count": 1, "allowed_sites": [DONOR]},
+        ])
+        registry, api_client = await registry_on(kubeconfig, settings)
+        times: dict[str, list[float]] = {"origin": [], "donor": [], "local": []}
+        try:
+            for i in range(rounds):
+                times["origin"].append(await remote_start(registry, "origin", f"u{i}"))
+                times["donor"].append(await remote_start(registry, "donor", f"u{i}"))
+                times["local"].append(await local_start())
+        finally:
+            await registry.tracker.stop()
+            await api_client.close()
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "rounds": rounds,
+        "median_s": {k: round(v, 3) for k, v in med.items()},
+        "origin_over_local": round(med["origin"] / med["local"], 2),
+        "donor_over_local": round(med["donor"] / med["local"], 2),
+        "samples_s": {k: [round(x, 3) for x in v] for k, v in times.items()},
+    }
+
+
+def ledger_double_bookings(registry: KernelRegistry) -> int:
+    """Sites where reservations promise more GPUs than the inventory has free."""
+    snapshot = registry.tracker.snapshot()
+    over = 0
+    for name, site in snapshot.sites.items():
+        if registry.tracker.placer.reservations.on_site(name, GPU) > site.free.get(GPU, 0):
+            over += 1
+        if site.free.get(GPU, 0) < 0:
+            over += 1
+    return over
+
+
+async def concurrency(gpus: int, concurrent: int, state_dir: Path) -> dict[str, Any]:
+    kubeconfig = state_dir / "kubeconfig-concurrency"
+    async with running_federation(federation(gpus, concurrent), state_dir=state_dir / "sim-concurrency", kubeconfig=kubeconfig) as fed:
+        settings = GPUKernelSettings(profiles=[{"slug": "gpu-1", "resource": GPU, "count": 1}], start_timeout=600.0)
+        settings.command = [sys.executable, "-I", "-S", "-c", STANDIN]
+        registry, api_client = await registry_on(kubeconfig, settings)
+        try:
+            async def one(i: int) -> tuple[str, float]:
+                t0 = time.perf_counter()
+                try:
+                    record = await registry.start(user=f"u{i}", groups=frozenset(), server_name="", server_pod=None, profile_slug="gpu-1",
+                                                  key="k" * 32, signature_scheme="hmac-sha256", kernel_id="", notebook_dir="")
+                except KernelError as exc:
+                    return ("refused" if exc.status == 503 else "error", time.perf_counter() - t0)
+                while record.state == "pending":
+                    await registry.wait(record, 5)
+                return (record.state, time.perf_counter() - t0)
+
+            outcomes = await asyncio.gather(*(one(i) for i in range(concurrent)))
+            running = [t for state, t in outcomes if state == "running"]
+            result = {
+                "gpus": gpus,
+                "concurrent": concurrent,
+                "running": len(running),
+                "refused_no_capacity": sum(1 for s, _ in outcomes if s == "refused"),
+                "failed": sum(1 for s, _ in outcomes if s not in ("running", "refused")),
+                "double_bookings_api_server": overcommitted_pods(fed),
+                "double_bookings_ledger": ledger_double_bookings(registry),
+                "start_p50_s": round(percentile(running, 50), 3),
+                "start_p95_s": round(percentile(running, 95), 3),
+            }
+            for record in list(registry.records.values()):
+                await registry.stop(record, wait=0)
+            return result
+        finally:
+            await registry.tracker.stop()
+            await api_client.close()
+
+
+async def run(rounds: int, gpus: int, concurrent: int, state_dir: Path) -> dict[str, Any]:
+    return {
+        "benchmark": "kernels",
+        "latency": await latency(rounds, state_dir),
+        "concurrency": await concurrency(gpus, concurrent, state_dir),
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gpuburst bench kernels", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5, help="latency rounds (origin, donor, local each)")
+    parser.add_argument("--gpus", type=int, default=40, help="GPUs in the concurrency federation")
+    parser.add_argument("--concurrent", type=int, default=100, help="kernels requested at once")
+    parser.add_argument("--state-dir", type=Path, help="keep the emulator's files here")
+    parser.add_argument("--json", action="store_true", help="print JSON (the only output format)")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.gpus < 2 or args.concurrent < 1:
+        parser.error("--rounds and --concurrent must be at least 1, --gpus at least 2")
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="gpuburst-bench-kernels-") as tmp:
+        state_dir = args.state_dir or Path(tmp)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        result = asyncio.run(run(args.rounds, args.gpus, args.concurrent, state_dir))
+    print(json.dumps(result, indent=1))
+    return 0

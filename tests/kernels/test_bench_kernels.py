@@ -1,0 +1,25 @@
+"""`gpuburst bench kernels` at a small size: it runs, and concurrent starts never double-book."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_bench_kernels_small_run_reports_ratios_and_no_double_booking(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "jupyter_gpuburst.cli", "bench", "kernels", "--rounds", "1", "--gpus", "6", "--concurrent", "10",
+         "--state-dir", str(tmp_path), "--json"],
+        capture_output=True, text=True, timeout=280, check=True,
+    )
+    result = json.loads(out.stdout)
+    latency, concurrency = result["latency"], result["concurrency"]
+    assert set(latency["median_s"]) == {"origin", "donor", "local"}
+    assert latency["origin_over_local"] == round(latency["median_s"]["origin"] / latency["median_s"]["local"], 2)
+    assert concurrency["running"] == 6 and concurrency["refused_no_capacity"] == 4
+    assert concurrency["double_bookings_api_server"] == 0 and concurrency["double_bookings_ledger"] == 0

@@ -1,0 +1,121 @@
+"""The hub's kernel registry on the local federation: one ledger with the spawner, bad input
+refused before anything is made, other users' kernels invisible, orphans reaped."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.core.placement import GPURequest, Placement
+from jupyter_gpuburst.hub.capacity import CapacityTracker
+from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRegistry
+from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
+from jupyter_gpuburst.hub.settings import GPUBurstSettings
+from jupyter_gpuburst.sim.testing import running_federation, wait_until
+
+pytestmark = pytest.mark.integration
+
+GPU = "nvidia.com/gpu"
+KEY = "f" * 32
+
+
+@pytest.fixture
+async def registry(tmp_path):
+    from kubernetes_asyncio import client, config
+
+    kubeconfig = tmp_path / "kubeconfig"
+    async with running_federation(state_dir=tmp_path / "sim", kubeconfig=kubeconfig) as fed:
+        configuration = client.Configuration()
+        await config.load_kube_config(config_file=str(kubeconfig), context="origin", client_configuration=configuration)
+        async with client.ApiClient(configuration) as api_client:
+            log = logging.getLogger("test")
+            tracker = CapacityTracker(client.CoreV1Api(api_client), GPUBurstSettings(), log)
+            await tracker.start()
+            settings = GPUKernelSettings(profiles=[{"slug": "gpu-1", "resource": GPU, "count": 1}])
+            reg = KernelRegistry(tracker, settings, client.CoreV1Api(api_client), client.CustomObjectsApi(api_client), "img", "default", log)
+            reg.federation = fed
+            try:
+                yield reg
+            finally:
+                for record in list(reg.records.values()):
+                    await reg.stop(record, wait=0)
+                await tracker.stop()
+
+
+def kernel_pods(registry) -> list[dict]:
+    items, _ = registry.federation.origin.store.list("pods", "default", label_selector=f"{keys.COMPONENT_LABEL}={keys.KERNEL_COMPONENT}")
+    return items
+
+
+async def start(registry, user: str = "alice", **overrides):
+    args = dict(user=user, groups=frozenset(), server_name="", server_pod=None, profile_slug="gpu-1", key=KEY,
+                signature_scheme="hmac-sha256", kernel_id="k1", notebook_dir="")
+    args.update(overrides)
+    return await registry.start(**args)
+
+
+async def test_a_gpu_promised_to_a_spawning_server_is_never_given_to_a_kernel(registry):
+    tracker = registry.tracker
+    # a GPU server is being spawned and holds both origin GPUs in the shared ledger
+    held = tracker.placer.place("bob/", GPURequest(GPU, 2, "bob"), tracker.snapshot(), time.monotonic())
+    assert isinstance(held, Placement) and held.site == "origin"
+    record = await start(registry)
+    assert record.placement.site == "donor-1"
+    # held by its reservation until bound, then by its pod in the inventory: never by neither
+    def donor_held() -> int:
+        reserved = tracker.placer.reservations.on_site("donor-1", GPU)
+        return reserved + 8 - tracker.snapshot().site("donor-1").free.get(GPU, 0)
+
+    assert donor_held() == 1
+    await wait_until(lambda: tracker.placer.reservations.get(record.key) is None, timeout=20, what="kernel pod bound")
+    assert donor_held() == 1
+    assert [p["metadata"]["labels"][keys.SITE_LABEL] for p in kernel_pods(registry)] == ["donor-1"]
+    # and the capacity report shows the kernel next to servers
+    assert tracker.placements()[record.key]["site"] == "donor-1"
+
+
+async def test_bad_requests_are_refused_and_create_nothing(registry):
+    for overrides, status, words in [
+        ({"profile_slug": "gpu-99"}, 400, "unknown GPU kernel profile"),
+        ({"key": "short"}, 400, "connection key"),
+        ({"signature_scheme": "none"}, 400, "signature scheme"),
+        ({"prefer_site": 3}, 400, "prefer_site"),
+    ]:
+        with pytest.raises(KernelError) as info:
+            await start(registry, **overrides)
+        assert info.value.status == status and words in info.value.message
+    assert kernel_pods(registry) == [] and len(registry.tracker.placer.reservations) == 0
+
+
+async def test_another_users_kernel_reads_as_missing(registry):
+    record = await start(registry)
+    with pytest.raises(KernelError) as info:
+        registry.get("mallory", record.id)
+    assert info.value.status == 404
+    assert registry.list("mallory") == []
+    assert [r.id for r in registry.list("alice")] == [record.id]
+
+
+async def test_kernels_whose_server_is_gone_are_reaped(registry):
+    kept = await start(registry, user="alice")
+    orphan = await start(registry, user="carol")
+    reaped = await registry.reap(lambda user, server: user == "alice")
+    assert reaped == 1
+    await wait_until(lambda: [p["metadata"]["name"] for p in kernel_pods(registry)] == [kept.pod_name], timeout=20, what="orphan pod deleted")
+    assert registry.tracker.placer.reservations.get(orphan.key) is None
+    assert orphan.id not in registry.records and kept.id in registry.records
+
+
+async def test_a_restart_returns_to_its_site_when_it_still_fits(registry):
+    record = await start(registry, prefer_site="donor-1")
+    assert record.placement.site == "donor-1" and not record.relocated_from
+    # the donor is not allowed for the next one: it is re-placed, and says so
+    registry.profiles["gpu-1"] = registry.profiles["gpu-1"].__class__(**{**registry.profiles["gpu-1"].__dict__, "allowed_sites": ("origin",)})
+    moved = await start(registry, prefer_site="donor-1")
+    assert moved.placement.site == "origin" and moved.relocated_from == "donor-1"
+    (pod,) = [p for p in kernel_pods(registry) if p["metadata"]["name"] == moved.pod_name]
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert "restarted on the origin" in env["JUPYTER_GPUBURST_KERNEL_NOTE"]
