@@ -57,7 +57,7 @@ class CapacityTracker:
         self.inventory = Inventory(
             resource_names=settings.gpu_resource_names, resource_prefixes=settings.gpu_resource_prefixes
         )
-        self.placer = Placer(settings.policy(), ttl_s=settings.reservation_ttl_seconds)
+        self.placer = Placer(settings.policy(), self.inventory, ttl_s=settings.reservation_ttl_seconds)
         # pods placed by this product (they carry the site label), by namespace/name
         self._pods: dict[str, dict[str, Any]] = {}
         # decisions whose pod does not exist yet, by server key
