@@ -66,6 +66,7 @@ class NodeCapacity(NamedTuple):
     allocatable: Map = EMPTY
     requested: Map = EMPTY  # by pods bound to the node
     reserved: Map = EMPTY  # by in-flight spawns placed on the node
+    gpu_resources: tuple[str, ...] = ()  # the GPU resources in allocatable, for the index
 
     @property
     def is_donor(self) -> bool:
@@ -144,7 +145,7 @@ class SiteCapacity(NamedTuple):
 
     def as_dict(self) -> dict[str, Any]:
         def numbers(t: Totals) -> dict[str, int]:
-            return {"allocatable": t.allocatable, "requested": t.requested, "reserved": t.reserved, "free": t.free}
+            return {"allocatable": t.allocatable, "requested": t.requested, "free": t.free}
 
         counted = {r: t for r, t in self.totals.items() if any(t)}
         return {
@@ -157,6 +158,8 @@ class SiteCapacity(NamedTuple):
             "resources": {r: numbers(counted[r]) for r in sorted(counted) if r not in _COMPUTE},
             # CPU in millicores, memory and ephemeral storage in bytes, pods in slots
             "compute": {r: numbers(counted[r]) for r in COMPUTE_RESOURCES if r in counted},
+            # held by spawns in flight (already left out of "free"), every resource
+            "reserved": {r: counted[r].reserved for r in sorted(counted) if counted[r].reserved},
         }
 
 
@@ -234,8 +237,10 @@ class Inventory:
         self._pods: dict[str, _PodRecord] = {}
         self._holds: dict[str, _PodRecord] = {}
         # identical request vectors share one tuple: 500 000 pods come from a few profiles
-        self._shapes: dict[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] = {}
+        self._shapes: dict[tuple[tuple[str, int], ...], tuple[tuple[tuple[str, int], ...], int]] = {}
         self._version = 0
+        # one bound method, so that parse caches keyed by it hit across events
+        self._counts = self.counts
 
     # ---- what counts -------------------------------------------------------------------
     def tracks(self, resource: str) -> bool:
@@ -284,6 +289,7 @@ class Inventory:
                 allocatable=Map(allocatable),
                 requested=old.requested if old is not None else EMPTY,
                 reserved=old.reserved if old is not None else EMPTY,
+                gpu_resources=tuple(sorted(r for r in allocatable if r not in _COMPUTE)),
             )
             if new == old:
                 return False  # a heartbeat or a label change: nothing placement reads
@@ -322,18 +328,19 @@ class Inventory:
         donor_site = site if site and site != keys.ORIGIN_SITE else None
         if node is None and donor_site is None:
             return None  # unbound and not placed by us: holds nothing yet
-        requests = pod_requests(spec, self.counts)
-        shape = tuple(sorted(requests.items()))
-        shape = self._shapes.setdefault(shape, shape) if len(self._shapes) < 65536 else shape
-        gpu_units = sum(v for r, v in shape if r not in _COMPUTE)
-        user: str | None = None
-        groups: tuple[str, ...] = ()
-        if donor_site is not None:
-            # only donor GPUs count against the per-user and per-group caps
-            annotations = meta.get("annotations") or {}
-            user = annotations.get(keys.USER_ANNOTATION)
-            groups = _groups(annotations.get(keys.GROUPS_ANNOTATION))
-        return _PodRecord(node, shape, donor_site, user, groups, gpu_units)
+        shape = tuple(sorted(pod_requests(spec, self._counts).items()))
+        known = self._shapes.get(shape)
+        if known is None:
+            known = (shape, sum(v for r, v in shape if r not in _COMPUTE))
+            if len(self._shapes) < 65536:
+                self._shapes[shape] = known
+        if donor_site is None:
+            return tuple.__new__(_PodRecord, (node, known[0], None, None, (), known[1]))
+        # only donor GPUs count against the per-user and per-group caps
+        annotations = meta.get("annotations") or {}
+        user = annotations.get(keys.USER_ANNOTATION)
+        groups = _groups(annotations.get(keys.GROUPS_ANNOTATION))
+        return _PodRecord(node, known[0], donor_site, user, groups, known[1])
 
     # ---- reservations ------------------------------------------------------------------
     def hold(
@@ -374,17 +381,7 @@ class Inventory:
             if old is None:
                 old = NodeCapacity(name=record.node, site=keys.ORIGIN_SITE, cluster_id=None)
                 self._nodes = self._nodes.set(record.node, old)
-            counts = old.reserved if reserved else old.requested
-            mutation = counts.mutate()
-            for resource, value in record.requests:
-                updated = mutation.get(resource, 0) + sign * value
-                if updated:
-                    mutation[resource] = updated
-                else:
-                    del mutation[resource]
-            counts = mutation.finish()
-            new = old._replace(reserved=counts) if reserved else old._replace(requested=counts)
-            self._replace_node(old, new, record.requests)
+            self._move(old, record.requests, sign, reserved)
         if record.donor_site and record.gpu_units and (record.user or record.groups):
             usage = self._usage.mutate()
             owners = ([("user", record.user)] if record.user else []) + [("group", g) for g in record.groups]
@@ -395,6 +392,73 @@ class Inventory:
                 else:
                     del usage[owner]
             self._usage = usage.finish()
+
+    def _move(self, old: NodeCapacity, requests: tuple[tuple[str, int], ...], sign: int, reserved: bool) -> None:
+        """Add (sign +1) or take away (-1) one pod's or hold's ``requests`` on node ``old``.
+
+        The hot path of every watch event, in one pass over the touched resources: the index
+        entry moves only when the node's free GPUs or its CPU/memory grade change, and the pods
+        of an ineligible node touch no site totals.
+        """
+        name, site_name, _cluster, _present, _ready, eligible, allocatable, requested, held, gpus = old
+        counts = held if reserved else requested
+        other = requested if reserved else held
+        site = self._sites.get(site_name) if eligible else None
+        totals = site[4] if site is not None else None
+        frees: dict[str, tuple[int, int]] = {}
+        for resource, value in requests:
+            delta = sign * value
+            before = counts.get(resource, 0)
+            after = before + delta
+            counts = counts.set(resource, after) if after else counts.delete(resource)
+            if not eligible:
+                continue
+            free_before = allocatable.get(resource, 0) - before - other.get(resource, 0)
+            free_after = free_before - delta
+            frees[resource] = (free_before, free_after)
+            if totals is not None:
+                t_alloc, t_req, t_held, t_free = totals.get(resource, _ZERO)
+                free_delta = (free_after if free_after > 0 else 0) - (free_before if free_before > 0 else 0)
+                if reserved:
+                    updated = tuple.__new__(Totals, (t_alloc, t_req, t_held + delta, t_free + free_delta))
+                else:
+                    updated = tuple.__new__(Totals, (t_alloc, t_req + delta, t_held, t_free + free_delta))
+                totals = totals.set(resource, updated) if any(updated) else totals.delete(resource)
+        new_requested, new_held = (requested, counts) if reserved else (counts, held)
+        new = tuple.__new__(NodeCapacity, (name, site_name, _cluster, _present, _ready, eligible, allocatable, new_requested, new_held, gpus))
+        if eligible and gpus:
+            self._move_in_index(old, gpus, frees)
+        if totals is not None:
+            self._sites = self._sites.set(site_name, tuple.__new__(SiteCapacity, (*site[:4], totals)))  # type: ignore[index]
+        if not _present and not new_requested and not new_held:
+            self._nodes = self._nodes.delete(name)
+        else:
+            self._nodes = self._nodes.set(name, new)
+        self._version += 1
+
+    def _move_in_index(self, old: NodeCapacity, gpus: tuple[str, ...], frees: dict[str, tuple[int, int]]) -> None:
+        """Re-file one node after its free counts in ``frees`` went from [0] to [1]."""
+
+        def free(resource: str, which: int) -> int:
+            known = frees.get(resource)
+            if known is not None:
+                return known[which]
+            return old[6].get(resource, 0) - old[7].get(resource, 0) - old[8].get(resource, 0)
+
+        if "cpu" not in frees and "memory" not in frees and not any(g in frees for g in gpus):
+            return
+        grades = [fitindex.grade_key(free("cpu", w), free("memory", w)) for w in (0, 1)]
+        index = self._index
+        for resource in gpus:
+            before, after = free(resource, 0), free(resource, 1)
+            if before == after and grades[0] == grades[1]:
+                continue
+            key = (old[1], resource)
+            if before > 0:
+                index = fitindex.discard(index, key, before, grades[0], old[0])
+            if after > 0:
+                index = fitindex.add(index, key, after, grades[1], old[0])
+        self._index = index
 
     # ---- the one place where node state changes ----------------------------------------
     def _replace_node(
@@ -493,19 +557,20 @@ def _counted(node: NodeCapacity | None, resource: str) -> tuple[int, int, int, i
 
 def _index_entries(node: NodeCapacity) -> tuple[tuple[tuple[str, str], int, int], ...]:
     """Where ``node`` belongs in the best-fit index: one entry per GPU resource it has free."""
-    if not node.eligible:
+    if not node[5] or not node[9]:
         return ()
+    allocatable, requested, held = node[6], node[7], node[8]
     entries = []
     grade = None
-    for resource in node.allocatable:
-        if resource in _COMPUTE:
-            continue
-        free = node.free(resource)
+    for resource in node[9]:
+        free = allocatable.get(resource, 0) - requested.get(resource, 0) - held.get(resource, 0)
         if free <= 0:
             continue
         if grade is None:
-            grade = fitindex.grade_key(node.free("cpu"), node.free("memory"))
-        entries.append(((node.site, resource), free, grade))
+            cpu = allocatable.get("cpu", 0) - requested.get("cpu", 0) - held.get("cpu", 0)
+            memory = allocatable.get("memory", 0) - requested.get("memory", 0) - held.get("memory", 0)
+            grade = fitindex.grade_key(cpu, memory)
+        entries.append(((node[1], resource), free, grade))
     return tuple(entries)
 
 

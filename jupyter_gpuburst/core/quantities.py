@@ -52,6 +52,9 @@ _SUFFIX = {
 # event in microseconds. Bounded, so a stream of odd values cannot grow it without end.
 _CACHE_LIMIT = 4096
 _cache: dict[tuple[bool, bool, str], int] = {}
+# the same for whole container resource blocks: pods of one profile all look alike
+_containers: dict[tuple[Any, ...], dict[str, int]] = {}
+_NOTHING: Mapping[str, int] = {}
 
 
 def parse_quantity(value: Any) -> Decimal:
@@ -148,14 +151,29 @@ def quantities(values: Mapping[str, Any] | None, tracked: Callable[[str], bool])
     return out
 
 
-def container_requests(container: Mapping[str, Any], tracked: Callable[[str], bool]) -> dict[str, int]:
-    """One container's requests; a resource with only a limit requests its limit."""
-    resources = container.get("resources") or {}
+def container_requests(container: Mapping[str, Any], tracked: Callable[[str], bool]) -> Mapping[str, int]:
+    """One container's requests; a resource with only a limit requests its limit.
+
+    The result is shared between containers with the same resources: do not change it.
+    """
+    resources = container.get("resources")
+    if not resources:
+        return _NOTHING
     limits = resources.get("limits")
     requests = resources.get("requests")
-    if not limits:
-        return quantities(requests, tracked)
-    return {**quantities(limits, tracked), **quantities(requests, tracked)}
+    try:
+        key = (tracked, tuple(limits.items()) if limits else (), tuple(requests.items()) if requests else ())
+        cached = _containers.get(key)
+    except (TypeError, AttributeError):  # an unhashable or malformed value: parse without the cache
+        key, cached = None, None
+    if cached is not None:
+        return cached
+    result = quantities(requests, tracked) if not limits else {**quantities(limits, tracked), **quantities(requests, tracked)}
+    if key is not None:
+        if len(_containers) >= _CACHE_LIMIT:
+            _containers.clear()
+        _containers[key] = result
+    return result
 
 
 def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
@@ -168,10 +186,17 @@ def pod_requests(spec: Mapping[str, Any], tracked: Callable[[str], bool]) -> dic
 
     Includes ``pods: 1``; resources with a zero request are left out.
     """
-    total: dict[str, int] = {}
-    for container in spec.get("containers") or ():
-        _add(total, container_requests(container, tracked))
+    containers = spec.get("containers") or ()
     init_containers = spec.get("initContainers")
+    overhead = spec.get("overhead")
+    if len(containers) == 1 and not init_containers and not overhead:
+        # the common pod, on the hot path of every watch event
+        total = {r: v for r, v in container_requests(containers[0], tracked).items() if v > 0}
+        total[PODS] = 1
+        return total
+    total: dict[str, int] = {}
+    for container in containers:
+        _add(total, container_requests(container, tracked))
     if init_containers:
         sidecars: dict[str, int] = {}
         init_peak: dict[str, int] = {}
@@ -191,7 +216,6 @@ def pod_requests(spec: Mapping[str, Any], tracked: Callable[[str], bool]) -> dic
         for resource, value in init_peak.items():
             if value > total.get(resource, 0):
                 total[resource] = value
-    overhead = spec.get("overhead")
     if overhead:
         _add(total, quantities(overhead, tracked))
     total[PODS] = 1
