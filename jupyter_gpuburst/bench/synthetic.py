@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from array import array
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,14 +21,17 @@ def node(
     ready: bool = True,
     unschedulable: bool = False,
     taints: list[dict[str, str]] | None = None,
+    cpu: str = "32",
+    memory: str = "256Gi",
+    pods: int = 110,
 ) -> dict[str, Any]:
-    """A Node; with ``cluster_id`` it is a Liqo virtual node for that donor."""
+    """A Node; with ``cluster_id`` it is a Liqo virtual node for that donor (allocatable = grant)."""
     labels = {"kubernetes.io/hostname": name}
     node_taints = list(taints or [])
     if cluster_id is not None:
         labels.update(liqo.virtual_node_labels(cluster_id))
         node_taints.append(liqo.virtual_node_taint())
-    allocatable = {"cpu": "32", "memory": "256Gi", "pods": "110"}
+    allocatable = {"cpu": cpu, "memory": memory, "pods": str(pods)}
     allocatable.update({resource: str(count) for resource, count in (gpus or {}).items()})
     spec: dict[str, Any] = {}
     if unschedulable:
@@ -57,9 +61,13 @@ def pod(
     site: str | None = None,
     user: str | None = None,
     groups: list[str] | None = None,
+    cpu: str | None = None,
+    memory: str | None = None,
 ) -> dict[str, Any]:
-    """A single-container Pod holding ``gpus`` (limits only, as KubeSpawner writes them)."""
+    """A single-container Pod holding ``gpus`` (limits only, as KubeSpawner writes them) and
+    requesting ``cpu``/``memory`` when given."""
     limits = {resource: str(count) for resource, count in (gpus or {}).items()}
+    requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": {}, "annotations": {}}
     if site is not None:
         metadata["labels"][keys.SITE_LABEL] = site
@@ -72,7 +80,7 @@ def pod(
             {
                 "name": "notebook",
                 "image": "quay.io/jupyter/base-notebook:latest",
-                "resources": {"limits": limits} if limits else {},
+                "resources": {**({"limits": limits} if limits else {}), **({"requests": requests} if requests else {})},
             }
         ]
     }
@@ -117,3 +125,192 @@ def bound_pods(nodes: list[dict[str, Any]], n_pods: int, seed: int = 11) -> list
         site = donor_of[node_name]
         pods.append(pod(f"pod-{i}", node_name=node_name, gpus=gpus, site=site, user=f"user{i % 500}" if site else None))
     return pods
+
+
+# ---- a cluster at scale, as watch events --------------------------------------------------------
+# Pod shapes: (GPU resource or None, GPUs, CPU millicores, memory GiB). The GPU ones are the
+# profiles students pick; the rest is the origin's ordinary workload.
+SHAPES: tuple[tuple[str | None, int, int, int], ...] = (
+    ("nvidia.com/gpu", 1, 4000, 16),
+    ("nvidia.com/gpu", 2, 8000, 32),
+    ("nvidia.com/gpu", 4, 16000, 64),
+    (MIG_RESOURCE, 1, 2000, 8),
+    (None, 0, 500, 1),
+    (None, 0, 2000, 4),
+)
+_GPU_SHAPES = (0, 0, 0, 1, 1, 2)
+_CPU_SHAPES = (4, 4, 5)
+
+
+class ClusterPlan:
+    """Nodes and a non-over-committed pod placement, kept compact (a few bytes per pod).
+
+    Pods are written out one at a time (``pod_object``) as the API server would send them, so a
+    benchmark can stream 500 000 of them through JSON without holding them all.
+    """
+
+    def __init__(self, n_nodes: int, n_pods: int, n_donors: int, seed: int = 7, mig_share: float = 0.2) -> None:
+        rng = random.Random(seed)
+        self.nodes: list[dict[str, Any]] = []
+        # per node: GPU resource, and what is still free of it, CPU (m), memory (GiB), pod slots
+        self.gpu_resource: list[str] = []
+        self.free_gpu: list[int] = []
+        self.free_cpu: list[int] = []
+        self.free_mem: list[int] = []
+        self.free_pods: list[int] = []
+        for i in range(n_nodes):
+            if rng.random() < mig_share:
+                gpus, resource, name = 7 * rng.choice((1, 2, 4, 8)), MIG_RESOURCE, f"mig-node-{i}"
+                cores, mem_gib = 64, 512
+            else:
+                gpus, resource, name = rng.randint(4, 8), "nvidia.com/gpu", f"gpu-node-{i}"
+                cores, mem_gib = 16 * gpus, 96 * gpus
+            self._add(node(name, {resource: gpus}, cpu=str(cores), memory=f"{mem_gib}Gi"), resource, gpus, cores * 1000, mem_gib, 110)
+        for d in range(n_donors):
+            grant = {"nvidia.com/gpu": 64, MIG_RESOURCE: 56}
+            self._add(
+                node(f"liqo-donor-{d}", grant, cluster_id=f"donor-{d}", cpu="512", memory="4Ti", pods=2000),
+                "nvidia.com/gpu", 64, 512_000, 4096, 2000,
+            )
+        self.n_local = n_nodes
+        self.pod_node = array("i")
+        self.pod_shape = array("b")
+        local = max(1, n_nodes)
+        for _ in range(n_pods):
+            for _attempt in range(8):
+                n = rng.randrange(local)
+                shapes = _GPU_SHAPES if rng.random() < 0.3 else _CPU_SHAPES
+                shape = shapes[rng.randrange(len(shapes))]
+                if self.fits(n, shape):
+                    self.take(n, shape, +1)
+                    self.pod_node.append(n)
+                    self.pod_shape.append(shape)
+                    break
+            else:
+                self.pod_node.append(-1)  # nowhere to go: stays out of the cluster
+                self.pod_shape.append(4)
+        self.alive = bytearray(1 if n >= 0 else 0 for n in self.pod_node)
+
+    def _add(self, obj: dict[str, Any], resource: str, gpus: int, cpu: int, mem: int, pods: int) -> None:
+        self.nodes.append(obj)
+        self.gpu_resource.append(resource)
+        self.free_gpu.append(gpus)
+        self.free_cpu.append(cpu)
+        self.free_mem.append(mem)
+        self.free_pods.append(pods)
+
+    def fits(self, n: int, shape: int) -> bool:
+        resource, gpus, cpu, mem = SHAPES[shape]
+        if resource is not None and (resource != self.gpu_resource[n] or self.free_gpu[n] < gpus):
+            return False
+        return self.free_cpu[n] >= cpu and self.free_mem[n] >= mem and self.free_pods[n] >= 1
+
+    def take(self, n: int, shape: int, sign: int) -> None:
+        _resource, gpus, cpu, mem = SHAPES[shape]
+        self.free_gpu[n] -= sign * gpus
+        self.free_cpu[n] -= sign * cpu
+        self.free_mem[n] -= sign * mem
+        self.free_pods[n] -= sign
+
+    def node_name(self, n: int) -> str:
+        return self.nodes[n]["metadata"]["name"]
+
+    def pod_object(self, i: int, *, phase: str = "Running", bound: bool = True, version: int = 1) -> dict[str, Any]:
+        """Pod ``i`` of the plan, as a full API object."""
+        n = self.pod_node[i]
+        return watch_pod(f"pod-{i}", self.pod_shape[i], self.node_name(n) if (bound and n >= 0) else None, phase=phase, version=version)
+
+    def live_pods(self) -> Any:
+        for i in range(len(self.pod_node)):
+            if self.alive[i]:
+                yield self.pod_object(i)
+
+
+def watch_pod(
+    name: str,
+    shape: int,
+    node_name: str | None,
+    *,
+    namespace: str = "research",
+    phase: str = "Running",
+    version: int = 1,
+    site: str | None = None,
+    user: str | None = None,
+) -> dict[str, Any]:
+    """A pod as a watch event carries it: metadata, a full container spec, status and conditions."""
+    resource, gpus, cpu, mem = SHAPES[shape]
+    requests: dict[str, str] = {"cpu": f"{cpu}m", "memory": f"{mem}Gi"}
+    limits: dict[str, str] = {"memory": f"{mem}Gi"}
+    if resource is not None:
+        limits[resource] = str(gpus)
+    labels = {"app": "research-job", "component": "worker", "release": "lab"}
+    annotations: dict[str, str] = {"kubectl.kubernetes.io/default-container": "main"}
+    if site is not None:
+        labels[keys.SITE_LABEL] = site
+    if user is not None:
+        annotations[keys.USER_ANNOTATION] = user
+        annotations["hub.jupyter.org/username"] = user
+        annotations["hub.jupyter.org/servername"] = ""
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "main",
+                "image": "quay.io/jupyter/pytorch-notebook:cuda12-2024-10-07",
+                "imagePullPolicy": "IfNotPresent",
+                "args": ["start-notebook.py", "--ServerApp.port=8888"],
+                "ports": [{"containerPort": 8888, "name": "notebook-port", "protocol": "TCP"}],
+                "env": [{"name": f"VAR_{k}", "value": f"value-{k}"} for k in range(8)],
+                "resources": {"requests": requests, "limits": limits},
+                "volumeMounts": [{"mountPath": "/home/jovyan", "name": "home"}],
+                "securityContext": {"runAsUser": 1000, "allowPrivilegeEscalation": False},
+                "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePolicy": "File",
+            }
+        ],
+        "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": f"claim-{name}"}}],
+        "restartPolicy": "OnFailure",
+        "schedulerName": "default-scheduler",
+        "serviceAccountName": "default",
+        "terminationGracePeriodSeconds": 30,
+        "tolerations": [
+            {"effect": "NoExecute", "key": "node.kubernetes.io/not-ready", "operator": "Exists", "tolerationSeconds": 300},
+            {"effect": "NoExecute", "key": "node.kubernetes.io/unreachable", "operator": "Exists", "tolerationSeconds": 300},
+        ],
+        "priority": 0,
+    }
+    if node_name:
+        spec["nodeName"] = node_name
+    conditions = [{"type": "PodScheduled", "status": "True" if node_name else "False", "lastTransitionTime": "2026-01-12T09:00:00Z"}]
+    status: dict[str, Any] = {"phase": phase, "conditions": conditions, "qosClass": "Burstable"}
+    if phase == "Running":
+        conditions += [
+            {"type": t, "status": "True", "lastTransitionTime": "2026-01-12T09:00:05Z"}
+            for t in ("Initialized", "ContainersReady", "Ready")
+        ]
+        status.update(
+            hostIP="10.0.12.7",
+            podIP="10.244.3.17",
+            startTime="2026-01-12T09:00:01Z",
+            containerStatuses=[{
+                "name": "main", "ready": True, "restartCount": 0, "started": True,
+                "image": "quay.io/jupyter/pytorch-notebook:cuda12-2024-10-07",
+                "imageID": "quay.io/jupyter/pytorch-notebook@sha256:" + "0" * 64,
+                "containerID": "containerd://" + "a" * 64,
+                "state": {"running": {"startedAt": "2026-01-12T09:00:04Z"}},
+            }],
+        )
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"00000000-0000-4000-8000-{abs(hash(name)) % 10**12:012d}",
+            "resourceVersion": str(version),
+            "creationTimestamp": "2026-01-12T09:00:00Z",
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": spec,
+        "status": status,
+    }

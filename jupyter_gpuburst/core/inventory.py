@@ -1,25 +1,44 @@
-"""GPU capacity per site, kept current from Node and Pod watch events.
+"""Free capacity per node and per site, kept current from Node and Pod watch events.
 
-Every event costs O(1) (a handful of persistent-map updates; no recount), and ``snapshot()`` is
-O(1) too: the state lives in immutable HAMT maps (``immutables.Map``), so a snapshot is just the
-current set of references and never changes under its reader, however many events follow.
+Every resource a pod is placed against is counted: CPU (millicores), memory and ephemeral
+storage (bytes), pod slots, and the GPU resources (exact names plus prefixes such as
+``nvidia.com/mig-`` for MIG slices). Free means allocatable minus what pods request minus what
+in-flight spawns hold (``hold``/``release_hold``): a reservation is counted exactly like a pod,
+so the best-fit index never has to look at reservations separately.
 
-A *site* is ``"origin"`` (the origin's own nodes) or one Liqo donor, named by its cluster id.
-Only extended resources that look like GPUs are counted (configurable: exact names plus name
-prefixes such as ``nvidia.com/mig-`` for MIG slices).
+Every event costs O(resources) (a handful of persistent-map updates; no recount), and
+``snapshot()`` is O(1): the state lives in immutable HAMT maps (``immutables.Map``), so a snapshot
+is the current set of references and never changes under its reader, however many events follow.
+
+A *site* is ``"origin"`` (the origin's own nodes) or one Liqo donor, named by its cluster id; a
+donor's virtual node carries what the donor grants, so its allocatable is a quota of every resource.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
-from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, NamedTuple
 
 from immutables import Map
 
-from . import keys, liqo
+from . import fitindex, keys, liqo
+from .quantities import COMPUTE_RESOURCES, PODS, parse_count, pod_requests, quantities
+
+__all__ = [
+    "COMPUTE_RESOURCES",
+    "DEFAULT_RESOURCE_NAMES",
+    "DEFAULT_RESOURCE_PREFIXES",
+    "Inventory",
+    "NodeCapacity",
+    "SiteCapacity",
+    "Snapshot",
+    "Totals",
+    "full_recount",
+    "node_is_ready",
+    "parse_count",
+    "summarize",
+]
 
 DEFAULT_RESOURCE_NAMES: tuple[str, ...] = ("nvidia.com/gpu", "amd.com/gpu")
 DEFAULT_RESOURCE_PREFIXES: tuple[str, ...] = ("nvidia.com/mig-",)
@@ -27,26 +46,16 @@ DEFAULT_RESOURCE_PREFIXES: tuple[str, ...] = ("nvidia.com/mig-",)
 EMPTY: Map = Map()
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+_COMPUTE = frozenset(COMPUTE_RESOURCES)
 
 
-def parse_count(value: Any) -> int:
-    """An extended-resource quantity as a whole number (GPUs are never fractional)."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a quantity: {value!r}")
-    if isinstance(value, int):
-        return value
-    try:
-        number = Decimal(str(value).strip())
-    except InvalidOperation:
-        raise ValueError(f"not a whole-number quantity: {value!r}") from None
-    if number != number.to_integral_value():
-        raise ValueError(f"not a whole-number quantity: {value!r}")
-    return int(number)
+def is_gpu_resource(resource: str) -> bool:
+    """Every counted resource that is not CPU, memory, ephemeral storage or pod slots."""
+    return resource not in _COMPUTE
 
 
-@dataclass(frozen=True)
-class NodeCapacity:
-    """One node as the inventory sees it. ``eligible`` nodes can take new GPU pods."""
+class NodeCapacity(NamedTuple):
+    """One node as the inventory sees it. ``eligible`` nodes can take new pods."""
 
     name: str
     site: str
@@ -55,7 +64,9 @@ class NodeCapacity:
     ready: bool = False
     eligible: bool = False
     allocatable: Map = EMPTY
-    requested: Map = EMPTY
+    requested: Map = EMPTY  # by pods bound to the node
+    reserved: Map = EMPTY  # by in-flight spawns placed on the node
+    gpu_resources: tuple[str, ...] = ()  # the GPU resources in allocatable, for the index
 
     @property
     def is_donor(self) -> bool:
@@ -64,20 +75,43 @@ class NodeCapacity:
     def free(self, resource: str) -> int:
         if not self.eligible:
             return 0
-        return max(0, self.allocatable.get(resource, 0) - self.requested.get(resource, 0))
+        return max(0, self.allocatable.get(resource, 0) - self.requested.get(resource, 0) - self.reserved.get(resource, 0))
+
+    def fits(self, demand: Mapping[str, int]) -> bool:
+        """The whole ``demand`` fits in what is free on this node now."""
+        if not self.eligible:
+            return False
+        allocatable, requested, reserved = self.allocatable, self.requested, self.reserved
+        for resource, amount in demand.items():
+            if allocatable.get(resource, 0) - requested.get(resource, 0) - reserved.get(resource, 0) < amount:
+                return False
+        return True
 
 
-@dataclass(frozen=True)
-class SiteCapacity:
-    """Aggregates over a site's eligible nodes; ``ready`` says whether any node is eligible."""
+class Totals(NamedTuple):
+    """One resource summed over a site's eligible nodes."""
+
+    allocatable: int = 0
+    requested: int = 0
+    reserved: int = 0
+    free: int = 0  # per node max(0, allocatable - requested - reserved), summed
+
+
+_ZERO = Totals()
+
+
+class SiteCapacity(NamedTuple):
+    """Aggregates over a site's eligible nodes; ``ready`` says whether any node is eligible.
+
+    ``totals`` holds every counted resource; ``allocatable``/``requested``/``reserved``/``free``
+    are the GPU resources only, as the capacity page and the metrics show them.
+    """
 
     site: str
     cluster_id: str | None
     nodes_present: int = 0
     nodes_eligible: int = 0
-    allocatable: Map = EMPTY
-    requested: Map = EMPTY
-    free: Map = EMPTY
+    totals: Map = EMPTY  # resource -> Totals
 
     @property
     def is_donor(self) -> bool:
@@ -87,7 +121,33 @@ class SiteCapacity:
     def ready(self) -> bool:
         return self.nodes_eligible > 0
 
+    def total(self, resource: str) -> Totals:
+        return self.totals.get(resource, _ZERO)
+
+    def _gpu_field(self, index: int) -> Map:
+        return Map({r: t[index] for r, t in self.totals.items() if r not in _COMPUTE and t[index]})
+
+    @property
+    def allocatable(self) -> Map:
+        return self._gpu_field(0)
+
+    @property
+    def requested(self) -> Map:
+        return self._gpu_field(1)
+
+    @property
+    def reserved(self) -> Map:
+        return self._gpu_field(2)
+
+    @property
+    def free(self) -> Map:
+        return self._gpu_field(3)
+
     def as_dict(self) -> dict[str, Any]:
+        def numbers(t: Totals) -> dict[str, int]:
+            return {"allocatable": t.allocatable, "requested": t.requested, "free": t.free}
+
+        counted = {r: t for r, t in self.totals.items() if any(t)}
         return {
             "site": self.site,
             "cluster_id": self.cluster_id,
@@ -95,27 +155,22 @@ class SiteCapacity:
             "ready": self.ready,
             "nodes_present": self.nodes_present,
             "nodes_eligible": self.nodes_eligible,
-            "resources": {
-                resource: {
-                    "allocatable": self.allocatable.get(resource, 0),
-                    "requested": self.requested.get(resource, 0),
-                    "free": self.free.get(resource, 0),
-                }
-                for resource in sorted(set(self.allocatable) | set(self.requested))
-            },
+            "resources": {r: numbers(counted[r]) for r in sorted(counted) if r not in _COMPUTE},
+            # CPU in millicores, memory and ephemeral storage in bytes, pods in slots
+            "compute": {r: numbers(counted[r]) for r in COMPUTE_RESOURCES if r in counted},
+            # held by spawns in flight (already left out of "free"), every resource
+            "reserved": {r: counted[r].reserved for r in sorted(counted) if counted[r].reserved},
         }
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    """An immutable view of the inventory at one moment (O(1) to take)."""
+class Snapshot(NamedTuple):
+    """An immutable view of the inventory at one moment (O(1) to take), reservations included."""
 
     sites: Map
     nodes: Map
-    # (site, resource) -> {free units: Map of node names with exactly that many free}.
-    # Lets placement find the best-fitting node without scanning every node.
-    buckets: Map
-    # ("user" | "group", name) -> donor GPU units held by running or pending pods.
+    # (site, GPU resource) -> free units -> CPU/memory grade -> node names; see ``fitindex``
+    index: Map
+    # ("user" | "group", name) -> donor GPU units held by pods and reservations
     donor_usage: Map
     version: int
 
@@ -127,14 +182,25 @@ class Snapshot:
 
     def free_levels(self, site: str, resource: str) -> list[int]:
         """The distinct per-node free counts of ``resource`` on ``site``, ascending."""
-        return sorted(self.buckets.get((site, resource), EMPTY))
+        return fitindex.levels(self.index, site, resource)
 
     def nodes_with_free(self, site: str, resource: str, free: int) -> Iterator[str]:
-        return iter(self.buckets.get((site, resource), EMPTY).get(free, EMPTY))
+        return fitindex.nodes_at(self.index, site, resource, free)
 
     def max_free_on_a_node(self, site: str, resource: str) -> int:
         """Largest number of ``resource`` units free together on one node of ``site``."""
-        return max(self.buckets.get((site, resource), EMPTY), default=0)
+        return max(self.index.get((site, resource), EMPTY), default=0)
+
+    def best_fit(self, site: str, resource: str, demand: Mapping[str, int]) -> tuple[str, int] | None:
+        """(node, free units of ``resource`` on it) of the node of ``site`` that takes the whole
+        ``demand`` and leaves the fewest units of ``resource`` free, or None."""
+        nodes = self.nodes
+
+        def fits(name: str) -> bool:
+            node = nodes.get(name)
+            return node is not None and node.fits(demand)
+
+        return fitindex.best_fit(self.index, site, resource, demand, fits)
 
     def donor_units(self, kind: str, name: str) -> int:
         return self.donor_usage.get((kind, name), 0)
@@ -143,17 +209,19 @@ class Snapshot:
         return {"sites": [self.sites[s].as_dict() for s in sorted(self.sites)], "version": self.version}
 
 
-@dataclass(frozen=True)
-class _PodRecord:
+class _PodRecord(NamedTuple):
+    """What one pod (or one reservation) holds, as the inventory counts it."""
+
     node: str | None
     requests: tuple[tuple[str, int], ...]
     donor_site: str | None = None
     user: str | None = None
-    groups: tuple[str, ...] = field(default_factory=tuple)
+    groups: tuple[str, ...] = ()
+    gpu_units: int = 0
 
 
 class Inventory:
-    """Incremental GPU inventory. Feed it watch events; read it with ``snapshot()``."""
+    """Incremental capacity inventory. Feed it watch events; read it with ``snapshot()``."""
 
     def __init__(
         self,
@@ -164,214 +232,310 @@ class Inventory:
         self.resource_prefixes = tuple(resource_prefixes)
         self._nodes: Map = Map()
         self._sites: Map = Map()
-        self._buckets: Map = Map()
+        self._index: Map = Map()
         self._usage: Map = Map()
         self._pods: dict[str, _PodRecord] = {}
+        self._holds: dict[str, _PodRecord] = {}
+        # identical request vectors share one tuple: 500 000 pods come from a few profiles
+        self._shapes: dict[tuple[tuple[str, int], ...], tuple[tuple[tuple[str, int], ...], int]] = {}
         self._version = 0
+        # one bound method, so that parse caches keyed by it hit across events
+        self._counts = self.counts
 
     # ---- what counts -------------------------------------------------------------------
     def tracks(self, resource: str) -> bool:
+        """``resource`` is a GPU resource this inventory counts (configured names and prefixes)."""
         return resource in self.resource_names or resource.startswith(self.resource_prefixes)
 
-    def _gpu_quantities(self, quantities: Mapping[str, Any] | None) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for resource, value in (quantities or {}).items():
-            if self.tracks(resource):
-                try:
-                    out[resource] = parse_count(value)
-                except ValueError:
-                    continue  # a malformed quantity on someone else's object must not stop the watch
-        return out
+    def counts(self, resource: str) -> bool:
+        """``resource`` is counted at all: CPU, memory, ephemeral storage, pods, or a GPU."""
+        return resource in _COMPUTE or resource in self.resource_names or resource.startswith(self.resource_prefixes)
+
+    @property
+    def version(self) -> int:
+        """Grows with every change; equal before and after an event that changed nothing."""
+        return self._version
+
+    def pod_resources(self, pod: Mapping[str, Any]) -> dict[str, int]:
+        """Everything a pod holds on its node, as kube-scheduler counts it (``quantities``)."""
+        return pod_requests(pod.get("spec") or {}, self.counts)
 
     def pod_requests(self, pod: Mapping[str, Any]) -> dict[str, int]:
-        """GPU units a pod holds, as kube-scheduler counts them.
-
-        Extended resources default their request to the limit; init containers run one at a
-        time, so the pod needs the max of their largest and the sum of the app containers.
-        """
-        spec = pod.get("spec") or {}
-        total: dict[str, int] = {}
-        for container in spec.get("containers") or []:
-            for resource, value in self._container_requests(container).items():
-                total[resource] = total.get(resource, 0) + value
-        for container in spec.get("initContainers") or []:
-            for resource, value in self._container_requests(container).items():
-                total[resource] = max(total.get(resource, 0), value)
-        return {r: v for r, v in total.items() if v > 0}
-
-    def _container_requests(self, container: Mapping[str, Any]) -> dict[str, int]:
-        resources = container.get("resources") or {}
-        limits = self._gpu_quantities(resources.get("limits"))
-        requests = self._gpu_quantities(resources.get("requests"))
-        return {**limits, **requests}
+        """The GPU units a pod holds (its GPU resources only)."""
+        return {r: v for r, v in pod_requests(pod.get("spec") or {}, self.tracks).items() if r != PODS}
 
     # ---- node events -------------------------------------------------------------------
-    def apply_node_event(self, event_type: str, node: Mapping[str, Any]) -> None:
+    def apply_node_event(self, event_type: str, node: Mapping[str, Any]) -> bool:
+        """Apply one watch event; True when it changed anything."""
         name = (node.get("metadata") or {}).get("name")
         if not name:
-            return
+            return False
         old = self._nodes.get(name)
         if event_type == "DELETED":
-            if old is None:
-                return
-            new = replace(old, present=False, ready=False, eligible=False, allocatable=EMPTY)
+            if old is None or not old.present:
+                return False
+            new = old._replace(present=False, ready=False, eligible=False, allocatable=EMPTY)
         else:
             cluster_id = liqo.remote_cluster_id(node)
-            site = cluster_id or keys.ORIGIN_SITE
             ready = node_is_ready(node)
-            allocatable = Map(self._gpu_quantities((node.get("status") or {}).get("allocatable")))
-            requested = old.requested if old is not None else EMPTY
+            allocatable = quantities((node.get("status") or {}).get("allocatable"), self.counts)
             new = NodeCapacity(
                 name=name,
-                site=site,
+                site=cluster_id or keys.ORIGIN_SITE,
                 cluster_id=cluster_id,
                 present=True,
                 ready=ready,
                 eligible=ready and _accepts_new_pods(node),
-                allocatable=allocatable,
-                requested=requested,
+                allocatable=Map(allocatable),
+                requested=old.requested if old is not None else EMPTY,
+                reserved=old.reserved if old is not None else EMPTY,
+                gpu_resources=tuple(sorted(r for r in allocatable if r not in _COMPUTE)),
             )
+            if new == old:
+                return False  # a heartbeat or a label change: nothing placement reads
             if old is not None and old.site != new.site and not old.present:
                 # pods arrived before their node: their requests were parked under a guessed site
-                old = replace(old, site=new.site, cluster_id=new.cluster_id)
-        self._replace_node(old, new)
+                old = old._replace(site=new.site, cluster_id=new.cluster_id)
+        self._replace_node(old, new, None)
+        return True
 
     # ---- pod events --------------------------------------------------------------------
-    def apply_pod_event(self, event_type: str, pod: Mapping[str, Any]) -> None:
+    def apply_pod_event(self, event_type: str, pod: Mapping[str, Any]) -> bool:
+        """Apply one watch event; True when it changed anything."""
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         old = self._pods.get(key)
-        new = None if event_type == "DELETED" else self._pod_record(pod)
-        if new is not None and new.node is None and not new.donor_site:
-            new = None  # unbound and not placed by us: holds nothing yet
+        new = None if event_type == "DELETED" else self._pod_record(pod, meta)
         if old == new:
-            return
+            return False
         if old is not None:
-            self._account_pod(old, -1)
+            self._account(old, -1, reserved=False)
             del self._pods[key]
         if new is not None:
             self._pods[key] = new
-            self._account_pod(new, +1)
+            self._account(new, +1, reserved=False)
         self._version += 1
+        return True
 
-    def _pod_record(self, pod: Mapping[str, Any]) -> _PodRecord | None:
-        status = pod.get("status") or {}
-        if status.get("phase") in TERMINAL_PHASES:
+    def _pod_record(self, pod: Mapping[str, Any], meta: Mapping[str, Any]) -> _PodRecord | None:
+        status = pod.get("status")
+        if status and status.get("phase") in TERMINAL_PHASES:
             return None
-        requests = self.pod_requests(pod)
-        if not requests:
-            return None
-        meta = pod.get("metadata") or {}
-        annotations = meta.get("annotations") or {}
+        spec = pod.get("spec") or {}
+        node = spec.get("nodeName") or None
         labels = meta.get("labels") or {}
         site = labels.get(keys.SITE_LABEL)
         donor_site = site if site and site != keys.ORIGIN_SITE else None
-        groups: tuple[str, ...] = ()
-        raw_groups = annotations.get(keys.GROUPS_ANNOTATION)
-        if raw_groups:
-            try:
-                parsed = json.loads(raw_groups)
-                groups = tuple(sorted(str(g) for g in parsed)) if isinstance(parsed, list) else ()
-            except ValueError:
-                groups = ()
-        return _PodRecord(
-            node=(pod.get("spec") or {}).get("nodeName") or None,
-            requests=tuple(sorted(requests.items())),
-            donor_site=donor_site,
-            user=annotations.get(keys.USER_ANNOTATION),
-            groups=groups,
-        )
+        if node is None and donor_site is None:
+            return None  # unbound and not placed by us: holds nothing yet
+        shape = tuple(sorted(pod_requests(spec, self._counts).items()))
+        known = self._shapes.get(shape)
+        if known is None:
+            known = (shape, sum(v for r, v in shape if r not in _COMPUTE))
+            if len(self._shapes) < 65536:
+                self._shapes[shape] = known
+        if donor_site is None:
+            return tuple.__new__(_PodRecord, (node, known[0], None, None, (), known[1]))
+        # only donor GPUs count against the per-user and per-group caps
+        annotations = meta.get("annotations") or {}
+        user = annotations.get(keys.USER_ANNOTATION)
+        groups = _groups(annotations.get(keys.GROUPS_ANNOTATION))
+        return _PodRecord(node, known[0], donor_site, user, groups, known[1])
 
-    def _account_pod(self, record: _PodRecord, sign: int) -> None:
+    # ---- reservations ------------------------------------------------------------------
+    def hold(
+        self,
+        key: str,
+        node: str,
+        requests: Mapping[str, int],
+        *,
+        donor_site: str | None = None,
+        user: str | None = None,
+        groups: Iterable[str] = (),
+    ) -> None:
+        """Count ``requests`` on ``node`` as taken by an in-flight spawn until ``release_hold``."""
+        self.release_hold(key)
+        shape = tuple(sorted((r, int(v)) for r, v in requests.items() if v))
+        record = _PodRecord(
+            node, shape, donor_site, user, tuple(sorted(groups)), sum(v for r, v in shape if r not in _COMPUTE)
+        )
+        self._holds[key] = record
+        self._account(record, +1, reserved=True)
+        self._version += 1
+
+    def release_hold(self, key: str) -> bool:
+        record = self._holds.pop(key, None)
+        if record is None:
+            return False
+        self._account(record, -1, reserved=True)
+        self._version += 1
+        return True
+
+    def holds(self) -> int:
+        return len(self._holds)
+
+    # ---- accounting ----------------------------------------------------------------------
+    def _account(self, record: _PodRecord, sign: int, *, reserved: bool) -> None:
         if record.node is not None:
             old = self._nodes.get(record.node)
             if old is None:
                 old = NodeCapacity(name=record.node, site=keys.ORIGIN_SITE, cluster_id=None)
                 self._nodes = self._nodes.set(record.node, old)
-            requested = old.requested
-            for resource, value in record.requests:
-                updated = requested.get(resource, 0) + sign * value
-                requested = requested.set(resource, updated) if updated else requested.delete(resource)
-            self._replace_node(old, replace(old, requested=requested))
-        if record.donor_site and (record.user or record.groups):
-            units = sum(value for _resource, value in record.requests)
-            usage = self._usage
+            self._move(old, record.requests, sign, reserved)
+        if record.donor_site and record.gpu_units and (record.user or record.groups):
+            usage = self._usage.mutate()
             owners = ([("user", record.user)] if record.user else []) + [("group", g) for g in record.groups]
             for owner in owners:
-                updated = usage.get(owner, 0) + sign * units
-                usage = usage.set(owner, updated) if updated else usage.delete(owner)
-            self._usage = usage
+                updated = usage.get(owner, 0) + sign * record.gpu_units
+                if updated:
+                    usage[owner] = updated
+                else:
+                    del usage[owner]
+            self._usage = usage.finish()
+
+    def _move(self, old: NodeCapacity, requests: tuple[tuple[str, int], ...], sign: int, reserved: bool) -> None:
+        """Add (sign +1) or take away (-1) one pod's or hold's ``requests`` on node ``old``.
+
+        The hot path of every watch event, in one pass over the touched resources: the index
+        entry moves only when the node's free GPUs or its CPU/memory grade change, and the pods
+        of an ineligible node touch no site totals.
+        """
+        name, site_name, _cluster, _present, _ready, eligible, allocatable, requested, held, gpus = old
+        counts = held if reserved else requested
+        other = requested if reserved else held
+        site = self._sites.get(site_name) if eligible else None
+        totals = site[4] if site is not None else None
+        frees: dict[str, tuple[int, int]] = {}
+        for resource, value in requests:
+            delta = sign * value
+            before = counts.get(resource, 0)
+            after = before + delta
+            counts = counts.set(resource, after) if after else counts.delete(resource)
+            if not eligible:
+                continue
+            free_before = allocatable.get(resource, 0) - before - other.get(resource, 0)
+            free_after = free_before - delta
+            frees[resource] = (free_before, free_after)
+            if totals is not None:
+                t_alloc, t_req, t_held, t_free = totals.get(resource, _ZERO)
+                free_delta = (free_after if free_after > 0 else 0) - (free_before if free_before > 0 else 0)
+                if reserved:
+                    updated = tuple.__new__(Totals, (t_alloc, t_req, t_held + delta, t_free + free_delta))
+                else:
+                    updated = tuple.__new__(Totals, (t_alloc, t_req + delta, t_held, t_free + free_delta))
+                totals = totals.set(resource, updated) if any(updated) else totals.delete(resource)
+        new_requested, new_held = (requested, counts) if reserved else (counts, held)
+        new = tuple.__new__(NodeCapacity, (name, site_name, _cluster, _present, _ready, eligible, allocatable, new_requested, new_held, gpus))
+        if eligible and gpus:
+            self._move_in_index(old, gpus, frees)
+        if totals is not None:
+            self._sites = self._sites.set(site_name, tuple.__new__(SiteCapacity, (*site[:4], totals)))  # type: ignore[index]
+        if not _present and not new_requested and not new_held:
+            self._nodes = self._nodes.delete(name)
+        else:
+            self._nodes = self._nodes.set(name, new)
+        self._version += 1
+
+    def _move_in_index(self, old: NodeCapacity, gpus: tuple[str, ...], frees: dict[str, tuple[int, int]]) -> None:
+        """Re-file one node after its free counts in ``frees`` went from [0] to [1]."""
+
+        def free(resource: str, which: int) -> int:
+            known = frees.get(resource)
+            if known is not None:
+                return known[which]
+            return old[6].get(resource, 0) - old[7].get(resource, 0) - old[8].get(resource, 0)
+
+        if "cpu" not in frees and "memory" not in frees and not any(g in frees for g in gpus):
+            return
+        grades = [fitindex.grade_key(free("cpu", w), free("memory", w)) for w in (0, 1)]
+        index = self._index
+        for resource in gpus:
+            before, after = free(resource, 0), free(resource, 1)
+            if before == after and grades[0] == grades[1]:
+                continue
+            key = (old[1], resource)
+            if before > 0:
+                index = fitindex.discard(index, key, before, grades[0], old[0])
+            if after > 0:
+                index = fitindex.add(index, key, after, grades[1], old[0])
+        self._index = index
 
     # ---- the one place where node state changes ----------------------------------------
-    def _replace_node(self, old: NodeCapacity | None, new: NodeCapacity) -> None:
-        """Swap ``old`` for ``new`` and move every aggregate by the difference: O(resources)."""
-        buckets = self._buckets
-        resources = set(new.allocatable) | (set(old.allocatable) if old is not None else set())
-        for resource in resources:
-            old_free = old.free(resource) if old is not None else 0
-            new_free = new.free(resource)
-            if old is not None and old_free == new_free and old.site == new.site:
-                continue  # the common pod event touches one resource; leave the others alone
-            if old_free > 0:
-                buckets = _bucket_discard(buckets, (old.site, resource), old_free, old.name)  # type: ignore[union-attr]
-            if new_free > 0:
-                buckets = _bucket_add(buckets, (new.site, resource), new_free, new.name)
-        self._buckets = buckets
+    def _replace_node(
+        self, old: NodeCapacity | None, new: NodeCapacity, changed: Iterable[tuple[str, int]] | None
+    ) -> None:
+        """Swap ``old`` for ``new``; move the index and the site totals by the difference.
+
+        ``changed`` names the resources a pod or hold touched (None: any may have changed).
+        """
+        old_entries = _index_entries(old) if old is not None else ()
+        new_entries = _index_entries(new)
+        if old_entries != new_entries:
+            index = self._index
+            for entry in old_entries:
+                if entry not in new_entries:
+                    index = fitindex.discard(index, entry[0], entry[1], entry[2], old.name)  # type: ignore[union-attr]
+            for entry in new_entries:
+                if entry not in old_entries:
+                    index = fitindex.add(index, entry[0], entry[1], entry[2], new.name)
+            self._index = index
+        if changed is not None:
+            resources: Iterable[str] = [r for r, _ in changed]
+        else:
+            resources = set(new.allocatable) | set(new.requested) | set(new.reserved)
+            if old is not None:
+                resources |= set(old.allocatable) | set(old.requested) | set(old.reserved)
         if old is not None and old.site == new.site:
-            self._site_change(old, new)
+            self._site_change(old, new, resources)
         else:
             if old is not None:
-                self._site_change(old, None)
-            self._site_change(None, new)
-        if not new.present and not new.requested:
-            self._nodes = self._nodes.delete(new.name) if new.name in self._nodes else self._nodes
+                self._site_change(old, None, resources)
+            self._site_change(None, new, resources)
+        if not new.present and not new.requested and not new.reserved:
+            if new.name in self._nodes:
+                self._nodes = self._nodes.delete(new.name)
         else:
             self._nodes = self._nodes.set(new.name, new)
         self._version += 1
 
-    def _site_change(self, old: NodeCapacity | None, new: NodeCapacity | None) -> None:
-        """Move one site's aggregates from counting ``old`` to counting ``new`` (same site)."""
+    def _site_change(self, old: NodeCapacity | None, new: NodeCapacity | None, resources: Iterable[str]) -> None:
+        """Move one site's totals from counting ``old`` to counting ``new`` (same site)."""
         some = new if new is not None else old
         assert some is not None
         site = self._sites.get(some.site) or SiteCapacity(site=some.site, cluster_id=some.cluster_id)
-        allocatable, requested, free = site.allocatable, site.requested, site.free
-        resources = set()
-        for node in (old, new):
-            if node is not None and node.eligible:
-                resources.update(node.allocatable)
-                resources.update(node.requested)
+        totals = site.totals.mutate()
         for resource in resources:
-            allocatable = _add(allocatable, resource, _eligible(new, "allocatable", resource) - _eligible(old, "allocatable", resource))
-            requested = _add(requested, resource, _eligible(new, "requested", resource) - _eligible(old, "requested", resource))
-            free = _add(
-                free, resource,
-                (new.free(resource) if new is not None else 0) - (old.free(resource) if old is not None else 0),
+            before = _counted(old, resource)
+            after = _counted(new, resource)
+            if before == after:
+                continue
+            current = totals.get(resource, _ZERO)
+            updated = Totals(
+                current[0] + after[0] - before[0],
+                current[1] + after[1] - before[1],
+                current[2] + after[2] - before[2],
+                current[3] + after[3] - before[3],
             )
+            if any(updated):
+                totals[resource] = updated
+            elif resource in totals:
+                del totals[resource]
         present = int(bool(new and new.present)) - int(bool(old and old.present))
         eligible = int(bool(new and new.eligible)) - int(bool(old and old.eligible))
-        site = SiteCapacity(
-            site=site.site,
-            cluster_id=site.cluster_id,
+        site = site._replace(
             nodes_present=site.nodes_present + present,
             nodes_eligible=site.nodes_eligible + eligible,
-            allocatable=allocatable,
-            requested=requested,
-            free=free,
+            totals=totals.finish(),
         )
-        if site.nodes_present == 0 and not site.allocatable and not site.requested:
-            self._sites = self._sites.delete(site.site) if site.site in self._sites else self._sites
+        if site.nodes_present == 0 and not site.totals:
+            if site.site in self._sites:
+                self._sites = self._sites.delete(site.site)
         else:
             self._sites = self._sites.set(site.site, site)
 
     # ---- reading -----------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        return Snapshot(
-            sites=self._sites,
-            nodes=self._nodes,
-            buckets=self._buckets,
-            donor_usage=self._usage,
-            version=self._version,
-        )
+        return Snapshot(self._sites, self._nodes, self._index, self._usage, self._version)
 
     def load(self, nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> None:
         """Seed from a list call, through the same path as watch events."""
@@ -381,33 +545,43 @@ class Inventory:
             self.apply_pod_event("ADDED", pod)
 
 
-def _eligible(node: NodeCapacity | None, field_name: str, resource: str) -> int:
-    """A node's count of ``resource`` as the site aggregates see it (ineligible nodes count 0)."""
+def _counted(node: NodeCapacity | None, resource: str) -> tuple[int, int, int, int]:
+    """A node's share of one resource in its site's totals (ineligible nodes count nothing)."""
     if node is None or not node.eligible:
-        return 0
-    return getattr(node, field_name).get(resource, 0)
+        return (0, 0, 0, 0)
+    allocatable = node.allocatable.get(resource, 0)
+    requested = node.requested.get(resource, 0)
+    reserved = node.reserved.get(resource, 0)
+    return (allocatable, requested, reserved, max(0, allocatable - requested - reserved))
 
 
-def _add(counts: Map, key: str, delta: int) -> Map:
-    if not delta:
-        return counts
-    updated = counts.get(key, 0) + delta
-    return counts.set(key, updated) if updated else counts.delete(key)
+def _index_entries(node: NodeCapacity) -> tuple[tuple[tuple[str, str], int, int], ...]:
+    """Where ``node`` belongs in the best-fit index: one entry per GPU resource it has free."""
+    if not node[5] or not node[9]:
+        return ()
+    allocatable, requested, held = node[6], node[7], node[8]
+    entries = []
+    grade = None
+    for resource in node[9]:
+        free = allocatable.get(resource, 0) - requested.get(resource, 0) - held.get(resource, 0)
+        if free <= 0:
+            continue
+        if grade is None:
+            cpu = allocatable.get("cpu", 0) - requested.get("cpu", 0) - held.get("cpu", 0)
+            memory = allocatable.get("memory", 0) - requested.get("memory", 0) - held.get("memory", 0)
+            grade = fitindex.grade_key(cpu, memory)
+        entries.append(((node[1], resource), free, grade))
+    return tuple(entries)
 
 
-def _bucket_add(buckets: Map, key: tuple, free: int, name: str) -> Map:
-    levels = buckets.get(key, EMPTY)
-    return buckets.set(key, levels.set(free, levels.get(free, EMPTY).set(name, None)))
-
-
-def _bucket_discard(buckets: Map, key: tuple, free: int, name: str) -> Map:
-    levels = buckets.get(key, EMPTY)
-    members = levels.get(free)
-    if members is None or name not in members:
-        return buckets
-    members = members.delete(name)
-    levels = levels.set(free, members) if len(members) else levels.delete(free)
-    return buckets.set(key, levels) if len(levels) else buckets.delete(key)
+def _groups(raw: str | None) -> tuple[str, ...]:
+    if not raw:
+        return ()
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return ()
+    return tuple(sorted(str(g) for g in parsed)) if isinstance(parsed, list) else ()
 
 
 def node_is_ready(node: Mapping[str, Any]) -> bool:
@@ -433,18 +607,22 @@ def full_recount(
     pods: Iterable[Mapping[str, Any]],
     resource_names: Iterable[str] = DEFAULT_RESOURCE_NAMES,
     resource_prefixes: Iterable[str] = DEFAULT_RESOURCE_PREFIXES,
+    *,
+    compute: bool = False,
 ) -> dict[str, dict[str, dict[str, int]]]:
     """The naive baseline: site -> resource -> {allocatable, requested, free}, from scratch.
 
+    GPU resources only unless ``compute`` (then CPU, memory, ephemeral storage and pods too).
     Written independently of the incremental path so that tests can hold one against the other.
     """
-    counter = Inventory(resource_names, resource_prefixes)  # only for tracks()/pod_requests()
+    counter = Inventory(resource_names, resource_prefixes)  # only for counts()/tracks()
+    wanted = counter.counts if compute else counter.tracks
     node_info: dict[str, tuple[str, bool, dict[str, int]]] = {}
     for node in nodes:
         name = node["metadata"]["name"]
         site = liqo.remote_cluster_id(node) or keys.ORIGIN_SITE
         eligible = node_is_ready(node) and _accepts_new_pods(node)
-        node_info[name] = (site, eligible, counter._gpu_quantities((node.get("status") or {}).get("allocatable")))
+        node_info[name] = (site, eligible, quantities((node.get("status") or {}).get("allocatable"), wanted))
     used: dict[str, dict[str, int]] = {}
     for pod in pods:
         if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
@@ -452,7 +630,9 @@ def full_recount(
         node_name = (pod.get("spec") or {}).get("nodeName")
         if not node_name:
             continue
-        for resource, value in counter.pod_requests(pod).items():
+        for resource, value in pod_requests(pod.get("spec") or {}, wanted).items():
+            if resource == PODS and not compute:
+                continue
             used.setdefault(node_name, {})
             used[node_name][resource] = used[node_name].get(resource, 0) + value
     result: dict[str, dict[str, dict[str, int]]] = {}
@@ -473,17 +653,16 @@ def full_recount(
     return result
 
 
-def summarize(snapshot: Snapshot) -> dict[str, dict[str, dict[str, int]]]:
-    """A snapshot in ``full_recount``'s shape, for comparisons."""
+def summarize(snapshot: Snapshot, *, compute: bool = False) -> dict[str, dict[str, dict[str, int]]]:
+    """A snapshot in ``full_recount``'s shape, for comparisons (reservations not shown)."""
     result: dict[str, dict[str, dict[str, int]]] = {}
     for name, site in snapshot.sites.items():
         if not site.nodes_eligible:
             continue
         per_site = result.setdefault(name, {})
-        for resource in set(site.allocatable) | set(site.requested):
-            per_site[resource] = {
-                "allocatable": site.allocatable.get(resource, 0),
-                "requested": site.requested.get(resource, 0),
-                "free": site.free.get(resource, 0),
-            }
+        for resource, t in site.totals.items():
+            if not compute and resource in _COMPUTE:
+                continue
+            if t.allocatable or t.requested:
+                per_site[resource] = {"allocatable": t.allocatable, "requested": t.requested, "free": t.free}
     return result

@@ -1,7 +1,13 @@
-"""Where a GPU server should run: a pure function of request, inventory, reservations and policy.
+"""Where a GPU server should run: a pure function of request, inventory snapshot and policy.
 
 No Kubernetes client, no JupyterHub, no I/O: everything arrives as arguments, so the policy can
 be tested exhaustively and benchmarked alone. The spawner turns a ``Placement`` into pod fields.
+
+A site is considered only when one of its nodes takes the whole pod: its GPUs and every other
+resource it requests (CPU, memory, ephemeral storage, a pod slot), against allocatable minus what
+pods request minus what other in-flight spawns hold. Reservations live in the inventory itself
+(``Inventory.hold``), so the snapshot already counts them and the best-fit lookup costs the same
+with 0 or 2,000 spawns in flight.
 
 Ordering, from strongest to weakest:
 1. the strategy's tiers (local-first tries the origin before any donor, and so on);
@@ -22,8 +28,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from . import keys, liqo
-from .inventory import DEFAULT_RESOURCE_NAMES, DEFAULT_RESOURCE_PREFIXES, SiteCapacity, Snapshot
+from . import keys, liqo, reasons
+from .inventory import DEFAULT_RESOURCE_NAMES, DEFAULT_RESOURCE_PREFIXES, Inventory, SiteCapacity, Snapshot
+from .quantities import COMPUTE_RESOURCES, PODS
 
 ORIGIN_SITE = keys.ORIGIN_SITE
 DEFAULT_MAX_COUNT = 16
@@ -60,6 +67,13 @@ class UnknownSite(PlacementInputError):
 # ---- inputs ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GPURequest:
+    """One pod to place: its GPUs, who asks, and everything else it requests.
+
+    ``resources`` is the pod's whole effective request in placement units (``quantities``):
+    ``cpu`` in millicores, ``memory``/``ephemeral-storage`` in bytes. The GPU entry and the pod
+    slot are implied by ``resource``/``count``; empty means "GPUs only".
+    """
+
     resource: str
     count: int
     user: str
@@ -67,6 +81,14 @@ class GPURequest:
     profile: str = ""
     # None: any site the policy allows; otherwise only these site names ("origin" or donor ids)
     allowed_sites: tuple[str, ...] | None = None
+    resources: Mapping[str, int] = field(default_factory=dict, hash=False)
+
+    def demand(self) -> dict[str, int]:
+        """Everything one node must have free for this pod (call after ``validate_request``)."""
+        demand = {r: v for r, v in self.resources.items() if v}
+        demand[self.resource] = self.count
+        demand[PODS] = 1
+        return demand
 
 
 @dataclass(frozen=True)
@@ -121,6 +143,10 @@ class Placement:
     count: int
     reason: str
     loss: float = 0.0
+    # the whole pod, as placed and held (see GPURequest.demand)
+    resources: Mapping[str, int] = field(default_factory=dict, compare=False, hash=False)
+    # the node whose capacity the reservation holds: ``node``, or the best fit when not pinned
+    held_node: str | None = field(default=None, compare=False)
 
     @property
     def is_donor(self) -> bool:
@@ -172,25 +198,25 @@ class Reservation:
     user: str
     groups: frozenset[str]
     expires_at: float
+    resources: Mapping[str, int] = field(default_factory=dict, compare=False, hash=False)
 
 
 class Reservations:
-    """GPUs promised to in-flight spawns, so two spawns never count the same free GPU.
+    """The ledger of spawns in flight, so two spawns never count the same free capacity.
 
-    Taken at decision time; released when the pod is bound (the inventory then counts it) or the
-    spawn fails; expired after ``ttl_s`` so a crashed spawn cannot leak capacity. Every
-    operation is O(1) except expiry, which is O(log n) per expired entry.
+    Taken at decision time; released when the pod is bound (the inventory then counts the pod)
+    or the spawn fails; expired after ``ttl_s`` so a crashed spawn cannot leak capacity. What a
+    reservation holds is counted in ``inventory`` like a pod on its node, every resource of it.
+    Every operation is O(resources) except expiry, which is O(log n) per expired entry.
     """
 
-    def __init__(self, ttl_s: float = 300.0) -> None:
+    def __init__(self, inventory: Inventory, ttl_s: float = 300.0) -> None:
         if ttl_s <= 0:
             raise ValueError(f"reservation ttl must be positive, not {ttl_s}")
+        self.inventory = inventory
         self.ttl_s = ttl_s
         self._by_key: dict[str, Reservation] = {}
-        self._node_units: dict[tuple[str, str], int] = {}
-        self._site_units: dict[tuple[str, str], int] = {}
         self._owner_donor_units: dict[tuple[str, str], int] = {}
-        self._site_nodes: dict[tuple[str, str], dict[str, int]] = {}
         self._expiry: list[tuple[float, int, str]] = []
         self._tiebreak = itertools.count()
 
@@ -208,25 +234,31 @@ class Reservations:
 
     def reserve(self, key: str, placement: Placement, request: GPURequest, now: float) -> Reservation:
         self.release(key)  # a re-placement replaces the spawn's earlier hold
+        resources = dict(placement.resources) or {placement.resource: placement.count, PODS: 1}
         reservation = Reservation(
             key=key,
             site=placement.site,
-            node=placement.node,
+            node=placement.held_node or placement.node,
             resource=placement.resource,
             count=placement.count,
             user=request.user,
             groups=frozenset(request.groups),
             expires_at=now + self.ttl_s,
+            resources=resources,
         )
         self._by_key[key] = reservation
-        self._account(reservation, +1)
+        if reservation.node is not None:
+            donor = reservation.site if reservation.site != ORIGIN_SITE else None
+            self.inventory.hold(key, reservation.node, resources, donor_site=donor, user=request.user, groups=request.groups)
+        self._owners(reservation, +1)
         heapq.heappush(self._expiry, (reservation.expires_at, next(self._tiebreak), key))
         return reservation
 
     def release(self, key: str) -> Reservation | None:
         reservation = self._by_key.pop(key, None)
         if reservation is not None:
-            self._account(reservation, -1)
+            self.inventory.release_hold(key)
+            self._owners(reservation, -1)
         return reservation
 
     def expire(self, now: float) -> list[Reservation]:
@@ -238,37 +270,27 @@ class Reservations:
                 expired.append(self.release(key))
         return expired  # type: ignore[return-value]
 
-    def _account(self, r: Reservation, sign: int) -> None:
-        def bump(table: dict, k: tuple) -> None:
-            value = table.get(k, 0) + sign * r.count
+    def _owners(self, r: Reservation, sign: int) -> None:
+        if r.site == ORIGIN_SITE:
+            return
+        for owner in [("user", r.user)] + [("group", g) for g in r.groups]:
+            value = self._owner_donor_units.get(owner, 0) + sign * r.count
             if value:
-                table[k] = value
+                self._owner_donor_units[owner] = value
             else:
-                table.pop(k, None)
-
-        if r.node:
-            bump(self._node_units, (r.node, r.resource))
-            holders = self._site_nodes.setdefault((r.site, r.resource), {})
-            holders[r.node] = holders.get(r.node, 0) + sign
-            if not holders[r.node]:
-                del holders[r.node]
-        bump(self._site_units, (r.site, r.resource))
-        if r.site != ORIGIN_SITE:
-            bump(self._owner_donor_units, ("user", r.user))
-            for group in r.groups:
-                bump(self._owner_donor_units, ("group", group))
+                self._owner_donor_units.pop(owner, None)
 
     def on_node(self, node: str, resource: str) -> int:
-        return self._node_units.get((node, resource), 0)
+        capacity = self.inventory.snapshot().nodes.get(node)
+        return capacity.reserved.get(resource, 0) if capacity is not None else 0
 
     def on_site(self, site: str, resource: str) -> int:
-        return self._site_units.get((site, resource), 0)
+        capacity = self.inventory.snapshot().site(site)
+        return capacity.total(resource).reserved if capacity is not None else 0
 
     def donor_units(self, kind: str, name: str) -> int:
+        """Donor GPU units held by this ledger alone (the snapshot counts them as well)."""
         return self._owner_donor_units.get((kind, name), 0)
-
-    def reserved_nodes(self, site: str, resource: str) -> list[str]:
-        return list(self._site_nodes.get((site, resource), ()))
 
 
 # ---- the decision ---------------------------------------------------------------------------
@@ -284,6 +306,20 @@ def validate_request(request: GPURequest, policy: Policy) -> None:
         raise InvalidCount(f"GPU count must be between 1 and {policy.max_count}, not {request.count}")
     if policy.known_profiles is not None and request.profile not in policy.known_profiles:
         raise UnknownProfile(f"unknown profile {request.profile!r}; offered: {', '.join(sorted(policy.known_profiles))}")
+    if not isinstance(request.resources, Mapping):
+        raise PlacementInputError(f"a request's resources must be a mapping, not {type(request.resources).__name__}")
+    for resource, amount in request.resources.items():
+        if not isinstance(resource, str) or not (resource in COMPUTE_RESOURCES or policy.knows_resource(resource)):
+            counted = ", ".join([*COMPUTE_RESOURCES, *sorted(policy.resource_names), *(p + "*" for p in policy.resource_prefixes)])
+            raise UnknownResource(f"the pod requests {resource!r}, which placement does not count (it counts {counted})")
+        if isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
+            raise InvalidCount(f"the request for {resource} must be a whole number of units >= 0, not {amount!r}")
+        if resource in COMPUTE_RESOURCES:
+            continue
+        if resource != request.resource and amount:
+            raise PlacementInputError(f"a server may request one GPU resource, not {request.resource} and {resource}")
+        if resource == request.resource and amount != request.count:
+            raise InvalidCount(f"the pod requests {amount} {resource} but the request says {request.count}")
 
 
 @dataclass(frozen=True)
@@ -295,17 +331,13 @@ class _Candidate:
     rank: tuple
 
 
-def decide(
-    request: GPURequest,
-    snapshot: Snapshot,
-    reservations: Reservations,
-    policy: Policy,
-) -> Placement | NoCapacity:
-    """Choose a site and node for ``request``; never counts a reserved GPU as free."""
+def decide(request: GPURequest, snapshot: Snapshot, policy: Policy) -> Placement | NoCapacity:
+    """Choose a site and node for ``request``; never counts held or requested capacity as free."""
     validate_request(request, policy)
+    demand = request.demand()
     local = snapshot.site(ORIGIN_SITE)
     local_allowed = policy.strategy is not Strategy.DONOR_ONLY and _site_allowed(request, ORIGIN_SITE)
-    donors, donor_notes = _eligible_donors(request, snapshot, reservations, policy)
+    donors, donor_notes = _eligible_donors(request, snapshot, policy)
 
     local_tier = [local] if (local is not None and local_allowed) else []
     if policy.strategy is Strategy.LOCAL_FIRST:
@@ -320,34 +352,35 @@ def decide(
     for tier in tiers:
         best: _Candidate | None = None
         for site in tier:
-            candidate = _best_fit(site, request, snapshot, reservations, policy)
+            candidate = _best_fit(site, request, demand, snapshot, policy)
             if candidate is not None and (best is None or candidate.rank < best.rank):
                 best = candidate
         if best is not None:
+            pinned = best.site.is_donor or policy.pin_node
             return Placement(
                 site=best.site.site,
                 cluster_id=best.site.cluster_id,
-                node=best.node if (best.site.is_donor or policy.pin_node) else None,
+                node=best.node if pinned else None,
                 resource=request.resource,
                 count=request.count,
-                reason=_reason(best, request, snapshot, reservations, policy),
+                reason=reasons.placed(best.site, best.node, request, demand, snapshot, policy.strategy.value),
                 loss=best.loss,
+                resources=demand,
+                held_node=best.node,
             )
-    return NoCapacity(_no_capacity_reason(request, snapshot, reservations, policy, local_allowed, donor_notes))
+    return NoCapacity(reasons.no_capacity(request, demand, snapshot, policy.strategy.value, local_allowed, donor_notes))
 
 
 def _site_allowed(request: GPURequest, site: str) -> bool:
     return request.allowed_sites is None or site in request.allowed_sites
 
 
-def _eligible_donors(
-    request: GPURequest, snapshot: Snapshot, reservations: Reservations, policy: Policy
-) -> tuple[list[SiteCapacity], list[str]]:
+def _eligible_donors(request: GPURequest, snapshot: Snapshot, policy: Policy) -> tuple[list[SiteCapacity], list[str]]:
     """Donor sites this request may use, in policy order, and notes on the ones it may not."""
     notes: list[str] = []
     if policy.strategy is Strategy.LOCAL_ONLY:
         return [], ["donors are off (local-only policy)"]
-    over_cap = _cap_violation(request, snapshot, reservations, policy)
+    over_cap = _cap_violation(request, snapshot, policy)
     if over_cap:
         return [], [over_cap]
     allowlist: Iterable[str] | None = policy.donor_allowlist
@@ -366,16 +399,17 @@ def _eligible_donors(
     return donors, notes
 
 
-def _cap_violation(request: GPURequest, snapshot: Snapshot, reservations: Reservations, policy: Policy) -> str | None:
+def _cap_violation(request: GPURequest, snapshot: Snapshot, policy: Policy) -> str | None:
+    # the snapshot counts donor GPUs of running pods and of reservations alike
     if policy.user_donor_cap is not None:
-        held = snapshot.donor_units("user", request.user) + reservations.donor_units("user", request.user)
+        held = snapshot.donor_units("user", request.user)
         if held + request.count > policy.user_donor_cap:
             return f"you already hold {held} donor GPU(s) and the limit per user is {policy.user_donor_cap}"
     for group in sorted(request.groups):
         cap = policy.group_donor_caps.get(group)
         if cap is None:
             continue
-        held = snapshot.donor_units("group", group) + reservations.donor_units("group", group)
+        held = snapshot.donor_units("group", group)
         if held + request.count > cap:
             return f"group {group!r} already holds {held} donor GPU(s) and its limit is {cap}"
     return None
@@ -388,120 +422,35 @@ def _latency(site: SiteCapacity, policy: Policy) -> float:
 
 
 def _best_fit(
-    site: SiteCapacity, request: GPURequest, snapshot: Snapshot, reservations: Reservations, policy: Policy
+    site: SiteCapacity, request: GPURequest, demand: Mapping[str, int], snapshot: Snapshot, policy: Policy
 ) -> _Candidate | None:
-    """The node of ``site`` that fits the request and strands the fewest GPUs.
-
-    Unreserved nodes are found through the inventory's free-count buckets (ascending, first hit
-    wins); nodes with reservations are few and checked one by one with their reserved units off.
-    """
-    resource, count = request.resource, request.count
-    reserved_nodes = set(reservations.reserved_nodes(site.site, resource))
-    best_node, best_free = None, None
-    for node in reserved_nodes:
-        capacity = snapshot.nodes.get(node)
-        if capacity is None or capacity.site != site.site:
-            continue
-        effective = capacity.free(resource) - reservations.on_node(node, resource)
-        if effective >= count and (best_free is None or effective < best_free):
-            best_node, best_free = node, effective
-    for free in snapshot.free_levels(site.site, resource):
-        if free < count:
-            continue
-        if best_free is not None and free >= best_free:
-            break
-        node = next((n for n in snapshot.nodes_with_free(site.site, resource, free) if n not in reserved_nodes), None)
-        if node is not None:
-            best_node, best_free = node, free
-            break
-    if best_node is None or best_free is None:
+    """The node of ``site`` that takes the whole pod and strands the fewest GPUs."""
+    found = snapshot.best_fit(site.site, request.resource, demand)
+    if found is None:
         return None
-    leftover = best_free - count
-    idle_gib = leftover * policy.resource_memory_gib.get(resource, 1.0)
+    node, free = found
+    leftover = free - request.count
+    idle_gib = leftover * policy.resource_memory_gib.get(request.resource, 1.0)
     loss = _latency(site, policy) + policy.idle_memory_weight * idle_gib
     order = policy.donor_order.index(site.site) if site.site in policy.donor_order else len(policy.donor_order)
-    return _Candidate(site=site, node=best_node, leftover=leftover, loss=loss, rank=(order, loss, site.site, best_node))
-
-
-def _free_units(site: SiteCapacity | None, resource: str, reservations: Reservations) -> tuple[int, int]:
-    if site is None:
-        return 0, 0
-    free = max(0, site.free.get(resource, 0) - reservations.on_site(site.site, resource))
-    return free, site.allocatable.get(resource, 0)
-
-
-def _reason(
-    chosen: _Candidate, request: GPURequest, snapshot: Snapshot, reservations: Reservations, policy: Policy
-) -> str:
-    resource, count = request.resource, request.count
-    free, total = _free_units(chosen.site, resource, reservations)
-    if not chosen.site.is_donor:
-        return f"{free} of {total} local {resource} free; starting on the origin (node {chosen.node})."
-    local = snapshot.site(ORIGIN_SITE)
-    lfree, ltotal = _free_units(local, resource, reservations)
-    donor_part = f"starting on donor {chosen.site.site} ({free} of {total} free)."
-    if policy.strategy is Strategy.DONOR_FIRST:
-        return f"Donor-first policy: {donor_part[0].lower()}{donor_part[1:]}"
-    if policy.strategy is Strategy.DONOR_ONLY:
-        return f"Donor-only policy: {donor_part}"
-    if not _site_allowed(request, ORIGIN_SITE):
-        return f"Profile {request.profile!r} runs on donors only; {donor_part}"
-    if ltotal == 0:
-        return f"No local {resource} on the origin; {donor_part}"
-    if lfree >= count:
-        return (
-            f"Local {resource} busy ({lfree} of {ltotal} free, but no single node has {count} free); "
-            f"{donor_part}"
-        )
-    if lfree == 0:
-        return f"All {ltotal} local {resource} busy (0 of {ltotal} free); {donor_part}"
-    return f"Local {resource} busy ({lfree} of {ltotal} free, {count} needed); {donor_part}"
-
-
-def _no_capacity_reason(
-    request: GPURequest,
-    snapshot: Snapshot,
-    reservations: Reservations,
-    policy: Policy,
-    local_allowed: bool,
-    donor_notes: list[str],
-) -> str:
-    resource, count = request.resource, request.count
-    parts: list[str] = []
-    local = snapshot.site(ORIGIN_SITE)
-    if not local_allowed:
-        parts.append("the origin is not allowed for this request")
-    elif local is None or not local.allocatable.get(resource):
-        parts.append(f"the origin has no {resource}")
-    else:
-        lfree, ltotal = _free_units(local, resource, reservations)
-        parts.append(f"origin: {lfree} of {ltotal} free")
-    if policy.strategy is not Strategy.LOCAL_ONLY and not donor_notes:
-        donors = snapshot.donors()
-        if not donors:
-            parts.append("no donor cluster is peered")
-        for donor in donors:
-            if not donor.ready:
-                parts.append(f"donor {donor.site}: not ready")
-                continue
-            dfree, dtotal = _free_units(donor, resource, reservations)
-            parts.append(f"donor {donor.site}: {dfree} of {dtotal} free")
-    parts.extend(donor_notes)
-    return f"No site can start {count} × {resource} now: " + "; ".join(parts) + "."
+    return _Candidate(site=site, node=node, leftover=leftover, loss=loss, rank=(order, loss, site.site, node))
 
 
 class Placer:
-    """Decide and reserve in one step: the stateful companion of ``decide`` for one hub."""
+    """Decide and reserve in one step, against one inventory: the stateful side of one hub."""
 
-    def __init__(self, policy: Policy, ttl_s: float = 300.0) -> None:
+    def __init__(self, policy: Policy, inventory: Inventory, ttl_s: float = 300.0) -> None:
         self.policy = policy
-        self.reservations = Reservations(ttl_s)
+        self.inventory = inventory
+        self.reservations = Reservations(inventory, ttl_s)
 
-    def place(self, key: str, request: GPURequest, snapshot: Snapshot, now: float) -> Placement | NoCapacity:
+    def place(self, key: str, request: GPURequest, now: float) -> Placement | NoCapacity:
+        """Place ``request`` on the inventory as it is now and hold what it needs under ``key``."""
+        validate_request(request, self.policy)
         self.reservations.expire(now)
         # the spawn's own earlier hold must not block its re-placement
         self.reservations.release(key)
-        outcome = decide(request, snapshot, self.reservations, self.policy)
+        outcome = decide(request, self.inventory.snapshot(), self.policy)
         if isinstance(outcome, Placement):
             self.reservations.reserve(key, outcome, request, now)
         return outcome

@@ -78,7 +78,7 @@ class CapacityTracker:
         self.inventory = Inventory(
             resource_names=settings.gpu_resource_names, resource_prefixes=settings.gpu_resource_prefixes
         )
-        self.placer = Placer(settings.policy(), ttl_s=settings.reservation_ttl_seconds)
+        self.placer = Placer(settings.policy(), self.inventory, ttl_s=settings.reservation_ttl_seconds)
         # pods carrying the site label, by namespace/name, whoever made them
         self._labelled: dict[str, dict[str, Any]] = {}
         # those of them that are the hub's own user servers (see ownership)

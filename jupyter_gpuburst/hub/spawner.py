@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kubernetes_asyncio.client import V1Affinity, V1NodeAffinity, V1Toleration
+from kubernetes_asyncio.client import V1Affinity, V1EnvVar, V1NodeAffinity, V1Toleration
 from kubespawner import KubeSpawner
 from kubespawner.utils import get_k8s_model
 from tornado import web
@@ -29,6 +29,7 @@ from jupyter_gpuburst.hub import retry, spawnstate
 from jupyter_gpuburst.hub.capacity import CapacityTracker, server_key
 from jupyter_gpuburst.hub.offloading import NamespaceOffloader, OffloadingPermissionError
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError, decide
+from jupyter_gpuburst.hub.podrequest import RESOURCE_TRAITS, pod_spec_from_traits, request_of_pod
 from jupyter_gpuburst.hub.profiles import (
     ProfileGPU,
     UserOptionsError,
@@ -192,23 +193,31 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
     def _gb_tracks(self, resource: str) -> bool:
         return resource in self.gpu_resource_names or resource.startswith(tuple(self.gpu_resource_prefixes))
 
-    def gpu_request(self) -> GPURequest | None:
-        """The GPU request of the loaded profile, or None for a CPU-only server."""
+    def gpu_request(self, pod: Any = None) -> GPURequest | None:
+        """The whole-pod request of ``pod`` (a built manifest), or None for a CPU-only server.
+
+        Without ``pod``, the request of the pod the current traits would build.
+        """
+        if pod is not None:
+            spec = self._gb_serialize(pod).get("spec") or {}
+        else:
+            spec = pod_spec_from_traits({name: getattr(self, name, None) for name in RESOURCE_TRAITS})
         try:
-            gpu = gpu_from_resources(self.extra_resource_limits, self.extra_resource_guarantees, self._gb_tracks)
+            demand = request_of_pod(spec, self._gb_tracks)
         except ValueError as exc:
             raise SpawnRefused(400, str(exc)) from None
-        if gpu is None:
+        if demand is None:
             return None
         block = self._gb_block(self._gb_profile)
         groups = frozenset(getattr(g, "name", str(g)) for g in (getattr(self.user, "groups", None) or []))
         return GPURequest(
-            resource=gpu.resource,
-            count=gpu.count,
+            resource=demand.resource,
+            count=demand.count,
             user=self.user.name,
             groups=groups,
             profile=(self._gb_profile or {}).get("slug", ""),
             allowed_sites=block.allowed_sites if block else None,
+            resources=demand.resources,
         )
 
     # ---- the decision ------------------------------------------------------------------------
@@ -243,9 +252,10 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
     @staticmethod
     def _gb_redirect_reason(tracker: CapacityTracker, outcome: Placement, previous: str) -> str:
         site = tracker.snapshot().site(outcome.site)
-        reserved = tracker.placer.reservations.on_site(outcome.site, outcome.resource)
-        total = site.allocatable.get(outcome.resource, 0) if site else 0
-        free = max(0, (site.free.get(outcome.resource, 0) if site else 0) - reserved + outcome.count)
+        totals = site.total(outcome.resource) if site else None
+        total = totals.allocatable if totals else 0
+        # free as the decision saw it: the snapshot already counts this spawn's own hold
+        free = (totals.free if totals else 0) + outcome.count
         where = f"donor {outcome.site}" if outcome.is_donor else f"the origin (node {outcome.node})"
         return (
             f"Redirected: {previous} could not schedule the pod after all; "
@@ -255,7 +265,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
     def _gb_place(self, tracker: CapacityTracker, key: str, request: GPURequest) -> Placement | NoCapacity:
         started = time.perf_counter()
         try:
-            return tracker.placer.place(key, request, tracker.snapshot(), time.monotonic())
+            return tracker.placer.place(key, request, time.monotonic())
         except PlacementInputError as exc:
             raise SpawnRefused(400, str(exc)) from None
         finally:
@@ -291,10 +301,12 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
 
     # ---- the pod -----------------------------------------------------------------------------
     async def get_pod_manifest(self) -> Any:
-        request = self.gpu_request()
+        # built first and placed as built: what is placed is exactly what is created
+        self._gb_placement = None
+        pod = await super().get_pod_manifest()
+        request = self.gpu_request(pod)
         if request is None:
-            self._gb_placement = None
-            return await super().get_pod_manifest()
+            return pod
         placement = await self._gb_decide(request)
         self._gb_placement = placement
         # in the hub database before the pod exists: a hub killed from here on restarts knowing
@@ -306,7 +318,6 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             except Exception as exc:
                 (await self.gpuburst_tracker()).forget_decision(self.gpuburst_key)
                 raise self._gb_public_error(exc, f"offloading namespace {self.namespace} for donor {placement.site}") from None
-        pod = await super().get_pod_manifest()
         self._gb_pin(pod, placement)
         self._gb_decided.set()
         return pod
@@ -349,20 +360,19 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         affinity.node_affinity = node_affinity
         spec.affinity = affinity
         spec.tolerations = list(spec.tolerations or []) + [get_k8s_model(V1Toleration, t) for t in placement.tolerations()]
+        # the placement reaches the server through its env (the pod was built before the decision)
+        notebook = spec.containers[0]
+        ours_env = placement_env(placement)
+        kept = [e for e in (notebook.env or []) if getattr(e, "name", None) not in ours_env]
+        notebook.env = kept + [get_k8s_model(V1EnvVar, {"name": k, **_env_value(v)}) for k, v in ours_env.items()]
 
     def _gb_serialize(self, model: Any) -> dict[str, Any]:
         return self.api.api_client.sanitize_for_serialization(model) or {}
 
     def get_env(self) -> dict[str, Any]:
         env = super().get_env()
-        placement = self._gb_placement
-        if placement is not None:
-            env[f"{ENV_PREFIX}SITE"] = placement.site
-            env[f"{ENV_PREFIX}CLUSTER"] = placement.cluster_id or ""
-            env[f"{ENV_PREFIX}REASON"] = placement.reason
-            env[f"{ENV_PREFIX}GPU_RESOURCE"] = placement.resource
-            env[f"{ENV_PREFIX}GPU_COUNT"] = str(placement.count)
-            env[f"{ENV_PREFIX}NODE"] = {"valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+        if self._gb_placement is not None:
+            env.update(placement_env(self._gb_placement))
         return env
 
     async def _make_create_pod_request(self, pod: Any, request_timeout: float) -> bool:
@@ -626,16 +636,45 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         out = dict(profile)
         try:
             gpu = profile_gpu(profile, self.extra_resource_limits, self.extra_resource_guarantees, self._gb_tracks)
+            resources = self._gb_profile_resources(profile, gpu)
         except ValueError as exc:
             out["gpuburst_status"] = {"full": True, "summary": f"Misconfigured: {exc}"}
             return out
         if gpu is None or tracker is None:
             return out
-        status = availability(gpu, profile.get("slug", ""), self.user, tracker)
+        status = availability(gpu, profile.get("slug", ""), self.user, tracker, resources)
         out["gpuburst_status"] = status
         description = out.get("description") or ""
         out["description"] = f"{description} {status['summary']}".strip()
         return out
+
+
+    def _gb_profile_resources(self, profile: dict[str, Any], gpu: ProfileGPU | None) -> dict[str, int]:
+        """What the pod of ``profile`` would request besides its GPUs (traits plus overrides)."""
+        if gpu is None:
+            return {}
+        override = profile.get("kubespawner_override") or {}
+        values = {name: override.get(name, getattr(self, name, None)) for name in RESOURCE_TRAITS}
+        values["extra_resource_limits"] = {**self.extra_resource_limits, **(override.get("extra_resource_limits") or {}), gpu.resource: gpu.count}
+        values["extra_resource_guarantees"] = {**self.extra_resource_guarantees, **(override.get("extra_resource_guarantees") or {}), gpu.resource: gpu.count}
+        demand = request_of_pod(pod_spec_from_traits(values), self._gb_tracks)
+        return demand.resources if demand is not None else {}
+
+
+def placement_env(placement: Placement) -> dict[str, Any]:
+    """The env vars that tell the server where it runs and why."""
+    return {
+        f"{ENV_PREFIX}SITE": placement.site,
+        f"{ENV_PREFIX}CLUSTER": placement.cluster_id or "",
+        f"{ENV_PREFIX}REASON": placement.reason,
+        f"{ENV_PREFIX}GPU_RESOURCE": placement.resource,
+        f"{ENV_PREFIX}GPU_COUNT": str(placement.count),
+        f"{ENV_PREFIX}NODE": {"valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    }
+
+
+def _env_value(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, dict) else {"value": str(value)}
 
 
 def profile_gpu(
@@ -651,22 +690,27 @@ def profile_gpu(
     return gpu_from_resources(limits, guarantees, tracks)
 
 
-def availability(gpu: ProfileGPU, slug: str, user: Any, tracker: CapacityTracker) -> dict[str, Any]:
-    """Free GPUs per site now and where a spawn of this profile would land (nothing reserved)."""
+def availability(
+    gpu: ProfileGPU, slug: str, user: Any, tracker: CapacityTracker, resources: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """Free GPUs per site now and where a spawn of this profile would land (nothing reserved).
+
+    ``resources`` is the rest of the profile's pod (CPU, memory...), so "would start on" and
+    "Full" account for the whole pod, as the spawn itself will.
+    """
     snapshot = tracker.snapshot()
-    reservations = tracker.placer.reservations
     sites = []
     for name in sorted(snapshot.sites, key=lambda s: (s != keys.ORIGIN_SITE, s)):
         site = snapshot.sites[name]
-        total = site.allocatable.get(gpu.resource, 0)
-        if not total and site.is_donor and not site.ready:
+        totals = site.total(gpu.resource)
+        if not totals.allocatable and site.is_donor and not site.ready:
             continue
-        free = max(0, site.free.get(gpu.resource, 0) - reservations.on_site(name, gpu.resource))
-        sites.append({"site": name, "free": free, "total": total})
+        # free already leaves out what spawns in flight hold
+        sites.append({"site": name, "free": totals.free, "total": totals.allocatable})
     groups = frozenset(getattr(g, "name", str(g)) for g in (getattr(user, "groups", None) or []))
-    request = GPURequest(gpu.resource, gpu.count, user.name, groups, slug, gpu.allowed_sites)
+    request = GPURequest(gpu.resource, gpu.count, user.name, groups, slug, gpu.allowed_sites, resources=dict(resources or {}))
     try:
-        outcome = decide(request, snapshot, reservations, tracker.placer.policy)
+        outcome = decide(request, snapshot, tracker.placer.policy)
     except PlacementInputError as exc:
         outcome = NoCapacity(str(exc))
     free_text = ", ".join(f"{s['site']} {s['free']} of {s['total']}" for s in sites) or "no GPU sites"

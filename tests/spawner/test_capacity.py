@@ -59,7 +59,7 @@ async def test_tracker_follows_nodes_and_pods_and_releases_on_bind(api):
 
         key = server_key("ann", "")
         request = GPURequest(GPU, 1, "ann")
-        placement = tracker.placer.place(key, request, tracker.snapshot(), 0.0)
+        placement = tracker.placer.place(key, request, 0.0)
         assert isinstance(placement, Placement) and placement.site == "origin"
         tracker.note_decision(key, placement, 1)
         assert tracker.placements()[key]["state"] == "pending"
@@ -69,6 +69,7 @@ async def test_tracker_follows_nodes_and_pods_and_releases_on_bind(api):
         store.create("pods", pod)
         await wait_until(lambda: tracker.pod("default", "jupyter-ann") is not None, 5, "pod seen")
         assert key in tracker.placer.reservations  # not bound yet: still reserved
+        assert tracker.snapshot().site("origin").free[GPU] == 1  # the hold counts until then
 
         store.mutate("pods", "default", "jupyter-ann", lambda p: p["spec"].__setitem__("nodeName", "gpu-a"))
         await wait_until(lambda: key not in tracker.placer.reservations, 5, "reservation released on bind")

@@ -25,17 +25,25 @@ def test_unknown_command_is_an_error(capsys):
 
 
 def test_bench_placement_prints_the_named_figures():
-    out = subprocess.run(
+    proc = subprocess.run(
         [sys.executable, "-m", "jupyter_gpuburst.cli", "bench", "placement", "--nodes", "200", "--pods", "2000",
-         "--decisions", "200", "--events", "500", "--json"],
-        check=True, capture_output=True, text=True, timeout=120,
-    ).stdout
-    result = json.loads(out)
-    for key in ("nodes", "pods", "decision_p50_ms", "decision_p99_ms", "event_apply_p99_us", "full_recount_ms"):
+         "--outstanding", "50", "--decisions", "200", "--events", "300", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    result = json.loads(proc.stdout)
+    for key in ("nodes", "pods", "outstanding", "decision_ms", "event_changed_us", "event_noop_us", "memory_mib", "checks"):
         assert key in result
-    assert result["nodes"] == 200 and result["pods"] == 2000
-    assert 0 < result["decision_p50_ms"] <= result["decision_p99_ms"]
-    assert result["placed"] > 0
+    assert result["nodes"] == 200 and result["pods"] == 2000 and result["gc_enabled"] is True
+    assert 0 < result["decision_ms"]["p50"] <= result["decision_ms"]["p99"] <= result["decision_ms"]["max"]
+    assert result["placed"] == result["decisions"] == 200
+    # the reservations really were outstanding while decisions were timed
+    assert result["outstanding_during_decisions"]["min"] >= 50
+    checks = result["checks"]
+    assert checks["decisions_equal_brute_force"]["ok"] and checks["inventory_equals_recount"]["ok"]
+    assert checks["nodes_overcommitted"]["ok"] and checks["every_decision_placed"]["ok"]
+    # 200 decisions are fewer than a tail needs: that check fails, and so does the run
+    assert checks["decision_samples"]["ok"] is False
+    assert result["ok"] is False and proc.returncode == 1
 
 
 def test_bench_rejects_bad_sizes():

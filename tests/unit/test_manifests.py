@@ -6,7 +6,7 @@ import kubernetes_validate
 import pytest
 
 from jupyter_gpuburst.bench import synthetic
-from jupyter_gpuburst.core.placement import GPURequest, Placement, Policy, Reservations, decide
+from jupyter_gpuburst.core.placement import GPURequest, Placement, Policy, decide
 
 K8S_VERSION = kubernetes_validate.latest_version()
 GPU = "nvidia.com/gpu"
@@ -35,13 +35,13 @@ def snapshot():
 
 @pytest.mark.parametrize("count, site", [(1, "origin"), (4, "donor-1")])
 def test_placement_fragments_validate(snapshot, count, site):
-    placement = decide(GPURequest(GPU, count, "ann"), snapshot, Reservations(), Policy())
+    placement = decide(GPURequest(GPU, count, "ann"), snapshot, Policy())
     assert placement.site == site
     kubernetes_validate.validate(pod_with(placement), K8S_VERSION, strict=True)
 
 
 def test_validation_would_catch_a_bad_fragment(snapshot):
-    placement = decide(GPURequest(GPU, 4, "ann"), snapshot, Reservations(), Policy())
+    placement = decide(GPURequest(GPU, 4, "ann"), snapshot, Policy())
     pod = pod_with(placement)
     pod["spec"]["tolerations"][0]["effect"] = 7
     with pytest.raises(kubernetes_validate.ValidationError):

@@ -1,0 +1,145 @@
+"""The free-capacity index: which nodes of a site can take a pod, best fit first, without a scan.
+
+For every site and GPU resource, nodes are grouped by how many units of that GPU they have free
+(the *level*), and within a level by a coarse *grade* of their free CPU and free memory. Pods and
+reservations move a node between groups the same way, so a lookup never depends on how many
+reservations are outstanding: it walks the levels upward from the GPU count asked for (best fit:
+fewest GPUs stranded), and in a level takes the smallest grade that is known to fit.
+
+Grades follow a geometric grid with two steps per doubling (1, 1.5, 2, 3, 4, 6, 8, 12, ... units
+of 125 millicores or 1 MiB), so the round numbers profiles ask for (1, 2, 4, 8, 16 CPU; 1, 2, 4,
+8, 16 GiB) fall on grade boundaries: a whole grade either fits or does not, and only requests off
+the grid look at single nodes in the one grade that straddles them.
+
+The index is nested persistent maps (``immutables.Map``):
+``(site, resource) -> level -> grade -> node name -> None``; a snapshot holds the outer map.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from immutables import Map
+
+from .quantities import CPU, MEMORY
+
+CPU_UNIT = 125  # millicores
+MEMORY_UNIT = 2**20  # bytes
+_GRADES = 2 * 64 + 2
+_MEM_BITS = 8  # grade key = cpu grade << 8 | memory grade
+
+EMPTY: Map = Map()
+
+
+def grade(value: int, unit: int) -> int:
+    """The grid cell of ``value``: 0 below one unit, then two cells per doubling."""
+    q = value // unit
+    if q <= 0:
+        return 0
+    k = q.bit_length() - 1
+    if k >= 1 and q >= 3 << (k - 1):
+        return 2 * k + 2
+    return 2 * k + 1
+
+
+def _floor(g: int) -> int:
+    """Smallest multiple of the unit in grade ``g`` (grade 2 does not occur)."""
+    if g == 0:
+        return 0
+    k, half = divmod(g - 1, 2)
+    if half:
+        return 3 << (k - 1) if k >= 1 else 2
+    return 1 << k
+
+
+_FLOORS = [_floor(g) for g in range(_GRADES + 1)]
+# the first value above grade g: where the next grade that exists starts
+_CEILINGS = [1 if g == 0 else 2 if g == 1 else _FLOORS[g + 1] for g in range(_GRADES)]
+
+
+def grade_key(cpu_free: int, memory_free: int) -> int:
+    return grade(cpu_free, CPU_UNIT) << _MEM_BITS | grade(memory_free, MEMORY_UNIT)
+
+
+def _grade_fit(g: int, unit: int, need: int) -> int:
+    """1: every value in grade g is >= need; 0: some may be; -1: none is."""
+    if _FLOORS[g] * unit >= need:
+        return 1
+    if _CEILINGS[g] * unit <= need:
+        return -1
+    return 0
+
+
+def add(index: Map, key: tuple[str, str], level: int, gkey: int, name: str) -> Map:
+    levels = index.get(key, EMPTY)
+    grades = levels.get(level, EMPTY)
+    members = grades.get(gkey, EMPTY)
+    return index.set(key, levels.set(level, grades.set(gkey, members.set(name, None))))
+
+
+def discard(index: Map, key: tuple[str, str], level: int, gkey: int, name: str) -> Map:
+    levels = index.get(key)
+    if levels is None:
+        return index
+    grades = levels.get(level)
+    if grades is None:
+        return index
+    members = grades.get(gkey)
+    if members is None or name not in members:
+        return index
+    members = members.delete(name)
+    grades = grades.set(gkey, members) if len(members) else grades.delete(gkey)
+    levels = levels.set(level, grades) if len(grades) else levels.delete(level)
+    return index.set(key, levels) if len(levels) else index.delete(key)
+
+
+def levels(index: Map, site: str, resource: str) -> list[int]:
+    """Distinct free counts of ``resource`` on the nodes of ``site``, ascending."""
+    return sorted(index.get((site, resource), EMPTY))
+
+
+def nodes_at(index: Map, site: str, resource: str, level: int) -> Iterator[str]:
+    for members in index.get((site, resource), EMPTY).get(level, EMPTY).values():
+        yield from members
+
+
+def best_fit(
+    index: Map,
+    site: str,
+    resource: str,
+    demand: Mapping[str, int],
+    fits: Callable[[str], bool],
+) -> tuple[str, int] | None:
+    """(node, its free units of ``resource``) for the best-fitting node of ``site``, or None.
+
+    ``demand`` is the whole pod; ``fits(node)`` checks one node exactly. Levels are tried
+    upward from the GPU count; within a level, grades that cannot fit are skipped unread,
+    grades that surely fit cost one check, straddling grades are read node by node.
+    """
+    per_level = index.get((site, resource))
+    if per_level is None:
+        return None
+    count = demand.get(resource, 0)
+    need_cpu = demand.get(CPU, 0)
+    need_memory = demand.get(MEMORY, 0)
+    mask = (1 << _MEM_BITS) - 1
+    for level in sorted(per_level):
+        if level < count:
+            continue
+        grades = per_level[level]
+        candidates = []
+        for gkey in grades:
+            cpu_fit = _grade_fit(gkey >> _MEM_BITS, CPU_UNIT, need_cpu)
+            if cpu_fit < 0:
+                continue
+            memory_fit = _grade_fit(gkey & mask, MEMORY_UNIT, need_memory)
+            if memory_fit < 0:
+                continue
+            # smallest sure fit first (keeps big nodes for big pods), straddling grades after
+            candidates.append((cpu_fit + memory_fit < 2, (gkey >> _MEM_BITS) + (gkey & mask), gkey))
+        candidates.sort()
+        for _straddles, _size, gkey in candidates:
+            for name in grades[gkey]:
+                if fits(name):
+                    return name, level
+    return None

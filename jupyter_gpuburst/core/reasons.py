@@ -1,0 +1,188 @@
+"""The sentence a student reads about a placement: where it goes, or which resource is short where.
+
+Reasons name the short resource in plain words ("donor donor-1: 4 CPU granted, profile gpu-1
+needs 8"; "origin: no node has 8 CPU and 2 GPUs free"). They are built from the same snapshot
+the decision used, with bounded work: site totals, the best-fit index, and at most
+``SAMPLE_NODES`` nodes read one by one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
+
+from . import keys
+from .quantities import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, describe
+
+if TYPE_CHECKING:
+    from .inventory import SiteCapacity, Snapshot
+
+ORIGIN_SITE = keys.ORIGIN_SITE
+SAMPLE_NODES = 64
+_ORDER = {CPU: 1, MEMORY: 2, EPHEMERAL_STORAGE: 3, PODS: 4}
+
+
+class _Request(Protocol):
+    resource: str
+    count: int
+    profile: str
+    allowed_sites: tuple[str, ...] | None
+
+
+def amount(resource: str, value: int) -> str:
+    """The number alone, in the unit ``describe`` would use: "8", "16 GiB"."""
+    text = describe(resource, value)
+    if resource in (MEMORY, EPHEMERAL_STORAGE):
+        return text.split(" of ", 1)[0]
+    return text.split(" ", 1)[0]
+
+
+def _who(request: _Request) -> str:
+    return f"profile {request.profile}" if request.profile else "the server"
+
+
+def _ordered(demand: Mapping[str, int], gpu: str) -> list[str]:
+    """The GPU first, then CPU, memory, ephemeral storage, pod slots."""
+    return sorted(demand, key=lambda r: (0 if r == gpu else _ORDER.get(r, 5), r))
+
+
+def shortage(site: SiteCapacity, request: _Request, demand: Mapping[str, int], snapshot: Snapshot) -> tuple[str, str] | None:
+    """(short resource, why the whole pod fits no node of ``site``), or None when it fits one.
+
+    Checked in order: what the site has in all (a donor's grant), what is free in all, then what
+    no single node has free together.
+    """
+    gpu = request.resource
+    for resource in _ordered(demand, gpu):
+        need = demand[resource]
+        totals = site.total(resource)
+        if totals.allocatable >= need:
+            continue
+        if resource == gpu:
+            return resource, f"{totals.free} of {totals.allocatable} free"
+        have = describe(resource, totals.allocatable)
+        if site.is_donor:
+            return resource, f"{have} granted, {_who(request)} needs {amount(resource, need)}"
+        return resource, f"{have} in all, {_who(request)} needs {amount(resource, need)}"
+    for resource in _ordered(demand, gpu):
+        need = demand[resource]
+        totals = site.total(resource)
+        if totals.free >= need:
+            continue
+        if resource == gpu:
+            return resource, f"{totals.free} of {totals.allocatable} free"
+        return resource, (
+            f"{amount(resource, totals.free)} of {describe(resource, totals.allocatable)} free, "
+            f"{_who(request)} needs {amount(resource, need)}"
+        )
+    if snapshot.best_fit(site.site, gpu, demand) is not None:
+        return None
+    if snapshot.max_free_on_a_node(site.site, gpu) < request.count:
+        return gpu, f"no single node has {request.count} free"
+    short = _short_beside_gpus(site, demand, snapshot, gpu)
+    together = " and ".join([describe(r, demand[r]) for r in short] + [describe(gpu, request.count)])
+    return (short[0] if short else gpu), f"no node has {together} free"
+
+
+def _short_beside_gpus(site: SiteCapacity, demand: Mapping[str, int], snapshot: Snapshot, gpu: str) -> list[str]:
+    """Resources that are short on the nodes that do have the GPUs (a bounded sample of them)."""
+    short: set[str] = set()
+    seen = 0
+    for level in snapshot.free_levels(site.site, gpu):
+        if level < demand[gpu]:
+            continue
+        for name in snapshot.nodes_with_free(site.site, gpu, level):
+            node = snapshot.nodes.get(name)
+            if node is None:
+                continue
+            for resource, need in demand.items():
+                if resource != gpu and node.free(resource) < need:
+                    short.add(resource)
+            seen += 1
+            if seen >= SAMPLE_NODES:
+                break
+        if seen >= SAMPLE_NODES:
+            break
+    return [r for r in _ordered(demand, gpu) if r in short]
+
+
+def _free_of(site: SiteCapacity | None, resource: str) -> tuple[int, int]:
+    if site is None:
+        return 0, 0
+    totals = site.total(resource)
+    return totals.free, totals.allocatable
+
+
+def placed(
+    site: SiteCapacity, node: str, request: _Request, demand: Mapping[str, int], snapshot: Snapshot, strategy: str
+) -> str:
+    """Why the chosen site: free GPUs there and, for a donor, what kept the pod off the origin."""
+    resource, count = request.resource, request.count
+    free, total = _free_of(site, resource)
+    if not site.is_donor:
+        return f"{free} of {total} local {resource} free; starting on the origin (node {node})."
+    donor_part = f"starting on donor {site.site} ({free} of {total} free)."
+    if strategy == "donor-first":
+        return f"Donor-first policy: {donor_part}"
+    if strategy == "donor-only":
+        return f"Donor-only policy: {donor_part}"
+    if request.allowed_sites is not None and ORIGIN_SITE not in request.allowed_sites:
+        return f"Profile {request.profile!r} runs on donors only; {donor_part}"
+    local = snapshot.site(ORIGIN_SITE)
+    lfree, ltotal = _free_of(local, resource)
+    if ltotal == 0:
+        return f"No local {resource} on the origin; {donor_part}"
+    why = shortage(local, request, demand, snapshot) if local is not None else None  # type: ignore[arg-type]
+    if why is not None and why[0] != resource:
+        return f"The origin cannot take the server ({why[1]}); {donor_part}"
+    if lfree >= count:
+        return (
+            f"Local {resource} busy ({lfree} of {ltotal} free, but no single node has {count} free); "
+            f"{donor_part}"
+        )
+    if lfree == 0:
+        return f"All {ltotal} local {resource} busy (0 of {ltotal} free); {donor_part}"
+    return f"Local {resource} busy ({lfree} of {ltotal} free, {count} needed); {donor_part}"
+
+
+def no_capacity(
+    request: _Request,
+    demand: Mapping[str, int],
+    snapshot: Snapshot,
+    strategy: str,
+    local_allowed: bool,
+    donor_notes: list[str],
+) -> str:
+    """Why no site can take the pod, site by site."""
+    resource, count = request.resource, request.count
+    parts: list[str] = []
+    local = snapshot.site(ORIGIN_SITE)
+    if not local_allowed:
+        parts.append("the origin is not allowed for this request")
+    elif local is None or not local.total(resource).allocatable:
+        parts.append(f"the origin has no {resource}")
+    else:
+        parts.append(f"origin: {_site_text(local, request, demand, snapshot)}")
+    if strategy != "local-only" and not donor_notes:
+        donors = snapshot.donors()
+        if not donors:
+            parts.append("no donor cluster is peered")
+        for donor in donors:
+            if not donor.ready:
+                parts.append(f"donor {donor.site}: not ready")
+                continue
+            parts.append(f"donor {donor.site}: {_site_text(donor, request, demand, snapshot)}")
+    parts.extend(donor_notes)
+    extras = [describe(r, demand[r]) for r in _ordered(demand, resource) if r in (CPU, MEMORY, EPHEMERAL_STORAGE)]
+    with_extras = f" (with {', '.join(extras)})" if extras else ""
+    return f"No site can start {count} × {resource}{with_extras} now: " + "; ".join(parts) + "."
+
+
+def _site_text(site: SiteCapacity, request: _Request, demand: Mapping[str, int], snapshot: Snapshot) -> str:
+    why = shortage(site, request, demand, snapshot)
+    if why is not None:
+        return why[1]
+    # the pod fits, so this site was left out for another reason (an allowlist, a site list)
+    free, total = _free_of(site, request.resource)
+    return f"{free} of {total} free"
+
