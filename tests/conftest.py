@@ -1,4 +1,4 @@
-"""Shared test configuration: where the reference material lives, and opt-in tiers."""
+"""Test configuration for every tier: the vendored reference data, and opt-in tiers."""
 
 from __future__ import annotations
 
@@ -8,15 +8,20 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("GPUBURST_SHARED", REPO.parent / "shared"))
-LIQO_CRDS = SHARED / "reference" / "liqo-crds"
+# Upstream reference data, vendored with its provenance and license (tests/reference/README.md)
+REFERENCE = REPO / "tests" / "reference"
+LIQO_CRDS = REFERENCE / "liqo-crds"
+Z2JH = REFERENCE / "z2jh"
 
 
 @pytest.fixture(scope="session")
 def liqo_crd_dir() -> Path:
-    if not LIQO_CRDS.is_dir():
-        pytest.fail(f"Liqo CRDs not found at {LIQO_CRDS}; set GPUBURST_SHARED to the shared/ folder")
     return LIQO_CRDS
+
+
+@pytest.fixture(scope="session")
+def z2jh_dir() -> Path:
+    return Z2JH
 
 
 def pytest_collection_modifyitems(config, items):
