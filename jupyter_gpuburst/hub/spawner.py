@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kubernetes_asyncio.client import V1Affinity, V1NodeAffinity, V1Toleration
+from kubernetes_asyncio.client import V1Affinity, V1NodeAffinity, V1Toleration, V1Volume
 from kubespawner import KubeSpawner
 from kubespawner.utils import get_k8s_model
 from tornado import web
@@ -28,6 +28,7 @@ from jupyter_gpuburst.hub.capacity import CapacityTracker, server_key
 from jupyter_gpuburst.hub.offloading import NamespaceOffloader
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError, decide
 from jupyter_gpuburst.hub.profiles import ProfileGPU, gpu_from_resources, profile_block, validate_user_options
+from jupyter_gpuburst.hub import storage
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -90,6 +91,8 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         self._gb_dead_uids: set[str] = set()
         self._gb_redirect_t0: float | None = None
         self.gpuburst_redirect_seconds: list[float] = []
+        self._gb_claims: list[storage.Claim] = []
+        self._gb_storage: storage.Outcome | None = None
 
     # ---- configuration defaults --------------------------------------------------------------
     @default("profile_form_template")
@@ -265,8 +268,13 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         if request is None:
             self._gb_placement = None
             return await super().get_pod_manifest()
-        placement = await self._gb_decide(request)
+        request, constraint = await self._gb_storage_constrain(request)
+        try:
+            placement = await self._gb_decide(request)
+        except SpawnRefused as exc:
+            raise SpawnRefused(exc.status_code, f"{exc.message} ({constraint.reason})") if constraint.reason else exc from None
         self._gb_placement = placement
+        self._gb_storage_decide(placement, constraint)
         if placement.is_donor and self.offload_namespace:
             try:
                 await self._offloader().ensure(self.namespace)
@@ -275,8 +283,34 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                 raise SpawnRefused(500, f"Cannot start on donor {placement.site}: {exc}") from None
         pod = await super().get_pod_manifest()
         self._gb_pin(pod, placement)
+        if self._gb_storage is not None and self._gb_storage.scratch_claims:
+            volumes = storage.scratch_volumes(pod.spec.volumes, self._gb_storage.scratch_claims, self._gb_serialize)
+            pod.spec.volumes = [get_k8s_model(V1Volume, v) for v in volumes]
         self._gb_decided.set()
         return pod
+
+    # ---- storage (rules in hub/storage.py) ----------------------------------------------------
+    async def _gb_storage_constrain(self, request: GPURequest) -> tuple[GPURequest, storage.Constraint]:
+        """Narrow the request to the sites the user's volumes allow under ``storage_policy``."""
+        names = storage.claim_names(self._gb_serialize(v) if not isinstance(v, dict) else v for v in self._expand_all(self.volumes))
+        self._gb_claims = await storage.read_claims(self.api, self.namespace, names, self.storage_class or None) if names else []
+        await self.gpuburst_tracker()  # node -> site comes from its snapshot
+        constraint = storage.constrain(self.storage_policy, self._gb_claims, self._gb_site_of_node)
+        if constraint.allowed_sites is None:
+            return request, constraint
+        return replace(request, allowed_sites=storage.combine(request.allowed_sites, constraint)), constraint
+
+    def _gb_storage_decide(self, placement: Placement, constraint: storage.Constraint) -> None:
+        self._gb_storage = storage.outcome(self.storage_policy, self._gb_claims, placement.site, self._gb_site_of_node)
+        if constraint.reason:
+            self._gb_message(f"Storage: {constraint.reason[0].upper()}{constraint.reason[1:]}.")
+        if self._gb_storage.kind is storage.StorageKind.SCRATCH:
+            self._gb_message(self._gb_storage.message)
+
+    def _gb_site_of_node(self, name: str) -> str | None:
+        tracker = self._gb_tracker
+        node = tracker.snapshot().nodes.get(name) if tracker is not None else None
+        return getattr(node, "site", None)
 
     def _gb_pin(self, pod: Any, placement: Placement) -> None:
         """Pin ``pod`` to the placement: labels, annotations, node affinity, toleration."""
@@ -330,6 +364,8 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             env[f"{ENV_PREFIX}GPU_RESOURCE"] = placement.resource
             env[f"{ENV_PREFIX}GPU_COUNT"] = str(placement.count)
             env[f"{ENV_PREFIX}NODE"] = {"valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+        if placement is not None and self._gb_storage is not None:
+            env.update(self._gb_storage.env())
         return env
 
     async def _make_create_pod_request(self, pod: Any, request_timeout: float) -> bool:
@@ -489,6 +525,8 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         state = super().get_state()
         if self._gb_placement is not None:
             state["gpuburst"] = {**self._gb_placement.as_dict(), "attempts": len(self._gb_attempts) + 1}
+            if self._gb_storage is not None:
+                state["gpuburst"]["storage"] = self._gb_storage.as_dict()
         elif self._gb_state:
             state["gpuburst"] = dict(self._gb_state)
         return state
