@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,19 @@ def liqo_crd_dir() -> Path:
 @pytest.fixture(scope="session")
 def z2jh_dir() -> Path:
     return Z2JH
+
+
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel, built once per session as an admin would (`python -m build --wheel`)."""
+    out = tmp_path_factory.mktemp("dist")
+    done = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(REPO)],
+        capture_output=True, text=True, timeout=170,
+    )  # fmt: skip
+    assert done.returncode == 0, f"wheel build failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    (wheel,) = out.glob("jupyter_gpuburst-*.whl")
+    return wheel
 
 
 def pytest_collection_modifyitems(config, items):

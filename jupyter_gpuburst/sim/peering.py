@@ -19,6 +19,8 @@ What Liqo does and this emulates:
   Liqo's virtual kubelet only reflects pods of offloaded namespaces: it stays Pending until the
   namespace is offloaded (then it is offloaded) or it is deleted.
 * Deleting the origin pod deletes the remote one; the origin pod goes once the remote one is gone.
+* Volumes: Liqo's ``liqo`` storage class and its claim reflection (sim/storage.py); a claim of
+  any other class does not follow the pod, which stays Pending on the donor.
 * Unpeering or a donor outage turns the virtual node's Ready condition False; pods are no longer
   offloaded until it is back.
 """
@@ -35,6 +37,7 @@ from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.cluster import KUBELET_VERSION, Cluster, ready_conditions
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.scheduler import matches_node_affinity
+from jupyter_gpuburst.sim.storage import install_liqo_class, reflect_claims
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +151,7 @@ class Peering:
     async def start(self) -> None:
         """Peer: tenant namespace, VirtualNode, virtual Node, then reflect."""
         o = self.origin.store
+        install_liqo_class(o)
         tenant = tenant_namespace(self.cluster_id)
         try:
             o.get("namespaces", None, tenant)
@@ -233,6 +237,7 @@ class Peering:
             return
         self._remote[(remote_ns, name)] = (ns, name)
         try:
+            reflect_claims(pod, self.origin.store, self.donor.store, remote_ns, self.node_name)
             self.donor.store.create("pods", remote_pod(pod, remote_ns), remote_ns)
         except ApiError as exc:
             if exc.code != 409:
