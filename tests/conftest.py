@@ -27,16 +27,31 @@ def z2jh_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel, built once per session as an admin would (`python -m build --wheel`)."""
+def built_dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(sdist, wheel), built once per session as an admin would (`python -m build`: the sdist,
+    then the wheel from it), with npm and node failing if anything calls them: once the lab
+    extension is built (`make setup`), packaging needs no Node."""
+    if not (REPO / "jupyter_gpuburst" / "labextension" / "static" / "style.js").exists():
+        pytest.skip("the lab extension is not built (make setup builds it)")
+    no_node = tmp_path_factory.mktemp("no-node")
+    for tool in ("npm", "node", "jlpm", "yarn"):
+        (no_node / tool).write_text(f"#!/bin/sh\necho '{tool} must not run: the lab extension is prebuilt' >&2\nexit 97\n")
+        (no_node / tool).chmod(0o755)
     out = tmp_path_factory.mktemp("dist")
+    env = {**os.environ, "PATH": f"{no_node}:{os.environ['PATH']}"}
     done = subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(REPO)],
-        capture_output=True, text=True, timeout=170,
+        [sys.executable, "-m", "build", "--outdir", str(out), str(REPO)],
+        env=env, capture_output=True, text=True, timeout=280,
     )  # fmt: skip
-    assert done.returncode == 0, f"wheel build failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, f"build without Node failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    (sdist,) = out.glob("jupyter_gpuburst-*.tar.gz")
     (wheel,) = out.glob("jupyter_gpuburst-*.whl")
-    return wheel
+    return sdist, wheel
+
+
+@pytest.fixture(scope="session")
+def built_wheel(built_dists: tuple[Path, Path]) -> Path:
+    return built_dists[1]
 
 
 def pytest_collection_modifyitems(config, items):
