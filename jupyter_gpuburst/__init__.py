@@ -1,6 +1,10 @@
 """jupyter-gpuburst: GPU notebooks on the local cluster, or on a Liqo-peered donor when it is full."""
 
-from jupyter_gpuburst._version import __version__
+try:
+    # written from labextension/package.json's version at build time (pyproject.toml)
+    from jupyter_gpuburst._version import __version__
+except ImportError:  # a checkout that was never built or installed
+    __version__ = "0+unknown"
 
 __all__ = ["__version__"]
 

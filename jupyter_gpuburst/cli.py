@@ -21,6 +21,10 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+# The extra of the package each subcommand's dependencies come from (pyproject.toml).
+EXTRAS = {"demo": "demo", "sim": "demo", "bench": "demo", "doctor": "hub", "capacity": "hub"}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpuburst",
@@ -45,10 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise
-        print(f"gpuburst {name}: not available in this build ({module_name} is missing)", file=sys.stderr)
-        return 2
+        if exc.name == module_name:
+            print(f"gpuburst {name}: not available in this build ({module_name} is missing)", file=sys.stderr)
+            return 2
+        if exc.name and not exc.name.startswith("jupyter_gpuburst"):
+            extra = EXTRAS.get(name, "hub")
+            print(f"gpuburst {name} needs {exc.name.split('.')[0]}: pip install 'jupyter-gpuburst[{extra}]'", file=sys.stderr)
+            return 2
+        raise
     return int(getattr(module, func_name)(rest) or 0)
 
 

@@ -4,7 +4,8 @@ One command a student or an admin can try on a laptop:
 
 - the federation runs in this process (origin with GPUs and a MIG-partitioned GPU, N donors
   peered through the Liqo emulation, each granting its GPUs);
-- JupyterHub runs as a child process with ``hub_config/demo_config.py``, in its own session so
+- JupyterHub runs as a child process with ``jupyter_gpuburst/demo_config.py`` (shipped in the
+  package, so the demo runs from an installed wheel), in its own session so
   that Ctrl-C reaches this process only and the shutdown happens in order;
 - the hub starts the proxy, the Python ``configurable-http-proxy`` (no Node runtime), with
   streamed responses (``jupyter_gpuburst.proxy``);
@@ -33,8 +34,7 @@ from typing import Any
 
 from jupyter_gpuburst.core import liqo
 
-REPO = Path(__file__).resolve().parent.parent
-DEMO_CONFIG = REPO / "hub_config" / "demo_config.py"
+DEMO_CONFIG = Path(__file__).with_name("demo_config.py")
 NAMESPACE = "default"
 DEFAULT_PASSWORD = "gpuburst"
 STUDENTS = ("student1", "student2")

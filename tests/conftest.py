@@ -1,22 +1,57 @@
-"""Shared test configuration: where the reference material lives, and opt-in tiers."""
+"""Test configuration for every tier: the vendored reference data, and opt-in tiers."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("GPUBURST_SHARED", REPO.parent / "shared"))
-LIQO_CRDS = SHARED / "reference" / "liqo-crds"
+# Upstream reference data, vendored with its provenance and license (tests/reference/README.md)
+REFERENCE = REPO / "tests" / "reference"
+LIQO_CRDS = REFERENCE / "liqo-crds"
+Z2JH = REFERENCE / "z2jh"
 
 
 @pytest.fixture(scope="session")
 def liqo_crd_dir() -> Path:
-    if not LIQO_CRDS.is_dir():
-        pytest.fail(f"Liqo CRDs not found at {LIQO_CRDS}; set GPUBURST_SHARED to the shared/ folder")
     return LIQO_CRDS
+
+
+@pytest.fixture(scope="session")
+def z2jh_dir() -> Path:
+    return Z2JH
+
+
+@pytest.fixture(scope="session")
+def built_dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(sdist, wheel), built once per session as an admin would (`python -m build`: the sdist,
+    then the wheel from it), with npm and node failing if anything calls them: once the lab
+    extension is built (`make setup`), packaging needs no Node."""
+    if not (REPO / "jupyter_gpuburst" / "labextension" / "static" / "style.js").exists():
+        pytest.skip("the lab extension is not built (make setup builds it)")
+    no_node = tmp_path_factory.mktemp("no-node")
+    for tool in ("npm", "node", "jlpm", "yarn"):
+        (no_node / tool).write_text(f"#!/bin/sh\necho '{tool} must not run: the lab extension is prebuilt' >&2\nexit 97\n")
+        (no_node / tool).chmod(0o755)
+    out = tmp_path_factory.mktemp("dist")
+    env = {**os.environ, "PATH": f"{no_node}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(REPO)],
+        env=env, capture_output=True, text=True, timeout=280,
+    )  # fmt: skip
+    assert done.returncode == 0, f"build without Node failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    (sdist,) = out.glob("jupyter_gpuburst-*.tar.gz")
+    (wheel,) = out.glob("jupyter_gpuburst-*.whl")
+    return sdist, wheel
+
+
+@pytest.fixture(scope="session")
+def built_wheel(built_dists: tuple[Path, Path]) -> Path:
+    return built_dists[1]
 
 
 def pytest_collection_modifyitems(config, items):

@@ -35,6 +35,12 @@ NAMESPACE_OFFLOADING_NAME = "offloading"
 VIRTUAL_NODE_KIND = "VirtualNode"
 VIRTUAL_NODE_PLURAL = "virtualnodes"
 
+# Liqo's virtual storage class: a claim of this class is provisioned on the site where its first
+# pod lands (the origin's real class, or the donor's through reflection) and pins later pods
+# there. Claims of any other class are not reflected: a donor pod mounting one stays Pending.
+VIRTUAL_STORAGE_CLASS = "liqo"
+STORAGE_PROVISIONER = "liqo.io/storage"
+
 INSTALL_DOCS_URL = "https://docs.liqo.io/en/stable/installation/install.html"
 
 POD_OFFLOADING_STRATEGIES = ("Local", "Remote", "LocalAndRemote")

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from traitlets import Bool, Dict, Float, Int, List, Unicode, Union, validate
+from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode, Union, validate
 from traitlets.config import Config, Configurable
 
 from jupyter_gpuburst.core.inventory import DEFAULT_RESOURCE_NAMES, DEFAULT_RESOURCE_PREFIXES
 from jupyter_gpuburst.core.placement import Policy, PlacementInputError, Strategy
+from jupyter_gpuburst.hub.storage import POLICY_HELP, StoragePolicy
 
 SPAWNER_SECTION = "GPUBurstSpawner"
 
@@ -124,6 +125,13 @@ class GPUBurstSettings(Configurable):
         config=True,
         help="""Create the namespace's Liqo NamespaceOffloading before the first donor spawn.
         Turn off when the cluster admin manages offloading.""",
+    )
+
+    storage_policy = Enum(
+        [p.value for p in StoragePolicy],
+        default_value=StoragePolicy.PIN_TO_VOLUME.value,
+        config=True,
+        help=POLICY_HELP,
     )
 
     @validate("strategy")

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kubernetes_asyncio.client import V1Affinity, V1EnvVar, V1NodeAffinity, V1Toleration
+from kubernetes_asyncio.client import V1Affinity, V1EnvVar, V1NodeAffinity, V1Toleration, V1Volume
 from kubespawner import KubeSpawner
 from kubespawner.utils import get_k8s_model
 from tornado import web
@@ -29,6 +29,7 @@ from jupyter_gpuburst.hub import retry, spawnstate
 from jupyter_gpuburst.hub.capacity import CapacityTracker, server_key
 from jupyter_gpuburst.hub.offloading import NamespaceOffloader, OffloadingPermissionError
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError, decide
+from jupyter_gpuburst.hub import storage
 from jupyter_gpuburst.hub.podrequest import RESOURCE_TRAITS, pod_spec_from_traits, request_of_pod
 from jupyter_gpuburst.hub.profiles import (
     ProfileGPU,
@@ -111,6 +112,8 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         self._gb_dead_uids: set[str] = set()
         self._gb_redirect_t0: float | None = None
         self.gpuburst_redirect_seconds: list[float] = []
+        self._gb_claims: list[storage.Claim] = []
+        self._gb_storage: storage.Outcome | None = None
 
     # ---- configuration defaults --------------------------------------------------------------
     @default("profile_form_template")
@@ -307,8 +310,13 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         request = self.gpu_request(pod)
         if request is None:
             return pod
-        placement = await self._gb_decide(request)
+        request, constraint = await self._gb_storage_constrain(request)
+        try:
+            placement = await self._gb_decide(request)
+        except SpawnRefused as exc:
+            raise SpawnRefused(exc.status_code, f"{exc.message} ({constraint.reason})") if constraint.reason else exc from None
         self._gb_placement = placement
+        self._gb_storage_decide(placement, constraint)
         # in the hub database before the pod exists: a hub killed from here on restarts knowing
         # where this server was sent
         spawnstate.save_state(self)
@@ -319,8 +327,34 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                 (await self.gpuburst_tracker()).forget_decision(self.gpuburst_key)
                 raise self._gb_public_error(exc, f"offloading namespace {self.namespace} for donor {placement.site}") from None
         self._gb_pin(pod, placement)
+        if self._gb_storage is not None and self._gb_storage.scratch_claims:
+            volumes = storage.scratch_volumes(pod.spec.volumes, self._gb_storage.scratch_claims, self._gb_serialize)
+            pod.spec.volumes = [get_k8s_model(V1Volume, v) for v in volumes]
         self._gb_decided.set()
         return pod
+
+    # ---- storage (rules in hub/storage.py) ----------------------------------------------------
+    async def _gb_storage_constrain(self, request: GPURequest) -> tuple[GPURequest, storage.Constraint]:
+        """Narrow the request to the sites the user's volumes allow under ``storage_policy``."""
+        names = storage.claim_names(self._gb_serialize(v) if not isinstance(v, dict) else v for v in self._expand_all(self.volumes))
+        self._gb_claims = await storage.read_claims(self.api, self.namespace, names, self.storage_class or None) if names else []
+        await self.gpuburst_tracker()  # node -> site comes from its snapshot
+        constraint = storage.constrain(self.storage_policy, self._gb_claims, self._gb_site_of_node)
+        if constraint.allowed_sites is None:
+            return request, constraint
+        return replace(request, allowed_sites=storage.combine(request.allowed_sites, constraint)), constraint
+
+    def _gb_storage_decide(self, placement: Placement, constraint: storage.Constraint) -> None:
+        self._gb_storage = storage.outcome(self.storage_policy, self._gb_claims, placement.site, self._gb_site_of_node)
+        if constraint.reason:
+            self._gb_message(f"Storage: {constraint.reason[0].upper()}{constraint.reason[1:]}.")
+        if self._gb_storage.kind is storage.StorageKind.SCRATCH:
+            self._gb_message(self._gb_storage.message)
+
+    def _gb_site_of_node(self, name: str) -> str | None:
+        tracker = self._gb_tracker
+        node = tracker.snapshot().nodes.get(name) if tracker is not None else None
+        return getattr(node, "site", None)
 
     def _gb_pin(self, pod: Any, placement: Placement) -> None:
         """Pin ``pod`` to the placement: labels, annotations, node affinity, toleration."""
@@ -362,9 +396,13 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         spec.tolerations = list(spec.tolerations or []) + [get_k8s_model(V1Toleration, t) for t in placement.tolerations()]
         # the placement reaches the server through its env (the pod was built before the decision)
         notebook = spec.containers[0]
-        ours_env = placement_env(placement)
+        ours_env = self._gb_env(placement)
         kept = [e for e in (notebook.env or []) if getattr(e, "name", None) not in ours_env]
         notebook.env = kept + [get_k8s_model(V1EnvVar, {"name": k, **_env_value(v)}) for k, v in ours_env.items()]
+
+    def _gb_env(self, placement: Placement) -> dict[str, Any]:
+        storage_env = self._gb_storage.env() if self._gb_storage is not None else {}
+        return {**placement_env(placement), **storage_env}
 
     def _gb_serialize(self, model: Any) -> dict[str, Any]:
         return self.api.api_client.sanitize_for_serialization(model) or {}
@@ -372,7 +410,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
     def get_env(self) -> dict[str, Any]:
         env = super().get_env()
         if self._gb_placement is not None:
-            env.update(placement_env(self._gb_placement))
+            env.update(self._gb_env(self._gb_placement))
         return env
 
     async def _make_create_pod_request(self, pod: Any, request_timeout: float) -> bool:
@@ -600,6 +638,8 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         state = super().get_state()
         if self._gb_placement is not None:
             state["gpuburst"] = {**self._gb_placement.as_dict(), "attempts": len(self._gb_attempts) + 1}
+            if self._gb_storage is not None:
+                state["gpuburst"]["storage"] = self._gb_storage.as_dict()
         elif self._gb_state:
             state["gpuburst"] = dict(self._gb_state)
         return state

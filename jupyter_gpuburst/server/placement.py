@@ -16,6 +16,21 @@ REASON_ENV = "JUPYTER_GPUBURST_REASON"
 NODE_ENV = "JUPYTER_GPUBURST_NODE"
 GPU_RESOURCE_ENV = "JUPYTER_GPUBURST_GPU_RESOURCE"
 GPU_COUNT_ENV = "JUPYTER_GPUBURST_GPU_COUNT"
+# What the server got for storage under the hub's storage policy (hub/storage.py sets both)
+STORAGE_ENV = "JUPYTER_GPUBURST_STORAGE"
+STORAGE_MESSAGE_ENV = "JUPYTER_GPUBURST_STORAGE_MESSAGE"
+STORAGE_KINDS = ("none", "home", "shared", "scratch")
+
+
+def storage_from_env(environ: Mapping[str, str]) -> dict | None:
+    """``{kind, message}``: 'scratch' means files saved on this server are lost when it stops."""
+    kind = _text(environ, STORAGE_ENV)
+    if kind is None:
+        return None
+    if kind not in STORAGE_KINDS:
+        log.warning("%s=%r is not one of %s; storage not shown", STORAGE_ENV, kind, ", ".join(STORAGE_KINDS))
+        return None
+    return {"kind": kind, "message": _text(environ, STORAGE_MESSAGE_ENV) or ""}
 
 
 def _text(environ: Mapping[str, str], key: str) -> str | None:
@@ -41,6 +56,7 @@ def placement_from_env(environ: Mapping[str, str]) -> dict:
     common = {
         "gpu_resource": _text(environ, GPU_RESOURCE_ENV),
         "gpu_count": _count(environ),
+        "storage": storage_from_env(environ),
     }
     if site is None:
         return {

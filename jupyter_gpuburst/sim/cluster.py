@@ -12,6 +12,7 @@ from jupyter_gpuburst.sim.config import ClusterConfig, NodeConfig
 from jupyter_gpuburst.sim.faults import Faults
 from jupyter_gpuburst.sim.kubelet import AddressPool, Kubelet
 from jupyter_gpuburst.sim.scheduler import Scheduler
+from jupyter_gpuburst.sim.storage import VolumeBinding
 from jupyter_gpuburst.sim.store import Store
 
 Obj = dict[str, Any]
@@ -92,7 +93,8 @@ class Cluster:
         self._node_ips = network.hosts()
         self.pool = AddressPool(f"127.{10 + index}.128.0/17", random_start=True)
         self.kubelet = Kubelet(self.store, self.pool, state_dir=Path(state_dir) / config.name)
-        self.scheduler = Scheduler(self.store, host=config.name)
+        self.volumes = VolumeBinding(self.store)
+        self.scheduler = Scheduler(self.store, host=config.name, volumes=self.volumes)
         self.api = ApiServer(self.store, host=host, port=port, faults=faults, log_reader=self.kubelet.log_path, exec_opener=self.kubelet.open_exec)
         self.running = False
 
@@ -110,6 +112,7 @@ class Cluster:
 
     async def start(self) -> None:
         self.register_nodes()
+        await self.volumes.start()
         await self.kubelet.start()
         await self.scheduler.start()
         await self.api.start()
@@ -119,5 +122,6 @@ class Cluster:
         self.running = False
         await self.api.stop()
         await self.scheduler.stop()
+        await self.volumes.stop()
         await self.kubelet.stop()
         self.store.close_watches()

@@ -21,6 +21,8 @@ What Liqo does and this emulates:
 * Secrets of an offloaded namespace are reflected into the remote namespace (Liqo's
   reflection of Secrets); here, those a pod references, copied when the pod is offloaded.
 * Deleting the origin pod deletes the remote one; the origin pod goes once the remote one is gone.
+* Volumes: Liqo's ``liqo`` storage class and its claim reflection (sim/storage.py); a claim of
+  any other class does not follow the pod, which stays Pending on the donor.
 * Unpeering or a donor outage turns the virtual node's Ready condition False; pods are no longer
   offloaded until it is back.
 """
@@ -37,6 +39,7 @@ from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.cluster import KUBELET_VERSION, Cluster, ready_conditions
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.scheduler import matches_node_affinity
+from jupyter_gpuburst.sim.storage import install_liqo_class, reflect_claims
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +153,7 @@ class Peering:
     async def start(self) -> None:
         """Peer: tenant namespace, VirtualNode, virtual Node, then reflect."""
         o = self.origin.store
+        install_liqo_class(o)
         tenant = tenant_namespace(self.cluster_id)
         try:
             o.get("namespaces", None, tenant)
@@ -236,6 +240,7 @@ class Peering:
         self._remote[(remote_ns, name)] = (ns, name)
         self._reflect_secrets(pod, remote_ns)
         try:
+            reflect_claims(pod, self.origin.store, self.donor.store, remote_ns, self.node_name)
             self.donor.store.create("pods", remote_pod(pod, remote_ns), remote_ns)
         except ApiError as exc:
             if exc.code != 409:

@@ -77,6 +77,8 @@ _TYPES = [
     ResourceType("", "v1", "Event", "events", True, ("ev",), STANDARD_VERBS, (), "event", (), _EVENT_FIELDS),
     ResourceType("", "v1", "Service", "services", True, ("svc",), ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"), ("status",), "service", ("all",)),
     ResourceType("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", True, ("pvc",), STANDARD_VERBS, ("status",), "persistentvolumeclaim"),
+    ResourceType("", "v1", "PersistentVolume", "persistentvolumes", False, ("pv",), STANDARD_VERBS, ("status",), "persistentvolume"),
+    ResourceType("storage.k8s.io", "v1", "StorageClass", "storageclasses", False, ("sc",), STANDARD_VERBS, (), "storageclass"),
     ResourceType("", "v1", "Secret", "secrets", True, (), STANDARD_VERBS, (), "secret", (), ("type",)),
     ResourceType("", "v1", "ServiceAccount", "serviceaccounts", True, ("sa",), STANDARD_VERBS, (), "serviceaccount"),
     ResourceType("", "v1", "ConfigMap", "configmaps", True, ("cm",), STANDARD_VERBS, (), "configmap"),

@@ -23,6 +23,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.errors import ApiError
+from jupyter_gpuburst.sim.storage import VOLUME_NODE_CONFLICT, VolumeBinding
 from jupyter_gpuburst.sim.store import TERMINAL_PHASES, Store
 
 log = logging.getLogger(__name__)
@@ -199,7 +200,7 @@ def failure_message(total: int, reasons: Counter[str]) -> str:
     if total == 0:
         return "no nodes available to schedule pods"
     parts = sorted(f"{n} {r}" for r, n in reasons.items())
-    unresolvable = {UNSCHEDULABLE, AFFINITY_MISMATCH}
+    unresolvable = {UNSCHEDULABLE, AFFINITY_MISMATCH, VOLUME_NODE_CONFLICT}
     preempt: Counter[str] = Counter()
     for node_reason, n in reasons.items():
         if node_reason in unresolvable or node_reason.startswith("node(s) had untolerated taint"):
@@ -211,11 +212,17 @@ def failure_message(total: int, reasons: Counter[str]) -> str:
     return f"0/{total} nodes are available: {', '.join(parts)}. preemption: 0/{total} nodes are available: {', '.join(post)}."
 
 
-def schedule_one(pod: Obj, nodes: list[Obj], pods: list[Obj]) -> tuple[str | None, str]:
+def schedule_one(pod: Obj, nodes: list[Obj], pods: list[Obj], volumes: VolumeBinding | None = None) -> tuple[str | None, str]:
     """(node name, "") when the pod fits somewhere, else (None, FailedScheduling message).
 
     With several reasons on one node (only resources give several), each one counts, as in
-    kube-scheduler's diagnosis."""
+    kube-scheduler's diagnosis. ``volumes`` adds the volume steps (sim/storage.py)."""
+    if volumes is not None and nodes:
+        why = volumes.prefilter(pod)
+        if why:
+            # a PreFilter rejection: every node at once, and preemption cannot help
+            n = len(nodes)
+            return None, f"0/{n} nodes are available: {why}. preemption: 0/{n} nodes are available: {n} Preemption is not helpful for scheduling."
     usage = usage_by_node(pods)
     requests = pod_requests(pod)
     reasons: Counter[str] = Counter()
@@ -224,6 +231,8 @@ def schedule_one(pod: Obj, nodes: list[Obj], pods: list[Obj]) -> tuple[str | Non
         name = node["metadata"]["name"]
         u = usage.get(name, NodeUsage())
         why = filter_node(pod, node, u, requests)
+        if not why and volumes is not None:
+            why = [w for w in (volumes.filter(pod, node),) if w]
         if why:
             reasons.update(why)
         else:
@@ -236,8 +245,9 @@ def schedule_one(pod: Obj, nodes: list[Obj], pods: list[Obj]) -> tuple[str | Non
 class Scheduler:
     """Binds this cluster's pending pods (schedulerName default-scheduler) as they appear."""
 
-    def __init__(self, store: Store, *, backoff_initial_s: float = 1.0, backoff_max_s: float = 10.0, host: str = "sim"):
+    def __init__(self, store: Store, *, backoff_initial_s: float = 1.0, backoff_max_s: float = 10.0, host: str = "sim", volumes: VolumeBinding | None = None):
         self.store = store
+        self.volumes = volumes
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.host = host
@@ -352,9 +362,11 @@ class Scheduler:
     def _attempt(self, pod: Obj, nodes: list[Obj], pods: list[Obj], backoff: tuple[str, int, float] | None, now: float) -> None:
         meta = pod["metadata"]
         key = (meta["namespace"], meta["name"])
-        node, message = schedule_one(pod, nodes, pods)
+        node, message = schedule_one(pod, nodes, pods, self.volumes)
         if node is not None:
             try:
+                if self.volumes is not None:
+                    self.volumes.prebind(pod, next(n for n in nodes if n["metadata"]["name"] == node))
                 bound = self.store.bind_pod(meta["namespace"], meta["name"], node)
             except ApiError as exc:
                 log.info("binding %s/%s failed: %s", *key, exc)

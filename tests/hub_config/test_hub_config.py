@@ -1,6 +1,7 @@
 """hub_config/: every manifest validates against the real schemas, and the files agree.
 
-z2jh's schema and default values are kept in tests/hub_config/z2jh (see its README); the
+z2jh's schema and default values of the pinned chart release are vendored in tests/reference/z2jh
+(see its PROVENANCE); the
 values snippet is merged over the chart defaults and validated the way `helm install` does.
 """
 
@@ -24,7 +25,7 @@ from jupyter_gpuburst.core import liqo
 REPO = Path(__file__).resolve().parents[2]
 
 HUB_CONFIG = REPO / "hub_config"
-Z2JH = Path(__file__).with_name("z2jh")
+Z2JH = REPO / "tests" / "reference" / "z2jh"
 K8S_VERSION = kubernetes_validate.latest_version()
 
 

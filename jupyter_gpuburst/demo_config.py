@@ -1,6 +1,6 @@
 """JupyterHub config for `gpuburst demo`: GPUBurstSpawner against the local federation.
 
-`gpuburst demo` starts the federation, then runs ``jupyterhub -f hub_config/demo_config.py``
+`gpuburst demo` starts the federation, then runs ``jupyterhub -f`` with this file
 with the environment below; nothing here is specific to one machine. Users log in with any
 name and the shared demo password (DummyAuthenticator); ``teacher`` is an admin and sees the
 capacity page at /hub/gpuburst/capacity.

@@ -1,0 +1,117 @@
+"""hub_config/images: both Dockerfiles pass the lint, and their install steps work as written.
+
+There is no Docker here, so each image's RUN step is run the nearest way: the same shell script,
+as a non-root user, with the freshly built wheel where the bind mount puts it and a virtual
+environment standing in for the image's Python. That catches what broke these images before
+(a root-owned wheel, `rm` as jovyan, `--user` installs that leave `gpuburst` off PATH).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import venv
+from pathlib import Path
+
+import pytest
+
+from . import dockerfile_lint
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGES = REPO / "hub_config" / "images"
+DOCKERFILES = sorted(IMAGES.glob("*.Dockerfile"))
+NOBODY = 65534
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_dockerfile_passes_the_lint(path):
+    assert dockerfile_lint.problems(path.read_text()) == []
+
+
+def test_lint_catches_the_mistakes_that_broke_the_images():
+    broken = (
+        "FROM quay.io/jupyter/pytorch-notebook:cuda12-latest\n"
+        "COPY dist/jupyter_gpuburst-*.whl /tmp/\n"
+        "RUN python -m pip install --user /tmp/jupyter_gpuburst-*.whl && rm /tmp/jupyter_gpuburst-*.whl\n"
+    )
+    found = " | ".join(dockerfile_lint.problems(broken))
+    for expected in ("not pinned", "end as the notebook user", "switch to USER root", "--no-cache-dir", "--user", "rm as", "COPY leaves root-owned"):
+        assert expected in found
+
+
+def test_hub_image_pins_the_chart_release_the_values_use():
+    hub = dockerfile_lint.parse((IMAGES / "hub.Dockerfile").read_text())
+    assert dockerfile_lint.base_image(hub) == "quay.io/jupyterhub/k8s-hub:4.4.0"
+    assert "Tag:      4.4.0" in (REPO / "tests" / "reference" / "z2jh" / "PROVENANCE").read_text()
+
+
+def test_hub_image_installs_the_hub_extra_and_the_user_image_only_the_base():
+    [hub] = dockerfile_lint.pip_commands((IMAGES / "hub.Dockerfile").read_text())
+    [user] = dockerfile_lint.pip_commands((IMAGES / "singleuser.Dockerfile").read_text())
+    assert any(word.endswith(".whl | sort -V | tail -n 1)[hub]") for word in hub)
+    assert not any("[" in word for word in user)
+
+
+def _nobody_env_dir() -> Path:
+    """A directory the unprivileged user owns (pytest's tmp_path is private to root)."""
+    path = Path(tempfile.mkdtemp(prefix="gpuburst-image-"))
+    path.chmod(0o755)
+    os.chown(path, NOBODY, NOBODY)
+    return path
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to an unprivileged user needs root")
+@pytest.mark.parametrize("dockerfile", ["hub.Dockerfile", "singleuser.Dockerfile"])
+def test_run_step_installs_the_wheel_as_a_non_root_user(dockerfile, built_wheel):
+    wheel = built_wheel
+    [(user, script)] = dockerfile_lint.run_scripts(dockerfile_lint.parse((IMAGES / dockerfile).read_text()))
+    assert user == "root"
+    [mount] = dockerfile_lint.mounts(dockerfile_lint.parse((IMAGES / dockerfile).read_text()))
+    assert mount["type"] == "bind" and mount["source"] == "dist"
+    home = _nobody_env_dir()
+    try:
+        dist = home / "dist"
+        dist.mkdir()
+        shutil.copy(wheel, dist)
+        env_dir = home / "env"
+        venv.create(env_dir, with_pip=False)
+        site = next(env_dir.glob("lib/python*/site-packages"))
+        # dependencies come from the test environment, so nothing is downloaded
+        (site / "test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        bin_dir = env_dir / "bin"
+        # Docker Stacks' helper: here it only has to exist and get a directory
+        (bin_dir / "fix-permissions").write_text('#!/bin/sh\nfor d in "$@"; do test -d "$d" || exit 1; done\n')
+        (bin_dir / "fix-permissions").chmod(0o755)
+        # pip from the test environment, installing into the image's stand-in environment
+        (bin_dir / "python").unlink()
+        (bin_dir / "python").write_text(f'#!/bin/sh\nif [ "$1 $2" = "-m pip" ]; then shift 2; exec {sys.executable} -m pip --python {env_dir}/bin/python3 "$@"; fi\nexec {env_dir}/bin/python3 "$@"\n')
+        (bin_dir / "python").chmod(0o755)
+        shutil.copy(bin_dir / "python", home / "python-shim")
+        script = script.replace("/tmp/dist", str(dist)).replace("python3 -m pip", "python -m pip")
+        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(home)], check=True)
+        env = {
+            "PATH": f"{bin_dir}:/usr/bin:/bin",
+            "HOME": str(home),
+            "CONDA_DIR": str(env_dir),
+            "PIP_NO_INDEX": "1",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "JUPYTER_CONFIG_DIR": str(home / "cfg"),
+            "JUPYTER_DATA_DIR": str(home / "data"),
+        }
+        done = subprocess.run(
+            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "bash", "-euo", "pipefail", "-c", script],
+            env=env, cwd=home, capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+        assert done.returncode == 0, f"{dockerfile} RUN step failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        installed = subprocess.run([bin_dir / "python", "-c", "import jupyter_gpuburst; print(jupyter_gpuburst.__file__)"], env=env, cwd=home, capture_output=True, text=True, check=True)
+        assert installed.stdout.startswith(str(env_dir))
+        if dockerfile == "hub.Dockerfile":
+            assert (bin_dir / "gpuburst").exists()  # on PATH in the image: `kubectl exec deploy/hub -- gpuburst doctor`
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
