@@ -19,6 +19,7 @@ import os
 import sys
 from pathlib import Path
 
+from jupyter_gpuburst.demo import proxy_command
 from jupyter_gpuburst.hub import install
 
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
@@ -32,9 +33,9 @@ c.JupyterHub.ip = "127.0.0.1"
 c.JupyterHub.port = int(env["GPUBURST_DEMO_PORT"])
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = int(env["GPUBURST_DEMO_HUB_PORT"])
-# The Python configurable-http-proxy from PyPI (same REST API as the Node one, no Node runtime),
-# run with streamed responses so spawn progress and the GPU panel's live stream get through.
-c.ConfigurableHTTPProxy.command = [sys.executable, "-m", "jupyter_gpuburst.proxy"]
+# JupyterHub's own configurable-http-proxy, installed by the same `npm ci` that builds the
+# Lab extension (node_modules/.bin); the hub starts and stops it as in production.
+c.ConfigurableHTTPProxy.command = proxy_command()
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{env['GPUBURST_DEMO_PROXY_API_PORT']}"
 c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")

@@ -6,8 +6,8 @@ One command a student or an admin can try on a laptop:
   peered through the Liqo emulation, each granting its GPUs);
 - JupyterHub runs as a child process with ``hub_config/demo_config.py``, in its own session so
   that Ctrl-C reaches this process only and the shutdown happens in order;
-- the hub starts the proxy, the Python ``configurable-http-proxy`` (no Node runtime), with
-  streamed responses (``jupyter_gpuburst.proxy``);
+- the hub starts its proxy, JupyterHub's own ``configurable-http-proxy`` from npm, installed
+  in ``node_modules`` by the same ``npm ci`` that builds the Lab extension;
 - user servers are pods, run by the federation's kubelet as local processes, with the server
   extension on simulated GPUs.
 
@@ -35,6 +35,7 @@ from jupyter_gpuburst.core import liqo
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_CONFIG = REPO / "hub_config" / "demo_config.py"
+PROXY = REPO / "node_modules" / ".bin" / "configurable-http-proxy"
 NAMESPACE = "default"
 DEFAULT_PASSWORD = "gpuburst"
 STUDENTS = ("student1", "student2")
@@ -91,6 +92,11 @@ def federation_config(opts: DemoOptions) -> dict[str, Any]:
             "grant": {"cpu": "64", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": opts.donor_gpus},
         })
     return {"origin": {"name": "origin", "nodes": origin_nodes}, "donors": donors}
+
+
+def proxy_command() -> list[str]:
+    """JupyterHub's configurable-http-proxy from the checkout's node_modules (`npm ci`)."""
+    return [str(PROXY)]
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -250,6 +256,9 @@ async def run(opts: DemoOptions, ready: asyncio.Event | None = None, stop: async
         return 2
     if not port_is_free(opts.port):
         print(f"gpuburst demo: port {opts.port} is in use; choose another with --port", file=sys.stderr)
+        return 2
+    if not PROXY.is_file():
+        print(f"gpuburst demo: {PROXY} is missing; run `make setup` (npm ci installs JupyterHub's proxy)", file=sys.stderr)
         return 2
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()

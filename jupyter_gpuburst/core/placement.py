@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from . import keys, liqo
+from . import keys, liqo, names
 from .inventory import DEFAULT_RESOURCE_NAMES, DEFAULT_RESOURCE_PREFIXES, SiteCapacity, Snapshot
 
 ORIGIN_SITE = keys.ORIGIN_SITE
@@ -159,6 +159,9 @@ class Placement:
 @dataclass(frozen=True)
 class NoCapacity:
     reason: str
+    # True when no allowed node could ever hold the request (bigger than any node's allocatable):
+    # waiting cannot help, unlike a full site that frees up when servers stop.
+    never: bool = False
 
 
 # ---- reservations ---------------------------------------------------------------------------
@@ -333,7 +336,7 @@ def decide(
                 reason=_reason(best, request, snapshot, reservations, policy),
                 loss=best.loss,
             )
-    return NoCapacity(_no_capacity_reason(request, snapshot, reservations, policy, local_allowed, donor_notes))
+    return _no_capacity(request, snapshot, reservations, policy, local_allowed, donor_notes)
 
 
 def _site_allowed(request: GPURequest, site: str) -> bool:
@@ -430,64 +433,88 @@ def _free_units(site: SiteCapacity | None, resource: str, reservations: Reservat
     return free, site.allocatable.get(resource, 0)
 
 
+def _free_text(free: int, total: int, resource: str) -> str:
+    return f"{free} of {total} {names.gpu_units(resource, total)} free"
+
+
 def _reason(
     chosen: _Candidate, request: GPURequest, snapshot: Snapshot, reservations: Reservations, policy: Policy
 ) -> str:
     resource, count = request.resource, request.count
     free, total = _free_units(chosen.site, resource, reservations)
     if not chosen.site.is_donor:
-        return f"{free} of {total} local {resource} free; starting on the origin (node {chosen.node})."
+        return f"{_free_text(free, total, resource)} on the origin; starting on the origin (node {chosen.node})."
     local = snapshot.site(ORIGIN_SITE)
     lfree, ltotal = _free_units(local, resource, reservations)
-    donor_part = f"starting on donor {chosen.site.site} ({free} of {total} free)."
+    donor_part = f"starting on {chosen.site.site} ({_free_text(free, total, resource)} there)."
+    units = names.gpu_units(resource, ltotal)
     if policy.strategy is Strategy.DONOR_FIRST:
-        return f"Donor-first policy: {donor_part[0].lower()}{donor_part[1:]}"
+        return f"Donor-first policy: {donor_part}"
     if policy.strategy is Strategy.DONOR_ONLY:
         return f"Donor-only policy: {donor_part}"
     if not _site_allowed(request, ORIGIN_SITE):
         return f"Profile {request.profile!r} runs on donors only; {donor_part}"
     if ltotal == 0:
-        return f"No local {resource} on the origin; {donor_part}"
+        return f"The origin has no {names.gpu_units(resource, 2)}; {donor_part}"
     if lfree >= count:
         return (
-            f"Local {resource} busy ({lfree} of {ltotal} free, but no single node has {count} free); "
+            f"The origin has {lfree} of {ltotal} {units} free, but no single node has {count}; "
             f"{donor_part}"
         )
     if lfree == 0:
-        return f"All {ltotal} local {resource} busy (0 of {ltotal} free); {donor_part}"
-    return f"Local {resource} busy ({lfree} of {ltotal} free, {count} needed); {donor_part}"
+        return f"All {ltotal} {units} on the origin are busy; {donor_part}"
+    return f"The origin has {lfree} of {ltotal} {units} free, {count} needed; {donor_part}"
 
 
-def _no_capacity_reason(
+def _largest_node(request: GPURequest, snapshot: Snapshot, policy: Policy, local_allowed: bool) -> int:
+    """The most units of the resource any allowed node has at all, busy or free."""
+    largest = 0
+    for node in snapshot.nodes.values():
+        if node.is_donor and policy.strategy is Strategy.LOCAL_ONLY:
+            continue
+        if not node.is_donor and not local_allowed:
+            continue
+        if not _site_allowed(request, node.site):
+            continue
+        largest = max(largest, node.allocatable.get(request.resource, 0))
+    return largest
+
+
+def _no_capacity(
     request: GPURequest,
     snapshot: Snapshot,
     reservations: Reservations,
     policy: Policy,
     local_allowed: bool,
     donor_notes: list[str],
-) -> str:
+) -> NoCapacity:
     resource, count = request.resource, request.count
+    wanted = names.gpu_amount(resource, count)
+    largest = _largest_node(request, snapshot, policy, local_allowed)
+    if largest < count and not donor_notes:
+        biggest = f"the largest node has {largest}" if largest else f"no node has {names.gpu_units(resource, 2)}"
+        return NoCapacity(f"No site can ever start {wanted}: {biggest}. Choose a smaller profile.", never=True)
     parts: list[str] = []
     local = snapshot.site(ORIGIN_SITE)
     if not local_allowed:
         parts.append("the origin is not allowed for this request")
     elif local is None or not local.allocatable.get(resource):
-        parts.append(f"the origin has no {resource}")
+        parts.append(f"the origin has no {names.gpu_units(resource, 2)}")
     else:
         lfree, ltotal = _free_units(local, resource, reservations)
-        parts.append(f"origin: {lfree} of {ltotal} free")
+        parts.append(f"origin {lfree} of {ltotal} free")
     if policy.strategy is not Strategy.LOCAL_ONLY and not donor_notes:
         donors = snapshot.donors()
         if not donors:
             parts.append("no donor cluster is peered")
         for donor in donors:
             if not donor.ready:
-                parts.append(f"donor {donor.site}: not ready")
+                parts.append(f"{donor.site} is not ready")
                 continue
             dfree, dtotal = _free_units(donor, resource, reservations)
-            parts.append(f"donor {donor.site}: {dfree} of {dtotal} free")
+            parts.append(f"{donor.site} {dfree} of {dtotal} free")
     parts.extend(donor_notes)
-    return f"No site can start {count} × {resource} now: " + "; ".join(parts) + "."
+    return NoCapacity(f"No site can start {wanted} now ({'; '.join(parts)}). It frees up when servers stop.")
 
 
 class Placer:
