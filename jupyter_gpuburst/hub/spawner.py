@@ -23,11 +23,12 @@ from kubespawner.utils import get_k8s_model
 from tornado import web
 from traitlets import default
 
-from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.core import keys, names
 from jupyter_gpuburst.hub.capacity import CapacityTracker, server_key
 from jupyter_gpuburst.hub.offloading import NamespaceOffloader
-from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError, decide
+from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
 from jupyter_gpuburst.hub.profiles import ProfileGPU, gpu_from_resources, profile_block, validate_user_options
+from jupyter_gpuburst.hub import cpu_servers, spawn_form, spawn_messages
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -89,6 +90,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         self._gb_decided = asyncio.Event()
         self._gb_dead_uids: set[str] = set()
         self._gb_redirect_t0: float | None = None
+        self._gb_cpu_only = False
         self.gpuburst_redirect_seconds: list[float] = []
 
     # ---- configuration defaults --------------------------------------------------------------
@@ -182,8 +184,9 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         )
 
     # ---- the decision ------------------------------------------------------------------------
-    def _gb_message(self, message: str) -> None:
-        self._gb_messages.append({"message": message})
+    def _gb_message(self, message: str, kind: str = "info") -> None:
+        """Say ``message`` on the spawn page; headline kinds stay pinned (see spawn_messages)."""
+        self._gb_messages.append(spawn_messages.message(message, kind))
         self.log.info("%s: %s", self._log_name, message)
 
     async def _gb_decide(self, request: GPURequest) -> Placement:
@@ -204,9 +207,9 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         if tried:
             _metric("record_redirect", tried[-1], outcome.site)
             outcome = replace(outcome, reason=self._gb_redirect_reason(tracker, outcome, tried[-1]))
-            self._gb_message(outcome.reason)
+            self._gb_message(outcome.reason, "redirect")
         else:
-            self._gb_message(outcome.reason)
+            self._gb_message(outcome.reason, "decision")
         tracker.note_decision(key, outcome, len(self._gb_attempts) + 1)
         return outcome
 
@@ -216,10 +219,10 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         reserved = tracker.placer.reservations.on_site(outcome.site, outcome.resource)
         total = site.allocatable.get(outcome.resource, 0) if site else 0
         free = max(0, (site.free.get(outcome.resource, 0) if site else 0) - reserved + outcome.count)
-        where = f"donor {outcome.site}" if outcome.is_donor else f"the origin (node {outcome.node})"
+        where = outcome.site if outcome.is_donor else f"the origin (node {outcome.node})"
         return (
-            f"Redirected: {previous} could not schedule the pod after all; "
-            f"starting on {where} ({free} of {total} {outcome.resource} free)."
+            f"Redirected: {names.site_name(previous)} could not schedule the server after all; "
+            f"starting on {where} ({free} of {total} {names.gpu_units(outcome.resource, total)} free)."
         )
 
     def _gb_place(self, tracker: CapacityTracker, key: str, request: GPURequest) -> Placement | NoCapacity:
@@ -235,7 +238,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         """Wait first-come-first-served until a site has room, at most ``start_timeout``."""
         position = tracker.enqueue(key)
         _metric("set_queue_length", tracker.queue_length)
-        self._gb_message(f"No GPU free now; waiting in the queue (position {position}).")
+        self._gb_message(f"No GPU free now; waiting in the queue (position {position}).", "queue")
         deadline = time.monotonic() + self.start_timeout
         outcome: Placement | NoCapacity = NoCapacity("queue wait ended")
         try:
@@ -246,7 +249,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                     if isinstance(outcome, Placement):
                         return outcome
                 elif now_position != position:
-                    self._gb_message(f"Waiting in the queue (position {now_position}).")
+                    self._gb_message(f"Waiting in the queue (position {now_position}).", "queue")
                 position = now_position
                 await tracker.wait_change(min(1.0, max(0.01, deadline - time.monotonic())))
             reason = outcome.reason if isinstance(outcome, NoCapacity) else ""
@@ -264,7 +267,12 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         request = self.gpu_request()
         if request is None:
             self._gb_placement = None
-            return await super().get_pod_manifest()
+            self._gb_cpu_only = True
+            self._gb_message(cpu_servers.REASON, "decision")
+            pod = await super().get_pod_manifest()
+            self._gb_pin_cpu_only(pod)
+            return pod
+        self._gb_cpu_only = False
         placement = await self._gb_decide(request)
         self._gb_placement = placement
         if placement.is_donor and self.offload_namespace:
@@ -291,7 +299,12 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             keys.ATTEMPTS_ANNOTATION: str(len(self._gb_attempts) + 1),
         }
         ours = placement.node_affinity()["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+        self._gb_narrow_affinity(pod.spec, ours)
         spec = pod.spec
+        spec.tolerations = list(spec.tolerations or []) + [get_k8s_model(V1Toleration, t) for t in placement.tolerations()]
+
+    def _gb_narrow_affinity(self, spec: Any, ours: dict[str, Any]) -> None:
+        """Add the node selector term ``ours`` to the pod's required node affinity."""
         affinity = spec.affinity or V1Affinity()
         node_affinity = affinity.node_affinity or V1NodeAffinity()
         required = node_affinity.required_during_scheduling_ignored_during_execution
@@ -315,7 +328,13 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         )
         affinity.node_affinity = node_affinity
         spec.affinity = affinity
-        spec.tolerations = list(spec.tolerations or []) + [get_k8s_model(V1Toleration, t) for t in placement.tolerations()]
+
+    def _gb_pin_cpu_only(self, pod: Any) -> None:
+        """A server without a GPU stays on the origin's own nodes (see cpu_servers)."""
+        meta = pod.metadata
+        meta.labels = {**(meta.labels or {}), **cpu_servers.labels()}
+        meta.annotations = {**(meta.annotations or {}), keys.REASON_ANNOTATION: cpu_servers.REASON}
+        self._gb_narrow_affinity(pod.spec, cpu_servers.node_selector_term())
 
     def _gb_serialize(self, model: Any) -> dict[str, Any]:
         return self.api.api_client.sanitize_for_serialization(model) or {}
@@ -330,6 +349,8 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             env[f"{ENV_PREFIX}GPU_RESOURCE"] = placement.resource
             env[f"{ENV_PREFIX}GPU_COUNT"] = str(placement.count)
             env[f"{ENV_PREFIX}NODE"] = {"valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+        elif self._gb_cpu_only:
+            env.update(cpu_servers.env(ENV_PREFIX))
         return env
 
     async def _make_create_pod_request(self, pod: Any, request_timeout: float) -> bool:
@@ -391,7 +412,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         pod = tracker.pod(self.namespace, self.pod_name)
         if pod is not None and (pod.get("metadata") or {}).get("uid"):
             self._gb_dead_uids.add(pod["metadata"]["uid"])
-        self._gb_message(f"Could not start on {placement.site}: {why}")
+        self._gb_message(f"Could not start on {names.site_name(placement.site)}: {why}", "redirect")
         await self.stop(now=True)
         tracker.forget_decision(self.gpuburst_key)
         if len(self._gb_attempts) > self.max_redirects:
@@ -471,10 +492,11 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                     except StopAsyncIteration:
                         events_done = True
                     else:
-                        yield item
+                        if not spawn_messages.is_runtime_noise(item):
+                            yield spawn_messages.pod_event(item)
                     pending = None
             while sent < len(self._gb_messages):
-                yield {"message": self._gb_messages[sent]["message"]}
+                yield self._gb_messages[sent]
                 sent += 1
         finally:
             # KubeSpawner's generator must not be closed while a step of it still runs
@@ -522,58 +544,15 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         return self._render_options_form(annotated)
 
     def _gb_annotate(self, profile: dict[str, Any], tracker: CapacityTracker | None) -> dict[str, Any]:
-        out = dict(profile)
-        try:
-            gpu = profile_gpu(profile, self.extra_resource_limits, self.extra_resource_guarantees, self._gb_tracks)
-        except ValueError as exc:
-            out["gpuburst_status"] = {"full": True, "summary": f"Misconfigured: {exc}"}
-            return out
-        if gpu is None or tracker is None:
-            return out
-        status = availability(gpu, profile.get("slug", ""), self.user, tracker)
-        out["gpuburst_status"] = status
-        description = out.get("description") or ""
-        out["description"] = f"{description} {status['summary']}".strip()
-        return out
+        # the configured base, not this spawner's traits: a refused profile's override stays on them
+        limits = spawn_form.configured(self.config, "extra_resource_limits")
+        guarantees = spawn_form.configured(self.config, "extra_resource_guarantees")
+        return spawn_form.annotate(profile, limits, guarantees, self._gb_tracks, self.user, tracker)
 
 
-def profile_gpu(
-    profile: dict[str, Any], base_limits: dict[str, Any], base_guarantees: dict[str, Any], tracks: Any
-) -> ProfileGPU | None:
-    """The GPU request a profile would make, without applying it to a spawner."""
-    block = profile_block(profile)
-    override = profile.get("kubespawner_override") or {}
-    limits = {**base_limits, **(override.get("extra_resource_limits") or {})}
-    guarantees = {**base_guarantees, **(override.get("extra_resource_guarantees") or {})}
-    if block is not None:
-        return block
-    return gpu_from_resources(limits, guarantees, tracks)
-
-
-def availability(gpu: ProfileGPU, slug: str, user: Any, tracker: CapacityTracker) -> dict[str, Any]:
-    """Free GPUs per site now and where a spawn of this profile would land (nothing reserved)."""
-    snapshot = tracker.snapshot()
-    reservations = tracker.placer.reservations
-    sites = []
-    for name in sorted(snapshot.sites, key=lambda s: (s != keys.ORIGIN_SITE, s)):
-        site = snapshot.sites[name]
-        total = site.allocatable.get(gpu.resource, 0)
-        if not total and site.is_donor and not site.ready:
-            continue
-        free = max(0, site.free.get(gpu.resource, 0) - reservations.on_site(name, gpu.resource))
-        sites.append({"site": name, "free": free, "total": total})
-    groups = frozenset(getattr(g, "name", str(g)) for g in (getattr(user, "groups", None) or []))
-    request = GPURequest(gpu.resource, gpu.count, user.name, groups, slug, gpu.allowed_sites)
-    try:
-        outcome = decide(request, snapshot, reservations, tracker.placer.policy)
-    except PlacementInputError as exc:
-        outcome = NoCapacity(str(exc))
-    free_text = ", ".join(f"{s['site']} {s['free']} of {s['total']}" for s in sites) or "no GPU sites"
-    if isinstance(outcome, Placement):
-        summary = f"{gpu.count} × {gpu.resource}. Free now: {free_text}. Would start on {outcome.site}."
-        return {"full": False, "target": outcome.site, "sites": sites, "summary": summary}
-    summary = f"Full: {outcome.reason}"
-    return {"full": True, "target": None, "sites": sites, "reason": outcome.reason, "summary": summary}
+# kept importable from here for callers of the earlier layout
+profile_gpu = spawn_form.profile_gpu
+availability = spawn_form.availability
 
 
 def unschedulable_reason(pod: dict[str, Any], resource: str) -> str | None:
