@@ -15,9 +15,12 @@ Environment (set by `gpuburst demo`):
   GPUBURST_DEMO_NAMESPACE       the (offloaded) namespace user servers run in
 """
 
+import json
 import os
 import sys
 from pathlib import Path
+
+from kubernetes_asyncio.client import V1EnvVar
 
 from jupyter_gpuburst.demo import proxy_command
 from jupyter_gpuburst.hub import install
@@ -65,6 +68,26 @@ c.Spawner.default_url = "/lab"
 def _simulated(gpus: int) -> dict:
     """Environment for the server extension: simulated GPUs, as many as the profile asks."""
     return {"JUPYTER_GPUBURST_BACKEND": "simulated", "JUPYTER_GPUBURST_SIM_GPUS": str(gpus)}
+
+
+GPU_PRODUCTS = json.loads(env.get("GPUBURST_DEMO_GPU_PRODUCTS") or "{}")
+
+
+def _gpu_like_the_node(spawner, pod):
+    """Simulated GPUs of the model the chosen site's nodes are labelled with (see demo.gpu_products).
+
+    On a real cluster the device plugin hands the container the node's own GPUs; here the
+    simulated backend is told which model to pretend, after the placement is known.
+    """
+    placement = spawner.gpuburst_placement
+    if placement:
+        product = GPU_PRODUCTS.get(placement["site"], {}).get(placement["resource"])
+        if product:
+            pod.spec.containers[0].env.append(V1EnvVar(name="JUPYTER_GPUBURST_SIM_MODEL", value=product))
+    return pod
+
+
+c.KubeSpawner.modify_pod_hook = _gpu_like_the_node
 
 
 c.KubeSpawner.environment = {"JUPYTER_GPUBURST_BACKEND": "none"}

@@ -29,3 +29,14 @@ def test_sites_by_name() -> None:
     assert names.site_name("origin") == "the origin"
     assert names.site_name("donor-1") == "donor-1"
     assert names.plural(1, "GPU") == "1 GPU" and names.plural(3, "GPU") == "3 GPUs"
+
+
+def test_simulated_models_answer_to_their_node_labels() -> None:
+    from jupyter_gpuburst.server.gpu.simulated import MODELS, SimulatedBackend
+
+    for model in MODELS.values():
+        backend = SimulatedBackend(1, model.product_label)
+        (reading,) = backend.read_devices([], 0.0)
+        assert reading.name == model.name and reading.mig == model.mig
+    h100 = SimulatedBackend(1, "NVIDIA-H100-80GB-HBM3").read_devices([], 0.0)[0]
+    assert h100.memory_total_bytes == 81559 * 1024**2  # nvidia.com/gpu.memory of the demo's donor nodes
