@@ -116,7 +116,7 @@ class Student:
 
     def dismiss_news(self) -> None:
         """JupyterLab asks once whether to fetch its news; a student says no."""
-        no = self.page.locator(".jp-Notification-Toast").get_by_role("button", name="No", exact=True)
+        no = self.page.get_by_role("button", name="No", exact=True)
         try:
             no.click(timeout=3_000)
         except Exception:
