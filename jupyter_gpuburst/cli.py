@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # name -> (module, function, one-line help). Each function takes argv (list[str]) and returns
@@ -57,7 +58,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpuburst {name} needs {exc.name.split('.')[0]}: pip install 'jupyter-gpuburst[{extra}]'", file=sys.stderr)
             return 2
         raise
-    return int(getattr(module, func_name)(rest) or 0)
+    try:
+        return int(getattr(module, func_name)(rest) or 0)
+    except BrokenPipeError:
+        # `gpuburst doctor ... | head`: the reader left, which is not an error. Point stdout at
+        # /dev/null so the interpreter's final flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

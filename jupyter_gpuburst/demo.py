@@ -7,8 +7,8 @@ One command a student or an admin can try on a laptop:
 - JupyterHub runs as a child process with ``jupyter_gpuburst/demo_config.py`` (shipped in the
   package, so the demo runs from an installed wheel), in its own session so
   that Ctrl-C reaches this process only and the shutdown happens in order;
-- the hub starts the proxy, the Python ``configurable-http-proxy`` (no Node runtime), with
-  streamed responses (``jupyter_gpuburst.proxy``);
+- the hub starts its proxy, JupyterHub's own ``configurable-http-proxy`` from npm, installed
+  in ``node_modules`` by the same ``npm ci`` that builds the Lab extension;
 - user servers are pods, run by the federation's kubelet as local processes, with the server
   extension on simulated GPUs.
 
@@ -21,7 +21,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -35,6 +37,8 @@ from typing import Any
 from jupyter_gpuburst.core import liqo
 
 DEMO_CONFIG = Path(__file__).with_name("demo_config.py")
+REPO = Path(__file__).resolve().parent.parent
+PROXY_NAME = "configurable-http-proxy"
 NAMESPACE = "default"
 DEFAULT_PASSWORD = "gpuburst"
 STUDENTS = ("student1", "student2")
@@ -93,6 +97,41 @@ def federation_config(opts: DemoOptions) -> dict[str, Any]:
     return {"origin": {"name": "origin", "nodes": origin_nodes}, "donors": donors}
 
 
+def gpu_products(config: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """site -> GPU resource -> the nodes' ``nvidia.com/gpu.product`` label, from the federation.
+
+    The demo's user servers run the simulated GPU backend; the hub tells each one the product
+    of the site and resource it was placed on, so the panel shows what the node's labels say.
+    """
+    sites = [(config["origin"]["name"], config["origin"]["nodes"])]
+    sites += [(donor["name"], donor["nodes"]) for donor in config["donors"]]
+    out: dict[str, dict[str, str]] = {}
+    for site, nodes in sites:
+        for node in nodes:
+            product = (node.get("labels") or {}).get("nvidia.com/gpu.product")
+            for resource in node.get("resources") or {}:
+                if product:
+                    out.setdefault(site, {})[resource] = product
+    return out
+
+
+def find_proxy() -> str | None:
+    """JupyterHub's configurable-http-proxy: ``$GPUBURST_DEMO_PROXY``, a checkout's node_modules
+    (`npm ci` in `make setup` installs it), or the one on PATH (`npm install -g`)."""
+    explicit = os.environ.get("GPUBURST_DEMO_PROXY")
+    if explicit:
+        return explicit
+    for base in (REPO, Path.cwd()):
+        candidate = base / "node_modules" / ".bin" / PROXY_NAME
+        if candidate.is_file():
+            return str(candidate)
+    return shutil.which(PROXY_NAME)
+
+
+def proxy_command() -> list[str]:
+    return [find_proxy() or PROXY_NAME]
+
+
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     """True when a server could listen on ``port`` now.
 
@@ -114,24 +153,51 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _where(free: dict[str, int], count: int) -> str | None:
+    """Where local-first placement puts ``count`` GPUs given ``free`` per site (origin first)."""
+    for site, left in free.items():
+        if left >= count:
+            free[site] = left - count
+            return site
+    return None
+
+
+def try_steps(opts: DemoOptions, donor_names: list[str], url: str, kubeconfig: Path) -> list[str]:
+    """The banner's "Try" steps, worked out from the options so that each one comes true."""
+    count = 2 if opts.origin_gpus >= 2 or (opts.origin_gpus == 0 and opts.donor_gpus >= 2) else 1
+    profile = "2 GPUs" if count == 2 else "1 GPU"
+    free = {"origin": opts.origin_gpus, **{name: opts.donor_gpus for name in donor_names}}
+    steps = []
+    for n, student in enumerate(("student1", "student2", "student3"), start=1):
+        site = _where(free, count)
+        prefix = f"{n}. " + ("Log in as student1" if n == 1 else f"In a private window, log in as {student}")
+        if site is None:
+            steps.append(f"{prefix} with '{profile}': no site has {count} free, so the form shows it as full now.")
+            break
+        where = "the origin" if site == "origin" else f"{site}, a donor"
+        steps.append(f"{prefix}, pick '{profile}' and start: the server lands on {where}.")
+        if n >= 2 and site != "origin":
+            break  # the origin and a burst to a donor are both shown
+    steps.append(f"{len(steps) + 1}. The spawn page says why; the GPU panel in JupyterLab shows where it runs and its (simulated) GPUs.")
+    steps.append(f"{len(steps) + 1}. Log in as {ADMIN} and open {url}/hub/gpuburst/capacity for capacity per site.")
+    steps.append(f"{len(steps) + 1}. In another shell: gpuburst doctor --kubeconfig {kubeconfig}")
+    steps.append(f"                      gpuburst capacity --kubeconfig {kubeconfig}")
+    return steps
+
+
 def banner(opts: DemoOptions, url: str, kubeconfig: Path, donor_names: list[str]) -> str:
-    donors = ", ".join(f"{name} ({opts.donor_gpus} GPUs)" for name in donor_names) or "none"
-    first_donor = donor_names[0] if donor_names else "a donor"
+    from jupyter_gpuburst.core.names import plural
+
+    donors = ", ".join(f"{name} ({plural(opts.donor_gpus, 'GPU')})" for name in donor_names) or "none"
     return "\n".join([
         "",
         f"  jupyter-gpuburst demo is ready: {url}",
         "",
-        f"  origin: {opts.origin_gpus} GPUs + 1 GPU as {MIG_SLICES} MIG 1g.10gb slices;  donors: {donors}",
+        f"  origin: {plural(opts.origin_gpus, 'GPU')} + 1 GPU as {MIG_SLICES} MIG 1g.10gb slices;  donors: {donors}",
         f"  users:  {', '.join(STUDENTS)} (any other name works too), admin {ADMIN};  password: {opts.password}",
         "",
         "  Try:",
-        "    1. Log in as student1, pick '2 GPUs', start: the server lands on the origin.",
-        "    2. In a private window, log in as student2 with '2 GPUs': the origin is full,",
-        f"       so it lands on {first_donor}. The spawn page says why; the GPU panel in JupyterLab",
-        "       shows where the server runs and its (simulated) GPUs.",
-        f"    3. Log in as {ADMIN} and open {url}/hub/gpuburst/capacity for capacity per site.",
-        f"    4. In another shell: gpuburst doctor --kubeconfig {kubeconfig}",
-        f"                         gpuburst capacity --kubeconfig {kubeconfig}",
+        *(f"    {step}" for step in try_steps(opts, donor_names, url, kubeconfig)),
         "",
         "  Ctrl-C stops everything.",
         "",
@@ -184,6 +250,7 @@ class Demo:
             "GPUBURST_DEMO_STATE_DIR": str(self.state),
             "GPUBURST_DEMO_PASSWORD": self.opts.password,
             "GPUBURST_DEMO_NAMESPACE": NAMESPACE,
+            "GPUBURST_DEMO_GPU_PRODUCTS": json.dumps(gpu_products(federation_config(self.opts))),
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
         # The demo talks to the federation, never to a cluster this machine may be inside of.
@@ -250,6 +317,13 @@ async def run(opts: DemoOptions, ready: asyncio.Event | None = None, stop: async
         return 2
     if not port_is_free(opts.port):
         print(f"gpuburst demo: port {opts.port} is in use; choose another with --port", file=sys.stderr)
+        return 2
+    if find_proxy() is None:
+        print(
+            "gpuburst demo: JupyterHub's configurable-http-proxy is missing; in a checkout run `make setup`,"
+            " otherwise `npm install -g configurable-http-proxy`",
+            file=sys.stderr,
+        )
         return 2
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -15,10 +15,14 @@ Environment (set by `gpuburst demo`):
   GPUBURST_DEMO_NAMESPACE       the (offloaded) namespace user servers run in
 """
 
+import json
 import os
 import sys
 from pathlib import Path
 
+from kubernetes_asyncio.client import V1EnvVar
+
+from jupyter_gpuburst.demo import proxy_command
 from jupyter_gpuburst.hub import install
 
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
@@ -32,9 +36,9 @@ c.JupyterHub.ip = "127.0.0.1"
 c.JupyterHub.port = int(env["GPUBURST_DEMO_PORT"])
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = int(env["GPUBURST_DEMO_HUB_PORT"])
-# The Python configurable-http-proxy from PyPI (same REST API as the Node one, no Node runtime),
-# run with streamed responses so spawn progress and the GPU panel's live stream get through.
-c.ConfigurableHTTPProxy.command = [sys.executable, "-m", "jupyter_gpuburst.proxy"]
+# JupyterHub's own configurable-http-proxy, installed by the same `npm ci` that builds the
+# Lab extension (node_modules/.bin); the hub starts and stops it as in production.
+c.ConfigurableHTTPProxy.command = proxy_command()
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{env['GPUBURST_DEMO_PROXY_API_PORT']}"
 c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
@@ -64,6 +68,26 @@ c.Spawner.default_url = "/lab"
 def _simulated(gpus: int) -> dict:
     """Environment for the server extension: simulated GPUs, as many as the profile asks."""
     return {"JUPYTER_GPUBURST_BACKEND": "simulated", "JUPYTER_GPUBURST_SIM_GPUS": str(gpus)}
+
+
+GPU_PRODUCTS = json.loads(env.get("GPUBURST_DEMO_GPU_PRODUCTS") or "{}")
+
+
+def _gpu_like_the_node(spawner, pod):
+    """Simulated GPUs of the model the chosen site's nodes are labelled with (see demo.gpu_products).
+
+    On a real cluster the device plugin hands the container the node's own GPUs; here the
+    simulated backend is told which model to pretend, after the placement is known.
+    """
+    placement = spawner.gpuburst_placement
+    if placement:
+        product = GPU_PRODUCTS.get(placement["site"], {}).get(placement["resource"])
+        if product:
+            pod.spec.containers[0].env.append(V1EnvVar(name="JUPYTER_GPUBURST_SIM_MODEL", value=product))
+    return pod
+
+
+c.KubeSpawner.modify_pod_hook = _gpu_like_the_node
 
 
 c.KubeSpawner.environment = {"JUPYTER_GPUBURST_BACKEND": "none"}

@@ -185,6 +185,9 @@ class Placement:
 @dataclass(frozen=True)
 class NoCapacity:
     reason: str
+    # True when no allowed node could ever hold the request (bigger than any node's allocatable):
+    # waiting cannot help, unlike a full site that frees up when servers stop.
+    never: bool = False
 
 
 # ---- reservations ---------------------------------------------------------------------------
@@ -368,7 +371,7 @@ def decide(request: GPURequest, snapshot: Snapshot, policy: Policy) -> Placement
                 resources=demand,
                 held_node=best.node,
             )
-    return NoCapacity(reasons.no_capacity(request, demand, snapshot, policy.strategy.value, local_allowed, donor_notes))
+    return NoCapacity(*reasons.no_capacity(request, demand, snapshot, policy.strategy.value, local_allowed, donor_notes))
 
 
 def _site_allowed(request: GPURequest, site: str) -> bool:

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from . import names
+
 CPU = "cpu"
 MEMORY = "memory"
 EPHEMERAL_STORAGE = "ephemeral-storage"
@@ -241,12 +243,7 @@ def describe(resource: str, amount: int) -> str:
         return f"{_bytes(amount)} of {what}"
     if resource == PODS:
         return "1 pod slot" if amount == 1 else f"{amount} pod slots"
-    if resource.endswith("/gpu"):
-        return "1 GPU" if amount == 1 else f"{amount} GPUs"
-    if "/mig-" in resource:
-        profile = resource.split("/mig-", 1)[1]
-        return f"1 MIG slice {profile}" if amount == 1 else f"{amount} MIG slices {profile}"
-    return f"{amount} {resource}"
+    return names.gpu_amount(resource, amount)
 
 
 def _bytes(amount: int) -> str:

@@ -1,7 +1,7 @@
 """The sentence a student reads about a placement: where it goes, or which resource is short where.
 
-Reasons name the short resource in plain words ("donor donor-1: 4 CPU granted, profile gpu-1
-needs 8"; "origin: no node has 8 CPU and 2 GPUs free"). They are built from the same snapshot
+Reasons name the short resource in plain words ("donor-1: 4 CPU granted, profile gpu-1 needs
+8"; "origin: no node has 8 CPU and 2 GPUs free") and GPUs by their friendly names (``names``). They are built from the same snapshot
 the decision used, with bounded work: site totals, the best-fit index, and at most
 ``SAMPLE_NODES`` nodes read one by one.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from . import keys
+from . import keys, names
 from .quantities import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, describe
 
 if TYPE_CHECKING:
@@ -120,8 +120,8 @@ def placed(
     resource, count = request.resource, request.count
     free, total = _free_of(site, resource)
     if not site.is_donor:
-        return f"{free} of {total} local {resource} free; starting on the origin (node {node})."
-    donor_part = f"starting on donor {site.site} ({free} of {total} free)."
+        return f"{_free_text(free, total, resource)} on the origin; starting on the origin (node {node})."
+    donor_part = f"starting on {site.site} ({_free_text(free, total, resource)} there)."
     if strategy == "donor-first":
         return f"Donor-first policy: {donor_part}"
     if strategy == "donor-only":
@@ -130,19 +130,21 @@ def placed(
         return f"Profile {request.profile!r} runs on donors only; {donor_part}"
     local = snapshot.site(ORIGIN_SITE)
     lfree, ltotal = _free_of(local, resource)
+    units = names.gpu_units(resource, ltotal)
     if ltotal == 0:
-        return f"No local {resource} on the origin; {donor_part}"
+        return f"The origin has no {names.gpu_units(resource, 2)}; {donor_part}"
     why = shortage(local, request, demand, snapshot) if local is not None else None  # type: ignore[arg-type]
     if why is not None and why[0] != resource:
         return f"The origin cannot take the server ({why[1]}); {donor_part}"
     if lfree >= count:
-        return (
-            f"Local {resource} busy ({lfree} of {ltotal} free, but no single node has {count} free); "
-            f"{donor_part}"
-        )
+        return f"The origin has {lfree} of {ltotal} {units} free, but no single node has {count}; {donor_part}"
     if lfree == 0:
-        return f"All {ltotal} local {resource} busy (0 of {ltotal} free); {donor_part}"
-    return f"Local {resource} busy ({lfree} of {ltotal} free, {count} needed); {donor_part}"
+        return f"All {ltotal} {units} on the origin are busy; {donor_part}"
+    return f"The origin has {lfree} of {ltotal} {units} free, {count} needed; {donor_part}"
+
+
+def _free_text(free: int, total: int, resource: str) -> str:
+    return f"{free} of {total} {names.gpu_units(resource, total)} free"
 
 
 def no_capacity(
@@ -152,37 +154,58 @@ def no_capacity(
     strategy: str,
     local_allowed: bool,
     donor_notes: list[str],
-) -> str:
-    """Why no site can take the pod, site by site."""
+) -> tuple[str, bool]:
+    """Why no site can take the pod, site by site, and whether waiting can ever help."""
     resource, count = request.resource, request.count
+    wanted = names.gpu_amount(resource, count)
+    largest = _largest_node(request, snapshot, strategy, local_allowed)
+    if largest < count and not donor_notes:
+        biggest = f"the largest node has {largest}" if largest else f"no node has {names.gpu_units(resource, 2)}"
+        return f"No site can ever start {wanted}: {biggest}. Choose a smaller profile.", True
     parts: list[str] = []
     local = snapshot.site(ORIGIN_SITE)
     if not local_allowed:
         parts.append("the origin is not allowed for this request")
     elif local is None or not local.total(resource).allocatable:
-        parts.append(f"the origin has no {resource}")
+        parts.append(f"the origin has no {names.gpu_units(resource, 2)}")
     else:
-        parts.append(f"origin: {_site_text(local, request, demand, snapshot)}")
+        parts.append(_site_text(local, request, demand, snapshot))
     if strategy != "local-only" and not donor_notes:
         donors = snapshot.donors()
         if not donors:
             parts.append("no donor cluster is peered")
         for donor in donors:
             if not donor.ready:
-                parts.append(f"donor {donor.site}: not ready")
+                parts.append(f"{donor.site} is not ready")
                 continue
-            parts.append(f"donor {donor.site}: {_site_text(donor, request, demand, snapshot)}")
+            parts.append(_site_text(donor, request, demand, snapshot))
     parts.extend(donor_notes)
     extras = [describe(r, demand[r]) for r in _ordered(demand, resource) if r in (CPU, MEMORY, EPHEMERAL_STORAGE)]
-    with_extras = f" (with {', '.join(extras)})" if extras else ""
-    return f"No site can start {count} × {resource}{with_extras} now: " + "; ".join(parts) + "."
+    with_extras = f" with {', '.join(extras)}" if extras else ""
+    return f"No site can start {wanted}{with_extras} now ({'; '.join(parts)}). It frees up when servers stop.", False
+
+
+def _largest_node(request: _Request, snapshot: Snapshot, strategy: str, local_allowed: bool) -> int:
+    """The most units of the GPU resource any allowed node has at all, busy or free.
+
+    Read only when nothing fits, so the full pass over the nodes stays off the placing path.
+    """
+    largest = 0
+    for node in snapshot.nodes.values():
+        if node.is_donor and strategy == "local-only":
+            continue
+        if not node.is_donor and not local_allowed:
+            continue
+        if request.allowed_sites is not None and node.site not in request.allowed_sites:
+            continue
+        largest = max(largest, node.allocatable.get(request.resource, 0))
+    return largest
 
 
 def _site_text(site: SiteCapacity, request: _Request, demand: Mapping[str, int], snapshot: Snapshot) -> str:
     why = shortage(site, request, demand, snapshot)
-    if why is not None:
-        return why[1]
-    # the pod fits, so this site was left out for another reason (an allowlist, a site list)
+    if why is not None and why[0] != request.resource:
+        return f"{site.site}: {why[1]}"
+    # short of GPUs, or the pod fits and the site was left out for another reason (an allowlist)
     free, total = _free_of(site, request.resource)
-    return f"{free} of {total} free"
-
+    return f"{site.site} {free} of {total} free"

@@ -24,12 +24,11 @@ from kubespawner.utils import get_k8s_model
 from tornado import web
 from traitlets import default
 
-from jupyter_gpuburst.core import keys
-from jupyter_gpuburst.hub import retry, spawnstate
+from jupyter_gpuburst.core import keys, names
+from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
+from jupyter_gpuburst.hub import cpu_servers, retry, spawn_form, spawn_messages, spawnstate, storage
 from jupyter_gpuburst.hub.capacity import CapacityTracker, server_key
 from jupyter_gpuburst.hub.offloading import NamespaceOffloader, OffloadingPermissionError
-from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError, decide
-from jupyter_gpuburst.hub import storage
 from jupyter_gpuburst.hub.podrequest import RESOURCE_TRAITS, pod_spec_from_traits, request_of_pod
 from jupyter_gpuburst.hub.profiles import (
     ProfileGPU,
@@ -111,6 +110,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         self._gb_decided = asyncio.Event()
         self._gb_dead_uids: set[str] = set()
         self._gb_redirect_t0: float | None = None
+        self._gb_cpu_only = False
         self.gpuburst_redirect_seconds: list[float] = []
         self._gb_claims: list[storage.Claim] = []
         self._gb_storage: storage.Outcome | None = None
@@ -224,8 +224,9 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         )
 
     # ---- the decision ------------------------------------------------------------------------
-    def _gb_message(self, message: str) -> None:
-        self._gb_messages.append({"message": message})
+    def _gb_message(self, message: str, kind: str = "info") -> None:
+        """Say ``message`` on the spawn page; headline kinds stay pinned (see spawn_messages)."""
+        self._gb_messages.append(spawn_messages.message(message, kind))
         self.log.info("%s: %s", self._log_name, message)
 
     async def _gb_decide(self, request: GPURequest) -> Placement:
@@ -246,9 +247,9 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         if tried:
             _metric("record_redirect", tried[-1], outcome.site)
             outcome = replace(outcome, reason=self._gb_redirect_reason(tracker, outcome, tried[-1]))
-            self._gb_message(outcome.reason)
+            self._gb_message(outcome.reason, "redirect")
         else:
-            self._gb_message(outcome.reason)
+            self._gb_message(outcome.reason, "decision")
         tracker.note_decision(key, outcome, len(self._gb_attempts) + 1)
         return outcome
 
@@ -259,10 +260,10 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         total = totals.allocatable if totals else 0
         # free as the decision saw it: the snapshot already counts this spawn's own hold
         free = (totals.free if totals else 0) + outcome.count
-        where = f"donor {outcome.site}" if outcome.is_donor else f"the origin (node {outcome.node})"
+        where = outcome.site if outcome.is_donor else f"the origin (node {outcome.node})"
         return (
-            f"Redirected: {previous} could not schedule the pod after all; "
-            f"starting on {where} ({free} of {total} {outcome.resource} free)."
+            f"Redirected: {names.site_name(previous)} could not schedule the server after all; "
+            f"starting on {where} ({free} of {total} {names.gpu_units(outcome.resource, total)} free)."
         )
 
     def _gb_place(self, tracker: CapacityTracker, key: str, request: GPURequest) -> Placement | NoCapacity:
@@ -278,7 +279,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         """Wait first-come-first-served until a site has room, at most ``start_timeout``."""
         position = tracker.enqueue(key)
         _metric("set_queue_length", tracker.queue_length)
-        self._gb_message(f"No GPU free now; waiting in the queue (position {position}).")
+        self._gb_message(f"No GPU free now; waiting in the queue (position {position}).", "queue")
         deadline = time.monotonic() + self.start_timeout
         outcome: Placement | NoCapacity = NoCapacity("queue wait ended")
         try:
@@ -289,7 +290,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                     if isinstance(outcome, Placement):
                         return outcome
                 elif now_position != position:
-                    self._gb_message(f"Waiting in the queue (position {now_position}).")
+                    self._gb_message(f"Waiting in the queue (position {now_position}).", "queue")
                 position = now_position
                 await tracker.wait_change(min(1.0, max(0.01, deadline - time.monotonic())))
             reason = outcome.reason if isinstance(outcome, NoCapacity) else ""
@@ -309,7 +310,11 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         pod = await super().get_pod_manifest()
         request = self.gpu_request(pod)
         if request is None:
+            self._gb_cpu_only = True
+            self._gb_message(cpu_servers.REASON, "decision")
+            self._gb_pin_cpu_only(pod)
             return pod
+        self._gb_cpu_only = False
         request, constraint = await self._gb_storage_constrain(request)
         try:
             placement = await self._gb_decide(request)
@@ -369,7 +374,14 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             keys.ATTEMPTS_ANNOTATION: str(len(self._gb_attempts) + 1),
         }
         ours = placement.node_affinity()["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+        self._gb_narrow_affinity(pod.spec, ours)
         spec = pod.spec
+        spec.tolerations = list(spec.tolerations or []) + [get_k8s_model(V1Toleration, t) for t in placement.tolerations()]
+        # the placement reaches the server through its env (the pod was built before the decision)
+        self._gb_set_env(spec, self._gb_env(placement))
+
+    def _gb_narrow_affinity(self, spec: Any, ours: dict[str, Any]) -> None:
+        """Add the node selector term ``ours`` to the pod's required node affinity."""
         affinity = spec.affinity or V1Affinity()
         node_affinity = affinity.node_affinity or V1NodeAffinity()
         required = node_affinity.required_during_scheduling_ignored_during_execution
@@ -393,16 +405,23 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         )
         affinity.node_affinity = node_affinity
         spec.affinity = affinity
-        spec.tolerations = list(spec.tolerations or []) + [get_k8s_model(V1Toleration, t) for t in placement.tolerations()]
-        # the placement reaches the server through its env (the pod was built before the decision)
+
+    def _gb_set_env(self, spec: Any, ours: dict[str, Any]) -> None:
         notebook = spec.containers[0]
-        ours_env = self._gb_env(placement)
-        kept = [e for e in (notebook.env or []) if getattr(e, "name", None) not in ours_env]
-        notebook.env = kept + [get_k8s_model(V1EnvVar, {"name": k, **_env_value(v)}) for k, v in ours_env.items()]
+        kept = [e for e in (notebook.env or []) if getattr(e, "name", None) not in ours]
+        notebook.env = kept + [get_k8s_model(V1EnvVar, {"name": k, **_env_value(v)}) for k, v in ours.items()]
 
     def _gb_env(self, placement: Placement) -> dict[str, Any]:
         storage_env = self._gb_storage.env() if self._gb_storage is not None else {}
         return {**placement_env(placement), **storage_env}
+
+    def _gb_pin_cpu_only(self, pod: Any) -> None:
+        """A server without a GPU stays on the origin's own nodes (see cpu_servers)."""
+        meta = pod.metadata
+        meta.labels = {**(meta.labels or {}), **cpu_servers.labels()}
+        meta.annotations = {**(meta.annotations or {}), keys.REASON_ANNOTATION: cpu_servers.REASON}
+        self._gb_narrow_affinity(pod.spec, cpu_servers.node_selector_term())
+        self._gb_set_env(pod.spec, cpu_servers.env(ENV_PREFIX))
 
     def _gb_serialize(self, model: Any) -> dict[str, Any]:
         return self.api.api_client.sanitize_for_serialization(model) or {}
@@ -411,6 +430,8 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         env = super().get_env()
         if self._gb_placement is not None:
             env.update(self._gb_env(self._gb_placement))
+        elif self._gb_cpu_only:
+            env.update(cpu_servers.env(ENV_PREFIX))
         return env
 
     async def _make_create_pod_request(self, pod: Any, request_timeout: float) -> bool:
@@ -492,7 +513,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         pod = tracker.pod(self.namespace, self.pod_name)
         if pod is not None and (pod.get("metadata") or {}).get("uid"):
             self._gb_dead_uids.add(pod["metadata"]["uid"])
-        self._gb_message(f"Could not start on {placement.site}: {why}")
+        self._gb_message(f"Could not start on {names.site_name(placement.site)}: {why}", "redirect")
         await self.stop(now=True)
         tracker.forget_decision(self.gpuburst_key)
         self._gb_placement = None
@@ -620,10 +641,11 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                     except StopAsyncIteration:
                         events_done = True
                     else:
-                        yield item
+                        if not spawn_messages.is_runtime_noise(item):
+                            yield spawn_messages.pod_event(item)
                     pending = None
             while sent < len(self._gb_messages):
-                yield {"message": self._gb_messages[sent]["message"]}
+                yield self._gb_messages[sent]
                 sent += 1
         finally:
             # KubeSpawner's generator must not be closed while a step of it still runs
@@ -673,32 +695,9 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         return self._render_options_form(annotated)
 
     def _gb_annotate(self, profile: dict[str, Any], tracker: CapacityTracker | None) -> dict[str, Any]:
-        out = dict(profile)
-        try:
-            gpu = profile_gpu(profile, self.extra_resource_limits, self.extra_resource_guarantees, self._gb_tracks)
-            resources = self._gb_profile_resources(profile, gpu)
-        except ValueError as exc:
-            out["gpuburst_status"] = {"full": True, "summary": f"Misconfigured: {exc}"}
-            return out
-        if gpu is None or tracker is None:
-            return out
-        status = availability(gpu, profile.get("slug", ""), self.user, tracker, resources)
-        out["gpuburst_status"] = status
-        description = out.get("description") or ""
-        out["description"] = f"{description} {status['summary']}".strip()
-        return out
-
-
-    def _gb_profile_resources(self, profile: dict[str, Any], gpu: ProfileGPU | None) -> dict[str, int]:
-        """What the pod of ``profile`` would request besides its GPUs (traits plus overrides)."""
-        if gpu is None:
-            return {}
-        override = profile.get("kubespawner_override") or {}
-        values = {name: override.get(name, getattr(self, name, None)) for name in RESOURCE_TRAITS}
-        values["extra_resource_limits"] = {**self.extra_resource_limits, **(override.get("extra_resource_limits") or {}), gpu.resource: gpu.count}
-        values["extra_resource_guarantees"] = {**self.extra_resource_guarantees, **(override.get("extra_resource_guarantees") or {}), gpu.resource: gpu.count}
-        demand = request_of_pod(pod_spec_from_traits(values), self._gb_tracks)
-        return demand.resources if demand is not None else {}
+        # the configured base, not this spawner's traits: a refused profile's override stays on them
+        base = spawn_form.configured_resources(self.config)
+        return spawn_form.annotate(profile, base, self._gb_tracks, self.user, tracker)
 
 
 def placement_env(placement: Placement) -> dict[str, Any]:
@@ -715,50 +714,6 @@ def placement_env(placement: Placement) -> dict[str, Any]:
 
 def _env_value(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {"value": str(value)}
-
-
-def profile_gpu(
-    profile: dict[str, Any], base_limits: dict[str, Any], base_guarantees: dict[str, Any], tracks: Any
-) -> ProfileGPU | None:
-    """The GPU request a profile would make, without applying it to a spawner."""
-    block = profile_block(profile)
-    override = profile.get("kubespawner_override") or {}
-    limits = {**base_limits, **(override.get("extra_resource_limits") or {})}
-    guarantees = {**base_guarantees, **(override.get("extra_resource_guarantees") or {})}
-    if block is not None:
-        return block
-    return gpu_from_resources(limits, guarantees, tracks)
-
-
-def availability(
-    gpu: ProfileGPU, slug: str, user: Any, tracker: CapacityTracker, resources: dict[str, int] | None = None
-) -> dict[str, Any]:
-    """Free GPUs per site now and where a spawn of this profile would land (nothing reserved).
-
-    ``resources`` is the rest of the profile's pod (CPU, memory...), so "would start on" and
-    "Full" account for the whole pod, as the spawn itself will.
-    """
-    snapshot = tracker.snapshot()
-    sites = []
-    for name in sorted(snapshot.sites, key=lambda s: (s != keys.ORIGIN_SITE, s)):
-        site = snapshot.sites[name]
-        totals = site.total(gpu.resource)
-        if not totals.allocatable and site.is_donor and not site.ready:
-            continue
-        # free already leaves out what spawns in flight hold
-        sites.append({"site": name, "free": totals.free, "total": totals.allocatable})
-    groups = frozenset(getattr(g, "name", str(g)) for g in (getattr(user, "groups", None) or []))
-    request = GPURequest(gpu.resource, gpu.count, user.name, groups, slug, gpu.allowed_sites, resources=dict(resources or {}))
-    try:
-        outcome = decide(request, snapshot, tracker.placer.policy)
-    except PlacementInputError as exc:
-        outcome = NoCapacity(str(exc))
-    free_text = ", ".join(f"{s['site']} {s['free']} of {s['total']}" for s in sites) or "no GPU sites"
-    if isinstance(outcome, Placement):
-        summary = f"{gpu.count} × {gpu.resource}. Free now: {free_text}. Would start on {outcome.site}."
-        return {"full": False, "target": outcome.site, "sites": sites, "summary": summary}
-    summary = f"Full: {outcome.reason}"
-    return {"full": True, "target": None, "sites": sites, "reason": outcome.reason, "summary": summary}
 
 
 def unschedulable_reason(pod: dict[str, Any], resource: str) -> str | None:

@@ -95,7 +95,7 @@ class GPUBurstServerExtension(ExtensionApp):
 
     @validate("sim_model")
     def _sim_model_known(self, proposal):
-        if proposal.value not in simulated.MODELS:
+        if simulated.model_name(proposal.value) not in simulated.MODELS:
             raise TraitError(
                 f"GPUBurstServerExtension.sim_model {proposal.value!r} unknown; "
                 f"choose from {', '.join(simulated.MODELS)}"

@@ -6,6 +6,7 @@ import logging
 import socket
 from collections.abc import Mapping
 
+from jupyter_gpuburst.core import names
 from jupyter_gpuburst.core.keys import ORIGIN_SITE
 
 log = logging.getLogger(__name__)
@@ -53,9 +54,12 @@ def _count(environ: Mapping[str, str]) -> int | None:
 def placement_from_env(environ: Mapping[str, str]) -> dict:
     """The placement JSON of `GET /api/gpuburst/placement` (see docs/api.md)."""
     site = _text(environ, SITE_ENV)
+    resource, count = _text(environ, GPU_RESOURCE_ENV), _count(environ)
     common = {
-        "gpu_resource": _text(environ, GPU_RESOURCE_ENV),
-        "gpu_count": _count(environ),
+        "gpu_resource": resource,
+        "gpu_count": count,
+        # the product's one name for what was requested ("2 GPUs", "1 MIG 1g.10gb slice")
+        "gpu_label": names.gpu_amount(resource, count) if resource and count else None,
         "storage": storage_from_env(environ),
     }
     if site is None:

@@ -2,12 +2,13 @@
  * Talks to the server extension: one-shot GETs through `ServerConnection`, and one shared
  * Server-Sent Events stream that runs only while some view needs it.
  */
-import { PageConfig, URLExt } from '@jupyterlab/coreutils';
+import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 import { IDisposable } from '@lumino/disposable';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { backoffDelay, DEFAULT_BACKOFF, IBackoff } from './backoff';
+import { ISseEvent, SseParser } from './sse';
 import { ConnectionState, IHistory, IPlacement, ISample } from './types';
 
 /** URL path of the server extension's API, relative to the server's base URL. */
@@ -36,20 +37,21 @@ export namespace GpuBurstClient {
   export interface IOptions {
     serverSettings?: ServerConnection.ISettings;
     backoff?: IBackoff;
-    /** Injected in tests; defaults to the browser's EventSource. */
-    eventSourceFactory?: (url: string) => EventSource;
   }
 }
 
 /**
  * Client of `/api/gpuburst`. Views call `setDemand(name, true)` while they are visible; the
  * stream is open only while at least one view wants it and the browser tab is visible.
+ *
+ * The stream is read from a `ServerConnection.makeRequest` response, as every JupyterLab
+ * request is made: the XSRF header with the hub's cookie, or the Authorization header when the
+ * server has a token. EventSource can send neither, and a token must never ride in a URL.
  */
 export class GpuBurstClient implements IDisposable {
   constructor(options: GpuBurstClient.IOptions = {}) {
     this.serverSettings = options.serverSettings ?? ServerConnection.makeSettings();
     this._backoff = options.backoff ?? DEFAULT_BACKOFF;
-    this._factory = options.eventSourceFactory ?? ((url: string) => new EventSource(url));
     document.addEventListener('visibilitychange', this._onVisibility);
   }
 
@@ -110,11 +112,9 @@ export class GpuBurstClient implements IDisposable {
     this._reconcile();
   }
 
-  /** URL of the event stream; EventSource cannot send headers, so the token rides along. */
+  /** URL of the event stream (credentials travel in headers, never here). */
   streamUrl(): string {
-    const url = URLExt.join(this.serverSettings.baseUrl, API_PATH, 'stream');
-    const token = PageConfig.getToken();
-    return token ? `${url}?token=${encodeURIComponent(token)}` : url;
+    return URLExt.join(this.serverSettings.baseUrl, API_PATH, 'stream');
   }
 
   dispose(): void {
@@ -147,41 +147,73 @@ export class GpuBurstClient implements IDisposable {
   private _open(): void {
     this._close();
     this._setState(this._attempt > 0 ? 'retrying' : 'connecting');
-    const source = this._factory(this.streamUrl());
-    this._source = source;
-    source.onopen = () => {
-      if (source !== this._source) {
-        return;
-      }
-      const reconnected = this._attempt > 0 || this._everOpened;
-      this._attempt = 0;
-      this._everOpened = true;
-      this._setState('open');
-      if (reconnected) {
-        // Fill the gap left while disconnected or paused; the model drops duplicates.
-        this.fetchHistory().catch(() => undefined);
-      }
+    const abort = new AbortController();
+    this._abort = abort;
+    void this._read(abort).then(
+      () => this._onStreamEnd(abort),
+      () => this._onStreamEnd(abort)
+    );
+  }
+
+  /** Read one stream until it ends, fails or is aborted. */
+  private async _read(abort: AbortController): Promise<void> {
+    const init: RequestInit = {
+      method: 'GET',
+      headers: { Accept: 'text/event-stream' },
+      cache: 'no-store',
+      signal: abort.signal
     };
-    source.onerror = () => {
-      if (source !== this._source) {
-        return;
+    const response = await ServerConnection.makeRequest(this.streamUrl(), init, this.serverSettings);
+    if (!response.ok || !response.body) {
+      throw new GpuBurstRequestError(response.status, `stream: ${response.status} ${response.statusText}`);
+    }
+    if (abort !== this._abort) {
+      return;
+    }
+    const reconnected = this._attempt > 0 || this._everOpened;
+    this._attempt = 0;
+    this._everOpened = true;
+    this._setState('open');
+    if (reconnected) {
+      // Fill the gap left while disconnected or paused; the model drops duplicates.
+      this.fetchHistory().catch(() => undefined);
+    }
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    const parser = new SseParser(event => this._dispatch(event));
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done || abort !== this._abort) {
+          return;
+        }
+        parser.push(value);
       }
-      // Replace the browser's fixed-interval retry with our own capped exponential backoff.
-      this._close();
-      this._scheduleRetry();
-    };
-    source.addEventListener('placement', event => {
-      const placement = parse<IPlacement>((event as MessageEvent).data);
+    } finally {
+      reader.releaseLock();
+    }
+  }
+
+  private _dispatch(event: ISseEvent): void {
+    if (event.event === 'placement') {
+      const placement = parse<IPlacement>(event.data);
       if (placement) {
         this._placementReceived.emit(placement);
       }
-    });
-    source.addEventListener('sample', event => {
-      const sample = parse<ISample>((event as MessageEvent).data);
+    } else if (event.event === 'sample') {
+      const sample = parse<ISample>(event.data);
       if (sample) {
         this._samplesReceived.emit([sample]);
       }
-    });
+    }
+  }
+
+  private _onStreamEnd(abort: AbortController): void {
+    if (abort !== this._abort) {
+      return; // closed on purpose, or replaced by a newer stream
+    }
+    this._abort = null;
+    abort.abort();
+    this._scheduleRetry();
   }
 
   private _scheduleRetry(): void {
@@ -206,11 +238,10 @@ export class GpuBurstClient implements IDisposable {
       this._timer = null;
     }
     this._retryAt = null;
-    if (this._source) {
-      this._source.onopen = null;
-      this._source.onerror = null;
-      this._source.close();
-      this._source = null;
+    if (this._abort) {
+      const abort = this._abort;
+      this._abort = null;
+      abort.abort();
     }
   }
 
@@ -224,9 +255,8 @@ export class GpuBurstClient implements IDisposable {
   };
 
   private _backoff: IBackoff;
-  private _factory: (url: string) => EventSource;
   private _demand = new Set<string>();
-  private _source: EventSource | null = null;
+  private _abort: AbortController | null = null;
   private _state: ConnectionState = 'idle';
   private _attempt = 0;
   private _everOpened = false;

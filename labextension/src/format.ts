@@ -47,12 +47,41 @@ export function siteLabel(placement: IPlacement | null): string {
 export function siteSentence(placement: IPlacement): string {
   switch (placement.site_kind) {
     case 'origin':
-      return 'Running on the university cluster (origin).';
+      return placement.gpu_resource
+        ? 'Running on the origin, the university cluster.'
+        : 'Running on the origin, on a CPU node: no GPU was requested.';
     case 'donor':
-      return `Running on donor cluster ${placement.site}.`;
+      return `Running on ${placement.site}, a donor cluster.`;
     default:
       return 'Not started by the hub: no placement information.';
   }
+}
+
+/** What the server asked for: the server's own words, else a mirror of core/names.py. */
+export function requestLabel(placement: IPlacement): string | null {
+  if (placement.gpu_label) {
+    return placement.gpu_label;
+  }
+  if (!placement.gpu_resource) {
+    return null;
+  }
+  return gpuAmount(placement.gpu_resource, placement.gpu_count ?? 1);
+}
+
+/** "GPU", "MIG 1g.10gb slice", or an unknown resource name as given (as core/names.py). */
+export function gpuName(resource: string): string {
+  if (['nvidia.com/gpu', 'amd.com/gpu', 'gpu.intel.com/i915', 'gpu.intel.com/xe'].includes(resource)) {
+    return 'GPU';
+  }
+  const mig = /^nvidia\.com\/mig-(\d+g\.\d+gb(?:\.[a-z0-9+]+)?)$/.exec(resource);
+  return mig ? `MIG ${mig[1]} slice` : resource;
+}
+
+/** "1 GPU", "2 GPUs", "3 MIG 1g.10gb slices". */
+export function gpuAmount(resource: string, count: number): string {
+  const name = gpuName(resource);
+  const plural = name === 'GPU' || name.endsWith(' slice') ? `${name}s` : name;
+  return `${count} ${count === 1 ? name : plural}`;
 }
 
 /** Mean utilization of the GPUs that report one, or null when none does. */

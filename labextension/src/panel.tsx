@@ -12,6 +12,7 @@ import {
   formatPercent,
   gpuModels,
   kernelLabel,
+  requestLabel,
   siteLabel,
   siteSentence
 } from './format';
@@ -68,8 +69,10 @@ function WhereCard(props: { placement: IPlacement | null; sample: ISample | null
   }
   if (sample && sample.gpus.length) {
     rows.push(['GPU', gpuModels(sample.gpus)]);
-  } else if (placement?.gpu_resource) {
-    rows.push(['GPU', `${placement.gpu_count ?? '?'} × ${placement.gpu_resource} requested`]);
+  } else if (placement && requestLabel(placement)) {
+    rows.push(['GPU', `${requestLabel(placement)} requested`]);
+  } else if (placement?.managed && !placement.gpu_resource) {
+    rows.push(['GPU', 'none (CPU only)']);
   }
   return (
     <section className="jp-GpuBurst-card jp-GpuBurst-where" aria-label="Where this server runs">

@@ -12,6 +12,8 @@ export interface IPlacement {
   reason: string | null;
   gpu_resource: string | null;
   gpu_count: number | null;
+  /** What was requested in the product's words ("2 GPUs", "1 MIG 1g.10gb slice"). */
+  gpu_label?: string | null;
 }
 
 /** One GPU (or MIG slice) in a sample. */

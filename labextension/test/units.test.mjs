@@ -4,7 +4,10 @@ import { test } from 'node:test';
 
 import { backoffDelay } from '../lib/backoff.js';
 import { chartPath, visibleSpan } from '../lib/chart.js';
-import { formatBytes, formatPercent, gpuModels, kernelLabel, meanUtilization, statusText } from '../lib/format.js';
+import {
+  formatBytes, formatPercent, gpuAmount, gpuModels, kernelLabel, meanUtilization, requestLabel, siteSentence, statusText
+} from '../lib/format.js';
+import { SseParser } from '../lib/sse.js';
 import { GpuBurstModel } from '../lib/model.js';
 
 const donor = {
@@ -76,4 +79,30 @@ test('chart x axis grows with the data, between 30 s and the window', () => {
   assert.equal(visibleSpan(pts(880), 300, 1000), 120);
   assert.equal(visibleSpan(pts(100), 300, 1000), 300);
   assert.equal(visibleSpan([], 20, 1000), 20);
+});
+
+test('event stream parser: fields, multi-line data, comments, any line end, split chunks', () => {
+  const events = [];
+  const parser = new SseParser(e => events.push(e));
+  parser.push(': keepalive\n\nevent: placement\ndata: {"a":');
+  assert.equal(events.length, 0);
+  parser.push('1}\n\nevent: sample\r\ndata: x\r\ndata:y\r');
+  parser.push('\n\r\ndata: plain\r\r');
+  parser.push('\n'); // a CR that ends a chunk may be half of a CRLF: held until the next one
+  assert.deepEqual(events, [
+    { event: 'placement', data: '{"a":1}' },
+    { event: 'sample', data: 'x\ny' },
+    { event: 'message', data: 'plain' }
+  ]);
+});
+
+test('GPU resources and sites are named as everywhere else', () => {
+  assert.equal(gpuAmount('nvidia.com/gpu', 1), '1 GPU');
+  assert.equal(gpuAmount('nvidia.com/gpu', 2), '2 GPUs');
+  assert.equal(gpuAmount('nvidia.com/mig-1g.10gb', 1), '1 MIG 1g.10gb slice');
+  assert.equal(gpuAmount('example.com/fpga', 2), '2 example.com/fpga');
+  assert.equal(requestLabel({ ...donor, gpu_label: null, gpu_resource: 'nvidia.com/mig-1g.10gb', gpu_count: 3 }), '3 MIG 1g.10gb slices');
+  assert.equal(siteSentence(donor), 'Running on donor-1, a donor cluster.');
+  const cpu = { ...donor, site: 'origin', site_kind: 'origin', gpu_resource: null, gpu_count: null };
+  assert.match(siteSentence(cpu), /origin, on a CPU node/);
 });

@@ -8,7 +8,7 @@ import time
 import pytest
 from playwright.sync_api import Page, expect
 
-from .conftest import LabServer, save_docs_screenshot
+from .conftest import LabServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 
@@ -76,7 +76,7 @@ def test_status_bar_shows_site_and_utilization(page: Page, donor_lab: LabServer)
     status = page.locator(STATUS)
     expect(status).to_have_text(re.compile(rf"^{DONOR} · GPU \d+ %$"), timeout=15_000)
     label = status.get_attribute("aria-label") or ""
-    assert f"donor cluster {DONOR}" in label and "Simulated data" in label
+    assert f"Running on {DONOR}, a donor cluster." in label and "Simulated data" in label
     expect(page.locator(PANEL)).to_be_hidden()
 
 
@@ -106,10 +106,8 @@ def test_panel_shows_placement_and_live_charts(page: Page, donor_lab: LabServer,
     assert line.get_attribute("d") != first, "utilization chart did not change over 10 s"
     expect(panel.locator(".jp-GpuBurst-connection")).to_have_count(0)
 
-    shot = artifacts / "panel-light.png"
-    panel.screenshot(path=str(shot))
+    panel.screenshot(path=str(artifacts / "panel-light.png"))
     page.screenshot(path=str(artifacts / "lab-light.png"))
-    save_docs_screenshot(shot, "panel-light.png")
 
 
 def test_running_kernel_appears_in_kernel_list(page: Page, donor_lab: LabServer, busy_kernel) -> None:
@@ -138,9 +136,7 @@ def test_dark_theme_renders(page: Page, donor_lab: LabServer, busy_kernel, artif
         text = panel.locator(".jp-GpuBurst-site").evaluate("el => getComputedStyle(el).color")
         assert text != background
         page.wait_for_timeout(1500)  # let a couple of samples draw
-        shot = artifacts / "panel-dark.png"
-        panel.screenshot(path=str(shot))
-        save_docs_screenshot(shot, "panel-dark.png")
+        panel.screenshot(path=str(artifacts / "panel-dark.png"))
     finally:
         donor_lab.api("PUT", themes, {"raw": "{}"})
 
@@ -167,16 +163,28 @@ def test_no_gpu_state_and_connection_lost(page: Page, start_lab, artifacts) -> N
     panel.screenshot(path=str(artifacts / "panel-connection-lost.png"))
 
 
+# The panel reads its stream from a fetch() response; a stream is open from the request until
+# its signal aborts (the client aborts every stream it leaves, on purpose or not).
 TRACK_STREAMS = """
 (() => {
-  const Native = window.EventSource;
-  window.__streams = [];
-  window.EventSource = class extends Native {
-    constructor(url, init) { super(url, init); window.__streams.push(this); }
+  const native = window.fetch;
+  window.__streams = { open: 0, urls: [] };
+  window.fetch = function (input, init) {
+    const url = typeof input === 'string' ? input : input.url;
+    if (url.includes('/api/gpuburst/stream')) {
+      const signal = input instanceof Request ? input.signal : init && init.signal;
+      window.__streams.open += 1;
+      window.__streams.urls.push(url);
+      let ended = false;
+      const end = () => { if (!ended) { ended = true; window.__streams.open -= 1; } };
+      if (signal) { signal.addEventListener('abort', end); }
+      return native.apply(this, arguments).catch(e => { end(); throw e; });
+    }
+    return native.apply(this, arguments);
   };
 })();
 """
-OPEN_STREAMS = "() => window.__streams.filter(s => s.url.includes('/api/gpuburst/stream') && s.readyState !== 2).length"
+OPEN_STREAMS = "() => window.__streams.open"
 
 
 def test_stream_runs_only_while_needed(page: Page, donor_lab: LabServer) -> None:
@@ -199,5 +207,7 @@ def test_stream_runs_only_while_needed(page: Page, donor_lab: LabServer) -> None
         page.wait_for_function(f"() => ({OPEN_STREAMS})() === 0")
         page.wait_for_timeout(500)
         assert page.evaluate(OPEN_STREAMS) == 0, "stream reopened while nothing needs it"
+        urls = page.evaluate("() => window.__streams.urls")
+        assert urls and not [u for u in urls if "token" in u], f"a token in a stream URL: {urls}"
     finally:
         donor_lab.api("PUT", plugin, {"raw": "{}"})

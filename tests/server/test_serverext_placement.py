@@ -30,6 +30,7 @@ async def test_standalone_without_spawner_env(jp_fetch):
         "reason": None,
         "gpu_resource": None,
         "gpu_count": None,
+        "gpu_label": None,
     }
 
 
@@ -45,6 +46,7 @@ async def test_managed_on_a_donor(jp_fetch):
         "reason": "all 8 local A100s busy; 3 of 16 free on donor polito-hpc",
         "gpu_resource": "nvidia.com/gpu",
         "gpu_count": 2,
+        "gpu_label": "2 GPUs",
     }
 
 
@@ -57,3 +59,25 @@ async def test_managed_on_the_origin_with_bad_count(jp_fetch):
     assert (body["managed"], body["site"], body["site_kind"], body["node"]) == (True, "origin", "origin", "gpu-node-3")
     assert body["cluster"] is None and body["reason"] is None
     assert body["gpu_count"] is None  # not a number: not shown rather than guessed
+
+
+@pytest.mark.parametrize(
+    "gpuburst_env",
+    [{"JUPYTER_GPUBURST_SITE": "origin", "JUPYTER_GPUBURST_NODE": "origin-cpu",
+      "JUPYTER_GPUBURST_REASON": "No GPU requested: the server runs on the origin, on a CPU node."}],
+)
+async def test_cpu_only_server_started_by_the_hub_is_on_the_origin(jp_fetch):
+    body = json.loads((await jp_fetch("api", "gpuburst", "placement")).body)
+    assert (body["managed"], body["site_kind"], body["node"]) == (True, "origin", "origin-cpu")
+    assert body["gpu_resource"] is None and body["gpu_label"] is None
+
+
+@pytest.mark.parametrize(
+    "gpuburst_env",
+    [{"JUPYTER_GPUBURST_SITE": "origin", "JUPYTER_GPUBURST_GPU_RESOURCE": "nvidia.com/mig-1g.10gb",
+      "JUPYTER_GPUBURST_GPU_COUNT": "1"}],
+)
+async def test_mig_slice_is_named_for_people(jp_fetch):
+    body = json.loads((await jp_fetch("api", "gpuburst", "placement")).body)
+    assert body["gpu_label"] == "1 MIG 1g.10gb slice"
+    assert body["gpu_resource"] == "nvidia.com/mig-1g.10gb"  # the raw name stays as a detail

@@ -16,6 +16,8 @@ from typing import Any
 
 import aiohttp
 
+from jupyter_gpuburst.demo import proxy_command
+
 VENV_BIN = Path(sys.executable).parent
 
 GPU_PROFILES = [
@@ -74,7 +76,7 @@ c.JupyterHub.port = {self.proxy_port}
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = {self.hub_port}
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{self.proxy_api_port}"
-c.ConfigurableHTTPProxy.command = [{str(VENV_BIN / 'python')!r}, "-m", "jupyter_gpuburst.proxy"]
+c.ConfigurableHTTPProxy.command = {proxy_command()!r}
 c.JupyterHub.db_url = "sqlite:///{self.workdir / 'hub.sqlite'}"
 c.JupyterHub.cookie_secret_file = "{self.workdir / 'cookie_secret'}"
 c.JupyterHub.pid_file = "{self.workdir / 'hub.pid'}"

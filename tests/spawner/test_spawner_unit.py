@@ -136,7 +136,7 @@ async def test_donor_pod_tolerates_virtual_node_and_offloads_namespace(no_cluste
     assert liqo.virtual_node_toleration() in manifest["spec"]["tolerations"]
     assert manifest["metadata"]["labels"][keys.CLUSTER_LABEL] == "donor-1"
     assert env(manifest)["JUPYTER_GPUBURST_CLUSTER"]["value"] == "donor-1"
-    assert "0 of 2" in env(manifest)["JUPYTER_GPUBURST_REASON"]["value"]
+    assert "All 2 GPUs on the origin are busy" in env(manifest)["JUPYTER_GPUBURST_REASON"]["value"]
     (offloading,) = custom.created
     crd = yaml.safe_load((liqo_crd_dir / "offloading.liqo.io_namespaceoffloadings.yaml").read_text())
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == liqo.OFFLOADING_VERSION]
@@ -158,14 +158,20 @@ async def test_admin_affinity_terms_are_narrowed_not_replaced(no_cluster):
     assert liqo.local_node_affinity_term()["matchExpressions"][0] in term["matchExpressions"]
 
 
-async def test_cpu_profile_passes_through_untouched(no_cluster):
+async def test_cpu_profile_stays_on_the_origin_and_says_so(no_cluster):
     tracker = make_tracker()
     spawner = make_spawner(tracker, {"profile": "cpu"})
     manifest = await manifest_of(spawner)
-    assert keys.SITE_LABEL not in manifest["metadata"]["labels"]
-    assert "JUPYTER_GPUBURST_SITE" not in env(manifest)
-    assert not manifest["spec"].get("affinity")
-    assert not tracker.placer.reservations._by_key
+    kubernetes_validate.validate(manifest, K8S, strict=True)
+    assert manifest["metadata"]["labels"][keys.SITE_LABEL] == "origin"
+    assert required_terms(manifest) == [liqo.local_node_affinity_term()]
+    variables = env(manifest)
+    assert variables["JUPYTER_GPUBURST_SITE"]["value"] == "origin"
+    assert variables["JUPYTER_GPUBURST_NODE"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert "JUPYTER_GPUBURST_GPU_RESOURCE" not in variables
+    assert not manifest["spec"].get("tolerations")
+    assert not tracker.placer.reservations._by_key  # no GPU, nothing reserved
+    assert spawner._gb_messages[-1]["message"].startswith("No GPU requested")
 
 
 async def test_no_capacity_fails_fast_with_reason(no_cluster):
@@ -174,7 +180,7 @@ async def test_no_capacity_fails_fast_with_reason(no_cluster):
     with pytest.raises(SpawnRefused) as info:
         await manifest_of(spawner)
     assert info.value.status_code == 503
-    assert "origin: 2 of 2 free" in str(info.value) and "donor donor-1: 2 of 2 free" in str(info.value)
+    assert str(info.value) == "No site can ever start 4 GPUs: the largest node has 2. Choose a smaller profile."
 
 
 async def test_oversized_profile_is_a_client_error(no_cluster):
@@ -279,10 +285,10 @@ async def test_form_shows_availability_and_marks_full_profiles(no_cluster):
     tracker = make_tracker(donor_gpus=2)
     spawner = make_spawner(tracker)
     form = await spawner.options_form(spawner)
-    assert "Would start on origin" in form
+    assert "Would start on the origin" in form
     assert "origin 2 of 2" in form and "donor-1 2 of 2" in form
-    assert 'data-profile="gpu4"' in form and 'data-full="true"' in form
-    assert "Full: No site can start 4" in form
+    assert 'data-profile="gpu4"' in form and 'data-full="true"' in form and 'data-never="true"' in form
+    assert "Never fits: No site can ever start 4 GPUs" in form
     assert 'name="profile"' in form  # KubeSpawner's own form is still there
 
 
@@ -291,9 +297,30 @@ async def test_callable_profile_list_keeps_working(no_cluster):
     spawner = make_spawner(tracker, {"profile": "gpu1"})
     spawner.profile_list = lambda s: PROFILES
     form = await spawner.options_form(spawner)
-    assert "Would start on origin" in form
+    assert "Would start on the origin" in form
     manifest = await manifest_of(spawner)
     assert manifest["metadata"]["labels"][keys.SITE_LABEL] == "origin"
+
+
+async def test_form_after_a_refused_spawn_is_the_fresh_form(no_cluster):
+    """A refused profile's override stays on the spawner; the form must not inherit it."""
+    tracker = make_tracker(donor_gpus=0)
+    fresh = await make_spawner(tracker).options_form(None)
+    profiles = PROFILES + [
+        {"display_name": "MIG", "slug": "mig", "kubespawner_override": {"extra_resource_limits": {"nvidia.com/mig-1g.10gb": "1"}}},
+    ]
+    spawner = make_spawner(tracker, {"profile": "gpu1"}, profile_list=profiles)
+    tracker._on_pod_event("ADDED", synthetic.pod("hog", node_name="origin-gpu", gpus={"nvidia.com/gpu": 2}))
+    with pytest.raises(SpawnRefused):
+        await manifest_of(spawner)
+    assert spawner.extra_resource_limits == {"nvidia.com/gpu": "1"}  # what KubeSpawner left behind
+    again = await spawner.options_form(None)
+    assert 'data-profile="cpu"' not in again  # CPU only carries no GPU note at all
+    assert "Misconfigured" not in again
+    assert "1 MIG 1g.10gb slice. Free now: origin 0 of 0" not in again
+    tracker._on_pod_event("DELETED", synthetic.pod("hog", node_name="origin-gpu", gpus={"nvidia.com/gpu": 2}))
+    assert await make_spawner(tracker).options_form(None) == fresh
+    assert 'data-profile="cpu"' not in fresh
 
 
 def test_settings_translate_into_policy():

@@ -42,7 +42,7 @@ def test_local_first_uses_the_origin_while_it_fits():
     out = decide(req(2), inventory().snapshot(), Policy())
     assert isinstance(out, Placement)
     assert (out.site, out.cluster_id, out.node) == ("origin", None, "gpu-0")
-    assert out.reason == "2 of 2 local nvidia.com/gpu free; starting on the origin (node gpu-0)."
+    assert out.reason == "2 of 2 GPUs free on the origin; starting on the origin (node gpu-0)."
     assert out.tolerations() == []
 
 
@@ -50,7 +50,8 @@ def test_local_full_bursts_to_the_donor_with_a_reason():
     pods = [synthetic.pod("busy", node_name="gpu-0", gpus={GPU: 2})]
     out = decide(req(2), inventory(pods=pods).snapshot(), Policy())
     assert isinstance(out, Placement) and out.site == "donor-1" and out.cluster_id == "donor-1"
-    assert out.reason == "All 2 local nvidia.com/gpu busy (0 of 2 free); starting on donor donor-1 (8 of 8 free)."
+    assert out.reason == "All 2 GPUs on the origin are busy; starting on donor-1 (8 of 8 GPUs free there)."
+    assert "donor donor-1" not in out.reason
     assert out.tolerations()[0]["effect"] == "NoExecute"
 
 
@@ -58,7 +59,7 @@ def test_fragmented_local_capacity_is_explained():
     snap = inventory(local=(1, 1)).snapshot()
     out = decide(req(2), snap, Policy())
     assert out.site == "donor-1"
-    assert "2 of 2 free, but no single node has 2 free" in out.reason
+    assert "The origin has 2 of 2 GPUs free, but no single node has 2" in out.reason
 
 
 def test_best_fit_picks_the_smallest_node_that_fits():
@@ -92,7 +93,8 @@ def test_local_only_never_bursts():
     pods = [synthetic.pod("busy", node_name="gpu-0", gpus={GPU: 2})]
     out = decide(req(1), inventory(pods=pods).snapshot(), Policy(strategy=Strategy.LOCAL_ONLY))
     assert isinstance(out, NoCapacity)
-    assert "origin: 0 of 2 free" in out.reason and "local-only" in out.reason
+    assert "origin 0 of 2 free" in out.reason and "local-only" in out.reason
+    assert not out.never and "frees up" in out.reason
 
 
 def test_allowlists_per_policy_profile_and_request():
@@ -126,7 +128,7 @@ def test_reservations_keep_two_spawns_off_the_same_gpus():
     third = placer.place("cy/", req(1, user="cy"), now=0)
     assert first.site == "origin" and second.site == "donor-1"
     assert isinstance(third, NoCapacity)
-    assert "origin: 0 of 2 free" in third.reason and "donor donor-1: 0 of 2 free" in third.reason
+    assert "origin 0 of 2 free" in third.reason and "donor-1 0 of 2 free" in third.reason
 
 
 def test_reservations_expire_and_can_be_released():
@@ -150,15 +152,26 @@ def test_replacing_a_spawn_frees_its_own_hold():
 def test_no_donor_peered_is_said():
     inv = Inventory()
     inv.apply_node_event("ADDED", synthetic.node("gpu-0", {GPU: 1}))
-    out = decide(req(2), inv.snapshot(), Policy())
+    inv.apply_pod_event("ADDED", synthetic.pod("busy", node_name="gpu-0", gpus={GPU: 1}))
+    out = decide(req(1), inv.snapshot(), Policy())
     assert isinstance(out, NoCapacity) and "no donor cluster is peered" in out.reason
+
+
+def test_bigger_than_any_node_is_never_not_full():
+    inv = inventory(local=(1, 1), donors={"donor-1": 4})
+    out = decide(req(8), inv.snapshot(), Policy())
+    assert isinstance(out, NoCapacity) and out.never
+    assert out.reason == "No site can ever start 8 GPUs: the largest node has 4. Choose a smaller profile."
+    full = decide(req(4), inventory(local=(1,), donors={"donor-1": 4}, pods=[
+        synthetic.pod("held", node_name="liqo-donor-1", gpus={GPU: 4})]).snapshot(), Policy())
+    assert isinstance(full, NoCapacity) and not full.never
 
 
 def test_not_ready_donor_is_said():
     inv = inventory(local=(), donors={"down": 8})
     inv.apply_node_event("MODIFIED", synthetic.node("liqo-down", {GPU: 8}, cluster_id="down", ready=False))
     out = decide(req(1), inv.snapshot(), Policy())
-    assert isinstance(out, NoCapacity) and "donor down: not ready" in out.reason
+    assert isinstance(out, NoCapacity) and "down is not ready" in out.reason
 
 
 @pytest.mark.parametrize(

@@ -28,22 +28,29 @@ GiB = 1024**3
 
 @dataclass(frozen=True)
 class GPUModel:
-    name: str
+    name: str  # as NVML reports it
     memory_total_bytes: int
     idle_power_w: float
     max_power_w: float
+    # the node label GPU feature discovery sets for it (nvidia.com/gpu.product)
+    product_label: str = ""
+    mig: bool = False
 
 
 MODELS: dict[str, GPUModel] = {
     m.name: m
     for m in (
-        GPUModel("NVIDIA A100-SXM4-40GB", 40 * GiB, 55.0, 400.0),
-        GPUModel("NVIDIA A100-SXM4-80GB", 80 * GiB, 60.0, 400.0),
-        GPUModel("NVIDIA H100 80GB HBM3", 80 * GiB, 70.0, 700.0),
-        GPUModel("NVIDIA L4", 23034 * MiB, 16.0, 72.0),
-        GPUModel("Tesla T4", 15360 * MiB, 10.0, 70.0),
+        GPUModel("NVIDIA A100-SXM4-40GB", 40960 * MiB, 55.0, 400.0, "NVIDIA-A100-SXM4-40GB"),
+        GPUModel("NVIDIA A100-SXM4-80GB", 81920 * MiB, 60.0, 400.0, "NVIDIA-A100-SXM4-80GB"),
+        # one 1g.10gb slice of an A100 80GB in MIG mode: a seventh of its compute, 9.75 GiB
+        GPUModel("NVIDIA A100-SXM4-80GB MIG 1g.10gb", 9984 * MiB, 8.0, 57.0, "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", mig=True),
+        GPUModel("NVIDIA H100 80GB HBM3", 81559 * MiB, 70.0, 700.0, "NVIDIA-H100-80GB-HBM3"),
+        GPUModel("NVIDIA L4", 23034 * MiB, 16.0, 72.0, "NVIDIA-L4"),
+        GPUModel("Tesla T4", 15360 * MiB, 10.0, 70.0, "Tesla-T4"),
     )
 }
+# A node's nvidia.com/gpu.product label names the same model: either spelling is accepted.
+BY_PRODUCT_LABEL: dict[str, str] = {m.product_label: m.name for m in MODELS.values() if m.product_label}
 DEFAULT_MODEL = "NVIDIA A100-SXM4-40GB"
 
 KERNEL_BASE_MEMORY = 512 * MiB  # a CUDA context plus a framework's first allocation
@@ -65,10 +72,15 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> tuple[int, str]
     return count, model
 
 
+def model_name(model: str) -> str:
+    """The NVML name of ``model``, given as an NVML name or as a node's product label."""
+    return BY_PRODUCT_LABEL.get(model, model)
+
+
 def validate(count: int, model: str) -> None:
     if not 1 <= count <= 16:
         raise ValueError(f"simulated GPU count {count} out of range: expected 1-16")
-    if model not in MODELS:
+    if model_name(model) not in MODELS:
         raise ValueError(f"unknown simulated GPU model {model!r}; choose from: {', '.join(MODELS)}")
 
 
@@ -86,6 +98,7 @@ class SimulatedBackend(GPUBackend):
     def __init__(self, count: int = 1, model: str = DEFAULT_MODEL) -> None:
         validate(count, model)
         self.count = count
+        model = model_name(model)
         self.model = MODELS[model]
         self.uuids = [f"GPU-{uuidlib.uuid5(uuidlib.NAMESPACE_URL, f'gpuburst-sim/{model}/{i}')}" for i in range(count)]
         self._lock = threading.Lock()
@@ -137,7 +150,7 @@ class SimulatedBackend(GPUBackend):
                         index=i,
                         uuid=uuid,
                         name=self.model.name,
-                        mig=False,
+                        mig=self.model.mig,
                         parent_uuid=None,
                         utilization=utilization,
                         utilization_note=None,

@@ -1,0 +1,53 @@
+"""Messages on the spawn page: our own, and which of KubeSpawner's pod events a student sees.
+
+A message has a *kind*. Kinds in ``HEADLINE_KINDS`` (the decision and what changes it) are
+pinned above the progress bar by ``templates/spawn_pending.html`` until the server is ready;
+the others are shown as they come, like KubeSpawner's event lines. Other parts of the product
+add their own kinds through the spawner's ``_gb_message(text, kind)``.
+
+Container-runtime events (pulling, creating, starting a container) say nothing a student can
+act on, and would replace the decision as the page's message, so they are left out.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+HEADLINE_KINDS = frozenset({"decision", "redirect", "queue"})
+# Kubelet event reasons about the container runtime, not about where or whether the server runs.
+RUNTIME_NOISE = frozenset({"Pulling", "Pulled", "Created", "Started", "Killing", "SandboxChanged", "AddedInterface"})
+
+
+def message(text: str, kind: str = "info", progress: int | None = None) -> dict[str, Any]:
+    """A progress event for JupyterHub's spawn page; ``html_message`` carries the kind."""
+    headline = "true" if kind in HEADLINE_KINDS else "false"
+    event: dict[str, Any] = {
+        "message": text,
+        "html_message": (
+            f'<span class="gpuburst-message" data-kind="{html.escape(kind, quote=True)}" '
+            f'data-headline="{headline}">{html.escape(text)}</span>'
+        ),
+    }
+    if progress is not None:
+        event["progress"] = progress
+    return event
+
+
+def is_runtime_noise(event: dict[str, Any]) -> bool:
+    raw = event.get("raw_event") or {}
+    return raw.get("reason") in RUNTIME_NOISE
+
+
+def pod_event(event: dict[str, Any]) -> dict[str, Any]:
+    """KubeSpawner's event line without the timestamp, with scheduling trouble said plainly."""
+    raw = event.get("raw_event") or {}
+    if not raw:
+        return event
+    text = raw.get("message") or ""
+    if raw.get("reason") == "FailedScheduling":
+        text = f"Not scheduled yet: {text}"
+    elif raw.get("type") == "Warning":
+        text = f"Warning: {text}"
+    out = {**event, **message(text, kind=f"pod-{(raw.get('reason') or 'event').lower()}")}
+    return out

@@ -1,0 +1,33 @@
+"""The demo's banner follows its options: counts in words, and "Try" steps that come true."""
+
+from pathlib import Path
+
+from jupyter_gpuburst.demo import DemoOptions, banner, federation_config, gpu_products
+
+
+def text(**options) -> str:
+    return banner(DemoOptions(**options), "http://127.0.0.1:1", Path("/k"), ["donor-1"])
+
+
+def test_default_demo_lands_on_the_origin_then_the_donor() -> None:
+    out = text()
+    assert "origin: 2 GPUs" in out and "donor-1 (8 GPUs)" in out
+    assert "student1, pick '2 GPUs' and start: the server lands on the origin." in out
+    assert "student2, pick '2 GPUs' and start: the server lands on donor-1, a donor." in out
+    assert "donor donor-1" not in out
+
+
+def test_steps_follow_the_options() -> None:
+    out = text(origin_gpus=0, donor_gpus=1)
+    assert "donor-1 (1 GPU)" in out and "1 GPUs" not in out
+    assert "student1, pick '1 GPU' and start: the server lands on donor-1" in out
+    assert "student2 with '1 GPU': no site has 1 free" in out
+    out = text(origin_gpus=1, donor_gpus=2)
+    assert "student1, pick '1 GPU' and start: the server lands on the origin." in out
+
+
+def test_simulated_gpus_are_told_the_labels_of_their_nodes() -> None:
+    products = gpu_products(federation_config(DemoOptions(donors=2)))
+    assert products["origin"]["nvidia.com/gpu"] == "NVIDIA-A100-SXM4-40GB"
+    assert products["origin"]["nvidia.com/mig-1g.10gb"] == "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"
+    assert products["donor-2"]["nvidia.com/gpu"] == "NVIDIA-H100-80GB-HBM3"
