@@ -414,18 +414,15 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
 
     def _gb_public_error(self, exc: BaseException, doing: str) -> BaseException:
         """The one sentence a student sees for ``exc``; the detail goes to the log only."""
-        if isinstance(exc, web.HTTPError):
-            return exc
         if isinstance(exc, OffloadingPermissionError):
             self.log.error("%s: %s failed: %s", self._log_name, doing, exc)
             return SpawnRefused(503, "GPUs on donor clusters cannot be used now; an administrator has been told.")
-        if retry.is_api_failure(exc) and (retry.api_status(exc) in (None, *retry.RETRY_STATUSES)):
-            self.log.warning("%s: %s failed after retries: %s", self._log_name, doing, retry.describe(exc))
-            return SpawnRefused(503, retry.BUSY_MESSAGE)
-        if retry.is_api_failure(exc):
-            self.log.error("%s: %s failed: %s", self._log_name, doing, retry.describe(exc))
-            return SpawnRefused(500, "The server could not be created; an administrator has been told.")
-        return exc
+        failure = retry.public_failure(exc)
+        if failure is None:
+            return exc
+        status, message, level = failure
+        self.log.log(level, "%s: %s failed: %s", self._log_name, doing, retry.describe(exc))
+        return SpawnRefused(status, message)
 
     def _gb_site(self) -> str:
         return self._gb_placement.site if self._gb_placement is not None else "none"

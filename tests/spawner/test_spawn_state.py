@@ -123,3 +123,22 @@ async def test_running_pod_is_adopted_with_the_placement_its_labels_show(no_clus
     # later polls of a server this process knows leave it alone, even while it is not ready
     status, stopped = await inherited_poll(spawner, pod("Running", "donor-1", ready=False))
     assert status is None and stopped == []
+
+
+async def test_a_429_that_outlasts_the_retries_reaches_the_student_as_one_sentence(no_cluster, caplog):
+    """The issue's case: a donor spawn whose NamespaceOffloading create keeps getting 429."""
+    import logging
+
+    from jupyter_gpuburst.hub.offloading import NamespaceOffloader
+    from jupyter_gpuburst.hub.spawner import SpawnRefused
+
+    from .test_spawner_unit import FakeCustomApi
+
+    tracker = make_tracker(({"origin-gpu": 0},))
+    spawner = make_spawner(tracker, {"profile": "gpu1"}, NamespaceOffloader(FakeCustomApi(status=429)))
+    with pytest.raises(SpawnRefused) as info, caplog.at_level(logging.WARNING):
+        await manifest_of(spawner)
+    assert str(info.value) == "The cluster is busy; try again in a minute."
+    assert info.value.status_code == 503
+    assert "HTTP 429" in caplog.text and "HTTP response headers" not in caplog.text
+    assert spawner.gpuburst_key not in tracker.placer.reservations
