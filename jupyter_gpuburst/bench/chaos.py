@@ -59,7 +59,6 @@ RAW_MARKERS = ("HTTP response headers", "HTTP response body", "CIMultiDict", "Tr
 CLEAR_MESSAGE_MAX = 300
 HUB_CONFIG_EXTRA = """
 c.GPUBurstSpawner.donor_pending_grace_seconds = 20
-c.KubeSpawner.k8s_api_request_retry_timeout = 60
 """
 
 

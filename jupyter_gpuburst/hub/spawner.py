@@ -499,6 +499,20 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         if self._gb_tracker is not None and not starting:
             self._gb_tracker.forget_decision(self.gpuburst_key)
 
+    async def _start_reflector(self, kind: str, reflector_class: Any, replace: bool = False, **kwargs: Any) -> Any:
+        """KubeSpawner's shared reflector, started again when its first list had failed.
+
+        KubeSpawner keeps a reflector whose first list failed (the API server away longer than
+        the client's retries) and hands it to every later spawn, which then fails on its first
+        load for as long as the hub runs. A failed one is replaced instead.
+        """
+        previous = self.__class__.reflectors.get(self._get_reflector_key(kind))
+        loaded = getattr(previous, "first_load_future", None)
+        if not replace and loaded is not None and loaded.done() and (loaded.cancelled() or loaded.exception() is not None):
+            self.log.warning("The %s reflector's first list had failed; starting it again", kind)
+            replace = True
+        return await super()._start_reflector(kind, reflector_class, replace=replace, **kwargs)
+
     async def poll(self) -> int | None:
         """KubeSpawner's poll, plus what a hub restart in the middle of a spawn needs.
 

@@ -142,3 +142,34 @@ async def test_a_429_that_outlasts_the_retries_reaches_the_student_as_one_senten
     assert info.value.status_code == 503
     assert "HTTP 429" in caplog.text and "HTTP response headers" not in caplog.text
     assert spawner.gpuburst_key not in tracker.placer.reservations
+
+
+async def test_a_reflector_whose_first_list_failed_is_started_again(no_cluster):
+    import asyncio
+
+    class StubReflector:
+        started = 0
+
+        def __init__(self, **kwargs):
+            self.first_load_future = asyncio.get_running_loop().create_future()
+
+        async def start(self):
+            StubReflector.started += 1
+            self.first_load_future.set_result(None)
+
+        async def stop(self):
+            pass
+
+    spawner = make_spawner(make_tracker(), {"profile": "gpu1"})
+    key = spawner._get_reflector_key("gpuburst-test")
+    dead = StubReflector()
+    dead.first_load_future.set_exception(RuntimeError("API server away"))
+    GPUBurstSpawner.reflectors[key] = dead
+    try:
+        fresh = await spawner._start_reflector("gpuburst-test", StubReflector)
+        assert fresh is not dead and fresh.first_load_future.result() is None
+        # a healthy one is shared, as KubeSpawner does
+        assert await spawner._start_reflector("gpuburst-test", StubReflector) is fresh
+        assert StubReflector.started == 1
+    finally:
+        GPUBurstSpawner.reflectors.pop(key, None)
