@@ -38,4 +38,3 @@ def test_faults_validate_and_are_reproducible():
     assert picks == [second.pick_error() for _ in range(50)]
     assert {429, 500, None} == set(picks)
     assert Faults().pick_error() is None
-
