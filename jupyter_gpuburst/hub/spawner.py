@@ -419,7 +419,9 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             return SpawnRefused(503, "GPUs on donor clusters cannot be used now; an administrator has been told.")
         failure = retry.public_failure(exc)
         if failure is None:
-            return exc
+            # not the API server: a bug or an unexpected object; the traceback is for the log
+            self.log.error("%s: %s failed", self._log_name, doing, exc_info=exc)
+            return SpawnRefused(500, retry.ADMIN_MESSAGE)
         status, message, level = failure
         self.log.log(level, "%s: %s failed: %s", self._log_name, doing, retry.describe(exc))
         return SpawnRefused(status, message)
