@@ -58,9 +58,8 @@ SERVER_COMPONENT = "singleuser-server"
 # what must never reach a student: the kubernetes client's dump of an error
 RAW_MARKERS = ("HTTP response headers", "HTTP response body", "CIMultiDict", "Traceback", "Reason: ")
 CLEAR_MESSAGE_MAX = 300
-HUB_CONFIG_EXTRA = """
-c.GPUBurstSpawner.donor_pending_grace_seconds = 20
-"""
+# the product's defaults throughout: what is measured is what an admin gets
+HUB_CONFIG_EXTRA = ""
 
 
 # a bare status phrase ("Internal Server Error") tells the student nothing
