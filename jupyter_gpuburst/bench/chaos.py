@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http
 import json
 import os
 import random
@@ -57,15 +58,19 @@ SERVER_COMPONENT = "singleuser-server"
 # what must never reach a student: the kubernetes client's dump of an error
 RAW_MARKERS = ("HTTP response headers", "HTTP response body", "CIMultiDict", "Traceback", "Reason: ")
 CLEAR_MESSAGE_MAX = 300
-HUB_CONFIG_EXTRA = """
-c.GPUBurstSpawner.donor_pending_grace_seconds = 20
-c.KubeSpawner.k8s_api_request_retry_timeout = 60
-"""
+# the product's defaults throughout: what is measured is what an admin gets
+HUB_CONFIG_EXTRA = ""
+
+
+# a bare status phrase ("Internal Server Error") tells the student nothing
+GENERIC_PHRASES = frozenset(status.phrase for status in http.HTTPStatus)
 
 
 def is_clear(message: str) -> bool:
-    """A reason a student can read: short, and no raw API response in it."""
-    return bool(message) and len(message) <= CLEAR_MESSAGE_MAX and not any(m in message for m in RAW_MARKERS)
+    """A reason a student can read: short, no raw API response in it, more than a status phrase."""
+    if not message or message.strip() in GENERIC_PHRASES or len(message) > CLEAR_MESSAGE_MAX:
+        return False
+    return not any(m in message for m in RAW_MARKERS)
 
 
 @dataclass

@@ -17,7 +17,6 @@ Every other pod is counted by the inventory as plain GPU usage and nothing more.
 
 from __future__ import annotations
 
-import os
 import re
 import string
 from collections.abc import Iterable, Mapping

@@ -295,3 +295,18 @@ def is_api_failure(exc: BaseException) -> bool:
     if api_status(exc) is not None:
         return True
     return isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError))
+
+# What a student reads when the server could not be created for a reason an admin must fix.
+ADMIN_MESSAGE = "The server could not be created; an administrator has been told."
+
+
+def public_failure(exc: BaseException) -> tuple[int, str, int] | None:
+    """(HTTP status, the sentence for the student, log level for the detail) for an API failure.
+
+    None when ``exc`` is not the API server failing: it is then a bug or a refusal of its own.
+    """
+    if not is_api_failure(exc):
+        return None
+    if api_status(exc) in (None, *RETRY_STATUSES):
+        return 503, BUSY_MESSAGE, logging.WARNING
+    return 500, ADMIN_MESSAGE, logging.ERROR

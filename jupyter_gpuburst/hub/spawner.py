@@ -483,18 +483,17 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
 
     def _gb_public_error(self, exc: BaseException, doing: str) -> BaseException:
         """The one sentence a student sees for ``exc``; the detail goes to the log only."""
-        if isinstance(exc, web.HTTPError):
-            return exc
         if isinstance(exc, OffloadingPermissionError):
             self.log.error("%s: %s failed: %s", self._log_name, doing, exc)
             return SpawnRefused(503, "GPUs on donor clusters cannot be used now; an administrator has been told.")
-        if retry.is_api_failure(exc) and (retry.api_status(exc) in (None, *retry.RETRY_STATUSES)):
-            self.log.warning("%s: %s failed after retries: %s", self._log_name, doing, retry.describe(exc))
-            return SpawnRefused(503, retry.BUSY_MESSAGE)
-        if retry.is_api_failure(exc):
-            self.log.error("%s: %s failed: %s", self._log_name, doing, retry.describe(exc))
-            return SpawnRefused(500, "The server could not be created; an administrator has been told.")
-        return exc
+        failure = retry.public_failure(exc)
+        if failure is None:
+            # not the API server: a bug or an unexpected object; the traceback is for the log
+            self.log.error("%s: %s failed", self._log_name, doing, exc_info=exc)
+            return SpawnRefused(500, retry.ADMIN_MESSAGE)
+        status, message, level = failure
+        self.log.log(level, "%s: %s failed: %s", self._log_name, doing, retry.describe(exc))
+        return SpawnRefused(status, message)
 
     def _gb_site(self) -> str:
         return self._gb_placement.site if self._gb_placement is not None else "none"
@@ -580,6 +579,20 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             await stop_server_kernels(self)
         except Exception:  # noqa: BLE001 - garbage collection and the reaper still remove them
             self.log.exception("Could not stop the GPU kernels of %s", self._log_name)
+
+    async def _start_reflector(self, kind: str, reflector_class: Any, replace: bool = False, **kwargs: Any) -> Any:
+        """KubeSpawner's shared reflector, started again when its first list had failed.
+
+        KubeSpawner keeps a reflector whose first list failed (the API server away longer than
+        the client's retries) and hands it to every later spawn, which then fails on its first
+        load for as long as the hub runs. A failed one is replaced instead.
+        """
+        previous = self.__class__.reflectors.get(self._get_reflector_key(kind))
+        loaded = getattr(previous, "first_load_future", None)
+        if not replace and loaded is not None and loaded.done() and (loaded.cancelled() or loaded.exception() is not None):
+            self.log.warning("The %s reflector's first list had failed; starting it again", kind)
+            replace = True
+        return await super()._start_reflector(kind, reflector_class, replace=replace, **kwargs)
 
     async def poll(self) -> int | None:
         """KubeSpawner's poll, plus what a hub restart in the middle of a spawn needs.

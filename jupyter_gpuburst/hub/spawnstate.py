@@ -14,13 +14,10 @@ back the last set that was accepted.
 from __future__ import annotations
 
 import copy
-import logging
 from collections.abc import Mapping
 from typing import Any
 
 from jupyter_gpuburst.core import keys
-
-log = logging.getLogger(__name__)
 
 
 def _session(orm_object: Any) -> Any:

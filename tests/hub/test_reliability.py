@@ -161,3 +161,11 @@ def test_counting_sees_what_the_hub_does_not_know(tmp_path):
     fed = SimpleNamespace(origin=origin, donors={}, peerings={}, clusters={"origin": origin})
     by_user, extra, donor_orphans = chaos.user_pods(fed)
     assert len(by_user["ann"]) == 2 and extra == 0 and donor_orphans == 0
+
+
+def test_a_clear_reason_is_short_and_says_something():
+    assert chaos.is_clear("The cluster is busy; try again in a minute.")
+    assert not chaos.is_clear("Internal Server Error")
+    assert not chaos.is_clear("")
+    assert not chaos.is_clear("Cannot start on donor donor-1: (429)\nReason: Too Many Requests\nHTTP response headers: <CIMultiDictProxy(")
+    assert not chaos.is_clear("x" * 301)

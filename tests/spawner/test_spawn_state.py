@@ -123,3 +123,53 @@ async def test_running_pod_is_adopted_with_the_placement_its_labels_show(no_clus
     # later polls of a server this process knows leave it alone, even while it is not ready
     status, stopped = await inherited_poll(spawner, pod("Running", "donor-1", ready=False))
     assert status is None and stopped == []
+
+
+async def test_a_429_that_outlasts_the_retries_reaches_the_student_as_one_sentence(no_cluster, caplog):
+    """The issue's case: a donor spawn whose NamespaceOffloading create keeps getting 429."""
+    import logging
+
+    from jupyter_gpuburst.hub.offloading import NamespaceOffloader
+    from jupyter_gpuburst.hub.spawner import SpawnRefused
+
+    from .test_spawner_unit import FakeCustomApi
+
+    tracker = make_tracker(({"origin-gpu": 0},))
+    spawner = make_spawner(tracker, {"profile": "gpu1"}, NamespaceOffloader(FakeCustomApi(status=429)))
+    with pytest.raises(SpawnRefused) as info, caplog.at_level(logging.WARNING):
+        await manifest_of(spawner)
+    assert str(info.value) == "The cluster is busy; try again in a minute."
+    assert info.value.status_code == 503
+    assert "HTTP 429" in caplog.text and "HTTP response headers" not in caplog.text
+    assert spawner.gpuburst_key not in tracker.placer.reservations
+
+
+async def test_a_reflector_whose_first_list_failed_is_started_again(no_cluster):
+    import asyncio
+
+    class StubReflector:
+        started = 0
+
+        def __init__(self, **kwargs):
+            self.first_load_future = asyncio.get_running_loop().create_future()
+
+        async def start(self):
+            StubReflector.started += 1
+            self.first_load_future.set_result(None)
+
+        async def stop(self):
+            pass
+
+    spawner = make_spawner(make_tracker(), {"profile": "gpu1"})
+    key = spawner._get_reflector_key("gpuburst-test")
+    dead = StubReflector()
+    dead.first_load_future.set_exception(RuntimeError("API server away"))
+    GPUBurstSpawner.reflectors[key] = dead
+    try:
+        fresh = await spawner._start_reflector("gpuburst-test", StubReflector)
+        assert fresh is not dead and fresh.first_load_future.result() is None
+        # a healthy one is shared, as KubeSpawner does
+        assert await spawner._start_reflector("gpuburst-test", StubReflector) is fresh
+        assert StubReflector.started == 1
+    finally:
+        GPUBurstSpawner.reflectors.pop(key, None)

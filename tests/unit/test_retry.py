@@ -153,3 +153,12 @@ async def test_installed_client_survives_half_the_requests_failing(flaky_api):
             body = {"metadata": {"name": f"pod-{i}"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
             await core.create_namespaced_pod("default", body)
     assert len(store.list("pods")[0]) == 20  # every create landed once
+
+
+def test_public_failure_is_one_sentence_per_kind():
+    busy = retry.public_failure(_api_error(429, {"Retry-After": "1"}, b"{}"))
+    assert busy[:2] == (503, "The cluster is busy; try again in a minute.")
+    assert retry.public_failure(aiohttp.ServerDisconnectedError())[1] == retry.BUSY_MESSAGE
+    assert retry.public_failure(asyncio.TimeoutError())[1] == retry.BUSY_MESSAGE
+    assert retry.public_failure(_api_error(422))[:2] == (500, retry.ADMIN_MESSAGE)
+    assert retry.public_failure(ValueError("a bug")) is None

@@ -1,0 +1,52 @@
+"""Fault schedules and expired history: what the chaos benchmark drives the emulator with."""
+
+from __future__ import annotations
+
+
+def test_expired_history_answers_only_old_versions():
+    from jupyter_gpuburst.sim.faults import Faults
+
+    faults = Faults()
+    assert not faults.is_expired("5")
+    faults.expire_history(10)
+    assert faults.is_expired("9") and not faults.is_expired("10") and not faults.is_expired("11")
+    # "any version" and "most recent" are always served
+    assert not faults.is_expired("0") and not faults.is_expired("") and not faults.is_expired(None)
+    faults.expire_history(3)  # never moves back
+    assert faults.is_expired("9")
+
+
+async def test_fault_schedule_runs_each_step_at_its_time_with_the_callers_actions():
+    import asyncio
+
+    import pytest
+
+    from jupyter_gpuburst.sim.faults import FaultSchedule, FaultStep
+
+    with pytest.raises(ValueError, match="unknown fault step"):
+        FaultStep(0, "meteor")
+    seen: list[tuple[str, float]] = []
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+
+    def action(kind):
+        async def run(step):
+            seen.append((kind, round(loop.time() - start, 1)))
+            await asyncio.sleep(step.duration_s)
+            seen.append((f"{kind} end", round(loop.time() - start, 1)))
+
+        return run
+
+    schedule = FaultSchedule([FaultStep(0.2, "watch_drop"), FaultStep(0.0, "api_down", 0.3)])
+    assert schedule.length_s == pytest.approx(0.3)
+    with pytest.raises(ValueError, match="no action"):
+        await schedule.run({"watch_drop": action("watch_drop")})
+    await schedule.run({"watch_drop": action("watch_drop"), "api_down": action("api_down")})
+    kinds = [k for k, _ in seen]
+    # steps with a duration overlap the later ones
+    assert kinds == ["api_down", "watch_drop", "watch_drop end", "api_down end"]
+    assert [k for _, k in schedule.done] == ["api_down", "watch_drop"]
+    chaos = FaultSchedule.chaos(60)
+    assert {s.kind for s in chaos.steps} == {"errors", "watch_drop", "watch_gone", "api_down", "peering_lost", "hub_kill"}
+    assert sum(s.kind == "hub_kill" for s in chaos.steps) == 2
+    assert [s.duration_s for s in chaos.steps if s.kind in ("api_down", "peering_lost")] == [10.0, 10.0]
