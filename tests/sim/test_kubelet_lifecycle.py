@@ -9,6 +9,7 @@ import socket
 import sys
 import time
 
+import psutil
 import pytest
 
 from jupyter_gpuburst.sim.cluster import Cluster
@@ -132,6 +133,24 @@ async def test_graceful_termination_sigterm_then_sigkill(cluster):
     assert took >= 1.9  # and the kill waited for the grace period
 
 
+async def test_deletion_also_ends_children_that_left_the_process_group(cluster):
+    store = cluster.store
+    code = "import subprocess,sys,time;p=subprocess.Popen([sys.executable,'-c','import time;time.sleep(60)'],start_new_session=True);print(p.pid,flush=True);time.sleep(60)"
+    store.create("pods", pod("family", py("c", code)), "default")
+    await wait_for_pod(store, "default", "family", lambda p: p["status"].get("phase") == "Running")
+    log = cluster.kubelet.log_path("default", "family")
+    for _ in range(100):
+        if log.read_text().strip():
+            break
+        await asyncio.sleep(0.05)
+    child = int(log.read_text().split()[0])
+    store.delete("pods", "default", "family")
+    while store.exists("pods", "default", "family"):
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
 async def test_hostname_is_the_pod_name(cluster):
     store = cluster.store
     store.create("pods", pod("host-a", py("c", "import socket,os;print(socket.gethostname(), os.environ['HOSTNAME'])"), restartPolicy="Never"), "default")
@@ -142,6 +161,12 @@ async def test_hostname_is_the_pod_name(cluster):
         await wait_for_pod(store, "default", "host-b", lambda p: p["status"].get("phase") == "Succeeded")
         assert cluster.kubelet.log_path("default", "host-b").read_text().strip() == "host-b"
         assert socket.gethostname() != "host-b"
+        # the pod's hosts file names it at its pod IP, as the kubelet's managed /etc/hosts does
+        code = "import socket;print(socket.gethostbyname(socket.gethostname()))"
+        store.create("pods", pod("host-c", py("c", code), restartPolicy="Never", hostAliases=[{"ip": "127.0.0.9", "hostnames": ["alias.example"]}]), "default")
+        done = await wait_for_pod(store, "default", "host-c", lambda p: p["status"].get("phase") == "Succeeded")
+        assert cluster.kubelet.log_path("default", "host-c").read_text().strip() == done["status"]["podIP"]
+        assert "127.0.0.9\talias.example" in (cluster.kubelet._finished.get(("default", "host-c")) or cluster.kubelet._pods[("default", "host-c")]).hosts_file.read_text()
 
 
 async def test_volume_sources_items_modes_and_missing_configmap(cluster):

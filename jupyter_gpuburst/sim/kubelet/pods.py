@@ -6,8 +6,9 @@ with the kubelet's back-off (immediately, then 10 s doubling up to 5 min, report
 CrashLoopBackOff); startup, liveness and readiness probes (``probes``) drive ``started``,
 restarts and ``ready``; deletion sends SIGTERM to each container's process group and SIGKILL
 after the grace period. The pod's hostname is its name: the process gets its own UTS namespace
-where this kubelet may create one (root), else ``HOSTNAME`` and, for Python programs, a
-``sitecustomize`` that makes ``socket.gethostname()`` answer it.
+where this kubelet may create one (root), with the pod's managed hosts file (its name -> pod IP,
+``hostAliases``) bound over /etc/hosts in a mount namespace of its own; else only ``HOSTNAME``
+and, for Python programs, a ``sitecustomize`` that makes ``socket.gethostname()`` answer it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.errors import ApiError, bad_request
@@ -37,6 +40,8 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 ContainerRun = status.ContainerRun
 _CLONE_NEWUTS = 0x04000000
+_CLONE_NEWNS = 0x00020000
+_MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
 # kubelet's container restart back-off: 10 s doubling to 5 min; reset after 10 min of running.
 BACKOFF_INITIAL_S = 10.0
 BACKOFF_MAX_S = 300.0
@@ -69,16 +74,35 @@ def uts_namespaces() -> bool:
         return False
 
 
-def _enter_uts(hostname: str):
-    """A preexec_fn: a fresh UTS namespace named ``hostname`` (in the child, before exec)."""
+def _enter_pod(hostname: str, hosts_file: Path | None):
+    """A preexec_fn (in the child, before exec): a UTS namespace named ``hostname`` and, in a
+    mount namespace of its own, the pod's hosts file over /etc/hosts, as the kubelet mounts it."""
     libc = ctypes.CDLL(None, use_errno=True)
     name = hostname.encode()
+    hosts = str(hosts_file).encode() if hosts_file else None
 
     def enter() -> None:
         if libc.unshare(_CLONE_NEWUTS) == 0:
             libc.sethostname(name, len(name))
+        if hosts and libc.unshare(_CLONE_NEWNS) == 0 and libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) == 0:
+            libc.mount(hosts, b"/etc/hosts", None, _MS_BIND, None)
 
     return enter
+
+
+def write_hosts_file(path: Path, pod_ip: str, hostname: str, subdomain: str | None, namespace: str, aliases: list[Obj]) -> Path:
+    """The kubelet's managed hosts file: the host's entries, then the pod's own name and
+    ``hostAliases`` (the host's are kept: here the pod shares the host's network)."""
+    try:
+        base = Path("/etc/hosts").read_text()
+    except OSError:
+        base = "127.0.0.1\tlocalhost\n"
+    names = [hostname] if not subdomain else [f"{hostname}.{subdomain}.{namespace}.svc.cluster.local", hostname]
+    lines = ["# Kubernetes-managed hosts file (emulated kubelet).", base.rstrip("\n"), f"{pod_ip}\t{' '.join(names)}"]
+    for alias in aliases or []:
+        lines.append(f"{alias.get('ip')}\t{' '.join(alias.get('hostnames') or [])}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 @dataclass
@@ -92,6 +116,7 @@ class PodRun:
     main: list[ContainerRun]
     hostname: str
     volumes: dict[str, Path] = field(default_factory=dict)
+    hosts_file: Path | None = None
     tasks: list[asyncio.Task] = field(default_factory=list)
     killing: bool = False
     sandbox: bool = False  # the pod IP is assigned and published
@@ -323,6 +348,8 @@ class Kubelet:
         except ApiError:
             return
         pr.sandbox = True
+        spec = pr.pod["spec"]
+        pr.hosts_file = write_hosts_file(pr.dir / "etc-hosts", pr.ip, pr.hostname, spec.get("subdomain"), ns, spec.get("hostAliases") or [])
         if pr.init:
             self._publish(pr)  # Initialized=False until they are done
         policy = pr.pod["spec"].get("restartPolicy", "Always")
@@ -400,7 +427,7 @@ class Kubelet:
     async def _spawn(self, pr: PodRun, argv: list[str], env: dict[str, str], cwd: Path, *, stdout: Any, stderr: Any, stdin: Any = asyncio.subprocess.DEVNULL) -> asyncio.subprocess.Process:
         return await asyncio.create_subprocess_exec(
             *argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr, stdin=stdin, start_new_session=True,
-            preexec_fn=_enter_uts(pr.hostname) if uts_namespaces() else None,
+            preexec_fn=_enter_pod(pr.hostname, pr.hosts_file) if uts_namespaces() else None,
         )
 
     async def _spawn_in(self, pr: PodRun, c: ContainerRun, command: list[str], *, stdin: bool, tty: bool) -> tuple[asyncio.subprocess.Process, int | None]:
@@ -475,6 +502,7 @@ class Kubelet:
             for t in probe_tasks:
                 t.cancel()
         exit_code = 128 - code if code < 0 else code
+        _signal_group(c.process.pid, signal.SIGKILL)  # the container ends with its main process
         if not pr.killing:
             reason = "Completed" if exit_code == 0 else "Error"
             c.state = {"terminated": {"exitCode": exit_code, "reason": reason, "startedAt": since, "finishedAt": defaults.timestamp(self.store.now()), "containerID": f"sim://{pr.uid}-{c.name}-{c.restart_count}"}}
@@ -570,20 +598,42 @@ class _ProbeDone(Exception):
     """Ends a probe worker whose job is done (startup succeeded, container being killed)."""
 
 
-async def _stop_process(proc: asyncio.subprocess.Process | None, grace: float) -> None:
-    """SIGTERM the process group, SIGKILL after ``grace`` seconds (and the group after that)."""
-    if proc is None or proc.returncode is not None:
-        if proc is not None:
-            _signal_group(proc.pid, signal.SIGKILL)
-        return
-    _signal_group(proc.pid, signal.SIGTERM)
+def _descendants(pid: int) -> list[psutil.Process]:
     try:
-        await asyncio.wait_for(proc.wait(), timeout=max(grace, 0.01))
-    except TimeoutError:
-        _signal_group(proc.pid, signal.SIGKILL)
-        await proc.wait()
-    # children that ignored SIGTERM go with the group
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _signal_all(processes: list[psutil.Process], sig: int) -> None:
+    for child in processes:
+        try:
+            child.send_signal(sig)
+        except psutil.Error:
+            pass
+
+
+async def _stop_process(proc: asyncio.subprocess.Process | None, grace: float) -> None:
+    """SIGTERM the container's processes, SIGKILL after ``grace`` seconds.
+
+    A container's processes are its process group and every descendant: a child that started
+    a session of its own (JupyterHub's proxy does) is still the container's, and goes with it,
+    as a cgroup would take it. Processes that left the tree by double-forking are not found.
+    """
+    if proc is None:
+        return
+    family = _descendants(proc.pid) if proc.returncode is None else []
+    if proc.returncode is None:
+        _signal_group(proc.pid, signal.SIGTERM)
+        _signal_all(family, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=max(grace, 0.01))
+        except TimeoutError:
+            _signal_group(proc.pid, signal.SIGKILL)
+            await proc.wait()
+    # children that ignored SIGTERM or outlived the main process go with it
     _signal_group(proc.pid, signal.SIGKILL)
+    _signal_all([p for p in family if p.is_running()], signal.SIGKILL)
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -214,8 +214,10 @@ def container_view(pod_dir: Path, container: Obj, volumes: dict[str, Path]) -> P
         if source is None:
             raise VolumeError(f'volume "{vm["name"]}" is not defined in the pod')
         if vm.get("subPath"):
+            # a key of a configMap/secret volume is a file; any other subPath a directory
             source = source / vm["subPath"]
-            source.mkdir(parents=True, exist_ok=True)
+            if not source.exists():
+                source.mkdir(parents=True)
         mount_path = vm["mountPath"]
         link = root / mount_path.lstrip("/")
         link.parent.mkdir(parents=True, exist_ok=True)
@@ -224,6 +226,6 @@ def container_view(pod_dir: Path, container: Obj, volumes: dict[str, Path]) -> P
                 shutil.rmtree(link)
             else:
                 link.unlink()
-        link.symlink_to(source, target_is_directory=True)
+        link.symlink_to(source, target_is_directory=source.is_dir())
         mounts[mount_path.rstrip("/") or "/"] = source
     return PathMap(root, mounts)
