@@ -139,6 +139,8 @@ SHAPES: tuple[tuple[str | None, int, int, int], ...] = (
     (None, 0, 2000, 4),
 )
 _GPU_SHAPES = (0, 0, 0, 1, 1, 2)
+# about half of the origin's GPUs busy before the burst, the rest of the pods CPU-only
+GPU_POD_SHARE = 0.12
 _CPU_SHAPES = (4, 4, 5)
 
 
@@ -179,7 +181,7 @@ class ClusterPlan:
         for _ in range(n_pods):
             for _attempt in range(8):
                 n = rng.randrange(local)
-                shapes = _GPU_SHAPES if rng.random() < 0.3 else _CPU_SHAPES
+                shapes = _GPU_SHAPES if rng.random() < GPU_POD_SHARE else _CPU_SHAPES
                 shape = shapes[rng.randrange(len(shapes))]
                 if self.fits(n, shape):
                     self.take(n, shape, +1)

@@ -59,6 +59,8 @@ def shortage(site: SiteCapacity, request: _Request, demand: Mapping[str, int], s
         if totals.allocatable >= need:
             continue
         if resource == gpu:
+            if not totals.allocatable and site.is_donor:
+                return resource, f"no {resource} granted"
             return resource, f"{totals.free} of {totals.allocatable} free"
         have = describe(resource, totals.allocatable)
         if site.is_donor:
@@ -80,7 +82,8 @@ def shortage(site: SiteCapacity, request: _Request, demand: Mapping[str, int], s
     if snapshot.max_free_on_a_node(site.site, gpu) < request.count:
         return gpu, f"no single node has {request.count} free"
     short = _short_beside_gpus(site, demand, snapshot, gpu)
-    together = " and ".join([describe(r, demand[r]) for r in short] + [describe(gpu, request.count)])
+    wanted = [describe(r, demand[r]) for r in short] + [describe(gpu, request.count)]
+    together = wanted[0] if len(wanted) == 1 else f"{', '.join(wanted[:-1])} and {wanted[-1]}"
     return (short[0] if short else gpu), f"no node has {together} free"
 
 

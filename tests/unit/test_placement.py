@@ -205,3 +205,103 @@ def test_bad_input_raises_typed_errors(request_, error, message):
 def test_bad_policy_is_refused(kwargs):
     with pytest.raises(ValueError):
         Policy(**kwargs)
+
+
+# ---- the whole pod: CPU, memory, pod slots and GPUs on one node --------------------------------
+GIB = 2**30
+
+
+def whole(count=1, cpu=8, memory=32, user="ann", profile="gpu-1", **kw):
+    return GPURequest(GPU, count, user, profile=profile, resources={"cpu": cpu * 1000, "memory": memory * GIB}, **kw)
+
+
+def grant(cluster_id, gpus, cpu, memory="64Gi", pods=110):
+    return synthetic.node(f"liqo-{cluster_id}", {GPU: gpus}, cluster_id=cluster_id, cpu=str(cpu), memory=memory, pods=pods)
+
+
+def test_a_donor_granted_gpus_but_too_few_cpus_is_not_chosen_and_says_why():
+    inv = Inventory()
+    inv.apply_node_event("ADDED", synthetic.node("gpu-0", {GPU: 1}))
+    inv.apply_pod_event("ADDED", synthetic.pod("busy", node_name="gpu-0", gpus={GPU: 1}))
+    inv.apply_node_event("ADDED", grant("donor-1", 8, 4, memory="8Gi"))
+    out = decide(whole(), inv.snapshot(), Policy())
+    assert isinstance(out, NoCapacity)
+    assert "donor donor-1: 4 CPU granted, profile gpu-1 needs 8" in out.reason
+    assert "origin: 0 of 1 free" in out.reason
+    inv.apply_node_event("MODIFIED", grant("donor-1", 8, 64, memory="256Gi"))
+    assert decide(whole(), inv.snapshot(), Policy()).site == "donor-1"
+
+
+def test_origin_with_gpus_but_no_cpu_beside_them_bursts_and_names_the_cpu():
+    inv = Inventory()
+    inv.apply_node_event("ADDED", synthetic.node("gpu-0", {GPU: 4}, cpu="8"))
+    inv.apply_node_event("ADDED", synthetic.node("cpu-0", {}, cpu="64"))
+    inv.apply_pod_event("ADDED", synthetic.pod("etl", node_name="gpu-0", cpu="6"))
+    inv.apply_node_event("ADDED", grant("donor-1", 8, 64, memory="256Gi"))
+    out = decide(whole(count=2, cpu=8), inv.snapshot(), Policy())
+    assert out.site == "donor-1"
+    assert out.reason.startswith("The origin cannot take the server (no node has 8 CPU and 2 GPUs free)")
+    assert out.resources == {"cpu": 8000, "memory": 32 * GIB, GPU: 2, "pods": 1}
+    local_only = decide(whole(count=2, cpu=8), inv.snapshot(), Policy(strategy="local-only"))
+    assert "origin: no node has 8 CPU and 2 GPUs free" in local_only.reason
+
+
+def test_memory_and_pod_slots_count_too():
+    inv = Inventory()
+    inv.apply_node_event("ADDED", synthetic.node("gpu-0", {GPU: 4}, memory="16Gi"))
+    inv.apply_node_event("ADDED", synthetic.node("gpu-1", {GPU: 8}, pods=1))
+    inv.apply_pod_event("ADDED", synthetic.pod("daemon", node_name="gpu-1"))
+    inv.apply_node_event("ADDED", grant("donor-1", 0, 64))
+    out = decide(whole(memory=32), inv.snapshot(), Policy())
+    assert isinstance(out, NoCapacity)
+    assert "origin: no node has 32 GiB of memory, 1 pod slot and 1 GPU free" in out.reason
+    assert "donor donor-1: no nvidia.com/gpu granted" in out.reason
+    assert decide(whole(memory=8), inv.snapshot(), Policy()).node == "gpu-0"  # gpu-1 has no pod slot left
+
+
+def test_reservations_hold_cpu_as_well_as_gpus():
+    inv = Inventory()
+    inv.apply_node_event("ADDED", synthetic.node("gpu-0", {GPU: 8}, cpu="12"))
+    inv.apply_node_event("ADDED", synthetic.node("gpu-1", {GPU: 8}, cpu="12"))
+    inv.apply_node_event("ADDED", grant("donor-1", 0, 64))
+    placer = Placer(Policy(), inv)
+    first = placer.place("ann/", whole(cpu=8), now=0)
+    second = placer.place("bob/", whole(cpu=8, user="bob"), now=0)
+    assert {first.node, second.node} == {"gpu-0", "gpu-1"}  # 7 GPUs free beside the first, but 4 CPU
+    third = placer.place("cy/", whole(cpu=8, user="cy"), now=0)
+    # 8 CPU are free in all, but 4 beside each node's GPUs
+    assert isinstance(third, NoCapacity) and "origin: no node has 8 CPU and 1 GPU free" in third.reason
+    site = inv.snapshot().site("origin")
+    assert site.total("cpu").reserved == 16000 and site.total("cpu").free == 8000
+    placer.release("ann/")
+    assert placer.place("cy/", whole(cpu=8, user="cy"), now=0).node == first.node
+
+
+def test_best_fit_prefers_the_node_that_strands_fewest_gpus_among_those_that_fit_whole():
+    inv = Inventory()
+    inv.apply_node_event("ADDED", synthetic.node("small-cpu", {GPU: 2}, cpu="4"))
+    inv.apply_node_event("ADDED", synthetic.node("four", {GPU: 4}))
+    inv.apply_node_event("ADDED", synthetic.node("eight", {GPU: 8}))
+    snap = inv.snapshot()
+    assert decide(whole(count=2, cpu=8), snap, Policy()).node == "four"
+    assert decide(whole(count=2, cpu=2), snap, Policy()).node == "small-cpu"
+
+
+@pytest.mark.parametrize(
+    "resources, error, message",
+    [
+        ({"example.com/fpga": 1}, UnknownResource, "does not count"),
+        ({"cpu": -1}, InvalidCount, "whole number of units"),
+        ({"cpu": 0.5}, InvalidCount, "whole number of units"),
+        ({GPU: 3}, InvalidCount, "requests 3 nvidia.com/gpu but the request says 1"),
+        ({"amd.com/gpu": 1}, PlacementInputError, "one GPU resource"),
+    ],
+)
+def test_bad_whole_pod_requests_are_refused(resources, error, message):
+    with pytest.raises(error, match=message):
+        decide(GPURequest(GPU, 1, "ann", resources=resources), inventory().snapshot(), Policy())
+
+
+def test_gpu_only_requests_keep_working():
+    out = decide(GPURequest(GPU, 1, "ann"), inventory().snapshot(), Policy())
+    assert out.site == "origin" and out.resources == {GPU: 1, "pods": 1}
