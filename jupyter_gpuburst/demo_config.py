@@ -52,7 +52,9 @@ c.JupyterHub.authenticator_class = "dummy"
 c.DummyAuthenticator.password = env["GPUBURST_DEMO_PASSWORD"]
 c.Authenticator.allow_all = True
 c.Authenticator.admin_users = {"teacher"}
-install(c)  # the admin capacity page and API
+install(c)  # the admin capacity page and API, and the GPU kernel API
+# GPU kernels for everyone in the demo (a real hub grants the scope per group, see README)
+c.JupyterHub.load_roles = [{"name": "user", "scopes": ["self", "custom:gpuburst:kernels!user"]}]
 
 # ---- the spawner ----------------------------------------------------------------------------
 c.JupyterHub.spawner_class = "gpuburst"
@@ -97,6 +99,12 @@ c.KubeSpawner.profile_list = [
         "slug": "cpu",
         "description": "No GPU.",
         "default": True,
+    },
+    {
+        "display_name": "CPU server + GPU kernels on demand",
+        "slug": "cpu-gpu-kernels",
+        "description": "Your server and files stay on the origin; each GPU kernel you start from the "
+        "launcher runs where a GPU is free, and gives it back when it stops.",
     },
     {
         "display_name": "1 GPU",

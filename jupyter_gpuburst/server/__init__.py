@@ -1,5 +1,15 @@
 """jupyter_server extension: where this server runs and how its GPUs are used (docs/api.md)."""
 
-from jupyter_gpuburst.server.app import GPUBurstServerExtension
+from typing import Any
 
 __all__ = ["GPUBurstServerExtension"]
+
+
+def __getattr__(name: str) -> Any:
+    # lazy: a GPU kernel's pod runs jupyter_gpuburst.server.kernel_pod, which must not pay
+    # for importing jupyter_server on every kernel start
+    if name == "GPUBurstServerExtension":
+        from jupyter_gpuburst.server.app import GPUBurstServerExtension
+
+        return GPUBurstServerExtension
+    raise AttributeError(name)

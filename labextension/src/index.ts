@@ -9,6 +9,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { GpuBurstClient } from './client';
 import { gpuIcon } from './icon';
+import { installGpuKernels } from './kernels';
 import { GpuBurstModel } from './model';
 import { GpuBurstPanel } from './panel';
 import { GpuBurstStatus } from './statusbar';
@@ -103,6 +104,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
     }
     apply(settings);
+    installGpuKernels(app, client, panel, statusBar);
 
     const refreshPlacement = (): Promise<void> =>
       client

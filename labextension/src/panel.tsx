@@ -231,8 +231,21 @@ export class GpuBurstPanel extends ReactWidget {
     this.node.setAttribute('aria-label', 'GPU panel');
   }
 
+  /** Extra content below the server's GPUs (the GPU kernels section, see kernels.tsx). */
+  setFooter(render: () => JSX.Element | null): void {
+    this._footer = render;
+    this.update();
+  }
+
+  private _footer: (() => JSX.Element | null) | null = null;
+
   protected render(): JSX.Element {
-    return <UseSignal signal={this._model.changed}>{() => <PanelView model={this._model} />}</UseSignal>;
+    return (
+      <>
+        <UseSignal signal={this._model.changed}>{() => <PanelView model={this._model} />}</UseSignal>
+        {this._footer?.()}
+      </>
+    );
   }
 
   protected onAfterShow(msg: Message): void {

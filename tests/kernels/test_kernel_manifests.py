@@ -116,3 +116,17 @@ def test_kernel_profiles_default_to_the_gpu_server_profiles():
 def test_bad_kernel_profiles_are_refused_with_the_reason(raw, message):
     with pytest.raises(ValueError, match=message):
         parse_profile(raw)
+
+
+def test_kernel_mode_rbac_is_valid_and_only_adds_secret_writes_in_the_namespace():
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(__file__).resolve().parents[2] / "hub_config" / "rbac-kernels.yaml"
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    (role,) = [d for d in docs if d["kind"] == "Role"]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "patch", "delete"]}]
+    assert not [d for d in docs if d["kind"].startswith("Cluster")]

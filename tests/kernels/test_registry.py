@@ -119,3 +119,32 @@ async def test_a_restart_returns_to_its_site_when_it_still_fits(registry):
     (pod,) = [p for p in kernel_pods(registry) if p["metadata"]["name"] == moved.pod_name]
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert "restarted on the origin" in env["JUPYTER_GPUBURST_KERNEL_NOTE"]
+
+
+async def test_the_files_policy_decides_where_the_kernel_starts(registry, tmp_path):
+    from jupyter_gpuburst.hub.kernels.files import KernelFiles
+
+    asked = []
+
+    async def policy(request):
+        asked.append(request)
+        if request.placement.is_donor:
+            return None  # the user's volume cannot follow to a donor: scratch space
+        return KernelFiles(working_dir=str(tmp_path / "home" / request.notebook_dir))
+
+    registry.settings.files_policy = policy
+    record = await start(registry, notebook_dir="course/../course/week1")
+    assert asked[0].notebook_dir == "course/week1" and record.files == "volume"
+    (pod,) = kernel_pods(registry)
+    container = pod["spec"]["containers"][0]
+    assert container["workingDir"] == str(tmp_path / "home" / "course" / "week1")
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["JUPYTER_GPUBURST_KERNEL_FILES"] == "volume" and env["JUPYTER_GPUBURST_KERNEL_NOTE"] == ""
+
+    # the origin's other GPU is taken by a second kernel; the third goes to the donor: scratch
+    await start(registry)
+    donor = await start(registry)
+    assert donor.placement.site == "donor-1" and donor.files == "scratch"
+    (pod,) = [p for p in kernel_pods(registry) if p["metadata"]["name"] == donor.pod_name]
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert "without your files" in env["JUPYTER_GPUBURST_KERNEL_NOTE"]

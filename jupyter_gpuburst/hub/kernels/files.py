@@ -20,8 +20,9 @@ SCRATCH_PATH = "/scratch"
 
 @dataclass(frozen=True)
 class KernelFilesRequest:
-    """What a policy needs to decide: who, which server, where the kernel would run, and where
-    the notebook is (relative to the server's root directory)."""
+    """What a policy needs to decide: who, which server, where the kernel would run, where the
+    notebook is (relative to the server's root directory), and the server's pod as the API
+    server returns it (its volumes and mounts say where the user's files are)."""
 
     user: str
     server_name: str

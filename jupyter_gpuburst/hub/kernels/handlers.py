@@ -151,7 +151,8 @@ class KernelHandler(KernelAPIHandler):
 
 
 async def _server_pod(registry: KernelRegistry, spawner: Any) -> dict[str, Any] | None:
-    """The server's pod (kernel pods are owned by it); None when the server is not a pod."""
+    """The server's pod (kernel pods are owned by it, and a files policy reads its volumes);
+    None when the server is not a pod."""
     name, namespace = getattr(spawner, "pod_name", None), getattr(spawner, "namespace", None)
     if not name or not namespace:
         return None
@@ -160,7 +161,8 @@ async def _server_pod(registry: KernelRegistry, spawner: Any) -> dict[str, Any] 
     except Exception:  # noqa: BLE001 - no owner: the reaper still stops the kernel with its server
         registry.log.warning("GPU kernels: cannot read the server pod %s/%s", namespace, name)
         return None
-    return {"metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace, "uid": pod.metadata.uid}}
+    # the whole pod: a files policy may mount the same volumes (claims) as the server
+    return registry.api.api_client.sanitize_for_serialization(pod)
 
 
 def handlers(registry_source: Any = None) -> list[tuple[str, type, dict[str, Any]]]:

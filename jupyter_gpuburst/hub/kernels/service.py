@@ -52,7 +52,8 @@ def server_running_check(settings: dict[str, Any]) -> Any:
 
 async def stop_server_kernels(spawner: Any) -> int:
     """Stop the GPU kernels of a server that is stopping (its pods, its reservations)."""
-    registry = KernelRegistry._instances.get(id(getattr(spawner, "_gb_tracker", None)))
-    if registry is None:
-        return 0
-    return await registry.stop_server_kernels(spawner.user.name, spawner.name or "")
+    # a CPU server's spawner may never have touched the tracker: ask every registry of the hub
+    stopped = 0
+    for registry in list(KernelRegistry._instances.values()):
+        stopped += await registry.stop_server_kernels(spawner.user.name, spawner.name or "")
+    return stopped

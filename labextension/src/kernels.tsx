@@ -1,0 +1,206 @@
+/**
+ * GPU kernels in JupyterLab: where each remote GPU kernel of this server runs (a section of the
+ * GPU panel) and where the active notebook's kernel runs (a status bar item).
+ *
+ * Reads `GET api/gpuburst/kernels` (site, node, GPU per kernel; never an address or a key)
+ * through the same client as the rest of the extension.
+ */
+import { JupyterFrontEnd } from '@jupyterlab/application';
+import { IStatusBar } from '@jupyterlab/statusbar';
+import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
+import { IDisposable } from '@lumino/disposable';
+import { ISignal, Signal } from '@lumino/signaling';
+import { Widget } from '@lumino/widgets';
+import * as React from 'react';
+
+import { GpuBurstClient } from './client';
+
+/** One GPU kernel as the server extension reports it. */
+export interface IGpuKernel {
+  kernel_id: string;
+  kernel_name: string;
+  id: string | null;
+  profile: string | null;
+  display_name: string | null;
+  state: string | null;
+  site: string | null;
+  site_kind: 'origin' | 'donor' | null;
+  cluster_id: string | null;
+  node: string | null;
+  resource: string | null;
+  count: number | null;
+  reason: string | null;
+  relocated_from: string | null;
+  files: string | null;
+}
+
+const REFRESH_MS = 5000;
+
+/** The server's GPU kernels, refreshed while anything shows them. */
+export class GpuKernelsModel implements IDisposable {
+  constructor(private readonly _client: GpuBurstClient) {
+    void this.refresh();
+    this._timer = window.setInterval(() => void this.refresh(), REFRESH_MS);
+  }
+
+  get kernels(): IGpuKernel[] {
+    return this._kernels;
+  }
+
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  get isDisposed(): boolean {
+    return this._timer === null;
+  }
+
+  byKernelId(id: string | undefined | null): IGpuKernel | undefined {
+    return id ? this._kernels.find(k => k.kernel_id === id) : undefined;
+  }
+
+  async refresh(): Promise<void> {
+    try {
+      const body = await this._client.getJSON<{ kernels: IGpuKernel[] }>('kernels');
+      this._kernels = body.kernels ?? [];
+    } catch {
+      // an older server without kernel mode, or a blip: show none rather than stale ones
+      this._kernels = [];
+    }
+    this._changed.emit();
+  }
+
+  dispose(): void {
+    if (this._timer !== null) {
+      window.clearInterval(this._timer);
+      this._timer = null;
+    }
+  }
+
+  private _kernels: IGpuKernel[] = [];
+  private _timer: number | null;
+  private _changed = new Signal<this, void>(this);
+}
+
+export function siteText(kernel: IGpuKernel): string {
+  if (!kernel.site) {
+    return 'placing…';
+  }
+  return kernel.site_kind === 'donor' ? `donor ${kernel.site}` : 'origin';
+}
+
+function gpuText(kernel: IGpuKernel): string {
+  if (!kernel.resource) {
+    return '';
+  }
+  const name = kernel.resource.replace(/^nvidia\.com\//, '');
+  return `${kernel.count ?? 1} × ${name}`;
+}
+
+/** Section of the GPU panel: one row per GPU kernel. */
+export function GpuKernelsSection(props: { model: GpuKernelsModel }): JSX.Element | null {
+  const kernels = props.model.kernels;
+  if (kernels.length === 0) {
+    return null;
+  }
+  return (
+    <section className="jp-GpuBurst-card jp-GpuBurst-gpuKernels" aria-label="GPU kernels">
+      <h3>GPU kernels</h3>
+      <table className="jp-GpuBurst-table">
+        <thead>
+          <tr>
+            <th scope="col">Kernel</th>
+            <th scope="col">Site</th>
+            <th scope="col">Node</th>
+            <th scope="col">GPU</th>
+            <th scope="col">State</th>
+          </tr>
+        </thead>
+        <tbody>
+          {kernels.map(k => (
+            <tr key={k.kernel_id} title={k.reason ?? ''} data-kernel-id={k.kernel_id}>
+              <td>{k.display_name ?? k.kernel_name}</td>
+              <td className="jp-GpuBurst-gpuKernelSite">{siteText(k)}</td>
+              <td>{k.node ?? '—'}</td>
+              <td>{gpuText(k)}</td>
+              <td>
+                {k.state ?? ''}
+                {k.files === 'scratch' ? ' · scratch files' : ''}
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </section>
+  );
+}
+
+/** What the status item needs of a notebook or console widget (no dependency on either). */
+interface IWithSession {
+  sessionContext?: { session?: { kernel?: { id: string } | null } | null };
+}
+
+/** The active notebook's kernel id, read from whatever session the current widget has. */
+function activeKernelId(widget: Widget | null): string | null {
+  return (widget as IWithSession | null)?.sessionContext?.session?.kernel?.id ?? null;
+}
+
+/** Status bar item: where the active notebook's GPU kernel runs (hidden for other kernels). */
+export class GpuKernelStatus extends ReactWidget {
+  constructor(
+    private readonly _model: GpuKernelsModel,
+    private readonly _shell: JupyterFrontEnd.IShell
+  ) {
+    super();
+    this.addClass('jp-GpuBurst-kernelStatus');
+    this._shell.currentChanged?.connect(() => this.update());
+    this._model.changed.connect(() => this.update());
+  }
+
+  get kernel(): IGpuKernel | undefined {
+    return this._model.byKernelId(activeKernelId(this._shell.currentWidget));
+  }
+
+  protected render(): JSX.Element {
+    return (
+      <UseSignal signal={this._model.changed}>
+        {() => {
+          const kernel = this.kernel;
+          if (!kernel) {
+            return <span />;
+          }
+          const text = `GPU kernel: ${siteText(kernel)}`;
+          return (
+            <span className="jp-GpuBurst-kernelStatusText" title={kernel.reason ?? text} aria-label={text}>
+              {text}
+            </span>
+          );
+        }}
+      </UseSignal>
+    );
+  }
+}
+
+/** Wire GPU kernels into the panel (through `setFooter`) and the status bar. */
+export function installGpuKernels(
+  app: JupyterFrontEnd,
+  client: GpuBurstClient,
+  panel: { setFooter(render: () => JSX.Element | null): void },
+  statusBar: IStatusBar | null
+): GpuKernelsModel {
+  const model = new GpuKernelsModel(client);
+  panel.setFooter(() => (
+    <UseSignal signal={model.changed}>{() => <GpuKernelsSection model={model} />}</UseSignal>
+  ));
+  if (statusBar) {
+    const item = new GpuKernelStatus(model, app.shell);
+    statusBar.registerStatusItem('jupyter-gpuburst:kernel-site', {
+      item,
+      align: 'left',
+      rank: 5,
+      // empty unless the active notebook runs a GPU kernel
+      isActive: () => true
+    });
+  }
+  return model;
+}
