@@ -146,7 +146,8 @@ def test_spawn_checks_fail_on_a_bad_phase(change, check):
 def test_spawn_checks_fail_on_ratio_and_reads():
     assert spawn.checks(spawn_result(p95_ratio={"median": 1.2}))["p95_ratio_within_goal"] is False
     assert spawn.checks(spawn_result(p95_ratio={"median": None}))["p95_ratio_within_goal"] is False
-    assert spawn.checks(spawn_result(extra_api_reads_per_spawn=0.5))["no_extra_api_reads"] is False
+    assert spawn.checks(spawn_result(extra_api_reads_per_spawn=1.0))["no_extra_api_reads"] is False
+    assert spawn.checks(spawn_result(extra_api_reads_per_spawn=0.01))["no_extra_api_reads"] is True
 
 
 def test_spawn_baseline_profile_is_the_gpu_profile_with_the_liqo_toleration():
