@@ -351,7 +351,10 @@ def check_nodes(nodes: Iterable[Mapping[str, Any]], inventory: Inventory) -> lis
             elif not gpus:
                 findings.append(
                     Finding("donors", subject, Status.FAIL, "Ready, but the donor grants no GPUs",
-                            f"liqoctl create resourceslice gpu-pool --remote-cluster-id {shlex.quote(cluster_id)} --resource nvidia.com/gpu=<N>")
+                            # the peering's own slice and virtual node carry the grant: a second slice
+                            # would make a second virtual node for the same donor
+                            f"liqoctl unpeer --remote-kubeconfig <{cluster_id} kubeconfig> && liqoctl peer --remote-kubeconfig "
+                            f"<{cluster_id} kubeconfig> --cpu <C> --memory <M> --resource nvidia.com/gpu=<N>   # Liqo >= 1.0.2")
                 )
             else:
                 findings.append(Finding("donors", subject, Status.OK, f"Ready, grants {_fmt_gpus(gpus)}"))

@@ -94,11 +94,12 @@ def test_notready_donor_fails_and_names_the_peering_fix():
     assert report.as_dict()["capacity"]["sites"][0]["site"] == "donor-1"  # present, just not ready
 
 
-def test_donor_without_gpu_grant_fails_with_resourceslice_fix():
+def test_donor_without_gpu_grant_fails_with_a_peering_that_grants_them():
     cluster = healthy(nodes=[node("gpu-a", 2), node("liqo-donor-1", 0, donor="donor-1")])
     [bad] = failed(doctor.diagnose(cluster, "ctx", "jhub"))
     assert "grants no GPUs" in bad.detail
-    assert "liqoctl create resourceslice" in bad.fix and "--remote-cluster-id donor-1" in bad.fix
+    assert "liqoctl peer --remote-kubeconfig <donor-1 kubeconfig> --cpu <C> --memory <M> --resource nvidia.com/gpu=<N>" in bad.fix
+    assert "resourceslice" not in bad.fix
 
 
 def test_cordoned_donor_is_a_warning_not_a_failure():
