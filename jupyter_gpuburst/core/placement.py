@@ -497,11 +497,12 @@ class Placer:
         self.policy = policy
         self.reservations = Reservations(ttl_s)
 
-    def place(self, key: str, request: GPURequest, snapshot: Snapshot, now: float) -> Placement | NoCapacity:
+    def place(self, key: str, request: GPURequest, snapshot: Snapshot, now: float, policy: Policy | None = None) -> Placement | NoCapacity:
+        """``policy``: a profile's own (its overrides), on the same reservations; default the hub's."""
         self.reservations.expire(now)
         # the spawn's own earlier hold must not block its re-placement
         self.reservations.release(key)
-        outcome = decide(request, snapshot, self.reservations, self.policy)
+        outcome = decide(request, snapshot, self.reservations, policy or self.policy)
         if isinstance(outcome, Placement):
             self.reservations.reserve(key, outcome, request, now)
         return outcome

@@ -21,14 +21,14 @@ from kubernetes_asyncio.client import V1Affinity, V1NodeAffinity, V1Toleration, 
 from kubespawner import KubeSpawner
 from kubespawner.utils import get_k8s_model
 from tornado import web
-from traitlets import default
+from traitlets import TraitError, default
 
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub.capacity import CapacityTracker, server_key
 from jupyter_gpuburst.hub.offloading import NamespaceOffloader
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError, decide
 from jupyter_gpuburst.hub.profiles import ProfileGPU, gpu_from_resources, profile_block, validate_user_options
-from jupyter_gpuburst.hub import storage
+from jupyter_gpuburst.hub import profile_policy, storage
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -131,6 +131,11 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         profile_list = self._sorted_dict_values(self.profile_list)
         if callable(profile_list):
             profile_list = await maybe_future(profile_list(self))
+        try:
+            profile_policy.check_profiles(profile_list or [])
+        except profile_policy.ProfilePolicyError as exc:
+            self.log.error("%s", exc)
+            raise SpawnRefused(500, "The hub's profiles are misconfigured; please tell the hub's admins.") from None
         return self._get_initialized_profile_list(profile_list or [])
 
     async def _gb_validate_options(self) -> list[dict[str, Any]]:
@@ -228,7 +233,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
     def _gb_place(self, tracker: CapacityTracker, key: str, request: GPURequest) -> Placement | NoCapacity:
         started = time.perf_counter()
         try:
-            return tracker.placer.place(key, request, tracker.snapshot(), time.monotonic())
+            return tracker.placer.place(key, request, tracker.snapshot(), time.monotonic(), self._gb_policy(tracker))
         except PlacementInputError as exc:
             raise SpawnRefused(400, str(exc)) from None
         finally:
@@ -257,6 +262,18 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         finally:
             tracker.dequeue(key)
             _metric("set_queue_length", tracker.queue_length)
+
+    def _gb_policy(self, tracker: CapacityTracker) -> Any:
+        """This spawn's Policy when its profile overrides Policy traits, else None (the hub's)."""
+        for trait in profile_policy.HUB_WIDE_TRAITS:
+            if getattr(self, trait) != getattr(tracker.settings, trait):
+                raise SpawnRefused(500, f"This profile is misconfigured ({trait} is hub-wide); please tell the hub's admins.")
+        values = {name: getattr(self, name) for name in profile_policy.POLICY_TRAITS}
+        try:
+            return profile_policy.policy_for(tracker.settings, values, tracker.placer.policy.known_profiles)
+        except (ValueError, TraitError) as exc:
+            self.log.error("Profile policy overrides rejected: %s", exc)
+            raise SpawnRefused(500, "This profile's placement settings are invalid; please tell the hub's admins.") from None
 
     def _gb_tried_summary(self) -> str:
         tried = "; ".join(f"{a['site']} ({a['outcome']})" for a in self._gb_attempts)
@@ -568,7 +585,12 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             return out
         if gpu is None or tracker is None:
             return out
-        status = availability(gpu, profile.get("slug", ""), self.user, tracker)
+        try:
+            policy = profile_policy.policy_for(tracker.settings, profile.get("kubespawner_override") or {}, tracker.placer.policy.known_profiles)
+        except (ValueError, TraitError) as exc:
+            out["gpuburst_status"] = {"full": True, "summary": f"Misconfigured: {exc}"}
+            return out
+        status = availability(gpu, profile.get("slug", ""), self.user, tracker, policy)
         out["gpuburst_status"] = status
         description = out.get("description") or ""
         out["description"] = f"{description} {status['summary']}".strip()
@@ -588,8 +610,9 @@ def profile_gpu(
     return gpu_from_resources(limits, guarantees, tracks)
 
 
-def availability(gpu: ProfileGPU, slug: str, user: Any, tracker: CapacityTracker) -> dict[str, Any]:
-    """Free GPUs per site now and where a spawn of this profile would land (nothing reserved)."""
+def availability(gpu: ProfileGPU, slug: str, user: Any, tracker: CapacityTracker, policy: Any = None) -> dict[str, Any]:
+    """Free GPUs per site now and where a spawn of this profile would land (nothing reserved);
+    ``policy``: the profile's own, when its overrides change the hub's."""
     snapshot = tracker.snapshot()
     reservations = tracker.placer.reservations
     sites = []
@@ -603,7 +626,7 @@ def availability(gpu: ProfileGPU, slug: str, user: Any, tracker: CapacityTracker
     groups = frozenset(getattr(g, "name", str(g)) for g in (getattr(user, "groups", None) or []))
     request = GPURequest(gpu.resource, gpu.count, user.name, groups, slug, gpu.allowed_sites)
     try:
-        outcome = decide(request, snapshot, reservations, tracker.placer.policy)
+        outcome = decide(request, snapshot, reservations, policy or tracker.placer.policy)
     except PlacementInputError as exc:
         outcome = NoCapacity(str(exc))
     free_text = ", ".join(f"{s['site']} {s['free']} of {s['total']}" for s in sites) or "no GPU sites"
