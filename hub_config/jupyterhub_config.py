@@ -1,13 +1,19 @@
 """jupyterhub_config.py for a non-helm JupyterHub running inside the origin cluster.
 
 The hub runs as a pod with the service account that hub_config/rbac.yaml binds (``hub`` in
-``jhub``), so the spawner talks to the API server with in-cluster credentials. The same
-settings as hub_config/values.yaml, written out for ``jupyterhub -f``:
+``jhub``), behind a Service named ``hub`` (port 8081), so the spawner talks to the API server
+with in-cluster credentials. The same settings as hub_config/values.yaml, written out for
+``jupyterhub -f``:
 
     kubectl apply -n jhub -f hub_config/rbac.yaml
-    liqoctl offload namespace jhub --pod-offloading-strategy LocalAndRemote
     gpuburst doctor -n jhub --as system:serviceaccount:jhub:hub
     jupyterhub -f hub_config/jupyterhub_config.py
+
+As with z2jh, the proxy is JupyterHub's configurable-http-proxy running as its own pod (the hub
+image has no Node): run ``quay.io/jupyterhub/configurable-http-proxy`` with
+``--default-target=http://hub.jhub.svc.cluster.local:8081 --error-target=http://hub.jhub.svc.cluster.local:8081/hub/error``,
+its API on port 8001 behind a Service named ``proxy-api``, and the same ``CONFIGPROXY_AUTH_TOKEN``
+in both pods.
 
 Values that differ per site come from the environment, so this file can be used unchanged.
 """
@@ -21,12 +27,16 @@ c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
 NAMESPACE = os.environ.get("GPUBURST_NAMESPACE", "jhub")
 IMAGE = os.environ.get("GPUBURST_SINGLEUSER_IMAGE", "registry.example.edu/jupyter-gpuburst/singleuser:0.1.0")
 
-# ---- hub -----------------------------------------------------------------------------------
+# ---- hub and proxy ---------------------------------------------------------------------------
 c.JupyterHub.spawner_class = "gpuburst"
-c.JupyterHub.bind_url = "http://:8000"
-# The proxy and the user pods reach the hub through its Service (named "hub" here).
 c.JupyterHub.hub_bind_url = "http://:8081"
-c.JupyterHub.hub_connect_url = f"http://hub.{NAMESPACE}.svc:8081"
+# The proxy and the user pods reach the hub through its Service. A donor pod runs in another
+# namespace (jhub-<origin cluster id>, Liqo's DefaultName mapping) and resolves names through
+# Liqo's network: only the Service's full DNS name works from there.
+c.JupyterHub.hub_connect_url = f"http://hub.{NAMESPACE}.svc.cluster.local:8081"
+# The proxy is its own pod; the hub only talks to its API (token from the environment).
+c.ConfigurableHTTPProxy.should_start = False
+c.ConfigurableHTTPProxy.api_url = f"http://proxy-api.{NAMESPACE}.svc.cluster.local:8001"
 # Keep running user servers when the hub restarts; the placement is restored from its state.
 c.JupyterHub.cleanup_servers = False
 # Choose your authenticator; any JupyterHub authenticator works. Groups (for per-group donor
@@ -39,6 +49,14 @@ c.KubeSpawner.namespace = NAMESPACE
 c.KubeSpawner.image = IMAGE
 c.KubeSpawner.environment = {"JUPYTER_GPUBURST_BACKEND": "auto"}
 c.KubeSpawner.start_timeout = 600  # a donor may pull the image first
+# z2jh's default home volume: one claim per user in the cluster's default storage class
+# (set c.KubeSpawner.storage_class = "liqo" for Liqo's class: it binds where the first server lands)
+c.KubeSpawner.storage_pvc_ensure = True
+c.KubeSpawner.storage_capacity = "10Gi"
+c.KubeSpawner.storage_access_modes = ["ReadWriteOnce"]
+c.KubeSpawner.pvc_name_template = "claim-{user_server}"
+c.KubeSpawner.volumes = [{"name": "volume-{user_server}", "persistentVolumeClaim": {"claimName": "{pvc_name}"}}]
+c.KubeSpawner.volume_mounts = [{"name": "volume-{user_server}", "mountPath": "/home/jovyan"}]
 
 c.KubeSpawner.profile_list = [
     {
@@ -46,25 +64,34 @@ c.KubeSpawner.profile_list = [
         "slug": "cpu",
         "description": "2 CPUs, 8 GB memory, no GPU.",
         "default": True,
-        "kubespawner_override": {"cpu_limit": 2, "mem_limit": "8G"},
+        "kubespawner_override": {"cpu_guarantee": 1, "cpu_limit": 2, "mem_guarantee": "4G", "mem_limit": "8G"},
     },
     {
         "display_name": "1 GPU",
         "slug": "gpu-1",
         "description": "One NVIDIA GPU, on campus when free, otherwise on a peered donor cluster.",
-        "kubespawner_override": {"cpu_limit": 8, "mem_limit": "32G", "extra_resource_limits": {"nvidia.com/gpu": "1"}},
+        "kubespawner_override": {
+            "cpu_guarantee": 4, "cpu_limit": 8, "mem_guarantee": "24G", "mem_limit": "32G",
+            "extra_resource_limits": {"nvidia.com/gpu": "1"},
+        },
     },
     {
         "display_name": "2 GPUs",
         "slug": "gpu-2",
         "description": "Two NVIDIA GPUs on one node, on campus when free, otherwise on a donor.",
-        "kubespawner_override": {"cpu_limit": 16, "mem_limit": "64G", "extra_resource_limits": {"nvidia.com/gpu": "2"}},
+        "kubespawner_override": {
+            "cpu_guarantee": 8, "cpu_limit": 16, "mem_guarantee": "48G", "mem_limit": "64G",
+            "extra_resource_limits": {"nvidia.com/gpu": "2"},
+        },
     },
     {
         "display_name": "MIG slice (1g.10gb)",
         "slug": "mig-1g",
         "description": "A 1g.10gb slice of an A100/H100 (MIG), for small models and teaching.",
-        "kubespawner_override": {"cpu_limit": 4, "mem_limit": "16G", "extra_resource_limits": {"nvidia.com/mig-1g.10gb": "1"}},
+        "kubespawner_override": {
+            "cpu_guarantee": 2, "cpu_limit": 4, "mem_guarantee": "12G", "mem_limit": "16G",
+            "extra_resource_limits": {"nvidia.com/mig-1g.10gb": "1"},
+        },
     },
 ]
 
@@ -74,3 +101,6 @@ c.GPUBurstSpawner.donor_order = ["polito-hpc"]
 c.GPUBurstSpawner.user_donor_cap = 2
 c.GPUBurstSpawner.group_donor_caps = {"course-ml101": 8}
 c.GPUBurstSpawner.max_redirects = 2
+# Home volumes of the default class stay on the origin: on a donor, scratch space instead, and
+# the student is told (pin-to-volume or shared otherwise; see the README's storage section)
+c.GPUBurstSpawner.storage_policy = "scratch-on-donor"

@@ -12,7 +12,12 @@ What doctor checks, and why each matters to a spawn:
 - Local GPU nodes: where local-first placement puts servers first.
 - SelfSubjectAccessReviews for every call the spawner makes, as the identity that runs it.
 - The user namespace is offloaded (a ``NamespaceOffloading`` that reaches the donors),
-  otherwise the scheduler never considers a virtual node for the user's pod.
+  otherwise the scheduler never considers a virtual node for the user's pod. Not offloaded yet
+  is a warning, not a failure, when the spawner may create the offloading itself (it does so
+  before the first donor spawn when ``offload_namespace`` is on and RBAC allows it).
+- Storage: the cluster's storage classes, and which ``storage_policy`` each makes possible
+  (Liqo's ``liqo`` class lets a home volume bind where its first server lands; a shared
+  filesystem class can serve ``shared``; ``pin-to-volume`` and ``scratch-on-donor`` always work).
 
 Exit codes: 0 when nothing needed is missing (warnings allowed), 1 when something is, 2 when the
 cluster cannot be reached or the arguments are wrong.
@@ -81,6 +86,7 @@ REQUIRED_PERMISSIONS: tuple[Permission, ...] = tuple(
     + _perms("list,watch", "pods", namespaced=False, why="GPU inventory: GPUs held by pods of every namespace")
     + _perms("get,list,watch,create,delete", "pods", why="start, watch and stop user servers")
     + _perms("list,watch", "events", why="spawn progress and Unschedulable detection")
+    + _perms("get,create", "persistentvolumeclaims", why="home volumes: created by KubeSpawner, read by the storage policy")
     + _perms(
         "get,create",
         liqo.NAMESPACE_OFFLOADING_PLURAL,
@@ -103,6 +109,10 @@ class ClusterView(Protocol):
 
     def namespace_offloading(self, namespace: str) -> dict[str, Any] | None: ...
 
+    def list_storage_classes(self) -> list[dict[str, Any]] | None:
+        """None when this identity may not list them."""
+        ...
+
 
 class ClusterUnreachable(RuntimeError):
     """The API server could not be reached or refused the question outright."""
@@ -124,6 +134,7 @@ class KubernetesCluster:
         self._apis = client.ApisApi(api_client)
         self._authz = client.AuthorizationV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
+        self._storage = client.StorageV1Api(api_client)
 
     @staticmethod
     def _json(response: Any) -> Any:
@@ -178,6 +189,17 @@ class KubernetesCluster:
             )
         except ApiException as exc:
             if exc.status == 404:
+                return None
+            raise
+
+
+    def list_storage_classes(self) -> list[dict[str, Any]] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self._call("list storage classes", self._storage.list_storage_class).get("items") or []
+        except ApiException as exc:
+            if exc.status in (401, 403):
                 return None
             raise
 
@@ -329,7 +351,10 @@ def check_nodes(nodes: Iterable[Mapping[str, Any]], inventory: Inventory) -> lis
             elif not gpus:
                 findings.append(
                     Finding("donors", subject, Status.FAIL, "Ready, but the donor grants no GPUs",
-                            f"liqoctl create resourceslice gpu-pool --remote-cluster-id {shlex.quote(cluster_id)} --resource nvidia.com/gpu=<N>")
+                            # the peering's own slice and virtual node carry the grant: a second slice
+                            # would make a second virtual node for the same donor
+                            f"liqoctl unpeer --remote-kubeconfig <{cluster_id} kubeconfig> && liqoctl peer --remote-kubeconfig "
+                            f"<{cluster_id} kubeconfig> --cpu <C> --memory <M> --resource nvidia.com/gpu=<N>   # Liqo >= 1.0.2")
                 )
             else:
                 findings.append(Finding("donors", subject, Status.OK, f"Ready, grants {_fmt_gpus(gpus)}"))
@@ -426,14 +451,25 @@ def selects(cluster_selector: Mapping[str, Any] | None, node_labels: Mapping[str
     return not terms or any(_term_matches(t, node_labels) for t in terms)
 
 
-def check_offloading(offloading: Mapping[str, Any] | None, namespace: str, donor_nodes: Iterable[Mapping[str, Any]]) -> list[Finding]:
-    """The user namespace must be offloaded, to the donors, with local pods still allowed."""
+def check_offloading(
+    offloading: Mapping[str, Any] | None, namespace: str, donor_nodes: Iterable[Mapping[str, Any]], spawner_offloads: bool = False
+) -> list[Finding]:
+    """The user namespace must be offloaded, to the donors, with local pods still allowed.
+
+    ``spawner_offloads``: the hub may create the NamespaceOffloading itself, so a namespace not
+    offloaded yet is a warning (the first donor spawn offloads it), not a failure.
+    """
     subject = f"namespace {namespace}"
     ns = shlex.quote(namespace)
     offload_fix = (
         f"liqoctl offload namespace {ns} --pod-offloading-strategy LocalAndRemote   "
         f"# or: kubectl create -f - <<< '{json.dumps(liqo.namespace_offloading(namespace))}'"
     )
+    if offloading is None and spawner_offloads:
+        return [Finding("offloading", subject, Status.WARN,
+                        "not offloaded yet: the spawner creates the NamespaceOffloading before the first donor spawn "
+                        "(offloading it now lets you choose donors with a clusterSelector)",
+                        offload_fix)]
     if offloading is None:
         return [Finding("offloading", subject, Status.FAIL,
                         f"not offloaded (no NamespaceOffloading {liqo.NAMESPACE_OFFLOADING_NAME!r}): user pods can never reach a donor",
@@ -465,6 +501,42 @@ def check_offloading(offloading: Mapping[str, Any] | None, namespace: str, donor
                 findings.append(Finding("offloading", f"{subject} -> donor {cid}", Status.WARN,
                                         "the NamespaceOffloading clusterSelector leaves this donor out",
                                         f"kubectl edit namespaceoffloading {liqo.NAMESPACE_OFFLOADING_NAME} -n {ns}   # widen spec.clusterSelector"))
+    return findings
+
+
+# Provisioners of filesystems every site can reach over the network: candidates for 'shared'.
+SHARED_FS_PROVISIONER_WORDS = ("nfs", "cephfs", "efs", "filestore", "file.csi.azure", "azurefile", "lustre", "beegfs", "juicefs")
+
+
+def check_storage(classes: list[Mapping[str, Any]] | None) -> list[Finding]:
+    """Which storage policies (``c.GPUBurstSpawner.storage_policy``) the cluster supports."""
+    from jupyter_gpuburst.hub.storage import StoragePolicy
+
+    if classes is None:
+        return [Finding("storage", "storage classes", Status.WARN,
+                        "this identity may not list storage classes; storage policy support not checked",
+                        "run doctor as a cluster admin (without --as) to see them")]
+    policies = [StoragePolicy.PIN_TO_VOLUME.value, StoragePolicy.SCRATCH_ON_DONOR.value]
+    findings = []
+    default = next((c for c in classes if ((c.get("metadata") or {}).get("annotations") or {}).get("storageclass.kubernetes.io/is-default-class") == "true"), None)
+    names = {(c.get("metadata") or {}).get("name"): c for c in classes}
+    if default is not None:
+        findings.append(Finding("storage", f"class {default['metadata']['name']} (default)", Status.OK,
+                                "home volumes of this class are bound on the origin and cannot follow a server to a donor: "
+                                "pin-to-volume keeps those servers on the origin, scratch-on-donor gives them scratch space on donors"))
+    if liqo.VIRTUAL_STORAGE_CLASS in names:
+        findings.append(Finding("storage", f"class {liqo.VIRTUAL_STORAGE_CLASS}", Status.OK,
+                                "Liqo's storage class: a home volume of this class binds where its first server lands "
+                                "(origin or donor) and pin-to-volume keeps later servers there"))
+    shared = [n for n, c in names.items() if any(w in str(c.get("provisioner", "")).lower() for w in SHARED_FS_PROVISIONER_WORDS)]
+    for name in shared:
+        findings.append(Finding("storage", f"class {name}", Status.OK,
+                                f"a network filesystem ({names[name].get('provisioner')}): 'shared' works if donors reach it "
+                                "over Liqo's network and mount the same claim"))
+    if shared:
+        policies.append(StoragePolicy.SHARED.value)
+    findings.append(Finding("storage", "storage policies", Status.OK, f"supported here: {', '.join(policies)}",
+                            None if shared else "for 'shared', provision a network filesystem (e.g. NFS) that donors reach"))
     return findings
 
 
@@ -510,10 +582,16 @@ def diagnose(view: ClusterView, context: str, namespace: str, resources: Sequenc
     nodes = view.list_nodes()
     report.findings += check_liqo_installed(view.api_groups())
     report.findings += check_nodes(nodes, inventory)
-    report.findings += check_permissions(view, namespace)
+    permissions = check_permissions(view, namespace)
+    report.findings += permissions
     if liqo.OFFLOADING_GROUP in view.api_groups():
         donors = [n for n in nodes if liqo.is_virtual_node(n)]
-        report.findings += check_offloading(view.namespace_offloading(namespace), namespace, donors)
+        # get and create are checked together; both allowed means the spawner offloads itself
+        may_offload = any(
+            f.status is Status.OK and f.subject.startswith(f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.") for f in permissions
+        )
+        report.findings += check_offloading(view.namespace_offloading(namespace), namespace, donors, may_offload)
+    report.findings += check_storage(view.list_storage_classes())
     report.capacity = take_capacity(view, inventory, nodes)
     return report
 

@@ -447,13 +447,17 @@ class Placer:
         self.inventory = inventory
         self.reservations = Reservations(inventory, ttl_s)
 
-    def place(self, key: str, request: GPURequest, now: float) -> Placement | NoCapacity:
-        """Place ``request`` on the inventory as it is now and hold what it needs under ``key``."""
-        validate_request(request, self.policy)
+    def place(self, key: str, request: GPURequest, now: float, policy: Policy | None = None) -> Placement | NoCapacity:
+        """Place ``request`` on the inventory as it is now and hold what it needs under ``key``.
+
+        ``policy``: a profile's own (its overrides), on the same reservations; default the hub's.
+        """
+        policy = policy or self.policy
+        validate_request(request, policy)
         self.reservations.expire(now)
         # the spawn's own earlier hold must not block its re-placement
         self.reservations.release(key)
-        outcome = decide(request, self.inventory.snapshot(), self.policy)
+        outcome = decide(request, self.inventory.snapshot(), policy)
         if isinstance(outcome, Placement):
             self.reservations.reserve(key, outcome, request, now)
         return outcome

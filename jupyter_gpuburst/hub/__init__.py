@@ -21,11 +21,20 @@ def install(c: Any, tracker_source: Any = None) -> None:
     and the GPU kernel API (``/hub/api/gpuburst/kernels``, see ``jupyter_gpuburst.hub.kernels``).
 
     ``c`` is the config object of ``jupyterhub_config.py``. Calling it twice changes nothing.
+    Raises ``ProfilePolicyError`` (the hub does not start) when a profile's
+    ``kubespawner_override`` sets a placement trait that can only be set hub-wide.
     ``tracker_source(handler)`` may replace the hub's shared ``CapacityTracker`` (tests, or a
     hub whose spawner is configured elsewhere).
     """
     from jupyter_gpuburst.hub import metrics  # noqa: F401 - /hub/metrics shows the series from hub start
     from jupyter_gpuburst.hub.handlers import handlers
+    from jupyter_gpuburst.hub.profile_policy import check_profiles
+    from jupyter_gpuburst.hub.settings import spawner_sections
+
+    # A profile that sets a hub-wide placement trait stops the hub here, at start, with the reason
+    for section in ["KubeSpawner", *spawner_sections(c)]:
+        if section in c and "profile_list" in c[section]:
+            check_profiles(c[section]["profile_list"])
 
     section = c.JupyterHub
     ours = handlers(tracker_source)

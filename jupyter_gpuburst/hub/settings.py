@@ -174,12 +174,44 @@ class GPUBurstSettings(Configurable):
         )
 
 
+def spawner_sections(config: Config) -> list[str]:
+    """Config sections of the hub's spawner class and its parents, base first, as traitlets
+    reads them: ``c.MySpawner.strategy`` applies to a subclass ``MySpawner`` of GPUBurstSpawner."""
+    spawner_class: Any = config.JupyterHub.get("spawner_class") if "JupyterHub" in config else None
+    if isinstance(spawner_class, str):
+        spawner_class = _load_spawner_class(spawner_class)
+    if not isinstance(spawner_class, type) or not issubclass(spawner_class, GPUBurstSettings):
+        return [SPAWNER_SECTION]
+    return [c.__name__ for c in reversed(spawner_class.mro()) if issubclass(c, GPUBurstSettings) and c is not GPUBurstSettings]
+
+
+def _load_spawner_class(name: str) -> type | None:
+    """JupyterHub's spawner_class string: an entry point name or a dotted import path."""
+    from importlib import import_module
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="jupyterhub.spawners"):
+        if ep.name == name:
+            name = ep.value.replace(":", ".")
+    module, _, attr = name.rpartition(".")
+    if not module:
+        return None
+    try:
+        return getattr(import_module(module), attr, None)
+    except ImportError:
+        return None
+
+
 def settings_from_config(config: Config | None) -> GPUBurstSettings:
-    """Settings from a hub's config, reading both ``GPUBurstSettings`` and ``GPUBurstSpawner``."""
+    """Settings from a hub's config: ``GPUBurstSettings``, ``GPUBurstSpawner``, and the section of
+    the configured spawner class when it subclasses GPUBurstSpawner (later sections win)."""
     config = config or Config()
     merged = Config()
     names = set(GPUBurstSettings.class_trait_names(config=True))
-    for section in ("GPUBurstSettings", SPAWNER_SECTION):
+    sections = ["GPUBurstSettings"] + [s for s in spawner_sections(config) if s != "GPUBurstSettings"]
+    if SPAWNER_SECTION not in sections:
+        sections.insert(1, SPAWNER_SECTION)
+    for section in sections:
         if section in config:
             for key, value in config[section].items():
                 if key in names:
@@ -191,7 +223,7 @@ def api_settings_from_config(config: Config | None) -> dict[str, Any]:
     """KubeSpawner's API-server settings (host, CA, TLS check) as a spawner would see them."""
     config = config or Config()
     out: dict[str, Any] = {"host": None, "ssl_ca_cert": None, "verify_ssl": None}
-    for section in ("KubeSpawner", SPAWNER_SECTION):
+    for section in ["KubeSpawner", *spawner_sections(config)]:
         if section in config:
             for key, name in (("k8s_api_host", "host"), ("k8s_api_ssl_ca_cert", "ssl_ca_cert"), ("k8s_api_verify_ssl", "verify_ssl")):
                 if key in config[section]:

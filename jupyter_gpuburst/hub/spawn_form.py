@@ -12,7 +12,7 @@ from typing import Any, Callable
 from traitlets.config import Config
 
 from jupyter_gpuburst.core import keys, names
-from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError, decide
+from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError, Policy, decide
 from jupyter_gpuburst.hub.capacity import CapacityTracker
 from jupyter_gpuburst.hub.podrequest import RESOURCE_TRAITS, pod_spec_from_traits, request_of_pod
 from jupyter_gpuburst.hub.profiles import ProfileGPU, gpu_from_resources, profile_block
@@ -64,12 +64,18 @@ def profile_gpu(
 
 
 def availability(
-    gpu: ProfileGPU, slug: str, user: Any, tracker: CapacityTracker, resources: dict[str, int] | None = None
+    gpu: ProfileGPU,
+    slug: str,
+    user: Any,
+    tracker: CapacityTracker,
+    resources: dict[str, int] | None = None,
+    policy: Policy | None = None,
 ) -> dict[str, Any]:
     """Free units per site now and where a spawn of this profile would land (nothing reserved).
 
     ``resources`` is the whole pod (CPU, memory...), so "would start on" and "full" account for
-    it as the spawn itself will. ``full`` means the profile cannot start now; ``never`` that no
+    it as the spawn itself will; ``policy`` is the profile's own when its overrides change the
+    hub's. ``full`` means the profile cannot start now; ``never`` that no
     allowed node is big enough, so waiting will not help either.
     """
     snapshot = tracker.snapshot()
@@ -86,7 +92,7 @@ def availability(
         gpu.resource, gpu.count, user.name, groups, slug, gpu.allowed_sites, resources=dict(resources or {})
     )
     try:
-        outcome: Placement | NoCapacity = decide(request, snapshot, tracker.placer.policy)
+        outcome: Placement | NoCapacity = decide(request, snapshot, policy or tracker.placer.policy)
     except PlacementInputError as exc:
         outcome = NoCapacity(str(exc), never=True)
     wanted = names.gpu_amount(gpu.resource, gpu.count)
@@ -112,6 +118,7 @@ def annotate(
     tracks: Callable[[str], bool],
     user: Any,
     tracker: CapacityTracker | None,
+    policy: Policy | None = None,
 ) -> dict[str, Any]:
     """A copy of ``profile`` with ``gpuburst_status`` and the availability in its description.
 
@@ -128,7 +135,7 @@ def annotate(
         return out
     if gpu is None or tracker is None:
         return out
-    status = availability(gpu, profile.get("slug", ""), user, tracker, resources)
+    status = availability(gpu, profile.get("slug", ""), user, tracker, resources, policy)
     out["gpuburst_status"] = status
     description = out.get("description") or ""
     out["description"] = f"{description} {status['summary']}".strip()

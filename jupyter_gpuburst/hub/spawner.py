@@ -22,7 +22,7 @@ from kubernetes_asyncio.client import V1Affinity, V1EnvVar, V1NodeAffinity, V1To
 from kubespawner import KubeSpawner
 from kubespawner.utils import get_k8s_model
 from tornado import web
-from traitlets import default
+from traitlets import TraitError, default
 
 from jupyter_gpuburst.core import keys, names
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
@@ -37,6 +37,7 @@ from jupyter_gpuburst.hub.profiles import (
     profile_block,
     validate_user_options,
 )
+from jupyter_gpuburst.hub import profile_policy
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -152,6 +153,11 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         profile_list = self._sorted_dict_values(self.profile_list)
         if callable(profile_list):
             profile_list = await maybe_future(profile_list(self))
+        try:
+            profile_policy.check_profiles(profile_list or [])
+        except profile_policy.ProfilePolicyError as exc:
+            self.log.error("%s", exc)
+            raise SpawnRefused(500, "The hub's profiles are misconfigured; please tell the hub's admins.") from None
         return self._get_initialized_profile_list(profile_list or [])
 
     async def _gb_validate_options(self) -> list[dict[str, Any]]:
@@ -269,7 +275,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
     def _gb_place(self, tracker: CapacityTracker, key: str, request: GPURequest) -> Placement | NoCapacity:
         started = time.perf_counter()
         try:
-            return tracker.placer.place(key, request, time.monotonic())
+            return tracker.placer.place(key, request, time.monotonic(), self._gb_policy(tracker))
         except PlacementInputError as exc:
             raise SpawnRefused(400, str(exc)) from None
         finally:
@@ -298,6 +304,18 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         finally:
             tracker.dequeue(key)
             _metric("set_queue_length", tracker.queue_length)
+
+    def _gb_policy(self, tracker: CapacityTracker) -> Any:
+        """This spawn's Policy when its profile overrides Policy traits, else None (the hub's)."""
+        for trait in profile_policy.HUB_WIDE_TRAITS:
+            if getattr(self, trait) != getattr(tracker.settings, trait):
+                raise SpawnRefused(500, f"This profile is misconfigured ({trait} is hub-wide); please tell the hub's admins.")
+        values = {name: getattr(self, name) for name in profile_policy.POLICY_TRAITS}
+        try:
+            return profile_policy.policy_for(tracker.settings, values, tracker.placer.policy.known_profiles)
+        except (ValueError, TraitError) as exc:
+            self.log.error("Profile policy overrides rejected: %s", exc)
+            raise SpawnRefused(500, "This profile's placement settings are invalid; please tell the hub's admins.") from None
 
     def _gb_tried_summary(self) -> str:
         tried = "; ".join(f"{a['site']} ({a['outcome']})" for a in self._gb_attempts)
@@ -710,7 +728,15 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
     def _gb_annotate(self, profile: dict[str, Any], tracker: CapacityTracker | None) -> dict[str, Any]:
         # the configured base, not this spawner's traits: a refused profile's override stays on them
         base = spawn_form.configured_resources(self.config)
-        return spawn_form.annotate(profile, base, self._gb_tracks, self.user, tracker)
+        policy = None
+        if tracker is not None:
+            try:
+                policy = profile_policy.policy_for(
+                    tracker.settings, profile.get("kubespawner_override") or {}, tracker.placer.policy.known_profiles
+                )
+            except (ValueError, TraitError) as exc:
+                return {**profile, "gpuburst_status": {"full": True, "never": True, "summary": f"Misconfigured: {exc}"}}
+        return spawn_form.annotate(profile, base, self._gb_tracks, self.user, tracker, policy)
 
 
 def placement_env(placement: Placement) -> dict[str, Any]:

@@ -248,6 +248,9 @@ class Scheduler:
     def __init__(self, store: Store, *, backoff_initial_s: float = 1.0, backoff_max_s: float = 10.0, host: str = "sim", volumes: VolumeBinding | None = None):
         self.store = store
         self.volumes = volumes
+        if volumes is not None:
+            # a claim that binds can make a waiting pod schedulable, as kube-scheduler requeues on PVC events
+            volumes.on_change = self._volumes_changed
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.host = host
@@ -274,6 +277,10 @@ class Scheduler:
 
     def _kick(self) -> None:
         self._wake.set()
+
+    def _volumes_changed(self) -> None:
+        self._changed = True
+        self._kick()
 
     async def _watch_pods(self) -> None:
         watch = self.store.watch("pods")

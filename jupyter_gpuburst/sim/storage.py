@@ -94,6 +94,7 @@ class VolumeBinding:
     def __init__(self, store: Any) -> None:
         self.store = store
         self._task: asyncio.Task | None = None
+        self.on_change: Any = None  # called after a claim binds (the scheduler retries its pods)
 
     # ---- the PV controller: Immediate claims bind at once -----------------------------------
     async def start(self) -> None:
@@ -170,7 +171,10 @@ class VolumeBinding:
             claim["spec"].setdefault("storageClassName", sc["metadata"]["name"])
             claim["status"] = {"phase": "Bound", "accessModes": pv["spec"]["accessModes"], "capacity": pv["spec"]["capacity"]}
 
-        return self.store.mutate("persistentvolumeclaims", meta["namespace"], meta["name"], bound)
+        updated = self.store.mutate("persistentvolumeclaims", meta["namespace"], meta["name"], bound)
+        if self.on_change is not None:
+            self.on_change()
+        return updated
 
     # ---- the scheduler's volume steps --------------------------------------------------------
     def _claims(self, pod: Mapping[str, Any]) -> tuple[list[Obj], str | None]:

@@ -18,7 +18,8 @@ from .conftest import gpu_pod, node
 class FakeCluster:
     """A ClusterView over in-memory objects, with a deny set for access reviews."""
 
-    def __init__(self, nodes, pods=(), offloadings=None, groups=None, denied=()):
+    def __init__(self, nodes, pods=(), offloadings=None, groups=None, denied=(), storage_classes=None):
+        self.storage_classes = storage_classes
         self.nodes = list(nodes)
         self.pods = list(pods)
         self.offloadings = dict(offloadings or {})
@@ -43,6 +44,9 @@ class FakeCluster:
 
     def namespace_offloading(self, namespace):
         return self.offloadings.get(namespace)
+
+    def list_storage_classes(self):
+        return self.storage_classes
 
 
 def healthy(**overrides: Any) -> FakeCluster:
@@ -90,11 +94,12 @@ def test_notready_donor_fails_and_names_the_peering_fix():
     assert report.as_dict()["capacity"]["sites"][0]["site"] == "donor-1"  # present, just not ready
 
 
-def test_donor_without_gpu_grant_fails_with_resourceslice_fix():
+def test_donor_without_gpu_grant_fails_with_a_peering_that_grants_them():
     cluster = healthy(nodes=[node("gpu-a", 2), node("liqo-donor-1", 0, donor="donor-1")])
     [bad] = failed(doctor.diagnose(cluster, "ctx", "jhub"))
     assert "grants no GPUs" in bad.detail
-    assert "liqoctl create resourceslice" in bad.fix and "--remote-cluster-id donor-1" in bad.fix
+    assert "liqoctl peer --remote-kubeconfig <donor-1 kubeconfig> --cpu <C> --memory <M> --resource nvidia.com/gpu=<N>" in bad.fix
+    assert "resourceslice" not in bad.fix
 
 
 def test_cordoned_donor_is_a_warning_not_a_failure():
@@ -124,9 +129,17 @@ def test_liqo_not_installed_fails_and_skips_offloading_lookup():
     assert not any(f.area == "offloading" for f in report.findings)
 
 
-def test_namespace_not_offloaded_fails_with_liqoctl_and_manifest_fix():
+def test_namespace_not_offloaded_is_a_warning_when_the_spawner_may_offload_it():
     report = doctor.diagnose(healthy(offloadings={}), "ctx", "jhub")
-    [bad] = failed(report)
+    assert report.ok
+    [warn] = [f for f in report.findings if f.area == "offloading"]
+    assert warn.status is Status.WARN and "the spawner creates the NamespaceOffloading" in warn.detail
+    assert "liqoctl offload namespace jhub" in warn.fix
+
+
+def test_namespace_not_offloaded_fails_with_liqoctl_and_manifest_fix_when_the_spawner_may_not():
+    report = doctor.diagnose(healthy(offloadings={}, denied={("create", "namespaceoffloadings")}), "ctx", "jhub")
+    [bad] = [f for f in failed(report) if f.area == "offloading"]
     assert bad.area == "offloading" and bad.subject == "namespace jhub"
     assert "liqoctl offload namespace jhub --pod-offloading-strategy LocalAndRemote" in bad.fix
     manifest = json.loads(bad.fix.split("<<< '", 1)[1].rstrip("'"))
@@ -173,10 +186,10 @@ def test_denied_permissions_fail_with_one_minimal_grant():
 
 
 def test_render_report_lists_each_fix_once():
-    cluster = healthy(offloadings={}, denied={("get", "pods"), ("list", "events")})
+    cluster = healthy(offloadings={}, denied={("get", "pods"), ("list", "events"), ("create", "namespaceoffloadings")})
     text = doctor.render_report(doctor.diagnose(cluster, "ctx", "jhub"))
     assert "Fixes:" in text and text.count("kubectl apply -n jhub -f hub_config/rbac.yaml") == 1
-    assert "3 needed piece(s) missing." in text
+    assert "4 needed piece(s) missing." in text
     assert re.search(r"^origin +origin +yes +nvidia.com/gpu +1/2$", text, re.M)  # the capacity table follows
 
 
@@ -193,3 +206,18 @@ def test_resource_flag_limits_what_counts():
     view = FakeCluster(nodes=[node("a", 2), node("b", 3, resource="amd.com/gpu")])
     rows = doctor.capacity_rows(doctor.take_capacity(view, doctor.new_inventory(["amd.com/gpu"])))
     assert [(r["resource"], r["total"]) for r in rows] == [("amd.com/gpu", 3)]
+
+
+def test_storage_report_names_the_policies_the_classes_allow():
+    standard = {"metadata": {"name": "standard", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}}, "provisioner": "rancher.io/local-path"}
+    liqo_class = {"metadata": {"name": "liqo"}, "provisioner": liqo.STORAGE_PROVISIONER}
+    nfs = {"metadata": {"name": "homes"}, "provisioner": "nfs.csi.k8s.io"}
+    plain = doctor.check_storage([standard, liqo_class])
+    assert plain[-1].detail == "supported here: pin-to-volume, scratch-on-donor" and plain[-1].fix
+    assert any(f.subject == "class liqo" and "binds where its first server lands" in f.detail for f in plain)
+    assert "cannot follow a server to a donor" in plain[0].detail
+    with_nfs = doctor.check_storage([standard, nfs])
+    assert with_nfs[-1].detail == "supported here: pin-to-volume, scratch-on-donor, shared"
+    assert all(f.status is Status.OK for f in with_nfs)
+    [unknown] = doctor.check_storage(None)
+    assert unknown.status is Status.WARN

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+import shlex
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from kubernetes.utils.quantity import parse_quantity
 from traitlets.config.loader import PyFileConfigLoader
 
 from jupyter_gpuburst import doctor
@@ -175,3 +178,77 @@ def test_configured_spawner_traits_exist(values):
         assert name in GPUBurstSpawner.class_trait_names(config=True), name
         setattr(settings, name, value)  # validates like loading the config does
     settings.policy()  # and the policy accepts the combination
+
+
+# ---- the README guide and the files it uses agree ---------------------------------------------
+def readme_commands() -> list[str]:
+    """Every command line of the README's real-cluster guide (bash blocks, continuations joined)."""
+    text = (REPO / "README.md").read_text()
+    guide = text[text.index("## Real-cluster guide") : text.index("## Configuration reference")]
+    lines: list[str] = []
+    for block in re.findall(r"```bash\n(.*?)```", guide, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("  #")[0].strip()
+            if line:
+                lines.append(line)
+    return lines
+
+
+def the_command(prefix: str) -> list[str]:
+    [line] = [line for line in readme_commands() if line.startswith(prefix)]
+    return shlex.split(line)
+
+
+def test_readme_peers_once_and_grants_cpu_memory_and_gpus():
+    peer = the_command("liqoctl peer")
+    assert not any(line.startswith("liqoctl create resourceslice") for line in readme_commands())
+    assert {"--cpu", "--memory", "--resource"} <= set(peer)
+    assert "Liqo\n1.0.2 or later" in (REPO / "README.md").read_text() or "Liqo 1.0.2 or later" in (REPO / "README.md").read_text()
+
+
+def grant() -> dict[str, float]:
+    peer = the_command("liqoctl peer")
+    value = {flag: peer[peer.index(flag) + 1] for flag in ("--cpu", "--memory", "--resource")}
+    name, count = value["--resource"].split("=")
+    return {"cpu": float(parse_quantity(value["--cpu"])), "memory": float(parse_quantity(value["--memory"])), name: float(count)}
+
+
+@pytest.mark.parametrize("slug", ["gpu-1", "gpu-2"])
+def test_profile_guarantees_fit_the_readme_grant(values, slug):
+    """As many servers as the granted GPUs allow also fit in the granted CPU and memory."""
+    [profile] = [p for p in values["singleuser"]["profileList"] if p["slug"] == slug]
+    override = profile["kubespawner_override"]
+    granted = grant()
+    [(resource, per_server)] = override["extra_resource_limits"].items()
+    servers = granted[resource] // int(per_server)
+    assert servers >= 1
+    # Kubernetes counts requests; without a guarantee KubeSpawner's limit becomes the request
+    cpu = float(parse_quantity(str(override.get("cpu_guarantee", override["cpu_limit"]))))
+    memory = float(parse_quantity(str(override.get("mem_guarantee", override["mem_limit"]))))
+    assert servers * cpu <= granted["cpu"], f"{servers} x {slug} need {servers * cpu} CPUs"
+    assert servers * memory <= granted["memory"], f"{servers} x {slug} need {servers * memory} bytes"
+
+
+def test_readme_pins_the_chart_release_the_files_use(values):
+    helm = the_command("helm upgrade --install")
+    version = helm[helm.index("--version") + 1]
+    assert the_command("helm repo add") == ["helm", "repo", "add", "jupyterhub", "https://hub.jupyter.org/helm-chart/"]
+    assert f"--version {version}" in (HUB_CONFIG / "values.yaml").read_text()
+    assert f"Tag:      {version} " in (Z2JH / "PROVENANCE").read_text()
+    assert f"k8s-hub:{version}" in (HUB_CONFIG / "images" / "hub.Dockerfile").read_text()
+
+
+def test_both_configs_reach_the_hub_from_donor_namespaces(values, plain_config):
+    full_name = "http://hub.jhub.svc.cluster.local:8081"
+    assert values["hub"]["config"]["JupyterHub"]["hub_connect_url"] == full_name
+    assert plain_config.JupyterHub.hub_connect_url == full_name
+    # the proxy is its own pod (z2jh's too): the hub image has no Node to run one
+    assert plain_config.ConfigurableHTTPProxy.should_start is False
+
+
+def test_both_configs_give_every_user_a_home_volume_and_a_storage_policy(values, plain_config):
+    assert values["singleuser"]["storage"]["type"] == "dynamic"
+    assert plain_config.KubeSpawner.storage_pvc_ensure is True
+    [volume] = plain_config.KubeSpawner.volumes
+    assert volume["persistentVolumeClaim"]["claimName"] == "{pvc_name}"
+    assert plain_config.GPUBurstSpawner.storage_policy == values["hub"]["config"]["GPUBurstSpawner"]["storage_policy"]

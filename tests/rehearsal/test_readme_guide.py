@@ -1,0 +1,199 @@
+"""A rehearsal of the README's real-cluster guide, step by step, against `gpuburst sim`.
+
+The commands come from the README's code blocks, so the guide and this test cannot drift apart.
+What the emulator cannot run is translated, and said so at each step:
+
+1. `liqoctl peer ... --cpu --memory --resource`: its grant becomes the donor's grant in the
+   federation's YAML, and `gpuburst sim` (the real command) peers it; the README's kubectl
+   command then finds exactly one virtual node for the donor.
+2. Images: the hub runs this checkout's JupyterHub environment; servers run as local processes.
+3. `kubectl create namespace` runs as written (the emulator does not enforce RBAC; the RBAC file
+   is checked against what doctor needs in tests/hub_config).
+4. The hub loads hub_config/jupyterhub_config.py as written, with only what differs on a laptop
+   overridden after it (addresses, the proxy process, the single-user command).
+5. `gpuburst doctor` runs as written, against the emulator's kubeconfig.
+Then two students spawn the README's GPU profiles: the first lands on the origin with its home
+volume; the second, with the origin full, bursts to the donor, where the storage policy of the
+shipped config gives it scratch space and says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jupyter_gpuburst.core import keys
+
+from spawner.harness import Hub
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+NAMESPACE = "jhub"
+
+
+def guide_commands() -> list[str]:
+    text = (REPO / "README.md").read_text()
+    guide = text[text.index("## Real-cluster guide") : text.index("## Configuration reference")]
+    lines: list[str] = []
+    for block in re.findall(r"```bash\n(.*?)```", guide, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("  #")[0].strip()
+            if line:
+                lines.append(line)
+    return lines
+
+
+def command(prefix: str) -> list[str]:
+    [line] = [line for line in guide_commands() if line.startswith(prefix)]
+    return shlex.split(line)
+
+
+def federation_config_from_the_peer_command() -> dict:
+    """The README's grant, as the emulator's federation config; donor nodes hold the grant."""
+    peer = command("liqoctl peer")
+    flag = {name: peer[peer.index(name) + 1] for name in ("--cpu", "--memory", "--resource")}
+    resource, gpus = flag["--resource"].split("=")
+    return {
+        "origin": {"name": "origin", "nodes": [
+            {"name": "origin-gpu", "cpu": "16", "memory": "64Gi", "resources": {resource: 2}},
+            {"name": "origin-cpu", "cpu": "8", "memory": "32Gi"},
+        ]},
+        "donors": [{
+            "name": "polito-hpc",
+            "nodes": [{"name": "polito-hpc-gpu", "count": 2, "cpu": "64", "memory": "256Gi", "resources": {resource: int(gpus)}}],
+            "grant": {"cpu": flag["--cpu"], "memory": flag["--memory"], "pods": "110", resource: int(gpus)},
+        }],
+    }
+
+
+async def run(args: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
+    return await asyncio.to_thread(subprocess.run, args, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+async def sim(tmp_path):
+    """`gpuburst sim` with the README's grant, as a separate process; its kubeconfig."""
+    config = tmp_path / "federation.yaml"
+    config.write_text(yaml.safe_dump(federation_config_from_the_peer_command()))
+    kubeconfig = tmp_path / "kubeconfig"
+    proc = await asyncio.create_subprocess_exec(
+        str(VENV_BIN / "gpuburst"), "sim", "--config", str(config), "--kubeconfig-out", str(kubeconfig), "--state-dir", str(tmp_path / "pods"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        output = []
+        while True:
+            line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+            assert line, f"gpuburst sim exited: {''.join(output)}"
+            output.append(line)
+            if line.startswith("ready"):
+                break
+        yield kubeconfig
+    finally:
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), 30)
+
+
+LOCAL_OVERRIDES = """
+# ---- only what differs on a laptop, after the README's config --------------------------------
+c.JupyterHub.hub_bind_url = "http://127.0.0.1:{hub_port}"
+c.JupyterHub.hub_connect_url = "http://127.0.0.1:{hub_port}"
+c.ConfigurableHTTPProxy.should_start = True
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
+c.KubeSpawner.image = "jupyter-gpuburst-singleuser"
+c.KubeSpawner.cmd = [{singleuser!r}]
+c.KubeSpawner.args = ["--allow-root"]
+c.KubeSpawner.start_timeout = 60
+c.KubeSpawner.volume_mounts = [{{"name": "volume-{{user_server}}", "mountPath": {home!r} + "/{{username}}"}}]
+c.KubeSpawner.environment = {{"JUPYTER_GPUBURST_BACKEND": "simulated"}}
+c.Spawner.default_url = "/api"
+"""
+
+
+def env_of(pod: dict) -> dict:
+    return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env") or []}
+
+
+async def test_the_real_cluster_guide_works_as_written(sim, tmp_path):
+    env = {**os.environ, "KUBECONFIG": str(sim), "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
+    from kubernetes import client, config as kube_config
+
+    kube_config.load_kube_config(str(sim), context="origin")
+    core = client.CoreV1Api()
+
+    # 1. one virtual node per donor, carrying the README's grant
+    listed = await run(command("kubectl get nodes -l liqo.io/type=virtual-node"), env)
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split()[0] for line in listed.stdout.splitlines()[1:]]
+    assert rows == ["polito-hpc"]
+    granted = core.read_node("polito-hpc").status.allocatable
+    peer = command("liqoctl peer")
+    assert granted["cpu"] == peer[peer.index("--cpu") + 1] and granted["memory"] == peer[peer.index("--memory") + 1]
+
+    # 3. the namespace, as written
+    created = await run(command("kubectl create namespace"), env)
+    assert created.returncode == 0, created.stderr
+
+    # 5. doctor as the hub's account: nothing needed missing (not offloaded yet is a warning)
+    doctor_cmd = command("gpuburst doctor -n jhub --as")
+    doctor = await run([*doctor_cmd, "--kubeconfig", str(sim)], env)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert "not offloaded yet" in doctor.stdout
+    assert "supported here: pin-to-volume, scratch-on-donor" in doctor.stdout
+
+    # 4. the hub with the README's config file
+    workdir = tmp_path / "hub"
+    workdir.mkdir()
+    hub = Hub(workdir, sim)
+    hub.extra_config = (
+        f"import os\nos.environ['GPUBURST_NAMESPACE'] = {NAMESPACE!r}\n"
+        f"load_subconfig({str(REPO / 'hub_config' / 'jupyterhub_config.py')!r})\n"
+        + LOCAL_OVERRIDES.format(
+            hub_port=hub.hub_port, proxy_api_port=hub.proxy_api_port,
+            singleuser=str(VENV_BIN / "jupyterhub-singleuser"), home=str(tmp_path / "homes"),
+        )
+    )  # fmt: skip
+    hub._write_config()
+    hub.start()
+    try:
+        await hub.wait_up()
+        # first student: the origin has 2 GPUs free; the home volume is bound there and mounted
+        status, body = await hub.spawn("student1", {"profile": "gpu-2"})
+        assert status in (201, 202), body
+        await hub.wait_ready("student1", timeout=90)
+        pod = core.read_namespaced_pod("jupyter-student1", NAMESPACE).to_dict()
+        assert pod["metadata"]["labels"][keys.SITE_LABEL] == keys.ORIGIN_SITE
+        assert env_of(pod)["JUPYTER_GPUBURST_STORAGE"] == "home"
+        claim = core.read_namespaced_persistent_volume_claim("claim-student1", NAMESPACE)
+        assert claim.status.phase == "Bound"
+
+        # second student: the origin is full, so the server bursts to the donor; its home
+        # stays on the origin and the shipped policy (scratch-on-donor) says so
+        status, body = await hub.spawn("student2", {"profile": "gpu-1"})
+        assert status in (201, 202), body
+        progress = [e.get("message", "") for e in await hub.progress("student2", timeout=90)]
+        await hub.wait_ready("student2", timeout=90)
+        pod = core.read_namespaced_pod("jupyter-student2", NAMESPACE).to_dict()
+        assert pod["spec"]["node_name"] == "polito-hpc"
+        home = next(v for v in pod["spec"]["volumes"] if v["name"].startswith("volume-"))
+        assert home["empty_dir"] is not None and home["persistent_volume_claim"] is None
+        storage = env_of(pod)
+        assert storage["JUPYTER_GPUBURST_STORAGE"] == "scratch"
+        assert storage["JUPYTER_GPUBURST_STORAGE_MESSAGE"] in progress
+        code, _ = await hub.get_via_proxy("student2")
+        assert code == 200
+        # the spawner offloaded the namespace itself, as doctor said it would
+        offloaded = await run([*doctor_cmd, "--kubeconfig", str(sim)], env)
+        assert offloaded.returncode == 0 and "not offloaded yet" not in offloaded.stdout
+    finally:
+        await hub.stop()
