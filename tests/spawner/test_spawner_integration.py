@@ -119,7 +119,7 @@ async def test_local_full_bursts_to_donor_and_is_reachable(federation, start_hub
     assert pod["spec"]["nodeName"] == DONOR
     assert pod["metadata"]["labels"][keys.SITE_LABEL] == DONOR
     assert pod["metadata"]["labels"][keys.CLUSTER_LABEL] == DONOR
-    assert "0 of 2" in pod["metadata"]["annotations"][keys.REASON_ANNOTATION]
+    assert "All 2 GPUs on the origin are busy" in pod["metadata"]["annotations"][keys.REASON_ANNOTATION]
     assert any(t["key"] == liqo.VIRTUAL_NODE_TAINT_KEY for t in pod["spec"]["tolerations"])
     offloading = federation.origin.store.get(f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}", "default", liqo.NAMESPACE_OFFLOADING_NAME)
     assert offloading["spec"]["podOffloadingStrategy"] == "LocalAndRemote"
@@ -168,7 +168,7 @@ async def test_capacity_stolen_after_decision_is_redirected_to_donor(federation,
     assert user["servers"][""]["ready"]
     code, _ = await hub.get_via_proxy("dave")
     assert code == 200
-    assert "Redirected: origin could not schedule" in hub.log()
+    assert "Redirected: the origin could not schedule" in hub.log()
 
 
 async def test_redirects_exhausted_fail_with_what_was_tried(federation, start_hub):
@@ -187,7 +187,8 @@ async def test_nothing_free_fails_fast_with_the_reason(federation, start_hub):
     started = time.monotonic()
     status, body = await hub.spawn("erin", {"profile": "gpu1"})
     assert status >= 400, body
-    assert "origin: 0 of 2 free" in body["message"] and "donor donor-1: 0 of 8 free" in body["message"], body
+    assert "origin 0 of 2 free" in body["message"] and "donor-1 0 of 8 free" in body["message"], body
+    assert "donor donor-1" not in body["message"] and "frees up" in body["message"], body
     assert time.monotonic() - started < 10
     assert pod_of(federation, "erin") is None
 
