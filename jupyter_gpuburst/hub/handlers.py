@@ -17,6 +17,7 @@ from jupyterhub.handlers.base import BaseHandler
 from jupyterhub.scopes import needs_scope
 from tornado import web
 
+from jupyter_gpuburst.core import names
 from jupyter_gpuburst.hub import metrics
 from jupyter_gpuburst.hub.report import CapacitySource, capacity_report
 
@@ -75,7 +76,9 @@ class CapacityPageHandler(BaseHandler):
     async def get(self) -> None:
         tracker = await _tracker(self, self.tracker_source)
         report: dict[str, Any] = capacity_report(tracker)
-        html = await self.render_template(PAGE_TEMPLATE, report=report, api_url=self.hub.base_url + API_PATH.lstrip("/"))
+        html = await self.render_template(
+            PAGE_TEMPLATE, report=report, api_url=self.hub.base_url + API_PATH.lstrip("/"), gpu_name=names.gpu_name
+        )
         self.finish(html)
 
 

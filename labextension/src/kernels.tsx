@@ -181,15 +181,15 @@ export class GpuKernelStatus extends ReactWidget {
   }
 }
 
-/** Wire GPU kernels into the panel (through `setFooter`) and the status bar. */
+/** Wire GPU kernels into the panel (a section of its own) and the status bar. */
 export function installGpuKernels(
   app: JupyterFrontEnd,
   client: GpuBurstClient,
-  panel: { setFooter(render: () => JSX.Element | null): void },
+  panel: { addSection(render: () => JSX.Element | null): IDisposable },
   statusBar: IStatusBar | null
 ): GpuKernelsModel {
   const model = new GpuKernelsModel(client);
-  panel.setFooter(() => (
+  panel.addSection(() => (
     <UseSignal signal={model.changed}>{() => <GpuKernelsSection model={model} />}</UseSignal>
   ));
   if (statusBar) {

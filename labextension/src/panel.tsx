@@ -2,6 +2,7 @@
  * The sidebar panel: where this server runs, live GPU charts, and per-kernel GPU memory.
  */
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
+import { DisposableDelegate, IDisposable } from '@lumino/disposable';
 import { Message } from '@lumino/messaging';
 import * as React from 'react';
 
@@ -21,6 +22,28 @@ import { GpuBurstModel } from './model';
 import { IGpu, IPlacement, ISample } from './types';
 
 export const PANEL_ID = 'jupyter-gpuburst-panel';
+
+/**
+ * One more section of the panel, rendered below the built-in ones on every model change.
+ * Views kept in their own modules (a list of remote kernels, say) add themselves with
+ * `GpuBurstPanel.addSection`, and use `PanelSection` for the card around their content.
+ */
+export type PanelSectionRenderer = (model: GpuBurstModel) => JSX.Element | null;
+
+/** The card every section of the panel sits in. */
+export function PanelSection(props: {
+  title: string;
+  className?: string;
+  label?: string;
+  children?: React.ReactNode;
+}): JSX.Element {
+  return (
+    <section className={`jp-GpuBurst-card ${props.className ?? ''}`.trim()} aria-label={props.label ?? props.title}>
+      <h3>{props.title}</h3>
+      {props.children}
+    </section>
+  );
+}
 
 /** Re-render once a second while `active`, for the "retrying in N s" countdown. */
 function useTicker(active: boolean): number {
@@ -186,7 +209,7 @@ function KernelList(props: { sample: ISample }): JSX.Element {
 }
 
 /** The panel's content for one model state. */
-export function PanelView(props: { model: GpuBurstModel }): JSX.Element {
+export function PanelView(props: { model: GpuBurstModel; sections?: PanelSectionRenderer[] }): JSX.Element {
   const { model } = props;
   const sample = model.latest;
   return (
@@ -212,6 +235,9 @@ export function PanelView(props: { model: GpuBurstModel }): JSX.Element {
         sample.gpus.map(gpu => <GpuCard key={gpu.uuid} gpu={gpu} model={model} end={sample.timestamp} />)
       )}
       {sample && <KernelList sample={sample} />}
+      {(props.sections ?? []).map((render, i) => (
+        <React.Fragment key={i}>{render(model)}</React.Fragment>
+      ))}
     </div>
   );
 }
@@ -231,22 +257,25 @@ export class GpuBurstPanel extends ReactWidget {
     this.node.setAttribute('aria-label', 'GPU panel');
   }
 
-  /** Extra content below the server's GPUs (the GPU kernels section, see kernels.tsx). */
-  setFooter(render: () => JSX.Element | null): void {
-    this._footer = render;
+  /** Add a section below the built-in ones; dispose the result to remove it. */
+  addSection(render: PanelSectionRenderer): IDisposable {
+    this._sections.push(render);
     this.update();
+    return new DisposableDelegate(() => {
+      this._sections = this._sections.filter(r => r !== render);
+      this.update();
+    });
   }
-
-  private _footer: (() => JSX.Element | null) | null = null;
 
   protected render(): JSX.Element {
     return (
-      <>
-        <UseSignal signal={this._model.changed}>{() => <PanelView model={this._model} />}</UseSignal>
-        {this._footer?.()}
-      </>
+      <UseSignal signal={this._model.changed}>
+        {() => <PanelView model={this._model} sections={this._sections} />}
+      </UseSignal>
     );
   }
+
+  private _sections: PanelSectionRenderer[] = [];
 
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);

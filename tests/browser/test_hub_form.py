@@ -195,9 +195,9 @@ def test_spawn_form_shows_where_each_profile_would_land(page: Page, hub_site: Hu
     free_now = rf"Free now: origin {local - HELD_LOCALLY} of {local}, {DONOR} {donor} of {donor}\."
 
     one = profile_label(page, "gpu-1")
-    expect(one).to_contain_text(re.compile(rf"1 × nvidia\.com/gpu\. {free_now} Would start on origin\."))
+    expect(one).to_contain_text(re.compile(rf"1 GPU\. {free_now} Would start on the origin\."))
     two = profile_label(page, "gpu-2")
-    expect(two).to_contain_text(re.compile(rf"2 × nvidia\.com/gpu\. {free_now} Would start on {DONOR}\."))
+    expect(two).to_contain_text(re.compile(rf"2 GPUs\. {free_now} Would start on {DONOR}\."))
     expect(profile_label(page, "cpu")).not_to_contain_text("Free now")
     for slug in ("cpu", "gpu-1", "gpu-2"):
         expect(page.locator(f"#profile-item-{slug}")).to_be_enabled()
@@ -206,8 +206,8 @@ def test_spawn_form_shows_where_each_profile_would_land(page: Page, hub_site: Hu
 
     full = profile_label(page, f"gpu-{HUGE}")
     expect(full).to_have_class(re.compile(r"\bgpuburst-full\b"))
-    expect(full).to_contain_text(f"Full: No site can start {HUGE} × nvidia.com/gpu")
-    expect(full).to_have_attribute("title", re.compile(r"^Full: "))
+    expect(full).to_contain_text(f"Never fits: No site can ever start {HUGE} GPUs")
+    expect(full).to_have_attribute("title", re.compile(r"^Never fits: "))
     opacity = float(full.evaluate("el => getComputedStyle(el).opacity"))
     assert opacity < 1, "a full profile must look greyed out"
     expect(page.locator(".spawn-error-msg, .alert-danger:visible")).to_have_count(0)

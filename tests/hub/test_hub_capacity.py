@@ -102,6 +102,7 @@ async def test_capacity_page_renders_for_admin(static_hub):
     assert row, html[:2000]
     assert re.search(r'class="gpuburst-free">5<', row.group(1))
     assert re.search(r'class="gpuburst-total">8<', row.group(1))
+    assert re.search(r"<td>GPU <code[^>]*>nvidia.com/gpu</code></td>", row.group(1))  # friendly name, raw as detail
     assert 'data-server="bob/"' in html
     assert "not ready" in html  # donor-2
     assert "tok-do-not-leak" not in html

@@ -92,15 +92,15 @@ async def test_local_free_lands_on_origin_gpu_node(federation, start_hub):
     assert code == 200
 
 
-async def test_cpu_profile_passes_through_untouched(federation, start_hub):
+async def test_cpu_profile_stays_on_the_origin(federation, start_hub):
     hub = await start_hub()
     status, body = await hub.spawn("carol", {"profile": "cpu"})
     assert status in (201, 202), body
     await hub.wait_ready("carol")
     pod = pod_of(federation, "carol")
-    assert keys.SITE_LABEL not in pod["metadata"]["labels"]
-    assert "JUPYTER_GPUBURST_SITE" not in env_of(pod)
-    assert not (pod["spec"].get("affinity") or {}).get("nodeAffinity")
+    assert pod["metadata"]["labels"][keys.SITE_LABEL] == keys.ORIGIN_SITE
+    assert env_of(pod)["JUPYTER_GPUBURST_SITE"]["value"] == keys.ORIGIN_SITE
+    assert not pod["spec"]["nodeName"].startswith("liqo-") and pod["spec"]["nodeName"] != DONOR
 
 
 async def test_local_full_bursts_to_donor_and_is_reachable(federation, start_hub):
@@ -109,16 +109,17 @@ async def test_local_full_bursts_to_donor_and_is_reachable(federation, start_hub
     status, body = await hub.spawn("bob", {"profile": "gpu1"})
     assert status == 202, body
     events = messages(await hub.progress("bob"))
-    decision = next(i for i, m in enumerate(events) if "busy (0 of 2 free)" in m)
-    assert "starting on donor donor-1 (8 of 8 free)" in events[decision]
-    pod_events = [i for i, m in enumerate(events) if "[Normal]" in m]
+    decision = next(i for i, m in enumerate(events) if "All 2 GPUs on the origin are busy" in m)
+    assert "starting on donor-1 (8 of 8 GPUs free there)" in events[decision]
+    assert not [m for m in events if "Started container" in m or "Pulling" in m], events
+    pod_events = [i for i, m in enumerate(events) if "Successfully assigned" in m]
     assert pod_events and decision < pod_events[0], events
     await hub.wait_ready("bob")
     pod = pod_of(federation, "bob")
     assert pod["spec"]["nodeName"] == DONOR
     assert pod["metadata"]["labels"][keys.SITE_LABEL] == DONOR
     assert pod["metadata"]["labels"][keys.CLUSTER_LABEL] == DONOR
-    assert "0 of 2" in pod["metadata"]["annotations"][keys.REASON_ANNOTATION]
+    assert "All 2 GPUs on the origin are busy" in pod["metadata"]["annotations"][keys.REASON_ANNOTATION]
     assert any(t["key"] == liqo.VIRTUAL_NODE_TAINT_KEY for t in pod["spec"]["tolerations"])
     offloading = federation.origin.store.get(f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}", "default", liqo.NAMESPACE_OFFLOADING_NAME)
     assert offloading["spec"]["podOffloadingStrategy"] == "LocalAndRemote"
@@ -167,7 +168,7 @@ async def test_capacity_stolen_after_decision_is_redirected_to_donor(federation,
     assert user["servers"][""]["ready"]
     code, _ = await hub.get_via_proxy("dave")
     assert code == 200
-    assert "Redirected: origin could not schedule" in hub.log()
+    assert "Redirected: the origin could not schedule" in hub.log()
 
 
 async def test_redirects_exhausted_fail_with_what_was_tried(federation, start_hub):
@@ -186,7 +187,8 @@ async def test_nothing_free_fails_fast_with_the_reason(federation, start_hub):
     started = time.monotonic()
     status, body = await hub.spawn("erin", {"profile": "gpu1"})
     assert status >= 400, body
-    assert "origin: 0 of 2 free" in body["message"] and "donor donor-1: 0 of 8 free" in body["message"], body
+    assert "origin 0 of 2 free" in body["message"] and "donor-1 0 of 8 free" in body["message"], body
+    assert "donor donor-1" not in body["message"] and "frees up" in body["message"], body
     assert time.monotonic() - started < 10
     assert pod_of(federation, "erin") is None
 
@@ -214,8 +216,8 @@ async def test_spawn_form_shows_live_availability_and_full_profiles(federation, 
     page = await hub.spawn_page("ivy")
     assert 'id="profile-item-gpu1"' in page  # KubeSpawner's own form is kept
     assert "Free now: origin 0 of 2, donor-1 1 of 8. Would start on donor-1." in page
-    assert 'data-profile="gpu2"\n     data-full="true">Full: No site can start 2 × nvidia.com/gpu now' in page
-    assert 'data-profile="gpu1-local"\n     data-full="true">Full:' in page
+    assert 'data-profile="gpu2"\n     data-full="true"\n     data-never="false">Full now: No site can start 2 GPUs now' in page
+    assert 'data-profile="gpu1-local"\n     data-full="true"\n     data-never="false">Full now:' in page
 
 
 async def test_hub_restart_keeps_donor_server_manageable(federation, start_hub):
