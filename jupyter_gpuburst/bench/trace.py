@@ -200,10 +200,10 @@ class Simulation:
         self.mode = mode
         self.params = params
         self.policy = policy_for(policy_name, params.gpu_memory_gib, donor_latency)
-        self.placer = Placer(self.policy)
         self.inventory = Inventory()
         for node in federation.nodes():
             self.inventory.apply_node_event("ADDED", node)
+        self.placer = Placer(self.policy, self.inventory)
         self.sites = [ORIGIN, *federation.donors]
         hours = int(params.weeks * WEEK // HOUR) + 24 * 7
         self.in_use = {site: HourSeries(hours) for site in self.sites}
@@ -219,14 +219,14 @@ class Simulation:
         if self.policy_name == "loss":
             outcome = self._by_loss(key, request, snapshot, now)
         else:
-            outcome = self.placer.place(key, request, snapshot, now)
+            outcome = self.placer.place(key, request, now)
         self.out.decision_s.append(time.perf_counter() - t0)
         return outcome
 
     def _by_loss(self, key: str, request: GPURequest, snapshot: Snapshot, now: float) -> Placement | NoCapacity:
         best: Placement | None = None
         for site in self.sites:
-            outcome = decide(replace(request, allowed_sites=(site,)), snapshot, self.placer.reservations, self.policy)
+            outcome = decide(replace(request, allowed_sites=(site,)), snapshot, self.policy)
             if isinstance(outcome, Placement) and (best is None or (outcome.loss, outcome.site) < (best.loss, best.site)):
                 best = outcome
         if best is None:

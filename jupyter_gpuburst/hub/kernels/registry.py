@@ -242,9 +242,9 @@ class KernelRegistry:
             if prefer_site and prefer_site not in tried and (request.allowed_sites is None or prefer_site in request.allowed_sites):
                 # a restart goes back where the kernel ran, if it still fits there
                 if prefer_site in tracker.snapshot().sites:
-                    outcome = tracker.placer.place(record.key, replace(request, allowed_sites=(prefer_site,)), tracker.snapshot(), time.monotonic())
+                    outcome = tracker.placer.place(record.key, replace(request, allowed_sites=(prefer_site,)), time.monotonic())
             if isinstance(outcome, NoCapacity):
-                outcome = tracker.placer.place(record.key, request, tracker.snapshot(), time.monotonic())
+                outcome = tracker.placer.place(record.key, request, time.monotonic())
                 if prefer_site and isinstance(outcome, Placement) and outcome.site != prefer_site:
                     record.relocated_from = prefer_site
         except PlacementInputError as exc:
