@@ -37,7 +37,7 @@ import psutil
 
 from jupyter_gpuburst.bench import synthetic
 from jupyter_gpuburst.core.inventory import Snapshot, full_recount, summarize
-from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, Policy, decide
+from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, Policy
 from jupyter_gpuburst.hub.capacity import CapacityTracker, server_key
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -222,15 +222,6 @@ def pod_requests(spec: Mapping[str, Any], tracked: Callable[[str], bool]) -> dic
         _add(total, quantities(overhead, tracked))
     total[PODS] = 1
     return {resource: value for resource, value in total.items() if value > 0}
-
-
-def merge(*parts: Iterable[tuple[str, int]]) -> dict[str, int]:
-    """Sum several (resource, amount) sequences."""
-    out: dict[str, int] = {}
-    for part in parts:
-        for resource, value in part:
-            out[resource] = out.get(resource, 0) + value
-    return out
 
 
 def describe(resource: str, amount: int) -> str:
