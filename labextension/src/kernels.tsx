@@ -14,6 +14,7 @@ import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 
 import { GpuBurstClient } from './client';
+import { kernelGpuText, kernelSiteText } from './kernelformat';
 
 /** One GPU kernel as the server extension reports it. */
 export interface IGpuKernel {
@@ -82,21 +83,6 @@ export class GpuKernelsModel implements IDisposable {
   private _changed = new Signal<this, void>(this);
 }
 
-export function siteText(kernel: IGpuKernel): string {
-  if (!kernel.site) {
-    return 'placing…';
-  }
-  return kernel.site_kind === 'donor' ? `donor ${kernel.site}` : 'origin';
-}
-
-function gpuText(kernel: IGpuKernel): string {
-  if (!kernel.resource) {
-    return '';
-  }
-  const name = kernel.resource.replace(/^nvidia\.com\//, '');
-  return `${kernel.count ?? 1} × ${name}`;
-}
-
 /** Section of the GPU panel: one row per GPU kernel. */
 export function GpuKernelsSection(props: { model: GpuKernelsModel }): JSX.Element | null {
   const kernels = props.model.kernels;
@@ -120,9 +106,9 @@ export function GpuKernelsSection(props: { model: GpuKernelsModel }): JSX.Elemen
           {kernels.map(k => (
             <tr key={k.kernel_id} title={k.reason ?? ''} data-kernel-id={k.kernel_id}>
               <td>{k.display_name ?? k.kernel_name}</td>
-              <td className="jp-GpuBurst-gpuKernelSite">{siteText(k)}</td>
+              <td className="jp-GpuBurst-gpuKernelSite">{kernelSiteText(k)}</td>
               <td>{k.node ?? '—'}</td>
-              <td>{gpuText(k)}</td>
+              <td>{kernelGpuText(k)}</td>
               <td>
                 {k.state ?? ''}
                 {k.files === 'scratch' ? ' · scratch files' : ''}
@@ -169,7 +155,7 @@ export class GpuKernelStatus extends ReactWidget {
           if (!kernel) {
             return <span />;
           }
-          const text = `GPU kernel: ${siteText(kernel)}`;
+          const text = `GPU kernel: ${kernelSiteText(kernel)}`;
           return (
             <span className="jp-GpuBurst-kernelStatusText" title={kernel.reason ?? text} aria-label={text}>
               {text}

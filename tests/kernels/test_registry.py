@@ -148,3 +148,30 @@ async def test_the_files_policy_decides_where_the_kernel_starts(registry, tmp_pa
     (pod,) = [p for p in kernel_pods(registry) if p["metadata"]["name"] == donor.pod_name]
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert "without your files" in env["JUPYTER_GPUBURST_KERNEL_NOTE"]
+
+
+def hold(store, node: str, count: int, name: str) -> None:
+    """Someone else's pod holding ``count`` GPUs of ``node`` in that cluster."""
+    try:
+        store.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "others"}})
+    except Exception:  # noqa: BLE001 - already there
+        pass
+    spec = {"nodeName": node, "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "600"], "resources": {"limits": {GPU: str(count)}}}]}
+    store.create("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "others"}, "spec": spec})
+
+
+async def test_a_kernel_stuck_pending_on_a_donor_moves_or_fails_with_the_reason(registry):
+    fed = registry.federation
+    registry.tracker.settings.donor_pending_grace_seconds = 1.0
+    hold(fed.origin.store, "origin-gpu", 2, "origin-hog")  # the origin is full
+    donor_store = fed.clusters["donor-1"].store
+    for node in ("donor-1-gpu-1", "donor-1-gpu-2"):  # the donor is full behind its grant
+        hold(donor_store, node, 4, f"hog-{node}")
+    await wait_until(lambda: registry.tracker.snapshot().site("origin").free.get(GPU, 0) == 0, timeout=10, what="origin seen full")
+    record = await start(registry)
+    assert record.placement.site == "donor-1"  # the grant still shows 8 free
+    await registry.wait(record, 60)
+    assert record.state == "failed"
+    assert "still pending on donor donor-1" in record.error and "No other site can take it" in record.error
+    assert kernel_pods(registry) == [] or all(p["metadata"].get("deletionTimestamp") for p in kernel_pods(registry))
+    assert registry.tracker.placer.reservations.get(record.key) is None

@@ -315,7 +315,9 @@ class KernelRegistry:
         from jupyter_gpuburst.hub.spawner import unschedulable_reason
 
         deadline = time.monotonic() + self.settings.start_timeout
+        grace = float(getattr(self.tracker.settings, "donor_pending_grace_seconds", 30.0))
         seen = False
+        pending_since: float | None = None
         try:
             while record.state == "pending":
                 pod = self.tracker.pod(record.namespace, record.pod_name)
@@ -323,9 +325,18 @@ class KernelRegistry:
                     seen = True
                     phase = (pod.get("status") or {}).get("phase")
                     why = unschedulable_reason(pod, record.profile.resource)
+                    placement = record.placement
+                    if why is None and placement is not None and placement.is_donor and phase == "Pending" and (pod.get("spec") or {}).get("nodeName"):
+                        # the donor's own scheduler failing shows on the origin only as a pod
+                        # that stays Pending: past the grace period, the kernel moves
+                        pending_since = pending_since or time.monotonic()
+                        if time.monotonic() - pending_since >= grace:
+                            why = f"still pending on donor {placement.site} after {grace:g} s"
+                    else:
+                        pending_since = None
                     if why is not None and key is not None and len(record.attempts) < MAX_REDIRECTS:
                         await self._redirect(record, request, why, server_pod, key, scheme, notebook_dir)
-                        seen = False
+                        seen, pending_since = False, None
                         deadline = time.monotonic() + self.settings.start_timeout
                         continue
                     if why is not None:

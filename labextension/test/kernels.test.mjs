@@ -1,0 +1,17 @@
+// Unit tests of the GPU kernel wording (compiled lib/), run with node's built-in test runner.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { kernelGpuText, kernelSiteText } from '../lib/kernelformat.js';
+
+test('a GPU kernel names its site the way the panel names the server', () => {
+  assert.equal(kernelSiteText({ site: 'origin', site_kind: 'origin', resource: null, count: null }), 'origin');
+  assert.equal(kernelSiteText({ site: 'polito-hpc', site_kind: 'donor', resource: null, count: null }), 'donor polito-hpc');
+  assert.equal(kernelSiteText({ site: null, site_kind: null, resource: null, count: null }), 'placing…');
+});
+
+test('a GPU kernel names the GPU it holds', () => {
+  assert.equal(kernelGpuText({ site: 'origin', site_kind: 'origin', resource: 'nvidia.com/gpu', count: 2 }), '2 × gpu');
+  assert.equal(kernelGpuText({ site: 'origin', site_kind: 'origin', resource: 'nvidia.com/mig-1g.10gb', count: null }), '1 × mig-1g.10gb');
+  assert.equal(kernelGpuText({ site: null, site_kind: null, resource: null, count: null }), '');
+});
