@@ -118,10 +118,6 @@ c.KubeSpawner.image = "gpuburst/bench-standin:1"
 c.KubeSpawner.cmd = [sys.executable, "-I", "-S", {str(STANDIN)!r}]
 c.KubeSpawner.start_timeout = {start_timeout}
 c.KubeSpawner.http_timeout = {start_timeout}
-# 200 pods created at once on a small machine: the API server answers slowly, not wrongly; the
-# defaults (3 s per request, 30 s of retries) turn that into failed spawns for either spawner
-c.KubeSpawner.k8s_api_request_timeout = 30
-c.KubeSpawner.k8s_api_request_retry_timeout = {start_timeout}
 c.KubeSpawner.profile_list = {PROFILES!r}
 c.KubeSpawner.environment = {{"JUPYTERHUB_VERSION": __import__("jupyterhub").__version__}}
 c.Spawner.poll_interval = 300
