@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from jupyter_gpuburst.core.keys import ORIGIN_SITE
+from .keys import ORIGIN_SITE
 
 WHOLE_GPU = frozenset({"nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe"})
 _MIG = re.compile(r"^nvidia\.com/mig-(?P<profile>\d+g\.\d+gb(?:\.[a-z0-9+]+)?)$")
