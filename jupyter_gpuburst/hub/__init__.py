@@ -47,7 +47,8 @@ def install(c: Any, tracker_source: Any = None) -> None:
     paths = {route[0] for route in ours}
     extra = [route for route in _configured(section, "extra_handlers") if route[0] not in paths]
     section.extra_handlers = extra + ours
-    # appended, so an admin's own template directories can still override our page
+    # appended, so an admin's own template directories can still override our pages: the
+    # capacity page, and spawn_pending.html, which pins the placement decision above the bar
     template_paths = _configured(section, "template_paths")
     if TEMPLATES not in template_paths:
         template_paths.append(TEMPLATES)

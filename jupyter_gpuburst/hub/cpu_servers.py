@@ -18,10 +18,6 @@ def node_selector_term() -> dict[str, Any]:
     return liqo.local_node_affinity_term()
 
 
-def labels() -> dict[str, str]:
-    return {keys.SITE_LABEL: keys.ORIGIN_SITE}
-
-
 def env(prefix: str) -> dict[str, Any]:
     """What the server extension reads (see server/placement.py): site, reason, node."""
     return {

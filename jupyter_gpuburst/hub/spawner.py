@@ -435,8 +435,8 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
 
     def _gb_pin_cpu_only(self, pod: Any) -> None:
         """A server without a GPU stays on the origin's own nodes (see cpu_servers)."""
+        # no site label: that label marks the pods whose GPUs the capacity tracker accounts for
         meta = pod.metadata
-        meta.labels = {**(meta.labels or {}), **cpu_servers.labels()}
         meta.annotations = {**(meta.annotations or {}), keys.REASON_ANNOTATION: cpu_servers.REASON}
         self._gb_narrow_affinity(pod.spec, cpu_servers.node_selector_term())
         self._gb_set_env(pod.spec, cpu_servers.env(ENV_PREFIX))

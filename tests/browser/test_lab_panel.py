@@ -197,9 +197,13 @@ def test_stream_runs_only_while_needed(page: Page, donor_lab: LabServer) -> None
     try:
         page.reload()
         expect(page.locator(STATUS)).to_have_text(DONOR, timeout=45_000)
-        if page.locator(PANEL).is_visible():  # the restored layout may show the panel
-            close_panel(page)
-        page.wait_for_function(f"() => ({OPEN_STREAMS})() === 0")
+        # the restored layout may show the panel, possibly only after the status bar is up
+        deadline = time.monotonic() + 30
+        while page.evaluate(OPEN_STREAMS) != 0 and time.monotonic() < deadline:
+            if page.locator(PANEL).is_visible():
+                close_panel(page)
+            page.wait_for_timeout(250)
+        assert page.evaluate(OPEN_STREAMS) == 0, "a stream stayed open with nothing needing it"
         open_panel(page)
         page.wait_for_function(f"() => ({OPEN_STREAMS})() === 1")
         expect(page.locator(f"{PANEL} .jp-GpuBurst-gpu")).to_have_count(SIM_GPUS)
