@@ -1,7 +1,7 @@
 """A real JupyterHub in a child process, for the hub tests and the spawn benchmarks.
 
-The hub runs exactly as in production (its own process, its own proxy: the
-``configurable-http-proxy`` found next to the running Python), on free ports, with its state in
+The hub runs exactly as in production (its own process, its own proxy: JupyterHub's
+``configurable-http-proxy`` from npm, found as the demo finds it), on free ports, with its state in
 a temporary directory. An admin service token is generated for the caller; it is passed to the
 hub through the environment and never written to the log.
 """
@@ -82,7 +82,9 @@ class HubProcess:
         return {"Authorization": f"token {token or self.token}"}
 
     def config_text(self) -> str:
-        chp = str(Path(sys.executable).with_name("configurable-http-proxy"))
+        from jupyter_gpuburst.demo import proxy_command
+
+        chp = proxy_command()[0]
         base = BASE_CONFIG.format(
             port=self.port, hub_port=self.hub_port, proxy_api_port=self.proxy_api_port, chp=chp,
             workdir=self.workdir, service=ADMIN_SERVICE, token_env=ADMIN_TOKEN_ENV,

@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 
 from jupyter_gpuburst.core import liqo
+from jupyter_gpuburst.demo import proxy_command
 from jupyter_gpuburst.sim.testing import is_running_ready, wait_for_pod
 
 pytestmark = pytest.mark.integration
@@ -77,7 +78,7 @@ async def test_unmodified_kubespawner_through_jupyterhub(federation, tmp_path):
     token = secrets.token_hex(16)
     (tmp_path / "jupyterhub_config.py").write_text(HUB_CONFIG.format(
         proxy_port=proxy_port, hub_port=hub_port, proxy_api_port=proxy_api_port, tmp=tmp_path,
-        proxy_cmd=str(BIN / "configurable-http-proxy"), token=token,
+        proxy_cmd=proxy_command()[0], token=token,
     ))
     env = {**os.environ, "KUBECONFIG": str(federation.kubeconfig), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("KUBERNETES_SERVICE_HOST", None)
