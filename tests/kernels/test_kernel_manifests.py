@@ -12,7 +12,7 @@ from traitlets.config import Config
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.placement import Placement
 from jupyter_gpuburst.hub.kernels import manifests
-from jupyter_gpuburst.hub.kernels.files import KernelFiles, clean_notebook_dir, scratch
+from jupyter_gpuburst.hub.kernels.files import KernelFiles, KernelFilesRequest, clean_notebook_dir, scratch, shared_storage
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings, kernel_settings_from_config, parse_profile
 
 K8S_VERSION = kubernetes_validate.latest_version()
@@ -87,6 +87,44 @@ def test_a_policy_that_mounts_the_users_volume_starts_the_kernel_in_the_notebook
 def test_scratch_space_says_so():
     files = scratch(DONOR)
     assert files.mode == "scratch" and "without your files" in files.note and "donor-1" in files.note
+
+
+def server_pod_with_home() -> dict:
+    return {
+        **SERVER_POD,
+        "spec": {
+            "volumes": [
+                {"name": "home", "persistentVolumeClaim": {"claimName": "claim-ann"}},
+                {"name": "tokens", "secret": {"secretName": "not-for-kernels"}},
+            ],
+            "containers": [{
+                "name": "notebook",
+                "volumeMounts": [
+                    {"name": "home", "mountPath": "/home/jovyan"},
+                    {"name": "tokens", "mountPath": "/etc/tokens"},
+                ],
+            }],
+        },
+    }
+
+
+def test_shared_storage_mounts_the_servers_claims_and_starts_in_the_notebooks_directory():
+    files = shared_storage(KernelFilesRequest("ann", "", DONOR, "course/week1", server_pod_with_home()))
+    assert files is not None and files.mode == "volume"
+    assert files.working_dir == "/home/jovyan/course/week1"
+    assert files.volumes == [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-ann"}}]
+    assert files.volume_mounts == [{"name": "home", "mountPath": "/home/jovyan"}]  # never the server's secrets
+
+
+def test_shared_storage_declines_a_server_without_claims():
+    assert shared_storage(KernelFilesRequest("ann", "", DONOR, "", SERVER_POD)) is None
+
+
+def test_kernels_mount_files_only_when_the_storage_policy_is_shared():
+    shared = Config({"GPUBurstSpawner": {"storage_policy": "shared"}})
+    assert kernel_settings_from_config(shared).files_policy is shared_storage
+    pinned = Config({"GPUBurstSpawner": {"storage_policy": "pin-to-volume"}})
+    assert kernel_settings_from_config(pinned).files_policy is None
 
 
 @pytest.mark.parametrize(

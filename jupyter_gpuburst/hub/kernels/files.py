@@ -50,6 +50,33 @@ def clean_notebook_dir(raw: Any) -> str:
     return "" if path == "." else path
 
 
+def shared_storage(request: KernelFilesRequest) -> KernelFiles | None:
+    """The files policy for storage every site reaches (``storage_policy = "shared"``).
+
+    The kernel pod mounts the server's claims where the server mounts them and starts in the
+    notebook's directory. Only shared storage allows this: a ReadWriteOnce home volume bound
+    to one node cannot also be mounted by a pod on another node or site.
+    """
+    spec = (request.server_pod or {}).get("spec") or {}
+    claims = {
+        v["name"]: v for v in spec.get("volumes") or [] if (v.get("persistentVolumeClaim") or {}).get("claimName")
+    }
+    containers = spec.get("containers") or []
+    notebook = next((c for c in containers if c.get("name") == "notebook"), containers[0] if containers else {})
+    mounts = [m for m in notebook.get("volumeMounts") or [] if m.get("name") in claims]
+    if not mounts:
+        return None
+    root = notebook.get("workingDir") or mounts[0]["mountPath"]
+    working = posixpath.join(root, request.notebook_dir) if request.notebook_dir else root
+    used = list(dict.fromkeys(m["name"] for m in mounts))
+    return KernelFiles(
+        working_dir=working,
+        volumes=[claims[name] for name in used],
+        volume_mounts=[{k: m[k] for k in ("name", "mountPath", "subPath", "readOnly") if k in m} for m in mounts],
+        mode="volume",
+    )
+
+
 def scratch(placement: Placement) -> KernelFiles:
     where = "this donor cluster" if placement.is_donor else "the GPU node"
     note = (

@@ -164,7 +164,8 @@ class GPUKernelSettings(Configurable):
         help="""Decides whether a kernel pod may mount the user's files (see
         ``jupyter_gpuburst.hub.kernels.files``). A callable
         ``(KernelFilesRequest) -> KernelFiles | None`` (may be async); None gives scratch space.
-        Default: scratch space for every kernel.""",
+        Default: with ``GPUBurstSpawner.storage_policy = "shared"``, kernels mount the server's
+        volumes (``files.shared_storage``); otherwise scratch space for every kernel.""",
     ).tag(config=True)
 
     command = List(
@@ -203,6 +204,10 @@ def kernel_settings_from_config(config: Config | None) -> GPUKernelSettings:
                 server_profiles = config[section]["profile_list"]
                 break
         settings.profiles = profiles_from_server_profiles(server_profiles)
+    if settings.files_policy is None and spawner_setting(config, "storage_policy", None) == "shared":
+        from jupyter_gpuburst.hub.kernels.files import shared_storage
+
+        settings.files_policy = shared_storage
     return settings
 
 
