@@ -129,7 +129,7 @@ def banner(opts: DemoOptions, url: str, kubeconfig: Path, donor_names: list[str]
         "    2. In a private window, log in as student2 with '2 GPUs': the origin is full,",
         f"       so it lands on {first_donor}. The spawn page says why; the GPU panel in JupyterLab",
         "       shows where the server runs and its (simulated) GPUs.",
-        f"    3. Log in as {ADMIN} and open {url}/hub/gpuburst/capacity for capacity per site.",
+        f"    3. Log in as {ADMIN} and open {url}/services/gpuburst/capacity for capacity per site.",
         f"    4. In another shell: gpuburst doctor --kubeconfig {kubeconfig}",
         f"                         gpuburst capacity --kubeconfig {kubeconfig}",
         "",

@@ -3,7 +3,7 @@
 `gpuburst demo` starts the federation, then runs ``jupyterhub -f`` with this file
 with the environment below; nothing here is specific to one machine. Users log in with any
 name and the shared demo password (DummyAuthenticator); ``teacher`` is an admin and sees the
-capacity page at /hub/gpuburst/capacity.
+capacity page at /services/gpuburst/capacity.
 
 Environment (set by `gpuburst demo`):
   KUBECONFIG                    the federation's kubeconfig (current context: the origin)

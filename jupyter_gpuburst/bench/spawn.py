@@ -239,7 +239,7 @@ async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, spawner: s
             if status != 201:
                 raise RuntimeError(f"could not create users: HTTP {status}: {body}")
             # the capacity tracker is one per hub process, started once: not a per-spawn cost
-            status, body = await hub.request(session, "GET", "/gpuburst/capacity")
+            status, body = await hub.capacity(session)
             if spawner == "gpuburst" and status != 200:
                 raise RuntimeError(f"capacity API: HTTP {status}: {body}")
             reads_before = api_reads(fed)
@@ -256,7 +256,7 @@ async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, spawner: s
                 result.failures.append(f"pods: {pod_states(fed)}")
             if spawner == "gpuburst":
                 result.redirects = await metric_sum(hub, session, "jupyterhub_gpuburst_redirects_total")
-                status, report = await hub.request(session, "GET", "/gpuburst/capacity")
+                status, report = await hub.capacity(session)
                 for placement in (report or {}).get("placements", []):
                     result.sites[placement["site"]] = result.sites.get(placement["site"], 0) + 1
     finally:

@@ -1,6 +1,6 @@
-"""Hub-side additions: the admin capacity API and page, and Prometheus metrics.
+"""Hub-side additions: the admin capacity service, profile checks, and Prometheus metrics.
 
-Enable both in ``jupyterhub_config.py`` with one line::
+Enable them in ``jupyterhub_config.py`` with one line::
 
     from jupyter_gpuburst.hub import install; install(c)
 
@@ -10,24 +10,34 @@ something, and appear at ``/hub/metrics``.
 
 from __future__ import annotations
 
-from pathlib import Path
+import asyncio
+import os
+import socket
 from typing import Any
+from urllib.parse import urlparse
 
-TEMPLATES = str(Path(__file__).with_name("templates"))
+# The capacity service's port in the hub pod; z2jh's values expose it on the hub Service.
+DEFAULT_SERVICE_PORT = 8082
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
-def install(c: Any, tracker_source: Any = None) -> None:
-    """Add the capacity API (``/hub/api/gpuburst/capacity``) and page (``/hub/gpuburst/capacity``).
+def install(c: Any, tracker_source: Any = None, service_port: int | None = None, service_host: str | None = None) -> None:
+    """Register the capacity service (``/services/gpuburst/capacity`` and ``.../api/capacity``)
+    and check the profiles.
 
-    ``c`` is the config object of ``jupyterhub_config.py``. Calling it twice changes nothing.
+    ``c`` is the config object of ``jupyterhub_config.py``; call ``install(c)`` after setting
+    ``hub_connect_url``. The service's HTTP server runs in the hub process (hub/service.py says
+    why), on ``service_port`` (default: $GPUBURST_SERVICE_PORT, else 8082; a free port when the hub
+    is reached on loopback), reached by the proxy at ``service_host`` (default: the host of
+    ``hub_connect_url``, else 127.0.0.1). ``tracker_source()`` may replace the hub's shared
+    ``CapacityTracker`` (tests). Calling it twice changes nothing.
+
     Raises ``ProfilePolicyError`` (the hub does not start) when a profile's
     ``kubespawner_override`` sets a placement trait that can only be set hub-wide.
-    ``tracker_source(handler)`` may replace the hub's shared ``CapacityTracker`` (tests, or a
-    hub whose spawner is configured elsewhere).
     """
     from jupyter_gpuburst.hub import metrics  # noqa: F401 - /hub/metrics shows the series from hub start
-    from jupyter_gpuburst.hub.handlers import handlers
     from jupyter_gpuburst.hub.profile_policy import check_profiles
+    from jupyter_gpuburst.hub.service import SERVICE_NAME, CapacityService
     from jupyter_gpuburst.hub.settings import spawner_sections
 
     # A profile that sets a hub-wide placement trait stops the hub here, at start, with the reason
@@ -35,24 +45,34 @@ def install(c: Any, tracker_source: Any = None) -> None:
         if section in c and "profile_list" in c[section]:
             check_profiles(c[section]["profile_list"])
 
-    section = c.JupyterHub
-    ours = handlers(tracker_source)
-    paths = {route[0] for route in ours}
-    extra = [route for route in _configured(section, "extra_handlers") if route[0] not in paths]
-    section.extra_handlers = extra + ours
-    # appended, so an admin's own template directories can still override our page
-    template_paths = _configured(section, "template_paths")
-    if TEMPLATES not in template_paths:
-        template_paths.append(TEMPLATES)
-    section.template_paths = template_paths
+    hub = c.JupyterHub
+    services = list(hub.services) if "services" in hub else []
+    if any(s.get("name") == SERVICE_NAME for s in services):
+        return
+    host = service_host or urlparse(hub.get("hub_connect_url") or "").hostname or "127.0.0.1"
+    local = host in LOOPBACK
+    port = service_port or int(os.environ.get("GPUBURST_SERVICE_PORT", 0)) or (_free_port() if local else DEFAULT_SERVICE_PORT)
+    service = CapacityService(tracker_source or _hub_tracker, "127.0.0.1" if local else "0.0.0.0", port, host)
+    hub.services = services + [service.entry()]
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return  # the config is only being read (not by a starting hub): no server
+    # JupyterHub loads its config inside its running event loop, which then serves the hub
+    loop.call_soon(service.start)
 
 
-def _configured(section: Any, name: str) -> list:
-    """A list trait's configured value; unset ones read as traitlets' lazy values, not lists."""
-    if name in section:
-        value = section[name]
-        if isinstance(value, list | tuple):
-            return list(value)
-        # e.g. `c.JupyterHub.template_paths.append(...)` earlier: a lazy value with additions
-        return list(value.get_value([]))
-    return []
+async def _hub_tracker() -> Any:
+    """The hub process's one tracker, from the hub's merged config (GPUBurstSpawner traits)."""
+    from jupyterhub.app import JupyterHub
+
+    from jupyter_gpuburst.hub.capacity import CapacityTracker
+
+    hub_app = JupyterHub.instance()
+    return await CapacityTracker.ensure(hub_app.config, hub_app.log)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
