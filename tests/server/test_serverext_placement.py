@@ -30,6 +30,7 @@ async def test_standalone_without_spawner_env(jp_fetch):
         "reason": None,
         "gpu_resource": None,
         "gpu_count": None,
+        "storage": None,
     }
 
 
@@ -45,7 +46,27 @@ async def test_managed_on_a_donor(jp_fetch):
         "reason": "all 8 local A100s busy; 3 of 16 free on donor polito-hpc",
         "gpu_resource": "nvidia.com/gpu",
         "gpu_count": 2,
+        "storage": None,
     }
+
+
+SCRATCH_MESSAGE = "This server runs on donor polito-hpc, but your home directory stays on the origin."
+
+
+@pytest.mark.parametrize(
+    "gpuburst_env",
+    [
+        {**DONOR_ENV, "JUPYTER_GPUBURST_STORAGE": "scratch", "JUPYTER_GPUBURST_STORAGE_MESSAGE": SCRATCH_MESSAGE},
+        {**DONOR_ENV, "JUPYTER_GPUBURST_STORAGE": "elsewhere"},
+    ],
+    ids=["scratch", "unknown-kind"],
+)
+async def test_storage_outcome_reaches_the_panel(jp_fetch, gpuburst_env):
+    body = json.loads((await jp_fetch("api", "gpuburst", "placement")).body)
+    if gpuburst_env["JUPYTER_GPUBURST_STORAGE"] == "scratch":
+        assert body["storage"] == {"kind": "scratch", "message": SCRATCH_MESSAGE}
+    else:
+        assert body["storage"] is None  # an unknown kind is not shown rather than guessed
 
 
 @pytest.mark.parametrize(
