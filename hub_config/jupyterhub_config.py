@@ -1,7 +1,8 @@
 """jupyterhub_config.py for a non-helm JupyterHub running inside the origin cluster.
 
 The hub runs as a pod with the service account that hub_config/rbac.yaml binds (``hub`` in
-``jhub``), behind a Service named ``hub`` (port 8081), so the spawner talks to the API server
+``jhub``), behind a Service named ``hub`` (port 8081 for the hub, 8082 for the capacity service
+that ``install(c)`` registers: the proxy routes /services/gpuburst/ there), so the spawner talks to the API server
 with in-cluster credentials. The same settings as hub_config/values.yaml, written out for
 ``jupyterhub -f``:
 

@@ -179,7 +179,7 @@ def try_steps(opts: DemoOptions, donor_names: list[str], url: str, kubeconfig: P
         if n >= 2 and site != "origin":
             break  # the origin and a burst to a donor are both shown
     steps.append(f"{len(steps) + 1}. The spawn page says why; the GPU panel in JupyterLab shows where it runs and its (simulated) GPUs.")
-    steps.append(f"{len(steps) + 1}. Log in as {ADMIN} and open {url}/hub/gpuburst/capacity for capacity per site.")
+    steps.append(f"{len(steps) + 1}. Log in as {ADMIN} and open {url}/services/gpuburst/capacity for capacity per site.")
     steps.append(f"{len(steps) + 1}. In another shell: gpuburst doctor --kubeconfig {kubeconfig}")
     steps.append(f"                      gpuburst capacity --kubeconfig {kubeconfig}")
     return steps

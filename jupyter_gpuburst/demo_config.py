@@ -3,7 +3,7 @@
 `gpuburst demo` starts the federation, then runs ``jupyterhub -f`` with this file
 with the environment below; nothing here is specific to one machine. Users log in with any
 name and the shared demo password (DummyAuthenticator); ``teacher`` is an admin and sees the
-capacity page at /hub/gpuburst/capacity.
+capacity page at /services/gpuburst/capacity.
 
 Environment (set by `gpuburst demo`):
   KUBECONFIG                    the federation's kubeconfig (current context: the origin)
@@ -52,7 +52,7 @@ c.JupyterHub.authenticator_class = "dummy"
 c.DummyAuthenticator.password = env["GPUBURST_DEMO_PASSWORD"]
 c.Authenticator.allow_all = True
 c.Authenticator.admin_users = {"teacher"}
-install(c)  # the admin capacity page and API, and the GPU kernel API
+install(c, gpu_kernels=True)  # the admin capacity service, and kernel mode's GPU kernel API
 # GPU kernels for everyone in the demo (a real hub grants the scope per group, see README)
 c.JupyterHub.load_roles = [{"name": "user", "scopes": ["self", "custom:gpuburst:kernels!user"]}]
 

@@ -287,7 +287,7 @@ def _running_ready(pod: dict[str, Any]) -> bool:
 
 
 async def leaked_reservations(hub: Hub, session: aiohttp.ClientSession) -> int:
-    status, report = await _request(hub, session, "GET", "/gpuburst/capacity")
+    status, report = await hub.process.capacity(session)
     if status != 200 or not isinstance(report, dict):
         raise RuntimeError(f"capacity API: HTTP {status}")
     if "reservations" not in report:

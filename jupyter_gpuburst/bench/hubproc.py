@@ -139,6 +139,17 @@ class HubProcess:
             os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
 
+    async def capacity(self, session: aiohttp.ClientSession, token: str | None = None) -> tuple[int, Any]:
+        """The capacity report from the gpuburst service, through the proxy."""
+        async with session.get(f"{self.url}/services/gpuburst/api/capacity", headers=self.headers(token)) as resp:
+            body = await resp.text()
+            try:
+                import json
+
+                return resp.status, json.loads(body) if body else None
+            except ValueError:
+                return resp.status, body
+
     async def request(self, session: aiohttp.ClientSession, method: str, path: str, token: str | None = None, **kwargs: Any) -> tuple[int, Any]:
         """One hub API call; returns (status, parsed JSON or text)."""
         async with session.request(method, f"{self.api}{path}", headers=self.headers(token), **kwargs) as resp:

@@ -133,7 +133,7 @@ async def run(runs: int, state_dir: Path) -> dict[str, Any]:
                 status, body = await hub.request(session, "POST", "/users", json={"usernames": names})
                 if status != 201:
                     raise RuntimeError(f"could not create users: HTTP {status}: {body}")
-                await hub.request(session, "GET", "/gpuburst/capacity")  # start the tracker once
+                await hub.capacity(session)  # start the tracker once
                 for name in names:
                     pod_name = f"jupyter-{name}"
                     interposer.arm(pod_name)

@@ -288,7 +288,7 @@ async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, spawner: s
             if status != 201:
                 raise RuntimeError(f"could not create users: HTTP {status}: {body}")
             # the capacity tracker is one per hub process, started once: not a per-spawn cost
-            status, body = await hub.request(session, "GET", "/gpuburst/capacity")
+            status, body = await hub.capacity(session)
             if spawner == GPUBURST and status != 200:
                 raise RuntimeError(f"capacity API: HTTP {status}: {body}")
             reads_before = api_reads(fed)

@@ -1,6 +1,6 @@
-"""Hub-side additions: the admin capacity API and page, and Prometheus metrics.
+"""Hub-side additions: the admin capacity service, profile checks, and Prometheus metrics.
 
-Enable both in ``jupyterhub_config.py`` with one line::
+Enable them in ``jupyterhub_config.py`` with one line::
 
     from jupyter_gpuburst.hub import install; install(c)
 
@@ -10,25 +10,47 @@ something, and appear at ``/hub/metrics``.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import socket
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
+# The capacity service's port in the hub pod; z2jh's values expose it on the hub Service.
+DEFAULT_SERVICE_PORT = 8082
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 TEMPLATES = str(Path(__file__).with_name("templates"))
 
 
-def install(c: Any, tracker_source: Any = None) -> None:
-    """Add the capacity API (``/hub/api/gpuburst/capacity``) and page (``/hub/gpuburst/capacity``),
-    and the GPU kernel API (``/hub/api/gpuburst/kernels``, see ``jupyter_gpuburst.hub.kernels``).
+def install(
+    c: Any,
+    tracker_source: Any = None,
+    service_port: int | None = None,
+    service_host: str | None = None,
+    gpu_kernels: bool = False,
+) -> None:
+    """Register the capacity service (``/services/gpuburst/capacity`` and ``.../api/capacity``),
+    the spawn page's template, and check the profiles.
 
-    ``c`` is the config object of ``jupyterhub_config.py``. Calling it twice changes nothing.
+    ``c`` is the config object of ``jupyterhub_config.py``; call ``install(c)`` after setting
+    ``hub_connect_url``. The service's HTTP server runs in the hub process (hub/service.py says
+    why), on ``service_port`` (default: $GPUBURST_SERVICE_PORT, else 8082; a free port when the hub
+    is reached on loopback), reached by the proxy at ``service_host`` (default: the host of
+    ``hub_connect_url``, else 127.0.0.1). ``tracker_source()`` may replace the hub's shared
+    ``CapacityTracker`` (tests). Calling it twice changes nothing.
+
+    ``gpu_kernels=True`` adds kernel mode: the GPU kernel API (``/hub/api/gpuburst/kernels``) and
+    its scope (see ``jupyter_gpuburst.hub.kernels``). That API is mounted with
+    ``JupyterHub.extra_handlers``, which JupyterHub logs as deprecated; it is opt-in until it
+    moves into the service.
+
     Raises ``ProfilePolicyError`` (the hub does not start) when a profile's
     ``kubespawner_override`` sets a placement trait that can only be set hub-wide.
-    ``tracker_source(handler)`` may replace the hub's shared ``CapacityTracker`` (tests, or a
-    hub whose spawner is configured elsewhere).
     """
     from jupyter_gpuburst.hub import metrics  # noqa: F401 - /hub/metrics shows the series from hub start
-    from jupyter_gpuburst.hub.handlers import handlers
     from jupyter_gpuburst.hub.profile_policy import check_profiles
+    from jupyter_gpuburst.hub.service import SERVICE_NAME, CapacityService
     from jupyter_gpuburst.hub.settings import spawner_sections
 
     # A profile that sets a hub-wide placement trait stops the hub here, at start, with the reason
@@ -36,23 +58,50 @@ def install(c: Any, tracker_source: Any = None) -> None:
         if section in c and "profile_list" in c[section]:
             check_profiles(c[section]["profile_list"])
 
-    section = c.JupyterHub
-    ours = handlers(tracker_source)
-    # ---- GPU kernels: the kernel-placement API (/hub/api/gpuburst/kernels) and its scope.
-    # Kept apart so it can move, with the capacity API, into a hub-managed service.
-    from jupyter_gpuburst.hub.kernels import install as install_kernels
-
-    ours += install_kernels(c)
-    # ---- end GPU kernels
-    paths = {route[0] for route in ours}
-    extra = [route for route in _configured(section, "extra_handlers") if route[0] not in paths]
-    section.extra_handlers = extra + ours
-    # appended, so an admin's own template directories can still override our pages: the
-    # capacity page, and spawn_pending.html, which pins the placement decision above the bar
-    template_paths = _configured(section, "template_paths")
+    hub = c.JupyterHub
+    # appended, so an admin's own template directories can still override ours: spawn_pending.html
+    # pins the placement decision above the progress bar
+    template_paths = _configured(hub, "template_paths")
     if TEMPLATES not in template_paths:
         template_paths.append(TEMPLATES)
-    section.template_paths = template_paths
+    hub.template_paths = template_paths
+    if gpu_kernels:
+        from jupyter_gpuburst.hub.kernels import install as install_kernels
+
+        ours = install_kernels(c)
+        paths = {route[0] for route in ours}
+        extra = [route for route in _configured(hub, "extra_handlers") if route[0] not in paths]
+        hub.extra_handlers = extra + ours
+    services = list(hub.services) if "services" in hub else []
+    if any(s.get("name") == SERVICE_NAME for s in services):
+        return
+    host = service_host or urlparse(hub.get("hub_connect_url") or "").hostname or "127.0.0.1"
+    local = host in LOOPBACK
+    port = service_port or int(os.environ.get("GPUBURST_SERVICE_PORT", 0)) or (_free_port() if local else DEFAULT_SERVICE_PORT)
+    service = CapacityService(tracker_source or _hub_tracker, "127.0.0.1" if local else "0.0.0.0", port, host)
+    hub.services = services + [service.entry()]
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return  # the config is only being read (not by a starting hub): no server
+    # JupyterHub loads its config inside its running event loop, which then serves the hub
+    loop.call_soon(service.start)
+
+
+async def _hub_tracker() -> Any:
+    """The hub process's one tracker, from the hub's merged config (GPUBurstSpawner traits)."""
+    from jupyterhub.app import JupyterHub
+
+    from jupyter_gpuburst.hub.capacity import CapacityTracker
+
+    hub_app = JupyterHub.instance()
+    return await CapacityTracker.ensure(hub_app.config, hub_app.log)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _configured(section: Any, name: str) -> list:

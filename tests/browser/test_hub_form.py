@@ -89,7 +89,7 @@ class HubSite:
         self.go_file.touch()
 
     def capacity(self) -> dict[str, Any]:
-        status, report = self.loop.run(self.hub.api("GET", "/gpuburst/capacity"))
+        status, report = self.loop.run(self.hub.capacity())
         assert status == 200, report
         return report
 
@@ -262,7 +262,7 @@ def test_admin_capacity_page_shows_sites(browser: Browser, browser_context_args:
     try:
         page = context.new_page()
         log_in(page, hub_site, ADMIN)
-        page.goto(f"{hub_site.hub.url}/hub/gpuburst/capacity")
+        page.goto(f"{hub_site.hub.url}/services/gpuburst/capacity")
         expect(page.locator("#gpuburst-capacity h1")).to_have_text("GPU capacity", timeout=30_000)
         report = hub_site.capacity()
         names = [s["site"] for s in report["sites"]]

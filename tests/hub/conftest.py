@@ -18,7 +18,7 @@ from fakes import StaticTracker
 from jupyter_gpuburst.hub import install, metrics
 
 tracker = StaticTracker()
-install(c, tracker_source=lambda handler: tracker)
+install(c, tracker_source=lambda: tracker)
 metrics.add_capacity_source(tracker.snapshot)
 """
 

@@ -1,4 +1,5 @@
-"""The capacity API and page on a real hub: admin-only, correct numbers, no secrets."""
+"""The capacity service on a real hub, through its proxy: admin-only, correct numbers, no secrets,
+and no deprecation warning (it is a JupyterHub service, not ``extra_handlers``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,16 @@ from .fakes import GPU, StaticTracker
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
+def service_api(hub) -> str:
+    return f"{hub.url}/services/gpuburst/api/capacity"
+
+
+async def get_report(hub, http, token: str | None = None) -> tuple[int, object]:
+    async with http.get(service_api(hub), headers=hub.headers(token)) as resp:
+        text = await resp.text()
+        return resp.status, (await resp.json(content_type=None)) if resp.status == 200 else text
+
+
 async def _user_token(hub, http, name: str) -> str:
     status, _ = await hub.request(http, "POST", f"/users/{name}")
     assert status in (201, 409)
@@ -23,15 +34,15 @@ async def _user_token(hub, http, name: str) -> str:
 
 
 async def test_capacity_api_refuses_without_credentials(static_hub, http):
-    async with http.get(f"{static_hub.api}/gpuburst/capacity") as resp:
+    async with http.get(service_api(static_hub), allow_redirects=False) as resp:
         assert resp.status == 403
-        body = await resp.json()
-    assert "sites" not in body
+        body = await resp.text()
+    assert '"sites"' not in body
 
 
 async def test_capacity_api_refuses_non_admin_user(static_hub, http):
     token = await _user_token(static_hub, http, "student")
-    status, body = await static_hub.request(http, "GET", "/gpuburst/capacity", token=token)
+    status, body = await get_report(static_hub, http, token)
     assert status == 403
     assert "sites" not in body and "placements" not in body
     # the same token works for the user's own model: the 403 is about admin rights
@@ -40,7 +51,7 @@ async def test_capacity_api_refuses_non_admin_user(static_hub, http):
 
 
 async def test_capacity_api_reports_the_inventory(static_hub, http):
-    status, report = await static_hub.request(http, "GET", "/gpuburst/capacity")
+    status, report = await get_report(static_hub, http)
     assert status == 200, report
     expected = summarize(StaticTracker().snapshot())
     sites = {s["site"]: s for s in report["sites"]}
@@ -69,7 +80,7 @@ async def test_capacity_api_reports_the_inventory(static_hub, http):
 
 
 async def test_capacity_api_leaks_no_secret(static_hub, http):
-    async with http.get(f"{static_hub.api}/gpuburst/capacity", headers=static_hub.headers()) as resp:
+    async with http.get(service_api(static_hub), headers=static_hub.headers()) as resp:
         text = await resp.text()
     assert resp.status == 200
     assert "tok-do-not-leak" not in text
@@ -92,7 +103,7 @@ async def _login(hub, name: str) -> aiohttp.ClientSession:
 async def test_capacity_page_renders_for_admin(static_hub):
     session = await _login(static_hub, "admin")
     try:
-        async with session.get(f"{static_hub.url}/hub/gpuburst/capacity") as resp:
+        async with session.get(f"{static_hub.url}/services/gpuburst/capacity") as resp:
             assert resp.status == 200
             html = await resp.text()
     finally:
@@ -111,9 +122,16 @@ async def test_capacity_page_renders_for_admin(static_hub):
 async def test_capacity_page_forbidden_for_student(static_hub):
     session = await _login(static_hub, "student2")
     try:
-        async with session.get(f"{static_hub.url}/hub/gpuburst/capacity") as resp:
+        async with session.get(f"{static_hub.url}/services/gpuburst/capacity") as resp:
             assert resp.status == 403
             html = await resp.text()
     finally:
         await session.close()
     assert "data-site" not in html
+
+
+async def test_no_deprecation_warning_and_the_service_is_registered(static_hub, http):
+    log = static_hub.log_tail(200_000)
+    assert "extra_handlers is deprecated" not in log
+    assert re.search(r"Adding external service gpuburst at http://127\.0\.0\.1:\d+", log)
+    assert "Adding service gpuburst to proxy /services/gpuburst/" in log

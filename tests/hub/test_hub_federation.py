@@ -92,7 +92,7 @@ async def test_metrics_and_capacity_after_spawns(tmp_path):
                 redirects = sum(v for (n, _), v in series.items() if n == "jupyterhub_gpuburst_redirects_total")
                 assert redirects == 0
 
-                status, report = await hub.request(http, "GET", "/gpuburst/capacity")
+                status, report = await hub.capacity(http)
                 assert status == 200
                 sites = {p["user"]: p["site"] for p in report["placements"]}
                 assert sites == {"ada": "origin", "bo": "origin", "cy": "donor-1"}

@@ -162,8 +162,10 @@ def test_plain_config_matches_the_helm_values(values, plain_config):
     assert plain_config.KubeSpawner.profile_list == as_profiles
     assert dict(plain_config.GPUBurstSpawner) == values["hub"]["config"]["GPUBurstSpawner"]
     assert plain_config.JupyterHub.spawner_class == "gpuburst"
-    # install(c) ran: the capacity page is routed
-    assert any("gpuburst" in route[0] for route in plain_config.JupyterHub.extra_handlers)
+    # install(c) ran: the capacity service is registered, reached by the hub Service's DNS name
+    [service] = [s for s in plain_config.JupyterHub.services if s["name"] == "gpuburst"]
+    assert service["url"] == "http://hub.jhub.svc.cluster.local:8082"
+    assert "extra_handlers" not in plain_config.JupyterHub
 
 
 def test_configured_spawner_traits_exist(values):

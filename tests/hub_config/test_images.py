@@ -64,9 +64,24 @@ def _nobody_env_dir() -> Path:
     return path
 
 
+def _runnable_by_anyone(path: Path) -> bool:
+    path = path.resolve()
+    return all(os.stat(p).st_mode & 0o001 for p in [*reversed(path.parents), path])
+
+
+def _interpreter() -> str | None:
+    """This Python, or the system's of the same version, if an unprivileged user can run it."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (Path(sys.executable), Path("/usr/bin") / version, Path("/usr/local/bin") / version):
+        if candidate.exists() and _runnable_by_anyone(candidate):
+            return str(candidate)
+    return None
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to an unprivileged user needs root")
+@pytest.mark.skipif(_interpreter() is None, reason="no Python of this version that an unprivileged user can run")
 @pytest.mark.parametrize("dockerfile", ["hub.Dockerfile", "singleuser.Dockerfile"])
 def test_run_step_installs_the_wheel_as_a_non_root_user(dockerfile, built_wheel):
     wheel = built_wheel
@@ -74,26 +89,28 @@ def test_run_step_installs_the_wheel_as_a_non_root_user(dockerfile, built_wheel)
     assert user == "root"
     [mount] = dockerfile_lint.mounts(dockerfile_lint.parse((IMAGES / dockerfile).read_text()))
     assert mount["type"] == "bind" and mount["source"] == "dist"
+    interpreter = _interpreter()
     home = _nobody_env_dir()
     try:
         dist = home / "dist"
         dist.mkdir()
         shutil.copy(wheel, dist)
         env_dir = home / "env"
-        venv.create(env_dir, with_pip=False)
+        # the image's Python, stood in for by a venv whose interpreter the unprivileged user can run
+        subprocess.run([interpreter, "-m", "venv", "--without-pip", str(env_dir)], check=True)
         site = next(env_dir.glob("lib/python*/site-packages"))
-        # dependencies come from the test environment, so nothing is downloaded
+        # dependencies (pip too) come from the test environment, so nothing is downloaded
         (site / "test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
         bin_dir = env_dir / "bin"
         # Docker Stacks' helper: here it only has to exist and get a directory
         (bin_dir / "fix-permissions").write_text('#!/bin/sh\nfor d in "$@"; do test -d "$d" || exit 1; done\n')
         (bin_dir / "fix-permissions").chmod(0o755)
-        # pip from the test environment, installing into the image's stand-in environment
-        (bin_dir / "python").unlink()
-        (bin_dir / "python").write_text(f'#!/bin/sh\nif [ "$1 $2" = "-m pip" ]; then shift 2; exec {sys.executable} -m pip --python {env_dir}/bin/python3 "$@"; fi\nexec {env_dir}/bin/python3 "$@"\n')
-        (bin_dir / "python").chmod(0o755)
-        shutil.copy(bin_dir / "python", home / "python-shim")
-        script = script.replace("/tmp/dist", str(dist)).replace("python3 -m pip", "python -m pip")
+        # the image's `jupyter` command, for the RUN step's own check that the extension is enabled
+        (bin_dir / "jupyter").write_text(f'#!/bin/sh\nexec {bin_dir / "python"} -m jupyter "$@"\n')
+        (bin_dir / "jupyter").chmod(0o755)
+        (bin_dir / "jupyter-server").write_text(f'#!/bin/sh\nexec {bin_dir / "python"} -m jupyter_server "$@"\n')
+        (bin_dir / "jupyter-server").chmod(0o755)
+        script = script.replace("/tmp/dist", str(dist))
         subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(home)], check=True)
         env = {
             "PATH": f"{bin_dir}:/usr/bin:/bin",

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 KERNEL_HUB = """
 from jupyter_gpuburst.hub import install
-install(c)
+install(c, gpu_kernels=True)
 c.JupyterHub.load_groups = {"gpu-students": {"users": ["alice", "bob"]}}
 c.JupyterHub.load_roles.append({"name": "gpu-kernels", "scopes": ["custom:gpuburst:kernels"], "groups": ["gpu-students"]})
 c.GPUKernelSettings.reap_interval_seconds = 1

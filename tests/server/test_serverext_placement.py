@@ -31,6 +31,7 @@ async def test_standalone_without_spawner_env(jp_fetch):
         "gpu_resource": None,
         "gpu_count": None,
         "gpu_label": None,
+        "storage": None,
     }
 
 
@@ -47,7 +48,27 @@ async def test_managed_on_a_donor(jp_fetch):
         "gpu_resource": "nvidia.com/gpu",
         "gpu_count": 2,
         "gpu_label": "2 GPUs",
+        "storage": None,
     }
+
+
+SCRATCH_MESSAGE = "This server runs on donor polito-hpc, but your home directory stays on the origin."
+
+
+@pytest.mark.parametrize(
+    "gpuburst_env",
+    [
+        {**DONOR_ENV, "JUPYTER_GPUBURST_STORAGE": "scratch", "JUPYTER_GPUBURST_STORAGE_MESSAGE": SCRATCH_MESSAGE},
+        {**DONOR_ENV, "JUPYTER_GPUBURST_STORAGE": "elsewhere"},
+    ],
+    ids=["scratch", "unknown-kind"],
+)
+async def test_storage_outcome_reaches_the_panel(jp_fetch, gpuburst_env):
+    body = json.loads((await jp_fetch("api", "gpuburst", "placement")).body)
+    if gpuburst_env["JUPYTER_GPUBURST_STORAGE"] == "scratch":
+        assert body["storage"] == {"kind": "scratch", "message": SCRATCH_MESSAGE}
+    else:
+        assert body["storage"] is None  # an unknown kind is not shown rather than guessed
 
 
 @pytest.mark.parametrize(

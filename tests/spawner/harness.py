@@ -158,6 +158,17 @@ c.Spawner.default_url = "/api"
                     data = text
                 return response.status, data
 
+    async def capacity(self, timeout: float = 60) -> tuple[int, Any]:
+        """The gpuburst service's capacity report, through the proxy (hub/service.py)."""
+        headers = {"Authorization": f"token {self.token}"}
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
+            async with session.get(f"{self.url}/services/gpuburst/api/capacity", headers=headers) as response:
+                text = await response.text()
+                try:
+                    return response.status, json.loads(text) if text else None
+                except ValueError:
+                    return response.status, text
+
     async def create_user(self, name: str) -> None:
         status, data = await self.api("POST", f"/users/{name}")
         assert status in (201, 409), (status, data)

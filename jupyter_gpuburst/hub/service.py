@@ -1,0 +1,175 @@
+"""The admin capacity page and API as a JupyterHub service whose HTTP server runs in the hub.
+
+Why a service, and why inside the hub process: JupyterHub's supported way to add HTTP endpoints
+is a service (``JupyterHub.extra_handlers`` is deprecated). A managed service would be a second
+process with a second inventory and reservation ledger, but capacity must come from the one
+``CapacityTracker`` the spawner places with (and, later, the kernel-placement API). So the hub
+registers an *external* service (a ``url``, no ``command``) and this module serves that url from
+the hub's own event loop. The proxy routes ``/services/gpuburst/`` to it like to any service;
+authentication is JupyterHub's: OAuth (``HubOAuth``) for the page, tokens for the API, and the
+JupyterHub scope ``admin:users`` for both (the report names users and their servers).
+
+URLs, under the hub's base URL:
+
+- ``/services/gpuburst/capacity``: the page (login cookie, through OAuth)
+- ``/services/gpuburst/api/capacity``: the JSON report (``Authorization: token ...``)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
+from tornado import web
+from tornado.httpserver import HTTPServer
+from tornado.log import app_log
+
+from jupyter_gpuburst.core import names
+from jupyter_gpuburst.hub import metrics
+from jupyter_gpuburst.hub.report import capacity_report
+
+SERVICE_NAME = "gpuburst"
+# The scope both URLs need; admins have it, and OAuth tokens of this service carry it for them.
+REQUIRED_SCOPE = "admin:users"
+PAGE_PATH = "capacity"
+API_PATH = "api/capacity"
+TEMPLATES = Path(__file__).with_name("templates")
+PAGE_TEMPLATE = "gpuburst_capacity.html"
+
+
+class CapacityService:
+    """One per hub process: the service entry for ``JupyterHub.services`` and its HTTP server."""
+
+    def __init__(self, tracker_source: Any, bind_host: str, port: int, connect_host: str) -> None:
+        self.tracker_source = tracker_source
+        self.bind_host = bind_host
+        self.port = port
+        self.connect_host = connect_host
+        # the service's OAuth client secret; generated per hub start, never logged or sent to users
+        self.token = secrets.token_hex(32)
+        self._server: HTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.connect_host}:{self.port}"
+
+    def entry(self) -> dict[str, Any]:
+        return {
+            "name": SERVICE_NAME,
+            "display": False,
+            "url": self.url,
+            "api_token": self.token,
+            "oauth_no_confirm": True,
+            "oauth_client_allowed_scopes": [REQUIRED_SCOPE],
+        }
+
+    def start(self) -> None:
+        """Listen on the running loop (the hub's): called while the hub loads its config."""
+        if self._server is not None:
+            return
+        app = web.Application(
+            [
+                (rf"/services/{SERVICE_NAME}/{PAGE_PATH}/?", CapacityPageHandler),
+                (rf"/services/{SERVICE_NAME}/{API_PATH}/?", CapacityAPIHandler),
+                (rf"/services/{SERVICE_NAME}/oauth_callback", OAuthCallbackHandler),
+            ],
+            service=self,
+            cookie_secret=secrets.token_bytes(32),
+            templates=Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape()),
+        )
+        self._server = HTTPServer(app, xheaders=True)
+        self._server.listen(self.port, self.bind_host)
+        app_log.info("GPU capacity service listening on %s:%s (%s)", self.bind_host, self.port, self.url)
+
+    def hub_auth(self) -> Any:
+        """HubOAuth for this service, from the running hub (built on first use: the hub's URLs
+        are known only once it has initialized)."""
+        auth = getattr(self, "_hub_auth", None)
+        if auth is None:
+            from jupyterhub.app import JupyterHub
+            from jupyterhub.services.auth import HubOAuth
+
+            hub_app = JupyterHub.instance()
+            prefix = f"{hub_app.base_url}services/{SERVICE_NAME}/"
+            auth = HubOAuth(
+                api_token=self.token,
+                api_url=hub_app.hub.api_url,
+                hub_prefix=hub_app.hub.base_url,
+                base_url=prefix,
+                oauth_client_id=f"service-{SERVICE_NAME}",
+                oauth_redirect_uri=f"{prefix}oauth_callback",
+                access_scopes={REQUIRED_SCOPE},
+                cache_max_age=60,
+            )
+            self._hub_auth = auth
+        return auth
+
+
+class _Authenticated(HubOAuthenticated, web.RequestHandler):
+    @property
+    def service(self) -> CapacityService:
+        return self.settings["service"]
+
+    @property
+    def hub_auth(self) -> Any:
+        return self.service.hub_auth()
+
+    async def prepare(self) -> None:
+        # The hub answers "who is this token" on this same event loop: HubAuth's blocking
+        # lookup (the default of get_current_user) would wait for a reply it is blocking.
+        user = await self.hub_auth.get_user(self, sync=False)
+        self._hub_auth_user_cache = None
+        if user:
+            try:
+                self._hub_auth_user_cache = self.check_hub_user(user)
+            except UserNotAllowed:
+                raise web.HTTPError(403, f"{REQUIRED_SCOPE} is needed to see GPU capacity") from None
+
+    async def tracker(self) -> Any:
+        try:
+            tracker = self.service.tracker_source()
+            if asyncio.iscoroutine(tracker):
+                tracker = await tracker
+        except Exception as exc:  # logged in full; the admin sees the kind of failure
+            app_log.exception("GPU capacity is unavailable")
+            raise web.HTTPError(503, f"GPU capacity is unavailable: {exc.__class__.__name__}") from exc
+        # whatever serves this page also feeds /hub/metrics (a no-op when already registered)
+        snapshot = getattr(tracker, "snapshot", None)
+        if callable(snapshot):
+            metrics.add_capacity_source(snapshot)
+        return tracker
+
+
+class CapacityAPIHandler(_Authenticated):
+    """``GET /services/gpuburst/api/capacity``: the capacity report as JSON."""
+
+    def get_login_url(self) -> str:
+        # an API client gets 403, not a redirect to the login page
+        raise web.HTTPError(403, f"a token with the {REQUIRED_SCOPE} scope is needed")
+
+    @web.authenticated
+    async def get(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.write(json.dumps(capacity_report(await self.tracker())))
+
+
+class CapacityPageHandler(_Authenticated):
+    """``GET /services/gpuburst/capacity``: the same report, rendered for people."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        report = capacity_report(await self.tracker())
+        template = self.settings["templates"].get_template(PAGE_TEMPLATE)
+        api_url = f"{self.hub_auth.base_url}{API_PATH}"
+        self.finish(template.render(report=report, api_url=api_url, hub_prefix=self.hub_auth.hub_prefix, gpu_name=names.gpu_name))
+
+
+class OAuthCallbackHandler(HubOAuthCallbackHandler):
+    @property
+    def hub_auth(self) -> Any:
+        return self.settings["service"].hub_auth()
