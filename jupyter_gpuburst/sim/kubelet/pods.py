@@ -64,7 +64,7 @@ def go_duration(seconds: float) -> str:
 @cache
 def uts_namespaces() -> bool:
     """Whether this kubelet may start a container in namespaces of its own (root, util-linux)."""
-    if os.geteuid() != 0 or not sys.platform.startswith("linux") or not all(shutil.which(t) for t in ("hostname", "mount")) or not os.access(UNSHARE, os.X_OK):
+    if os.geteuid() != 0 or not sys.platform.startswith("linux") or not shutil.which("mount") or not os.access(UNSHARE, os.X_OK):
         return False
     try:
         probe = subprocess.run(enter_pod_argv(["hostname"], "gpuburst-probe", None), timeout=10, capture_output=True, text=True)
@@ -73,11 +73,12 @@ def uts_namespaces() -> bool:
         return False
 
 
-# Run in the child by util-linux ``unshare`` (new UTS and mount namespaces): name the host, bind
+# Run in the child by util-linux ``unshare`` (new UTS and mount namespaces): name the host (a
+# shell builtin write, one exec less than ``hostname``), bind
 # the pod's hosts file over /etc/hosts, then exec the container's command (same pid throughout).
 # A preexec_fn would do the same without two execs, but forces a fork of this whole process
 # instead of a vfork, which blocks the event loop (100+ ms per container under gVisor).
-_ENTER_POD_SCRIPT = 'hostname "$0"; [ -n "$1" ] && mount --bind "$1" /etc/hosts; shift 1; exec "$@"'
+_ENTER_POD_SCRIPT = 'echo "$0" > /proc/sys/kernel/hostname; [ -n "$1" ] && mount --bind "$1" /etc/hosts; shift 1; exec "$@"'
 
 
 def enter_pod_argv(argv: list[str], hostname: str, hosts_file: Path | None) -> list[str]:
@@ -85,13 +86,18 @@ def enter_pod_argv(argv: list[str], hostname: str, hosts_file: Path | None) -> l
     return [UNSHARE, "--uts", "--mount", "--", "/bin/sh", "-c", _ENTER_POD_SCRIPT, hostname, str(hosts_file or ""), *argv]
 
 
+@cache
+def _host_entries() -> str:
+    try:
+        return Path("/etc/hosts").read_text()
+    except OSError:
+        return "127.0.0.1\tlocalhost\n"
+
+
 def write_hosts_file(path: Path, pod_ip: str, hostname: str, subdomain: str | None, namespace: str, aliases: list[Obj]) -> Path:
     """The kubelet's managed hosts file: the host's entries, then the pod's own name and
     ``hostAliases`` (the host's are kept: here the pod shares the host's network)."""
-    try:
-        base = Path("/etc/hosts").read_text()
-    except OSError:
-        base = "127.0.0.1\tlocalhost\n"
+    base = _host_entries()
     names = [hostname] if not subdomain else [f"{hostname}.{subdomain}.{namespace}.svc.cluster.local", hostname]
     lines = ["# Kubernetes-managed hosts file (emulated kubelet).", base.rstrip("\n"), f"{pod_ip}\t{' '.join(names)}"]
     for alias in aliases or []:
@@ -266,8 +272,7 @@ class Kubelet:
         pod_dir.mkdir(parents=True, exist_ok=True)
 
         def run(c: Obj, init: bool) -> ContainerRun:
-            cr = ContainerRun(c, init, pod_dir / "logs" / c["name"])
-            cr.log_dir.mkdir(parents=True, exist_ok=True)
+            cr = ContainerRun(c, init, pod_dir)
             cr.log_path().touch()
             if init or spec.get("initContainers"):
                 cr.state = {"waiting": {"reason": "PodInitializing"}}
@@ -401,7 +406,7 @@ class Kubelet:
             raise FileNotFoundError(f'no command given and image "{spec.get("image", "")}" has no emulated entrypoint')
         env = {k: view.rewrite(v) for k, v in runtime.pod_env(pr.pod, spec, self.store, pr.ip).items()}
         jupyter = bool(runtime.JUPYTER_IMAGE.search(spec.get("image", "")))
-        home = view.directory(env["HOME"] if env.get("HOME", "").startswith("/") else ("/home/jovyan" if jupyter else "/root"))
+        home = view.directory(env["HOME"] if env.get("HOME", "").startswith("/") else ("/home/jovyan" if jupyter else "/root"), private=True)
         env.setdefault("HOME", str(home))
         workdir = view.directory(spec["workingDir"]) if spec.get("workingDir") else home
         env.setdefault("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
