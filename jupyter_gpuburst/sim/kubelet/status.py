@@ -15,7 +15,7 @@ class ContainerRun:
 
     spec: Obj
     init: bool
-    log_dir: Path
+    pod_dir: Path
     state: Obj = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
     last_state: Obj = field(default_factory=dict)
     restart_count: int = 0
@@ -37,7 +37,9 @@ class ContainerRun:
         return bool(term) and term.get("exitCode") == 0
 
     def log_path(self, previous: bool = False) -> Path:
-        return self.log_dir / f"{self.restart_count - (1 if previous else 0)}.log"
+        # one file per container instance, in the pod's directory (no directory per container:
+        # every mkdir counts when forty pods start at once)
+        return self.pod_dir / f"{self.name}.{self.restart_count - (1 if previous else 0)}.log"
 
     def status(self, uid: str) -> Obj:
         image = self.spec.get("image", "")

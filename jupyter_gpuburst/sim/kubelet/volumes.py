@@ -6,7 +6,7 @@ directory; persistentVolumeClaim: a directory per claim that outlives the pod, s
 using the claim on this site finds the data; hostPath: the host's own path).
 
 A process here shares the host's mount table, so a ``mountPath`` cannot be mounted over. Each
-container instead gets a root ``<pod dir>/rootfs/<container>`` in which every ``mountPath`` is a
+container instead gets a root ``<pod dir>/rootfs-<container>`` in which every ``mountPath`` is a
 symlink to its volume, and the kubelet rewrites the paths the program is handed: env values,
 ``command``/``args``, ``workingDir`` and ``HOME``. A program that finds its files through those
 (``--notebook-dir=/home/jovyan``, ``$HOME``, ``CONFIG=/etc/app/x.yaml``) sees the volumes; a path
@@ -192,22 +192,23 @@ class PathMap:
             return value
         return self._pattern.sub(lambda m: str(self.mounts.get(m.group(1)) or self.mounts.get(m.group(1) + "/")), value)
 
-    def directory(self, path: str) -> Path:
-        """A directory the container expects at ``path`` (HOME, workingDir): a mount, the host's
-        own directory when it exists, else one created in the container's root."""
+    def directory(self, path: str, *, private: bool = False) -> Path:
+        """A directory the container expects at ``path`` (HOME, workingDir): a mount, else the
+        host's own directory when it exists (unless ``private``: a home is never shared with the
+        host or other pods), else one created in the container's root."""
         resolved = self.resolve(path)
-        if resolved != path or Path(path).is_dir():
+        if resolved != path or (not private and Path(path).is_dir()):
             Path(resolved).mkdir(parents=True, exist_ok=True)
             return Path(resolved)
-        private = self.root / path.lstrip("/")
-        private.mkdir(parents=True, exist_ok=True)
+        # one flat directory beside the container's root, not the whole path inside it
+        private = self.root.parent / f"{self.root.name}{path.rstrip('/').replace('/', '_')}"
+        private.mkdir(exist_ok=True)
         return private
 
 
 def container_view(pod_dir: Path, container: Obj, volumes: dict[str, Path]) -> PathMap:
-    """Build ``rootfs/<container>`` with a symlink per volumeMount; the container's PathMap."""
-    root = pod_dir / "rootfs" / container["name"]
-    root.mkdir(parents=True, exist_ok=True)
+    """``rootfs-<container>`` with a symlink per volumeMount (made only if there are mounts); the PathMap."""
+    root = pod_dir / f"rootfs-{container['name']}"
     mounts: dict[str, Path] = {}
     for vm in container.get("volumeMounts") or []:
         source = volumes.get(vm["name"])
@@ -220,7 +221,7 @@ def container_view(pod_dir: Path, container: Obj, volumes: dict[str, Path]) -> P
                 source.mkdir(parents=True)
         mount_path = vm["mountPath"]
         link = root / mount_path.lstrip("/")
-        link.parent.mkdir(parents=True, exist_ok=True)
+        link.parent.mkdir(parents=True, exist_ok=True)  # the root exists only where there are mounts
         if link.is_symlink() or link.exists():
             if link.is_dir() and not link.is_symlink():
                 shutil.rmtree(link)
