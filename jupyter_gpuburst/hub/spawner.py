@@ -515,6 +515,25 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             replace = True
         return await super()._start_reflector(kind, reflector_class, replace=replace, **kwargs)
 
+    def is_pod_running(self, pod: Any) -> bool:
+        """KubeSpawner's test, without a KeyError for a status field the API server omitted.
+
+        KubeSpawner indexes ``status.podIP`` and ``status.containerStatuses``; a pod whose
+        status lacks one (in transition) made both the spawn and JupyterHub's cleanup after it
+        fail, leaving the pod behind with no server in the hub.
+        """
+        if pod is None:
+            return False
+        status = pod.get("status") or {}
+        containers = status.get("containerStatuses")
+        return (
+            status.get("phase") == "Running"
+            and status.get("podIP") is not None
+            and "deletionTimestamp" not in (pod.get("metadata") or {})
+            and containers is not None
+            and all(c.get("ready") for c in containers)
+        )
+
     async def poll(self) -> int | None:
         """KubeSpawner's poll, plus what a hub restart in the middle of a spawn needs.
 

@@ -173,3 +173,21 @@ async def test_a_reflector_whose_first_list_failed_is_started_again(no_cluster):
         assert StubReflector.started == 1
     finally:
         GPUBurstSpawner.reflectors.pop(key, None)
+
+
+async def test_a_pod_status_without_pod_ip_is_not_running_and_not_an_error(no_cluster):
+    """KubeSpawner's own test raised KeyError here, failing the spawn and the cleanup after it."""
+    spawner = make_spawner(make_tracker(), {"profile": "gpu1"})
+    odd = pod("Running", "origin")
+    del odd["status"]["podIP"]
+    with pytest.raises(KeyError):
+        GPUBurstSpawner.__mro__[1].is_pod_running(spawner, odd)  # KubeSpawner's
+    assert spawner.is_pod_running(odd) is False
+    assert spawner.is_pod_running(pod("Running", "origin")) is True
+    assert spawner.is_pod_running(pod("Running", "origin", ready=False)) is False
+    spawner._gb_inherited = False
+    spawner.server = SimpleNamespace(url="http://10.0.0.9:8888")  # KubeSpawner's poll then checks the pod
+    status, stopped = await inherited_poll(spawner, odd)
+    assert status is None and stopped == []
+    del odd["status"]["containerStatuses"]
+    assert spawner.is_pod_running(odd) is False
