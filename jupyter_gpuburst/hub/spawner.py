@@ -497,7 +497,28 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                 self._gb_restore_options()
             if isinstance(exc, web.HTTPError):
                 raise
-            raise self._gb_public_error(exc, "starting the server") from None
+            refused = self._gb_public_error(exc, "starting the server")
+            if isinstance(refused, SpawnRefused) and refused.status_code == 503:
+                self._gb_sweep_late_pod()
+            raise refused from None
+
+    def _gb_sweep_late_pod(self) -> None:
+        """After a spawn that timed out, delete its pod should a late create still land."""
+        if self._gb_tracker is None:
+            return
+        failed = self._start_future
+
+        def unwanted() -> bool:
+            # until this server is started again (JupyterHub's own cleanup may delete it too)
+            return self._start_future is failed
+
+        async def delete() -> None:
+            self.log.warning("%s: pod %s was created after its spawn failed; deleting it", self._log_name, self.pod_name)
+            await self.stop(now=True)
+
+        self._gb_sweeper = asyncio.ensure_future(
+            spawnstate.delete_if_it_appears(self._gb_tracker, self.namespace, self.pod_name, unwanted, delete)
+        )
 
     def _gb_public_error(self, exc: BaseException, doing: str) -> BaseException:
         """The one sentence a student sees for ``exc``; the detail goes to the log only."""
@@ -611,6 +632,25 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             self.log.warning("The %s reflector's first list had failed; starting it again", kind)
             replace = True
         return await super()._start_reflector(kind, reflector_class, replace=replace, **kwargs)
+
+    def is_pod_running(self, pod: Any) -> bool:
+        """KubeSpawner's test, without a KeyError for a status field the API server omitted.
+
+        KubeSpawner indexes ``status.podIP`` and ``status.containerStatuses``; a pod whose
+        status lacks one (in transition) made both the spawn and JupyterHub's cleanup after it
+        fail, leaving the pod behind with no server in the hub.
+        """
+        if pod is None:
+            return False
+        status = pod.get("status") or {}
+        containers = status.get("containerStatuses")
+        return (
+            status.get("phase") == "Running"
+            and status.get("podIP") is not None
+            and "deletionTimestamp" not in (pod.get("metadata") or {})
+            and containers is not None
+            and all(c.get("ready") for c in containers)
+        )
 
     async def poll(self) -> int | None:
         """KubeSpawner's poll, plus what a hub restart in the middle of a spawn needs.

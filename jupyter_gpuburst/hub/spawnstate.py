@@ -95,3 +95,35 @@ def reconcile(saved: Mapping[str, Any] | None, pod: Mapping[str, Any]) -> dict[s
     if not merged.get("reason"):
         merged["reason"] = actual["reason"]
     return merged
+
+
+async def delete_if_it_appears(
+    tracker: Any,
+    namespace: str,
+    name: str,
+    unwanted: Any,
+    delete: Any,
+    window_s: float = 60.0,
+) -> bool:
+    """Delete the pod ``namespace/name`` if it shows up within ``window_s`` while ``unwanted()``.
+
+    A create the client gave up on (KubeSpawner's per-request timeout) can still land on a slow
+    API server after JupyterHub cleaned up the failed spawn: that pod belongs to no server and
+    would hold its GPU for good. Every such pod is deleted until the window ends or the server
+    is started again. Returns True when one was deleted.
+    """
+    import time
+
+    deadline = time.monotonic() + window_s
+    deleted = False
+    while unwanted():
+        pod = tracker.pod(namespace, name)
+        if pod is not None and not (pod.get("metadata") or {}).get("deletionTimestamp"):
+            await delete()
+            deleted = True
+            continue
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        await tracker.wait_pod_change(namespace, name, min(1.0, remaining))
+    return deleted

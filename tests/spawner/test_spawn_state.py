@@ -173,3 +173,59 @@ async def test_a_reflector_whose_first_list_failed_is_started_again(no_cluster):
         assert StubReflector.started == 1
     finally:
         GPUBurstSpawner.reflectors.pop(key, None)
+
+
+async def test_a_pod_status_without_pod_ip_is_not_running_and_not_an_error(no_cluster):
+    """KubeSpawner's own test raised KeyError here, failing the spawn and the cleanup after it."""
+    spawner = make_spawner(make_tracker(), {"profile": "gpu1"})
+    odd = pod("Running", "origin")
+    del odd["status"]["podIP"]
+    with pytest.raises(KeyError):
+        GPUBurstSpawner.__mro__[1].is_pod_running(spawner, odd)  # KubeSpawner's
+    assert spawner.is_pod_running(odd) is False
+    assert spawner.is_pod_running(pod("Running", "origin")) is True
+    assert spawner.is_pod_running(pod("Running", "origin", ready=False)) is False
+    spawner._gb_inherited = False
+    spawner.server = SimpleNamespace(url="http://10.0.0.9:8888")  # KubeSpawner's poll then checks the pod
+    status, stopped = await inherited_poll(spawner, odd)
+    assert status is None and stopped == []
+    del odd["status"]["containerStatuses"]
+    assert spawner.is_pod_running(odd) is False
+
+
+async def test_a_pod_created_after_its_spawn_failed_is_deleted():
+    import asyncio
+
+    from jupyter_gpuburst.hub import spawnstate
+
+    tracker = make_tracker()
+    tracker.own_namespace("default")
+    deleted: list[str] = []
+    wanted = {"again": False}
+
+    async def delete():
+        deleted.append("jupyter-late")
+        tracker._on_pod_event("DELETED", late_pod())  # as KubeSpawner's stop waits for
+
+    def late_pod():
+        p = pod("Pending", "origin")
+        p["metadata"]["name"] = "jupyter-late"
+        p["metadata"]["annotations"][keys.USER_ANNOTATION] = "late"
+        return p
+
+    sweep = asyncio.ensure_future(spawnstate.delete_if_it_appears(tracker, "default", "jupyter-late", lambda: not wanted["again"], delete, 1.5))
+    await asyncio.sleep(0.2)
+    tracker._on_pod_event("ADDED", late_pod())
+    await asyncio.sleep(0.2)
+    tracker._on_pod_event("ADDED", late_pod())  # a second create that landed even later
+    assert await asyncio.wait_for(sweep, 5) is True and deleted == ["jupyter-late", "jupyter-late"]
+    deleted.clear()
+
+    # the student started again meanwhile: the pod is theirs, left alone
+    wanted["again"] = True
+    tracker._on_pod_event("ADDED", late_pod())
+    assert await spawnstate.delete_if_it_appears(tracker, "default", "jupyter-late", lambda: not wanted["again"], delete, 1) is False
+    # nothing appears within the window
+    tracker._on_pod_event("DELETED", late_pod())
+    assert await spawnstate.delete_if_it_appears(tracker, "default", "jupyter-late", lambda: True, delete, 0.3) is False
+    assert deleted == []
