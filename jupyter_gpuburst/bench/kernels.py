@@ -28,13 +28,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jupyter_gpuburst.bench.spawn import GPU, overcommitted_pods, percentile
+from jupyter_gpuburst.bench.spawn import GPU, percentile
+from jupyter_gpuburst.core.inventory import Inventory
 from jupyter_gpuburst.hub.capacity import CapacityTracker
 from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRegistry
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
 from jupyter_gpuburst.sim.config import parse_config
 from jupyter_gpuburst.sim.testing import running_federation
+from jupyter_gpuburst.sim.federation import Federation
 
 log = logging.getLogger("gpuburst.bench.kernels")
 DONOR = "donor-1"
@@ -45,6 +47,34 @@ STANDIN = (
     "time.sleep(3600)"
 )
 
+
+
+def overcommitted_pods(fed: Federation) -> int:
+    """Pods bound to a node beyond its allocatable GPUs, in creation order, over every cluster.
+
+    Read from the API servers' own objects, whoever bound the pods, so a kernel and a server
+    promised the same GPU show up here even if the ledger disagrees.
+    """
+    inventory = Inventory()
+    over = 0
+    for cluster in fed.clusters.values():
+        store = cluster.store
+        nodes = {n["metadata"]["name"]: n for n in store.list("nodes")[0]}
+        pods, _ = store.list("pods")
+        pods.sort(key=lambda p: (p["metadata"].get("creationTimestamp", ""), int(p["metadata"].get("resourceVersion", 0))))
+        used: dict[tuple[str, str], int] = {}
+        for pod in pods:
+            node = (pod.get("spec") or {}).get("nodeName")
+            if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            allocatable = ((nodes.get(node) or {}).get("status") or {}).get("allocatable") or {}
+            beyond = False
+            for resource, count in inventory.pod_requests(pod).items():
+                used[(node, resource)] = used.get((node, resource), 0) + count
+                if used[(node, resource)] > int(allocatable.get(resource, 0)):
+                    beyond = True
+            over += beyond
+    return over
 
 def federation(gpus: int, concurrent: int) -> Any:
     origin = max(1, round(gpus * 0.4))
