@@ -35,8 +35,8 @@ from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRegistry
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
 from jupyter_gpuburst.sim.config import parse_config
-from jupyter_gpuburst.sim.testing import running_federation
 from jupyter_gpuburst.sim.federation import Federation
+from jupyter_gpuburst.sim.testing import running_federation
 
 log = logging.getLogger("gpuburst.bench.kernels")
 DONOR = "donor-1"
