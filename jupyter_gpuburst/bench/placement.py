@@ -160,6 +160,7 @@ async def run(
 
     # ---- 1. load, through the tracker's callbacks --------------------------------------------
     tracker = CapacityTracker(None, settings)
+    tracker.own_namespace(synthetic.SERVER_NAMESPACE)
     started = time.perf_counter()
     for obj in plan.nodes:
         _deliver(tracker._on_node_event, _wire("ADDED", obj))
@@ -276,7 +277,7 @@ async def run(
             bench_pods.append((name, node_index[placement.held_node], shape))
             if len(bench_pods) > outstanding:  # and an older server ends
                 name, n, shape = bench_pods.popleft()
-                _deliver(tracker._on_pod_event, _wire("DELETED", synthetic.watch_pod(name, shape, plan.node_name(n))))
+                _deliver(tracker._on_pod_event, _wire("DELETED", synthetic.watch_pod(name, shape, plan.node_name(n), user=name.removeprefix("bench-"))))
     gc_decisions.__exit__()
     memory_end = _rss() - baseline
     snapshot = tracker.snapshot()
@@ -290,7 +291,7 @@ async def run(
     all_pods = itertools.chain(
         plan.live_pods(),
         (synthetic.watch_pod(f"pod-{i}", shape, plan.node_name(n)) for i, (n, shape) in churn.items()),
-        (synthetic.watch_pod(name, shape, plan.node_name(n)) for name, n, shape in bench_pods),
+        (synthetic.watch_pod(name, shape, plan.node_name(n), user=name.removeprefix("bench-")) for name, n, shape in bench_pods),
     )
     started = time.perf_counter()
     recount = full_recount(plan.nodes, all_pods, compute=True)

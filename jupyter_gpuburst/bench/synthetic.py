@@ -228,6 +228,10 @@ class ClusterPlan:
                 yield self.pod_object(i)
 
 
+# where the hub's own server pods live in the synthetic federation
+SERVER_NAMESPACE = "jupyter"
+
+
 def watch_pod(
     name: str,
     shape: int,
@@ -250,6 +254,9 @@ def watch_pod(
     if site is not None:
         labels[keys.SITE_LABEL] = site
     if user is not None:
+        # a user's server as KubeSpawner writes it, in the hub's namespace
+        namespace = SERVER_NAMESPACE
+        labels.update({"component": "singleuser-server", "app.kubernetes.io/managed-by": "kubespawner"})
         annotations[keys.USER_ANNOTATION] = user
         annotations["hub.jupyter.org/username"] = user
         annotations["hub.jupyter.org/servername"] = ""

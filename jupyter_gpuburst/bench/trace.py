@@ -250,14 +250,16 @@ class Simulation:
 
         def start(d: Demand, placement: Placement, now: float) -> None:
             nonlocal idle_mem
-            node = self.inventory.snapshot().nodes.get(placement.node or "")
+            key = f"d{d.did}"
+            # the pod is bound: the inventory counts it instead of the spawn's hold
+            self.placer.release(key)
+            bound_to = placement.held_node or placement.node
+            node = self.inventory.snapshot().nodes.get(bound_to or "")
             if node is None or node.free(GPU) < d.session.gpus:
                 self.out.overcommitted += 1
-            key = f"d{d.did}"
-            pod = synthetic.pod(key, node_name=placement.node, gpus={GPU: d.session.gpus}, site=placement.site,
+            pod = synthetic.pod(key, node_name=bound_to, gpus={GPU: d.session.gpus}, site=placement.site,
                                 user=d.session.user)
             self.inventory.apply_pod_event("ADDED", pod)
-            self.placer.release(key)  # the pod is bound: the inventory counts it now
             running[d.did] = (pod, placement)
             self.out.waits.append(now - d.start)
             self.out.held_gpu_s += d.hold * d.session.gpus

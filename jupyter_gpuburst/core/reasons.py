@@ -211,4 +211,7 @@ def _site_text(site: SiteCapacity, request: _Request, demand: Mapping[str, int],
         return f"{site.site}: {why[1]}"
     # short of GPUs, or the pod fits and the site was left out for another reason (an allowlist)
     free, total = _free_of(site, request.resource)
+    if not total:
+        granted = "granted" if site.is_donor else "on its nodes"
+        return f"{site.site}: no {names.gpu_units(request.resource, 2)} {granted}"
     return f"{site.site} {free} of {total} free"

@@ -131,7 +131,7 @@ class Federation(RuleBasedStateMachine):
         expected = self._oracle(request, demand)
         outcome = self.placer.place(key, request, self.now)
         if expected is None:
-            assert isinstance(outcome, NoCapacity) and outcome.reason.startswith("No site can start")
+            assert isinstance(outcome, NoCapacity) and outcome.reason.startswith("No site can")
             return
         assert isinstance(outcome, Placement), (outcome, expected)
         self.pending[key] = (outcome, request)

@@ -92,4 +92,4 @@ def test_amounts_read_as_words():
     assert describe("cpu", 500) == "0.5 CPU"
     assert describe("memory", 16 * 2**30) == "16 GiB of memory"
     assert describe(GPU, 2) == "2 GPUs" and describe(GPU, 1) == "1 GPU"
-    assert describe("nvidia.com/mig-1g.10gb", 1) == "1 MIG slice 1g.10gb"
+    assert describe("nvidia.com/mig-1g.10gb", 1) == "1 MIG 1g.10gb slice"
