@@ -51,8 +51,13 @@ lint-ts: $(NPM_STAMP)
 demo: setup
 	$(BIN)/gpuburst demo
 
+# Most tests wait on processes (hubs, servers, kubelets), not on the CPU: they run in parallel,
+# a file per worker. Browser tests drive one chromium and run after them, in order.
+TEST_WORKERS ?= 3
+
 test: setup lint-ts
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra -m "not browser" -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -ra -m browser
 
 test-unit: setup
 	$(BIN)/python -m pytest -q -ra -m "not integration and not browser"
