@@ -12,6 +12,9 @@ reservation. A pod is taken for one of the hub's servers only when both hold:
   ``component_label``) and ``app.kubernetes.io/managed-by`` (from ``common_labels``), the same
   labels KubeSpawner's own pod reflector selects on.
 
+The hub's own GPU kernel pods (``component=gpuburst-kernel``, made by the kernel registry) in an
+owned namespace are taken too: they carry a reservation and a placement like a server's.
+
 Every other pod is counted by the inventory as plain GPU usage and nothing more.
 """
 
@@ -22,7 +25,7 @@ import string
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from jupyter_gpuburst.core import liqo
+from jupyter_gpuburst.core import keys, liqo
 
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 COMPONENT_LABEL = "component"
@@ -114,6 +117,9 @@ class PodOwnership:
         if not self.owns_namespace(meta.get("namespace")):
             return False
         labels = meta.get("labels") or {}
+        if labels.get(COMPONENT_LABEL) == keys.KERNEL_COMPONENT:
+            # a GPU kernel pod the hub's kernel registry made beside the user's servers
+            return True
         if labels.get(COMPONENT_LABEL) != self.component:
             return False
         return self.managed_by is None or labels.get(MANAGED_BY_LABEL) == self.managed_by

@@ -116,7 +116,7 @@ def claim_names(volumes: Iterable[Mapping[str, Any]]) -> list[str]:
 
 
 def _where(site: str) -> str:
-    return "the origin" if site == ORIGIN_SITE else f"donor {site}"
+    return "the origin" if site == ORIGIN_SITE else site  # donors by their own name, as names.site_name
 
 
 @dataclass(frozen=True)

@@ -166,5 +166,6 @@ async def test_kernel_that_cannot_be_placed_fails_fast_with_the_reason(federatio
     occupy_origin(federation, 2)
     status, body = await server_api(hub, "alice", "POST", "/kernels", {"name": "gpuburst-gpu-1-origin"})
     assert status == 503
-    assert "No GPU kernel" in body["message"] and "nvidia.com/gpu" in body["message"], body
+    # placement reasons name the resource by its short name (nvidia.com/gpu: "GPU")
+    assert "No GPU kernel" in body["message"] and "1 GPU" in body["message"] and "origin 0 of 2 free" in body["message"], body
     assert kernel_pods(federation) == []

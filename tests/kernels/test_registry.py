@@ -60,7 +60,7 @@ async def start(registry, user: str = "alice", **overrides):
 async def test_a_gpu_promised_to_a_spawning_server_is_never_given_to_a_kernel(registry):
     tracker = registry.tracker
     # a GPU server is being spawned and holds both origin GPUs in the shared ledger
-    held = tracker.placer.place("bob/", GPURequest(GPU, 2, "bob"), tracker.snapshot(), time.monotonic())
+    held = tracker.placer.place("bob/", GPURequest(GPU, 2, "bob"), time.monotonic())
     assert isinstance(held, Placement) and held.site == "origin"
     record = await start(registry)
     assert record.placement.site == "donor-1"

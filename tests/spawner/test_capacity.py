@@ -156,7 +156,7 @@ def test_forged_pod_in_another_namespace_is_only_gpu_usage():
     tracker = CapacityTracker(None, settings_from_config(None), ownership=PodOwnership(["jupyter"]))
     tracker._on_node_event("ADDED", synthetic.node("gpu-a", {GPU: 4}))
     key = server_key("alice", "")
-    placement = tracker.placer.place(key, GPURequest(GPU, 1, "alice"), tracker.snapshot(), 0.0)
+    placement = tracker.placer.place(key, GPURequest(GPU, 1, "alice"), 0.0)
     assert isinstance(placement, Placement)
     tracker.note_decision(key, placement, 1)
 
@@ -169,9 +169,9 @@ def test_forged_pod_in_another_namespace_is_only_gpu_usage():
     shown = tracker.placements()[key]
     assert shown["state"] == "pending" and shown["reason"] != "attacker-chosen text"
     assert tracker.pod("tenant-x", "jupyter-alice") is None
-    # its GPUs are in use all the same: 4 - 2 forged - 1 reserved
-    free = tracker.snapshot().site("origin").free[GPU] - tracker.placer.reservations.on_site("origin", GPU)
-    assert free == 1
+    # its GPUs are in use all the same: 4 - 2 forged - 1 reserved (free counts reservations)
+    assert tracker.placer.reservations.on_site("origin", GPU) == 1
+    assert tracker.snapshot().site("origin").free[GPU] == 1
 
     # the same pod in the hub's namespace without KubeSpawner's labels is not a server either
     unlabelled = synthetic.pod("jupyter-alice", namespace="jupyter", node_name="gpu-a", gpus={GPU: 1}, site="origin", user="alice")

@@ -54,7 +54,7 @@ async def test_a_donor_granted_too_few_cpus_is_refused_with_the_resource_named(n
     with pytest.raises(SpawnRefused) as info:
         await manifest_of(spawner)
     assert info.value.status_code == 503
-    assert "donor donor-1: 4 CPU granted, profile gpu-big needs 8" in str(info.value)
+    assert "donor-1: 4 CPU granted, profile gpu-big needs 8" in str(info.value)
     assert len(tracker.placer.reservations) == 0
 
 
@@ -63,7 +63,7 @@ async def test_the_form_marks_a_profile_full_when_only_cpu_is_short(no_cluster):
     tracker._on_pod_event("ADDED", synthetic.pod("busy", node_name="origin-gpu", gpus={GPU: 1}))
     spawner = make_spawner(tracker, profile_list=PROFILES)
     form = await spawner._gb_render_form()
-    assert "Full: No site can start 1 × nvidia.com/gpu (with 8 CPU" in form
+    assert "Full now: No site can start 1 GPU with 8 CPU" in form
     assert "4 CPU granted, profile gpu-big needs 8" in form
     # the small profile still fits the donor's grant
     assert "Would start on donor-1" in form

@@ -213,6 +213,8 @@ class KernelRegistry:
             namespace=((server_pod or {}).get("metadata") or {}).get("namespace") or self.namespace,
             groups=groups,
         )
+        # the tracker follows the kernel's pod only in a namespace it takes for the hub's own
+        self.tracker.own_namespace(record.namespace)
         request = GPURequest(profile.resource, profile.count, user, groups, profile.slug, profile.allowed_sites)
         placement = self._place(record, request, prefer_site)
         if isinstance(placement, NoCapacity):
