@@ -85,8 +85,10 @@ def test_namespace_with_running_pod_is_deleted(core_v1, real_cluster):
     try:
         make_pod(core_v1, ns, "sleeper", {"containers": [sh(real_cluster.test_image, "exec sleep 3600")], "terminationGracePeriodSeconds": 5})
         wait("pod running", lambda: read_pod(core_v1, ns, "sleeper")["status"].get("phase") == "Running", real_cluster.start_timeout)
-        core_v1.delete_namespace(ns)
-        assert json.loads(core_v1.read_namespace(ns, _preload_content=False).data)["status"]["phase"] == "Terminating"
+        # the answer to the DELETE is the namespace, Terminating while its pods are killed (read
+        # afterwards, it may already be gone: `sleep` ends at once on SIGTERM)
+        deleted = core_v1.delete_namespace(ns, _preload_content=False)
+        assert json.loads(deleted.data)["status"]["phase"] == "Terminating"
         from kubernetes.client.exceptions import ApiException
 
         def gone() -> bool:
