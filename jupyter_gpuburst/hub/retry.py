@@ -103,18 +103,21 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-def _status_retry_after(body: Any) -> float | None:
-    """``details.retryAfterSeconds`` of a Kubernetes Status body, when the header is absent."""
+def _status_body(body: Any) -> Mapping[str, Any]:
+    """A Kubernetes Status body as a mapping (empty when it is not one)."""
     if isinstance(body, (bytes, bytearray)):
         body = body.decode("utf-8", "replace")
     if isinstance(body, str):
         try:
             body = json.loads(body)
         except ValueError:
-            return None
-    if not isinstance(body, Mapping):
-        return None
-    seconds = (body.get("details") or {}).get("retryAfterSeconds")
+            return {}
+    return body if isinstance(body, Mapping) else {}
+
+
+def _status_retry_after(body: Any) -> float | None:
+    """``details.retryAfterSeconds`` of a Kubernetes Status body, when the header is absent."""
+    seconds = (_status_body(body).get("details") or {}).get("retryAfterSeconds")
     return float(seconds) if isinstance(seconds, (int, float)) and seconds >= 0 else None
 
 
@@ -167,16 +170,7 @@ def describe(exc: BaseException) -> str:
 
 
 def _status_message(body: Any) -> str:
-    if isinstance(body, (bytes, bytearray)):
-        body = body.decode("utf-8", "replace")
-    if isinstance(body, str):
-        try:
-            body = json.loads(body)
-        except ValueError:
-            return ""
-    if isinstance(body, Mapping):
-        return str(body.get("message") or "")[:160]
-    return ""
+    return str(_status_body(body).get("message") or "")[:160]
 
 
 def next_wait(policy: RetryPolicy, attempt: int, exc: BaseException, method: str, remaining: float) -> float | None:
