@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
-import shlex
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,8 @@ from traitlets.config.loader import PyFileConfigLoader
 
 from jupyter_gpuburst import doctor
 from jupyter_gpuburst.core import liqo
+
+from hub_config.readme import command, guide_commands
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -183,33 +183,15 @@ def test_configured_spawner_traits_exist(values):
 
 
 # ---- the README guide and the files it uses agree ---------------------------------------------
-def readme_commands() -> list[str]:
-    """Every command line of the README's real-cluster guide (bash blocks, continuations joined)."""
-    text = (REPO / "README.md").read_text()
-    guide = text[text.index("## Real-cluster guide") : text.index("## Configuration reference")]
-    lines: list[str] = []
-    for block in re.findall(r"```bash\n(.*?)```", guide, re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.split("  #")[0].strip()
-            if line:
-                lines.append(line)
-    return lines
-
-
-def the_command(prefix: str) -> list[str]:
-    [line] = [line for line in readme_commands() if line.startswith(prefix)]
-    return shlex.split(line)
-
-
 def test_readme_peers_once_and_grants_cpu_memory_and_gpus():
-    peer = the_command("liqoctl peer")
-    assert not any(line.startswith("liqoctl create resourceslice") for line in readme_commands())
+    peer = command("liqoctl peer")
+    assert not any(line.startswith("liqoctl create resourceslice") for line in guide_commands())
     assert {"--cpu", "--memory", "--resource"} <= set(peer)
     assert "Liqo\n1.0.2 or later" in (REPO / "README.md").read_text() or "Liqo 1.0.2 or later" in (REPO / "README.md").read_text()
 
 
 def grant() -> dict[str, float]:
-    peer = the_command("liqoctl peer")
+    peer = command("liqoctl peer")
     value = {flag: peer[peer.index(flag) + 1] for flag in ("--cpu", "--memory", "--resource")}
     name, count = value["--resource"].split("=")
     return {"cpu": float(parse_quantity(value["--cpu"])), "memory": float(parse_quantity(value["--memory"])), name: float(count)}
@@ -232,9 +214,9 @@ def test_profile_guarantees_fit_the_readme_grant(values, slug):
 
 
 def test_readme_pins_the_chart_release_the_files_use(values):
-    helm = the_command("helm upgrade --install")
+    helm = command("helm upgrade --install")
     version = helm[helm.index("--version") + 1]
-    assert the_command("helm repo add") == ["helm", "repo", "add", "jupyterhub", "https://hub.jupyter.org/helm-chart/"]
+    assert command("helm repo add") == ["helm", "repo", "add", "jupyterhub", "https://hub.jupyter.org/helm-chart/"]
     assert f"--version {version}" in (HUB_CONFIG / "values.yaml").read_text()
     assert f"Tag:      {version} " in (Z2JH / "PROVENANCE").read_text()
     assert f"k8s-hub:{version}" in (HUB_CONFIG / "images" / "hub.Dockerfile").read_text()

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import venv
 from pathlib import Path
 
 import pytest

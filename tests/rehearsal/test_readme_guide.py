@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +30,7 @@ import yaml
 
 from jupyter_gpuburst.core import keys
 
+from hub_config.readme import command
 from spawner.harness import Hub
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -39,23 +38,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 NAMESPACE = "jhub"
-
-
-def guide_commands() -> list[str]:
-    text = (REPO / "README.md").read_text()
-    guide = text[text.index("## Real-cluster guide") : text.index("## Configuration reference")]
-    lines: list[str] = []
-    for block in re.findall(r"```bash\n(.*?)```", guide, re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.split("  #")[0].strip()
-            if line:
-                lines.append(line)
-    return lines
-
-
-def command(prefix: str) -> list[str]:
-    [line] = [line for line in guide_commands() if line.startswith(prefix)]
-    return shlex.split(line)
 
 
 def federation_config_from_the_peer_command() -> dict:
