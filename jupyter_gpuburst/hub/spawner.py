@@ -39,6 +39,7 @@ from jupyter_gpuburst.hub.profiles import (
 )
 from jupyter_gpuburst.hub import profile_policy
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
+from jupyter_gpuburst.hub.unschedulable import failed_scheduling_reason, unschedulable_reason
 
 TEMPLATES = Path(__file__).parent / "templates"
 ENV_PREFIX = "JUPYTER_GPUBURST_"
@@ -577,7 +578,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                 if why is None and placement.is_donor and phase == "Pending":
                     # a donor's own scheduler failing shows only as events about this pod; the
                     # event list is scanned for pending donor pods only, so 200 spawns stay cheap
-                    why = self._gb_failed_scheduling_event(uid, placement.resource)
+                    why = failed_scheduling_reason(self.events, pod, uid, placement.resource)
                 if why is not None:
                     self._gb_redirect_t0 = time.monotonic()
                     return why
@@ -590,16 +591,6 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                 else:
                     pending_since = None
             await tracker.wait_pod_change(self.namespace, self.pod_name, 0.5)
-
-    def _gb_failed_scheduling_event(self, uid: str | None, resource: str) -> str | None:
-        for event in self.events:
-            involved = event.get("involvedObject") or {}
-            if uid and involved.get("uid") not in (None, uid):
-                continue
-            message = event.get("message") or ""
-            if event.get("reason") == "FailedScheduling" and resource in message:
-                return message
-        return None
 
     async def stop(self, now: bool = False) -> None:
         await super().stop(now=now)
@@ -793,20 +784,6 @@ def placement_env(placement: Placement) -> dict[str, Any]:
 
 def _env_value(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {"value": str(value)}
-
-
-def unschedulable_reason(pod: dict[str, Any], resource: str) -> str | None:
-    """The scheduler's message when ``pod`` is unschedulable for lack of ``resource``."""
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if (
-            condition.get("type") == "PodScheduled"
-            and condition.get("status") == "False"
-            and condition.get("reason") == "Unschedulable"
-        ):
-            message = condition.get("message") or ""
-            if resource in message:
-                return message
-    return None
 
 
 async def maybe_future(value: Any) -> Any:

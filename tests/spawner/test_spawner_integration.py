@@ -16,9 +16,10 @@ DONOR = "donor-1"
 SLEEPER = ["sleep", "600"]
 
 
-# After the decision (the manifest is built, the pod not yet created) someone else's pod takes
-# both origin GPUs, so the scheduler finds the pinned node full.
-STEAL_HOOK = f"""
+def steal_hook(limits: dict[str, str]) -> str:
+    """Config: after the decision (the manifest is built, the pod not yet created) someone
+    else's pod takes ``limits`` of the origin GPU node, so the scheduler finds the pinned node short."""
+    return f"""
 import asyncio
 from kubespawner.clients import shared_client
 _stolen = []
@@ -33,10 +34,14 @@ async def steal(spawner, pod):
         await api.create_namespaced_pod("others", {{"metadata": {{"name": "thief"}}, "spec": {{
             "nodeName": "origin-gpu",
             "containers": [{{"name": "c", "image": "busybox", "command": {SLEEPER!r},
-                             "resources": {{"limits": {{"nvidia.com/gpu": "2"}}}}}}]}}}})
+                             "resources": {{"limits": {limits!r}}}}}]}}}})
     return pod
 c.KubeSpawner.modify_pod_hook = steal
 """
+
+
+# both origin GPUs
+STEAL_HOOK = steal_hook({"nvidia.com/gpu": "2"})
 
 
 def pod_of(federation, user: str):
@@ -169,6 +174,19 @@ async def test_capacity_stolen_after_decision_is_redirected_to_donor(federation,
     code, _ = await hub.get_via_proxy("dave")
     assert code == 200
     assert "Redirected: the origin could not schedule" in hub.log()
+
+
+async def test_memory_taken_after_decision_is_redirected_to_donor(federation, start_hub):
+    # placement counted the origin node's memory as free; another pod takes all of it first
+    hub = await start_hub(steal_hook({"memory": "64Gi"}) + '\nc.KubeSpawner.mem_guarantee = "1G"')
+    status, body = await hub.spawn("dora", {"profile": "gpu1"})
+    assert status in (201, 202), body
+    await hub.wait_ready("dora")
+    pod = pod_of(federation, "dora")
+    assert pod["spec"]["nodeName"] == DONOR
+    assert pod["metadata"]["annotations"][keys.ATTEMPTS_ANNOTATION] == "2"
+    assert "Redirected: the origin could not schedule" in hub.log()
+    assert "Insufficient memory" in hub.log()
 
 
 async def test_redirects_exhausted_fail_with_what_was_tried(federation, start_hub):

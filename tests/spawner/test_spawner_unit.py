@@ -272,12 +272,23 @@ async def test_progress_yields_decision_before_pod_events(no_cluster):
     assert events and "starting on the origin" in events[0]["message"]
 
 
-def test_unschedulable_reason_only_for_the_gpu_resource():
-    def pod(message):
-        return {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]}}
+def test_unschedulable_reason_for_any_resource_the_pod_requests():
+    def pod(message, requests=None):
+        container = {"name": "c", "resources": {"requests": requests or {}, "limits": {"nvidia.com/gpu": "1"}}}
+        return {
+            "spec": {"containers": [container]},
+            "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]},
+        }
 
-    assert unschedulable_reason(pod("0/3 nodes are available: 1 Insufficient nvidia.com/gpu."), "nvidia.com/gpu")
-    assert unschedulable_reason(pod("0/3 nodes are available: 3 Insufficient cpu."), "nvidia.com/gpu") is None
+    assert unschedulable_reason(pod("0/3 nodes are available: 1 Insufficient nvidia.com/gpu."))
+    assert unschedulable_reason(pod("0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector.", {"cpu": "2"}))
+    assert unschedulable_reason(pod("0/3 nodes are available: 1 Insufficient memory.", {"memory": "1Gi"}))
+    assert unschedulable_reason(pod("0/3 nodes are available: 1 Too many pods."))
+    # a resource the pod does not ask for, or a refusal another site would not cure: no move
+    assert unschedulable_reason(pod("0/3 nodes are available: 3 Insufficient example.com/fpga.")) is None
+    assert unschedulable_reason(pod("0/1 nodes are available: 1 node(s) had untolerated taint {a: b}.")) is None
+    # the placed GPU resource counts even when the pod as read does not carry it
+    assert unschedulable_reason({"status": pod("0/1 nodes are available: 1 Insufficient nvidia.com/gpu.")["status"]}, "nvidia.com/gpu")
     assert unschedulable_reason({"status": {"phase": "Pending"}}, "nvidia.com/gpu") is None
 
 
