@@ -52,9 +52,11 @@ c.JupyterHub.authenticator_class = "dummy"
 c.DummyAuthenticator.password = env["GPUBURST_DEMO_PASSWORD"]
 c.Authenticator.allow_all = True
 c.Authenticator.admin_users = {"teacher"}
-install(c, gpu_kernels=True)  # the admin capacity service, and kernel mode's GPU kernel API
-# GPU kernels for everyone in the demo (a real hub grants the scope per group, see README)
-c.JupyterHub.load_roles = [{"name": "user", "scopes": ["self", "custom:gpuburst:kernels!user"]}]
+install(c)  # the gpuburst service: admin capacity page, and the GPU kernel API of kernel mode
+# GPU kernels for everyone in the demo (a real hub grants these scopes per group, see README)
+c.JupyterHub.load_roles = [
+    {"name": "user", "scopes": ["self", "custom:gpuburst:kernels!user", "access:services!service=gpuburst"]},
+]
 
 # ---- the spawner ----------------------------------------------------------------------------
 c.JupyterHub.spawner_class = "gpuburst"

@@ -59,11 +59,9 @@ def write_kernelspecs(directory: Path, profiles: list[dict[str, Any]]) -> list[s
     return names
 
 
-def fetch_profiles(api_url: str, token: str, timeout: float = 5.0) -> list[dict[str, Any]]:
+def fetch_profiles(kernels_url: str, token: str, timeout: float = 5.0) -> list[dict[str, Any]]:
     """The GPU kernel profiles the hub offers this server's user (empty without the scope)."""
-    request = urllib.request.Request(
-        f"{api_url.rstrip('/')}/gpuburst/kernels", headers={"Authorization": f"token {token}"}
-    )
+    request = urllib.request.Request(kernels_url, headers={"Authorization": f"token {token}"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the hub's own URL
             data = json.load(response)
@@ -85,7 +83,9 @@ def fetch_profiles(api_url: str, token: str, timeout: float = 5.0) -> list[dict[
 def install_kernelspecs(kernel_spec_manager: Any, runtime_dir: str, environ: dict[str, str] | None = None) -> list[str]:
     """Fetch the hub's GPU kernel profiles and make them kernelspecs of this server."""
     environ = environ if environ is not None else dict(os.environ)
-    url, token = environ.get("JUPYTERHUB_API_URL"), environ.get("JUPYTERHUB_API_TOKEN")
+    from jupyter_gpuburst.server.provisioner import KERNELS_URL_ENV
+
+    url, token = environ.get(KERNELS_URL_ENV), environ.get("JUPYTERHUB_API_TOKEN")
     if not url or not token:
         return []
     directory = Path(runtime_dir) / "gpuburst-kernels"

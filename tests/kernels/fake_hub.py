@@ -48,11 +48,11 @@ class FakeHub:
         self.port = 0
 
     @property
-    def api_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hub/api"
+    def kernels_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/services/gpuburst/api/kernels"
 
     def start(self) -> None:
-        app = web.Application([(r"/hub/api/gpuburst/kernels", Kernels, {"hub": self}), (r"/hub/api/gpuburst/kernels/(\w+)", Kernel, {"hub": self})])
+        app = web.Application([(r"/services/gpuburst/api/kernels", Kernels, {"hub": self}), (r"/services/gpuburst/api/kernels/(\w+)", Kernel, {"hub": self})])
         self.server = HTTPServer(app)
         (self.port,) = free_ports(1)
         self.server.listen(self.port, "127.0.0.1")
