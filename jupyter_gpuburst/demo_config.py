@@ -127,5 +127,7 @@ c.KubeSpawner.profile_list = [
         "kubespawner_override": {"extra_resource_limits": {"nvidia.com/mig-1g.10gb": "1"}, "environment": _simulated(1)},
     },
 ]
+# GPU kernels' pods measure their own GPU for the panel: simulated GPUs, as the servers' are
+c.GPUKernelSettings.extra_env = {"JUPYTER_GPUBURST_BACKEND": "simulated"}
 
 c.GPUBurstSpawner.strategy = "local-first"

@@ -75,6 +75,8 @@ class FakeHub:
             manifests.CONNECTION_ENV: json.dumps(connection),
             manifests.NOTE_ENV: "Note: scratch space only.",
             "JUPYTER_GPUBURST_SITE": site,
+            # as an admin's GPUKernelSettings.extra_env sets it in the emulator
+            "JUPYTER_GPUBURST_BACKEND": "simulated",
         }
         process = subprocess.Popen([sys.executable, "-m", "jupyter_gpuburst.server.kernel_pod"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         record = {"id": secrets.token_hex(6), "site": site, "ports": ports, "process": process, "profile": body["profile"]}

@@ -22,6 +22,7 @@ install(c)
 c.JupyterHub.load_groups = {"gpu-students": {"users": ["alice", "bob"]}}
 c.JupyterHub.load_roles.append({"name": "gpu-kernels", "scopes": ["custom:gpuburst:kernels", "access:services!service=gpuburst"], "groups": ["gpu-students"]})
 c.GPUKernelSettings.reap_interval_seconds = 1
+c.GPUKernelSettings.extra_env = {"JUPYTER_GPUBURST_BACKEND": "simulated"}
 """
 KERNEL_SCOPES = ["custom:gpuburst:kernels", "access:services!service=gpuburst"]
 
@@ -120,6 +121,9 @@ async def test_cpu_server_runs_gpu_kernels_on_origin_then_donor(federation, star
     status, listing = await server_api(hub, "alice", "GET", "/gpuburst/kernels")
     assert status == 200 and [(k["site"], k["kernel_id"]) for k in listing["kernels"]] == [("origin", first["id"])]
     assert connection_key not in json.dumps(listing)
+    # ...and its GPU use, as the kernel's pod measures it (a simulated GPU here)
+    gpu = listing["kernels"][0]["gpu"]
+    assert gpu["simulated"] and 0 < gpu["memory_used_bytes"] < gpu["memory_total_bytes"], gpu
     alice = await user_token(hub, "alice", KERNEL_SCOPES)
     status, listing = await kernel_api(hub, alice, "GET")
     assert status == 200 and [k["site"] for k in listing["kernels"]] == ["origin"]
