@@ -37,15 +37,3 @@ def _fits_on_site(snapshot: Any, site: str, request: GPURequest) -> int:
     """Kernels of ``request.count`` units that fit on the site's eligible nodes, node by node."""
     return sum(node.free(request.resource) // request.count for node in snapshot.nodes.values() if node.site == site)
 
-
-def summary(available: dict[str, Any]) -> str:
-    """'2 free on origin, 5 on donors', 'none free now': the launcher's words, also for logs."""
-    origin, donors = available.get("origin", 0), available.get("donors", 0)
-    if not origin and not donors:
-        return "none free now"
-    parts = []
-    if origin:
-        parts.append(f"{origin} free on origin")
-    if donors:
-        parts.append(f"{donors} on donors" if origin else f"{donors} free on donors")
-    return ", ".join(parts)
