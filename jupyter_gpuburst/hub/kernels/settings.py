@@ -177,7 +177,9 @@ class GPUKernelSettings(Configurable):
 
     extra_env = Dict(
         value_trait=Unicode(),
-        help="Extra environment variables for kernel pods.",
+        help="""Extra environment variables for kernel pods. A kernel pod measures its own GPU
+        for the panel with NVML (``JUPYTER_GPUBURST_BACKEND`` ``auto``); set it to ``simulated``
+        where the GPUs are simulated, or ``none`` to report nothing.""",
     ).tag(config=True)
 
     def ports(self) -> dict[str, int]:
