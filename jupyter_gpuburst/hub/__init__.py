@@ -36,8 +36,9 @@ def install(
     ``c`` is the config object of ``jupyterhub_config.py``; call ``install(c)`` after setting
     ``hub_connect_url``. The service's HTTP server runs in the hub process (hub/service.py says
     why), on ``service_port`` (default: $GPUBURST_SERVICE_PORT, else 8082; a free port when the hub
-    is reached on loopback), reached by the proxy at ``service_host`` (default: the host of
-    ``hub_connect_url``, else 127.0.0.1). ``tracker_source()`` may replace the hub's shared
+    is reached on loopback), reached by the proxy and by users' servers at ``service_host``
+    (default: $GPUBURST_SERVICE_HOST, else the host of ``hub_connect_url``, else 127.0.0.1).
+    ``tracker_source()`` may replace the hub's shared
     ``CapacityTracker`` and ``registry_source(hub)`` the kernel registry (tests). Calling it twice
     changes nothing.
 
@@ -71,7 +72,7 @@ def install(
     services = list(hub.services) if "services" in hub else []
     if any(s.get("name") == SERVICE_NAME for s in services):
         return
-    host = service_host or urlparse(hub.get("hub_connect_url") or "").hostname or "127.0.0.1"
+    host = service_host or os.environ.get("GPUBURST_SERVICE_HOST") or urlparse(hub.get("hub_connect_url") or "").hostname or "127.0.0.1"
     local = host in LOOPBACK
     port = service_port or int(os.environ.get("GPUBURST_SERVICE_PORT", 0)) or (_free_port() if local else DEFAULT_SERVICE_PORT)
     service = CapacityService(tracker_source or _hub_tracker, "127.0.0.1" if local else "0.0.0.0", port, host, registry_source)
