@@ -152,13 +152,13 @@ async def test_idle_culling_gives_the_gpu_back(hub, specs):
 
     mkm = AsyncMappingKernelManager(kernel_spec_manager=specs, cull_idle_timeout=1, cull_interval=1)
     kernel_id = await mkm.start_kernel(kernel_name="gpuburst-gpu-1")
-    record = mkm.get_kernel(kernel_id).provisioner.placement_id
+    # (on a loaded machine the culler may act before this line: read nothing off the kernel)
     try:
         for _ in range(300):
-            if record in hub.deleted:
+            if hub.deleted:
                 break
             await asyncio.sleep(0.1)
-        assert record in hub.deleted and hub.kernels == {}
+        assert len(hub.posts) == 1 and len(hub.deleted) == 1 and hub.kernels == {}
         assert kernel_id not in mkm.list_kernel_ids()
     finally:
         await mkm.shutdown_all(now=True)
