@@ -22,7 +22,7 @@ from pathlib import Path
 
 from kubernetes_asyncio.client import V1EnvVar
 
-from jupyter_gpuburst.demo import proxy_command
+from jupyter_gpuburst.demo import KERNEL_PROFILE, proxy_command
 from jupyter_gpuburst.hub import install
 
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
@@ -103,7 +103,7 @@ c.KubeSpawner.profile_list = [
         "default": True,
     },
     {
-        "display_name": "CPU server + GPU kernels on demand",
+        "display_name": KERNEL_PROFILE,
         "slug": "cpu-gpu-kernels",
         "description": "Your server and files stay on the origin; each GPU kernel you start from the "
         "launcher runs where a GPU is free, and gives it back when it stops.",
