@@ -90,6 +90,11 @@ class KernelGPUReporter:
     def report(self) -> dict[str, Any]:
         return dict(self._latest)
 
+    @property
+    def running(self) -> bool:
+        """Sampling: a GPU backend opened (without one, the report says why and never changes)."""
+        return self._thread is not None
+
     def start(self) -> None:
         if self._thread is None and not isinstance(self._latest.get("reason"), str):
             self._thread = threading.Thread(target=self._run, name="gpuburst-gpu-sampler", daemon=True)
@@ -127,7 +132,8 @@ def install_in_kernel(kernel: Any, shell: Any, reporter: KernelGPUReporter) -> N
 
     def idle(*_args: Any) -> None:
         reporter.busy = False
-        reporter.sample()  # the figure right after a cell is the one the student looks for
+        if reporter.running:
+            reporter.sample()  # the figure right after a cell is the one the student looks for
 
     if shell is not None:
         shell.events.register("pre_run_cell", busy)

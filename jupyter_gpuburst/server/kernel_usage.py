@@ -16,6 +16,9 @@ import time
 from queue import Empty
 from typing import Any
 
+import zmq.asyncio
+from jupyter_client.session import Session
+
 log = logging.getLogger(__name__)
 
 TTL_S = 3.0
@@ -23,15 +26,23 @@ TIMEOUT_S = 2.0
 
 
 async def ask_usage(kernel: Any, timeout: float = TIMEOUT_S) -> dict[str, Any] | None:
-    """The kernel's ``usage_reply`` content, or None when it does not answer within ``timeout``."""
-    client = kernel.client()
+    """The kernel's ``usage_reply`` content, or None when it does not answer within ``timeout``.
+
+    A client of its own: its own session (same key), so its socket identity is not the kernel
+    manager's (a kernel's ROUTER socket hands a shared identity over to the newest peer, and the
+    manager's own replies would go astray), its own context, and only the control channel.
+    """
+    session = Session(key=kernel.session.key, signature_scheme=kernel.session.signature_scheme)
+    context = zmq.asyncio.Context()
+    client = kernel.client(session=session, context=context)
     client.start_channels(shell=False, iopub=False, stdin=False, hb=False, control=True)
+    channel = client.control_channel
     try:
-        request = client.session.msg("usage_request", {})
-        client.control_channel.send(request)
+        request = session.msg("usage_request", {})
+        channel.send(request)
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
-            reply = await client.control_channel.get_msg(timeout=left)
+            reply = await channel.get_msg(timeout=left)
             if reply.get("parent_header", {}).get("msg_id") == request["header"]["msg_id"]:
                 content = reply.get("content")
                 return content if isinstance(content, dict) else None
@@ -41,7 +52,8 @@ async def ask_usage(kernel: Any, timeout: float = TIMEOUT_S) -> dict[str, Any] |
         log.debug("GPU kernel usage: asking %s failed", getattr(kernel, "kernel_id", "?"), exc_info=True)
         return None
     finally:
-        client.stop_channels()
+        channel.stop()
+        context.destroy(linger=0)
     return None
 
 

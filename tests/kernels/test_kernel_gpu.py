@@ -10,7 +10,7 @@ from jupyter_gpuburst.server.gpu.simulated import KERNEL_BASE_MEMORY, SimulatedB
 from jupyter_gpuburst.server.kernel_gpu import KernelGPUReporter, reporter_from_env
 from jupyter_gpuburst.server.kernel_usage import KernelUsageCache, ask_usage, gpu_figures
 
-from .test_provisioner import hub, run, specs  # noqa: F401 - fixtures
+from .test_provisioner import hub, specs  # noqa: F401 - fixtures
 
 GiB = 1024**3
 
@@ -35,7 +35,7 @@ def test_without_a_gpu_the_reporter_says_why_and_samples_nothing():
     report = reporter.report()
     assert report["memory_used_bytes"] is None and report["reason"]
     reporter.start()
-    assert reporter._thread is None
+    assert not reporter.running
 
 
 def test_figures_from_a_kernel_are_checked():
@@ -53,7 +53,11 @@ async def test_a_remote_kernel_answers_its_gpu_use_on_its_control_channel(hub, s
         await client.wait_for_ready(timeout=60)
         first = gpu_figures(await ask_usage(km, timeout=10))
         assert first["simulated"] and first["memory_used_bytes"] >= KERNEL_BASE_MEMORY
-        await run(client, "import time; time.sleep(3)")
+        # the usage request came from a client of its own: the manager's and this client's
+        # replies still reach them (a shared socket identity would divert them)
+        msg_id = client.execute("import time; time.sleep(3)")
+        reply = await client.get_shell_msg(timeout=60)
+        assert reply["parent_header"]["msg_id"] == msg_id and reply["content"]["status"] == "ok"
         second = gpu_figures(await ask_usage(km, timeout=10))
         # the pod sampled while the cell ran: its kernel's memory grew with the busy time
         assert second["memory_used_bytes"] > first["memory_used_bytes"]
