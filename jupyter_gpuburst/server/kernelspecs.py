@@ -67,7 +67,7 @@ def fetch_profiles(kernels_url: str, token: str, timeout: float = 5.0) -> list[d
             data = json.load(response)
     except urllib.error.HTTPError as exc:
         if exc.code == 403:
-            log.info("GPU kernels: not offered to this user (no kernel scope)")
+            log.info("GPU kernels: not offered to this user (%s)", _message(exc) or "no kernel scope")
         elif exc.code == 404:
             log.info("GPU kernels: this hub has no kernel API")
         else:
@@ -78,6 +78,16 @@ def fetch_profiles(kernels_url: str, token: str, timeout: float = 5.0) -> list[d
         return []
     profiles = data.get("profiles") if isinstance(data, dict) else None
     return [p for p in profiles or [] if isinstance(p, dict)]
+
+
+def _message(exc: urllib.error.HTTPError) -> str:
+    """The hub's one-line reason (which scope is missing), never more than that."""
+    try:
+        body = json.loads(exc.read(4096) or b"{}")
+    except (OSError, ValueError):
+        return ""
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message)[:300] if message else ""
 
 
 def install_kernelspecs(kernel_spec_manager: Any, runtime_dir: str, environ: dict[str, str] | None = None) -> list[str]:
