@@ -1,8 +1,9 @@
 """jupyterhub_config.py for a non-helm JupyterHub running inside the origin cluster.
 
 The hub runs as a pod with the service account that hub_config/rbac.yaml binds (``hub`` in
-``jhub``), behind a Service named ``hub`` (port 8081 for the hub, 8082 for the capacity service
-that ``install(c)`` registers: the proxy routes /services/gpuburst/ there), so the spawner talks to the API server
+``jhub``), behind a Service named ``hub`` (port 8081 for the hub, 8082 for the gpuburst service
+that ``install(c)`` registers: the proxy routes /services/gpuburst/ there, and user servers call
+its GPU kernel API there directly), so the spawner talks to the API server
 with in-cluster credentials. The same settings as hub_config/values.yaml, written out for
 ``jupyterhub -f``:
 
@@ -43,7 +44,7 @@ c.JupyterHub.cleanup_servers = False
 # Choose your authenticator; any JupyterHub authenticator works. Groups (for per-group donor
 # caps and donor lists) come from it or from c.JupyterHub.load_groups.
 # c.JupyterHub.authenticator_class = "generic-oauth"
-install(c)  # the admin capacity page and API
+install(c)  # the gpuburst service: admin capacity page and API, GPU kernel API (README: GPU kernels)
 
 # ---- where and how user servers run --------------------------------------------------------
 c.KubeSpawner.namespace = NAMESPACE

@@ -43,6 +43,8 @@ NAMESPACE = "default"
 DEFAULT_PASSWORD = "gpuburst"
 STUDENTS = ("student1", "student2")
 ADMIN = "teacher"
+# demo_config.py's kernel-mode profile
+KERNEL_PROFILE = "CPU server + GPU kernels on demand"
 MIG_RESOURCE = "nvidia.com/mig-1g.10gb"
 MIG_SLICES = 7
 
@@ -179,6 +181,11 @@ def try_steps(opts: DemoOptions, donor_names: list[str], url: str, kubeconfig: P
         if n >= 2 and site != "origin":
             break  # the origin and a burst to a donor are both shown
     steps.append(f"{len(steps) + 1}. The spawn page says why; the GPU panel in JupyterLab shows where it runs and its (simulated) GPUs.")
+    steps.append(
+        f"{len(steps) + 1}. Log in as student4 and pick '{KERNEL_PROFILE}': the server stays on the origin; the launcher's "
+        "GPU kernels section says how many could start now and where, and a GPU kernel you start shows in the GPU panel "
+        "with its site, node and GPU memory."
+    )
     steps.append(f"{len(steps) + 1}. Log in as {ADMIN} and open {url}/services/gpuburst/capacity for capacity per site.")
     steps.append(f"{len(steps) + 1}. In another shell: gpuburst doctor --kubeconfig {kubeconfig}")
     steps.append(f"                      gpuburst capacity --kubeconfig {kubeconfig}")

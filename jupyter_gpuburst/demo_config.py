@@ -22,7 +22,7 @@ from pathlib import Path
 
 from kubernetes_asyncio.client import V1EnvVar
 
-from jupyter_gpuburst.demo import proxy_command
+from jupyter_gpuburst.demo import KERNEL_PROFILE, proxy_command
 from jupyter_gpuburst.hub import install
 
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
@@ -52,9 +52,11 @@ c.JupyterHub.authenticator_class = "dummy"
 c.DummyAuthenticator.password = env["GPUBURST_DEMO_PASSWORD"]
 c.Authenticator.allow_all = True
 c.Authenticator.admin_users = {"teacher"}
-install(c, gpu_kernels=True)  # the admin capacity service, and kernel mode's GPU kernel API
-# GPU kernels for everyone in the demo (a real hub grants the scope per group, see README)
-c.JupyterHub.load_roles = [{"name": "user", "scopes": ["self", "custom:gpuburst:kernels!user"]}]
+install(c)  # the gpuburst service: admin capacity page, and the GPU kernel API of kernel mode
+# GPU kernels for everyone in the demo (a real hub grants these scopes per group, see README)
+c.JupyterHub.load_roles = [
+    {"name": "user", "scopes": ["self", "custom:gpuburst:kernels!user", "access:services!service=gpuburst"]},
+]
 
 # ---- the spawner ----------------------------------------------------------------------------
 c.JupyterHub.spawner_class = "gpuburst"
@@ -101,7 +103,7 @@ c.KubeSpawner.profile_list = [
         "default": True,
     },
     {
-        "display_name": "CPU server + GPU kernels on demand",
+        "display_name": KERNEL_PROFILE,
         "slug": "cpu-gpu-kernels",
         "description": "Your server and files stay on the origin; each GPU kernel you start from the "
         "launcher runs where a GPU is free, and gives it back when it stops.",
@@ -125,5 +127,7 @@ c.KubeSpawner.profile_list = [
         "kubespawner_override": {"extra_resource_limits": {"nvidia.com/mig-1g.10gb": "1"}, "environment": _simulated(1)},
     },
 ]
+# GPU kernels' pods measure their own GPU for the panel: simulated GPUs, as the servers' are
+c.GPUKernelSettings.extra_env = {"JUPYTER_GPUBURST_BACKEND": "simulated"}
 
 c.GPUBurstSpawner.strategy = "local-first"

@@ -95,6 +95,14 @@ REQUIRED_PERMISSIONS: tuple[Permission, ...] = tuple(
     )
 )
 
+# Kernel mode (remote GPU kernels) adds these, granted by the opt-in hub_config/rbac-kernels.yaml
+# (a test holds the two together). Without them GPU kernels cannot start; servers still can.
+KERNEL_PERMISSIONS: tuple[Permission, ...] = tuple(
+    _perms("create,patch,delete", "secrets", why="GPU kernels: each kernel's connection key, in a Secret owned by its pod")
+)
+RBAC_MANIFEST = "hub_config/rbac.yaml"
+KERNELS_RBAC_MANIFEST = "hub_config/rbac-kernels.yaml"
+
 
 class ClusterView(Protocol):
     """What doctor reads from a cluster, as plain API-shaped dicts."""
@@ -382,10 +390,18 @@ def check_nodes(nodes: Iterable[Mapping[str, Any]], inventory: Inventory) -> lis
     return findings
 
 
-def check_permissions(view: ClusterView, namespace: str, permissions: Iterable[Permission] = REQUIRED_PERMISSIONS) -> list[Finding]:
+def check_permissions(
+    view: ClusterView,
+    namespace: str,
+    permissions: Iterable[Permission] = REQUIRED_PERMISSIONS,
+    manifest: str = RBAC_MANIFEST,
+    denied_status: Status = Status.FAIL,
+    label: str = "",
+) -> list[Finding]:
     """One SelfSubjectAccessReview per needed verb, reported as one line per resource and scope.
 
-    Every denied verb shares one fix that grants exactly what is missing.
+    Every denied verb shares one fix that grants exactly what is missing (or applies ``manifest``).
+    ``denied_status``: WARN for what only an optional feature needs; ``label`` names that feature.
     """
     rules: dict[tuple[bool, str, str], list[tuple[Permission, bool, str]]] = {}
     missing: list[Permission] = []
@@ -394,12 +410,12 @@ def check_permissions(view: ClusterView, namespace: str, permissions: Iterable[P
         rules.setdefault((not perm.namespaced, perm.group, perm.resource), []).append((perm, allowed, reason))
         if not allowed:
             missing.append(perm)
-    fix = rbac_fix(missing, namespace) if missing else None
+    fix = rbac_fix(missing, namespace, manifest=manifest) if missing else None
     findings: list[Finding] = []
     for answers in rules.values():
         first = answers[0][0]
         qualified = f"{first.resource}.{first.group}" if first.group else first.resource
-        subject = f"{qualified} {'in ' + namespace if first.namespaced else 'cluster-wide'}"
+        subject = f"{qualified} {'in ' + namespace if first.namespaced else 'cluster-wide'}" + (f" ({label})" if label else "")
         verbs = ",".join(p.verb for p, _, _ in answers)
         denied = [(p.verb, reason) for p, ok, reason in answers if not ok]
         if not denied:
@@ -407,17 +423,17 @@ def check_permissions(view: ClusterView, namespace: str, permissions: Iterable[P
             continue
         reasons = sorted({r for _, r in denied if r})
         detail = f"denied {','.join(v for v, _ in denied)} (needed to {first.why})" + (f": {'; '.join(reasons)}" if reasons else "")
-        findings.append(Finding("rbac", subject, Status.FAIL, detail, fix))
+        findings.append(Finding("rbac", subject, denied_status, detail, fix))
     return findings
 
 
-def rbac_fix(missing: Iterable[Permission], namespace: str, service_account: str = "hub") -> str:
-    """kubectl commands granting exactly the missing permissions (or apply hub_config/rbac.yaml)."""
+def rbac_fix(missing: Iterable[Permission], namespace: str, service_account: str = "hub", manifest: str = RBAC_MANIFEST) -> str:
+    """kubectl commands granting exactly the missing permissions (or apply ``manifest``)."""
     by_rule: dict[tuple[bool, str, str], list[str]] = {}
     for perm in missing:
         by_rule.setdefault((perm.namespaced, perm.group, perm.resource), []).append(perm.verb)
     ns = shlex.quote(namespace)
-    lines = [f"kubectl apply -n {ns} -f hub_config/rbac.yaml   # or grant just what is missing:"]
+    lines = [f"kubectl apply -n {ns} -f {manifest}   # or grant just what is missing:"]
     for (namespaced, group, resource), verbs in sorted(by_rule.items()):
         qualified = f"{resource}.{group}" if group else resource
         role = f"gpuburst-{resource.replace('.', '-')}"
@@ -575,8 +591,12 @@ def take_capacity(view: ClusterView, inventory: Inventory, nodes: list[dict[str,
     return inventory.snapshot()
 
 
-def diagnose(view: ClusterView, context: str, namespace: str, resources: Sequence[str] | None = None) -> Report:
-    """Run every check; never raises for a missing piece, only for an unreachable cluster."""
+def diagnose(view: ClusterView, context: str, namespace: str, resources: Sequence[str] | None = None, kernels: bool = False) -> Report:
+    """Run every check; never raises for a missing piece, only for an unreachable cluster.
+
+    ``kernels``: GPU kernels are in use, so their permissions are needed (FAIL when missing);
+    otherwise a missing one is a warning that kernel mode would not work.
+    """
     report = Report(context=context, namespace=namespace)
     inventory = new_inventory(resources)
     nodes = view.list_nodes()
@@ -584,6 +604,9 @@ def diagnose(view: ClusterView, context: str, namespace: str, resources: Sequenc
     report.findings += check_nodes(nodes, inventory)
     permissions = check_permissions(view, namespace)
     report.findings += permissions
+    report.findings += check_permissions(
+        view, namespace, KERNEL_PERMISSIONS, KERNELS_RBAC_MANIFEST, Status.FAIL if kernels else Status.WARN, "GPU kernels"
+    )
     if liqo.OFFLOADING_GROUP in view.api_groups():
         donors = [n for n in nodes if liqo.is_virtual_node(n)]
         # get and create are checked together; both allowed means the spawner offloads itself
@@ -683,10 +706,12 @@ def main(argv: list[str]) -> int:
                         help="check permissions as this identity, e.g. system:serviceaccount:jhub:hub")
     parser.add_argument("--as-group", dest="impersonate_group", metavar="GROUP",
                         help="a group to impersonate along with --as")
+    parser.add_argument("--kernels", action="store_true",
+                        help=f"GPU kernels are in use: their permissions ({KERNELS_RBAC_MANIFEST}) are needed, not a warning")
     args = parser.parse_args(argv)
     try:
         conn = _connect(args, args.namespace)
-        report = diagnose(conn.cluster, conn.context, conn.namespace, args.resources)
+        report = diagnose(conn.cluster, conn.context, conn.namespace, args.resources, kernels=args.kernels)
     except ClusterUnreachable as exc:
         print(f"gpuburst doctor: {exc}", file=sys.stderr)
         return 2

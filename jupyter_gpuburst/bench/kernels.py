@@ -1,6 +1,6 @@
 """`gpuburst bench kernels`: GPU kernel start latency, and concurrent kernel starts without double booking.
 
-Runs the hub's kernel registry (the code behind ``/hub/api/gpuburst/kernels``) in this process
+Runs the hub's kernel registry (the code behind ``/services/gpuburst/api/kernels``) in this process
 against the local federation; the HTTP hop from the server to the hub is left out, it is the
 same for every site.
 

@@ -1,4 +1,4 @@
-"""Hub-side additions: the admin capacity service, profile checks, and Prometheus metrics.
+"""Hub-side additions: the ``gpuburst`` service (capacity, GPU kernels), profile checks, metrics.
 
 Enable them in ``jupyterhub_config.py`` with one line::
 
@@ -28,22 +28,23 @@ def install(
     tracker_source: Any = None,
     service_port: int | None = None,
     service_host: str | None = None,
-    gpu_kernels: bool = False,
+    registry_source: Any = None,
 ) -> None:
-    """Register the capacity service (``/services/gpuburst/capacity`` and ``.../api/capacity``),
-    the spawn page's template, and check the profiles.
+    """Register the ``gpuburst`` service (capacity page and API, GPU kernel API), the spawn
+    page's template, the kernel scope, and check the profiles.
 
     ``c`` is the config object of ``jupyterhub_config.py``; call ``install(c)`` after setting
     ``hub_connect_url``. The service's HTTP server runs in the hub process (hub/service.py says
     why), on ``service_port`` (default: $GPUBURST_SERVICE_PORT, else 8082; a free port when the hub
-    is reached on loopback), reached by the proxy at ``service_host`` (default: the host of
-    ``hub_connect_url``, else 127.0.0.1). ``tracker_source()`` may replace the hub's shared
-    ``CapacityTracker`` (tests). Calling it twice changes nothing.
+    is reached on loopback), reached by the proxy and by users' servers at ``service_host``
+    (default: $GPUBURST_SERVICE_HOST, else the host of ``hub_connect_url``, else 127.0.0.1).
+    ``tracker_source()`` may replace the hub's shared
+    ``CapacityTracker`` and ``registry_source(hub)`` the kernel registry (tests). Calling it twice
+    changes nothing.
 
-    ``gpu_kernels=True`` adds kernel mode: the GPU kernel API (``/hub/api/gpuburst/kernels``) and
-    its scope (see ``jupyter_gpuburst.hub.kernels``). That API is mounted with
-    ``JupyterHub.extra_handlers``, which JupyterHub logs as deprecated; it is opt-in until it
-    moves into the service.
+    Kernel mode needs nothing more here: the kernel API is part of the service, and servers'
+    tokens may carry its scopes (``jupyter_gpuburst.hub.kernels.install``); who may start GPU
+    kernels is the admin's role (README, "GPU kernels").
 
     Raises ``ProfilePolicyError`` (the hub does not start) when a profile's
     ``kubespawner_override`` sets a placement trait that can only be set hub-wide.
@@ -65,21 +66,17 @@ def install(
     if TEMPLATES not in template_paths:
         template_paths.append(TEMPLATES)
     hub.template_paths = template_paths
-    if gpu_kernels:
-        from jupyter_gpuburst.hub.kernels import install as install_kernels
+    from jupyter_gpuburst.hub.kernels import install as install_kernels
 
-        ours = install_kernels(c)
-        paths = {route[0] for route in ours}
-        extra = [route for route in _configured(hub, "extra_handlers") if route[0] not in paths]
-        hub.extra_handlers = extra + ours
+    install_kernels(c, SERVICE_NAME)
     services = list(hub.services) if "services" in hub else []
     if any(s.get("name") == SERVICE_NAME for s in services):
         return
-    host = service_host or urlparse(hub.get("hub_connect_url") or "").hostname or "127.0.0.1"
+    host = service_host or os.environ.get("GPUBURST_SERVICE_HOST") or urlparse(hub.get("hub_connect_url") or "").hostname or "127.0.0.1"
     local = host in LOOPBACK
     port = service_port or int(os.environ.get("GPUBURST_SERVICE_PORT", 0)) or (_free_port() if local else DEFAULT_SERVICE_PORT)
-    service = CapacityService(tracker_source or _hub_tracker, "127.0.0.1" if local else "0.0.0.0", port, host)
-    hub.services = services + [service.entry()]
+    service = CapacityService(tracker_source or _hub_tracker, "127.0.0.1" if local else "0.0.0.0", port, host, registry_source)
+    hub.services = services + [service.register()]
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:

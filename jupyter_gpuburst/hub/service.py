@@ -1,18 +1,23 @@
-"""The admin capacity page and API as a JupyterHub service whose HTTP server runs in the hub.
+"""The ``gpuburst`` JupyterHub service: the admin capacity page and API, and the GPU kernel API.
 
 Why a service, and why inside the hub process: JupyterHub's supported way to add HTTP endpoints
 is a service (``JupyterHub.extra_handlers`` is deprecated). A managed service would be a second
-process with a second inventory and reservation ledger, but capacity must come from the one
-``CapacityTracker`` the spawner places with (and, later, the kernel-placement API). So the hub
-registers an *external* service (a ``url``, no ``command``) and this module serves that url from
-the hub's own event loop. The proxy routes ``/services/gpuburst/`` to it like to any service;
-authentication is JupyterHub's: OAuth (``HubOAuth``) for the page, tokens for the API, and the
-JupyterHub scope ``admin:users`` for both (the report names users and their servers).
+process with a second inventory and reservation ledger, but capacity and kernel placement must
+use the one ``CapacityTracker`` the spawner places with. So the hub registers an *external*
+service (a ``url``, no ``command``) and this module serves that url from the hub's own event
+loop. The proxy routes ``/services/gpuburst/`` to it like to any service; authentication is
+JupyterHub's: OAuth (``HubOAuth``) for the page, tokens for the APIs.
 
 URLs, under the hub's base URL:
 
-- ``/services/gpuburst/capacity``: the page (login cookie, through OAuth)
-- ``/services/gpuburst/api/capacity``: the JSON report (``Authorization: token ...``)
+- ``/services/gpuburst/capacity``: the page (login cookie, through OAuth; scope ``admin:users``,
+  as the report names users and their servers)
+- ``/services/gpuburst/api/capacity``: the JSON report (``Authorization: token ...``, same scope)
+- ``/services/gpuburst/api/kernels``: the GPU kernel API of users' servers (see
+  ``jupyter_gpuburst.hub.kernels.handlers`` for its scopes). Servers call it directly at the
+  service's own address (``url`` below, e.g. ``http://hub.jhub.svc.cluster.local:8082``), which
+  the spawner passes them in ``$JUPYTER_GPUBURST_KERNELS_URL``: the same host as the hub API they
+  already reach, so donor servers need no route through the public proxy.
 """
 
 from __future__ import annotations
@@ -42,11 +47,23 @@ TEMPLATES = Path(__file__).with_name("templates")
 PAGE_TEMPLATE = "gpuburst_capacity.html"
 
 
+# the service of this hub process, once registered (the spawner reads its kernel API's URL)
+_registered: "CapacityService | None" = None
+
+
+def registered() -> "CapacityService | None":
+    return _registered
+
+
 class CapacityService:
     """One per hub process: the service entry for ``JupyterHub.services`` and its HTTP server."""
 
-    def __init__(self, tracker_source: Any, bind_host: str, port: int, connect_host: str) -> None:
+    name = SERVICE_NAME
+    prefix = f"/services/{SERVICE_NAME}/"
+
+    def __init__(self, tracker_source: Any, bind_host: str, port: int, connect_host: str, registry_source: Any = None) -> None:
         self.tracker_source = tracker_source
+        self.registry_source = registry_source
         self.bind_host = bind_host
         self.port = port
         self.connect_host = connect_host
@@ -57,6 +74,19 @@ class CapacityService:
     @property
     def url(self) -> str:
         return f"http://{self.connect_host}:{self.port}"
+
+    @property
+    def kernels_url(self) -> str:
+        """The kernel API as users' servers reach it: straight at the service, not via the proxy."""
+        from jupyter_gpuburst.hub.kernels import API_PATH
+
+        return f"{self.url}{self.prefix}{API_PATH}"
+
+    def register(self) -> dict[str, Any]:
+        """The entry for ``JupyterHub.services``; from now on the spawner passes ``kernels_url``."""
+        global _registered
+        _registered = self
+        return self.entry()
 
     def entry(self) -> dict[str, Any]:
         return {
@@ -72,11 +102,14 @@ class CapacityService:
         """Listen on the running loop (the hub's): called while the hub loads its config."""
         if self._server is not None:
             return
+        from jupyter_gpuburst.hub.kernels import handlers as kernel_handlers
+
         app = web.Application(
             [
-                (rf"/services/{SERVICE_NAME}/{PAGE_PATH}/?", CapacityPageHandler),
-                (rf"/services/{SERVICE_NAME}/{API_PATH}/?", CapacityAPIHandler),
-                (rf"/services/{SERVICE_NAME}/oauth_callback", OAuthCallbackHandler),
+                (rf"{self.prefix}{PAGE_PATH}/?", CapacityPageHandler),
+                (rf"{self.prefix}{API_PATH}/?", CapacityAPIHandler),
+                (rf"{self.prefix}oauth_callback", OAuthCallbackHandler),
+                *kernel_handlers(self.prefix, self.registry_source),
             ],
             service=self,
             cookie_secret=secrets.token_bytes(32),

@@ -442,11 +442,18 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         self._gb_narrow_affinity(pod.spec, cpu_servers.node_selector_term())
         self._gb_set_env(pod.spec, cpu_servers.env(ENV_PREFIX))
 
+    def _gb_kernel_env(self) -> dict[str, str]:
+        """Where the server finds the GPU kernel API (the gpuburst service), whatever its profile."""
+        from jupyter_gpuburst.hub.kernels import server_env
+
+        return server_env()
+
     def _gb_serialize(self, model: Any) -> dict[str, Any]:
         return self.api.api_client.sanitize_for_serialization(model) or {}
 
     def get_env(self) -> dict[str, Any]:
         env = super().get_env()
+        env.update(self._gb_kernel_env())
         if self._gb_placement is not None:
             env.update(self._gb_env(self._gb_placement))
         elif self._gb_cpu_only:

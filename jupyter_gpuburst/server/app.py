@@ -11,7 +11,7 @@ from jupyter_gpuburst.server.gpu import simulated
 from jupyter_gpuburst.server.gpu.backend import BACKEND_NAMES
 from jupyter_gpuburst.server.gpu.sampler import Sampler
 from jupyter_gpuburst.server import handlers
-from jupyter_gpuburst.server.kernel_handlers import GPUKernelsHandler
+from jupyter_gpuburst.server.kernel_handlers import GPUKernelProfilesHandler, GPUKernelsHandler
 from jupyter_gpuburst.server.kernels import ServerKernelSource
 from jupyter_gpuburst.server.placement import placement_from_env
 
@@ -157,6 +157,7 @@ class GPUBurstServerExtension(ExtensionApp):
                 (r"/api/gpuburst/history", handlers.HistoryHandler),
                 (r"/api/gpuburst/stream", handlers.StreamHandler),
                 (r"/api/gpuburst/kernels", GPUKernelsHandler),
+                (r"/api/gpuburst/kernel-profiles", GPUKernelProfilesHandler),
             ]
         )
 

@@ -1,19 +1,25 @@
 """``GET /api/gpuburst/kernels``: where each of this server's GPU kernels runs (for the panel).
 
-Site, node, GPU and state per kernel, from the provisioners; never an address or a key. It
-names kernels, so it needs ``read`` on ``kernels`` like jupyter_server's own kernel list, and
-reading it is not user activity (an open panel must not keep a server from being culled).
+Site, node, GPU, state and the kernel's own GPU figures (memory, utilization, as its pod
+measures them; see ``kernel_usage``) per kernel, from the provisioners; never an address or a
+key. It names kernels, so it needs ``read`` on ``kernels`` like jupyter_server's own kernel list,
+and reading it is not user activity (an open panel must not keep a server from being culled).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
+from jupyter_gpuburst.server.kernel_usage import KernelUsageCache
 from jupyter_gpuburst.server.provisioner import remote_kernels
+
+USAGE_SETTING = "gpuburst_kernel_usage"
 
 
 class GPUKernelsHandler(APIHandler):
@@ -23,4 +29,74 @@ class GPUKernelsHandler(APIHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        self.finish(json.dumps({"kernels": remote_kernels(self.kernel_manager)}))
+        kernels = remote_kernels(self.kernel_manager)
+        cache = self.settings.setdefault(USAGE_SETTING, KernelUsageCache())
+        running = [k["kernel_id"] for k in kernels if k.get("state") == "running"]
+        figures = await cache.figures(self.kernel_manager, running)
+        for kernel in kernels:
+            kernel["gpu"] = figures.get(kernel["kernel_id"])
+        self.finish(json.dumps({"kernels": kernels}))
+
+
+class GPUKernelProfilesHandler(APIHandler):
+    """``GET /api/gpuburst/kernel-profiles``: the GPU kernels this server may start and how many
+    of each could start now (for the launcher), as the hub's kernel API says; kept a few
+    seconds, so open launchers in many tabs cost the hub one request per interval."""
+
+    auth_resource = "kernelspecs"
+    _track_activity = False
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        cache = self.settings.setdefault(PROFILES_SETTING, ProfilesCache())
+        self.finish(json.dumps(await cache.get()))
+
+
+PROFILES_SETTING = "gpuburst_kernel_profiles"
+PROFILES_TTL_S = 5.0
+
+
+class ProfilesCache:
+    def __init__(self, ttl_s: float = PROFILES_TTL_S) -> None:
+        self.ttl_s = ttl_s
+        self._at = float("-inf")
+        self._value: dict | None = None
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> dict:
+        async with self._lock:
+            if self._value is None or time.monotonic() - self._at >= self.ttl_s:
+                self._value = await fetch_profiles_now()
+                self._at = time.monotonic()
+            return self._value
+
+
+async def fetch_profiles_now() -> dict:
+    """``{"profiles": [{slug, display_name, kernel_name, available}], "error"}``."""
+    from jupyter_gpuburst.server.kernelspecs import PREFIX
+    from jupyter_gpuburst.server.provisioner import KernelPlacementError, client_from_env
+
+    client = client_from_env()
+    if client is None:
+        return {"profiles": [], "error": None}
+    try:
+        code, data = await client.request("GET", "", timeout=10)
+    except KernelPlacementError as exc:
+        return {"profiles": [], "error": str(exc)}
+    if code != 200 or not isinstance(data, dict):
+        return {"profiles": [], "error": client.message(code, data)}
+    profiles = []
+    for p in data.get("profiles") or []:
+        if not isinstance(p, dict) or not isinstance(p.get("slug"), str):
+            continue
+        available = p.get("available") if isinstance(p.get("available"), dict) else None
+        profiles.append(
+            {
+                "slug": p["slug"],
+                "kernel_name": f"{PREFIX}{p['slug']}",
+                "display_name": str(p.get("display_name") or p["slug"]),
+                "available": available,
+            }
+        )
+    return {"profiles": profiles, "error": None}

@@ -60,6 +60,11 @@ def main(argv: list[str] | None = None) -> None:
 
     app = IPKernelApp.instance()
     app.initialize(["-f", connection_file, *(argv if argv is not None else sys.argv[1:])])
+    # the kernel's own GPU use, for the panel of the user's server (see kernel_gpu); before the
+    # note, whose pre_run_cell callback unregisters itself while IPython runs the callbacks
+    from jupyter_gpuburst.server.kernel_gpu import install_in_kernel, reporter_from_env
+
+    install_in_kernel(app.kernel, app.shell, reporter_from_env(os.environ))
     if note and app.shell is not None:
         note_once(app.shell, note)
     app.start()

@@ -59,17 +59,15 @@ def write_kernelspecs(directory: Path, profiles: list[dict[str, Any]]) -> list[s
     return names
 
 
-def fetch_profiles(api_url: str, token: str, timeout: float = 5.0) -> list[dict[str, Any]]:
+def fetch_profiles(kernels_url: str, token: str, timeout: float = 5.0) -> list[dict[str, Any]]:
     """The GPU kernel profiles the hub offers this server's user (empty without the scope)."""
-    request = urllib.request.Request(
-        f"{api_url.rstrip('/')}/gpuburst/kernels", headers={"Authorization": f"token {token}"}
-    )
+    request = urllib.request.Request(kernels_url, headers={"Authorization": f"token {token}"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the hub's own URL
             data = json.load(response)
     except urllib.error.HTTPError as exc:
         if exc.code == 403:
-            log.info("GPU kernels: not offered to this user (no kernel scope)")
+            log.info("GPU kernels: not offered to this user (%s)", _message(exc) or "no kernel scope")
         elif exc.code == 404:
             log.info("GPU kernels: this hub has no kernel API")
         else:
@@ -82,10 +80,22 @@ def fetch_profiles(api_url: str, token: str, timeout: float = 5.0) -> list[dict[
     return [p for p in profiles or [] if isinstance(p, dict)]
 
 
+def _message(exc: urllib.error.HTTPError) -> str:
+    """The hub's one-line reason (which scope is missing), never more than that."""
+    try:
+        body = json.loads(exc.read(4096) or b"{}")
+    except (OSError, ValueError):
+        return ""
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message)[:300] if message else ""
+
+
 def install_kernelspecs(kernel_spec_manager: Any, runtime_dir: str, environ: dict[str, str] | None = None) -> list[str]:
     """Fetch the hub's GPU kernel profiles and make them kernelspecs of this server."""
     environ = environ if environ is not None else dict(os.environ)
-    url, token = environ.get("JUPYTERHUB_API_URL"), environ.get("JUPYTERHUB_API_TOKEN")
+    from jupyter_gpuburst.server.provisioner import KERNELS_URL_ENV
+
+    url, token = environ.get(KERNELS_URL_ENV), environ.get("JUPYTERHUB_API_TOKEN")
     if not url or not token:
         return []
     directory = Path(runtime_dir) / "gpuburst-kernels"

@@ -1,7 +1,7 @@
 """``GPUBurstProvisioner``: a jupyter_client kernel provisioner whose kernels run where a GPU is free.
 
-The server never talks to Kubernetes. It asks the hub's kernel API (with its own
-``$JUPYTERHUB_API_TOKEN``) to place a kernel; the hub decides from the same ledger as its
+The server never talks to Kubernetes. It asks the hub's kernel API, part of the ``gpuburst``
+service, at ``$JUPYTER_GPUBURST_KERNELS_URL`` (with its own ``$JUPYTERHUB_API_TOKEN``) to place a kernel; the hub decides from the same ledger as its
 spawner, starts the kernel's pod and answers with the pod's address. The kernel manager then
 speaks ZMQ to that address as to any kernel. The session key is generated here, sent to the
 hub once (which keeps it in a Secret), and never returned by it.
@@ -21,7 +21,8 @@ from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from traitlets import Float, Unicode, default
 
-API_PATH = "gpuburst/kernels"
+# set by the hub's spawner: the kernel API of the gpuburst service, as this server reaches it
+KERNELS_URL_ENV = "JUPYTER_GPUBURST_KERNELS_URL"
 POLL_CACHE_S = 2.0
 
 
@@ -39,15 +40,15 @@ class KernelPlacementError(web.HTTPError):
 
 
 class HubKernelClient:
-    """The server's side of ``/hub/api/gpuburst/kernels``."""
+    """The server's side of the hub's kernel API (``/services/gpuburst/api/kernels``)."""
 
-    def __init__(self, api_url: str, token: str, timeout: float = 60.0) -> None:
-        self.api_url = api_url.rstrip("/")
+    def __init__(self, kernels_url: str, token: str, timeout: float = 60.0) -> None:
+        self.kernels_url = kernels_url.rstrip("/")
         self.token = token
         self.timeout = timeout
 
     async def request(self, method: str, path: str = "", body: Any = None, timeout: float | None = None) -> tuple[int, Any]:
-        url = f"{self.api_url}/{API_PATH}{path}"
+        url = f"{self.kernels_url}{path}"
         request = HTTPRequest(
             url,
             method=method,
@@ -78,7 +79,7 @@ class HubKernelClient:
 
 def client_from_env(environ: dict[str, str] | None = None) -> HubKernelClient | None:
     environ = environ if environ is not None else os.environ
-    url, token = environ.get("JUPYTERHUB_API_URL"), environ.get("JUPYTERHUB_API_TOKEN")
+    url, token = environ.get(KERNELS_URL_ENV), environ.get("JUPYTERHUB_API_TOKEN")
     if not url or not token:
         return None
     return HubKernelClient(url, token)
@@ -109,7 +110,7 @@ class GPUBurstProvisioner(KernelProvisionerBase):
             client = client_from_env()
             if client is None:
                 raise KernelPlacementError(
-                    "GPU kernels need a server started by JupyterHub (no JUPYTERHUB_API_URL/JUPYTERHUB_API_TOKEN)"
+                    f"GPU kernels need a server started by a hub with jupyter-gpuburst (no {KERNELS_URL_ENV}/JUPYTERHUB_API_TOKEN)"
                 )
             self._hub = client
         return self._hub

@@ -4,12 +4,14 @@
  */
 import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { ICommandPalette } from '@jupyterlab/apputils';
+import { ILauncher } from '@jupyterlab/launcher';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { GpuBurstClient } from './client';
 import { gpuIcon } from './icon';
 import { installGpuKernels } from './kernels';
+import { GpuKernelLauncher } from './launcher';
 import { GpuBurstModel } from './model';
 import { GpuBurstPanel } from './panel';
 import { GpuBurstStatus } from './statusbar';
@@ -51,13 +53,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description: 'GPU panel and status bar item: where this server runs and how its GPUs are used.',
   autoStart: true,
-  optional: [ILayoutRestorer, ICommandPalette, ISettingRegistry, IStatusBar],
+  optional: [ILayoutRestorer, ICommandPalette, ISettingRegistry, IStatusBar, ILauncher],
   activate: async (
     app: JupyterFrontEnd,
     restorer: ILayoutRestorer | null,
     palette: ICommandPalette | null,
     registry: ISettingRegistry | null,
-    statusBar: IStatusBar | null
+    statusBar: IStatusBar | null,
+    launcher: ILauncher | null
   ): Promise<void> => {
     const client = new GpuBurstClient({ serverSettings: app.serviceManager.serverSettings });
     const model = new GpuBurstModel(DEFAULTS.historyMinutes);
@@ -105,6 +108,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
     apply(settings);
     installGpuKernels(app, client, panel, statusBar);
+    if (launcher) {
+      new GpuKernelLauncher(app, client, launcher);
+    }
 
     const refreshPlacement = (): Promise<void> =>
       client

@@ -1,4 +1,4 @@
-/** Words for GPU kernels in the panel and the status bar (pure: unit-tested in node). */
+/** Words for GPU kernels in the panel, the launcher and the status bar (pure: unit-tested in node). */
 
 /** What the formatting needs of one GPU kernel. */
 export interface IGpuKernelPlace {
@@ -22,4 +22,49 @@ export function kernelGpuText(kernel: IGpuKernelPlace): string {
     return '';
   }
   return `${kernel.count ?? 1} × ${kernel.resource.replace(/^nvidia\.com\//, '')}`;
+}
+
+/** How many GPU kernels of a profile could start now, per site, as the hub counts them. */
+export interface IKernelAvailability {
+  origin: number;
+  donors: number;
+  sites?: Record<string, number>;
+}
+
+/** '2 free on origin, 5 on donors', '5 free on donors', 'none free now'; '' when unknown. */
+export function availabilityText(available: IKernelAvailability | null | undefined): string {
+  if (!available) {
+    return '';
+  }
+  const { origin, donors } = available;
+  if (!origin && !donors) {
+    return 'none free now';
+  }
+  const parts: string[] = [];
+  if (origin) {
+    parts.push(`${origin} free on origin`);
+  }
+  if (donors) {
+    parts.push(origin ? `${donors} on donors` : `${donors} free on donors`);
+  }
+  return parts.join(', ');
+}
+
+/** What the panel shows of a GPU kernel's own GPU figures (measured in its pod). */
+export interface IKernelGpuFigures {
+  memory_used_bytes: number | null;
+  memory_total_bytes: number | null;
+  utilization: number | null;
+  simulated?: boolean;
+  reason?: string | null;
+}
+
+/** '1.2 / 40.0 GiB': a GPU kernel's memory in use (GPU memory is GiB-sized); '—' when its pod
+ * does not say. Standalone, not format.ts, so node runs it without a bundler. */
+export function kernelMemoryText(gpu: IKernelGpuFigures | null | undefined): string {
+  if (!gpu || gpu.memory_used_bytes === null || gpu.memory_total_bytes === null) {
+    return '—';
+  }
+  const gib = (bytes: number): string => (bytes / 1024 ** 3).toFixed(1);
+  return `${gib(gpu.memory_used_bytes)} / ${gib(gpu.memory_total_bytes)} GiB`;
 }

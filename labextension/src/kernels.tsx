@@ -2,8 +2,8 @@
  * GPU kernels in JupyterLab: where each remote GPU kernel of this server runs (a section of the
  * GPU panel) and where the active notebook's kernel runs (a status bar item).
  *
- * Reads `GET api/gpuburst/kernels` (site, node, GPU per kernel; never an address or a key)
- * through the same client as the rest of the extension.
+ * Reads `GET api/gpuburst/kernels` (site, node, GPU and the GPU memory each kernel's pod
+ * measures; never an address or a key) through the same client as the rest of the extension.
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
 import { IStatusBar } from '@jupyterlab/statusbar';
@@ -14,7 +14,7 @@ import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 
 import { GpuBurstClient } from './client';
-import { kernelGpuText, kernelSiteText } from './kernelformat';
+import { IKernelGpuFigures, kernelGpuText, kernelMemoryText, kernelSiteText } from './kernelformat';
 
 /** One GPU kernel as the server extension reports it. */
 export interface IGpuKernel {
@@ -33,6 +33,8 @@ export interface IGpuKernel {
   reason: string | null;
   relocated_from: string | null;
   files: string | null;
+  /** Measured in the kernel's pod; null while it starts or when it does not answer. */
+  gpu: IKernelGpuFigures | null;
 }
 
 const REFRESH_MS = 5000;
@@ -96,22 +98,32 @@ export function GpuKernelsSection(props: { model: GpuKernelsModel }): JSX.Elemen
         <thead>
           <tr>
             <th scope="col">Kernel</th>
-            <th scope="col">Site</th>
-            <th scope="col">Node</th>
+            <th scope="col">Where</th>
             <th scope="col">GPU</th>
-            <th scope="col">State</th>
           </tr>
         </thead>
         <tbody>
           {kernels.map(k => (
             <tr key={k.kernel_id} title={k.reason ?? ''} data-kernel-id={k.kernel_id}>
-              <td>{k.display_name ?? k.kernel_name}</td>
-              <td className="jp-GpuBurst-gpuKernelSite">{kernelSiteText(k)}</td>
-              <td>{k.node ?? '—'}</td>
-              <td>{kernelGpuText(k)}</td>
               <td>
-                {k.state ?? ''}
-                {k.files === 'scratch' ? ' · scratch files' : ''}
+                {k.display_name ?? k.kernel_name}
+                <span className="jp-GpuBurst-sub">
+                  {k.state ?? ''}
+                  {k.files === 'scratch' ? ' · scratch files' : ''}
+                </span>
+              </td>
+              <td>
+                <span className="jp-GpuBurst-gpuKernelSite">{kernelSiteText(k)}</span>
+                <span className="jp-GpuBurst-sub jp-GpuBurst-gpuKernelNode">{k.node ?? '—'}</span>
+              </td>
+              <td>
+                {kernelGpuText(k)}
+                <span
+                  className="jp-GpuBurst-sub jp-GpuBurst-gpuKernelMemory"
+                  title={k.gpu?.reason ?? (k.gpu?.simulated ? 'simulated GPU' : 'measured in the kernel’s pod')}
+                >
+                  {kernelMemoryText(k.gpu)}
+                </span>
               </td>
             </tr>
           ))}

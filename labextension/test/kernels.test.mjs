@@ -15,3 +15,15 @@ test('a GPU kernel names the GPU it holds', () => {
   assert.equal(kernelGpuText({ site: 'origin', site_kind: 'origin', resource: 'nvidia.com/mig-1g.10gb', count: null }), '1 × mig-1g.10gb');
   assert.equal(kernelGpuText({ site: null, site_kind: null, resource: null, count: null }), '');
 });
+
+test('the launcher says how many GPU kernels could start now, and where', async () => {
+  const { availabilityText, kernelMemoryText } = await import('../lib/kernelformat.js');
+  assert.equal(availabilityText({ origin: 2, donors: 5 }), '2 free on origin, 5 on donors');
+  assert.equal(availabilityText({ origin: 0, donors: 5 }), '5 free on donors');
+  assert.equal(availabilityText({ origin: 1, donors: 0 }), '1 free on origin');
+  assert.equal(availabilityText({ origin: 0, donors: 0 }), 'none free now');
+  assert.equal(availabilityText(null), '');
+  assert.equal(kernelMemoryText({ memory_used_bytes: 1.5 * 1024 ** 3, memory_total_bytes: 40 * 1024 ** 3, utilization: 0 }), '1.5 / 40.0 GiB');
+  assert.equal(kernelMemoryText({ memory_used_bytes: null, memory_total_bytes: null, utilization: null }), '—');
+  assert.equal(kernelMemoryText(null), '—');
+});

@@ -48,11 +48,11 @@ class FakeHub:
         self.port = 0
 
     @property
-    def api_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hub/api"
+    def kernels_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/services/gpuburst/api/kernels"
 
     def start(self) -> None:
-        app = web.Application([(r"/hub/api/gpuburst/kernels", Kernels, {"hub": self}), (r"/hub/api/gpuburst/kernels/(\w+)", Kernel, {"hub": self})])
+        app = web.Application([(r"/services/gpuburst/api/kernels", Kernels, {"hub": self}), (r"/services/gpuburst/api/kernels/(\w+)", Kernel, {"hub": self})])
         self.server = HTTPServer(app)
         (self.port,) = free_ports(1)
         self.server.listen(self.port, "127.0.0.1")
@@ -75,6 +75,8 @@ class FakeHub:
             manifests.CONNECTION_ENV: json.dumps(connection),
             manifests.NOTE_ENV: "Note: scratch space only.",
             "JUPYTER_GPUBURST_SITE": site,
+            # as an admin's GPUKernelSettings.extra_env sets it in the emulator
+            "JUPYTER_GPUBURST_BACKEND": "simulated",
         }
         process = subprocess.Popen([sys.executable, "-m", "jupyter_gpuburst.server.kernel_pod"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         record = {"id": secrets.token_hex(6), "site": site, "ports": ports, "process": process, "profile": body["profile"]}

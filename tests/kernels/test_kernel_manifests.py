@@ -168,3 +168,9 @@ def test_kernel_mode_rbac_is_valid_and_only_adds_secret_writes_in_the_namespace(
     (role,) = [d for d in docs if d["kind"] == "Role"]
     assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "patch", "delete"]}]
     assert not [d for d in docs if d["kind"].startswith("Cluster")]
+    # and it is exactly what `gpuburst doctor` checks for kernel mode
+    from jupyter_gpuburst import doctor
+
+    granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    assert granted == {(p.resource, p.verb) for p in doctor.KERNEL_PERMISSIONS}
+    assert all(p.namespaced and p.group == "" for p in doctor.KERNEL_PERMISSIONS)

@@ -18,11 +18,13 @@ pytestmark = pytest.mark.integration
 
 KERNEL_HUB = """
 from jupyter_gpuburst.hub import install
-install(c, gpu_kernels=True)
+install(c)
 c.JupyterHub.load_groups = {"gpu-students": {"users": ["alice", "bob"]}}
-c.JupyterHub.load_roles.append({"name": "gpu-kernels", "scopes": ["custom:gpuburst:kernels"], "groups": ["gpu-students"]})
+c.JupyterHub.load_roles.append({"name": "gpu-kernels", "scopes": ["custom:gpuburst:kernels", "access:services!service=gpuburst"], "groups": ["gpu-students"]})
 c.GPUKernelSettings.reap_interval_seconds = 1
+c.GPUKernelSettings.extra_env = {"JUPYTER_GPUBURST_BACKEND": "simulated"}
 """
+KERNEL_SCOPES = ["custom:gpuburst:kernels", "access:services!service=gpuburst"]
 
 WHERE = "import os; print(os.environ['JUPYTER_GPUBURST_SITE'], os.getcwd())"
 
@@ -68,7 +70,8 @@ async def server_api(hub, user: str, method: str, path: str, body=None, timeout:
 
 async def kernel_api(hub, token: str, method: str, path: str = ""):
     async with aiohttp.ClientSession() as http:
-        async with http.request(method, f"{hub.url}/hub/api/gpuburst/kernels{path}", headers={"Authorization": f"token {token}"}) as response:
+        # through the hub's proxy, as any service (servers call the service's own address)
+        async with http.request(method, f"{hub.url}/services/gpuburst/api/kernels{path}", headers={"Authorization": f"token {token}"}) as response:
             text = await response.text()
             return response.status, (json.loads(text) if text and text.startswith("{") else text)
 
@@ -80,6 +83,13 @@ async def test_cpu_server_runs_gpu_kernels_on_origin_then_donor(federation, star
     await hub.wait_ready("alice")
     server_pod = federation.origin.store.get("pods", "default", "jupyter-alice")
     assert keys.SITE_LABEL not in (server_pod["metadata"].get("labels") or {})  # the server holds no GPU
+    # the server reaches the kernel API at the service's own address, not through the proxy
+    env = {e["name"]: e.get("value") for e in server_pod["spec"]["containers"][0]["env"]}
+    kernels_url = env["JUPYTER_GPUBURST_KERNELS_URL"]
+    assert kernels_url.startswith("http://127.0.0.1:") and kernels_url.endswith("/services/gpuburst/api/kernels")
+    assert f":{hub.proxy_port}/" not in kernels_url and f":{hub.hub_port}/" not in kernels_url
+    # kernel mode is a JupyterHub service: no deprecated extra_handlers
+    assert "extra_handlers is deprecated" not in hub.log()
 
     # the launcher's kernelspecs come from the hub's GPU profiles
     status, specs = await server_api(hub, "alice", "GET", "/kernelspecs")
@@ -111,10 +121,20 @@ async def test_cpu_server_runs_gpu_kernels_on_origin_then_donor(federation, star
     status, listing = await server_api(hub, "alice", "GET", "/gpuburst/kernels")
     assert status == 200 and [(k["site"], k["kernel_id"]) for k in listing["kernels"]] == [("origin", first["id"])]
     assert connection_key not in json.dumps(listing)
-    alice = await user_token(hub, "alice", ["custom:gpuburst:kernels"])
+    # ...and its GPU use, as the kernel's pod measures it (a simulated GPU here)
+    gpu = listing["kernels"][0]["gpu"]
+    assert gpu["simulated"] and 0 < gpu["memory_used_bytes"] < gpu["memory_total_bytes"], gpu
+    alice = await user_token(hub, "alice", KERNEL_SCOPES)
     status, listing = await kernel_api(hub, alice, "GET")
     assert status == 200 and [k["site"] for k in listing["kernels"]] == ["origin"]
     assert connection_key not in json.dumps(listing)
+    # the launcher's availability: the origin's other GPU and the donor's 8
+    (offered,) = [p for p in listing["profiles"] if p["slug"] == "gpu-1"]
+    assert offered["available"] == {"origin": 1, "donors": 8, "sites": {"origin": 1, "donor-1": 8}}
+    # the custom scope alone does not reach the service
+    alice_no_access = await user_token(hub, "alice", ["custom:gpuburst:kernels"])
+    status, refused = await kernel_api(hub, alice_no_access, "GET")
+    assert status == 403 and "access:services!service=gpuburst" in refused["message"], refused
 
     # origin full (someone else holds its other GPU): the next kernel goes to the donor
     occupy_origin(federation, 1)
@@ -125,7 +145,7 @@ async def test_cpu_server_runs_gpu_kernels_on_origin_then_donor(federation, star
     assert sorted(p["metadata"]["labels"][keys.SITE_LABEL] for p in kernel_pods(federation)) == ["donor-1", "origin"]
 
     # another user sees none of it and cannot stop it; a user without the scope is refused
-    bob = await user_token(hub, "bob", ["custom:gpuburst:kernels"])
+    bob = await user_token(hub, "bob", KERNEL_SCOPES)
     status, listing = await kernel_api(hub, bob, "GET")
     assert status == 200 and listing["kernels"] == []
     status, _ = await kernel_api(hub, alice, "GET")
@@ -136,8 +156,8 @@ async def test_cpu_server_runs_gpu_kernels_on_origin_then_donor(federation, star
         assert status == 404
     await hub.create_user("carol")
     carol = await user_token(hub, "carol", [])
-    status, _ = await kernel_api(hub, carol, "GET")
-    assert status == 403
+    status, refused = await kernel_api(hub, carol, "GET")
+    assert status == 403 and "custom:gpuburst:kernels" in refused["message"], refused
     assert len(kernel_pods(federation)) == 2
 
     # shutting the origin kernel down frees its GPU at once: the next kernel gets it

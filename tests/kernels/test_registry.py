@@ -175,3 +175,20 @@ async def test_a_kernel_stuck_pending_on_a_donor_moves_or_fails_with_the_reason(
     assert "still pending on donor donor-1" in record.error and "No other site can take it" in record.error
     assert kernel_pods(registry) == [] or all(p["metadata"].get("deletionTimestamp") for p in kernel_pods(registry))
     assert registry.tracker.placer.reservations.get(record.key) is None
+
+
+async def test_availability_follows_the_ledger_and_the_policy(registry):
+    from dataclasses import replace
+
+    profile = registry.profiles["gpu-1"]
+    before = registry.availability(profile, "alice", frozenset())
+    assert before == {"origin": 2, "donors": 8, "sites": {"origin": 2, "donor-1": 8}}
+    # a kernel being placed holds its GPU: the launcher's figure drops at once
+    await start(registry)
+    assert registry.availability(profile, "alice", frozenset())["origin"] == 1
+    # a site the policy closes to this user counts 0, whatever is free there
+    placer = registry.tracker.placer
+    placer.policy = replace(placer.policy, user_donor_cap=0)
+    assert registry.availability(profile, "alice", frozenset()) == {"origin": 1, "donors": 0, "sites": {"origin": 1, "donor-1": 0}}
+    origin_only = replace(profile, allowed_sites=("origin",))
+    assert registry.availability(origin_only, "alice", frozenset())["sites"] == {"origin": 1}

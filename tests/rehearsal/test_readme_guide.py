@@ -14,13 +14,17 @@ What the emulator cannot run is translated, and said so at each step:
 5. `gpuburst doctor` runs as written, against the emulator's kubeconfig.
 Then two students spawn the README's GPU profiles: the first lands on the origin with its home
 volume; the second, with the origin full, bursts to the donor, where the storage policy of the
-shipped config gives it scratch space and says so.
+shipped config gives it scratch space and says so. With the README's kernel-mode lines added to
+the config, both servers (origin and donor) reach the gpuburst service's kernel API at the
+address the spawner gives them, with their own token, and the launcher's figures come back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +35,7 @@ import yaml
 from jupyter_gpuburst.core import keys
 
 from hub_config.readme import command
-from spawner.harness import Hub
+from spawner.harness import Hub, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -105,6 +109,16 @@ c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": 0.2}}
 """
 
 
+def kernel_mode_config() -> str:
+    """The README's kernel-mode lines for jupyterhub_config.py, as written."""
+    from hub_config.readme import README
+
+    text = README.read_text()
+    section = text[text.index("## GPU kernels (kernel mode)") : text.index("## Configuration reference")]
+    [block] = re.findall(r"```python\n(.*?)```", section, re.S)
+    return block
+
+
 def env_of(pod: dict) -> dict:
     return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env") or []}
 
@@ -142,6 +156,8 @@ async def test_the_real_cluster_guide_works_as_written(sim, tmp_path):
     hub = Hub(workdir, sim)
     hub.extra_config = (
         f"import os\nos.environ['GPUBURST_NAMESPACE'] = {NAMESPACE!r}\n"
+        # the gpuburst service where a laptop reaches it (the hub Service's DNS name does not resolve)
+        f"os.environ['GPUBURST_SERVICE_HOST'] = '127.0.0.1'\nos.environ['GPUBURST_SERVICE_PORT'] = '{free_port()}'\n"
         f"load_subconfig({str(REPO / 'hub_config' / 'jupyterhub_config.py')!r})\n"
         # the README's config sets the service list (install(c) adds gpuburst's) and a loaded
         # subconfig's list replaces the harness's: its API token service is added back
@@ -151,6 +167,9 @@ async def test_the_real_cluster_guide_works_as_written(sim, tmp_path):
             hub_port=hub.hub_port, proxy_api_port=hub.proxy_api_port,
             singleuser=str(VENV_BIN / "jupyterhub-singleuser"), home=str(tmp_path / "homes"),
         )
+        # kernel mode, as the README adds it; the students are in the README's course group
+        + kernel_mode_config()
+        + '\nc.JupyterHub.load_groups = {"course-ml101": {"users": ["student1", "student2"]}}\n'
     )  # fmt: skip
     hub._write_config()
     hub.start()
@@ -181,6 +200,19 @@ async def test_the_real_cluster_guide_works_as_written(sim, tmp_path):
         assert storage["JUPYTER_GPUBURST_STORAGE_MESSAGE"] in progress
         code, _ = await hub.get_via_proxy("student2")
         assert code == 200
+        # both servers, origin and donor, reach the kernel API at the service's own address
+        # (the host of hub_connect_url, port of the service), with their own token
+        for student in ("student1", "student2"):
+            pod = core.read_namespaced_pod(f"jupyter-{student}", NAMESPACE).to_dict()
+            kernels_url = env_of(pod)["JUPYTER_GPUBURST_KERNELS_URL"]
+            assert re.fullmatch(rf"http://127\.0\.0\.1:\d+/services/gpuburst/api/kernels", kernels_url), kernels_url
+            code, text = await hub.get_via_proxy(student, "api/gpuburst/kernel-profiles")
+            assert code == 200, text
+            offered = json.loads(text)
+            assert offered["error"] is None, offered
+            by_slug = {p["slug"]: p["available"] for p in offered["profiles"]}
+            # student1 holds both origin GPUs, student2 one of the donor's
+            assert by_slug["gpu-1"]["origin"] == 0 and by_slug["gpu-1"]["donors"] > 0, by_slug
         # the spawner offloaded the namespace itself, as doctor said it would
         offloaded = await run([*doctor_cmd, "--kubeconfig", str(sim)], env)
         assert offloaded.returncode == 0 and "not offloaded yet" not in offloaded.stdout

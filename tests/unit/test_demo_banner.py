@@ -15,6 +15,7 @@ def test_default_demo_lands_on_the_origin_then_the_donor() -> None:
     assert "student1, pick '2 GPUs' and start: the server lands on the origin." in out
     assert "student2, pick '2 GPUs' and start: the server lands on donor-1, a donor." in out
     assert "donor donor-1" not in out
+    assert "pick 'CPU server + GPU kernels on demand': the server stays on the origin" in out
 
 
 def test_steps_follow_the_options() -> None:

@@ -1,10 +1,13 @@
 """Remote GPU kernels, hub side: the kernel-placement API, kernel pods and their reaper.
 
-Mounted by ``jupyter_gpuburst.hub.install(c)`` (see ``install`` below), which also defines the
-custom scope users need. Grant it per group in ``jupyterhub_config.py``::
+The API is part of the ``gpuburst`` JupyterHub service (``jupyter_gpuburst.hub.install(c)``
+registers it), at ``/services/gpuburst/api/kernels``. A user's server reaches it directly at the
+URL the spawner puts in ``$JUPYTER_GPUBURST_KERNELS_URL``, with its own token. Grant the two
+scopes that token needs per group in ``jupyterhub_config.py``::
 
     c.JupyterHub.load_roles = [
-        {"name": "gpu-kernels", "scopes": ["custom:gpuburst:kernels"], "groups": ["gpu-students"]},
+        {"name": "gpu-kernels", "groups": ["gpu-students"],
+         "scopes": ["custom:gpuburst:kernels", "access:services!service=gpuburst"]},
     ]
 """
 
@@ -12,27 +15,65 @@ from __future__ import annotations
 
 from typing import Any
 
-from jupyter_gpuburst.hub.kernels.handlers import API_PATH, SCOPE, SCOPE_DESCRIPTION, handlers
+from jupyter_gpuburst.hub.kernels.handlers import API_PATH, SCOPE, SCOPE_DESCRIPTION, access_scope, handlers
 
-__all__ = ["API_PATH", "SCOPE", "handlers", "install"]
+__all__ = ["API_PATH", "KERNELS_URL_ENV", "SCOPE", "handlers", "install", "server_token_scopes"]
+
+# Where a user's server finds the kernel API (set by the spawner; see jupyter_gpuburst.hub.service)
+KERNELS_URL_ENV = "JUPYTER_GPUBURST_KERNELS_URL"
+SPAWNER_SECTIONS = ("Spawner", "KubeSpawner", "GPUBurstSpawner")
 
 
-def install(c: Any, registry_source: Any = None) -> list[tuple[str, type, dict[str, Any]]]:
-    """Define the kernel scope, let servers' tokens carry it, and return the API's routes.
+def server_token_scopes(service_name: str) -> list[str]:
+    """What a server's token must carry to use the kernel API; JupyterHub keeps only those its
+    owner holds, so users without the admin's role get none of them."""
+    return [access_scope(service_name), f"{SCOPE}!user"]
 
-    The routes are for ``JupyterHub.extra_handlers`` today (``jupyter_gpuburst.hub.install``
-    adds them); they need nothing from the hub but its handler base classes, so they can move
-    into a hub-managed service unchanged.
+
+def install(c: Any, service_name: str) -> None:
+    """Define the kernel scope and let servers' tokens carry the kernel API's scopes.
+
+    ``Spawner.server_token_scopes`` set by the admin (in any spawner section) keeps its scopes
+    and gains ours; unset, it becomes the ``server`` role's scopes plus ours.
     """
     section = c.JupyterHub
     scopes = dict(section["custom_scopes"]) if "custom_scopes" in section else {}
     scopes.setdefault(SCOPE, {"description": SCOPE_DESCRIPTION})
     section.custom_scopes = scopes
-    spawner = c.Spawner
-    if "server_token_scopes" not in spawner:
+    ours = server_token_scopes(service_name)
+    configured = [name for name in SPAWNER_SECTIONS if name in c and "server_token_scopes" in c[name]]
+    if not configured:
         from jupyterhub.roles import get_default_roles
 
         server_role = next(r for r in get_default_roles() if r["name"] == "server")
-        # a token only gets the scopes its user holds: users without the role get none of it
-        spawner.server_token_scopes = list(server_role["scopes"]) + [f"{SCOPE}!user"]
-    return handlers(registry_source)
+        c.Spawner.server_token_scopes = list(server_role["scopes"]) + ours
+        return
+    for name in configured:
+        c[name].server_token_scopes = _with_scopes(c[name]["server_token_scopes"], ours)
+
+
+def _with_scopes(value: Any, ours: list[str]) -> Any:
+    if callable(value):
+        from jupyterhub.utils import maybe_future
+
+        async def scopes(spawner: Any) -> list[str]:
+            theirs = await maybe_future(value(spawner))
+            return _with_scopes(list(theirs or []), ours)
+
+        return scopes
+    theirs = list(value or [])
+    if not theirs:
+        # empty means "the server role" to JupyterHub: keep that meaning
+        from jupyterhub.roles import get_default_roles
+
+        theirs = list(next(r for r in get_default_roles() if r["name"] == "server")["scopes"])
+    return theirs + [s for s in ours if s not in theirs]
+
+
+def server_env() -> dict[str, str]:
+    """The env a user's server needs to reach the kernel API (nothing when the service is not
+    registered in this hub process: then no server is offered GPU kernels)."""
+    from jupyter_gpuburst.hub.service import registered
+
+    service = registered()
+    return {KERNELS_URL_ENV: service.kernels_url} if service is not None else {}

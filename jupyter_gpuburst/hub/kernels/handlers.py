@@ -1,11 +1,17 @@
-"""The hub's GPU kernel API: a user's server asks here for a GPU kernel, with its own token.
+"""The GPU kernel API of the ``gpuburst`` service: a user's server asks here for a GPU kernel.
 
-``/hub/api/gpuburst/kernels``: ``GET`` the caller's kernels and the profiles offered,
-``POST`` a new one. ``/hub/api/gpuburst/kernels/<id>``: ``GET`` (``?wait=<s>`` waits while it
-starts) and ``DELETE``. All need the custom scope ``custom:gpuburst:kernels`` (held by the user
-and granted to the server's token); a user only ever sees their own kernels, and another
-user's kernel answers 404 like one that does not exist. The connection key comes in with the
-POST and never goes out again.
+Served by the service's HTTP server in the hub process (``jupyter_gpuburst.hub.service``), so it
+places from the spawner's own ledger. URLs, under the service's prefix ``/services/gpuburst/``:
+
+- ``api/kernels``: ``GET`` the caller's kernels and the profiles offered; ``POST`` a new one
+- ``api/kernels/<id>``: ``GET`` (``?wait=<s>`` waits while it starts) and ``DELETE``
+
+The caller is a user's server with its own token (``Authorization: token ...``), checked with the
+hub (``HubAuth``). The token must carry ``access:services!service=gpuburst`` (it may reach this
+service) and the custom scope ``custom:gpuburst:kernels`` for its user; a token only carries
+scopes its owner holds, so the admin grants both per group. A user only ever sees their own
+kernels, and another user's kernel answers 404 like one that does not exist. The connection key
+comes in with the POST and never goes out again.
 """
 
 from __future__ import annotations
@@ -13,47 +19,78 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from jupyterhub.apihandlers.base import APIHandler
-from jupyterhub.scopes import Scope
+from jupyterhub.services.auth import check_scopes
 from tornado import web
 
 from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRecord, KernelRegistry, record_json
 
 SCOPE = "custom:gpuburst:kernels"
 SCOPE_DESCRIPTION = "Start, list and stop your own GPU kernels (remote GPU kernels placed by jupyter-gpuburst)."
-API_PATH = r"/api/gpuburst/kernels"
+# relative to the service's prefix
+API_PATH = "api/kernels"
 MAX_WAIT_S = 30.0
+TOKEN_PREFIXES = ("token ", "bearer ")
 
 
-class KernelAPIHandler(APIHandler):
-    def initialize(self, registry_source: Any = None) -> None:
-        from jupyter_gpuburst.hub.kernels.service import default_registry
+def access_scope(service_name: str) -> str:
+    return f"access:services!service={service_name}"
 
+
+class KernelAPIHandler(web.RequestHandler):
+    """Token-authenticated JSON handler; ``self.user`` is the calling user's model."""
+
+    user: dict[str, Any]
+
+    def initialize(self, registry_source: Any = None, hub: Any = None) -> None:
+        from jupyter_gpuburst.hub.kernels.service import LiveHub, default_registry
+
+        self.hub = hub or LiveHub()
         self.registry_source = registry_source or default_registry
 
-    def check_kernel_scope(self) -> Any:
-        """The calling user, when they and their token hold the kernel scope."""
-        user = self.current_user
-        if user is None:
+    @property
+    def service(self) -> Any:
+        return self.settings["service"]
+
+    def check_xsrf_cookie(self) -> None:
+        # tokens only, never cookies: a browser's ambient credentials cannot reach this API
+        return None
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        message = self._reason
+        if isinstance(exc, web.HTTPError) and exc.log_message:
+            message = exc.log_message % exc.args if exc.args else exc.log_message
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"status": status_code, "message": message}))
+
+    async def prepare(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        header = self.request.headers.get("Authorization", "")
+        token = header[len(TOKEN_PREFIXES[0]):] if header.lower().startswith(TOKEN_PREFIXES) else ""
+        token = token.strip()
+        if not token:
             raise web.HTTPError(403, "Missing or invalid credentials.")
-        if getattr(user, "kind", "user") != "user":
+        model = await self.service.hub_auth().user_for_token(token, sync=False)
+        if not model:
+            raise web.HTTPError(403, "Missing or invalid credentials.")
+        if model.get("kind", "user") != "user":
             raise web.HTTPError(403, "GPU kernels belong to users; services cannot start them")
-        filters = self.parsed_scopes.get(SCOPE)
-        allowed = filters == Scope.ALL or (
-            isinstance(filters, dict)
-            and (
-                user.name in filters.get("user", ())
-                or any(g.name in filters.get("group", ()) for g in getattr(user, "groups", []) or [])
-            )
-        )
-        if not allowed:
-            self.log.warning("GPU kernel API: %s lacks scope %s", user.name, SCOPE)
-            raise web.HTTPError(403, f"This server may not start GPU kernels (it needs the {SCOPE} scope; ask your admin).")
-        return user
+        have = set(model.get("scopes") or ())
+        needed = [access_scope(self.service.name), f"{SCOPE}!user={model['name']}"]
+        missing = [scope for scope in needed if not check_scopes({scope}, have)]
+        if missing:
+            # expected for users the admin gave no GPU kernels: their servers ask once, at start
+            self.log.info("GPU kernel API: a token of %s lacks %s", model["name"], ", ".join(missing))
+            raise web.HTTPError(403, f"This server may not start GPU kernels (its token needs {' and '.join(missing)}; ask your admin).")
+        self.user = model
+
+    @property
+    def log(self) -> Any:
+        return self.hub.log
 
     async def registry(self) -> KernelRegistry:
         try:
-            return await self.registry_source(self)
+            return await self.registry_source(self.hub)
         except web.HTTPError:
             raise
         except Exception as exc:  # noqa: BLE001 - logged in full, reported in short
@@ -77,18 +114,17 @@ class KernelAPIHandler(APIHandler):
 
 
 class KernelsHandler(KernelAPIHandler):
-    """``GET``: the caller's kernels and the GPU kernel profiles; ``POST``: start one."""
+    """``GET``: the caller's kernels, the GPU kernel profiles and what is free now; ``POST``: start one."""
 
     async def get(self) -> None:
-        user = self.check_kernel_scope()
         registry = await self.registry()
         server = self.get_argument("server", None)
-        kernels = [record_json(registry, r) for r in registry.list(user.name, server)]
-        profiles = [p.public() for p in registry.profiles.values()]
+        kernels = [record_json(registry, r) for r in registry.list(self.user["name"], server)]
+        groups = self.hub.groups(self.user["name"])
+        profiles = [{**p.public(), "available": registry.availability(p, self.user["name"], groups)} for p in registry.profiles.values()]
         self.write(json.dumps({"profiles": profiles, "kernels": kernels}))
 
     async def post(self) -> None:
-        user = self.check_kernel_scope()
         body = self.get_json()
         unknown = set(body) - {"profile", "key", "signature_scheme", "kernel_id", "server_name", "notebook_dir", "prefer_site"}
         if unknown:
@@ -96,16 +132,16 @@ class KernelsHandler(KernelAPIHandler):
         server_name = body.get("server_name", "")
         if not isinstance(server_name, str):
             raise web.HTTPError(400, "server_name must be a string")
-        spawner = user.orm_spawners.get(server_name) and user.spawners[server_name]
-        if spawner is None or not spawner.active:
-            raise web.HTTPError(409, f"the server {server_name!r} of {user.name} is not running")
+        name = self.user["name"]
+        spawner = self.hub.active_spawner(name, server_name)
+        if spawner is None:
+            raise web.HTTPError(409, f"the server {server_name!r} of {name} is not running")
         registry = await self.registry()
         server_pod = await _server_pod(registry, spawner)
-        groups = frozenset(g.name for g in getattr(user, "groups", []) or [])
         try:
             record = await registry.start(
-                user=user.name,
-                groups=groups,
+                user=name,
+                groups=self.hub.groups(name),
                 server_name=server_name,
                 server_pod=server_pod,
                 profile_slug=body.get("profile"),
@@ -125,10 +161,9 @@ class KernelHandler(KernelAPIHandler):
     """One kernel: ``GET`` (``?wait=`` seconds while it starts) and ``DELETE``."""
 
     async def get(self, record_id: str) -> None:
-        user = self.check_kernel_scope()
         registry = await self.registry()
         try:
-            record = registry.get(user.name, record_id)
+            record = registry.get(self.user["name"], record_id)
         except KernelError as exc:
             raise self.kernel_error(exc) from None
         try:
@@ -140,10 +175,9 @@ class KernelHandler(KernelAPIHandler):
         self.write_record(registry, record)
 
     async def delete(self, record_id: str) -> None:
-        user = self.check_kernel_scope()
         registry = await self.registry()
         try:
-            record = registry.get(user.name, record_id)
+            record = registry.get(self.user["name"], record_id)
         except KernelError as exc:
             raise self.kernel_error(exc) from None
         await registry.stop(record)
@@ -165,9 +199,10 @@ async def _server_pod(registry: KernelRegistry, spawner: Any) -> dict[str, Any] 
     return registry.api.api_client.sanitize_for_serialization(pod)
 
 
-def handlers(registry_source: Any = None) -> list[tuple[str, type, dict[str, Any]]]:
-    kwargs = {"registry_source": registry_source}
+def handlers(prefix: str, registry_source: Any = None, hub: Any = None) -> list[tuple[str, type, dict[str, Any]]]:
+    """Routes under the service's ``prefix`` (e.g. ``/services/gpuburst/``)."""
+    kwargs = {"registry_source": registry_source, "hub": hub}
     return [
-        (API_PATH, KernelsHandler, kwargs),
-        (API_PATH + r"/([0-9a-f]{1,32})", KernelHandler, kwargs),
+        (rf"{prefix}{API_PATH}/?", KernelsHandler, kwargs),
+        (rf"{prefix}{API_PATH}/([0-9a-f]{{1,32}})", KernelHandler, kwargs),
     ]

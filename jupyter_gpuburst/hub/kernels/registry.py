@@ -22,6 +22,7 @@ from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
 from jupyter_gpuburst.hub.capacity import CapacityTracker, kernel_key
 from jupyter_gpuburst.hub.kernels import manifests
+from jupyter_gpuburst.hub.kernels.availability import availability
 from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, clean_notebook_dir, decide_files
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings, KernelProfile
 from jupyter_gpuburst.hub.offloading import NamespaceOffloader
@@ -172,6 +173,11 @@ class KernelRegistry:
             if not _ready(pod):
                 record = self.records[record_id]
                 record.task = asyncio.ensure_future(self._watch_start(record, GPURequest(resource, count, record.user)))
+
+    def availability(self, profile: KernelProfile, user: str, groups: frozenset[str]) -> dict[str, Any]:
+        """How many kernels of ``profile`` could start now for ``user``, per site (no reservation)."""
+        request = GPURequest(profile.resource, profile.count, user, groups, profile.slug, profile.allowed_sites)
+        return availability(self.tracker.snapshot(), self.tracker.placer.policy, request)
 
     # ---- starting -----------------------------------------------------------------------------
     def profile(self, slug: Any) -> KernelProfile:

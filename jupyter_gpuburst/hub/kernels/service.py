@@ -1,4 +1,5 @@
-"""Wiring of the GPU kernel registry into the hub process: one registry per capacity tracker."""
+"""Wiring of the GPU kernel registry into the hub process: one registry per capacity tracker,
+and the hub's own records (users, groups, running servers) as the kernel API reads them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,51 @@ from jupyter_gpuburst.hub.kernels.registry import KernelRegistry
 from jupyter_gpuburst.hub.kernels.settings import kernel_settings_from_config, spawner_setting
 
 DEFAULT_IMAGE = "quay.io/jupyterhub/k8s-singleuser-sample:4.0.0"
+
+
+class LiveHub:
+    """The running JupyterHub's config, log and records, read in its own process and loop.
+
+    The kernel API is served by the ``gpuburst`` service's HTTP server, which runs in the hub
+    process (hub/service.py says why): it reads the hub's in-memory users and spawners as the
+    hub's own handlers do, on the same event loop, and never writes to them.
+    """
+
+    @property
+    def app(self) -> Any:
+        from jupyterhub.app import JupyterHub
+
+        return JupyterHub.instance()
+
+    @property
+    def config(self) -> Any:
+        return self.app.config
+
+    @property
+    def log(self) -> logging.Logger:
+        return self.app.log
+
+    def _user(self, name: str) -> Any:
+        from jupyterhub import orm
+
+        app = self.app
+        orm_user = orm.User.find(app.db, name)
+        return None if orm_user is None else app.users[orm_user]
+
+    def active_spawner(self, user_name: str, server_name: str) -> Any:
+        """The user's spawner of ``server_name`` when it runs or starts, else None."""
+        user = self._user(user_name)
+        if user is None or server_name not in user.orm_spawners:
+            return None
+        spawner = user.spawners[server_name]
+        return spawner if spawner.active else None
+
+    def groups(self, user_name: str) -> frozenset[str]:
+        user = self._user(user_name)
+        return frozenset(g.name for g in getattr(user, "groups", None) or []) if user is not None else frozenset()
+
+    def server_running(self, user_name: str, server_name: str) -> bool:
+        return self.active_spawner(user_name, server_name) is not None
 
 
 async def registry_for(config: Any, log: logging.Logger) -> KernelRegistry:
@@ -27,27 +73,10 @@ async def registry_for(config: Any, log: logging.Logger) -> KernelRegistry:
     return KernelRegistry.for_tracker(tracker, build)
 
 
-async def default_registry(handler: Any) -> KernelRegistry:
-    registry = await registry_for(handler.settings["config"], handler.log)
-    registry.start_reaper(server_running_check(handler.settings))
+async def default_registry(hub: LiveHub) -> KernelRegistry:
+    registry = await registry_for(hub.config, hub.log)
+    registry.start_reaper(hub.server_running)
     return registry
-
-
-def server_running_check(settings: dict[str, Any]) -> Any:
-    """``(user, server) -> bool`` from the hub's own records (running or starting counts)."""
-    from jupyterhub import orm
-
-    def running(user_name: str, server_name: str) -> bool:
-        db = settings["db"]
-        orm_user = orm.User.find(db, user_name)
-        if orm_user is None:
-            return False
-        user = settings["users"][orm_user]
-        if server_name not in user.orm_spawners:
-            return False
-        return bool(user.spawners[server_name].active)
-
-    return running
 
 
 async def stop_server_kernels(spawner: Any) -> int:

@@ -127,7 +127,7 @@ class GPUKernelSettings(Configurable):
         ``display_name`` (default "Python 3 (1 GPU)"-style), ``resource`` (default
         nvidia.com/gpu), ``count`` (default 1), ``allowed_sites``, and optionally ``image``,
         ``cpu`` and ``memory`` for the kernel pod. Default: one per distinct GPU request among
-        ``GPUBurstSpawner.profile_list`` (when it is a list).""",
+        the spawner's server profiles (when they are a list).""",
     ).tag(config=True)
 
     image = Unicode(
@@ -177,7 +177,9 @@ class GPUKernelSettings(Configurable):
 
     extra_env = Dict(
         value_trait=Unicode(),
-        help="Extra environment variables for kernel pods.",
+        help="""Extra environment variables for kernel pods. A kernel pod measures its own GPU
+        for the panel with NVML (``JUPYTER_GPUBURST_BACKEND`` ``auto``); set it to ``simulated``
+        where the GPUs are simulated, or ``none`` to report nothing.""",
     ).tag(config=True)
 
     def ports(self) -> dict[str, int]:

@@ -1,0 +1,128 @@
+/**
+ * GPU kernels in the launcher, with live availability: a "GPU kernels" section whose cards say
+ * how many of each kernel could start now ("2 free on origin, 5 on donors", "none free now").
+ *
+ * The figures come from `GET api/gpuburst/kernel-profiles` (the server asks the hub's kernel
+ * API, which counts from the spawner's ledger). The launcher renders again only when its items
+ * change, so the cards are registered again whenever a figure changes. A card opens a notebook
+ * with that GPU kernel, as the Notebook section's card of the same kernel does.
+ */
+import { JupyterFrontEnd } from '@jupyterlab/application';
+import { ILauncher } from '@jupyterlab/launcher';
+import { IDisposable } from '@lumino/disposable';
+
+import { GpuBurstClient } from './client';
+import { gpuIcon } from './icon';
+import { IKernelAvailability, availabilityText } from './kernelformat';
+
+export const CREATE_COMMAND = 'gpuburst:new-gpu-kernel-notebook';
+const CATEGORY = 'GPU kernels';
+// right after the Notebook section (0), before Console (20): the GPU kernels are notebooks too
+const CATEGORY_RANK = 10;
+const REFRESH_MS = 10000;
+
+interface IKernelProfile {
+  slug: string;
+  kernel_name: string;
+  display_name: string;
+  available: IKernelAvailability | null;
+}
+
+interface IProfilesReply {
+  profiles: IKernelProfile[];
+  error: string | null;
+}
+
+export class GpuKernelLauncher implements IDisposable {
+  constructor(
+    private readonly _app: JupyterFrontEnd,
+    private readonly _client: GpuBurstClient,
+    private readonly _launcher: ILauncher
+  ) {
+    this._app.commands.addCommand(CREATE_COMMAND, {
+      label: args => this._label(String(args['kernelName'] ?? '')),
+      caption: args => this._caption(String(args['kernelName'] ?? '')),
+      icon: gpuIcon,
+      execute: args =>
+        this._app.commands.execute('notebook:create-new', {
+          kernelName: args['kernelName'],
+          cwd: args['cwd']
+        })
+    });
+    void this.refresh();
+    this._timer = window.setInterval(() => {
+      if (document.visibilityState === 'visible') {
+        void this.refresh();
+      }
+    }, REFRESH_MS);
+  }
+
+  get isDisposed(): boolean {
+    return this._timer === null;
+  }
+
+  async refresh(): Promise<void> {
+    let reply: IProfilesReply;
+    try {
+      reply = await this._client.getJSON<IProfilesReply>('kernel-profiles');
+    } catch {
+      // a server without kernel mode, or a blip: keep what the cards say until the next try
+      return;
+    }
+    const profiles = reply.profiles ?? [];
+    const key = JSON.stringify(profiles);
+    if (key === this._shown) {
+      return;
+    }
+    this._shown = key;
+    this._profiles = new Map(profiles.map(p => [p.kernel_name, p]));
+    this._app.commands.notifyCommandChanged(CREATE_COMMAND);
+    // the launcher re-renders when its items change: register the cards again
+    this._items.forEach(item => item.dispose());
+    this._items = profiles.map((p, rank) =>
+      this._launcher.add({
+        command: CREATE_COMMAND,
+        args: { kernelName: p.kernel_name },
+        category: CATEGORY,
+        categoryRank: CATEGORY_RANK,
+        rank
+      })
+    );
+  }
+
+  dispose(): void {
+    if (this._timer !== null) {
+      window.clearInterval(this._timer);
+      this._timer = null;
+    }
+    this._items.forEach(item => item.dispose());
+    this._items = [];
+  }
+
+  private _label(kernelName: string): string {
+    const profile = this._profiles.get(kernelName);
+    if (!profile) {
+      return 'GPU kernel';
+    }
+    const free = availabilityText(profile.available);
+    return free ? `${profile.display_name} · ${free}` : profile.display_name;
+  }
+
+  private _caption(kernelName: string): string {
+    const profile = this._profiles.get(kernelName);
+    if (!profile) {
+      return '';
+    }
+    const sites = Object.entries(profile.available?.sites ?? {})
+      .map(([site, n]) => `${site}: ${n}`)
+      .join(', ');
+    return `New notebook with a ${profile.display_name} kernel; the hub places it where a GPU is free${
+      sites ? ` (free now: ${sites})` : ''
+    }`;
+  }
+
+  private _profiles = new Map<string, IKernelProfile>();
+  private _items: IDisposable[] = [];
+  private _shown = '';
+  private _timer: number | null;
+}
