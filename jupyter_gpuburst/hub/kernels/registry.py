@@ -26,6 +26,7 @@ from jupyter_gpuburst.hub.kernels.availability import availability
 from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, clean_notebook_dir, decide_files
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings, KernelProfile
 from jupyter_gpuburst.hub.offloading import NamespaceOffloader
+from jupyter_gpuburst.hub.unschedulable import unschedulable_reason
 
 POD_PREFIX = "gpuburst-kernel-"
 SIGNATURE_SCHEMES = frozenset({"hmac-sha256"})
@@ -320,8 +321,6 @@ class KernelRegistry:
 
     async def _watch_start(self, record: KernelRecord, request: GPURequest, server_pod: Any = None, key: Any = None, scheme: Any = None, notebook_dir: Any = "") -> None:
         """Follow the pod until it is ready; move it when the scheduler cannot place it."""
-        from jupyter_gpuburst.hub.spawner import unschedulable_reason
-
         deadline = time.monotonic() + self.settings.start_timeout
         grace = float(getattr(self.tracker.settings, "donor_pending_grace_seconds", 30.0))
         seen = False
