@@ -57,8 +57,12 @@ c.JupyterHub.services = [{{"name": "{service}", "api_token": os.environ["{token_
 class HubProcess:
     """Start with ``await hub.start()``; stop with ``await hub.stop()`` (also kills the proxy)."""
 
-    def __init__(self, workdir: Path, extra_config: str = "", env: dict[str, str] | None = None, log_level: str = "INFO") -> None:
+    def __init__(
+        self, workdir: Path, extra_config: str = "", env: dict[str, str] | None = None, log_level: str = "INFO", base_url: str = "/"
+    ) -> None:
         self.workdir = Path(workdir)
+        # the hub's base_url, "/jhub/" style; set before extra_config, which may read it
+        self.base_url = "/" + base_url.strip("/") + "/" if base_url.strip("/") else "/"
         self.extra_config = textwrap.dedent(extra_config)
         self.env = dict(env or {})
         self.log_level = log_level
@@ -71,12 +75,13 @@ class HubProcess:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        """The public URL, base_url included (no trailing slash)."""
+        return f"http://127.0.0.1:{self.port}{self.base_url.rstrip('/')}"
 
     @property
     def api(self) -> str:
         """The hub's REST API, addressed directly (not through the proxy, one hop fewer)."""
-        return f"http://127.0.0.1:{self.hub_port}/hub/api"
+        return f"http://127.0.0.1:{self.hub_port}{self.base_url.rstrip('/')}/hub/api"
 
     def headers(self, token: str | None = None) -> dict[str, str]:
         return {"Authorization": f"token {token or self.token}"}
@@ -89,7 +94,7 @@ class HubProcess:
             port=self.port, hub_port=self.hub_port, proxy_api_port=self.proxy_api_port, chp=chp,
             workdir=self.workdir, service=ADMIN_SERVICE, token_env=ADMIN_TOKEN_ENV,
         )
-        return base + "\n" + self.extra_config
+        return base + f"\nc.JupyterHub.base_url = {self.base_url!r}\n" + self.extra_config
 
     async def start(self, timeout: float = 60.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)

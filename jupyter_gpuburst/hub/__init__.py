@@ -34,7 +34,7 @@ def install(
     page's template, the kernel scope, and check the profiles.
 
     ``c`` is the config object of ``jupyterhub_config.py``; call ``install(c)`` after setting
-    ``hub_connect_url``. The service's HTTP server runs in the hub process (hub/service.py says
+    ``hub_connect_url`` and ``base_url``. The service's HTTP server runs in the hub process (hub/service.py says
     why), on ``service_port`` (default: $GPUBURST_SERVICE_PORT, else 8082; a free port when the hub
     is reached on loopback), reached by the proxy and by users' servers at ``service_host``
     (default: $GPUBURST_SERVICE_HOST, else the host of ``hub_connect_url``, else 127.0.0.1).
@@ -75,7 +75,9 @@ def install(
     host = service_host or os.environ.get("GPUBURST_SERVICE_HOST") or urlparse(hub.get("hub_connect_url") or "").hostname or "127.0.0.1"
     local = host in LOOPBACK
     port = service_port or int(os.environ.get("GPUBURST_SERVICE_PORT", 0)) or (_free_port() if local else DEFAULT_SERVICE_PORT)
-    service = CapacityService(tracker_source or _hub_tracker, "127.0.0.1" if local else "0.0.0.0", port, host, registry_source)
+    service = CapacityService(
+        tracker_source or _hub_tracker, "127.0.0.1" if local else "0.0.0.0", port, host, registry_source, hub.get("base_url") or "/"
+    )
     hub.services = services + [service.register()]
     try:
         loop = asyncio.get_running_loop()

@@ -59,9 +59,12 @@ class CapacityService:
     """One per hub process: the service entry for ``JupyterHub.services`` and its HTTP server."""
 
     name = SERVICE_NAME
-    prefix = f"/services/{SERVICE_NAME}/"
 
-    def __init__(self, tracker_source: Any, bind_host: str, port: int, connect_host: str, registry_source: Any = None) -> None:
+    def __init__(
+        self, tracker_source: Any, bind_host: str, port: int, connect_host: str, registry_source: Any = None, base_url: str = "/"
+    ) -> None:
+        # the proxy forwards a service's whole path, the hub's base_url included
+        self.prefix = f"/{base_url.strip('/')}/services/{SERVICE_NAME}/".replace("//", "/")
         self.tracker_source = tracker_source
         self.registry_source = registry_source
         self.bind_host = bind_host
@@ -128,7 +131,7 @@ class CapacityService:
             from jupyterhub.services.auth import HubOAuth
 
             hub_app = JupyterHub.instance()
-            prefix = f"{hub_app.base_url}services/{SERVICE_NAME}/"
+            prefix = self.prefix
             auth = HubOAuth(
                 api_token=self.token,
                 api_url=hub_app.hub.api_url,

@@ -8,8 +8,10 @@ import re
 import aiohttp
 import pytest
 
+from jupyter_gpuburst.bench.hubproc import HubProcess
 from jupyter_gpuburst.core.inventory import summarize
 
+from .conftest import STATIC_HUB_CONFIG
 from .fakes import GPU, StaticTracker
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -135,3 +137,23 @@ async def test_no_deprecation_warning_and_the_service_is_registered(static_hub, 
     assert "extra_handlers is deprecated" not in log
     assert re.search(r"Adding external service gpuburst at http://127\.0\.0\.1:\d+", log)
     assert "Adding service gpuburst to proxy /services/gpuburst/" in log
+
+
+async def test_the_service_follows_the_hubs_base_url(tmp_path, http):
+    hub = HubProcess(tmp_path / "hub", STATIC_HUB_CONFIG, base_url="/jhub/")
+    await hub.start()
+    try:
+        assert hub.url.endswith("/jhub")
+        async with http.get(service_api(hub), headers=hub.headers()) as resp:
+            assert resp.status == 200, await resp.text()
+            assert "sites" in await resp.json()
+        session = await _login(hub, "admin")
+        try:
+            async with session.get(f"{hub.url}/services/gpuburst/capacity") as resp:
+                assert resp.status == 200
+                assert "GPU capacity" in await resp.text()
+        finally:
+            await session.close()
+        assert "Adding service gpuburst to proxy /jhub/services/gpuburst/" in hub.log_tail(200_000)
+    finally:
+        await hub.stop()
