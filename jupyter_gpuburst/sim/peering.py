@@ -347,6 +347,8 @@ class Peering:
         def update(pod: Obj) -> None:
             status = pod.setdefault("status", {})
             for key in _REFLECTED_STATUS:
+                if key == "phase" and rstatus.get("phase") == "Running" and not rstatus.get("podIP"):
+                    continue  # never Running without its IP, as a kubelet reports it
                 if key in rstatus:
                     status[key] = copy.deepcopy(rstatus[key])
             if rstatus.get("podIP"):
