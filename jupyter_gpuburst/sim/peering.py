@@ -32,12 +32,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+from pathlib import Path
 from typing import Any
 
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.cluster import KUBELET_VERSION, Cluster, ready_conditions
-from jupyter_gpuburst.sim.errors import ApiError
+from jupyter_gpuburst.sim.errors import ApiError, bad_request
 from jupyter_gpuburst.sim.scheduler import matches_node_affinity
 from jupyter_gpuburst.sim.storage import install_liqo_class, reflect_claims
 
@@ -170,6 +171,7 @@ class Peering:
         except ApiError:
             o.create("nodes", virtual_node_object(self.cluster_id, self.grant, self.node_ip, now))
         self.ready = True
+        self.origin.virtual_kubelets[self.node_name] = self
         self._tasks = [
             asyncio.create_task(self._origin_pods(), name=f"peering-{self.cluster_id}-pods"),
             asyncio.create_task(self._origin_offloadings(), name=f"peering-{self.cluster_id}-nso"),
@@ -178,6 +180,8 @@ class Peering:
         ]
 
     async def stop(self) -> None:
+        if self.origin.virtual_kubelets.get(self.node_name) is self:
+            del self.origin.virtual_kubelets[self.node_name]
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -201,6 +205,27 @@ class Peering:
         self.origin.store.mutate("nodes", None, self.node_name, update)
         if ready:
             self._offload_waiting()
+
+    # ---- the virtual kubelet's API: logs and exec of offloaded pods ----------------------------
+
+    def _donor_pod(self, namespace: str, name: str) -> tuple[str, str]:
+        remote_key = (self.remote_namespace(namespace), name)
+        if remote_key not in self._remote:
+            raise bad_request(f'pod "{name}" is not offloaded to cluster {self.cluster_id}')
+        return remote_key
+
+    def log_path(self, namespace: str, name: str, container: str | None = None, previous: bool = False) -> Path | None:
+        """The donor pod's log, as Liqo's virtual kubelet serves pods/log by asking the donor."""
+        try:
+            remote_ns, remote_name = self._donor_pod(namespace, name)
+        except ApiError:
+            return None
+        return self.donor.kubelet.log_path(remote_ns, remote_name, container, previous)
+
+    async def open_exec(self, namespace: str, name: str, container: str | None, command: list[str], *, stdin: bool, tty: bool) -> Any:
+        """A command in the donor pod's container, as the virtual kubelet forwards pods/exec."""
+        remote_ns, remote_name = self._donor_pod(namespace, name)
+        return await self.donor.kubelet.open_exec(remote_ns, remote_name, container, command, stdin=stdin, tty=tty)
 
     # ---- origin -> donor -----------------------------------------------------------------------
 

@@ -147,3 +147,45 @@ async def test_two_donors_get_distinct_virtual_nodes_and_pod_networks(tmp_path):
         a = await wait_for_pod(fed.origin.store, "default", "a", is_running_ready)
         b = await wait_for_pod(fed.origin.store, "default", "b", is_running_ready)
         assert a["status"]["podIP"].startswith("127.11.") and b["status"]["podIP"].startswith("127.12.")
+
+
+async def kubectl(kubeconfig: Path, *args: str) -> tuple[int, str, str]:
+    import asyncio
+
+    proc = await asyncio.create_subprocess_exec("kubectl", "--kubeconfig", str(kubeconfig), "--context", "origin", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_exec_and_logs_of_an_offloaded_pod_reach_the_donor_pod(federation):
+    """Liqo's virtual kubelet serves pods/exec and pods/log of an offloaded pod by forwarding them
+    to the donor's pod: kubectl against the origin's pod name reaches the donor's process."""
+    import asyncio
+
+    from kubernetes import client, config
+    from kubernetes.stream import stream
+
+    origin = federation.origin.store
+    offload_default(federation)
+    pod = gpu_pod("remote-shell", 1)
+    pod["spec"]["containers"][0]["command"] = ["sh", "-c", 'echo "log line from $HOSTNAME in $POD_NS"; exec sleep 60']
+    pod["spec"]["containers"][0]["env"] = [{"name": "POD_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]
+    origin.create("pods", pod, "default")
+    await wait_for_pod(origin, "default", "remote-shell", is_running_ready, timeout=20)
+    assert (REMOTE_NS, "remote-shell") in federation.donors["donor-1"].kubelet.processes()
+    assert ("default", "remote-shell") not in federation.origin.kubelet.processes()
+
+    # the container's namespace is the donor's: only its process can answer with it
+    code, out, err = await kubectl(federation.kubeconfig, "exec", "remote-shell", "--", "sh", "-c", 'echo "$POD_NS"; exit 4')
+    assert (code, out.strip()) == (4, REMOTE_NS), err
+    code, out, err = await kubectl(federation.kubeconfig, "logs", "remote-shell")
+    assert out.strip() == f"log line from remote-shell in {REMOTE_NS}", err
+
+    def python_client() -> tuple[str, str]:
+        api = client.CoreV1Api(config.new_client_from_config(str(federation.kubeconfig), context="origin"))
+        out = stream(api.connect_get_namespaced_pod_exec, "remote-shell", "default", command=["sh", "-c", "echo $POD_NS"], stdout=True, stderr=True, stdin=False, tty=False)
+        return out, api.read_namespaced_pod_log("remote-shell", "default")
+
+    out, log = await asyncio.to_thread(python_client)
+    assert out.strip() == REMOTE_NS
+    assert log.strip() == f"log line from remote-shell in {REMOTE_NS}"
