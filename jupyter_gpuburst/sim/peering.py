@@ -18,8 +18,11 @@ What Liqo does and this emulates:
 * A pod bound to the virtual node in a namespace without a NamespaceOffloading is left alone, as
   Liqo's virtual kubelet only reflects pods of offloaded namespaces: it stays Pending until the
   namespace is offloaded (then it is offloaded) or it is deleted.
-* Secrets of an offloaded namespace are reflected into the remote namespace (Liqo's
-  reflection of Secrets); here, those a pod references, copied when the pod is offloaded.
+* ConfigMaps and Secrets of an offloaded namespace are reflected into the remote namespace and
+  kept in step with the origin's, their copies deleted when the origin object goes
+  (``sim/reflection.py``); a pod's Secrets are copied before the pod is offloaded.
+* pods/exec and pods/log of an offloaded pod are served from the donor's pod, as Liqo's virtual
+  kubelet forwards them (the origin cluster routes a virtual node's pods to its Peering).
 * Deleting the origin pod deletes the remote one; the origin pod goes once the remote one is gone.
 * Volumes: Liqo's ``liqo`` storage class and its claim reflection (sim/storage.py); a claim of
   any other class does not follow the pod, which stays Pending on the donor.
@@ -39,6 +42,7 @@ from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.cluster import KUBELET_VERSION, Cluster, ready_conditions
 from jupyter_gpuburst.sim.errors import ApiError, bad_request
+from jupyter_gpuburst.sim.reflection import REFLECTED_TYPES, ConfigurationReflector
 from jupyter_gpuburst.sim.scheduler import matches_node_affinity
 from jupyter_gpuburst.sim.storage import install_liqo_class, reflect_claims
 
@@ -145,6 +149,7 @@ class Peering:
         self.ready = False
         self._tasks: list[asyncio.Task] = []
         self._remote: dict[tuple[str, str], tuple[str, str]] = {}  # donor (ns, name) -> origin (ns, name)
+        self.reflector = ConfigurationReflector(origin.store, donor.store, origin.cluster_id, donor.cluster_id, self._reflected_namespace)
 
     def remote_namespace(self, namespace: str) -> str:
         return liqo.remote_namespace_name(namespace, self.origin.cluster_id)
@@ -177,6 +182,7 @@ class Peering:
             asyncio.create_task(self._origin_offloadings(), name=f"peering-{self.cluster_id}-nso"),
             asyncio.create_task(self._donor_pods(), name=f"peering-{self.cluster_id}-remote"),
             asyncio.create_task(self._donor_events(), name=f"peering-{self.cluster_id}-events"),
+            *(asyncio.create_task(self.reflector.run(rtype), name=f"peering-{self.cluster_id}-{rtype}") for rtype in REFLECTED_TYPES),
         ]
 
     async def stop(self) -> None:
@@ -263,7 +269,7 @@ class Peering:
         if (remote_ns, name) in self._remote:
             return
         self._remote[(remote_ns, name)] = (ns, name)
-        self._reflect_secrets(pod, remote_ns)
+        self._reflect_secrets(pod)
         try:
             reflect_claims(pod, self.origin.store, self.donor.store, remote_ns, self.node_name)
             self.donor.store.create("pods", remote_pod(pod, remote_ns), remote_ns)
@@ -272,25 +278,24 @@ class Peering:
                 del self._remote[(remote_ns, name)]
                 log.warning("offloading %s/%s to %s failed: %s", ns, name, self.cluster_id, exc)
 
-    def _reflect_secrets(self, pod: Obj, remote_ns: str) -> None:
+    def _reflect_secrets(self, pod: Obj) -> None:
+        """The pod's Secrets now, before the pod: the reflector's watch may not have got to them."""
         ns = pod["metadata"]["namespace"]
         for name in sorted(referenced_secrets(pod)):
             try:
                 secret = self.origin.store.get("secrets", ns, name)
             except ApiError:
                 continue  # the donor's kubelet reports it missing, as the origin's would
-            twin = {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": name, "namespace": remote_ns, "labels": dict(secret["metadata"].get("labels") or {})},
-                "type": secret.get("type", "Opaque"),
-                "data": dict(secret.get("data") or {}),
-            }
-            try:
-                self.donor.store.create("secrets", twin, remote_ns)
-            except ApiError as exc:
-                if exc.code != 409:
-                    log.warning("reflecting secret %s/%s to %s failed: %s", ns, name, self.cluster_id, exc)
+            self.reflector.reflect("secrets", secret)
+
+    def _reflected_namespace(self, namespace: str) -> str | None:
+        """The remote namespace of ``namespace`` while it is offloaded to this donor (made if need be)."""
+        if not self.ready or self._offloading(namespace) is None:
+            return None
+        try:
+            return self._ensure_remote_namespace(namespace)
+        except ApiError:
+            return None  # the remote namespace is terminating
 
     def _offload_waiting(self) -> None:
         pods, _ = self.origin.store.list("pods", field_selector=f"spec.nodeName={self.node_name}")
@@ -344,6 +349,7 @@ class Peering:
                     self.origin.store.mutate(NSOFF, ns, liqo.NAMESPACE_OFFLOADING_NAME, set_status)
                 except ApiError:
                     continue
+                self.reflector.reflect_namespace(ns)
                 self._offload_waiting()
         finally:
             watch.close()

@@ -189,3 +189,49 @@ async def test_exec_and_logs_of_an_offloaded_pod_reach_the_donor_pod(federation)
     out, log = await asyncio.to_thread(python_client)
     assert out.strip() == REMOTE_NS
     assert log.strip() == f"log line from remote-shell in {REMOTE_NS}"
+
+
+async def test_reflected_configmaps_and_secrets_follow_the_origin_and_go_with_it(federation):
+    import base64
+
+    from jupyter_gpuburst.sim.reflection import DESTINATION_LABEL, ORIGIN_LABEL
+
+    origin, donor = federation.origin.store, federation.donors["donor-1"].store
+
+    def remote(rtype: str, name: str) -> dict | None:
+        items, _ = donor.list(rtype, REMOTE_NS)
+        return next((o for o in items if o["metadata"]["name"] == name), None)
+
+    # made before the namespace is offloaded: reflected once it is
+    origin.create("configmaps", {"metadata": {"name": "settings"}, "data": {"mode": "fast"}}, "default")
+    offload_default(federation)
+    await wait_until(lambda: remote("configmaps", "settings") is not None, what="configmap reflected")
+    copy = remote("configmaps", "settings")
+    assert copy["data"] == {"mode": "fast"}
+    assert copy["metadata"]["labels"][ORIGIN_LABEL] == "origin" and copy["metadata"]["labels"][DESTINATION_LABEL] == "donor-1"
+
+    origin.create("secrets", {"metadata": {"name": "token"}, "stringData": {"t": "one"}}, "default")
+    await wait_until(lambda: (remote("secrets", "token") or {}).get("data") == {"t": base64.b64encode(b"one").decode()}, what="secret reflected")
+    current = origin.get("secrets", "default", "token")
+    origin.replace("secrets", {**current, "data": {"t": base64.b64encode(b"two").decode()}})
+    await wait_until(lambda: (remote("secrets", "token") or {}).get("data") == {"t": base64.b64encode(b"two").decode()}, what="secret update reflected")
+
+    # deleted at the origin: the copies go
+    origin.delete("configmaps", "default", "settings")
+    origin.delete("secrets", "default", "token")
+    await wait_until(lambda: remote("configmaps", "settings") is None and remote("secrets", "token") is None, what="copies deleted")
+
+    # collected with its owner at the origin: the copy goes too
+    owner = origin.create("configmaps", {"metadata": {"name": "owner"}, "data": {}}, "default")
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}
+    origin.create("secrets", {"metadata": {"name": "owned", "ownerReferences": [ref]}, "stringData": {"k": "v"}}, "default")
+    await wait_until(lambda: remote("secrets", "owned") is not None, what="owned secret reflected")
+    origin.delete("configmaps", "default", "owner")
+    await wait_until(lambda: remote("secrets", "owned") is None and remote("configmaps", "owner") is None, what="collected secret's copy deleted")
+
+    # a donor object that is not a reflected copy is not the reflector's to delete
+    donor.create("secrets", {"metadata": {"name": "donor-own"}, "stringData": {"k": "v"}}, REMOTE_NS)
+    origin.create("secrets", {"metadata": {"name": "donor-own"}, "stringData": {"k": "origin"}}, "default")
+    origin.delete("secrets", "default", "donor-own")
+    await wait_until(lambda: not origin.list("secrets", "default", field_selector="metadata.name=donor-own")[0], what="origin secret gone")
+    assert remote("secrets", "donor-own")["data"] == {"k": base64.b64encode(b"v").decode()}
