@@ -241,3 +241,23 @@ async def test_pod_recreated_under_the_name_of_a_force_deleted_one_starts(cluste
     store.create("pods", pod("same", py("main", "import time; time.sleep(60)")), "default")
     new = await wait_for_pod(store, "default", "same", lambda p: p["status"].get("phase") == "Running" and p["metadata"]["uid"] != old["metadata"]["uid"], timeout=20)
     assert new["status"]["podIP"]
+
+
+async def test_grpc_probe_is_reported_unsupported_and_never_passes(cluster):
+    from jupyter_gpuburst.sim.kubelet.probes import GRPC_UNSUPPORTED
+
+    store = cluster.store
+    c = py("main", "import time; time.sleep(60)", readinessProbe={"grpc": {"port": 9090}, "periodSeconds": 1, "failureThreshold": 1})
+    store.create("pods", pod("grpc", c), "default")
+    await wait_for_pod(store, "default", "grpc", lambda p: p["status"].get("phase") == "Running")
+    message = f"Readiness probe failed: {GRPC_UNSUPPORTED}"
+
+    def unhealthy() -> bool:
+        return any(e["reason"] == "Unhealthy" and e["message"] == message for e in store.list("events", "default", field_selector="involvedObject.name=grpc")[0])
+
+    for _ in range(250):
+        if unhealthy():
+            break
+        await asyncio.sleep(0.02)
+    assert unhealthy()
+    assert not ready(store.get("pods", "default", "grpc"))
