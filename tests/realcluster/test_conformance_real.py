@@ -2,7 +2,7 @@
 (kube-apiserver + kubelet) shows it. Run against a real cluster in this tier, and against the
 local federation by ``test_tier_runs_against_emulator.py``; one test per behaviour.
 
-Pods use ``GPUBURST_TEST_IMAGE`` (busybox by default) and only ``sh``, ``sleep``, ``cat``,
+Pods use ``GPUBURST_TEST_IMAGE`` (busybox by default) and only ``sh``, ``sleep``, ``cat``, ``touch``, ``rm``,
 ``echo``, ``hostname`` and ``test``.
 """
 

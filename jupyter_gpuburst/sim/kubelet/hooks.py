@@ -2,7 +2,7 @@
 
 exec runs the command in the container and fails on a non-zero exit; httpGet fails only when the
 request cannot be made (the kubelet does not look at a hook's status code); sleep waits. The
-messages are the kubelet's; they go to the log, the events carry the short form only (a hook's
+messages are the kubelet's; they go to the debug log, the events carry the short form only (a hook's
 output may hold secrets, so the kubelet keeps it out of events).
 """
 

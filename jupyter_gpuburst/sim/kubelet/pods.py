@@ -538,7 +538,7 @@ class Kubelet:
         failure = hook.result()
         if failure is None:
             return True
-        log.info("%s", failure)
+        log.debug("%s", failure)  # may hold what the hook printed: not above debug
         self._event(pr, "FailedPostStartHook", "PostStartHook failed", container=c, warning=True)
         self._event(pr, "Killing", "FailedPostStartHook", container=c)
         await self._stop_container(pr, c, float(pr.pod["spec"].get("terminationGracePeriodSeconds", 30)))
@@ -557,7 +557,7 @@ class Kubelet:
                 failure = None
                 log.info("PreStop hook for container %s in pod %s did not complete in %ss", c.name, self._podref(pr), grace)
             if failure is not None:
-                log.info("%s", failure)
+                log.debug("%s", failure)  # may hold what the hook printed: not above debug
                 self._event(pr, "FailedPreStopHook", "PreStopHook failed", container=c, warning=True)
             grace = max(grace - (time.monotonic() - started), MIN_GRACE_AFTER_HOOK_S)
         await _stop_process(proc, grace)
