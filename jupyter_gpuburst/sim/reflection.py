@@ -6,8 +6,8 @@ the origin and destination cluster ids; a change of the origin object is applied
 when the origin object goes (deleted, or collected with its owner), the copy is deleted. A
 remote object that is not labelled as reflected is someone else's and left alone. Not reflected:
 Secrets holding service-account tokens (a dedicated reflector's job, off by default) and objects
-annotated ``liqo.io/skip-reflection``. The origin's ``kube-root-ca.crt`` is reflected under a name
-of its own, so as not to collide with the donor's.
+annotated to skip it (``liqo.SKIP_REFLECTION_ANNOTATION``). The origin's ``kube-root-ca.crt`` is
+reflected under a name of its own, so as not to collide with the donor's.
 """
 
 from __future__ import annotations
@@ -16,15 +16,16 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.store import Store
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
-ORIGIN_LABEL = "offloading.liqo.io/origin"
-DESTINATION_LABEL = "offloading.liqo.io/destination"
-SKIP_ANNOTATION = "liqo.io/skip-reflection"
+ORIGIN_LABEL = liqo.REFLECTION_ORIGIN_LABEL
+DESTINATION_LABEL = liqo.REFLECTION_DESTINATION_LABEL
+SKIP_ANNOTATION = liqo.SKIP_REFLECTION_ANNOTATION
 ROOT_CA = "kube-root-ca.crt"
 REFLECTED_TYPES = ("configmaps", "secrets")
 
