@@ -67,3 +67,9 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache node_modules labextension/lib jupyter_gpuburst/labextension
+
+# KubeSpawner's own test suite, unmodified, against `gpuburst sim` (docs/emulator.md). It fetches
+# the release's tests and its test dependencies, so it needs the network: not part of `make test`.
+.PHONY: kubespawner-suite
+kubespawner-suite: $(STAMP)
+	tools/kubespawner-suite.sh

@@ -41,6 +41,12 @@ VIRTUAL_NODE_PLURAL = "virtualnodes"
 VIRTUAL_STORAGE_CLASS = "liqo"
 STORAGE_PROVISIONER = "liqo.io/storage"
 
+# Objects Liqo's virtual kubelet reflects into a remote namespace carry these labels (forge
+# ReflectionLabels); an object annotated to skip reflection is not reflected (consts).
+REFLECTION_ORIGIN_LABEL = "offloading.liqo.io/origin"
+REFLECTION_DESTINATION_LABEL = "offloading.liqo.io/destination"
+SKIP_REFLECTION_ANNOTATION = "liqo.io/skip-reflection"
+
 INSTALL_DOCS_URL = "https://docs.liqo.io/en/stable/installation/install.html"
 
 POD_OFFLOADING_STRATEGIES = ("Local", "Remote", "LocalAndRemote")

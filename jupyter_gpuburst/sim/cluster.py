@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.apiserver import ApiServer
 from jupyter_gpuburst.sim.config import ClusterConfig, NodeConfig
+from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.faults import Faults
 from jupyter_gpuburst.sim.kubelet import AddressPool, Kubelet
 from jupyter_gpuburst.sim.scheduler import Scheduler
@@ -17,6 +18,14 @@ from jupyter_gpuburst.sim.store import Store
 
 Obj = dict[str, Any]
 KUBELET_VERSION = "v1.31.0"
+
+
+class NodeKubelet(Protocol):
+    """What the API server asks of a node's kubelet for pods/log and pods/exec."""
+
+    def log_path(self, namespace: str, name: str, container: str | None = None, previous: bool = False) -> Path | None: ...
+
+    async def open_exec(self, namespace: str, name: str, container: str | None, command: list[str], *, stdin: bool, tty: bool) -> Any: ...
 
 
 def node_object(name: str, node: NodeConfig, internal_ip: str, now: str) -> Obj:
@@ -95,8 +104,24 @@ class Cluster:
         self.kubelet = Kubelet(self.store, self.pool, state_dir=Path(state_dir) / config.name)
         self.volumes = VolumeBinding(self.store)
         self.scheduler = Scheduler(self.store, host=config.name, volumes=self.volumes)
-        self.api = ApiServer(self.store, host=host, port=port, faults=faults, log_reader=self.kubelet.log_path, exec_opener=self.kubelet.open_exec)
+        # Node name -> the kubelet that serves pods/log and pods/exec for its pods: this cluster's
+        # own, or a Liqo virtual kubelet (a Peering) that forwards to the donor's pod.
+        self.virtual_kubelets: dict[str, NodeKubelet] = {}
+        self.api = ApiServer(self.store, host=host, port=port, faults=faults, log_reader=self._log_path, exec_opener=self._open_exec)
         self.running = False
+
+    def _node_kubelet(self, namespace: str, name: str) -> NodeKubelet:
+        try:
+            node = (self.store.get("pods", namespace, name).get("spec") or {}).get("nodeName")
+        except ApiError:
+            return self.kubelet
+        return self.virtual_kubelets.get(node or "", self.kubelet)
+
+    def _log_path(self, namespace: str, name: str, container: str | None = None, previous: bool = False) -> Path | None:
+        return self._node_kubelet(namespace, name).log_path(namespace, name, container, previous)
+
+    async def _open_exec(self, namespace: str, name: str, container: str | None, command: list[str], *, stdin: bool, tty: bool) -> Any:
+        return await self._node_kubelet(namespace, name).open_exec(namespace, name, container, command, stdin=stdin, tty=tty)
 
     @property
     def url(self) -> str:

@@ -18,8 +18,11 @@ What Liqo does and this emulates:
 * A pod bound to the virtual node in a namespace without a NamespaceOffloading is left alone, as
   Liqo's virtual kubelet only reflects pods of offloaded namespaces: it stays Pending until the
   namespace is offloaded (then it is offloaded) or it is deleted.
-* Secrets of an offloaded namespace are reflected into the remote namespace (Liqo's
-  reflection of Secrets); here, those a pod references, copied when the pod is offloaded.
+* ConfigMaps and Secrets of an offloaded namespace are reflected into the remote namespace and
+  kept in step with the origin's, their copies deleted when the origin object goes
+  (``sim/reflection.py``); a pod's Secrets are copied before the pod is offloaded.
+* pods/exec and pods/log of an offloaded pod are served from the donor's pod, as Liqo's virtual
+  kubelet forwards them (the origin cluster routes a virtual node's pods to its Peering).
 * Deleting the origin pod deletes the remote one; the origin pod goes once the remote one is gone.
 * Volumes: Liqo's ``liqo`` storage class and its claim reflection (sim/storage.py); a claim of
   any other class does not follow the pod, which stays Pending on the donor.
@@ -32,12 +35,14 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+from pathlib import Path
 from typing import Any
 
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.cluster import KUBELET_VERSION, Cluster, ready_conditions
-from jupyter_gpuburst.sim.errors import ApiError
+from jupyter_gpuburst.sim.errors import ApiError, bad_request
+from jupyter_gpuburst.sim.reflection import REFLECTED_TYPES, ConfigurationReflector
 from jupyter_gpuburst.sim.scheduler import matches_node_affinity
 from jupyter_gpuburst.sim.storage import install_liqo_class, reflect_claims
 
@@ -144,6 +149,7 @@ class Peering:
         self.ready = False
         self._tasks: list[asyncio.Task] = []
         self._remote: dict[tuple[str, str], tuple[str, str]] = {}  # donor (ns, name) -> origin (ns, name)
+        self.reflector = ConfigurationReflector(origin.store, donor.store, origin.cluster_id, donor.cluster_id, self._reflected_namespace)
 
     def remote_namespace(self, namespace: str) -> str:
         return liqo.remote_namespace_name(namespace, self.origin.cluster_id)
@@ -170,14 +176,18 @@ class Peering:
         except ApiError:
             o.create("nodes", virtual_node_object(self.cluster_id, self.grant, self.node_ip, now))
         self.ready = True
+        self.origin.virtual_kubelets[self.node_name] = self
         self._tasks = [
             asyncio.create_task(self._origin_pods(), name=f"peering-{self.cluster_id}-pods"),
             asyncio.create_task(self._origin_offloadings(), name=f"peering-{self.cluster_id}-nso"),
             asyncio.create_task(self._donor_pods(), name=f"peering-{self.cluster_id}-remote"),
             asyncio.create_task(self._donor_events(), name=f"peering-{self.cluster_id}-events"),
+            *(asyncio.create_task(self.reflector.run(rtype), name=f"peering-{self.cluster_id}-{rtype}") for rtype in REFLECTED_TYPES),
         ]
 
     async def stop(self) -> None:
+        if self.origin.virtual_kubelets.get(self.node_name) is self:
+            del self.origin.virtual_kubelets[self.node_name]
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -201,6 +211,27 @@ class Peering:
         self.origin.store.mutate("nodes", None, self.node_name, update)
         if ready:
             self._offload_waiting()
+
+    # ---- the virtual kubelet's API: logs and exec of offloaded pods ----------------------------
+
+    def _donor_pod(self, namespace: str, name: str) -> tuple[str, str]:
+        remote_key = (self.remote_namespace(namespace), name)
+        if remote_key not in self._remote:
+            raise bad_request(f'pod "{name}" is not offloaded to cluster {self.cluster_id}')
+        return remote_key
+
+    def log_path(self, namespace: str, name: str, container: str | None = None, previous: bool = False) -> Path | None:
+        """The donor pod's log, as Liqo's virtual kubelet serves pods/log by asking the donor."""
+        try:
+            remote_ns, remote_name = self._donor_pod(namespace, name)
+        except ApiError:
+            return None
+        return self.donor.kubelet.log_path(remote_ns, remote_name, container, previous)
+
+    async def open_exec(self, namespace: str, name: str, container: str | None, command: list[str], *, stdin: bool, tty: bool) -> Any:
+        """A command in the donor pod's container, as the virtual kubelet forwards pods/exec."""
+        remote_ns, remote_name = self._donor_pod(namespace, name)
+        return await self.donor.kubelet.open_exec(remote_ns, remote_name, container, command, stdin=stdin, tty=tty)
 
     # ---- origin -> donor -----------------------------------------------------------------------
 
@@ -238,7 +269,7 @@ class Peering:
         if (remote_ns, name) in self._remote:
             return
         self._remote[(remote_ns, name)] = (ns, name)
-        self._reflect_secrets(pod, remote_ns)
+        self._reflect_secrets(pod)
         try:
             reflect_claims(pod, self.origin.store, self.donor.store, remote_ns, self.node_name)
             self.donor.store.create("pods", remote_pod(pod, remote_ns), remote_ns)
@@ -247,25 +278,24 @@ class Peering:
                 del self._remote[(remote_ns, name)]
                 log.warning("offloading %s/%s to %s failed: %s", ns, name, self.cluster_id, exc)
 
-    def _reflect_secrets(self, pod: Obj, remote_ns: str) -> None:
+    def _reflect_secrets(self, pod: Obj) -> None:
+        """The pod's Secrets now, before the pod: the reflector's watch may not have got to them."""
         ns = pod["metadata"]["namespace"]
         for name in sorted(referenced_secrets(pod)):
             try:
                 secret = self.origin.store.get("secrets", ns, name)
             except ApiError:
                 continue  # the donor's kubelet reports it missing, as the origin's would
-            twin = {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": name, "namespace": remote_ns, "labels": dict(secret["metadata"].get("labels") or {})},
-                "type": secret.get("type", "Opaque"),
-                "data": dict(secret.get("data") or {}),
-            }
-            try:
-                self.donor.store.create("secrets", twin, remote_ns)
-            except ApiError as exc:
-                if exc.code != 409:
-                    log.warning("reflecting secret %s/%s to %s failed: %s", ns, name, self.cluster_id, exc)
+            self.reflector.reflect("secrets", secret)
+
+    def _reflected_namespace(self, namespace: str) -> str | None:
+        """The remote namespace of ``namespace`` while it is offloaded to this donor (made if need be)."""
+        if not self.ready or self._offloading(namespace) is None:
+            return None
+        try:
+            return self._ensure_remote_namespace(namespace)
+        except ApiError:
+            return None  # the remote namespace is terminating
 
     def _offload_waiting(self) -> None:
         pods, _ = self.origin.store.list("pods", field_selector=f"spec.nodeName={self.node_name}")
@@ -319,6 +349,7 @@ class Peering:
                     self.origin.store.mutate(NSOFF, ns, liqo.NAMESPACE_OFFLOADING_NAME, set_status)
                 except ApiError:
                     continue
+                self.reflector.reflect_namespace(ns)
                 self._offload_waiting()
         finally:
             watch.close()
@@ -347,6 +378,8 @@ class Peering:
         def update(pod: Obj) -> None:
             status = pod.setdefault("status", {})
             for key in _REFLECTED_STATUS:
+                if key == "phase" and rstatus.get("phase") == "Running" and not rstatus.get("podIP"):
+                    continue  # never Running without its IP, as a kubelet reports it
                 if key in rstatus:
                     status[key] = copy.deepcopy(rstatus[key])
             if rstatus.get("podIP"):

@@ -2,7 +2,7 @@
 (kube-apiserver + kubelet) shows it. Run against a real cluster in this tier, and against the
 local federation by ``test_tier_runs_against_emulator.py``; one test per behaviour.
 
-Pods use ``GPUBURST_TEST_IMAGE`` (busybox by default) and only ``sh``, ``sleep``, ``cat``,
+Pods use ``GPUBURST_TEST_IMAGE`` (busybox by default) and only ``sh``, ``sleep``, ``cat``, ``touch``, ``rm``,
 ``echo``, ``hostname`` and ``test``.
 """
 
@@ -343,3 +343,46 @@ def test_list_paging_with_continue(core_v1, test_namespace):
     assert err.value.status == 400
     for cm in names:
         core_v1.delete_namespaced_config_map(cm, test_namespace)
+
+
+# 8. Lifecycle hooks: postStart holds the container from Running, and its failure kills it;
+# preStop runs before SIGTERM.
+def test_post_start_hook_runs_before_running_and_its_failure_kills(core_v1, test_namespace, real_cluster, cleanup):
+    from kubernetes.stream import stream
+
+    good, bad = name("poststart"), name("poststart-fails")
+    cleanup += [good, bad]
+    mount = [{"name": "w", "mountPath": "/w"}]
+    make_pod(core_v1, test_namespace, good, {
+        "containers": [sh(real_cluster.test_image, "exec sleep 3600", volumeMounts=mount, lifecycle={"postStart": {"exec": {"command": ["sh", "-c", "sleep 2; echo hooked > /w/post"]}}})],
+        "volumes": [{"name": "w", "emptyDir": {}}],
+    })
+    make_pod(core_v1, test_namespace, bad, {"containers": [sh(real_cluster.test_image, "exec sleep 3600", lifecycle={"postStart": {"exec": {"command": ["sh", "-c", "exit 3"]}}})]})
+    wait("hooked pod running", lambda: "running" in (container_status(read_pod(core_v1, test_namespace, good), "main").get("state") or {}), real_cluster.start_timeout)
+    # the container is Running only once its postStart hook has returned: the hook's file is there
+    out = stream(core_v1.connect_get_namespaced_pod_exec, good, test_namespace, command=["cat", "/w/post"], stdout=True, stderr=True, stdin=False, tty=False)
+    assert out.strip() == "hooked"
+    wait("failing hook restarts the container", lambda: container_status(read_pod(core_v1, test_namespace, bad), "main").get("restartCount", 0) >= 1, real_cluster.start_timeout + 30)
+    reasons = {e.reason for e in core_v1.list_namespaced_event(test_namespace, field_selector=f"involvedObject.name={bad}").items}
+    assert "FailedPostStartHook" in reasons
+
+
+def test_pre_stop_hook_runs_before_sigterm(core_v1, test_namespace, real_cluster, cleanup):
+    pod_name = name("prestop")
+    cleanup.append(pod_name)
+    # First instance: traps SIGTERM (noting whether the preStop hook ran before it), then turns
+    # its liveness probe false so the kubelet kills it. The restarted instance prints the note.
+    script = (
+        "if [ -f /w/at-term ]; then cat /w/at-term; rm -f /w/sick; exec sleep 3600; fi; "
+        "trap 'if [ -f /w/prestop ]; then echo hook-first > /w/at-term; else echo term-first > /w/at-term; fi; exit 0' TERM; "
+        "sleep 1; touch /w/sick; while true; do sleep 1; done"
+    )
+    make_pod(core_v1, test_namespace, pod_name, {
+        "terminationGracePeriodSeconds": 10,
+        "containers": [sh(real_cluster.test_image, script, volumeMounts=[{"name": "w", "mountPath": "/w"}],
+                          livenessProbe={"exec": {"command": ["sh", "-c", "test ! -f /w/sick"]}, "periodSeconds": 1, "failureThreshold": 1},
+                          lifecycle={"preStop": {"exec": {"command": ["touch", "/w/prestop"]}}})],
+        "volumes": [{"name": "w", "emptyDir": {}}],
+    })
+    wait("container restarted after the liveness kill", lambda: container_status(read_pod(core_v1, test_namespace, pod_name), "main").get("restartCount", 0) >= 1, real_cluster.start_timeout + 30)
+    assert wait("restarted instance's note", lambda: logs(core_v1, test_namespace, pod_name).strip(), 30) == "hook-first"

@@ -141,7 +141,7 @@ async def test_delete_kills_process_group_records_killing_and_removes(cluster):
     await asyncio.sleep(0.3)  # let the child start
     store.delete("pods", "default", "victim")
     assert store.get("pods", "default", "victim")["metadata"]["deletionTimestamp"]
-    for _ in range(150):
+    for _ in range(500):  # grace 1 s, then SIGKILL; slack for a loaded machine
         if not store.list("pods", "default", field_selector="metadata.name=victim")[0]:
             break
         await asyncio.sleep(0.02)

@@ -214,3 +214,50 @@ async def test_namespace_deletion_kills_running_pods_and_finishes(cluster):
     assert not store.exists("namespaces", None, "nsdel")
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+async def test_running_is_never_reported_without_a_pod_ip(cluster):
+    store = cluster.store
+    watch = store.watch("pods")
+    store.create("pods", pod("ip", py("main", "import time; time.sleep(60)")), "default")
+    seen = []
+    async for _etype, p in watch:
+        seen.append(p)
+        if p["status"].get("phase") == "Running" or len(seen) > 20:
+            break
+    watch.close()
+    running = [p for p in seen if p["status"].get("phase") == "Running"]
+    assert running, [p["status"] for p in seen]
+    assert all(p["status"].get("podIP") for p in running)
+
+
+async def test_pod_recreated_under_the_name_of_a_force_deleted_one_starts(cluster):
+    store = cluster.store
+    # ignores SIGTERM, so the old container outlives its pod object for a while
+    stubborn = "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    store.create("pods", pod("same", py("main", stubborn)), "default")
+    old = await wait_for_pod(store, "default", "same", lambda p: p["status"].get("phase") == "Running")
+    store.delete("pods", "default", "same", grace_period_seconds=0)
+    store.create("pods", pod("same", py("main", "import time; time.sleep(60)")), "default")
+    new = await wait_for_pod(store, "default", "same", lambda p: p["status"].get("phase") == "Running" and p["metadata"]["uid"] != old["metadata"]["uid"], timeout=20)
+    assert new["status"]["podIP"]
+
+
+async def test_grpc_probe_is_reported_unsupported_and_never_passes(cluster):
+    from jupyter_gpuburst.sim.kubelet.probes import GRPC_UNSUPPORTED
+
+    store = cluster.store
+    c = py("main", "import time; time.sleep(60)", readinessProbe={"grpc": {"port": 9090}, "periodSeconds": 1, "failureThreshold": 1})
+    store.create("pods", pod("grpc", c), "default")
+    await wait_for_pod(store, "default", "grpc", lambda p: p["status"].get("phase") == "Running")
+    message = f"Readiness probe failed: {GRPC_UNSUPPORTED}"
+
+    def unhealthy() -> bool:
+        return any(e["reason"] == "Unhealthy" and e["message"] == message for e in store.list("events", "default", field_selector="involvedObject.name=grpc")[0])
+
+    for _ in range(250):
+        if unhealthy():
+            break
+        await asyncio.sleep(0.02)
+    assert unhealthy()
+    assert not ready(store.get("pods", "default", "grpc"))

@@ -147,3 +147,91 @@ async def test_two_donors_get_distinct_virtual_nodes_and_pod_networks(tmp_path):
         a = await wait_for_pod(fed.origin.store, "default", "a", is_running_ready)
         b = await wait_for_pod(fed.origin.store, "default", "b", is_running_ready)
         assert a["status"]["podIP"].startswith("127.11.") and b["status"]["podIP"].startswith("127.12.")
+
+
+async def kubectl(kubeconfig: Path, *args: str) -> tuple[int, str, str]:
+    import asyncio
+
+    proc = await asyncio.create_subprocess_exec("kubectl", "--kubeconfig", str(kubeconfig), "--context", "origin", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_exec_and_logs_of_an_offloaded_pod_reach_the_donor_pod(federation):
+    """Liqo's virtual kubelet serves pods/exec and pods/log of an offloaded pod by forwarding them
+    to the donor's pod: kubectl against the origin's pod name reaches the donor's process."""
+    import asyncio
+
+    from kubernetes import client, config
+    from kubernetes.stream import stream
+
+    origin = federation.origin.store
+    offload_default(federation)
+    pod = gpu_pod("remote-shell", 1)
+    pod["spec"]["containers"][0]["command"] = ["sh", "-c", 'echo "log line from $HOSTNAME in $POD_NS"; exec sleep 60']
+    pod["spec"]["containers"][0]["env"] = [{"name": "POD_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]
+    origin.create("pods", pod, "default")
+    await wait_for_pod(origin, "default", "remote-shell", is_running_ready, timeout=20)
+    assert (REMOTE_NS, "remote-shell") in federation.donors["donor-1"].kubelet.processes()
+    assert ("default", "remote-shell") not in federation.origin.kubelet.processes()
+
+    # the container's namespace is the donor's: only its process can answer with it
+    code, out, err = await kubectl(federation.kubeconfig, "exec", "remote-shell", "--", "sh", "-c", 'echo "$POD_NS"; exit 4')
+    assert (code, out.strip()) == (4, REMOTE_NS), err
+    code, out, err = await kubectl(federation.kubeconfig, "logs", "remote-shell")
+    assert out.strip() == f"log line from remote-shell in {REMOTE_NS}", err
+
+    def python_client() -> tuple[str, str]:
+        api = client.CoreV1Api(config.new_client_from_config(str(federation.kubeconfig), context="origin"))
+        out = stream(api.connect_get_namespaced_pod_exec, "remote-shell", "default", command=["sh", "-c", "echo $POD_NS"], stdout=True, stderr=True, stdin=False, tty=False)
+        return out, api.read_namespaced_pod_log("remote-shell", "default")
+
+    out, log = await asyncio.to_thread(python_client)
+    assert out.strip() == REMOTE_NS
+    assert log.strip() == f"log line from remote-shell in {REMOTE_NS}"
+
+
+async def test_reflected_configmaps_and_secrets_follow_the_origin_and_go_with_it(federation):
+    import base64
+
+    from jupyter_gpuburst.sim.reflection import DESTINATION_LABEL, ORIGIN_LABEL
+
+    origin, donor = federation.origin.store, federation.donors["donor-1"].store
+
+    def remote(rtype: str, name: str) -> dict | None:
+        items, _ = donor.list(rtype, REMOTE_NS)
+        return next((o for o in items if o["metadata"]["name"] == name), None)
+
+    # made before the namespace is offloaded: reflected once it is
+    origin.create("configmaps", {"metadata": {"name": "settings"}, "data": {"mode": "fast"}}, "default")
+    offload_default(federation)
+    await wait_until(lambda: remote("configmaps", "settings") is not None, what="configmap reflected")
+    copy = remote("configmaps", "settings")
+    assert copy["data"] == {"mode": "fast"}
+    assert copy["metadata"]["labels"][ORIGIN_LABEL] == "origin" and copy["metadata"]["labels"][DESTINATION_LABEL] == "donor-1"
+
+    origin.create("secrets", {"metadata": {"name": "token"}, "stringData": {"t": "one"}}, "default")
+    await wait_until(lambda: (remote("secrets", "token") or {}).get("data") == {"t": base64.b64encode(b"one").decode()}, what="secret reflected")
+    current = origin.get("secrets", "default", "token")
+    origin.replace("secrets", {**current, "data": {"t": base64.b64encode(b"two").decode()}})
+    await wait_until(lambda: (remote("secrets", "token") or {}).get("data") == {"t": base64.b64encode(b"two").decode()}, what="secret update reflected")
+
+    # deleted at the origin: the copies go
+    origin.delete("configmaps", "default", "settings")
+    origin.delete("secrets", "default", "token")
+    await wait_until(lambda: remote("configmaps", "settings") is None and remote("secrets", "token") is None, what="copies deleted")
+
+    # collected with its owner at the origin: the copy goes too
+    owner = origin.create("configmaps", {"metadata": {"name": "owner"}, "data": {}}, "default")
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}
+    origin.create("secrets", {"metadata": {"name": "owned", "ownerReferences": [ref]}, "stringData": {"k": "v"}}, "default")
+    await wait_until(lambda: remote("secrets", "owned") is not None, what="owned secret reflected")
+    origin.delete("configmaps", "default", "owner")
+    await wait_until(lambda: remote("secrets", "owned") is None and remote("configmaps", "owner") is None, what="collected secret's copy deleted")
+
+    # a donor object that is not a reflected copy is not the reflector's to delete
+    donor.create("secrets", {"metadata": {"name": "donor-own"}, "stringData": {"k": "v"}}, REMOTE_NS)
+    origin.create("secrets", {"metadata": {"name": "donor-own"}, "stringData": {"k": "origin"}}, "default")
+    origin.delete("secrets", "default", "donor-own")
+    await wait_until(lambda: not origin.list("secrets", "default", field_selector="metadata.name=donor-own")[0], what="origin secret gone")
+    assert remote("secrets", "donor-own")["data"] == {"k": base64.b64encode(b"v").decode()}

@@ -32,7 +32,7 @@ import psutil
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.errors import ApiError, bad_request
-from jupyter_gpuburst.sim.kubelet import probes, runtime, status, volumes
+from jupyter_gpuburst.sim.kubelet import hooks, probes, runtime, status, volumes
 from jupyter_gpuburst.sim.kubelet.network import AddressPool, container_ports
 from jupyter_gpuburst.sim.store import Store
 
@@ -43,6 +43,7 @@ UNSHARE = "/usr/bin/unshare"
 # kubelet's container restart back-off: 10 s doubling to 5 min; reset after 10 min of running.
 BACKOFF_INITIAL_S = 10.0
 BACKOFF_MAX_S = 300.0
+MIN_GRACE_AFTER_HOOK_S = 2.0  # kubelet's minimumGracePeriodInSeconds: SIGTERM always gets this long
 _HOSTNAME_HOOK = '''"""Written by the emulated kubelet: the pod's hostname for Python programs (no UTS namespace)."""
 import os as _os
 import socket as _socket
@@ -301,6 +302,8 @@ class Kubelet:
             return
         policy = pr.pod["spec"].get("restartPolicy", "Always")
         phase = status.pod_phase(policy, pr.init, pr.main)
+        if phase == "Running" and not pr.sandbox:
+            phase = "Pending"  # the kubelet has set podIP before any container runs
         stamp = defaults.timestamp(self.store.now())
 
         def update(p: Obj) -> None:
@@ -340,6 +343,8 @@ class Kubelet:
         started = defaults.timestamp(self.store.now())
 
         def sandbox(p: Obj) -> None:
+            if p["metadata"]["uid"] != pr.uid:
+                raise ApiError(409, "Conflict", "a newer pod of the same name")
             st = p.setdefault("status", {})
             st.update({"hostIP": host_ip, "hostIPs": [{"ip": host_ip}], "podIP": pr.ip, "podIPs": [{"ip": pr.ip}], "startTime": started})
 
@@ -482,6 +487,9 @@ class Kubelet:
             await c.process.wait()
             return 137
         self._event(pr, "Started", f"Started container {c.name}", container=c)
+        post_start = None if c.init else hooks.handler_of(spec, "postStart")
+        if post_start is not None and not await self._post_start(pr, c, post_start):
+            return await self._ended(pr, c, defaults.timestamp(self.store.now()))
         since = defaults.timestamp(self.store.now())
         c.state = {"running": {"startedAt": since}}
         startup = None if c.init else spec.get("startupProbe")
@@ -496,10 +504,15 @@ class Kubelet:
         else:
             probe_tasks.extend(self._after_startup(pr, c, readiness, liveness))
         try:
-            code = await c.process.wait()
+            await c.process.wait()
         finally:
             for t in probe_tasks:
                 t.cancel()
+        return await self._ended(pr, c, since)
+
+    async def _ended(self, pr: PodRun, c: ContainerRun, since: str) -> int:
+        """The container's main process has exited (or is being killed): its state, its exit code."""
+        code = await c.process.wait()
         exit_code = 128 - code if code < 0 else code
         _signal_group(c.process.pid, signal.SIGKILL)  # the container ends with its main process
         if not pr.killing:
@@ -510,6 +523,60 @@ class Kubelet:
             c.kill_reason = None
             self._publish(pr)
         return exit_code
+
+    async def _post_start(self, pr: PodRun, c: ContainerRun, handler: Obj) -> bool:
+        """Run the postStart hook; the container is not Running until it returns. On failure the
+        container is killed (its preStop hook runs first), as the kubelet does; False then."""
+        hook = asyncio.ensure_future(hooks.run_hook(handler, c.spec, pr.ip, self._podref(pr), lambda cmd: self._exec_hook(pr, c, cmd)))
+        killed = asyncio.ensure_future(pr.killed.wait())
+        await asyncio.wait([hook, killed], return_when=asyncio.FIRST_COMPLETED)
+        killed.cancel()
+        if not hook.done():  # the pod is being deleted: the kubelet gives up on the hook
+            hook.cancel()
+            await asyncio.gather(hook, return_exceptions=True)
+            return False
+        failure = hook.result()
+        if failure is None:
+            return True
+        log.debug("%s", failure)  # may hold what the hook printed: not above debug
+        self._event(pr, "FailedPostStartHook", "PostStartHook failed", container=c, warning=True)
+        self._event(pr, "Killing", "FailedPostStartHook", container=c)
+        await self._stop_container(pr, c, float(pr.pod["spec"].get("terminationGracePeriodSeconds", 30)))
+        return False
+
+    async def _stop_container(self, pr: PodRun, c: ContainerRun, grace: float) -> None:
+        """The kubelet's killContainer: the preStop hook within the grace period, then SIGTERM,
+        then SIGKILL once the rest of the period (at least 2 s after a hook) has passed."""
+        proc = c.process
+        handler = None if c.init else hooks.handler_of(c.spec, "preStop")
+        if proc is not None and proc.returncode is None and handler is not None and grace > 0:
+            started = time.monotonic()
+            try:
+                failure = await asyncio.wait_for(hooks.run_hook(handler, c.spec, pr.ip, self._podref(pr), lambda cmd: self._exec_hook(pr, c, cmd)), grace)
+            except TimeoutError:
+                failure = None
+                log.info("PreStop hook for container %s in pod %s did not complete in %ss", c.name, self._podref(pr), grace)
+            if failure is not None:
+                log.debug("%s", failure)  # may hold what the hook printed: not above debug
+                self._event(pr, "FailedPreStopHook", "PreStopHook failed", container=c, warning=True)
+            grace = max(grace - (time.monotonic() - started), MIN_GRACE_AFTER_HOOK_S)
+        await _stop_process(proc, grace)
+
+    @staticmethod
+    def _podref(pr: PodRun) -> str:
+        return f"{pr.key[1]}_{pr.key[0]}({pr.uid})"
+
+    async def _exec_hook(self, pr: PodRun, c: ContainerRun, command: list[str]) -> tuple[int, bytes]:
+        try:
+            proc, _ = await self._spawn_in(pr, c, command, stdin=False, tty=False)
+        except ApiError as err:
+            return 126, err.message.encode()
+        try:
+            out, err = await proc.communicate()
+        except asyncio.CancelledError:
+            _signal_group(proc.pid, signal.SIGKILL)
+            raise
+        return proc.returncode or 0, out + err
 
     def _after_startup(self, pr: PodRun, c: ContainerRun, readiness: Obj | None, liveness: Obj | None) -> list[asyncio.Task]:
         tasks = []
@@ -542,7 +609,7 @@ class Kubelet:
                 c.kill_reason = kind.lower()
                 self._event(pr, "Killing", f"Container {c.name} failed {kind.lower()} probe, will be restarted", container=c)
                 grace = spec.termination_grace_s if spec.termination_grace_s is not None else pr.pod["spec"].get("terminationGracePeriodSeconds", 30)
-                siblings.append(asyncio.create_task(_stop_process(proc, float(grace))))
+                siblings.append(asyncio.create_task(self._stop_container(pr, c, float(grace))))
                 raise _ProbeDone
 
         async def attempt() -> tuple[bool, str]:
@@ -581,10 +648,27 @@ class Kubelet:
             self._forget(pr)
             if remove:
                 self._remove(pr.key, pr.uid)
+            self._start_successor(pr)
+
+    def _start_successor(self, pr: PodRun) -> None:
+        """Start a pod of the same name created while ``pr`` was stopping: its events came while
+        the name was still taken here, and no other event may come for it (the kubelet keys pods
+        by uid, so it would have started it already)."""
+        if self._task is None or self._task.done():
+            return  # stopping
+        try:
+            pod = self.store.get("pods", *pr.key)
+        except ApiError:
+            return
+        node = (pod.get("spec") or {}).get("nodeName")
+        if pr.key in self._pods or pod["metadata"]["uid"] == pr.uid or not node or not self._is_ours(node):
+            return
+        if not pod["metadata"].get("deletionTimestamp") and not (pod.get("status") or {}).get("podIP"):
+            self._start_pod(pr.key, pod)
 
     async def _kill_pod(self, pr: PodRun, grace: float) -> None:
         pr.killed.set()
-        await asyncio.gather(*(_stop_process(c.process, grace) for c in pr.all() if c.process is not None), return_exceptions=True)
+        await asyncio.gather(*(self._stop_container(pr, c, grace) for c in pr.all() if c.process is not None), return_exceptions=True)
 
     def _forget(self, pr: PodRun) -> None:
         if self._pods.get(pr.key) is pr:

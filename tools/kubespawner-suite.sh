@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# KubeSpawner's own test suite, unmodified, against `gpuburst sim`.
+#
+# Fetches the tests of the KubeSpawner release below (the PyPI sdist ships no tests/, so they come
+# from the release tag of its repository, or from a local clone named by KUBESPAWNER_SOURCE),
+# installs them into a virtual environment of their own exactly as KubeSpawner's CI does
+# (`jupyterhub-kubespawner[test]` of that release), starts the local federation with the
+# project's environment as the pods' "image", points KUBECONFIG at it and runs pytest.
+# Prints the pass/fail counts and the machine's load average; exits with pytest's status.
+#
+# Needs the network (PyPI, and the tag archive unless KUBESPAWNER_SOURCE is given) and the
+# project's virtual environment (`make setup`, or `make kubespawner-suite` which checks it).
+#
+#   KUBESPAWNER_VERSION  release to test (default 7.1.0)
+#   KUBESPAWNER_RELEASED install its test dependencies as PyPI held them before this time
+#                        (default: the day after 7.1.0 was tagged)
+#   KUBESPAWNER_SOURCE   a clone of the KubeSpawner repository (bare or not) holding the tag,
+#                        used instead of downloading the tag archive
+#   SUITE_DIR            where the tests, their venv, the federation's state and the log go
+#                        (default ${TMPDIR:-/tmp}/gpuburst-kubespawner-suite; reused when present)
+#   PYTEST_ARGS          extra pytest arguments (e.g. "-k spawn_start -x")
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VERSION="${KUBESPAWNER_VERSION:-7.1.0}"
+# The day after the release: its CI resolved its test dependencies from PyPI as of then.
+RELEASED="${KUBESPAWNER_RELEASED:-2026-07-17T00:00:00Z}"
+SUITE_DIR="${SUITE_DIR:-${TMPDIR:-/tmp}/gpuburst-kubespawner-suite}"
+PROJECT_PY="$REPO/.venv/bin/python"
+SRC="$SUITE_DIR/kubespawner-$VERSION"
+VENV="$SUITE_DIR/venv-$VERSION"
+
+if [ ! -x "$REPO/.venv/bin/gpuburst" ]; then
+    echo "kubespawner-suite: run 'make setup' first (the project's .venv is the pods' image)" >&2
+    exit 2
+fi
+mkdir -p "$SUITE_DIR"
+
+# 1. The release's tests and pyproject (pytest options, test extras), untouched.
+if [ ! -f "$SRC/tests/conftest.py" ]; then
+    rm -rf "$SRC" && mkdir -p "$SRC"
+    if [ -n "${KUBESPAWNER_SOURCE:-}" ]; then
+        git -C "$KUBESPAWNER_SOURCE" archive "$VERSION" tests pyproject.toml | tar -x -C "$SRC"
+    else
+        url="https://github.com/jupyterhub/kubespawner/archive/refs/tags/$VERSION.tar.gz"
+        echo "kubespawner-suite: fetching $url"
+        "$PROJECT_PY" - "$url" "$SRC" <<'EOF'
+import io, sys, tarfile, urllib.request
+url, dest = sys.argv[1:]
+data = urllib.request.urlopen(url, timeout=120).read()
+with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+    members = []
+    for m in tf.getmembers():
+        top, _, rest = m.name.partition("/")
+        if rest == "pyproject.toml" or rest.startswith("tests/"):
+            m.name = rest
+            members.append(m)
+    tf.extractall(dest, members=members, filter="data")
+EOF
+    fi
+fi
+test -f "$SRC/tests/conftest.py" || { echo "kubespawner-suite: no tests/ in $SRC" >&2; exit 2; }
+
+# 2. The runner's environment, as KubeSpawner's CI installed it on the release day: the package
+# and its test extra, from what PyPI held then. Later releases broke the suite on the client
+# side (pytest 9.2 drops what the pinned pytest-asyncio 0.21 uses; kubernetes 37 no longer
+# serializes kubernetes_asyncio models; JupyterHub 6 needs a running loop in init_internal_ssl).
+if [ ! -x "$VENV/bin/pytest" ]; then
+    "$PROJECT_PY" -m venv "$VENV"
+    {
+        "$VENV/bin/python" -m pip install --upgrade pip \
+        && "$VENV/bin/python" -m pip install --uploaded-prior-to "$RELEASED" "jupyterhub-kubespawner[test]==$VERSION"
+    } >"$SUITE_DIR/pip.log" 2>&1 || { tail -20 "$SUITE_DIR/pip.log" >&2; rm -rf "$VENV"; exit 1; }
+fi
+"$VENV/bin/python" -m pip freeze 2>/dev/null | grep -iE "^(jupyterhub|jupyterhub-kubespawner|kubernetes|kubernetes.asyncio|pytest|pytest-asyncio)==" | tr '\n' ' ' | sed 's/^/kubespawner-suite: runner: /;s/$/\n/'
+
+# 3. The federation. Pods run their commands (jupyterhub, jupyterhub-singleuser, python3) from
+# the project's environment, as a container would from its image.
+STATE="$SUITE_DIR/state"
+rm -rf "$STATE" && mkdir -p "$STATE"
+KUBECONFIG_FILE="$SUITE_DIR/kubeconfig"
+rm -f "$KUBECONFIG_FILE"
+"$REPO/.venv/bin/gpuburst" sim --state-dir "$STATE" --kubeconfig-out "$KUBECONFIG_FILE" >"$SUITE_DIR/sim.log" 2>&1 &
+SIM_PID=$!
+trap 'kill "$SIM_PID" 2>/dev/null; wait "$SIM_PID" 2>/dev/null || true' EXIT
+for _ in $(seq 1 120); do
+    grep -q "^ready" "$SUITE_DIR/sim.log" 2>/dev/null && break
+    kill -0 "$SIM_PID" 2>/dev/null || { cat "$SUITE_DIR/sim.log" >&2; exit 1; }
+    sleep 0.5
+done
+grep -q "^ready" "$SUITE_DIR/sim.log" || { echo "kubespawner-suite: the federation did not start" >&2; exit 1; }
+
+# 4. The suite, from its own directory so its pyproject's pytest options apply.
+echo "kubespawner-suite: KubeSpawner $VERSION tests against gpuburst sim; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+set +e
+(cd "$SRC" && KUBECONFIG="$KUBECONFIG_FILE" "$VENV/bin/python" -m pytest -p no:cacheprovider --color=no ${PYTEST_ARGS:-} tests) >"$SUITE_DIR/pytest.log" 2>&1
+rc=$?
+set -e
+grep -E "^(FAILED|ERROR) " "$SUITE_DIR/pytest.log" || true
+summary="$(grep -E "^=+ .*(passed|failed|error).* in [0-9.]+s" "$SUITE_DIR/pytest.log" | tail -1)"
+echo "kubespawner-suite: ${summary:-no summary, see $SUITE_DIR/pytest.log}"
+echo "kubespawner-suite: load average after: $(cut -d' ' -f1-3 /proc/loadavg); log: $SUITE_DIR/pytest.log"
+exit $rc
