@@ -329,9 +329,11 @@ class Sampler:
             # The kernel set changed or the list is old: re-read processes and process trees.
             t1 = time.perf_counter()
             self._processes = backend.read_processes(kernels, now)
-            self._proctable.refresh()
-            resolved = resolve(kernels, self._proctable.tree, self._proctable.aliases)
-            self._resolved = {kp.kernel.kernel_id: kp for kp in resolved}
+            if self._proctable.refresh() or kernel_ids != set(self._resolved):
+                # trees are walked again only when a process started or exited, or a kernel
+                # came or went: most process reads find the same processes as the last one
+                resolved = resolve(kernels, self._proctable.tree, self._proctable.aliases)
+                self._resolved = {kp.kernel.kernel_id: kp for kp in resolved}
             self._processes_at = now
             self.stats.process_samples += 1
             self.stats.process_read_s.append(time.perf_counter() - t1)
