@@ -26,7 +26,7 @@ from traitlets import TraitError, default
 
 from jupyter_gpuburst.core import keys, names
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
-from jupyter_gpuburst.hub import cpu_servers, retry, spawn_form, spawn_messages, spawnstate, storage
+from jupyter_gpuburst.hub import cpu_servers, retry, spawn_form, spawn_messages, spawnstate, storage, watch
 from jupyter_gpuburst.hub.capacity import CapacityTracker, server_key
 from jupyter_gpuburst.hub.offloading import NamespaceOffloader, OffloadingPermissionError
 from jupyter_gpuburst.hub.podrequest import RESOURCE_TRAITS, pod_spec_from_traits, request_of_pod
@@ -110,6 +110,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         self._gb_messages: list[dict[str, Any]] = []
         self._gb_decided = asyncio.Event()
         self._gb_dead_uids: set[str] = set()
+        self._gb_new_events = watch.NewEvents()
         self._gb_redirect_t0: float | None = None
         self._gb_cpu_only = False
         self.gpuburst_redirect_seconds: list[float] = []
@@ -592,14 +593,12 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             await tracker.wait_pod_change(self.namespace, self.pod_name, 0.5)
 
     def _gb_failed_scheduling_event(self, uid: str | None, resource: str) -> str | None:
-        for event in self.events:
-            involved = event.get("involvedObject") or {}
-            if uid and involved.get("uid") not in (None, uid):
-                continue
-            message = event.get("message") or ""
-            if event.get("reason") == "FailedScheduling" and resource in message:
-                return message
-        return None
+        # only the events that arrived since the last look (watch.NewEvents says why)
+        reflector = self.event_reflector if self.events_enabled else None
+        if reflector is None:
+            return None
+        fresh = self._gb_new_events.read(reflector.resources)
+        return watch.failed_scheduling_message(fresh, self.pod_name, uid, resource)
 
     async def stop(self, now: bool = False) -> None:
         await super().stop(now=now)

@@ -13,9 +13,10 @@ turned into the events it implies, deletions included, so the consumer never has
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
@@ -196,3 +197,42 @@ class WatchFeed:
         finally:
             w.stop()
             await w.close()
+
+
+class NewEvents:
+    """Reads the events KubeSpawner's event reflector received since the last read, no more.
+
+    ``KubeSpawner.events`` sorts every event of the namespace on each call. A spawn pending on
+    a donor looks for a ``FailedScheduling`` about its pod each time the pod changes and every
+    half second, so 160 such spawns sorting thousands of events (they stay for the API server's
+    event TTL, an hour by default, and pile up with every spawn) cost the hub more with every
+    spawn it has ever made. The reflector keeps events in a dict in the order they arrived;
+    this reader remembers how far it read and starts there. A relist replaces the dict, and a
+    read starts from the beginning again.
+    """
+
+    def __init__(self) -> None:
+        self._seen: Any = None  # the reflector's dict last read
+        self._position = 0
+
+    def read(self, resources: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        if resources is not self._seen or self._position > len(resources):
+            # a new dict (relist), or events were removed: read everything again
+            self._seen, self._position = resources, 0
+        fresh = list(itertools.islice(resources.values(), self._position, None))
+        self._position += len(fresh)
+        return fresh
+
+
+def failed_scheduling_message(events: Iterable[Mapping[str, Any]], pod_name: str, uid: str | None, resource: str) -> str | None:
+    """The message of a ``FailedScheduling`` event about pod ``pod_name`` (that uid) naming ``resource``."""
+    for event in events:
+        if event.get("reason") != "FailedScheduling":
+            continue
+        involved = event.get("involvedObject") or {}
+        if involved.get("name") != pod_name or (uid and involved.get("uid") not in (None, uid)):
+            continue
+        message = event.get("message") or ""
+        if resource in message:
+            return message
+    return None

@@ -1,0 +1,38 @@
+"""Reading only new events from KubeSpawner's event reflector, and finding FailedScheduling."""
+
+from __future__ import annotations
+
+from jupyter_gpuburst.hub.watch import NewEvents, failed_scheduling_message
+
+GPU = "nvidia.com/gpu"
+
+
+def _event(name: str, reason: str, pod: str, uid: str, message: str = "") -> dict:
+    return {"metadata": {"name": name}, "reason": reason, "message": message,
+            "involvedObject": {"kind": "Pod", "name": pod, "uid": uid}}
+
+
+def test_each_event_is_read_once_and_a_new_dict_is_read_again() -> None:
+    resources = {"ns/e1": _event("e1", "Scheduled", "p", "u1"), "ns/e2": _event("e2", "Pulled", "p", "u1")}
+    reader = NewEvents()
+    assert [e["metadata"]["name"] for e in reader.read(resources)] == ["e1", "e2"]
+    assert reader.read(resources) == []
+    resources["ns/e3"] = _event("e3", "Started", "p", "u1")
+    assert [e["metadata"]["name"] for e in reader.read(resources)] == ["e3"]
+    relisted = dict(resources)  # a relist builds a new dict
+    assert len(reader.read(relisted)) == 3
+    del relisted["ns/e1"], relisted["ns/e2"]  # removed below the read position: read it all again
+    assert [e["metadata"]["name"] for e in reader.read(relisted)] == ["e3"]
+
+
+def test_failed_scheduling_is_matched_on_pod_uid_and_resource() -> None:
+    message = f"0/3 nodes are available: 3 Insufficient {GPU}."
+    events = [
+        _event("a", "FailedScheduling", "jupyter-x", "old-uid", message),  # an earlier pod of that name
+        _event("b", "FailedScheduling", "jupyter-y", "u", message),  # another pod
+        _event("c", "FailedScheduling", "jupyter-x", "u", "0/3 nodes are available: 3 Insufficient cpu."),
+        _event("d", "Scheduled", "jupyter-x", "u", GPU),
+    ]
+    assert failed_scheduling_message(events, "jupyter-x", "u", GPU) is None
+    events.append(_event("e", "FailedScheduling", "jupyter-x", "u", message))
+    assert failed_scheduling_message(events, "jupyter-x", "u", GPU) == message
