@@ -100,8 +100,17 @@ def federation_config(local_gpus: int, donor_gpus: int, users: int) -> Federatio
     return parse_config(data, "<bench spawn>")
 
 
-def hub_config(spawner: str, start_timeout: int = 600, extra: str = "") -> str:
-    """Hub config lines on top of ``HubProcess``'s base: the spawner and the stand-in server."""
+def hub_config(spawner: str, start_timeout: int = 600, extra: str = "", api_timeout: int | None = None) -> str:
+    """Hub config lines on top of ``HubProcess``'s base: the spawner and the stand-in server.
+
+    ``api_timeout``: KubeSpawner's per-request API timeout in seconds, for both spawners alike
+    (None keeps KubeSpawner's default, 3 s per request and 30 s of retries).
+    """
+    if api_timeout is not None:
+        extra = (
+            f"c.KubeSpawner.k8s_api_request_timeout = {api_timeout!r}\n"
+            f"c.KubeSpawner.k8s_api_request_retry_timeout = {max(30, 10 * api_timeout)!r}\n{extra}"
+        )
     return f"""
 import sys
 from jupyter_gpuburst.hub import install
@@ -275,9 +284,9 @@ def pod_sites(fed: Federation, pod_prefix: str) -> dict[str, int]:
     return sites
 
 
-async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, spawner: str, users: int, prefix: str, start_timeout: int) -> PhaseResult:
+async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, spawner: str, users: int, prefix: str, start_timeout: int, api_timeout: int | None = None) -> PhaseResult:
     result = PhaseResult(spawner=spawner, requested=users)
-    hub = HubProcess(workdir, hub_config(spawner, start_timeout), env={"KUBECONFIG": str(kubeconfig)}, log_level=HUB_LOG_LEVEL)
+    hub = HubProcess(workdir, hub_config(spawner, start_timeout, api_timeout=api_timeout), env={"KUBECONFIG": str(kubeconfig)}, log_level=HUB_LOG_LEVEL)
     await hub.start()
     names = [f"{prefix}{i:03d}" for i in range(users)]
     connector = aiohttp.TCPConnector(limit=0)
@@ -331,7 +340,7 @@ def checks(result: dict[str, Any], ratio_goal: float = RATIO_GOAL) -> dict[str, 
     }
 
 
-async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, start_timeout: int = 600, repeats: int = 3) -> dict[str, Any]:
+async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, start_timeout: int = 600, repeats: int = 3, api_timeout: int | None = None) -> dict[str, Any]:
     kubeconfig = state_dir / "kubeconfig"
     config = federation_config(local_gpus, donor_gpus, users)
     rounds: list[tuple[PhaseResult, PhaseResult]] = []
@@ -340,9 +349,12 @@ async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, sta
             offload_namespace(fed, NAMESPACE)
         for r in range(repeats):
             # A then B in every round: each round is one like-for-like pair on the same federation
-            base = await run_phase(fed, state_dir / f"hub-a{r}", kubeconfig, BASELINE, users, f"a{r}u", start_timeout)
-            gpu = await run_phase(fed, state_dir / f"hub-b{r}", kubeconfig, GPUBURST, users, f"b{r}u", start_timeout)
+            base = await run_phase(fed, state_dir / f"hub-a{r}", kubeconfig, BASELINE, users, f"a{r}u", start_timeout, api_timeout)
+            gpu = await run_phase(fed, state_dir / f"hub-b{r}", kubeconfig, GPUBURST, users, f"b{r}u", start_timeout, api_timeout)
             rounds.append((base, gpu))
+        # events stay on the API server (an hour by default) and every spawn adds some: what the
+        # last phase's hub listed and watched
+        events_at_end = len(fed.origin.store.list("events")[0])
     phases = [p for pair in rounds for p in pair]
     p95_ratios = [ratio(percentile(g.spawn_s, 95), percentile(b.spawn_s, 95)) for b, g in rounds]
     p50_ratios = [ratio(percentile(g.spawn_s, 50), percentile(b.spawn_s, 50)) for b, g in rounds]
@@ -358,6 +370,9 @@ async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, sta
         "order": "ABAB (A: KubeSpawner + kube-scheduler, B: GPUBurstSpawner), same 1-GPU profile and toleration",
         "local_gpus": local_gpus,
         "donor_gpus": donor_gpus,
+        # KubeSpawner's per-request API timeout, the same for both spawners (null: its default, 3 s)
+        "k8s_api_request_timeout_s": api_timeout,
+        "events_in_namespace_at_end": events_at_end,
         "phases": [p.summary() for p in phases],
         "p95_ratio": {
             "per_round": p95_ratios,
@@ -398,6 +413,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--local-gpus", type=int, default=None, help="GPUs on the origin (default: a fifth of --concurrent, 40 for 200)")
     parser.add_argument("--donor-gpus", type=int, default=None, help="GPUs the donor grants (default: the rest, 160 for 200)")
     parser.add_argument("--start-timeout", type=int, default=600, help="seconds one spawn may take before the hub gives up")
+    parser.add_argument(
+        "--api-request-timeout", type=int, default=None,
+        help="KubeSpawner's k8s_api_request_timeout for both spawners alike, seconds (default: KubeSpawner's, 3)",
+    )
     parser.add_argument("--state-dir", type=Path, default=None, help="keep hub logs and pod logs here (default: a temp dir, removed)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on one line")
     args = parser.parse_args(argv)
@@ -411,10 +430,10 @@ def main(argv: list[str]) -> int:
         parser.error("--local-gpus and --donor-gpus must not be negative")
     if args.state_dir is not None:
         args.state_dir.mkdir(parents=True, exist_ok=True)
-        result = asyncio.run(run(args.concurrent, local, donor, args.state_dir, args.start_timeout, args.repeats))
+        result = asyncio.run(run(args.concurrent, local, donor, args.state_dir, args.start_timeout, args.repeats, args.api_request_timeout))
     else:
         with tempfile.TemporaryDirectory(prefix="gpuburst-bench-spawn-") as tmp:
-            result = asyncio.run(run(args.concurrent, local, donor, Path(tmp), args.start_timeout, args.repeats))
+            result = asyncio.run(run(args.concurrent, local, donor, Path(tmp), args.start_timeout, args.repeats, args.api_request_timeout))
     json.dump(result, sys.stdout, indent=None if args.json else 2)
     sys.stdout.write("\n")
     return 0 if result["ok"] else 1

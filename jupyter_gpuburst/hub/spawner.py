@@ -342,8 +342,8 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         self._gb_placement = placement
         self._gb_storage_decide(placement, constraint)
         # in the hub database before the pod exists: a hub killed from here on restarts knowing
-        # where this server was sent
-        spawnstate.save_state(self)
+        # where this server was sent (one commit for all the spawns deciding at this moment)
+        await spawnstate.save_state_together(self)
         if placement.is_donor and self.offload_namespace:
             try:
                 await self._offloader().ensure(self.namespace)
