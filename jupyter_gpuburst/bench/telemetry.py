@@ -321,7 +321,10 @@ async def window(server: Server, session: aiohttp.ClientSession, args: argparse.
         "swaps": swaps,
         "samples": samples,
         "lag_ms": stats["lag_ms"],
+        # what the loop ran when it lagged: callbacks over 2 ms, and the collector's pauses
+        "what_ran": stats["what_ran"],
         "ramp_up_lag_ms": ramp["lag_ms"],
+        "ramp_up_what_ran": ramp["what_ran"],
         "cycle_ms": stats["cycle_ms"],
         "status_ms": summary(status_s, scale=1000),
         "status_s": status_s,
