@@ -83,21 +83,36 @@ class WhatRan:
         recorder = self
 
         def _run(handle: events.Handle) -> None:
+            what = recorder._what(handle)  # before it runs: a finished coroutine has no frame
             started = time.perf_counter()
             original(handle)
             took = time.perf_counter() - started
             if took >= recorder.threshold_s:
-                recorder._note(took, handle)
+                recorder._note(took, what)
 
         events.Handle._run = _run  # type: ignore[method-assign]
         gc.callbacks.append(self._on_gc)
 
-    def _note(self, took: float, handle: object) -> None:
+    @staticmethod
+    def _what(handle: object) -> object:
+        """The coroutine a task step resumes, with the request handler it serves; else the callback."""
         callback = getattr(handle, "_callback", None)
-        owner = getattr(callback, "__self__", None)  # a task's step: name the coroutine
-        coro = getattr(owner, "get_coro", None)
-        what = repr(coro()) if coro is not None else repr(callback)
-        self.slow.append((took, what[:160]))
+        get_coro = getattr(getattr(callback, "__self__", None), "get_coro", None)
+        if get_coro is None:
+            return callback
+        coro = get_coro()
+        frame = getattr(coro, "cr_frame", None)
+        owner = frame.f_locals.get("self") if frame is not None else None
+        return (coro, type(owner).__name__ if owner is not None else None)
+
+    def _note(self, took: float, what: object) -> None:
+        if isinstance(what, tuple):
+            coro, owner = what
+            name = getattr(coro, "__qualname__", repr(coro))
+            text = f"{name} ({owner})" if owner else name
+        else:
+            text = repr(what)
+        self.slow.append((took, text[:160]))
         if len(self.slow) > 4 * self.keep:
             self.slow = sorted(self.slow, reverse=True)[: self.keep]
 
