@@ -515,11 +515,13 @@ class Inventory:
                 before, after = known
                 if before == after and grade_before == grade_after:
                     continue
-            key = (old[1], resource)
-            if before > 0:
-                index = fitindex.discard(index, key, before, grade_before, old[0])
-            if after > 0:
-                index = fitindex.add(index, key, after, grade_after, old[0])
+            index = fitindex.move(
+                index,
+                (old[1], resource),
+                (before, grade_before) if before > 0 else None,
+                (after, grade_after) if after > 0 else None,
+                old[0],
+            )
         self._index = index
 
     # ---- the one place where node state changes ----------------------------------------
