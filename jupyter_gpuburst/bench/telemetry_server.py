@@ -74,6 +74,7 @@ class WhatRan:
         self.slow: list[tuple[float, str]] = []
         self.gc: list[tuple[int, float]] = []
         self._gc_started = 0.0
+        self._original = None
 
     def install(self) -> None:
         import gc
@@ -90,8 +91,18 @@ class WhatRan:
             if took >= recorder.threshold_s:
                 recorder._note(took, what)
 
+        self._original = original
         events.Handle._run = _run  # type: ignore[method-assign]
         gc.callbacks.append(self._on_gc)
+
+    def uninstall(self) -> None:
+        import gc
+        from asyncio import events
+
+        if self._original is not None:
+            events.Handle._run = self._original  # type: ignore[method-assign]
+            self._original = None
+            gc.callbacks.remove(self._on_gc)
 
     @staticmethod
     def _what(handle: object) -> object:
