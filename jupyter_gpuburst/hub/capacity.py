@@ -249,8 +249,8 @@ class CapacityTracker:
             self._labelled.pop(key, None)
             self._pods.pop(key, None)
         else:
-            self._labelled[key] = dict(pod)
-            self._classify(key, self._labelled[key])
+            self._labelled[key] = kept = _kept(pod)
+            self._classify(key, kept)
         event = self._pod_events.get(key)
         if event is not None:
             event.set()
@@ -282,7 +282,8 @@ class CapacityTracker:
         return self.inventory.snapshot()
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The latest state of a pod this product placed (no API call)."""
+        """The latest state of a pod this product placed (no API call): metadata and status
+        whole, of the spec its node and its containers' resources only (``_kept``)."""
         return self._pods.get(f"{namespace}/{name}")
 
     def placed_pods(self) -> list[dict[str, Any]]:
@@ -358,6 +359,31 @@ class CapacityTracker:
     @property
     def queue_length(self) -> int:
         return len(self._queue)
+
+
+def _kept(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What the tracker keeps of a pod it placed: metadata and status whole, of the spec only
+    the node and what its containers request (``Inventory.pod_requests`` reads those).
+
+    The hub holds one of these per server for as long as the server runs. The rest of the spec
+    (environment, mounts, volumes, tolerations, ...) is a few dozen more lists and dicts per
+    pod that nobody reads from here, and that every full garbage collection would walk: 2,000
+    servers' whole pods are some 70,000 objects. A spawner that needs the whole pod reads it
+    from the API server.
+    """
+    spec = pod.get("spec") or {}
+    kept_spec: dict[str, Any] = {}
+    if "nodeName" in spec:
+        kept_spec["nodeName"] = spec["nodeName"]
+    for field in ("containers", "initContainers"):
+        containers = spec.get(field)
+        if containers:
+            kept_spec[field] = [
+                {k: c[k] for k in ("name", "resources", "restartPolicy") if k in c} for c in containers
+            ]
+    if spec.get("overhead"):
+        kept_spec["overhead"] = spec["overhead"]
+    return {**pod, "spec": kept_spec}
 
 
 async def _wait_event(event: asyncio.Event, timeout: float) -> None:

@@ -57,3 +57,23 @@ def test_loaded_keeps_an_operators_own_thresholds() -> None:
     result = _run("operator")
     assert result["thresholds"] == [1000, 15, 15]
     assert result["first"] > 1000
+
+
+def test_the_tracker_keeps_a_placed_pods_metadata_status_and_requests_only() -> None:
+    from jupyter_gpuburst.bench import synthetic
+    from jupyter_gpuburst.hub.capacity import CapacityTracker
+    from jupyter_gpuburst.hub.settings import GPUBurstSettings
+
+    tracker = CapacityTracker(None, GPUBurstSettings())
+    tracker.own_namespace(synthetic.SERVER_NAMESPACE)
+    pod = synthetic.watch_pod("jupyter-ann", 0, "node-0", site="origin", user="ann")
+    tracker._on_pod_event("ADDED", pod)
+    kept = tracker.pod(synthetic.SERVER_NAMESPACE, "jupyter-ann")
+    assert kept is not None
+    assert kept["metadata"] == pod["metadata"] and kept["status"] == pod["status"]
+    assert kept["spec"] == {
+        "nodeName": "node-0",
+        "containers": [{"name": "main", "resources": pod["spec"]["containers"][0]["resources"]}],
+    }
+    # what the capacity page shows of it is what the whole pod would show
+    assert tracker.inventory.pod_requests(kept) == tracker.inventory.pod_requests(pod)
