@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -51,6 +52,7 @@ NAMESPACE = "default"
 STANDIN = Path(__file__).with_name("standin.py")
 GPUS_PER_LOCAL_NODE = 4
 GPUS_PER_DONOR_NODE = 8
+SHM = "/dev/shm"
 # hub log level in --state-dir; DEBUG shows every reflector event when a spawn misbehaves
 HUB_LOG_LEVEL = os.environ.get("GPUBURST_BENCH_HUB_LOG_LEVEL", "WARN")
 
@@ -284,9 +286,19 @@ def pod_sites(fed: Federation, pod_prefix: str) -> dict[str, int]:
     return sites
 
 
-async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, spawner: str, users: int, prefix: str, start_timeout: int, api_timeout: int | None = None) -> PhaseResult:
+async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, spawner: str, users: int, prefix: str, start_timeout: int, api_timeout: int | None = None, hub_db: str = "tmpfs") -> PhaseResult:
     result = PhaseResult(spawner=spawner, requested=users)
-    hub = HubProcess(workdir, hub_config(spawner, start_timeout, api_timeout=api_timeout), env={"KUBECONFIG": str(kubeconfig)}, log_level=HUB_LOG_LEVEL)
+    db_dir = tempfile.mkdtemp(prefix="gpuburst-bench-hub-db-", dir=SHM) if hub_db == "tmpfs" else None
+    extra = f"c.JupyterHub.db_url = {f'sqlite:///{db_dir}/jupyterhub.sqlite'!r}\n" if db_dir else ""
+    hub = HubProcess(workdir, hub_config(spawner, start_timeout, extra, api_timeout=api_timeout), env={"KUBECONFIG": str(kubeconfig)}, log_level=HUB_LOG_LEVEL)
+    try:
+        return await _run_phase(fed, hub, result, spawner, users, prefix)
+    finally:
+        if db_dir is not None:
+            shutil.rmtree(db_dir, ignore_errors=True)
+
+
+async def _run_phase(fed: Federation, hub: HubProcess, result: PhaseResult, spawner: str, users: int, prefix: str) -> PhaseResult:
     await hub.start()
     names = [f"{prefix}{i:03d}" for i in range(users)]
     connector = aiohttp.TCPConnector(limit=0)
@@ -340,7 +352,8 @@ def checks(result: dict[str, Any], ratio_goal: float = RATIO_GOAL) -> dict[str, 
     }
 
 
-async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, start_timeout: int = 600, repeats: int = 3, api_timeout: int | None = None) -> dict[str, Any]:
+async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, start_timeout: int = 600, repeats: int = 3, api_timeout: int | None = None, hub_db: str | None = None) -> dict[str, Any]:
+    hub_db = hub_db or ("tmpfs" if os.path.isdir(SHM) else "disk")
     kubeconfig = state_dir / "kubeconfig"
     config = federation_config(local_gpus, donor_gpus, users)
     rounds: list[tuple[PhaseResult, PhaseResult]] = []
@@ -349,8 +362,8 @@ async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, sta
             offload_namespace(fed, NAMESPACE)
         for r in range(repeats):
             # A then B in every round: each round is one like-for-like pair on the same federation
-            base = await run_phase(fed, state_dir / f"hub-a{r}", kubeconfig, BASELINE, users, f"a{r}u", start_timeout, api_timeout)
-            gpu = await run_phase(fed, state_dir / f"hub-b{r}", kubeconfig, GPUBURST, users, f"b{r}u", start_timeout, api_timeout)
+            base = await run_phase(fed, state_dir / f"hub-a{r}", kubeconfig, BASELINE, users, f"a{r}u", start_timeout, api_timeout, hub_db)
+            gpu = await run_phase(fed, state_dir / f"hub-b{r}", kubeconfig, GPUBURST, users, f"b{r}u", start_timeout, api_timeout, hub_db)
             rounds.append((base, gpu))
         # events stay on the API server (an hour by default) and every spawn adds some: what the
         # last phase's hub listed and watched
@@ -372,6 +385,8 @@ async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, sta
         "donor_gpus": donor_gpus,
         # KubeSpawner's per-request API timeout, the same for both spawners (null: its default, 3 s)
         "k8s_api_request_timeout_s": api_timeout,
+        # where both hubs keep their SQLite database: "tmpfs" (default) or "disk" (see --hub-db)
+        "hub_db": hub_db,
         "events_in_namespace_at_end": events_at_end,
         "phases": [p.summary() for p in phases],
         "p95_ratio": {
@@ -417,6 +432,12 @@ def main(argv: list[str]) -> int:
         "--api-request-timeout", type=int, default=None,
         help="KubeSpawner's k8s_api_request_timeout for both spawners alike, seconds (default: KubeSpawner's, 3)",
     )
+    parser.add_argument(
+        "--hub-db", choices=("tmpfs", "disk"), default="tmpfs" if os.path.isdir(SHM) else "disk",
+        help="where both hubs keep their SQLite database: tmpfs (default, /dev/shm) or disk (the state dir). "
+        "JupyterHub commits it about 28 times per spawn, the same for both spawners; on a disk shared with "
+        "other work those fsyncs, not the spawners, decide the spawn times",
+    )
     parser.add_argument("--state-dir", type=Path, default=None, help="keep hub logs and pod logs here (default: a temp dir, removed)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on one line")
     args = parser.parse_args(argv)
@@ -430,10 +451,10 @@ def main(argv: list[str]) -> int:
         parser.error("--local-gpus and --donor-gpus must not be negative")
     if args.state_dir is not None:
         args.state_dir.mkdir(parents=True, exist_ok=True)
-        result = asyncio.run(run(args.concurrent, local, donor, args.state_dir, args.start_timeout, args.repeats, args.api_request_timeout))
+        result = asyncio.run(run(args.concurrent, local, donor, args.state_dir, args.start_timeout, args.repeats, args.api_request_timeout, args.hub_db))
     else:
         with tempfile.TemporaryDirectory(prefix="gpuburst-bench-spawn-") as tmp:
-            result = asyncio.run(run(args.concurrent, local, donor, Path(tmp), args.start_timeout, args.repeats, args.api_request_timeout))
+            result = asyncio.run(run(args.concurrent, local, donor, Path(tmp), args.start_timeout, args.repeats, args.api_request_timeout, args.hub_db))
     json.dump(result, sys.stdout, indent=None if args.json else 2)
     sys.stdout.write("\n")
     return 0 if result["ok"] else 1
