@@ -351,6 +351,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                 (await self.gpuburst_tracker()).forget_decision(self.gpuburst_key)
                 raise self._gb_public_error(exc, f"offloading namespace {self.namespace} for donor {placement.site}") from None
         self._gb_pin(pod, placement)
+        self._gb_skip_old_events()
         if self._gb_storage is not None and self._gb_storage.scratch_claims:
             volumes = storage.scratch_volumes(pod.spec.volumes, self._gb_storage.scratch_claims, self._gb_serialize)
             pod.spec.volumes = [get_k8s_model(V1Volume, v) for v in volumes]
@@ -591,6 +592,12 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                 else:
                     pending_since = None
             await tracker.wait_pod_change(self.namespace, self.pod_name, 0.5)
+
+    def _gb_skip_old_events(self) -> None:
+        # the pod is about to be made: no event received so far is about it
+        reflector = self.event_reflector if self.events_enabled else None
+        if reflector is not None:
+            self._gb_new_events.skip_to_end(reflector.resources)
 
     def _gb_failed_scheduling_event(self, uid: str | None, resource: str) -> str | None:
         # only the events that arrived since the last look (watch.NewEvents says why)

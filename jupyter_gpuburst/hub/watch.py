@@ -215,6 +215,10 @@ class NewEvents:
         self._seen: Any = None  # the reflector's dict last read
         self._position = 0
 
+    def skip_to_end(self, resources: Mapping[str, Any]) -> None:
+        """Take every event received so far as read: none of them is about a pod not made yet."""
+        self._seen, self._position = resources, len(resources)
+
     def read(self, resources: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         if resources is not self._seen or self._position > len(resources):
             # a new dict (relist), or events were removed: read everything again

@@ -36,3 +36,12 @@ def test_failed_scheduling_is_matched_on_pod_uid_and_resource() -> None:
     assert failed_scheduling_message(events, "jupyter-x", "u", GPU) is None
     events.append(_event("e", "FailedScheduling", "jupyter-x", "u", message))
     assert failed_scheduling_message(events, "jupyter-x", "u", GPU) == message
+
+
+def test_events_before_the_pod_was_made_are_skipped() -> None:
+    resources = {f"ns/e{i}": _event(f"e{i}", "Scheduled", "other", "u0") for i in range(3)}
+    reader = NewEvents()
+    reader.skip_to_end(resources)
+    assert reader.read(resources) == []
+    resources["ns/new"] = _event("new", "FailedScheduling", "p", "u1", GPU)
+    assert [e["metadata"]["name"] for e in reader.read(resources)] == ["new"]
