@@ -452,6 +452,7 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
     )
     return {
         "benchmark": "chaos",
+        "load_average": [round(v, 2) for v in os.getloadavg()],
         "requested": n,
         "local_gpus": local,
         "donor_gpus": donor,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import logging
 import statistics
 import sys
@@ -240,6 +241,7 @@ async def run(rounds: int, gpus: int, concurrent: int, state_dir: Path) -> dict[
         "benchmark": "kernels",
         "latency": await latency(rounds, state_dir),
         "concurrency": await concurrency(gpus, concurrent, state_dir),
+        "load_average": [round(v, 2) for v in os.getloadavg()],
     }
 
 

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from array import array
 import gc
 import itertools
 import json
+import os
 import random
 import sys
 import time
@@ -135,6 +137,9 @@ class GCPauses:
         by_generation = [sum(1 for g, _ in self.pauses if g == n) for n in range(3)]
         return {
             "collections_by_generation": by_generation,
+            "max_pause_ms_by_generation": [
+                round(max((ms for g, ms in self.pauses if g == n), default=0.0), 3) for n in range(3)
+            ],
             "max_pause_ms": round(max((ms for _, ms in self.pauses), default=0.0), 3),
             "total_pause_ms": round(sum(ms for _, ms in self.pauses), 3),
         }
@@ -167,17 +172,21 @@ async def run(
     for i in range(len(plan.pod_node)):
         if plan.alive[i]:
             _deliver(tracker._on_pod_event, _wire("ADDED", plan.pod_object(i)))
+    tracker.loaded()  # what CapacityTracker.start() does once its first lists are in
     load_s = time.perf_counter() - started
     memory_load = _rss() - baseline
 
     # ---- 2. churn: pod lifecycles and node heartbeats ------------------------------------------
-    changed_us: list[float] = []
-    noop_us: list[float] = []
-    decode_us: list[float] = []
-    changed_cpu_us: list[float] = []
+    # The benchmark's own records are arrays of numbers, which the garbage collector never
+    # walks: lists of 20,000 floats would be walked by every full collection and lengthen the
+    # very pauses being measured, with work production never does.
+    changed_us = array("d")
+    noop_us = array("d")
+    decode_us = array("d")
+    changed_cpu_us = array("d")
     churn: dict[int, tuple[int, int]] = {}  # churn pod -> (node, shape)
     next_churn = len(plan.pod_node)
-    live = [i for i in range(len(plan.pod_node)) if plan.alive[i]]
+    live = array("q", (i for i in range(len(plan.pod_node)) if plan.alive[i]))
     gc_events = GCPauses().__enter__()
 
     def timed(callback: Any, event_type: str, obj: dict[str, Any]) -> None:
@@ -231,9 +240,9 @@ async def run(
     held: deque[tuple[str, Placement, int]] = deque()
     bench_pods: deque[tuple[str, int, int]] = deque()  # (pod name, node index, shape) bound by us
     node_index = {plan.node_name(n): n for n in range(len(plan.nodes))}
-    decision_ms: list[float] = []
-    decision_cpu_ms: list[float] = []
-    outstanding_seen: list[int] = []
+    decision_ms = array("d")
+    decision_cpu_ms = array("d")
+    outstanding_seen = array("q")
     refused: list[str] = []
     oracle_checked = oracle_mismatches = refused_timed = 0
     oracle_every = max(1, decisions // ORACLE_SAMPLES)
@@ -279,6 +288,10 @@ async def run(
                 name, n, shape = bench_pods.popleft()
                 _deliver(tracker._on_pod_event, _wire("DELETED", synthetic.watch_pod(name, shape, plan.node_name(n), user=name.removeprefix("bench-"))))
     gc_decisions.__exit__()
+    # what one full collection costs now, when it comes (the thresholds make it rare)
+    started = time.perf_counter()
+    gc.collect()
+    full_collection_ms = (time.perf_counter() - started) * 1000
     memory_end = _rss() - baseline
     snapshot = tracker.snapshot()
     overcommitted = _overcommitted(snapshot)
@@ -324,6 +337,9 @@ async def run(
         "outstanding": outstanding,
         "seed": seed,
         "gc_enabled": gc.isenabled(),
+        "gc_thresholds": list(gc.get_threshold()),
+        "gc_frozen_objects": gc.get_freeze_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         # what the checks judge: "wall" (perf_counter) or "cpu" (this thread's CPU time, which
         # leaves out time the OS gave to other processes on a shared machine)
         "clock": clock,
@@ -349,6 +365,7 @@ async def run(
         "event_apply_p99_us": round(changed["p99"], 2),
         "gc_during_events": gc_events.summary(),
         "gc_during_decisions": gc_decisions.summary(),
+        "full_collection_ms": round(full_collection_ms, 2),
         "full_recount_ms": round(recount_ms, 1),
         "refusals": refused[:3],
         "checks": checks,

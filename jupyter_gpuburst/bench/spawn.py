@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -51,6 +52,7 @@ NAMESPACE = "default"
 STANDIN = Path(__file__).with_name("standin.py")
 GPUS_PER_LOCAL_NODE = 4
 GPUS_PER_DONOR_NODE = 8
+SHM = "/dev/shm"
 # hub log level in --state-dir; DEBUG shows every reflector event when a spawn misbehaves
 HUB_LOG_LEVEL = os.environ.get("GPUBURST_BENCH_HUB_LOG_LEVEL", "WARN")
 
@@ -100,8 +102,17 @@ def federation_config(local_gpus: int, donor_gpus: int, users: int) -> Federatio
     return parse_config(data, "<bench spawn>")
 
 
-def hub_config(spawner: str, start_timeout: int = 600, extra: str = "") -> str:
-    """Hub config lines on top of ``HubProcess``'s base: the spawner and the stand-in server."""
+def hub_config(spawner: str, start_timeout: int = 600, extra: str = "", api_timeout: int | None = None) -> str:
+    """Hub config lines on top of ``HubProcess``'s base: the spawner and the stand-in server.
+
+    ``api_timeout``: KubeSpawner's per-request API timeout in seconds, for both spawners alike
+    (None keeps KubeSpawner's default, 3 s per request and 30 s of retries).
+    """
+    if api_timeout is not None:
+        extra = (
+            f"c.KubeSpawner.k8s_api_request_timeout = {api_timeout!r}\n"
+            f"c.KubeSpawner.k8s_api_request_retry_timeout = {max(30, 10 * api_timeout)!r}\n{extra}"
+        )
     return f"""
 import sys
 from jupyter_gpuburst.hub import install
@@ -190,8 +201,26 @@ async def clear_pods(fed: Federation, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not any(c.kubelet.processes() for c in fed.clusters.values()) and not any(c.store.list("pods")[0] for c in fed.clusters.values()):
-            return
+            break
         await asyncio.sleep(0.1)
+    clear_events(fed)
+
+
+def clear_events(fed: Federation) -> None:
+    """Delete the events the phase left, so that every phase starts from the same cluster.
+
+    Events stay on an API server for an hour, and each phase adds about six per spawn. Every
+    hub lists them and KubeSpawner sorts them all twice per spawn (``KubeSpawner.events``): left
+    in place, each phase would pay for every earlier phase's events, and in A B A B order each B
+    for one phase more than the A it is compared with.
+    """
+    for cluster in fed.clusters.values():
+        for event in cluster.store.list("events")[0]:
+            meta = event["metadata"]
+            try:
+                cluster.store.delete("events", meta.get("namespace"), meta["name"])
+            except Exception:  # noqa: BLE001 - already gone
+                pass
 
 
 @dataclass
@@ -208,6 +237,7 @@ class PhaseResult:
     redirects: float = 0.0
     failed_scheduling: int = 0
     sites: dict[str, int] = field(default_factory=dict)
+    events_left: int = 0  # events on the origin's API server after the phase, before clearing
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -220,6 +250,7 @@ class PhaseResult:
             "failed_scheduling": self.failed_scheduling,
             "redirects": int(self.redirects),
             "sites": self.sites,
+            "events_left": self.events_left,
         }
 
 
@@ -275,9 +306,19 @@ def pod_sites(fed: Federation, pod_prefix: str) -> dict[str, int]:
     return sites
 
 
-async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, spawner: str, users: int, prefix: str, start_timeout: int) -> PhaseResult:
+async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, spawner: str, users: int, prefix: str, start_timeout: int, api_timeout: int | None = None, hub_db: str = "tmpfs") -> PhaseResult:
     result = PhaseResult(spawner=spawner, requested=users)
-    hub = HubProcess(workdir, hub_config(spawner, start_timeout), env={"KUBECONFIG": str(kubeconfig)}, log_level=HUB_LOG_LEVEL)
+    db_dir = tempfile.mkdtemp(prefix="gpuburst-bench-hub-db-", dir=SHM) if hub_db == "tmpfs" else None
+    extra = f"c.JupyterHub.db_url = {f'sqlite:///{db_dir}/jupyterhub.sqlite'!r}\n" if db_dir else ""
+    hub = HubProcess(workdir, hub_config(spawner, start_timeout, extra, api_timeout=api_timeout), env={"KUBECONFIG": str(kubeconfig)}, log_level=HUB_LOG_LEVEL)
+    try:
+        return await _run_phase(fed, hub, result, spawner, users, prefix)
+    finally:
+        if db_dir is not None:
+            shutil.rmtree(db_dir, ignore_errors=True)
+
+
+async def _run_phase(fed: Federation, hub: HubProcess, result: PhaseResult, spawner: str, users: int, prefix: str) -> PhaseResult:
     await hub.start()
     names = [f"{prefix}{i:03d}" for i in range(users)]
     connector = aiohttp.TCPConnector(limit=0)
@@ -308,6 +349,7 @@ async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, spawner: s
                 result.redirects = await metric_sum(hub, session, "jupyterhub_gpuburst_redirects_total")
     finally:
         await hub.stop(timeout=30)
+        result.events_left = len(fed.origin.store.list("events")[0])
         await clear_pods(fed)
     return result
 
@@ -331,7 +373,8 @@ def checks(result: dict[str, Any], ratio_goal: float = RATIO_GOAL) -> dict[str, 
     }
 
 
-async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, start_timeout: int = 600, repeats: int = 3) -> dict[str, Any]:
+async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, start_timeout: int = 600, repeats: int = 3, api_timeout: int | None = None, hub_db: str | None = None) -> dict[str, Any]:
+    hub_db = hub_db or ("tmpfs" if os.path.isdir(SHM) else "disk")
     kubeconfig = state_dir / "kubeconfig"
     config = federation_config(local_gpus, donor_gpus, users)
     rounds: list[tuple[PhaseResult, PhaseResult]] = []
@@ -340,8 +383,8 @@ async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, sta
             offload_namespace(fed, NAMESPACE)
         for r in range(repeats):
             # A then B in every round: each round is one like-for-like pair on the same federation
-            base = await run_phase(fed, state_dir / f"hub-a{r}", kubeconfig, BASELINE, users, f"a{r}u", start_timeout)
-            gpu = await run_phase(fed, state_dir / f"hub-b{r}", kubeconfig, GPUBURST, users, f"b{r}u", start_timeout)
+            base = await run_phase(fed, state_dir / f"hub-a{r}", kubeconfig, BASELINE, users, f"a{r}u", start_timeout, api_timeout, hub_db)
+            gpu = await run_phase(fed, state_dir / f"hub-b{r}", kubeconfig, GPUBURST, users, f"b{r}u", start_timeout, api_timeout, hub_db)
             rounds.append((base, gpu))
     phases = [p for pair in rounds for p in pair]
     p95_ratios = [ratio(percentile(g.spawn_s, 95), percentile(b.spawn_s, 95)) for b, g in rounds]
@@ -358,6 +401,12 @@ async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, sta
         "order": "ABAB (A: KubeSpawner + kube-scheduler, B: GPUBurstSpawner), same 1-GPU profile and toleration",
         "local_gpus": local_gpus,
         "donor_gpus": donor_gpus,
+        # KubeSpawner's per-request API timeout, the same for both spawners (null: its default, 3 s)
+        "k8s_api_request_timeout_s": api_timeout,
+        # where both hubs keep their SQLite database: "tmpfs" (default) or "disk" (see --hub-db)
+        "hub_db": hub_db,
+        # every phase starts with no events (clear_events); each phase's count is in "phases"
+        "events_cleared_between_phases": True,
         "phases": [p.summary() for p in phases],
         "p95_ratio": {
             "per_round": p95_ratios,
@@ -398,6 +447,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--local-gpus", type=int, default=None, help="GPUs on the origin (default: a fifth of --concurrent, 40 for 200)")
     parser.add_argument("--donor-gpus", type=int, default=None, help="GPUs the donor grants (default: the rest, 160 for 200)")
     parser.add_argument("--start-timeout", type=int, default=600, help="seconds one spawn may take before the hub gives up")
+    parser.add_argument(
+        "--api-request-timeout", type=int, default=None,
+        help="KubeSpawner's k8s_api_request_timeout for both spawners alike, seconds (default: KubeSpawner's, 3)",
+    )
+    parser.add_argument(
+        "--hub-db", choices=("tmpfs", "disk"), default="tmpfs" if os.path.isdir(SHM) else "disk",
+        help="where both hubs keep their SQLite database: tmpfs (default, /dev/shm) or disk (the state dir). "
+        "JupyterHub commits it about 28 times per spawn, the same for both spawners; on a disk shared with "
+        "other work those fsyncs, not the spawners, decide the spawn times",
+    )
     parser.add_argument("--state-dir", type=Path, default=None, help="keep hub logs and pod logs here (default: a temp dir, removed)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on one line")
     args = parser.parse_args(argv)
@@ -411,10 +470,10 @@ def main(argv: list[str]) -> int:
         parser.error("--local-gpus and --donor-gpus must not be negative")
     if args.state_dir is not None:
         args.state_dir.mkdir(parents=True, exist_ok=True)
-        result = asyncio.run(run(args.concurrent, local, donor, args.state_dir, args.start_timeout, args.repeats))
+        result = asyncio.run(run(args.concurrent, local, donor, args.state_dir, args.start_timeout, args.repeats, args.api_request_timeout, args.hub_db))
     else:
         with tempfile.TemporaryDirectory(prefix="gpuburst-bench-spawn-") as tmp:
-            result = asyncio.run(run(args.concurrent, local, donor, Path(tmp), args.start_timeout, args.repeats))
+            result = asyncio.run(run(args.concurrent, local, donor, Path(tmp), args.start_timeout, args.repeats, args.api_request_timeout, args.hub_db))
     json.dump(result, sys.stdout, indent=None if args.json else 2)
     sys.stdout.write("\n")
     return 0 if result["ok"] else 1

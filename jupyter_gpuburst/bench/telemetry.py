@@ -249,8 +249,8 @@ async def measure_server(args: argparse.Namespace) -> dict:
 
             rounds = []
             for _ in range(args.rounds):
-                rounds.append({"A": await window(server, session, args, clients=0),
-                               "B": await window(server, session, args, clients=args.clients)})
+                rounds.append({"A": await window(server, session, args, clients=0, proc=server_ps),
+                               "B": await window(server, session, args, clients=args.clients, proc=server_ps)})
     finally:
         proc.terminate()
         try:
@@ -292,7 +292,8 @@ def _pooled(rounds: list[dict], phase: str, key: str) -> dict:
             "p99_9": worst("p99_9"), "max": worst("max")}
 
 
-async def window(server: Server, session: aiohttp.ClientSession, args: argparse.Namespace, clients: int) -> dict:
+async def window(server: Server, session: aiohttp.ClientSession, args: argparse.Namespace, clients: int,
+                 proc: psutil.Process | None = None) -> dict:
     """One measured phase: ``clients`` stream clients (with churn when any), status load, lag probe."""
     if not clients:
         await asyncio.sleep(args.period * 4)  # the last listener's lease runs out: the sampler pauses
@@ -302,12 +303,14 @@ async def window(server: Server, session: aiohttp.ClientSession, args: argparse.
     ramp = await server.stats(session, reset=True)  # the 50 first connections, reported apart
     before = ramp["samples"]
     until = time.monotonic() + args.seconds
+    cpu_before = proc.cpu_times() if proc is not None else None
     closed: list[StreamClient] = []
     status_task = asyncio.ensure_future(status_load(server, session, args.status_rate, until))
     churn_task = asyncio.ensure_future(churn(server, session, streams, args.churn if clients else 0, until, closed))
     status_s = await status_task
     swaps = await churn_task
     stats = await server.stats(session, probe="stop")
+    cpu_after = proc.cpu_times() if proc is not None else None
     await asyncio.gather(*(c.close() for c in streams + closed))
     samples = stats["samples"] - before
     # one sample per period connected, give or take the one at each end of a client's stay
@@ -321,7 +324,13 @@ async def window(server: Server, session: aiohttp.ClientSession, args: argparse.
         "swaps": swaps,
         "samples": samples,
         "lag_ms": stats["lag_ms"],
+        # the server's CPU use over the window (both threads), in % of one core
+        "server_cpu_percent": round(100 * ((cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system))
+                                    / args.seconds, 1) if cpu_before and cpu_after else None,
+        # what the loop ran when it lagged: callbacks over 2 ms, and the collector's pauses
+        "what_ran": stats["what_ran"],
         "ramp_up_lag_ms": ramp["lag_ms"],
+        "ramp_up_what_ran": ramp["what_ran"],
         "cycle_ms": stats["cycle_ms"],
         "status_ms": summary(status_s, scale=1000),
         "status_s": status_s,

@@ -60,6 +60,94 @@ class LagProbe:
             self.lags.append(max(0.0, loop.time() - start - PROBE_INTERVAL_S))
 
 
+class WhatRan:
+    """What held the event loop when it lagged: every callback the loop ran for longer than
+    ``threshold_s`` (its repr: the coroutine or function), and every garbage collection pause.
+
+    Installed in the benchmark's server only: ``asyncio.Handle._run`` is wrapped to time each
+    callback (two clock reads per callback), and ``gc.callbacks`` times each collection.
+    """
+
+    def __init__(self, threshold_s: float = 0.002, keep: int = 25) -> None:
+        self.threshold_s = threshold_s
+        self.keep = keep
+        self.slow: list[tuple[float, str]] = []
+        self.gc: list[tuple[int, float]] = []
+        self._gc_started = 0.0
+        self._original = None
+
+    def install(self) -> None:
+        import gc
+        from asyncio import events
+
+        original = events.Handle._run
+        recorder = self
+
+        def _run(handle: events.Handle) -> None:
+            what = recorder._what(handle)  # before it runs: a finished coroutine has no frame
+            started = time.perf_counter()
+            original(handle)
+            took = time.perf_counter() - started
+            if took >= recorder.threshold_s:
+                recorder._note(took, what)
+
+        self._original = original
+        events.Handle._run = _run  # type: ignore[method-assign]
+        gc.callbacks.append(self._on_gc)
+
+    def uninstall(self) -> None:
+        import gc
+        from asyncio import events
+
+        if self._original is not None:
+            events.Handle._run = self._original  # type: ignore[method-assign]
+            self._original = None
+            gc.callbacks.remove(self._on_gc)
+
+    @staticmethod
+    def _what(handle: object) -> object:
+        """The coroutine a task step resumes, with the request handler it serves; else the callback."""
+        callback = getattr(handle, "_callback", None)
+        get_coro = getattr(getattr(callback, "__self__", None), "get_coro", None)
+        if get_coro is None:
+            return callback
+        coro = get_coro()
+        frame = getattr(coro, "cr_frame", None)
+        owner = frame.f_locals.get("self") if frame is not None else None
+        return (coro, type(owner).__name__ if owner is not None else None)
+
+    def _note(self, took: float, what: object) -> None:
+        if isinstance(what, tuple):
+            coro, owner = what
+            name = getattr(coro, "__qualname__", repr(coro))
+            text = f"{name} ({owner})" if owner else name
+        else:
+            text = repr(what)
+        self.slow.append((took, text[:160]))
+        if len(self.slow) > 4 * self.keep:
+            self.slow = sorted(self.slow, reverse=True)[: self.keep]
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self.gc.append((info["generation"], time.perf_counter() - self._gc_started))
+
+    def report(self) -> dict:
+        slow = sorted(self.slow, reverse=True)[: self.keep]
+        by_generation = {}
+        for generation, took in self.gc:
+            entry = by_generation.setdefault(str(generation), {"n": 0, "max_ms": 0.0, "total_ms": 0.0})
+            entry["n"] += 1
+            entry["max_ms"] = round(max(entry["max_ms"], took * 1000), 3)
+            entry["total_ms"] = round(entry["total_ms"] + took * 1000, 3)
+        return {"slow_callbacks": [{"ms": round(t * 1000, 2), "what": w} for t, w in slow], "gc": by_generation}
+
+    def reset(self) -> None:
+        self.slow.clear()
+        self.gc.clear()
+
+
 def standin_kernels(count: int) -> tuple[list[subprocess.Popen], list[KernelRef]]:
     """``count`` process trees that stand for kernels; every other one reports itself busy."""
     procs = [
@@ -99,6 +187,7 @@ class StatsHandler(APIHandler):
             "process_read_ms": summary(stats.process_read_s, scale=1000),
             "loop_work_ms": summary(stats.loop_work_s, scale=1000),
             "lag_ms": summary(probe.lags, scale=1000),
+            "what_ran": self.settings["bench_what_ran"].report(),
             "time": time.time(),
         }
         probe_action = self.get_argument("probe", None)
@@ -108,6 +197,7 @@ class StatsHandler(APIHandler):
             probe.stop()
         if self.get_argument("reset", None):
             probe.lags.clear()
+            self.settings["bench_what_ran"].reset()
             for series in (stats.device_read_s, stats.process_read_s, stats.loop_work_s, stats.cycle_s,
                            stats.cycle_with_processes_s):
                 series.clear()
@@ -138,6 +228,9 @@ def main(argv: list[str]) -> int:
     app.initialize(argv=[])
     probe = LagProbe()
     app.web_app.settings["bench_probe"] = probe
+    what_ran = WhatRan()
+    what_ran.install()
+    app.web_app.settings["bench_what_ran"] = what_ran
     app.web_app.add_handlers(".*$", [(url_path_join(app.base_url, "/api/gpuburst-bench/stats"), StatsHandler)])
     procs, refs = standin_kernels(int(options.get("kernels", 0)))
     # the benchmark kills these even when the server itself had to be killed

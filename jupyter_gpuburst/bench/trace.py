@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import os
 import sys
 import time
 from collections import deque
@@ -343,6 +344,8 @@ def run_study(params: TraceParams, federation: Federation, modes: list[str], pol
         "sessions": len(sessions),
         "lab_sessions": sum(1 for s in sessions if s.lab),
         "results": results,
+        # the study is simulated time, but a reader comparing runs should see the machine's state
+        "load_average": [round(v, 2) for v in os.getloadavg()],
     }
     result["checks"] = checks(result)
     result["ok"] = all(result["checks"].values())

@@ -93,6 +93,25 @@ def discard(index: Map, key: tuple[str, str], level: int, gkey: int, name: str) 
     return index.set(key, levels) if len(levels) else index.delete(key)
 
 
+def move(index: Map, key: tuple[str, str], before: tuple[int, int] | None, after: tuple[int, int] | None, name: str) -> Map:
+    """``discard`` from (level, grade) ``before`` then ``add`` at ``after`` (None: not filed),
+    with one update of the outer map instead of two: the hot path of every pod event."""
+    levels = index.get(key, EMPTY)
+    if before is not None:
+        level, gkey = before
+        grades = levels.get(level)
+        members = grades.get(gkey) if grades is not None else None
+        if members is not None and name in members:
+            members = members.delete(name)
+            grades = grades.set(gkey, members) if len(members) else grades.delete(gkey)  # type: ignore[union-attr]
+            levels = levels.set(level, grades) if len(grades) else levels.delete(level)
+    if after is not None:
+        level, gkey = after
+        grades = levels.get(level, EMPTY)
+        levels = levels.set(level, grades.set(gkey, grades.get(gkey, EMPTY).set(name, None)))
+    return index.set(key, levels) if len(levels) else (index.delete(key) if key in index else index)
+
+
 def levels(index: Map, site: str, resource: str) -> list[int]:
     """Distinct free counts of ``resource`` on the nodes of ``site``, ascending."""
     return sorted(index.get((site, resource), EMPTY))

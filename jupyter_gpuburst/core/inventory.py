@@ -44,9 +44,15 @@ DEFAULT_RESOURCE_NAMES: tuple[str, ...] = ("nvidia.com/gpu", "amd.com/gpu")
 DEFAULT_RESOURCE_PREFIXES: tuple[str, ...] = ("nvidia.com/mig-",)
 
 EMPTY: Map = Map()
+# A node's counts are plain dicts of numbers: copied on every change and never changed once
+# made, so a snapshot holding one never sees it move. Dicts that hold only strings and numbers,
+# and tuples of them, are invisible to the cyclic garbage collector: 50,000 nodes cost its
+# collections nothing. This one is the shared empty value; never write to it.
+NO_COUNTS: Mapping[str, int] = {}
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 _COMPUTE = frozenset(COMPUTE_RESOURCES)
+_NO_RESOURCES: Mapping[str, Any] = {}
 
 
 def is_gpu_resource(resource: str) -> bool:
@@ -63,9 +69,11 @@ class NodeCapacity(NamedTuple):
     present: bool = False
     ready: bool = False
     eligible: bool = False
-    allocatable: Map = EMPTY
-    requested: Map = EMPTY  # by pods bound to the node
-    reserved: Map = EMPTY  # by in-flight spawns placed on the node
+    allocatable: Mapping[str, int] = NO_COUNTS
+    # by pods bound to the node, and by in-flight spawns placed on it; read-only mappings
+    # (dicts the inventory copies on each change, never changes in place)
+    requested: Mapping[str, int] = NO_COUNTS
+    reserved: Mapping[str, int] = NO_COUNTS
     gpu_resources: tuple[str, ...] = ()  # the GPU resources in allocatable, for the index
 
     @property
@@ -111,7 +119,7 @@ class SiteCapacity(NamedTuple):
     cluster_id: str | None
     nodes_present: int = 0
     nodes_eligible: int = 0
-    totals: Map = EMPTY  # resource -> Totals
+    totals: Mapping[str, Totals] = EMPTY  # resource -> Totals; read-only, as a node's requests
 
     @property
     def is_donor(self) -> bool:
@@ -238,6 +246,8 @@ class Inventory:
         self._holds: dict[str, _PodRecord] = {}
         # identical request vectors share one tuple: 500 000 pods come from a few profiles
         self._shapes: dict[tuple[tuple[str, int], ...], tuple[tuple[tuple[str, int], ...], int]] = {}
+        # a container's resources as written (limits, requests) -> its interned shape
+        self._by_resources: dict[tuple[Any, ...], tuple[tuple[tuple[str, int], ...], int]] = {}
         self._version = 0
         # one bound method, so that parse caches keyed by it hit across events
         self._counts = self.counts
@@ -274,7 +284,7 @@ class Inventory:
         if event_type == "DELETED":
             if old is None or not old.present:
                 return False
-            new = old._replace(present=False, ready=False, eligible=False, allocatable=EMPTY)
+            new = old._replace(present=False, ready=False, eligible=False, allocatable=NO_COUNTS)
         else:
             cluster_id = liqo.remote_cluster_id(node)
             ready = node_is_ready(node)
@@ -286,9 +296,9 @@ class Inventory:
                 present=True,
                 ready=ready,
                 eligible=ready and _accepts_new_pods(node),
-                allocatable=Map(allocatable),
-                requested=old.requested if old is not None else EMPTY,
-                reserved=old.reserved if old is not None else EMPTY,
+                allocatable=allocatable,
+                requested=old.requested if old is not None else NO_COUNTS,
+                reserved=old.reserved if old is not None else NO_COUNTS,
                 gpu_resources=tuple(sorted(r for r in allocatable if r not in _COMPUTE)),
             )
             if new == old:
@@ -328,12 +338,7 @@ class Inventory:
         donor_site = site if site and site != keys.ORIGIN_SITE else None
         if node is None and donor_site is None:
             return None  # unbound and not placed by us: holds nothing yet
-        shape = tuple(sorted(pod_requests(spec, self._counts).items()))
-        known = self._shapes.get(shape)
-        if known is None:
-            known = (shape, sum(v for r, v in shape if r not in _COMPUTE))
-            if len(self._shapes) < 65536:
-                self._shapes[shape] = known
+        known = self._pod_shape(spec)
         if donor_site is None:
             return tuple.__new__(_PodRecord, (node, known[0], None, None, (), known[1]))
         # only donor GPUs count against the per-user and per-group caps
@@ -341,6 +346,39 @@ class Inventory:
         user = annotations.get(keys.USER_ANNOTATION)
         groups = _groups(annotations.get(keys.GROUPS_ANNOTATION))
         return _PodRecord(node, known[0], donor_site, user, groups, known[1])
+
+    def _pod_shape(self, spec: Mapping[str, Any]) -> tuple[tuple[tuple[str, int], ...], int]:
+        """(request vector, GPU units) of a pod spec, shared by every pod that asks the same.
+
+        The common pod (one container, no init containers, no overhead) is looked up by its
+        container's ``resources`` as written, before any parsing: a bind or a status update of
+        a pod of a known profile costs one dictionary lookup, not a parse.
+        """
+        key = None
+        containers = spec.get("containers")
+        if containers and len(containers) == 1 and not spec.get("initContainers") and not spec.get("overhead"):
+            resources = containers[0].get("resources") or _NO_RESOURCES
+            limits = resources.get("limits")
+            requests = resources.get("requests")
+            try:
+                key = (tuple(limits.items()) if limits else (), tuple(requests.items()) if requests else ())
+                known = self._by_resources.get(key)
+            except (TypeError, AttributeError):  # unhashable or malformed: parse without the cache
+                key = known = None
+            if known is not None:
+                return known
+        known = self._intern(tuple(sorted(pod_requests(spec, self._counts).items())))
+        if key is not None and len(self._by_resources) < 65536:
+            self._by_resources[key] = known
+        return known
+
+    def _intern(self, shape: tuple[tuple[str, int], ...]) -> tuple[tuple[tuple[str, int], ...], int]:
+        known = self._shapes.get(shape)
+        if known is None:
+            known = (shape, sum(v for r, v in shape if r not in _COMPUTE))
+            if len(self._shapes) < 65536:
+                self._shapes[shape] = known
+        return known
 
     # ---- reservations ------------------------------------------------------------------
     def hold(
@@ -355,10 +393,8 @@ class Inventory:
     ) -> None:
         """Count ``requests`` on ``node`` as taken by an in-flight spawn until ``release_hold``."""
         self.release_hold(key)
-        shape = tuple(sorted((r, int(v)) for r, v in requests.items() if v))
-        record = _PodRecord(
-            node, shape, donor_site, user, tuple(sorted(groups)), sum(v for r, v in shape if r not in _COMPUTE)
-        )
+        shape, units = self._intern(tuple(sorted((r, int(v)) for r, v in requests.items() if v)))
+        record = _PodRecord(node, shape, donor_site, user, tuple(sorted(groups)), units)
         self._holds[key] = record
         self._account(record, +1, reserved=True)
         self._version += 1
@@ -398,38 +434,55 @@ class Inventory:
 
         The hot path of every watch event, in one pass over the touched resources: the index
         entry moves only when the node's free GPUs or its CPU/memory grade change, and the pods
-        of an ineligible node touch no site totals.
+        of an ineligible node touch no site totals. A node's ``requested``/``reserved`` and a
+        site's ``totals`` are small dicts, copied before each change and never changed once a
+        snapshot may hold them: one copy of a handful of entries costs less than a persistent
+        map update per resource, and dicts of numbers are invisible to the garbage collector.
         """
         name, site_name, _cluster, _present, _ready, eligible, allocatable, requested, held, gpus = old
-        counts = held if reserved else requested
-        other = requested if reserved else held
-        site = self._sites.get(site_name) if eligible else None
-        totals = site[4] if site is not None else None
-        frees: dict[str, tuple[int, int]] = {}
-        for resource, value in requests:
-            delta = sign * value
-            before = counts.get(resource, 0)
-            after = before + delta
-            counts = counts.set(resource, after) if after else counts.delete(resource)
-            if not eligible:
-                continue
-            free_before = allocatable.get(resource, 0) - before - other.get(resource, 0)
-            free_after = free_before - delta
-            frees[resource] = (free_before, free_after)
-            if totals is not None:
-                t_alloc, t_req, t_held, t_free = totals.get(resource, _ZERO)
-                free_delta = (free_after if free_after > 0 else 0) - (free_before if free_before > 0 else 0)
-                if reserved:
-                    updated = tuple.__new__(Totals, (t_alloc, t_req, t_held + delta, t_free + free_delta))
+        counts = dict(held if reserved else requested)
+        if not eligible:
+            for resource, value in requests:
+                after = counts.get(resource, 0) + sign * value
+                if after:
+                    counts[resource] = after
                 else:
-                    updated = tuple.__new__(Totals, (t_alloc, t_req + delta, t_held, t_free + free_delta))
-                totals = totals.set(resource, updated) if any(updated) else totals.delete(resource)
+                    counts.pop(resource, None)
+            frees = None
+            site = None
+        else:
+            other = requested if reserved else held
+            site = self._sites.get(site_name)
+            totals = dict(site[4]) if site is not None else None
+            frees = {}
+            for resource, value in requests:
+                delta = sign * value
+                before = counts.get(resource, 0)
+                after = before + delta
+                if after:
+                    counts[resource] = after
+                else:
+                    counts.pop(resource, None)
+                free_before = allocatable.get(resource, 0) - before - other.get(resource, 0)
+                free_after = free_before - delta
+                frees[resource] = (free_before, free_after)
+                if totals is not None:
+                    t_alloc, t_req, t_held, t_free = totals.get(resource, _ZERO)
+                    t_free += (free_after if free_after > 0 else 0) - (free_before if free_before > 0 else 0)
+                    if reserved:
+                        t_held += delta
+                    else:
+                        t_req += delta
+                    if t_alloc or t_req or t_held or t_free:
+                        totals[resource] = tuple.__new__(Totals, (t_alloc, t_req, t_held, t_free))
+                    else:
+                        totals.pop(resource, None)
         new_requested, new_held = (requested, counts) if reserved else (counts, held)
         new = tuple.__new__(NodeCapacity, (name, site_name, _cluster, _present, _ready, eligible, allocatable, new_requested, new_held, gpus))
-        if eligible and gpus:
+        if frees and gpus:
             self._move_in_index(old, gpus, frees)
-        if totals is not None:
-            self._sites = self._sites.set(site_name, tuple.__new__(SiteCapacity, (*site[:4], totals)))  # type: ignore[index]
+        if site is not None:
+            self._sites = self._sites.set(site_name, tuple.__new__(SiteCapacity, (*site[:4], totals)))
         if not _present and not new_requested and not new_held:
             self._nodes = self._nodes.delete(name)
         else:
@@ -438,26 +491,37 @@ class Inventory:
 
     def _move_in_index(self, old: NodeCapacity, gpus: tuple[str, ...], frees: dict[str, tuple[int, int]]) -> None:
         """Re-file one node after its free counts in ``frees`` went from [0] to [1]."""
-
-        def free(resource: str, which: int) -> int:
-            known = frees.get(resource)
-            if known is not None:
-                return known[which]
-            return old[6].get(resource, 0) - old[7].get(resource, 0) - old[8].get(resource, 0)
-
-        if "cpu" not in frees and "memory" not in frees and not any(g in frees for g in gpus):
+        cpu = frees.get("cpu")
+        memory = frees.get("memory")
+        if cpu is None and memory is None and not any(g in frees for g in gpus):
             return
-        grades = [fitindex.grade_key(free("cpu", w), free("memory", w)) for w in (0, 1)]
+        allocatable, requested, held = old[6], old[7], old[8]
+        if cpu is None:
+            free = allocatable.get("cpu", 0) - requested.get("cpu", 0) - held.get("cpu", 0)
+            cpu = (free, free)
+        if memory is None:
+            free = allocatable.get("memory", 0) - requested.get("memory", 0) - held.get("memory", 0)
+            memory = (free, free)
+        grade_before = fitindex.grade_key(cpu[0], memory[0])
+        grade_after = fitindex.grade_key(cpu[1], memory[1])
         index = self._index
         for resource in gpus:
-            before, after = free(resource, 0), free(resource, 1)
-            if before == after and grades[0] == grades[1]:
-                continue
-            key = (old[1], resource)
-            if before > 0:
-                index = fitindex.discard(index, key, before, grades[0], old[0])
-            if after > 0:
-                index = fitindex.add(index, key, after, grades[1], old[0])
+            known = frees.get(resource)
+            if known is None:
+                if grade_before == grade_after:
+                    continue
+                before = after = allocatable.get(resource, 0) - requested.get(resource, 0) - held.get(resource, 0)
+            else:
+                before, after = known
+                if before == after and grade_before == grade_after:
+                    continue
+            index = fitindex.move(
+                index,
+                (old[1], resource),
+                (before, grade_before) if before > 0 else None,
+                (after, grade_after) if after > 0 else None,
+                old[0],
+            )
         self._index = index
 
     # ---- the one place where node state changes ----------------------------------------
@@ -503,7 +567,7 @@ class Inventory:
         some = new if new is not None else old
         assert some is not None
         site = self._sites.get(some.site) or SiteCapacity(site=some.site, cluster_id=some.cluster_id)
-        totals = site.totals.mutate()
+        totals = dict(site.totals)  # copied: a snapshot may hold the current one
         for resource in resources:
             before = _counted(old, resource)
             after = _counted(new, resource)
@@ -525,7 +589,7 @@ class Inventory:
         site = site._replace(
             nodes_present=site.nodes_present + present,
             nodes_eligible=site.nodes_eligible + eligible,
-            totals=totals.finish(),
+            totals=totals,
         )
         if site.nodes_present == 0 and not site.totals:
             if site.site in self._sites:

@@ -7,6 +7,7 @@ settings drives both the spawner and the shared state.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode, Union, validate
@@ -185,8 +186,13 @@ def spawner_sections(config: Config) -> list[str]:
     return [c.__name__ for c in reversed(spawner_class.mro()) if issubclass(c, GPUBurstSettings) and c is not GPUBurstSettings]
 
 
+@functools.lru_cache(maxsize=64)
 def _load_spawner_class(name: str) -> type | None:
-    """JupyterHub's spawner_class string: an entry point name or a dotted import path."""
+    """JupyterHub's spawner_class string: an entry point name or a dotted import path.
+
+    Looked up once per name: reading every installed distribution's entry points takes some
+    10 ms, and every spawn asks (for its tracker's API settings) on the hub's event loop.
+    """
     from importlib import import_module
     from importlib.metadata import entry_points
 

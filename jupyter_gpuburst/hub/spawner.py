@@ -26,14 +26,13 @@ from traitlets import TraitError, default
 
 from jupyter_gpuburst.core import keys, names
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
-from jupyter_gpuburst.hub import cpu_servers, retry, spawn_form, spawn_messages, spawnstate, storage
+from jupyter_gpuburst.hub import cpu_servers, retry, spawn_form, spawn_messages, spawnstate, storage, watch
 from jupyter_gpuburst.hub.capacity import CapacityTracker, server_key
 from jupyter_gpuburst.hub.offloading import NamespaceOffloader, OffloadingPermissionError
 from jupyter_gpuburst.hub.podrequest import RESOURCE_TRAITS, pod_spec_from_traits, request_of_pod
 from jupyter_gpuburst.hub.profiles import (
     ProfileGPU,
     UserOptionsError,
-    gpu_from_resources,
     profile_block,
     validate_user_options,
 )
@@ -111,6 +110,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         self._gb_messages: list[dict[str, Any]] = []
         self._gb_decided = asyncio.Event()
         self._gb_dead_uids: set[str] = set()
+        self._gb_new_events = watch.NewEvents()
         self._gb_redirect_t0: float | None = None
         self._gb_cpu_only = False
         self.gpuburst_redirect_seconds: list[float] = []
@@ -342,8 +342,8 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         self._gb_placement = placement
         self._gb_storage_decide(placement, constraint)
         # in the hub database before the pod exists: a hub killed from here on restarts knowing
-        # where this server was sent
-        spawnstate.save_state(self)
+        # where this server was sent (one commit for all the spawns deciding at this moment)
+        await spawnstate.save_state_together(self)
         if placement.is_donor and self.offload_namespace:
             try:
                 await self._offloader().ensure(self.namespace)
@@ -351,6 +351,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                 (await self.gpuburst_tracker()).forget_decision(self.gpuburst_key)
                 raise self._gb_public_error(exc, f"offloading namespace {self.namespace} for donor {placement.site}") from None
         self._gb_pin(pod, placement)
+        self._gb_skip_old_events()
         if self._gb_storage is not None and self._gb_storage.scratch_claims:
             volumes = storage.scratch_volumes(pod.spec.volumes, self._gb_storage.scratch_claims, self._gb_serialize)
             pod.spec.volumes = [get_k8s_model(V1Volume, v) for v in volumes]
@@ -585,7 +586,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                 if why is None and placement.is_donor and phase == "Pending":
                     # a donor's own scheduler failing shows only as events about this pod; the
                     # event list is scanned for pending donor pods only, so 200 spawns stay cheap
-                    why = failed_scheduling_reason(self.events, pod, uid, placement.resource)
+                    why = self._gb_failed_scheduling_event(pod, uid, placement.resource)
                 if why is not None:
                     self._gb_redirect_t0 = time.monotonic()
                     return why
@@ -598,6 +599,20 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                 else:
                     pending_since = None
             await tracker.wait_pod_change(self.namespace, self.pod_name, 0.5)
+
+    def _gb_skip_old_events(self) -> None:
+        # the pod is about to be made: no event received so far is about it
+        reflector = self.event_reflector if self.events_enabled else None
+        if reflector is not None:
+            self._gb_new_events.skip_to_end(reflector.resources)
+
+    def _gb_failed_scheduling_event(self, pod: dict[str, Any], uid: str | None, resource: str) -> str | None:
+        # only the events that arrived since the last look (watch.NewEvents says why)
+        reflector = self.event_reflector if self.events_enabled else None
+        if reflector is None:
+            return None
+        fresh = self._gb_new_events.read(reflector.resources)
+        return failed_scheduling_reason(fresh, pod, uid, resource)
 
     async def stop(self, now: bool = False) -> None:
         await super().stop(now=now)

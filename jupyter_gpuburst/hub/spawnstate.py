@@ -13,6 +13,7 @@ back the last set that was accepted.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Mapping
 from typing import Any
@@ -43,6 +44,45 @@ def save_state(spawner: Any) -> bool:
     orm_spawner.state = spawner.get_state()
     session.commit()
     return True
+
+
+# session -> the commit every spawner that saved in this event-loop turn waits for
+_pending_commits: dict[Any, asyncio.Future] = {}
+
+
+async def save_state_together(spawner: Any) -> bool:
+    """:func:`save_state`, with one commit for every spawner that saves in the same loop turn.
+
+    A commit of the hub's SQLite database is a synchronous fsync on the event loop (5 ms, up to
+    25 ms on a busy disk). When 200 students press Start together, 200 commits one after the
+    other hold the loop, and every spawn behind them, for seconds. Each spawner's state is put
+    in the session at once; the commit runs on the next turn of the loop and covers all of
+    them, and each caller returns only once it is done (or raises its error), so the state is
+    still in the database before the caller goes on to create its pod.
+    """
+    orm_spawner = getattr(spawner, "orm_spawner", None)
+    session = _session(orm_spawner)
+    if session is None:
+        return False
+    orm_spawner.state = spawner.get_state()
+    commit = _pending_commits.get(session)
+    if commit is None:
+        loop = asyncio.get_running_loop()
+        commit = _pending_commits[session] = loop.create_future()
+        loop.call_soon(_commit, session, commit)
+    await asyncio.shield(commit)
+    return True
+
+
+def _commit(session: Any, done: asyncio.Future) -> None:
+    if _pending_commits.get(session) is done:
+        del _pending_commits[session]
+    try:
+        session.commit()
+    except Exception as exc:  # every waiter sees the failure its own commit would have had
+        done.set_exception(exc)
+    else:
+        done.set_result(None)
 
 
 def restore_options(spawner: Any, saved: Mapping[str, Any] | None) -> None:

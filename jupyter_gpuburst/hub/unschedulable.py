@@ -56,17 +56,22 @@ def unschedulable_reason(pod: Mapping[str, Any], resource: str | None = None) ->
 
 
 def failed_scheduling_reason(events: Iterable[Mapping[str, Any]], pod: Mapping[str, Any] | None, uid: str | None, resource: str | None = None) -> str | None:
-    """The message of a ``FailedScheduling`` event about this pod (``uid``) that names a shortage.
+    """The message of a ``FailedScheduling`` event about this pod (its name, and ``uid``: not an
+    earlier pod of that name) that names a shortage.
 
     A donor's own scheduler failing shows on the origin only as such events.
     """
-    wanted = _wanted(pod or {}, resource)
+    pod = pod or {}
+    name = (pod.get("metadata") or {}).get("name")
+    wanted = _wanted(pod, resource)
     for event in events:
+        if event.get("reason") != "FailedScheduling":
+            continue
         involved = event.get("involvedObject") or {}
-        if uid and involved.get("uid") not in (None, uid):
+        if (name and involved.get("name") not in (None, name)) or (uid and involved.get("uid") not in (None, uid)):
             continue
         message = event.get("message") or ""
-        if event.get("reason") == "FailedScheduling" and shortage(message, wanted):
+        if shortage(message, wanted):
             return message
     return None
 

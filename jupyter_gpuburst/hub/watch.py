@@ -13,6 +13,7 @@ turned into the events it implies, deletions included, so the consumer never has
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -196,3 +197,45 @@ class WatchFeed:
         finally:
             w.stop()
             await w.close()
+
+
+class NewEvents:
+    """Reads the events KubeSpawner's event reflector received since the last read, no more.
+
+    ``KubeSpawner.events`` sorts every event of the namespace on each call. A spawn pending on
+    a donor looks for a ``FailedScheduling`` about its pod each time the pod changes and every
+    half second, so 160 such spawns sorting thousands of events (they stay for the API server's
+    event TTL, an hour by default, and pile up with every spawn) cost the hub more with every
+    spawn it has ever made. The reflector keeps events in a dict in the order they arrived;
+    this reader remembers how far it read, and the key it read last, and starts there. When
+    that key is no longer where it was (events before it expired), or the dict was replaced (a
+    relist), it reads everything again: an event read twice is harmless, one skipped is not.
+    """
+
+    def __init__(self) -> None:
+        self._seen: Any = None  # the reflector's dict last read
+        self._position = 0
+        self._last_key: Any = None
+
+    def skip_to_end(self, resources: Mapping[str, Any]) -> None:
+        """Take every event received so far as read: none of them is about a pod not made yet."""
+        self._seen, self._position = resources, len(resources)
+        self._last_key = next(reversed(resources.keys()), None) if resources else None
+
+    def read(self, resources: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        if resources is not self._seen:
+            self._seen, self._position, self._last_key = resources, 0, None
+        items: list[tuple[Any, Any]] = []
+        if self._position:
+            # one step back, to see that the last key read is still where it was
+            items = list(itertools.islice(resources.items(), self._position - 1, None))
+            if items and items[0][0] == self._last_key:
+                items = items[1:]
+            else:
+                self._position, items = 0, []
+        if not self._position:
+            items = list(resources.items())
+        if items:
+            self._position += len(items)
+            self._last_key = items[-1][0]
+        return [event for _, event in items]

@@ -84,3 +84,31 @@ def test_sample_views_are_built_once_and_hide_kernels():
     frame = sample.sse(True)
     assert frame == b"event: sample\ndata: " + sample.encoded + b"\n\n" and frame is sample.sse(True)
     assert b"kernel_id" not in sample.sse(False)
+
+
+def _fake_proc(root, pids: dict[int, tuple[int, int]]) -> None:
+    """A /proc with one stat file per pid: pid -> (ppid, start time)."""
+    (root / "self").mkdir(exist_ok=True)
+    (root / "self" / "stat").write_text("1 (init) S 0")
+    for pid, (ppid, start) in pids.items():
+        (root / str(pid)).mkdir(exist_ok=True)
+        fields = ["S", str(ppid), *["0"] * 17, str(start), "0"]
+        (root / str(pid) / "stat").write_text(f"{pid} (kernel (x)) " + " ".join(fields))
+
+
+def test_refresh_says_whether_anything_started_or_exited(tmp_path):
+    _fake_proc(tmp_path, {10: (1, 100), 11: (10, 101)})
+    table = ProcessTable(proc_root=str(tmp_path))
+    assert table.refresh() is True
+    assert table.tree(10) == {10, 11}
+    reads = table.stat_reads
+    assert table.refresh() is False  # the same processes: nothing re-read, trees still current
+    assert table.stat_reads == reads
+    _fake_proc(tmp_path, {12: (11, 102)})
+    assert table.refresh() is True
+    assert table.tree(10) == {10, 11, 12}
+    assert table.stat_reads == reads + 1
+    (tmp_path / "12" / "stat").unlink()
+    (tmp_path / "12").rmdir()
+    assert table.refresh() is True
+    assert table.tree(10) == {10, 11}

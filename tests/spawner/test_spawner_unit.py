@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import json
+from types import SimpleNamespace
 from typing import Any
 from unittest.mock import patch
 
@@ -395,13 +396,15 @@ async def test_failed_scheduling_event_for_the_gpu_triggers_a_move(no_cluster, m
     spawner = make_spawner(tracker, {"profile": "gpu1"}, donor_pending_grace_seconds=60)
     await manifest_of(spawner)
     tracker._on_pod_event("ADDED", donor_pod(spawner))
-    event = {"reason": "FailedScheduling", "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.", "involvedObject": {"uid": "uid-1"}}
-    stale = {**event, "involvedObject": {"uid": "an-earlier-pod"}}
-    events = [stale]
-    monkeypatch.setattr(GPUBurstSpawner, "events", property(lambda self: events))
+    pod = {"kind": "Pod", "name": spawner.pod_name}
+    event = {"reason": "FailedScheduling", "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.", "involvedObject": {**pod, "uid": "uid-1"}}
+    stale = {**event, "involvedObject": {**pod, "uid": "an-earlier-pod"}}
+    # KubeSpawner's event reflector: events of the namespace by key, in the order they arrived
+    reflector = SimpleNamespace(resources={"default/stale": stale})
+    monkeypatch.setattr(GPUBurstSpawner, "event_reflector", property(lambda self: reflector))
     with pytest.raises(asyncio.TimeoutError):
         await asyncio.wait_for(spawner._gb_watch_pod(), 0.7)
-    events.append(event)
+    reflector.resources["default/event"] = event
     why = await asyncio.wait_for(spawner._gb_watch_pod(), 2)
     assert "Insufficient nvidia.com/gpu" in why
 

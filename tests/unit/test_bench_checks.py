@@ -235,3 +235,33 @@ def test_telemetry_checks_fail_on_bad_values(path, value, check):
         target = target[key]
     target[path[-1]] = value
     assert telemetry.checks(result)[check] is False
+
+
+# ---- the telemetry server's lag recorder ---------------------------------------------------------
+async def test_what_ran_names_the_slow_coroutine_and_the_collector():
+    import asyncio
+    import gc
+    import time as _time
+
+    from jupyter_gpuburst.bench.telemetry_server import WhatRan
+
+    class Handler:
+        async def get(self):
+            _time.sleep(0.01)  # holds the loop for 10 ms
+            await asyncio.sleep(0)
+
+    recorder = WhatRan(threshold_s=0.005)
+    recorder.install()
+    try:
+        await asyncio.ensure_future(Handler().get())
+        await asyncio.sleep(0)  # a fast callback: not recorded
+        gc.collect()
+    finally:
+        recorder.uninstall()
+    report = recorder.report()
+    assert [c["what"].rsplit(".", 1)[-1] for c in report["slow_callbacks"]] == ["get (Handler)"]
+    assert "Handler.get" in report["slow_callbacks"][0]["what"]
+    assert report["slow_callbacks"][0]["ms"] >= 5
+    assert report["gc"]["2"]["n"] >= 1
+    recorder.reset()
+    assert recorder.report() == {"slow_callbacks": [], "gc": {}}

@@ -43,16 +43,27 @@ class ProcessTable:
         self._stat: dict[int, _Stat] = {}
         self._children: dict[int, list[int]] = {}
         self._aliases: dict[tuple[int, int], frozenset[int]] = {}
+        self._listing: list[str] = []
         self.stat_reads = 0  # for tests and the benchmark: how much work a refresh did
 
-    def refresh(self) -> None:
+    def refresh(self) -> bool:
+        """Bring the table up to date; False when /proc lists exactly the processes it did before.
+
+        (Then every tree and alias read since is still current, and callers may keep what they
+        derived from them.) Without /proc it is always True: nothing can be known unchanged.
+        """
         if not self.available:
-            return
+            return True
         try:
             names = os.listdir(self.proc_root)
         except OSError:
             self.available = False
-            return
+            return True
+        if names == self._listing:
+            # the same pids in the same order: nobody started or exited (a pid reused between
+            # two refreshes shows its new start time at the next stat read, see the module doc)
+            return False
+        self._listing = names
         live = {int(n) for n in names if n.isdigit()}
         gone = self._stat.keys() - live
         for pid in gone:
@@ -75,6 +86,7 @@ class ProcessTable:
             self._children = children
             keep = {(pid, start) for pid, (_, start) in self._stat.items()}
             self._aliases = {k: v for k, v in self._aliases.items() if k in keep}
+        return True
 
     def tree(self, pid: int) -> set[int]:
         """``pid`` and all its descendants, as of the last refresh; empty when it is gone."""

@@ -34,15 +34,27 @@ KernelSource = Callable[[], Awaitable[Sequence[KernelRef]]]
 FANOUT_BATCH = 8
 
 
-@dataclass(frozen=True)
 class Sample:
-    """One sample: the JSON the API returns, already encoded once for every client."""
+    """One sample: the JSON the API returns, already encoded once for every client.
 
-    data: dict
-    encoded: bytes
-    seq: int
-    # other encodings (without kernels; as an SSE frame), made once on first use, then shared
-    _views: dict = field(default_factory=dict, compare=False, repr=False)
+    Only the encoded bytes are kept. The history holds 300 samples of 8 GPUs and 50 kernels;
+    as dicts they would be some 50,000 objects for the server's garbage collector to walk on
+    every collection of the older generations, pausing every request. ``data`` decodes them
+    when someone asks (tests, the benchmark, a reader who may not see kernels).
+    """
+
+    __slots__ = ("encoded", "seq", "_data", "_views")
+
+    def __init__(self, data: dict | None = None, encoded: bytes = b"", seq: int = 0) -> None:
+        self.encoded = encoded
+        self.seq = seq
+        self._data = data  # kept only when given (tests); a sampler's sample has its bytes only
+        # other encodings (without kernels; as an SSE frame), made once on first use, then shared
+        self._views: dict = {}
+
+    @property
+    def data(self) -> dict:
+        return self._data if self._data is not None else json.loads(self.encoded)
 
     def body(self, kernels_visible: bool) -> bytes:
         """The JSON body; without the kernel list for readers who may not see kernels."""
@@ -235,14 +247,13 @@ class Sampler:
             kernels = []
         t1 = time.perf_counter()
         try:
-            data, encoded = await loop.run_in_executor(self._executor, self._take_encoded, kernels, time.time())
+            encoded = await loop.run_in_executor(self._executor, self._take_encoded, kernels, time.time())
         except Exception as exc:  # noqa: BLE001
             log.exception("GPU telemetry: sampling failed")
-            data = self._unavailable(f"telemetry error: {type(exc).__name__}", kernels, time.time())
-            encoded = _encode(data)
+            encoded = _encode(self._unavailable(f"telemetry error: {type(exc).__name__}", kernels, time.time()))
         t2 = time.perf_counter()
         self._seq += 1
-        sample = Sample(data=data, encoded=encoded, seq=self._seq)
+        sample = Sample(encoded=encoded, seq=self._seq)
         self._latest, self._latest_at = sample, loop.time()
         self._history.append(sample)
         await self._publish(sample)
@@ -308,10 +319,9 @@ class Sampler:
             "unattributed": [],
         }
 
-    def _take_encoded(self, kernels: list[KernelRef], now: float) -> tuple[dict, bytes]:
+    def _take_encoded(self, kernels: list[KernelRef], now: float) -> bytes:
         # Encoding here, not on the loop: with many GPUs and kernels it is the largest step.
-        data = self._take(kernels, now)
-        return data, _encode(data)
+        return _encode(self._take(kernels, now))
 
     def _take(self, kernels: list[KernelRef], now: float) -> dict:
         backend = self._ensure_backend()
@@ -329,9 +339,11 @@ class Sampler:
             # The kernel set changed or the list is old: re-read processes and process trees.
             t1 = time.perf_counter()
             self._processes = backend.read_processes(kernels, now)
-            self._proctable.refresh()
-            resolved = resolve(kernels, self._proctable.tree, self._proctable.aliases)
-            self._resolved = {kp.kernel.kernel_id: kp for kp in resolved}
+            if self._proctable.refresh() or kernel_ids != set(self._resolved):
+                # trees are walked again only when a process started or exited, or a kernel
+                # came or went: most process reads find the same processes as the last one
+                resolved = resolve(kernels, self._proctable.tree, self._proctable.aliases)
+                self._resolved = {kp.kernel.kernel_id: kp for kp in resolved}
             self._processes_at = now
             self.stats.process_samples += 1
             self.stats.process_read_s.append(time.perf_counter() - t1)

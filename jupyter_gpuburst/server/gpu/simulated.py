@@ -104,10 +104,14 @@ class SimulatedBackend(GPUBackend):
         self._lock = threading.Lock()
         self._busy_seconds: dict[str, float] = {}
         self._last_seen: dict[str, tuple[float, bool]] = {}
+        self._gpu_of: dict[str, int] = {}  # kernel id -> GPU, for the kernels seen last
 
     def gpu_of(self, kernel_id: str) -> int:
         """The simulated GPU a kernel runs on (stable for the kernel's life)."""
-        return int(_stable_fraction(kernel_id) * self.count)
+        known = self._gpu_of.get(kernel_id)
+        if known is None:
+            known = self._gpu_of[kernel_id] = int(_stable_fraction(kernel_id) * self.count)
+        return known
 
     def _advance(self, kernels: Sequence[KernelRef], now: float) -> None:
         """Accumulate busy time per kernel; forget kernels that are gone."""
@@ -116,6 +120,7 @@ class SimulatedBackend(GPUBackend):
             if kid not in live:
                 del self._last_seen[kid]
                 self._busy_seconds.pop(kid, None)
+                self._gpu_of.pop(kid, None)
         for k in kernels:
             busy = k.execution_state in BUSY_STATES
             previous = self._last_seen.get(k.kernel_id)
@@ -131,8 +136,11 @@ class SimulatedBackend(GPUBackend):
         with self._lock:
             self._advance(kernels, now)
             readings = []
+            by_gpu: list[list[KernelRef]] = [[] for _ in self.uuids]
+            for k in kernels:
+                by_gpu[self.gpu_of(k.kernel_id)].append(k)
             for i, uuid in enumerate(self.uuids):
-                mine = [k for k in kernels if self.gpu_of(k.kernel_id) == i]
+                mine = by_gpu[i]
                 utilization = 0.0
                 for k in mine:
                     if k.execution_state in BUSY_STATES:
