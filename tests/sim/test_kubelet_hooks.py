@@ -45,14 +45,22 @@ def workdir(cluster: Cluster, name: str):
     return cluster.kubelet._pods[("default", name)].volumes["w"]
 
 
-# The main process records, on SIGTERM, whether the preStop hook had already run.
+# The main process records, on SIGTERM, whether the preStop hook had already run. It says when its
+# handler is in place: "running" is reported when the process starts, before Python has set it.
 ON_TERM = (
     "import os,signal,sys,time\n"
     "def term(*a):\n"
     "    open('/w/at-term','w').write('hook-first' if os.path.exists('/w/prestop') else 'term-first'); sys.exit(0)\n"
     "signal.signal(signal.SIGTERM, term)\n"
+    "open('/w/handler-set','w').close()\n"
     "while True: time.sleep(0.05)\n"
 )
+
+
+async def wait_handler_set(cluster: Cluster, name: str):
+    w = workdir(cluster, name)
+    await wait_until(lambda: (w / "handler-set").exists(), 15, "the SIGTERM handler is set")
+    return w
 
 
 async def test_post_start_holds_the_container_from_running(cluster):
@@ -94,7 +102,7 @@ async def test_pre_stop_exec_runs_before_sigterm(cluster):
     hook = {"exec": {"command": ["sh", "-c", "touch /w/prestop"]}}
     store.create("pods", pod("stop", {"name": "main", "image": "python:3.11", "command": [PY, "-c", ON_TERM], "lifecycle": {"preStop": hook}}), "default")
     await wait_for_pod(store, "default", "stop", lambda p: "running" in state_of(p))
-    w = workdir(cluster, "stop")
+    w = await wait_handler_set(cluster, "stop")
     store.delete("pods", "default", "stop")
     await wait_until(lambda: (w / "at-term").exists(), 15, "the container saw SIGTERM")
     assert (w / "at-term").read_text() == "hook-first"
@@ -133,7 +141,7 @@ async def test_failed_pre_stop_is_an_event_and_the_container_still_stops(cluster
     hook = {"exec": {"command": ["sh", "-c", "exit 7"]}}
     store.create("pods", pod("badstop", {"name": "main", "image": "python:3.11", "command": [PY, "-c", ON_TERM], "lifecycle": {"preStop": hook}}), "default")
     await wait_for_pod(store, "default", "badstop", lambda p: "running" in state_of(p))
-    w = workdir(cluster, "badstop")
+    w = await wait_handler_set(cluster, "badstop")
     store.delete("pods", "default", "badstop")
     await wait_until(lambda: (w / "at-term").exists(), 15, "the container saw SIGTERM")
     assert (w / "at-term").read_text() == "term-first"
@@ -145,7 +153,7 @@ async def test_pre_stop_longer_than_the_grace_period_is_cut_short(cluster):
     hook = {"sleep": {"seconds": 30}}
     store.create("pods", pod("slow", {"name": "main", "image": "python:3.11", "command": [PY, "-c", ON_TERM], "lifecycle": {"preStop": hook}}, terminationGracePeriodSeconds=1), "default")
     await wait_for_pod(store, "default", "slow", lambda p: "running" in state_of(p))
-    w = workdir(cluster, "slow")
+    w = await wait_handler_set(cluster, "slow")
     store.delete("pods", "default", "slow")
     # the hook gets the grace period (1 s), SIGTERM comes after it, not after the 30 s sleep
     await wait_until(lambda: (w / "at-term").exists(), 10, "SIGTERM once the grace period is spent")
