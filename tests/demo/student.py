@@ -140,11 +140,15 @@ class Student:
                             return events
         return events
 
-    async def run_cell(self, code: str, timeout: float = 30) -> str:
-        """Start a kernel, execute ``code`` over the kernel websocket, return its stdout."""
+    async def kernelspecs(self) -> dict[str, Any]:
+        """The server's kernelspecs by name, as the launcher lists them."""
+        return (await self.server_get("api/kernelspecs"))["kernelspecs"]
+
+    async def run_cell(self, code: str, timeout: float = 30, kernel: str = "python3") -> str:
+        """Start a ``kernel``, execute ``code`` over the kernel websocket, return its stdout."""
         prefix = f"/user/{self.name}"
         headers = {"X-XSRFToken": self._cookie("_xsrf", prefix) or ""}
-        async with self.session.post(f"{self.base}{prefix}/api/kernels", json={"name": "python3"}, headers=headers) as resp:
+        async with self.session.post(f"{self.base}{prefix}/api/kernels", json={"name": kernel}, headers=headers) as resp:
             assert resp.status == 201, (resp.status, await resp.text())
             kernel = await resp.json()
         ws_url = f"{self.base}{prefix}/api/kernels/{kernel['id']}/channels".replace("http", "ws", 1)

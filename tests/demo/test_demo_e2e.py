@@ -2,8 +2,9 @@
 
 The demo runs as a subprocess exactly as `make demo` runs it; the test reads its banner, logs in
 through the login form, picks the 2-GPU profile in the spawn form, reaches the server's
-placement API through the proxy, runs a cell through the kernel websocket, stops the servers,
-and finally presses Ctrl-C (SIGINT) and checks that nothing is left: processes or ports.
+placement API through the proxy, runs a cell through the kernel websocket, starts a GPU kernel
+from a CPU server in kernel mode, stops the servers, and finally presses Ctrl-C (SIGINT) and
+checks that nothing is left: processes, pods or ports.
 """
 
 from __future__ import annotations
@@ -169,9 +170,31 @@ async def test_two_students_land_on_origin_then_donor_and_everything_stops(tmp_p
         gpus = await students[1].server_get("api/gpuburst/gpus")
         assert len(gpus["gpus"]) == 2 and gpus.get("simulated") is True, gpus
 
-        assert len(singleuser_processes(demo.descendants())) == 3
+        # Kernel mode: the server stays on the origin's CPU node; its GPU kernel goes where a GPU
+        # is free (the origin's two GPUs are student1's, so the donor)
+        kernels = Student(f"http://127.0.0.1:{port}", "student4", DEFAULT_PASSWORD)
+        students.append(kernels)
+        await kernels.login()
+        assert "cpu-gpu-kernels" in await kernels.spawn_form_profiles()
+        await kernels.start("cpu-gpu-kernels")
+        await kernels.wait_ready()
+        await kernels.open_lab()
+        specs = await kernels.kernelspecs()
+        assert specs["gpuburst-gpu-1"]["spec"]["display_name"] == "Python 3 (1 GPU)", sorted(specs)
+        out = await kernels.run_cell("import os; print(os.environ['JUPYTER_GPUBURST_SITE'])", timeout=60, kernel="gpuburst-gpu-1")
+        # the demo keeps files on the origin's volumes: the kernel's first output says it has none
+        note, _, site = out.strip().rpartition("\n")
+        assert site == "donor-1", out
+        assert note.startswith("Note: this GPU kernel runs on this donor cluster (donor-1) without your files."), out
+        pods = await origin_pods(tmp_path / "state" / "kubeconfig")
+        nodes = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+        assert nodes["jupyter-student4"] == "origin-cpu", nodes
+        assert [n for name, n in nodes.items() if name.startswith("gpuburst-kernel-")] == ["donor-1"], nodes
+
+        assert len(singleuser_processes(demo.descendants())) == 4
         for student in students:
             await student.stop()
+        # the GPU kernel's pod went with its server
         assert await origin_pods(tmp_path / "state" / "kubeconfig") == []
         await wait_for(lambda: not singleuser_processes(demo.descendants()), "server processes to end")
 
