@@ -73,10 +73,12 @@ async def test_gpu_kernel_lifecycle_through_the_hub_api(hub, specs):
         assert await km.is_alive()
 
         # interrupt travels on the control channel, like for any kernel with interrupt_mode message
-        msg_id = client.execute("import time; time.sleep(60)")
-        while True:  # interrupt once the cell runs
+        msg_id = client.execute("import time; print('sleeping', flush=True); time.sleep(60)")
+        # interrupt once the cell's own code runs: a SIGINT that lands while ipykernel is still
+        # between execute_input and the cell ends its message handler, and no reply ever comes
+        while True:
             msg = await client.get_iopub_msg(timeout=30)
-            if msg["header"]["msg_type"] == "execute_input" and msg["parent_header"].get("msg_id") == msg_id:
+            if msg["header"]["msg_type"] == "stream" and msg["parent_header"].get("msg_id") == msg_id:
                 break
         await km.interrupt_kernel()
         reply = await client.get_shell_msg(timeout=30)

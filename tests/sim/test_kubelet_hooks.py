@@ -57,6 +57,11 @@ ON_TERM = (
 )
 
 
+def written(path) -> str:
+    """The file's text once the container has written it (it is created empty first)."""
+    return path.exists() and path.read_text()
+
+
 async def wait_handler_set(cluster: Cluster, name: str):
     w = workdir(cluster, name)
     await wait_until(lambda: (w / "handler-set").exists(), 15, "the SIGTERM handler is set")
@@ -104,7 +109,7 @@ async def test_pre_stop_exec_runs_before_sigterm(cluster):
     await wait_for_pod(store, "default", "stop", lambda p: "running" in state_of(p))
     w = await wait_handler_set(cluster, "stop")
     store.delete("pods", "default", "stop")
-    await wait_until(lambda: (w / "at-term").exists(), 15, "the container saw SIGTERM")
+    await wait_until(lambda: written(w / "at-term"), 15, "the container saw SIGTERM")
     assert (w / "at-term").read_text() == "hook-first"
     await wait_until(lambda: not store.list("pods", "default")[0], 15, "the pod is gone")
 
@@ -129,7 +134,7 @@ async def test_pre_stop_http_get_reaches_the_container_before_sigterm(cluster):
     await wait_for_pod(store, "default", "drain", lambda p: (p["status"].get("containerStatuses") or [{}])[0].get("ready") is True, timeout=15)
     w = workdir(cluster, "drain")
     store.delete("pods", "default", "drain")
-    await wait_until(lambda: (w / "at-term").exists(), 15, "the container saw SIGTERM")
+    await wait_until(lambda: written(w / "at-term"), 15, "the container saw SIGTERM")
     assert (w / "prestop").read_text() == "/drain"
     assert (w / "at-term").read_text() == "hook-first"
     # a 500 is no hook failure: the kubelet does not look at the status code of a hook
@@ -143,7 +148,7 @@ async def test_failed_pre_stop_is_an_event_and_the_container_still_stops(cluster
     await wait_for_pod(store, "default", "badstop", lambda p: "running" in state_of(p))
     w = await wait_handler_set(cluster, "badstop")
     store.delete("pods", "default", "badstop")
-    await wait_until(lambda: (w / "at-term").exists(), 15, "the container saw SIGTERM")
+    await wait_until(lambda: written(w / "at-term"), 15, "the container saw SIGTERM")
     assert (w / "at-term").read_text() == "term-first"
     await wait_until(lambda: ("Warning", "FailedPreStopHook", "PreStopHook failed") in events(store, "badstop"), 5, "FailedPreStopHook event")
 
@@ -156,5 +161,5 @@ async def test_pre_stop_longer_than_the_grace_period_is_cut_short(cluster):
     w = await wait_handler_set(cluster, "slow")
     store.delete("pods", "default", "slow")
     # the hook gets the grace period (1 s), SIGTERM comes after it, not after the 30 s sleep
-    await wait_until(lambda: (w / "at-term").exists(), 10, "SIGTERM once the grace period is spent")
+    await wait_until(lambda: written(w / "at-term"), 10, "SIGTERM once the grace period is spent")
     await wait_until(lambda: not store.list("pods", "default")[0], 10, "the pod is gone")
