@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 
 import aiohttp
 import pytest
@@ -131,6 +132,8 @@ async def test_chaos_benchmark_short(tmp_path):
         spawns=12, local_gpus=None, donor_gpus=None, span=45.0, attempts=4, start_timeout=90, seed=3
     )
     result = await chaos.run(args, tmp_path)
+    # whole, in the report of a failure (an assertion's own message is cut short)
+    print(json.dumps(result, indent=1, default=str))
     assert result["hub_restarts"] == 2
     assert {"api_down", "peering_lost", "watch_gone", "watch_drop", "errors"} <= {f.split()[1] for f in result["faults"]}
     assert result["lost"] == result["duplicated"] == result["orphaned"] == 0, result
