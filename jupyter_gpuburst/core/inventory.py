@@ -6,9 +6,11 @@ storage (bytes), pod slots, and the GPU resources (exact names plus prefixes suc
 in-flight spawns hold (``hold``/``release_hold``): a reservation is counted exactly like a pod,
 so the best-fit index never has to look at reservations separately.
 
-Every event costs O(resources) (a handful of persistent-map updates; no recount), and
-``snapshot()`` is O(1): the state lives in immutable HAMT maps (``immutables.Map``), so a snapshot
-is the current set of references and never changes under its reader, however many events follow.
+Every event costs O(resources) (a handful of small updates; no recount), and ``snapshot()`` is
+O(1): the node and site tables are immutable HAMT maps (``immutables.Map``), and each node's
+counts and each site's totals are small dicts copied on change and never changed after, so a
+snapshot is the current set of references and never changes under its reader, however many
+events follow.
 
 A *site* is ``"origin"`` (the origin's own nodes) or one Liqo donor, named by its cluster id; a
 donor's virtual node carries what the donor grants, so its allocatable is a quota of every resource.

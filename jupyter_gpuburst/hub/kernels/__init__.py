@@ -43,10 +43,8 @@ def install(c: Any, service_name: str) -> None:
     ours = server_token_scopes(service_name)
     configured = [name for name in SPAWNER_SECTIONS if name in c and "server_token_scopes" in c[name]]
     if not configured:
-        from jupyterhub.roles import get_default_roles
-
-        server_role = next(r for r in get_default_roles() if r["name"] == "server")
-        c.Spawner.server_token_scopes = list(server_role["scopes"]) + ours
+        # unset reads as empty, which JupyterHub takes as the server role's scopes
+        c.Spawner.server_token_scopes = _with_scopes([], ours)
         return
     for name in configured:
         c[name].server_token_scopes = _with_scopes(c[name]["server_token_scopes"], ours)
