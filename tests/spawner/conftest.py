@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from kubernetes_asyncio import client, config
 
+from jupyter_gpuburst.sim.apiserver import ApiServer
+from jupyter_gpuburst.sim.kubeconfig import write_kubeconfig
+from jupyter_gpuburst.sim.store import Store
 from jupyter_gpuburst.sim.testing import running_federation
 
 from .harness import Hub
@@ -35,3 +39,18 @@ async def start_hub(federation, tmp_path):
     yield start
     for hub in hubs:
         await hub.stop()
+
+
+@pytest.fixture
+async def api_server(tmp_path):
+    """The API emulator alone (no kubelet, no scheduler): its store, the server, and a CoreV1Api
+    client configured from a kubeconfig, as the hub's own clients are."""
+    store = Store()
+    server = ApiServer(store)
+    await server.start()
+    path = write_kubeconfig(tmp_path / "kubeconfig", {"sim": server.url}, "sim")
+    configuration = client.Configuration()
+    await config.load_kube_config(config_file=str(path), client_configuration=configuration)
+    async with client.ApiClient(configuration) as api_client:
+        yield store, server, client.CoreV1Api(api_client)
+    await server.stop()

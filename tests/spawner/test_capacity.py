@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from kubernetes_asyncio import client, config
 
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.bench import synthetic
@@ -13,26 +12,11 @@ from jupyter_gpuburst.hub.capacity import CapacityTracker, server_key
 from jupyter_gpuburst.hub.ownership import PodOwnership
 from jupyter_gpuburst.core.placement import GPURequest, Placement
 from jupyter_gpuburst.hub.settings import settings_from_config
-from jupyter_gpuburst.sim.apiserver import ApiServer
-from jupyter_gpuburst.sim.kubeconfig import write_kubeconfig
-from jupyter_gpuburst.sim.store import Store
 from jupyter_gpuburst.sim.testing import wait_until
 from jupyter_gpuburst.hub.watch import WatchFeed
 
 GPU = "nvidia.com/gpu"
 
-
-@pytest.fixture
-async def api(tmp_path):
-    store = Store()
-    server = ApiServer(store)
-    await server.start()
-    path = write_kubeconfig(tmp_path / "kubeconfig", {"sim": server.url}, "sim")
-    configuration = client.Configuration()
-    await config.load_kube_config(config_file=str(path), client_configuration=configuration)
-    async with client.ApiClient(configuration) as api_client:
-        yield store, client.CoreV1Api(api_client)
-    await server.stop()
 
 
 # what KubeSpawner labels its user pods with, and the tracker takes for one of the hub's servers
@@ -46,8 +30,8 @@ def store_pod(name, **kwargs):
     return pod
 
 
-async def test_tracker_follows_nodes_and_pods_and_releases_on_bind(api):
-    store, core = api
+async def test_tracker_follows_nodes_and_pods_and_releases_on_bind(api_server):
+    store, _, core = api_server
     store.create("nodes", synthetic.node("gpu-a", {GPU: 2}))
     tracker = CapacityTracker(core, settings_from_config(None))
     await tracker.start()
@@ -84,8 +68,8 @@ async def test_tracker_follows_nodes_and_pods_and_releases_on_bind(api):
         await tracker.stop()
 
 
-async def test_pod_waiters_wake_on_their_pod_only(api):
-    store, core = api
+async def test_pod_waiters_wake_on_their_pod_only(api_server):
+    store, _, core = api_server
     tracker = CapacityTracker(core, settings_from_config(None))
     await tracker.start()
     try:
@@ -100,8 +84,8 @@ async def test_pod_waiters_wake_on_their_pod_only(api):
         await tracker.stop()
 
 
-async def test_relist_turns_missed_changes_into_events(api):
-    store, core = api
+async def test_relist_turns_missed_changes_into_events(api_server):
+    store, _, core = api_server
     store.create("nodes", synthetic.node("a", {GPU: 1}))
     store.create("nodes", synthetic.node("b", {GPU: 1}))
     seen: list[tuple[str, str]] = []
@@ -116,8 +100,8 @@ async def test_relist_turns_missed_changes_into_events(api):
     assert sorted(seen) == [("DELETED", "a"), ("MODIFIED", "b")]
 
 
-async def test_watch_recovers_after_the_stream_ends(api):
-    store, core = api
+async def test_watch_recovers_after_the_stream_ends(api_server):
+    store, _, core = api_server
     tracker = CapacityTracker(core, settings_from_config(None))
     await tracker.start()
     try:
@@ -208,11 +192,11 @@ def test_ownership_follows_the_spawner_config():
     assert donor_view.owns({"metadata": {"namespace": "jhub-origin-1", "labels": {"component": "singleuser-server", "app.kubernetes.io/managed-by": "kubespawner"}}})
 
 
-async def test_without_cluster_wide_pod_read_it_counts_its_namespace_only(api):
+async def test_without_cluster_wide_pod_read_it_counts_its_namespace_only(api_server):
     """A hub bound a namespaced Role (docs/security.md) still works, for its namespace's GPUs."""
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    store, core = api
+    store, _, core = api_server
     store.create("nodes", synthetic.node("gpu-a", {GPU: 4}))
     store.create("pods", store_pod("mine", node_name="gpu-a", gpus={GPU: 1}))
     store.create("namespaces", {"metadata": {"name": "tenant-x"}})

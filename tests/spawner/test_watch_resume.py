@@ -2,28 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
-from kubernetes_asyncio import client, config
 
 from jupyter_gpuburst.bench import synthetic
 from jupyter_gpuburst.hub.watch import WatchFeed, object_key
-from jupyter_gpuburst.sim.apiserver import ApiServer
-from jupyter_gpuburst.sim.kubeconfig import write_kubeconfig
 from jupyter_gpuburst.sim.store import Store
 from jupyter_gpuburst.sim.testing import wait_until
 
-
-@pytest.fixture
-async def cluster(tmp_path):
-    store = Store()
-    server = ApiServer(store)
-    await server.start()
-    path = write_kubeconfig(tmp_path / "kubeconfig", {"sim": server.url}, "sim")
-    configuration = client.Configuration()
-    await config.load_kube_config(config_file=str(path), client_configuration=configuration)
-    async with client.ApiClient(configuration) as api_client:
-        yield store, server, client.CoreV1Api(api_client)
-    await server.stop()
 
 
 class Seen:
@@ -43,8 +27,8 @@ def add_pod(store: Store, name: str) -> None:
     store.create("pods", pod)
 
 
-async def test_watch_timeouts_and_drops_resume_without_listing(cluster):
-    store, server, core = cluster
+async def test_watch_timeouts_and_drops_resume_without_listing(api_server):
+    store, server, core = api_server
     seen = Seen()
     feed = WatchFeed(core.list_pod_for_all_namespaces, seen, kind="pods", timeout_seconds=1)
     await feed.start()
@@ -62,8 +46,8 @@ async def test_watch_timeouts_and_drops_resume_without_listing(cluster):
     assert server.stats["watch"] >= 3
 
 
-async def test_410_gone_makes_it_list_once_and_catch_up(cluster):
-    store, server, core = cluster
+async def test_410_gone_makes_it_list_once_and_catch_up(api_server):
+    store, server, core = api_server
     seen = Seen()
     feed = WatchFeed(core.list_pod_for_all_namespaces, seen, kind="pods", timeout_seconds=30)
     await feed.start()
@@ -85,8 +69,8 @@ async def test_410_gone_makes_it_list_once_and_catch_up(cluster):
     assert feed.relists == 2 and server.stats["list"] == 2
 
 
-async def test_bookmarks_move_the_resume_point_so_a_quiet_watch_is_not_expired(cluster):
-    store, server, core = cluster
+async def test_bookmarks_move_the_resume_point_so_a_quiet_watch_is_not_expired(api_server):
+    store, server, core = api_server
     server.bookmark_interval_s = 0.2
     seen = Seen()
     feed = WatchFeed(core.list_pod_for_all_namespaces, seen, kind="pods", timeout_seconds=30)
