@@ -9,27 +9,23 @@ sync API owns the main thread's loop.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import shlex
-import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
 
 from jupyter_gpuburst.core import keys
-from jupyter_gpuburst.sim.testing import running_federation
 from spawner.harness import Hub
 
 from .conftest import save_docs_screenshot
+from .hubsite import LoopThread, federation_and_hub
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.timeout(180)]
-
-T = TypeVar("T")
 
 DONOR = "donor-1"
 ORIGIN_NODE = "origin-gpu"
@@ -59,23 +55,6 @@ PROFILES = [
         "kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": str(HUGE)}},
     },
 ]
-
-
-class LoopThread:
-    """An asyncio event loop running in a daemon thread; ``run`` waits for a coroutine on it."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="federation-loop", daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 120) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
 
 
 @dataclass
@@ -137,31 +116,13 @@ def occupy(store: Any, node: str, count: int) -> None:
 @pytest.fixture(scope="module")
 def hub_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubSite]:
     base = tmp_path_factory.mktemp("hub-form")
-    (base / "hub").mkdir()
-    loop = LoopThread()
-    federation = running_federation(state_dir=base / "sim", kubeconfig=base / "kubeconfig")
-    fed: Any = None
-    hub: Hub | None = None
-    try:
-        fed = loop.run(federation.__aenter__())
 
-        async def fill() -> None:
-            occupy(fed.origin.store, ORIGIN_NODE, HELD_LOCALLY)
+    async def fill(fed: Any) -> None:
+        occupy(fed.origin.store, ORIGIN_NODE, HELD_LOCALLY)
 
-        loop.run(fill())
-        hub = Hub(base / "hub", base / "kubeconfig", hub_config(base / "go"))
-        hub.start()
-        loop.run(hub.wait_up(timeout=90))
+    # leaving also ends every pod process, a server still held at the go file included
+    with federation_and_hub(base, hub_config(base / "go"), fill) as (loop, fed, hub):
         yield HubSite(hub, fed, loop, base / "go")
-    finally:
-        try:
-            if hub is not None:
-                loop.run(hub.stop(), timeout=60)
-            if fed is not None:
-                # also ends every pod process, a server still held at the go file included
-                loop.run(federation.__aexit__(None, None, None), timeout=60)
-        finally:
-            loop.close()
 
 
 def log_in(page: Page, site: HubSite, user: str) -> None:

@@ -20,9 +20,8 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from browser.conftest import save_docs_screenshot
-from browser.test_hub_form import LoopThread
+from browser.hubsite import LoopThread, federation_and_hub
 from browser.test_student_journey import switch_theme
-from jupyter_gpuburst.sim.testing import running_federation
 from spawner.harness import Hub
 
 from .test_kernels_integration import KERNEL_HUB
@@ -62,16 +61,7 @@ class KernelSite:
 @pytest.fixture(scope="module")
 def kernel_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSite]:
     base = tmp_path_factory.mktemp("kernels-browser")
-    (base / "hub").mkdir()
-    loop = LoopThread()
-    federation = running_federation(state_dir=base / "sim", kubeconfig=base / "kubeconfig")
-    fed: Any = None
-    hub: Hub | None = None
-    try:
-        fed = loop.run(federation.__aenter__())
-        hub = Hub(base / "hub", base / "kubeconfig", KERNEL_HUB + '\nc.Spawner.default_url = "/lab"\n')
-        hub.start()
-        loop.run(hub.wait_up(timeout=90))
+    with federation_and_hub(base, KERNEL_HUB + '\nc.Spawner.default_url = "/lab"\n') as (loop, _, hub):
         status, body = loop.run(hub.spawn(STUDENT, {"profile": "cpu"}))
         assert status in (201, 202), body
         loop.run(hub.wait_ready(STUDENT, timeout=90))
@@ -82,14 +72,6 @@ def kernel_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSite
         status, _ = site.server_api("PUT", "/contents/gpu.ipynb", {"type": "notebook", "format": "json", "content": NOTEBOOK})
         assert status in (200, 201)
         yield site
-    finally:
-        try:
-            if hub is not None:
-                loop.run(hub.stop(), timeout=60)
-            if fed is not None:
-                loop.run(federation.__aexit__(None, None, None), timeout=60)
-        finally:
-            loop.close()
 
 
 def dismiss_news(page: Page) -> None:
