@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from jupyter_gpuburst.sim.config import FederationConfig, load_config, parse_config
+from jupyter_gpuburst.sim.cluster import Cluster
+from jupyter_gpuburst.sim.config import ClusterConfig, FederationConfig, NodeConfig, load_config, parse_config
 from jupyter_gpuburst.sim.faults import Faults
 from jupyter_gpuburst.sim.federation import Federation
 from jupyter_gpuburst.sim.store import Store
@@ -31,6 +32,21 @@ async def running_federation(config: FederationConfig | dict | str | Path | None
         yield fed
     finally:
         await fed.stop()
+
+
+@contextlib.asynccontextmanager
+async def one_node_cluster(state_dir: Path, index: int, resources: dict[str, int] | None = None, backoff_initial_s: float | None = None) -> AsyncIterator[Cluster]:
+    """A started cluster ``c`` with one node ``n`` (``resources``) and its kubelet, for kubelet
+    tests. ``index`` picks its pod network: test files that may run at once each take their own.
+    ``backoff_initial_s`` shortens the kubelet's restart back-off (10 s)."""
+    cluster = Cluster(ClusterConfig(name="c", nodes=(NodeConfig(name="n", resources=dict(resources or {})),)), index, state_dir)
+    if backoff_initial_s is not None:
+        cluster.kubelet.backoff_initial_s = backoff_initial_s
+    await cluster.start()
+    try:
+        yield cluster
+    finally:
+        await cluster.stop()
 
 
 async def wait_for_pod(store: Store, namespace: str, name: str, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0) -> dict[str, Any]:

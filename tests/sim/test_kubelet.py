@@ -11,10 +11,8 @@ import aiohttp
 import kubernetes_validate
 import pytest
 
-from jupyter_gpuburst.sim.config import ClusterConfig, NodeConfig
-from jupyter_gpuburst.sim.cluster import Cluster
 from jupyter_gpuburst.sim.kubelet import AddressPool, container_argv, resolve_field_ref
-from jupyter_gpuburst.sim.testing import is_running_ready, wait_for_pod
+from jupyter_gpuburst.sim.testing import one_node_cluster, is_running_ready, wait_for_pod
 
 PY = sys.executable
 
@@ -30,12 +28,8 @@ def server(name: str) -> dict:
 
 @pytest.fixture
 async def cluster(tmp_path):
-    c = Cluster(ClusterConfig(name="c", nodes=(NodeConfig(name="n", resources={"nvidia.com/gpu": 2}),)), 5, tmp_path)
-    await c.start()
-    try:
+    async with one_node_cluster(tmp_path, 5, {"nvidia.com/gpu": 2}) as c:
         yield c
-    finally:
-        await c.stop()
 
 
 def live_group_members(pgid: int) -> list[int]:

@@ -8,21 +8,15 @@ import sys
 import pytest
 
 from jupyter_gpuburst.sim.cluster import Cluster
-from jupyter_gpuburst.sim.config import ClusterConfig, NodeConfig
-from jupyter_gpuburst.sim.testing import wait_for_pod, wait_until
+from jupyter_gpuburst.sim.testing import one_node_cluster, wait_for_pod, wait_until
 
 PY = sys.executable
 
 
 @pytest.fixture
 async def cluster(tmp_path):
-    c = Cluster(ClusterConfig(name="c", nodes=(NodeConfig(name="n", resources={}),)), 7, tmp_path)
-    c.kubelet.backoff_initial_s = 0.5  # the kubelet's 10 s, shortened for tests
-    await c.start()
-    try:
+    async with one_node_cluster(tmp_path, 7, backoff_initial_s=0.5) as c:
         yield c
-    finally:
-        await c.stop()
 
 
 def pod(name: str, container: dict, **spec) -> dict:

@@ -12,24 +12,17 @@ import time
 import psutil
 import pytest
 
-from jupyter_gpuburst.sim.cluster import Cluster
-from jupyter_gpuburst.sim.config import ClusterConfig, NodeConfig
 from jupyter_gpuburst.sim.kubelet.pods import uts_namespaces
 from jupyter_gpuburst.sim.kubelet.volumes import PathMap
-from jupyter_gpuburst.sim.testing import wait_for_pod
+from jupyter_gpuburst.sim.testing import one_node_cluster, wait_for_pod
 
 PY = sys.executable
 
 
 @pytest.fixture
 async def cluster(tmp_path):
-    c = Cluster(ClusterConfig(name="c", nodes=(NodeConfig(name="n", resources={}),)), 6, tmp_path)
-    c.kubelet.backoff_initial_s = 0.5  # the kubelet's 10 s, shortened for tests
-    await c.start()
-    try:
+    async with one_node_cluster(tmp_path, 6, backoff_initial_s=0.5) as c:
         yield c
-    finally:
-        await c.stop()
 
 
 def pod(name: str, *containers: dict, **spec) -> dict:
