@@ -105,6 +105,16 @@ def _week_slice(values: list[float], week: int) -> list[float]:
     return values[start:start + 7 * 24]
 
 
+def _week_axes(ax: Any, ylabel: str, title: str) -> None:
+    """One week's hours on the x axis, Monday to Sunday, with the labels of a week plot."""
+    ax.set_xticks(range(0, 7 * 24 + 1, 24), ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun", ""])
+    ax.set_xlim(0, 7 * 24)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+
+
 def _compared(result: dict[str, Any]) -> list[tuple[str, str]]:
     """The runs a week plot compares: local-only and local-first (server mode), local-first (kernel).
 
@@ -124,12 +134,7 @@ def _in_use(plt, directory, result, series, mode, week, owned, total) -> Path:
         ax.plot(hours, summed, label=label.replace("/", " mode, "), color=color, linestyle=style, linewidth=1.3)
     ax.axhline(owned, color="black", linestyle="--", linewidth=1, label=f"owned ({owned})")
     ax.axhline(total, color="grey", linestyle=":", linewidth=1, label=f"owned + donors ({total})")
-    ax.set_xticks(range(0, 7 * 24 + 1, 24), ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun", ""])
-    ax.set_xlim(0, 7 * 24)
-    ax.set_ylabel("GPUs in use (hourly mean)")
-    ax.set_title(f"GPUs in use vs owned, week {week + 1}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    _week_axes(ax, "GPUs in use (hourly mean)", f"GPUs in use vs owned, week {week + 1}")
     return _save(plt, fig, directory / "trace-gpus-in-use.png")
 
 
@@ -139,12 +144,7 @@ def _idle_memory(plt, directory, result, series, mode, week) -> Path:
     for label, color, style in _compared(result):
         ax.plot(hours, _week_slice(series[label]["idle_memory_gib"], week), label=label.replace("/", " mode, "),
                 color=color, linestyle=style, linewidth=1.3)
-    ax.set_xticks(range(0, 7 * 24 + 1, 24), ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun", ""])
-    ax.set_xlim(0, 7 * 24)
-    ax.set_ylabel("GPU memory held but unused (GiB, hourly mean)")
-    ax.set_title(f"Idle GPU memory (held, not used), week {week + 1}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    _week_axes(ax, "GPU memory held but unused (GiB, hourly mean)", f"Idle GPU memory (held, not used), week {week + 1}")
     return _save(plt, fig, directory / "trace-idle-memory.png")
 
 
