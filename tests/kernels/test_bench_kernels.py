@@ -20,6 +20,7 @@ def test_bench_kernels_small_run_reports_ratios_and_no_double_booking(tmp_path):
     result = json.loads(out.stdout)
     latency, concurrency = result["latency"], result["concurrency"]
     assert set(latency["median_s"]) == {"origin", "donor", "local"}
-    assert latency["origin_over_local"] == round(latency["median_s"]["origin"] / latency["median_s"]["local"], 2)
+    # The ratio comes from the unrounded medians; the printed medians carry 3 decimals.
+    assert latency["origin_over_local"] == pytest.approx(latency["median_s"]["origin"] / latency["median_s"]["local"], abs=0.011)
     assert concurrency["running"] == 6 and concurrency["refused_no_capacity"] == 4
     assert concurrency["double_bookings_api_server"] == 0 and concurrency["double_bookings_ledger"] == 0
