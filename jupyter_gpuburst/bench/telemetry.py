@@ -12,9 +12,12 @@ Two parts, both on the production code path:
    A. no stream client;
    B. ``--clients`` stream clients (default 50), and ``--churn`` (default 10) of them per second
       disconnect while as many new ones connect.
-   In both, a 1 ms timer inside the server records the event loop's lag, and this process calls
-   ``GET /api/status`` ``--status-rate`` times per second. The first connection of the 50 clients
-   happens before B's window (its lag is reported on its own, as ``ramp_up_lag_ms``).
+   In both, a 1 ms timer inside the server records the event loop's lag, and a process of its
+   own (``bench/status_probe.py``) calls ``GET /api/status`` ``--status-rate`` times per second:
+   in this process its responses would wait behind the stream clients' own work. The server runs
+   on a CPU of its own, the clients and the probe on the others (``cpu_layout``; ``--no-pin``
+   turns that off), as browsers never take the server's CPU. The first connection of the 50
+   clients happens before B's window (its lag is reported on its own, as ``ramp_up_lag_ms``).
    Before the rounds: CPU use of the idle server with nobody listening and with one panel open.
 
 Checks (each can fail): cycle p99 <= 5 ms; lag max <= 5 ms in every B window; /api/status p99
@@ -48,6 +51,7 @@ CYCLE_P99_GOAL_MS = 5.0
 LAG_MAX_GOAL_MS = 5.0
 STATUS_RATIO_GOAL = 1.1
 MIN_TAIL_SAMPLES = 1000
+PROBE_START_S = 2.0  # a Python process importing aiohttp starts in well under this, even under load
 
 
 def _free_port() -> int:
@@ -107,6 +111,7 @@ async def measure_cycle(gpus: int, kernels: int, samples: int) -> dict:
 class Server:
     def __init__(self, base: str, token: str) -> None:
         self.base = base
+        self.token = token
         self.headers = {"Authorization": f"token {token}"}
 
     async def stats(self, session: aiohttp.ClientSession, reset: bool = False, probe: str | None = None) -> dict:
@@ -172,20 +177,20 @@ class StreamClient:
         await self.task
 
 
-async def status_load(server: Server, session: aiohttp.ClientSession, rate: float, until: float) -> list[float]:
-    """GET /api/status at ``rate`` per second until ``until``; each request's seconds."""
-    out: list[float] = []
-    interval = 1.0 / rate
-    nxt = time.monotonic()
-    while time.monotonic() < until:
-        started = time.monotonic()
-        async with session.get(f"{server.base}/api/status", headers=server.headers) as r:
-            await r.read()
-            r.raise_for_status()
-        out.append(time.monotonic() - started)
-        nxt += interval
-        await asyncio.sleep(max(0.0, nxt - time.monotonic()))
-    return out
+async def status_load(server: Server, rate: float, start_at: float, until: float,
+                      cpus: set[int] | None) -> list[float]:
+    """GET /api/status at ``rate`` per second from ``start_at`` to ``until``, from a process of
+    its own (``bench/status_probe.py``); each request's seconds."""
+    config = json.dumps({"url": f"{server.base}/api/status", "token": server.token, "rate": rate,
+                         "start_at": start_at, "until": until})
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "jupyter_gpuburst.bench.status_probe",
+                                                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+    if cpus:
+        os.sched_setaffinity(proc.pid, cpus)
+    out, _ = await proc.communicate(config.encode())
+    if proc.returncode != 0:
+        raise RuntimeError(f"the status probe exited with {proc.returncode}")
+    return json.loads(out)
 
 
 async def churn(server: Server, session: aiohttp.ClientSession, clients: list[StreamClient], per_second: float,
@@ -215,6 +220,18 @@ async def cpu_percent(proc: psutil.Process, seconds: float) -> float:
     return 100.0 * ((after.user - before.user) + (after.system - before.system)) / seconds
 
 
+def cpu_layout(pin: bool) -> dict[str, list[int]] | None:
+    """The CPUs the server, the status probe and the stream clients run on: apart, so that the
+    load generator never takes the server's CPU (browsers run on other machines). With two CPUs
+    the probe shares the clients' one; with one, nothing is pinned."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not pin or len(cpus) < 2:
+        return None
+    if len(cpus) == 2:
+        return {"server": cpus[1:], "status_probe": cpus[:1], "clients": cpus[:1]}
+    return {"server": cpus[-1:], "status_probe": cpus[-2:-1], "clients": cpus[:-2]}
+
+
 async def measure_server(args: argparse.Namespace) -> dict:
     port, token = _free_port(), secrets.token_hex(16)
     root = tempfile.mkdtemp(prefix="gpuburst-bench-telemetry-")
@@ -226,9 +243,15 @@ async def measure_server(args: argparse.Namespace) -> dict:
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root)
     server_ps = psutil.Process(proc.pid)
     server = Server(f"http://127.0.0.1:{port}", token)
+    layout = cpu_layout(args.pin)
+    own_cpus = os.sched_getaffinity(0)
     out: dict = {"clients": args.clients, "churn_per_s": args.churn, "window_s": args.seconds, "rounds": args.rounds,
-                 "status_rate_per_s": args.status_rate, "period_s": args.period}
+                 "status_rate_per_s": args.status_rate, "period_s": args.period, "cpu_layout": layout}
     try:
+        if layout:
+            # before the server starts a thread of its own: every thread it starts inherits this
+            os.sched_setaffinity(proc.pid, layout["server"])
+            os.sched_setaffinity(0, layout["clients"])
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
             await server.wait_ready(session, proc)
@@ -249,9 +272,11 @@ async def measure_server(args: argparse.Namespace) -> dict:
 
             rounds = []
             for _ in range(args.rounds):
-                rounds.append({"A": await window(server, session, args, clients=0, proc=server_ps),
-                               "B": await window(server, session, args, clients=args.clients, proc=server_ps)})
+                rounds.append({"A": await window(server, session, args, clients=0, proc=server_ps, layout=layout),
+                               "B": await window(server, session, args, clients=args.clients, proc=server_ps,
+                                                 layout=layout)})
     finally:
+        os.sched_setaffinity(0, own_cpus)
         proc.terminate()
         try:
             proc.wait(timeout=15)
@@ -293,19 +318,23 @@ def _pooled(rounds: list[dict], phase: str, key: str) -> dict:
 
 
 async def window(server: Server, session: aiohttp.ClientSession, args: argparse.Namespace, clients: int,
-                 proc: psutil.Process | None = None) -> dict:
+                 proc: psutil.Process | None = None, layout: dict[str, list[int]] | None = None) -> dict:
     """One measured phase: ``clients`` stream clients (with churn when any), status load, lag probe."""
     if not clients:
         await asyncio.sleep(args.period * 4)  # the last listener's lease runs out: the sampler pauses
     await server.stats(session, reset=True, probe="start")
     streams = [StreamClient(server, session) for _ in range(clients)]
     await asyncio.gather(*(c.connected.wait() for c in streams))
+    # the probe process starts now and its window opens once it has had time to start
+    start_at = time.monotonic() + PROBE_START_S
+    until = start_at + args.seconds
+    status_task = asyncio.ensure_future(status_load(server, args.status_rate, start_at, until,
+                                                    set(layout["status_probe"]) if layout else None))
+    await asyncio.sleep(max(0.0, start_at - time.monotonic()))
     ramp = await server.stats(session, reset=True)  # the 50 first connections, reported apart
     before = ramp["samples"]
-    until = time.monotonic() + args.seconds
     cpu_before = proc.cpu_times() if proc is not None else None
     closed: list[StreamClient] = []
-    status_task = asyncio.ensure_future(status_load(server, session, args.status_rate, until))
     churn_task = asyncio.ensure_future(churn(server, session, streams, args.churn if clients else 0, until, closed))
     status_s = await status_task
     swaps = await churn_task
@@ -402,6 +431,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--cpu-seconds", type=float, default=5.0, help="length of each idle-CPU phase (default 5)")
     parser.add_argument("--period", type=float, default=1.0, help="sampling period in seconds (default 1.0)")
     parser.add_argument("--cycle-only", action="store_true", help="time the sampler's cycle only, no server")
+    parser.add_argument("--no-pin", dest="pin", action="store_false",
+                        help="do not pin the server, the status probe and the stream clients to separate CPUs")
     parser.add_argument("--json", action="store_true", help="print one JSON object on one line")
     args = parser.parse_args(argv)
     if min(args.gpus, args.samples, args.clients, args.rounds) < 1 or args.kernels < 0:

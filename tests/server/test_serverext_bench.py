@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+
+from jupyter_gpuburst.bench.telemetry import cpu_layout
 
 
 def test_bench_telemetry_smoke():
@@ -36,3 +39,19 @@ def test_bench_telemetry_smoke():
     assert 0.5 <= server["samples_per_connected_period_min"] <= 1.5
     assert server["lag_ms_with_clients"]["n"] > 100 and server["lag_ms_with_clients"]["max"] is not None
     assert server["status_ms_without_clients"]["n"] >= 20 and server["status_p99_ratio"]["median"] > 0
+    if len(os.sched_getaffinity(0)) >= 2:
+        # the load generator never runs on the server's CPU
+        layout = server["cpu_layout"]
+        assert layout["server"] and not set(layout["server"]) & (set(layout["clients"]) | set(layout["status_probe"]))
+
+
+def test_cpu_layout_keeps_the_server_apart_or_pins_nothing():
+    cpus = sorted(os.sched_getaffinity(0))
+    assert cpu_layout(pin=False) is None
+    layout = cpu_layout(pin=True)
+    if len(cpus) < 2:
+        assert layout is None
+        return
+    assert set(layout["server"]) | set(layout["clients"]) | set(layout["status_probe"]) <= set(cpus)
+    assert not set(layout["server"]) & set(layout["clients"])
+    assert not set(layout["server"]) & set(layout["status_probe"])
