@@ -1,7 +1,8 @@
 """`gpuburst bench spawn`: many users start a 1-GPU server at once through a real JupyterHub.
 
 One local federation (default 40 local + 160 donor GPUs) serves a fresh hub per phase. The two
-phases are like for like and interleave A B A B ... for ``--repeats`` rounds:
+phases are like for like and interleave for ``--repeats`` rounds, in alternating order (A B, B A,
+A B, ...):
 
 A. baseline: plain KubeSpawner with the same 1-GPU profile, the same Liqo virtual-node
    toleration, and kube-scheduler (the emulator's) choosing among origin nodes and the donor's
@@ -373,7 +374,7 @@ def checks(result: dict[str, Any], ratio_goal: float = RATIO_GOAL) -> dict[str, 
     }
 
 
-async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, start_timeout: int = 600, repeats: int = 3, api_timeout: int | None = None, hub_db: str | None = None) -> dict[str, Any]:
+async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, start_timeout: int = 600, repeats: int = 5, api_timeout: int | None = None, hub_db: str | None = None) -> dict[str, Any]:
     hub_db = hub_db or ("tmpfs" if os.path.isdir(SHM) else "disk")
     kubeconfig = state_dir / "kubeconfig"
     config = federation_config(local_gpus, donor_gpus, users)
@@ -382,11 +383,21 @@ async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, sta
         if donor_gpus:
             offload_namespace(fed, NAMESPACE)
         for r in range(repeats):
-            # A then B in every round: each round is one like-for-like pair on the same federation
-            base = await run_phase(fed, state_dir / f"hub-a{r}", kubeconfig, BASELINE, users, f"a{r}u", start_timeout, api_timeout, hub_db)
-            gpu = await run_phase(fed, state_dir / f"hub-b{r}", kubeconfig, GPUBURST, users, f"b{r}u", start_timeout, api_timeout, hub_db)
+            # each round is one like-for-like pair on the same federation; the order alternates
+            # (AB, BA, AB, ...) so that whatever drifts during the run (the federation's store,
+            # the page cache, the machine's other work) does not always fall on the same side
+            async def phase(spawner: str, tag: str, r: int = r) -> PhaseResult:
+                return await run_phase(fed, state_dir / f"hub-{tag}{r}", kubeconfig, spawner, users, f"{tag}{r}u",
+                                       start_timeout, api_timeout, hub_db)
+
+            if r % 2 == 0:
+                base = await phase(BASELINE, "a")
+                gpu = await phase(GPUBURST, "b")
+            else:
+                gpu = await phase(GPUBURST, "b")
+                base = await phase(BASELINE, "a")
             rounds.append((base, gpu))
-    phases = [p for pair in rounds for p in pair]
+    phases = [p for r, pair in enumerate(rounds) for p in (pair if r % 2 == 0 else pair[::-1])]  # as they ran
     p95_ratios = [ratio(percentile(g.spawn_s, 95), percentile(b.spawn_s, 95)) for b, g in rounds]
     p50_ratios = [ratio(percentile(g.spawn_s, 50), percentile(b.spawn_s, 50)) for b, g in rounds]
     known95 = [v for v in p95_ratios if v is not None]
@@ -398,7 +409,8 @@ async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, sta
         "benchmark": "spawn",
         "requested": users,
         "repeats": repeats,
-        "order": "ABAB (A: KubeSpawner + kube-scheduler, B: GPUBurstSpawner), same 1-GPU profile and toleration",
+        "order": " ".join("AB" if r % 2 == 0 else "BA" for r in range(repeats))
+        + " (A: KubeSpawner + kube-scheduler, B: GPUBurstSpawner), same 1-GPU profile and toleration",
         "local_gpus": local_gpus,
         "donor_gpus": donor_gpus,
         # KubeSpawner's per-request API timeout, the same for both spawners (null: its default, 3 s)
@@ -443,7 +455,8 @@ async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, sta
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="gpuburst bench spawn", description=__doc__.splitlines()[0])
     parser.add_argument("--concurrent", type=int, default=200, help="users spawning at once (default 200)")
-    parser.add_argument("--repeats", type=int, default=3, help="A/B rounds, interleaved (default 3, at least 3 for the ratio)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="A/B rounds, interleaved in alternating order (default 5; at least 3 for the ratio)")
     parser.add_argument("--local-gpus", type=int, default=None, help="GPUs on the origin (default: a fifth of --concurrent, 40 for 200)")
     parser.add_argument("--donor-gpus", type=int, default=None, help="GPUs the donor grants (default: the rest, 160 for 200)")
     parser.add_argument("--start-timeout", type=int, default=600, help="seconds one spawn may take before the hub gives up")
