@@ -238,6 +238,7 @@ class PhaseResult:
     redirects: float = 0.0
     failed_scheduling: int = 0
     sites: dict[str, int] = field(default_factory=dict)
+    spawn_s_by_site: dict[str, list[float]] = field(default_factory=dict)
     events_left: int = 0  # events on the origin's API server after the phase, before clearing
 
     def summary(self) -> dict[str, Any]:
@@ -251,6 +252,9 @@ class PhaseResult:
             "failed_scheduling": self.failed_scheduling,
             "redirects": int(self.redirects),
             "sites": self.sites,
+            # where the tail is: the origin's spawns and the donor's apart
+            "spawn_s_by_site": {site: {"n": len(values), **{k: round(v, 3) for k, v in quantiles(values).items()}}
+                                for site, values in sorted(self.spawn_s_by_site.items())},
             "events_left": self.events_left,
         }
 
@@ -264,8 +268,8 @@ def quantiles(values: list[float]) -> dict[str, float]:
     }
 
 
-async def spawn_all(hub: HubProcess, session: aiohttp.ClientSession, users: list[str], profile: str) -> tuple[list[float], list[str]]:
-    """Every user's spawn at once; returns (seconds of each successful spawn, failure texts)."""
+async def spawn_all(hub: HubProcess, session: aiohttp.ClientSession, users: list[str], profile: str) -> tuple[dict[str, float], list[str]]:
+    """Every user's spawn at once; returns (seconds of each successful spawn by user, failure texts)."""
 
     async def one(name: str) -> tuple[float | None, str | None]:
         started = time.monotonic()
@@ -276,7 +280,8 @@ async def spawn_all(hub: HubProcess, session: aiohttp.ClientSession, users: list
         return None, f"{name}: HTTP {status}: {str(body)[:300]}"
 
     outcomes = await asyncio.gather(*(one(u) for u in users))
-    return [s for s, _ in outcomes if s is not None], [f for _, f in outcomes if f is not None]
+    return ({u: s for u, (s, _) in zip(users, outcomes) if s is not None},
+            [f for _, f in outcomes if f is not None])
 
 
 def pod_states(fed: Federation) -> dict[str, int]:
@@ -291,19 +296,17 @@ def pod_states(fed: Federation) -> dict[str, int]:
     return states
 
 
-def pod_sites(fed: Federation, pod_prefix: str) -> dict[str, int]:
-    """Where the phase's pods run: the origin, or the donor whose virtual node they are bound to."""
+def pod_sites(fed: Federation, pod_prefix: str) -> dict[str, str]:
+    """Where each of the phase's pods runs, by pod name: the origin, or the donor whose virtual
+    node it is bound to."""
     nodes = {n["metadata"]["name"]: n for n in fed.origin.store.list("nodes")[0]}
-    sites: dict[str, int] = {}
+    sites: dict[str, str] = {}
     for pod in fed.origin.store.list("pods")[0]:
-        if not pod["metadata"]["name"].startswith(pod_prefix):
+        name = pod["metadata"]["name"]
+        if not name.startswith(pod_prefix):
             continue
         node = nodes.get((pod.get("spec") or {}).get("nodeName") or "")
-        if node is None:
-            site = "unbound"
-        else:
-            site = liqo.remote_cluster_id(node) or keys.ORIGIN_SITE
-        sites[site] = sites.get(site, 0) + 1
+        sites[name] = "unbound" if node is None else liqo.remote_cluster_id(node) or keys.ORIGIN_SITE
     return sites
 
 
@@ -335,14 +338,19 @@ async def _run_phase(fed: Federation, hub: HubProcess, result: PhaseResult, spaw
                 raise RuntimeError(f"capacity API: HTTP {status}: {body}")
             reads_before = api_reads(fed)
             started = time.monotonic()
-            result.spawn_s, result.failures = await spawn_all(hub, session, names, GPU_PROFILE["slug"])
+            by_user, result.failures = await spawn_all(hub, session, names, GPU_PROFILE["slug"])
+            result.spawn_s = list(by_user.values())
             result.wall_s = time.monotonic() - started
             result.api_reads = api_reads(fed) - reads_before
             result.ready = len(result.spawn_s)
             result.pod_rss_mib = pod_rss_mib(fed)
             if hub.proc is not None:
                 result.hub_rss_mib = psutil.Process(hub.proc.pid).memory_info().rss / 2**20
-            result.sites = pod_sites(fed, f"jupyter-{prefix}")
+            where = pod_sites(fed, f"jupyter-{prefix}")
+            for site in where.values():
+                result.sites[site] = result.sites.get(site, 0) + 1
+            for user, seconds in by_user.items():
+                result.spawn_s_by_site.setdefault(where.get(f"jupyter-{user}", "unbound"), []).append(seconds)
             result.failed_scheduling = failed_scheduling(fed, f"jupyter-{prefix}")
             if result.failures:
                 result.failures.append(f"pods: {pod_states(fed)}")

@@ -10,13 +10,16 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
 async def test_spawn_benchmark_small(tmp_path):
-    result = await spawn.run(users=5, local_gpus=2, donor_gpus=8, state_dir=tmp_path, start_timeout=60, repeats=1)
+    result = await spawn.run(users=5, local_gpus=2, donor_gpus=8, state_dir=tmp_path, start_timeout=60, repeats=2)
     assert result["failures"] == []
-    assert [p["spawner"] for p in result["phases"]] == [spawn.BASELINE, spawn.GPUBURST]
+    # the order alternates round by round, and the phases are reported as they ran
+    assert [p["spawner"] for p in result["phases"]] == [spawn.BASELINE, spawn.GPUBURST, spawn.GPUBURST, spawn.BASELINE]
+    assert result["order"].startswith("AB BA ")
     assert all(p["ready"] == 5 for p in result["phases"])
-    baseline, gpu = result["phases"]
+    baseline, gpu = result["phases"][:2]
     # GPUBurstSpawner fills the origin first; both spawners' pods are bound somewhere real
     assert gpu["sites"] == {"origin": 2, "donor-1": 3}
+    assert {site: q["n"] for site, q in gpu["spawn_s_by_site"].items()} == gpu["sites"]
     assert sum(baseline["sites"].values()) == 5 and "unbound" not in baseline["sites"]
     assert result["failed_scheduling_pinned"] == 0
     assert result["redirects"] == 0
