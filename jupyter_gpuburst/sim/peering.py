@@ -304,7 +304,8 @@ class Peering:
                 self._offload(pod)
 
     async def _origin_pods(self) -> None:
-        watch = self.origin.store.watch("pods", field_selector=f"spec.nodeName={self.node_name}")
+        # read-only: the twin is built from copies (remote_pod), never from the stored pod itself
+        watch = self.origin.store.watch("pods", field_selector=f"spec.nodeName={self.node_name}", read_only=True)
         try:
             async for etype, pod in watch:
                 ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
@@ -357,7 +358,7 @@ class Peering:
     # ---- donor -> origin -----------------------------------------------------------------------
 
     async def _donor_pods(self) -> None:
-        watch = self.donor.store.watch("pods")
+        watch = self.donor.store.watch("pods", read_only=True)  # statuses are copied onto the origin's pod
         try:
             async for etype, rpod in watch:
                 key = (rpod["metadata"]["namespace"], rpod["metadata"]["name"])
@@ -394,7 +395,7 @@ class Peering:
             pass
 
     async def _donor_events(self) -> None:
-        watch = self.donor.store.watch("events")
+        watch = self.donor.store.watch("events", read_only=True)
         try:
             async for etype, event in watch:
                 if etype != "ADDED":

@@ -212,18 +212,21 @@ def failure_message(total: int, reasons: Counter[str]) -> str:
     return f"0/{total} nodes are available: {', '.join(parts)}. preemption: 0/{total} nodes are available: {', '.join(post)}."
 
 
-def schedule_one(pod: Obj, nodes: list[Obj], pods: list[Obj], volumes: VolumeBinding | None = None) -> tuple[str | None, str]:
+def schedule_one(pod: Obj, nodes: list[Obj], pods: list[Obj], volumes: VolumeBinding | None = None,
+                 usage: dict[str, NodeUsage] | None = None) -> tuple[str | None, str]:
     """(node name, "") when the pod fits somewhere, else (None, FailedScheduling message).
 
     With several reasons on one node (only resources give several), each one counts, as in
-    kube-scheduler's diagnosis. ``volumes`` adds the volume steps (sim/storage.py)."""
+    kube-scheduler's diagnosis. ``volumes`` adds the volume steps (sim/storage.py). ``usage``,
+    when given, is what ``pods`` request per node, already counted (kube-scheduler's cache)."""
     if volumes is not None and nodes:
         why = volumes.prefilter(pod)
         if why:
             # a PreFilter rejection: every node at once, and preemption cannot help
             n = len(nodes)
             return None, f"0/{n} nodes are available: {why}. preemption: 0/{n} nodes are available: {n} Preemption is not helpful for scheduling."
-    usage = usage_by_node(pods)
+    if usage is None:
+        usage = usage_by_node(pods)
     requests = pod_requests(pod)
     reasons: Counter[str] = Counter()
     feasible: list[tuple[float, str]] = []
@@ -283,7 +286,7 @@ class Scheduler:
         self._kick()
 
     async def _watch_pods(self) -> None:
-        watch = self.store.watch("pods")
+        watch = self.store.watch("pods", read_only=True)
         try:
             async for etype, pod in watch:
                 meta, spec = pod["metadata"], pod.get("spec") or {}
@@ -305,7 +308,7 @@ class Scheduler:
             watch.close()
 
     async def _watch_nodes(self) -> None:
-        watch = self.store.watch("nodes")
+        watch = self.store.watch("nodes", read_only=True)
         try:
             async for _etype, _node in watch:
                 self._changed = True
@@ -336,8 +339,10 @@ class Scheduler:
         """One pass over pending pods: fresh ones always, backed-off ones after a change."""
         now = time.monotonic()
         changed, self._changed = self._changed, False
-        pods, _ = self.store.list("pods")
-        nodes, _ = self.store.list("nodes")
+        # the stored objects themselves, read-only: a pass must not copy every pod of the cluster
+        # (at 200 pods that copy was most of the pass); changes go through the store's API
+        pods = list(self.store.iter_objects("pods"))
+        nodes = sorted(self.store.iter_objects("nodes"), key=lambda n: n["metadata"]["name"])
         pending = [
             p for p in pods
             if not (p.get("spec") or {}).get("nodeName")
@@ -345,7 +350,8 @@ class Scheduler:
             and (p.get("spec") or {}).get("schedulerName", SCHEDULER_NAME) == SCHEDULER_NAME
             and (p.get("status") or {}).get("phase", "Pending") == "Pending"
         ]
-        pending.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
+        pending.sort(key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"].get("namespace", ""), p["metadata"]["name"]))
+        usage: dict[str, NodeUsage] | None = None  # counted once per pass, at the first attempt
         waiting = False
         for pod in pending:
             key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
@@ -362,14 +368,17 @@ class Scheduler:
                     continue
             elif not fresh and backoff is None and not changed:
                 continue
-            self._attempt(pod, nodes, pods, backoff, now)
+            if usage is None:
+                usage = usage_by_node(pods)
+            self._attempt(pod, nodes, pods, backoff, now, usage)
         if waiting:
             self._changed = True  # the change still owes those pods a try when their backoff ends
 
-    def _attempt(self, pod: Obj, nodes: list[Obj], pods: list[Obj], backoff: tuple[str, int, float] | None, now: float) -> None:
+    def _attempt(self, pod: Obj, nodes: list[Obj], pods: list[Obj], backoff: tuple[str, int, float] | None, now: float,
+                 usage: dict[str, NodeUsage]) -> None:
         meta = pod["metadata"]
         key = (meta["namespace"], meta["name"])
-        node, message = schedule_one(pod, nodes, pods, self.volumes)
+        node, message = schedule_one(pod, nodes, pods, self.volumes, usage)
         if node is not None:
             try:
                 if self.volumes is not None:
@@ -380,7 +389,11 @@ class Scheduler:
                 return
             self._backoff.pop(key, None)
             self.bindings += 1
-            pods.append(bound)  # later pods in this pass see its requests
+            # later pods in this pass see its requests
+            pods.append(bound)
+            counted = usage.setdefault(node, NodeUsage())
+            counted.pods += 1
+            counted.requested.update(pod_requests(bound))
             return
         attempts = (backoff[1] if backoff else 0) + 1
         delay = min(self.backoff_initial_s * 2 ** (attempts - 1), self.backoff_max_s)

@@ -52,8 +52,10 @@ class Watch:
     ends the iteration; the store closes watches only on :meth:`Store.close_watches`.
     """
 
-    def __init__(self, store: Store, rtype: ResourceType, namespace: str | None, match: Callable[[Obj], bool], allow_bookmarks: bool):
+    def __init__(self, store: Store, rtype: ResourceType, namespace: str | None, match: Callable[[Obj], bool], allow_bookmarks: bool,
+                 read_only: bool = False):
         self._store = store
+        self._read_only = read_only
         self.rtype = rtype
         self.namespace = namespace
         self._match = match
@@ -94,7 +96,7 @@ class Watch:
             except TimeoutError:
                 return None
         etype, obj = self._queue.popleft()
-        return etype, copy.deepcopy(obj)
+        return etype, obj if self._read_only else copy.deepcopy(obj)
 
     def __aiter__(self) -> Watch:
         return self
@@ -493,13 +495,17 @@ class Store:
 
     # ---- watch -------------------------------------------------------------------------------
 
-    def watch(self, rtype: str, namespace: str | None = None, resource_version: str | int | None = None, label_selector: str | None = None, field_selector: str | None = None, allow_bookmarks: bool = False) -> Watch:
+    def watch(self, rtype: str, namespace: str | None = None, resource_version: str | int | None = None, label_selector: str | None = None, field_selector: str | None = None, allow_bookmarks: bool = False,
+              read_only: bool = False) -> Watch:
         """Open a watch. No version (or "0"): synthetic ADDED for every matching object, then
         live events. A version: every later event from the history ring, then live events;
-        410 Expired when the ring no longer reaches back that far."""
+        410 Expired when the ring no longer reaches back that far.
+
+        ``read_only``: events carry the stored objects themselves, not copies, for an in-process
+        controller that only reads them (the store replaces objects, it never changes one)."""
         rt = self._rt(rtype)
         match = matcher(label_selector, field_selector, rt.selectable_fields)
-        w = Watch(self, rt, namespace if rt.namespaced else None, match, allow_bookmarks)
+        w = Watch(self, rt, namespace if rt.namespaced else None, match, allow_bookmarks, read_only)
         if resource_version in (None, "", "0", 0):
             for obj in self._objects[rt.key].values():
                 w._offer("ADDED", obj, None)

@@ -120,6 +120,22 @@ async def test_watch_replay_from_version_and_initial_added():
     fresh.close()
 
 
+async def test_read_only_watch_shares_objects_the_store_never_changes_in_place():
+    store = Store()
+    store.create("pods", pod("p"))
+    shared, copied = store.watch("pods", read_only=True), store.watch("pods")
+    (_, seen), (_, copy_) = await shared.next(1.0), await copied.next(1.0)
+    assert seen is next(store.iter_objects("pods")) and copy_ is not seen and copy_ == seen
+    before = yaml.safe_dump(seen)
+    # every way of changing a pod replaces the stored object; the one a reader holds stays as it was
+    store.mutate("pods", "default", "p", lambda o: o["metadata"].setdefault("labels", {}).update(a="b"))
+    store.bind_pod("default", "p", "node-1")
+    store.delete("pods", "default", "p", grace_period_seconds=30)
+    assert yaml.safe_dump(seen) == before
+    (_, changed) = await shared.next(1.0)
+    assert changed["metadata"]["labels"] == {"a": "b"} and changed is not seen
+
+
 async def test_watch_too_old_version_is_410():
     store = Store(history_size=5)
     first = store.resource_version
