@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,32 @@ LogReader = Callable[[str, str, "str | None", bool], "Path | None"]
 
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
+
+
+class EncodedEvents:
+    """Watch events encoded once for every watcher, as kube-apiserver's watch cache does.
+
+    A plain watch (no Table, no conversion) hands out the stored object itself; its event line
+    depends only on the event type and that object, so the line is built once and shared by
+    every stream the event goes to. Keyed by the object's identity and resourceVersion (an
+    object is replaced, never changed, so the pair names one content); the entry holds the
+    object, so the identity cannot be reused while the line is cached.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._lines: OrderedDict[tuple[str, int, str], tuple[Obj, bytes]] = OrderedDict()
+
+    def line(self, etype: str, obj: Obj) -> bytes:
+        key = (etype, id(obj), obj["metadata"].get("resourceVersion", ""))
+        cached = self._lines.get(key)
+        if cached is not None and cached[0] is obj:
+            return cached[1]
+        line = (_dumps({"type": etype, "object": obj}) + "\n").encode()
+        self._lines[key] = (obj, line)
+        if len(self._lines) > self.size:
+            self._lines.popitem(last=False)
+        return line
 
 
 def _json(obj: Any, status: int = 200) -> web.Response:
@@ -89,6 +115,7 @@ class ApiServer:
         self._streams: set[Watch] = set()  # open watch streams, ended on stop()
         # Requests served per kind of call ("watch", "list", ...), for tests and benchmarks.
         self.stats: Counter[str] = Counter()
+        self._encoded = EncodedEvents()
         # An idle watch that allowed bookmarks gets one after this many seconds.
         self.bookmark_interval_s = 10.0
 
@@ -374,7 +401,9 @@ class ApiServer:
         try:
             if self.faults.is_expired(q.get("resourceVersion")):
                 raise ApiError(410, "Expired", f"too old resource version: {q.get('resourceVersion')} ({self.faults.expired_below})")
-            watch = self.store.watch(store_key or rt.key, ns, q.get("resourceVersion"), q.get("labelSelector"), field_selector if store_key else q.get("fieldSelector"), allow_bookmarks=bookmarks)
+            # a plain watch only serializes what it is given: the stored objects, shared and encoded once
+            plain = convert is None and not table
+            watch = self.store.watch(store_key or rt.key, ns, q.get("resourceVersion"), q.get("labelSelector"), field_selector if store_key else q.get("fieldSelector"), allow_bookmarks=bookmarks, read_only=plain)
         except ApiError as err:
             if err.code != 410:
                 raise
@@ -407,11 +436,14 @@ class ApiServer:
                     else:
                         continue
                 etype, obj = event
-                if convert is not None and etype != "BOOKMARK":
-                    obj = convert(obj)
-                if table and etype != "BOOKMARK":
-                    obj = tables.table(rt, [obj], obj["metadata"].get("resourceVersion", ""), include_object=include, headers=sent == 0)
-                await response.write((_dumps({"type": etype, "object": obj}) + "\n").encode())
+                if plain and etype != "BOOKMARK":
+                    await response.write(self._encoded.line(etype, obj))
+                else:
+                    if convert is not None and etype != "BOOKMARK":
+                        obj = convert(obj)
+                    if table and etype != "BOOKMARK":
+                        obj = tables.table(rt, [obj], obj["metadata"].get("resourceVersion", ""), include_object=include, headers=sent == 0)
+                    await response.write((_dumps({"type": etype, "object": obj}) + "\n").encode())
                 last_write = time.monotonic()
                 sent += 1
                 if self.faults.drop_watch_after is not None and sent >= self.faults.drop_watch_after:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 
+import json
+
 import kubernetes_validate
 import pytest
 import yaml
@@ -246,3 +248,20 @@ def test_liqo_types_match_crds(liqo_crd_dir):
         version = next(v for v in spec["versions"] if v["name"] == rtype.version and v.get("served"))
         expected = [(c["name"], c["type"], c.get("priority", 0), c["jsonPath"]) for c in version.get("additionalPrinterColumns", [])]
         assert list(rtype.printer_columns) == expected
+
+
+def test_watch_event_lines_are_encoded_once_per_event_and_object():
+    from jupyter_gpuburst.sim.apiserver import EncodedEvents
+
+    store = Store()
+    store.create("pods", pod("p"))
+    stored = next(store.iter_objects("pods"))
+    encoded = EncodedEvents(size=2)
+    first = encoded.line("ADDED", stored)
+    assert encoded.line("ADDED", stored) is first  # a second watcher gets the same bytes
+    assert json.loads(first) == {"type": "ADDED", "object": stored}
+    assert encoded.line("DELETED", stored) is not first  # a selector's leave is its own event
+    store.mutate("pods", "default", "p", lambda o: o["metadata"].setdefault("labels", {}).update(a="b"))
+    changed = next(store.iter_objects("pods"))
+    assert json.loads(encoded.line("MODIFIED", changed))["object"]["metadata"]["labels"] == {"a": "b"}
+    assert len(encoded._lines) == 2  # bounded: the oldest line went
