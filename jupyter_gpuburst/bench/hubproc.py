@@ -48,7 +48,7 @@ c.Authenticator.allow_all = True
 c.Authenticator.admin_users = {{"admin"}}
 c.JupyterHub.cleanup_servers = True
 c.JupyterHub.load_roles = [
-    {{"name": "gpuburst-admin", "scopes": ["admin:users", "admin:servers", "admin-ui", "read:metrics", "tokens", "list:users", "read:users"], "services": ["{service}"]}},
+    {{"name": "gpuburst-admin", "scopes": ["admin:users", "admin:servers", "admin-ui", "read:metrics", "tokens", "list:users", "read:users", "list:services", "read:services", "proxy"], "services": ["{service}"]}},
 ]
 c.JupyterHub.services = [{{"name": "{service}", "api_token": os.environ["{token_env}"]}}]
 """
@@ -116,7 +116,7 @@ class HubProcess:
                     raise RuntimeError(f"jupyterhub exited with {self.proc.returncode}:\n{self.log_tail()}")
                 try:
                     async with session.get(f"{self.api}/", headers=self.headers()) as resp:
-                        if resp.status == 200:
+                        if resp.status == 200 and await self._services_routed(session):
                             return
                 except aiohttp.ClientError:
                     pass
@@ -124,6 +124,20 @@ class HubProcess:
                     await self.stop()
                     raise RuntimeError(f"jupyterhub did not answer within {timeout}s:\n{self.log_tail()}")
                 await asyncio.sleep(0.2)
+
+    async def _services_routed(self, session: aiohttp.ClientSession) -> bool:
+        """Whether the proxy routes every service with a URL yet: the hub answers its API before
+        it has added its services' routes, and a request through the proxy in between gets 404."""
+        async with session.get(f"{self.api}/services", headers=self.headers()) as resp:
+            resp.raise_for_status()
+            services = await resp.json()
+        wanted = {service["prefix"] for service in services.values() if service.get("url")}
+        if not wanted:
+            return True
+        async with session.get(f"{self.api}/proxy", headers=self.headers()) as resp:
+            resp.raise_for_status()
+            routes = await resp.json()
+        return wanted <= set(routes)
 
     def log_tail(self, chars: int = 4000) -> str:
         try:
