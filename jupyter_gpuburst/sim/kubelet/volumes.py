@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_gpuburst.sim.errors import ApiError
+from jupyter_gpuburst.sim.kubelet import mounts
 from jupyter_gpuburst.sim.kubelet.runtime import resolve_field_ref
 from jupyter_gpuburst.sim.store import Store
 
@@ -172,6 +173,10 @@ class PathMap:
 
     def __init__(self, root: Path, mounts: dict[str, Path]):
         self.root = root
+        # in a mount namespace of its own (namespace_view): what the start script mounts, and
+        # the paths that are there for real (mounted or made), which need no mapping
+        self.fstab: Path | None = None
+        self.in_namespace: set[str] = set()
         self.mounts = dict(sorted(mounts.items(), key=lambda kv: -len(kv[0])))
         if self.mounts:
             alternatives = "|".join(re.escape(m.rstrip("/")) for m in self.mounts)
@@ -206,10 +211,10 @@ class PathMap:
         return private
 
 
-def container_view(pod_dir: Path, container: Obj, volumes: dict[str, Path]) -> PathMap:
-    """``rootfs-<container>`` with a symlink per volumeMount (made only if there are mounts); the PathMap."""
-    root = pod_dir / f"rootfs-{container['name']}"
-    mounts: dict[str, Path] = {}
+def _mount_sources(container: Obj, volumes: dict[str, Path]) -> list[tuple[str, Path, bool]]:
+    """(mountPath, host directory or file, readOnly) of each volumeMount; a missing subPath
+    directory is made, as the kubelet makes it."""
+    out = []
     for vm in container.get("volumeMounts") or []:
         source = volumes.get(vm["name"])
         if source is None:
@@ -219,7 +224,15 @@ def container_view(pod_dir: Path, container: Obj, volumes: dict[str, Path]) -> P
             source = source / vm["subPath"]
             if not source.exists():
                 source.mkdir(parents=True)
-        mount_path = vm["mountPath"]
+        out.append((vm["mountPath"].rstrip("/") or "/", source, bool(vm.get("readOnly"))))
+    return out
+
+
+def container_view(pod_dir: Path, container: Obj, volumes: dict[str, Path]) -> PathMap:
+    """``rootfs-<container>`` with a symlink per volumeMount (made only if there are mounts); the PathMap."""
+    root = pod_dir / f"rootfs-{container['name']}"
+    mounts: dict[str, Path] = {}
+    for mount_path, source, _ in _mount_sources(container, volumes):
         link = root / mount_path.lstrip("/")
         link.parent.mkdir(parents=True, exist_ok=True)  # the root exists only where there are mounts
         if link.is_symlink() or link.exists():
@@ -228,5 +241,38 @@ def container_view(pod_dir: Path, container: Obj, volumes: dict[str, Path]) -> P
             else:
                 link.unlink()
         link.symlink_to(source, target_is_directory=source.is_dir())
-        mounts[mount_path.rstrip("/") or "/"] = source
+        mounts[mount_path] = source
     return PathMap(root, mounts)
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def namespace_view(pod_dir: Path, container: Obj, volumes: dict[str, Path], *, home: str, hosts_file: Path | None, instance: int, keep_visible: list[Path], keep_home_off: list[Path]) -> PathMap:
+    """The view of a container started in a mount namespace of its own: each volumeMount bound
+    at its mountPath (``mounts.plan``), a private home bound at ``home`` unless a volume holds it
+    or it would cover one of ``keep_home_off`` (the interpreter's prefix, the kubelet's state),
+    the pod's hosts file at /etc/hosts. What cannot be mounted is left to the PathMap's rewriting."""
+    root = pod_dir / f"rootfs-{container['name']}"
+    listed = [mounts.Mount(t, s, ro) for t, s, ro in _mount_sources(container, volumes)]
+    directories = []
+    if any(_under(home, m.target) for m in listed):
+        directories.append(home)
+    elif not any(_under(str(k), home) for k in keep_home_off):
+        private = root.parent / f"{root.name}{home.rstrip('/').replace('/', '_')}"
+        private.mkdir(exist_ok=True)
+        listed.append(mounts.Mount(home, private))
+    if hosts_file is not None:
+        listed.append(mounts.Mount("/etc/hosts", hosts_file))
+    working_dir = container.get("workingDir")
+    if working_dir:
+        directories.append(working_dir.rstrip("/") or "/")
+    tag = f"{container['name']}-{instance}"
+    plan = mounts.plan(listed, directories, pod_dir / f"layers-{tag}", keep_visible)
+    view = PathMap(root, plan.rewritten)
+    if plan.fstab:
+        view.fstab = pod_dir / f"fstab-{tag}"
+        view.fstab.write_text("\n".join(plan.fstab) + "\n")
+    view.in_namespace = {*plan.real, *plan.directories}
+    return view
