@@ -25,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -198,10 +197,18 @@ def forced_rewrite() -> bool:
     return os.environ.get(MODE_ENV, "").strip().lower() == "rewrite"
 
 
-@cache
+_probed: dict[int, str | None] = {}  # by the state directory's filesystem
+
+
 def _probe(device: int, scratch_parent: str) -> str | None:
+    if device not in _probed:
+        _probed[device] = _try_mounts(scratch_parent)
+    return _probed[device]
+
+
+def _try_mounts(scratch_parent: str) -> str | None:
     """None when a private mount namespace here can overlay a directory (layers beside the pod
-    directories) and bind read-only; else why not."""
+    directories, in ``scratch_parent``) and bind read-only; else why not."""
     if os.geteuid() != 0 or not sys.platform.startswith("linux"):
         return "the kubelet does not run as root"
     if not os.access(UNSHARE, os.X_OK) or not shutil.which("mount"):
@@ -232,13 +239,17 @@ def _probe(device: int, scratch_parent: str) -> str | None:
 _logged: set[str] = set()
 
 
+def unavailable(state_dir: Path) -> str | None:
+    """Why volumes are not mounted for real in containers started under ``state_dir``, or None."""
+    if forced_rewrite():
+        return f"{MODE_ENV}=rewrite"
+    return _probe(os.stat(state_dir).st_dev, str(state_dir))
+
+
 def real_mounts(state_dir: Path) -> bool:
     """Whether volumes are mounted for real in containers started under ``state_dir``; the mode
     is logged once."""
-    if forced_rewrite():
-        why: str | None = f"{MODE_ENV}=rewrite"
-    else:
-        why = _probe(os.stat(state_dir).st_dev, str(state_dir))
+    why = unavailable(state_dir)
     message = "volumes are bind-mounted at their mountPath in each container's mount namespace" if why is None else f"volumes are served by path rewriting ({why})"
     if message not in _logged:
         _logged.add(message)
