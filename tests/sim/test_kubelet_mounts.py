@@ -88,17 +88,18 @@ async def test_emptydir_is_shared_between_containers_and_writes_outside_volumes_
     store = cluster.store
     a, b = fresh_dir_under("/etc"), fresh_dir_under("/var")
     writer = py("writer", f"import time\nopen('{a}/shared/f','w').write('from writer')\nopen('/etc/{Path(a).name}-outside','w').write('x')\ntime.sleep(60)",
-                volumeMounts=[{"name": "scratch", "mountPath": f"{a}/shared"}])
+                workingDir=f"{a}/shared", volumeMounts=[{"name": "scratch", "mountPath": f"{a}/shared"}])
     reader = py("reader", f"import os,time\nwhile not os.path.exists('{b}/in/f'): time.sleep(0.02)\nprint(open('{b}/in/f').read(), flush=True)\ntime.sleep(60)",
                 volumeMounts=[{"name": "scratch", "mountPath": f"{b}/in"}])
     store.create("pods", pod("pair", writer, reader, volumes=[{"name": "scratch", "emptyDir": {}}]), "default")
     await wait_until(lambda: (p := cluster.kubelet.log_path("default", "pair", "reader")) is not None and "from writer" in p.read_text(), what="reader sees the writer's file")
     # a file written beside the volume, in /etc, went to the container's private layer
     assert not os.path.lexists(f"/etc/{Path(a).name}-outside")
-    # exec runs in the container's view: the volume at its mountPath, the private file there too
-    proc, _ = await cluster.kubelet.open_exec("default", "pair", "writer", ["cat", f"{a}/shared/f", f"/etc/{Path(a).name}-outside"], stdin=False, tty=False)
+    # exec runs in the container's view, in its working directory (which only exists there):
+    # the volume at its mountPath, the private file there too
+    proc, _ = await cluster.kubelet.open_exec("default", "pair", "writer", ["sh", "-c", f"pwd; cat f /etc/{Path(a).name}-outside"], stdin=False, tty=False)
     out, err = await proc.communicate()
-    assert (proc.returncode, out) == (0, b"from writerx"), err
+    assert (proc.returncode, out) == (0, f"{a}/shared\nfrom writerx".encode()), err
     store.delete("pods", "default", "pair")
     await wait_until(lambda: not cluster.kubelet.processes(), what="pod gone")
     assert not os.path.lexists(a) and not os.path.lexists(b)

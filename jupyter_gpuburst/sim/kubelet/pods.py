@@ -93,7 +93,7 @@ def enter_pod_argv(argv: list[str], hostname: str, fstab: Path | None, workdir: 
 
 def enter_container_argv(pid: int, argv: list[str], workdir: str) -> list[str]:
     """``argv`` to run in the namespaces of the container whose process is ``pid`` (exec, probes, hooks)."""
-    return [NSENTER, "--target", str(pid), "--uts", "--mount", f"--wd={workdir}", "--", *argv]
+    return [NSENTER, "--target", str(pid), "--uts", "--mount", f"--wdns={workdir}", "--", *argv]
 
 
 async def _entered(pid: int, timeout: float = 2.0) -> None:
@@ -450,7 +450,7 @@ class Kubelet:
             workdir = working_dir
         else:
             workdir = str(view.directory(working_dir))
-        env.setdefault("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+        env.setdefault("PATH", os.pathsep.join([*runtime.image_path(), os.environ.get("PATH", "")]))
         env.setdefault("HOSTNAME", pr.hostname)
         if not uts_namespaces():
             hook = pr.dir / "hostname-hook"
