@@ -3,6 +3,7 @@ and path rewriting where that is not possible."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
@@ -208,3 +209,34 @@ def test_plan_stages_a_source_that_an_overlay_would_cover(tmp_path):
 
 def test_fstab_fields_escape_whitespace():
     assert mounts._bind(Path("/a b"), "/c\td", True) == "/a\\040b /c\\011d none bind,ro 0 0"
+
+
+@pytest.mark.skipif(not uts_namespaces(), reason="no UTS and mount namespaces (not root, or no util-linux): pods use the host's /etc/hosts")
+async def test_service_names_resolve_to_a_selected_pod_and_follow_changes(cluster):
+    store = cluster.store
+    served = pod("web", py("c", "import time; time.sleep(60)"))
+    served["metadata"]["labels"] = {"app": "web"}
+    store.create("pods", served, "default")
+    store.create("pods", pod("client", py("c", "import time; time.sleep(60)")), "default")
+    web = await wait_for_pod(store, "default", "web", lambda p: p["status"].get("phase") == "Running")
+    await wait_for_pod(store, "default", "client", lambda p: p["status"].get("phase") == "Running")
+
+    async def resolve(*names: str) -> list[str]:
+        code = "import socket,sys\nfor n in sys.argv[1:]:\n    try: print(socket.gethostbyname(n))\n    except OSError: print('-')"
+        proc, _ = await cluster.kubelet.open_exec("default", "client", None, [PY, "-c", code, *names], stdin=False, tty=False)
+        out, _ = await proc.communicate()
+        return out.decode().split()
+
+    names = ("web", "web.default", "web.default.svc", "web.default.svc.cluster.local")
+    assert await resolve(*names) == ["-"] * 4  # no Service yet
+    store.create("services", {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 8888}]}}, "default")
+    ip = web["status"]["podIP"]
+    deadline = asyncio.get_running_loop().time() + 5
+    while (seen := await resolve(*names)) != [ip] * 4 and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+    assert seen == [ip] * 4
+    store.delete("services", "default", "web")
+    deadline = asyncio.get_running_loop().time() + 5
+    while (seen := await resolve("web")) != ["-"] and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+    assert seen == ["-"]

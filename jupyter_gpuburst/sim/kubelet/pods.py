@@ -32,7 +32,7 @@ import psutil
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.errors import ApiError, bad_request
-from jupyter_gpuburst.sim.kubelet import hooks, mounts, probes, runtime, status, volumes
+from jupyter_gpuburst.sim.kubelet import hooks, mounts, probes, runtime, servicenames, status, volumes
 from jupyter_gpuburst.sim.kubelet.network import AddressPool, container_ports
 from jupyter_gpuburst.sim.store import Store
 
@@ -118,14 +118,16 @@ def _host_entries() -> str:
         return "127.0.0.1\tlocalhost\n"
 
 
-def write_hosts_file(path: Path, pod_ip: str, hostname: str, subdomain: str | None, namespace: str, aliases: list[Obj]) -> Path:
+def write_hosts_file(path: Path, pod_ip: str, hostname: str, subdomain: str | None, namespace: str, aliases: list[Obj], services: list[str] = ()) -> Path:
     """The kubelet's managed hosts file: the host's entries, then the pod's own name and
-    ``hostAliases`` (the host's are kept: here the pod shares the host's network)."""
+    ``hostAliases`` (the host's are kept: here the pod shares the host's network), then the
+    Services' names (``servicenames``). Rewritten in place, so a bind of it sees each update."""
     base = _host_entries()
     names = [hostname] if not subdomain else [f"{hostname}.{subdomain}.{namespace}.svc.cluster.local", hostname]
     lines = ["# Kubernetes-managed hosts file (emulated kubelet).", base.rstrip("\n"), f"{pod_ip}\t{' '.join(names)}"]
     for alias in aliases or []:
         lines.append(f"{alias.get('ip')}\t{' '.join(alias.get('hostnames') or [])}")
+    lines.extend(services)
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -174,6 +176,10 @@ class Kubelet:
         self._finished: dict[tuple[str, str], PodRun] = {}  # logs stay readable after the pod is gone
         self._task: asyncio.Task | None = None
         self._virtual_nodes: set[str] = set()
+        self._services: set[tuple[str, str]] = set()
+        self._service_table: list[tuple[str, str, str]] = []
+        self._services_task: asyncio.Task | None = None
+        self._hosts_refresh: asyncio.TimerHandle | None = None
 
     # ---- what the API server and tests read ---------------------------------------------------
 
@@ -216,11 +222,16 @@ class Kubelet:
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="kubelet")
+        if uts_namespaces():  # service names live in the pods' own /etc/hosts
+            self._services_task = asyncio.create_task(self._watch_services(), name="kubelet-services")
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        if self._hosts_refresh is not None:
+            self._hosts_refresh.cancel()
+        for task in (self._task, self._services_task):
+            if task:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         for pr in self._pods.values():
             pr.killing = True
         await asyncio.gather(*(self._kill_pod(pr, self.stop_grace_s) for pr in list(self._pods.values())), return_exceptions=True)
@@ -228,6 +239,41 @@ class Kubelet:
             for t in pr.tasks:
                 t.cancel()
         self._pods.clear()
+
+    # ---- service names ---------------------------------------------------------------------------
+
+    async def _watch_services(self) -> None:
+        watch = self.store.watch("services")
+        try:
+            async for etype, svc in watch:
+                key = (svc["metadata"]["namespace"], svc["metadata"]["name"])
+                if etype == "DELETED":
+                    self._services.discard(key)
+                else:
+                    self._services.add(key)
+                self._refresh_hosts_soon()
+        finally:
+            watch.close()
+
+    def _refresh_hosts_soon(self) -> None:
+        """Rewrite the running pods' hosts files once a burst of events is over."""
+        if self._hosts_refresh is None:
+            self._hosts_refresh = asyncio.get_running_loop().call_later(0.05, self._refresh_hosts)
+
+    def _refresh_hosts(self) -> None:
+        self._hosts_refresh = None
+        table = servicenames.addresses(self.store)
+        if table == self._service_table:
+            return
+        self._service_table = table
+        for pr in list(self._pods.values()):
+            if pr.hosts_file is not None:
+                self._write_hosts(pr)
+
+    def _write_hosts(self, pr: PodRun) -> Path:
+        spec = pr.pod["spec"]
+        ns = pr.key[0]
+        return write_hosts_file(pr.dir / "etc-hosts", pr.ip, pr.hostname, spec.get("subdomain"), ns, spec.get("hostAliases") or [], servicenames.hosts_lines(self._service_table, ns))
 
     def _is_ours(self, node_name: str) -> bool:
         if node_name in self._virtual_nodes:
@@ -245,6 +291,8 @@ class Kubelet:
         watch = self.store.watch("pods")
         try:
             async for etype, pod in watch:
+                if self._services:
+                    self._refresh_hosts_soon()  # a Service's pod may have come, gone or turned ready
                 node = (pod.get("spec") or {}).get("nodeName")
                 if not node or not self._is_ours(node):
                     continue
@@ -379,7 +427,7 @@ class Kubelet:
         pr.sandbox = True
         spec = pr.pod["spec"]
         pr.real_mounts = uts_namespaces() and mounts.real_mounts(self.state_dir)
-        pr.hosts_file = write_hosts_file(pr.dir / "etc-hosts", pr.ip, pr.hostname, spec.get("subdomain"), ns, spec.get("hostAliases") or [])
+        pr.hosts_file = self._write_hosts(pr)
         if pr.init:
             self._publish(pr)  # Initialized=False until they are done
         policy = pr.pod["spec"].get("restartPolicy", "Always")
