@@ -63,7 +63,7 @@ async def test_a_path_written_in_a_configmap_file_finds_its_volume(cluster):
         "path=open(os.environ['WHERE_FILE']).read().strip()\n"
         "ns={}; exec(open(path).read(), ns)\n"
         "try:\n    open(os.path.dirname(path)+'/secret/new','w'); ro=False\nexcept OSError as e:\n    ro=e.errno\n"
-        "print(json.dumps({'cert': ns['CERT'], 'listing': sorted(os.listdir(os.path.dirname(path))), 'ro': ro, 'env': os.environ['WHERE_FILE'], 'cwd': os.getcwd()}))\n"
+        "print(json.dumps({'cert': ns['CERT'], 'listing': sorted(os.listdir(os.path.dirname(path))), 'ro': ro, 'env': os.environ['WHERE_FILE'], 'cwd': os.getcwd(), 'oldpwd': 'OLDPWD' in os.environ}))\n"
     )
     store.create("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "where"}, "data": {"where": f"{base}/hub_config.py"}}, "default")
     c = py("hub", program, env=[{"name": "WHERE_FILE", "value": f"{where}/where"}], workingDir=f"{base}/secret", volumeMounts=[
@@ -80,6 +80,7 @@ async def test_a_path_written_in_a_configmap_file_finds_its_volume(cluster):
     assert seen["listing"] == ["hub_config.py", "secret"]  # the subPath is one file, not the volume
     assert seen["ro"] == 30  # EROFS: readOnly is a read-only bind
     assert seen["env"] == f"{where}/where" and seen["cwd"] == f"{base}/secret"  # handed over as written
+    assert seen["oldpwd"] is False  # the start script's cd leaves no trace of the kubelet's directory
     # the host's filesystem has none of it
     assert not os.path.lexists(base) and not os.path.lexists(where)
 

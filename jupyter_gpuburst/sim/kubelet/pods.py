@@ -82,7 +82,7 @@ def uts_namespaces() -> bool:
 # throughout). A preexec_fn would do the same without two execs, but forces a fork of this whole
 # process instead of a vfork, which blocks the event loop (100+ ms per container under gVisor).
 # A failed mount ends the start with 128, StartError's exit code.
-_ENTER_POD_SCRIPT = 'echo "$0" > /proc/sys/kernel/hostname; [ -z "$1" ] || mount --all --fstab "$1" || exit 128; [ -z "$2" ] || cd "$2" || exit 128; shift 2; exec "$@"'
+_ENTER_POD_SCRIPT = 'echo "$0" > /proc/sys/kernel/hostname; [ -z "$1" ] || mount --all --fstab "$1" || exit 128; [ -z "$2" ] || cd "$2" || exit 128; unset OLDPWD; shift 2; exec "$@"'
 
 
 def enter_pod_argv(argv: list[str], hostname: str, fstab: Path | None, workdir: str) -> list[str]:
