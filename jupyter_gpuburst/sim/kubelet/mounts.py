@@ -53,8 +53,10 @@ class Plan:
     real: list[str] = field(default_factory=list)  # mountPaths made real
 
 
-def _under(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+def _under(path: Path | str, root: Path | str) -> bool:
+    """``path`` is ``root`` or below it (by string: pathlib's ``parents`` is slow here)."""
+    p, r = str(path), str(root)
+    return p == r or p.startswith(r if r.endswith("/") else r + "/")
 
 
 def _mountinfo() -> list[tuple[Path, bool]]:
