@@ -7,8 +7,11 @@ CrashLoopBackOff); startup, liveness and readiness probes (``probes``) drive ``s
 restarts and ``ready``; deletion sends SIGTERM to each container's process group and SIGKILL
 after the grace period. The pod's hostname is its name: the process gets its own UTS namespace
 where this kubelet may create one (root), with the pod's managed hosts file (its name -> pod IP,
-``hostAliases``) bound over /etc/hosts in a mount namespace of its own; else only ``HOSTNAME``
-and, for Python programs, a ``sitecustomize`` that makes ``socket.gethostname()`` answer it.
+``hostAliases``, Service names) bound over /etc/hosts in a mount namespace of its own, where its
+volumes are bound at their mountPath too (``mounts``); else only ``HOSTNAME`` and, for Python
+programs, a ``sitecustomize`` that makes ``socket.gethostname()`` answer it, and volume paths
+are mapped (``volumes.PathMap``). exec, exec probes and exec hooks enter the container's
+namespaces (``nsenter``).
 """
 
 from __future__ import annotations

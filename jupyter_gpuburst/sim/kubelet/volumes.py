@@ -5,13 +5,14 @@ projected: one file per key, as the kubelet's atomic writer leaves them; emptyDi
 directory; persistentVolumeClaim: a directory per claim that outlives the pod, so the next pod
 using the claim on this site finds the data; hostPath: the host's own path).
 
-A process here shares the host's mount table, so a ``mountPath`` cannot be mounted over. Each
-container instead gets a root ``<pod dir>/rootfs-<container>`` in which every ``mountPath`` is a
-symlink to its volume, and the kubelet rewrites the paths the program is handed: env values,
-``command``/``args``, ``workingDir`` and ``HOME``. A program that finds its files through those
-(``--notebook-dir=/home/jovyan``, ``$HOME``, ``CONFIG=/etc/app/x.yaml``) sees the volumes; a path
-compiled into a program is not rewritten (the limit of emulating mounts without a mount
-namespace). Paths outside every mount are the host's, as the image's filesystem is the host's.
+Where the kubelet may, each container sees them at their ``mountPath`` through binds in a mount
+namespace of its own (``namespace_view``, planned by ``mounts``). Elsewhere (not root, no
+overlayfs, ``GPUBURST_SIM_MOUNTS=rewrite``), or for a mount that cannot be made real, a container
+gets a root ``<pod dir>/rootfs-<container>`` in which every ``mountPath`` is a symlink to its
+volume, and the kubelet rewrites the paths the program is handed: env values,
+``command``/``args``, ``workingDir`` and ``HOME`` (``container_view``, ``PathMap``). A path
+compiled into a program or written in a file it reads is then not rewritten. Paths outside every
+mount are the host's, as the image's filesystem is the host's.
 """
 
 from __future__ import annotations
