@@ -121,7 +121,7 @@ def _host_entries() -> str:
         return "127.0.0.1\tlocalhost\n"
 
 
-def write_hosts_file(path: Path, pod_ip: str, hostname: str, subdomain: str | None, namespace: str, aliases: list[Obj], services: list[str] = ()) -> Path:
+def write_hosts_file(path: Path, pod_ip: str, hostname: str, subdomain: str | None, namespace: str, aliases: list[Obj], services: tuple[str, ...] | list[str] = ()) -> Path:
     """The kubelet's managed hosts file: the host's entries, then the pod's own name and
     ``hostAliases`` (the host's are kept: here the pod shares the host's network), then the
     Services' names (``servicenames``). Rewritten in place, so a bind of it sees each update."""
