@@ -271,6 +271,8 @@ def namespace_view(pod_dir: Path, container: Obj, volumes: dict[str, Path], *, h
         directories.append(working_dir.rstrip("/") or "/")
     tag = f"{container['name']}-{instance}"
     plan = mounts.plan(listed, directories, pod_dir / f"layers-{tag}", keep_visible)
+    if plan.rewritten:
+        log.debug("container %s: %s not mountable here (no overlay over / or the kubelet's state), paths mapped instead", container["name"], ", ".join(sorted(plan.rewritten)))
     view = PathMap(root, plan.rewritten)
     if plan.fstab:
         view.fstab = pod_dir / f"fstab-{tag}"
