@@ -75,11 +75,15 @@ fi
 "$VENV/bin/python" -m pip freeze 2>/dev/null | grep -iE "^(jupyterhub|jupyterhub-kubespawner|kubernetes|kubernetes.asyncio|pytest|pytest-asyncio)==" | tr '\n' ' ' | sed 's/^/kubespawner-suite: runner: /;s/$/\n/'
 
 # 3. The federation. Pods run their commands (jupyterhub, jupyterhub-singleuser, python3) from
-# the project's environment, as a container would from its image.
+# the project's environment, as a container would from its image; the hub pod's proxy is npm's
+# configurable-http-proxy (from `make setup`), as in the jupyterhub image, not a Python port.
 STATE="$SUITE_DIR/state"
 rm -rf "$STATE" && mkdir -p "$STATE"
 KUBECONFIG_FILE="$SUITE_DIR/kubeconfig"
 rm -f "$KUBECONFIG_FILE"
+if [ -x "$REPO/node_modules/.bin/configurable-http-proxy" ]; then
+    export GPUBURST_SIM_IMAGE_PATH="$REPO/node_modules/.bin"
+fi
 "$REPO/.venv/bin/gpuburst" sim --state-dir "$STATE" --kubeconfig-out "$KUBECONFIG_FILE" >"$SUITE_DIR/sim.log" 2>&1 &
 SIM_PID=$!
 trap 'kill "$SIM_PID" 2>/dev/null; wait "$SIM_PID" 2>/dev/null || true' EXIT

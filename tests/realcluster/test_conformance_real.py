@@ -209,6 +209,25 @@ def test_volumes_and_hostname(core_v1, test_namespace, real_cluster, cleanup):
     assert lines == ["hi from a configmap", "s3cret", pod_name, "hi from a configmap", "", "scratch-ok", pod_name]
 
 
+def test_a_path_written_in_a_file_finds_its_volume(core_v1, test_namespace, real_cluster, cleanup):
+    """A program that reads a volume's path from a file (a hub config naming its secret) finds
+    it: mounts are at their mountPath, whatever way the program learns it."""
+    pod_name = name("abspath")
+    cleanup.append(pod_name)
+    core_v1.create_namespaced_config_map(test_namespace, {"metadata": {"name": pod_name}, "data": {"where": "/etc/gpuburst-app/secret/token"}})
+    core_v1.create_namespaced_secret(test_namespace, {"metadata": {"name": pod_name}, "stringData": {"token": "found"}})
+    mounts = [{"name": "cfg", "mountPath": "/etc/gpuburst-app/where", "subPath": "where"}, {"name": "sec", "mountPath": "/etc/gpuburst-app/secret", "readOnly": True}]
+    script = "cat \"$(cat \"$WHERE\")\"; echo; touch /etc/gpuburst-app/secret/new 2>/dev/null && echo writable || echo read-only"
+    make_pod(core_v1, test_namespace, pod_name, {
+        "restartPolicy": "Never",
+        "containers": [sh(real_cluster.test_image, script, env=[{"name": "WHERE", "value": "/etc/gpuburst-app/where"}], volumeMounts=mounts)],
+        "volumes": [{"name": "cfg", "configMap": {"name": pod_name}}, {"name": "sec", "secret": {"secretName": pod_name}}],
+    })
+    done = wait("pod done", lambda: (p := read_pod(core_v1, test_namespace, pod_name))["status"].get("phase") in ("Succeeded", "Failed") and p, real_cluster.start_timeout)
+    assert done["status"]["phase"] == "Succeeded", logs(core_v1, test_namespace, pod_name)
+    assert logs(core_v1, test_namespace, pod_name).splitlines() == ["found", "read-only"]
+
+
 def test_claim_data_outlives_the_pod(core_v1, test_namespace, real_cluster, cleanup):
     claim, writer, reader = name("claim"), name("writer"), name("reader")
     cleanup += [writer, reader]

@@ -1,8 +1,10 @@
 """The process kubelet (see ``pods``): pods of a cluster's non-virtual nodes as local processes.
 
 Modules: ``network`` (pod IPs on loopback), ``runtime`` (argv, env, executable), ``volumes``
-(volumes as directories and each container's view of them), ``probes``, ``status`` (phase and
-conditions from container states), ``pods`` (the pod workers), ``exec`` (pods/exec streams).
+(volumes as directories and each container's view of them), ``mounts`` (volumes bound at their
+mountPath in the container's mount namespace), ``servicenames`` (Service names in the pods'
+hosts files), ``probes``, ``status`` (phase and conditions from container states), ``pods``
+(the pod workers), ``exec`` (pods/exec streams).
 """
 
 from jupyter_gpuburst.sim.kubelet.network import AddressPool, container_ports

@@ -7,8 +7,11 @@ CrashLoopBackOff); startup, liveness and readiness probes (``probes``) drive ``s
 restarts and ``ready``; deletion sends SIGTERM to each container's process group and SIGKILL
 after the grace period. The pod's hostname is its name: the process gets its own UTS namespace
 where this kubelet may create one (root), with the pod's managed hosts file (its name -> pod IP,
-``hostAliases``) bound over /etc/hosts in a mount namespace of its own; else only ``HOSTNAME``
-and, for Python programs, a ``sitecustomize`` that makes ``socket.gethostname()`` answer it.
+``hostAliases``, Service names) bound over /etc/hosts in a mount namespace of its own, where its
+volumes are bound at their mountPath too (``mounts``); else only ``HOSTNAME`` and, for Python
+programs, a ``sitecustomize`` that makes ``socket.gethostname()`` answer it, and volume paths
+are mapped (``volumes.PathMap``). exec, exec probes and exec hooks enter the container's
+namespaces (``nsenter``).
 """
 
 from __future__ import annotations
@@ -32,14 +35,15 @@ import psutil
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.errors import ApiError, bad_request
-from jupyter_gpuburst.sim.kubelet import hooks, probes, runtime, status, volumes
+from jupyter_gpuburst.sim.kubelet import hooks, mounts, probes, runtime, servicenames, status, volumes
 from jupyter_gpuburst.sim.kubelet.network import AddressPool, container_ports
 from jupyter_gpuburst.sim.store import Store
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 ContainerRun = status.ContainerRun
-UNSHARE = "/usr/bin/unshare"
+UNSHARE = mounts.UNSHARE
+NSENTER = "/usr/bin/nsenter"
 # kubelet's container restart back-off: 10 s doubling to 5 min; reset after 10 min of running.
 BACKOFF_INITIAL_S = 10.0
 BACKOFF_MAX_S = 300.0
@@ -68,23 +72,45 @@ def uts_namespaces() -> bool:
     if os.geteuid() != 0 or not sys.platform.startswith("linux") or not shutil.which("mount") or not os.access(UNSHARE, os.X_OK):
         return False
     try:
-        probe = subprocess.run(enter_pod_argv(["hostname"], "gpuburst-probe", None), timeout=10, capture_output=True, text=True)
+        probe = subprocess.run(enter_pod_argv(["hostname"], "gpuburst-probe", None, ""), timeout=10, capture_output=True, text=True)
         return probe.returncode == 0 and probe.stdout.strip() == "gpuburst-probe"
     except (OSError, subprocess.SubprocessError):
         return False
 
 
 # Run in the child by util-linux ``unshare`` (new UTS and mount namespaces): name the host (a
-# shell builtin write, one exec less than ``hostname``), bind
-# the pod's hosts file over /etc/hosts, then exec the container's command (same pid throughout).
-# A preexec_fn would do the same without two execs, but forces a fork of this whole process
-# instead of a vfork, which blocks the event loop (100+ ms per container under gVisor).
-_ENTER_POD_SCRIPT = 'echo "$0" > /proc/sys/kernel/hostname; [ -n "$1" ] && mount --bind "$1" /etc/hosts; shift 1; exec "$@"'
+# shell builtin write, one exec less than ``hostname``), mount what the container's fstab lists
+# (``mounts.plan``: volumes at their mountPath, the pod's hosts file at /etc/hosts) in one
+# ``mount --all``, go to the working directory, and exec the container's command (same pid
+# throughout). A preexec_fn would do the same without two execs, but forces a fork of this whole
+# process instead of a vfork, which blocks the event loop (100+ ms per container under gVisor).
+# A failed mount ends the start with 128, StartError's exit code.
+_ENTER_POD_SCRIPT = 'echo "$0" > /proc/sys/kernel/hostname; [ -z "$1" ] || mount --all --fstab "$1" || exit 128; [ -z "$2" ] || cd "$2" || exit 128; unset OLDPWD; shift 2; exec "$@"'
 
 
-def enter_pod_argv(argv: list[str], hostname: str, hosts_file: Path | None) -> list[str]:
-    """``argv`` wrapped to start in the pod's own UTS and mount namespaces."""
-    return [UNSHARE, "--uts", "--mount", "--", "/bin/sh", "-c", _ENTER_POD_SCRIPT, hostname, str(hosts_file or ""), *argv]
+def enter_pod_argv(argv: list[str], hostname: str, fstab: Path | None, workdir: str) -> list[str]:
+    """``argv`` wrapped to start in the pod's own UTS and mount namespaces, with what ``fstab``
+    lists mounted, in ``workdir`` (a path in the new namespace; empty: where it was started)."""
+    return [UNSHARE, "--uts", "--mount", "--", "/bin/sh", "-c", _ENTER_POD_SCRIPT, hostname, str(fstab or ""), workdir, *argv]
+
+
+def enter_container_argv(pid: int, argv: list[str], workdir: str) -> list[str]:
+    """``argv`` to run in the namespaces of the container whose process is ``pid`` (exec, probes, hooks)."""
+    return [NSENTER, "--target", str(pid), "--uts", "--mount", f"--wdns={workdir}", "--", *argv]
+
+
+async def _entered(pid: int, timeout: float = 2.0) -> None:
+    """Wait until the container ``pid`` has done its mounts and exec'd its program, so that what
+    enters its namespaces sees them all."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 3)
+        except OSError:
+            return
+        if argv0[0] != UNSHARE.encode() and argv0[2:3] != [_ENTER_POD_SCRIPT.encode()]:
+            return
+        await asyncio.sleep(0.005)
 
 
 @cache
@@ -95,14 +121,16 @@ def _host_entries() -> str:
         return "127.0.0.1\tlocalhost\n"
 
 
-def write_hosts_file(path: Path, pod_ip: str, hostname: str, subdomain: str | None, namespace: str, aliases: list[Obj]) -> Path:
+def write_hosts_file(path: Path, pod_ip: str, hostname: str, subdomain: str | None, namespace: str, aliases: list[Obj], services: tuple[str, ...] | list[str] = ()) -> Path:
     """The kubelet's managed hosts file: the host's entries, then the pod's own name and
-    ``hostAliases`` (the host's are kept: here the pod shares the host's network)."""
+    ``hostAliases`` (the host's are kept: here the pod shares the host's network), then the
+    Services' names (``servicenames``). Rewritten in place, so a bind of it sees each update."""
     base = _host_entries()
     names = [hostname] if not subdomain else [f"{hostname}.{subdomain}.{namespace}.svc.cluster.local", hostname]
     lines = ["# Kubernetes-managed hosts file (emulated kubelet).", base.rstrip("\n"), f"{pod_ip}\t{' '.join(names)}"]
     for alias in aliases or []:
         lines.append(f"{alias.get('ip')}\t{' '.join(alias.get('hostnames') or [])}")
+    lines.extend(services)
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -119,6 +147,7 @@ class PodRun:
     hostname: str
     volumes: dict[str, Path] = field(default_factory=dict)
     hosts_file: Path | None = None
+    real_mounts: bool = False  # volumes bound at their mountPath (mounts.real_mounts), else mapped
     tasks: list[asyncio.Task] = field(default_factory=list)
     killing: bool = False
     sandbox: bool = False  # the pod IP is assigned and published
@@ -150,6 +179,10 @@ class Kubelet:
         self._finished: dict[tuple[str, str], PodRun] = {}  # logs stay readable after the pod is gone
         self._task: asyncio.Task | None = None
         self._virtual_nodes: set[str] = set()
+        self._services: set[tuple[str, str]] = set()
+        self._service_table: list[tuple[str, str, str]] = []
+        self._services_task: asyncio.Task | None = None
+        self._hosts_refresh: asyncio.TimerHandle | None = None
 
     # ---- what the API server and tests read ---------------------------------------------------
 
@@ -192,11 +225,16 @@ class Kubelet:
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="kubelet")
+        if uts_namespaces():  # service names live in the pods' own /etc/hosts
+            self._services_task = asyncio.create_task(self._watch_services(), name="kubelet-services")
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        if self._hosts_refresh is not None:
+            self._hosts_refresh.cancel()
+        for task in (self._task, self._services_task):
+            if task:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         for pr in self._pods.values():
             pr.killing = True
         await asyncio.gather(*(self._kill_pod(pr, self.stop_grace_s) for pr in list(self._pods.values())), return_exceptions=True)
@@ -204,6 +242,41 @@ class Kubelet:
             for t in pr.tasks:
                 t.cancel()
         self._pods.clear()
+
+    # ---- service names ---------------------------------------------------------------------------
+
+    async def _watch_services(self) -> None:
+        watch = self.store.watch("services")
+        try:
+            async for etype, svc in watch:
+                key = (svc["metadata"]["namespace"], svc["metadata"]["name"])
+                if etype == "DELETED":
+                    self._services.discard(key)
+                else:
+                    self._services.add(key)
+                self._refresh_hosts_soon()
+        finally:
+            watch.close()
+
+    def _refresh_hosts_soon(self) -> None:
+        """Rewrite the running pods' hosts files once a burst of events is over."""
+        if self._hosts_refresh is None:
+            self._hosts_refresh = asyncio.get_running_loop().call_later(0.05, self._refresh_hosts)
+
+    def _refresh_hosts(self) -> None:
+        self._hosts_refresh = None
+        table = servicenames.addresses(self.store)
+        if table == self._service_table:
+            return
+        self._service_table = table
+        for pr in list(self._pods.values()):
+            if pr.hosts_file is not None:
+                self._write_hosts(pr)
+
+    def _write_hosts(self, pr: PodRun) -> Path:
+        spec = pr.pod["spec"]
+        ns = pr.key[0]
+        return write_hosts_file(pr.dir / "etc-hosts", pr.ip, pr.hostname, spec.get("subdomain"), ns, spec.get("hostAliases") or [], servicenames.hosts_lines(self._service_table, ns))
 
     def _is_ours(self, node_name: str) -> bool:
         if node_name in self._virtual_nodes:
@@ -221,6 +294,8 @@ class Kubelet:
         watch = self.store.watch("pods")
         try:
             async for etype, pod in watch:
+                if self._services:
+                    self._refresh_hosts_soon()  # a Service's pod may have come, gone or turned ready
                 node = (pod.get("spec") or {}).get("nodeName")
                 if not node or not self._is_ours(node):
                     continue
@@ -354,7 +429,8 @@ class Kubelet:
             return
         pr.sandbox = True
         spec = pr.pod["spec"]
-        pr.hosts_file = write_hosts_file(pr.dir / "etc-hosts", pr.ip, pr.hostname, spec.get("subdomain"), ns, spec.get("hostAliases") or [])
+        pr.real_mounts = uts_namespaces() and mounts.real_mounts(self.state_dir)
+        pr.hosts_file = self._write_hosts(pr)
         if pr.init:
             self._publish(pr)  # Initialized=False until they are done
         policy = pr.pod["spec"].get("restartPolicy", "Always")
@@ -403,18 +479,29 @@ class Kubelet:
                 pass
         c.restart_count += 1
 
-    def _container_env(self, pr: PodRun, c: ContainerRun, view: volumes.PathMap) -> tuple[list[str], dict[str, str], Path]:
-        """argv, environment and working directory of the container's process (paths mapped)."""
+    def _container_env(self, pr: PodRun, c: ContainerRun, view: volumes.PathMap) -> tuple[list[str], dict[str, str], str]:
+        """argv, environment and working directory of the container's process (paths mapped
+        where the view does not mount them)."""
         spec = c.spec
         argv = [view.rewrite(a.replace("0.0.0.0", pr.ip)) for a in runtime.container_argv(spec)]
         if not argv:
             raise FileNotFoundError(f'no command given and image "{spec.get("image", "")}" has no emulated entrypoint')
-        env = {k: view.rewrite(v) for k, v in runtime.pod_env(pr.pod, spec, self.store, pr.ip).items()}
-        jupyter = bool(runtime.JUPYTER_IMAGE.search(spec.get("image", "")))
-        home = view.directory(env["HOME"] if env.get("HOME", "").startswith("/") else ("/home/jovyan" if jupyter else "/root"), private=True)
-        env.setdefault("HOME", str(home))
-        workdir = view.directory(spec["workingDir"]) if spec.get("workingDir") else home
-        env.setdefault("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+        given = runtime.pod_env(pr.pod, spec, self.store, pr.ip)
+        env = {k: view.rewrite(v) for k, v in given.items()}
+        home_path = _home_path(spec, given)
+        if home_path in view.in_namespace:
+            home = home_path
+        else:
+            home = str(view.directory(home_path, private=True))
+        env.setdefault("HOME", home)
+        working_dir = (spec.get("workingDir") or "").rstrip("/") or ("/" if spec.get("workingDir") else "")
+        if not working_dir:
+            workdir = home
+        elif working_dir in view.in_namespace:
+            workdir = working_dir
+        else:
+            workdir = str(view.directory(working_dir))
+        env.setdefault("PATH", os.pathsep.join([*runtime.image_path(), os.environ.get("PATH", "")]))
         env.setdefault("HOSTNAME", pr.hostname)
         if not uts_namespaces():
             hook = pr.dir / "hostname-hook"
@@ -429,30 +516,63 @@ class Kubelet:
             raise FileNotFoundError(f'exec: "{argv[0]}": executable file not found in $PATH')
         return [exe, *argv[1:]], env, workdir
 
-    async def _spawn(self, pr: PodRun, argv: list[str], env: dict[str, str], cwd: Path, *, stdout: Any, stderr: Any, stdin: Any = asyncio.subprocess.DEVNULL) -> asyncio.subprocess.Process:
+    def _view(self, pr: PodRun, c: ContainerRun) -> volumes.PathMap:
+        """The container's filesystem view: volumes bound in a mount namespace of its own where
+        this kubelet may, else mapped by path rewriting (with only the hosts file bound, as root)."""
+        spec = c.spec
+        if pr.real_mounts:
+            home = _home_path(spec, runtime.pod_env(pr.pod, spec, self.store, pr.ip))
+            return volumes.namespace_view(
+                pr.dir, spec, pr.volumes, home=home, hosts_file=pr.hosts_file, instance=c.restart_count,
+                keep_visible=[self.state_dir], keep_home_off=[self.state_dir, Path(sys.prefix), Path(sys.base_prefix)],
+            )
+        view = volumes.container_view(pr.dir, spec, pr.volumes)
+        if uts_namespaces() and pr.hosts_file is not None:
+            view.fstab = pr.dir / "fstab-hosts"
+            if not view.fstab.exists():
+                view.fstab.write_text(mounts.plan([mounts.Mount("/etc/hosts", pr.hosts_file)], [], pr.dir, []).fstab[0] + "\n")
+        return view
+
+    async def _spawn(self, pr: PodRun, view: volumes.PathMap, argv: list[str], env: dict[str, str], workdir: str, *, stdout: Any, stderr: Any, stdin: Any = asyncio.subprocess.DEVNULL) -> asyncio.subprocess.Process:
+        cwd: str | Path = workdir
         if uts_namespaces():
-            argv = enter_pod_argv(argv, pr.hostname, pr.hosts_file)
+            argv = enter_pod_argv(argv, pr.hostname, view.fstab, workdir)
+            cwd = pr.dir  # the working directory may exist only in the new mount namespace
         return await asyncio.create_subprocess_exec(*argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr, stdin=stdin, start_new_session=True)
 
     async def _spawn_in(self, pr: PodRun, c: ContainerRun, command: list[str], *, stdin: bool, tty: bool) -> tuple[asyncio.subprocess.Process, int | None]:
-        """A process beside the container's (exec, exec probes): same env, cwd and hostname."""
+        """A process beside the container's (exec, exec probes, hooks): same env, cwd, hostname
+        and, where volumes are mounted for real, the container's own mount namespace."""
         view = c.view
         _, env, cwd = self._container_env(pr, c, view)
         argv = [view.rewrite(a) for a in command]
         exe = runtime.resolve_command(argv[0], env.get("PATH"))
         if exe is None:
             raise bad_request(f'exec: "{argv[0]}": executable file not found in $PATH')
+
+        async def spawn(**streams: Any) -> asyncio.subprocess.Process:
+            if not pr.real_mounts:
+                return await self._spawn(pr, view, [exe, *argv[1:]], env, cwd, **streams)
+            if c.process is None or c.process.returncode is not None:
+                raise bad_request(f'container "{c.name}" is not running')
+            await _entered(c.process.pid)
+            wrapped = enter_container_argv(c.process.pid, [exe, *argv[1:]], cwd)
+            return await asyncio.create_subprocess_exec(*wrapped, env=env, cwd=pr.dir, start_new_session=True, **streams)
+
         if tty:
             import pty
 
             master, slave = pty.openpty()
             try:
-                proc = await self._spawn(pr, [exe, *argv[1:]], env, cwd, stdout=slave, stderr=slave, stdin=slave)
+                proc = await spawn(stdout=slave, stderr=slave, stdin=slave)
+            except BaseException:
+                os.close(master)
+                raise
             finally:
                 os.close(slave)
             return proc, master
         pipe = asyncio.subprocess.PIPE
-        proc = await self._spawn(pr, [exe, *argv[1:]], env, cwd, stdout=pipe, stderr=pipe, stdin=pipe if stdin else asyncio.subprocess.DEVNULL)
+        proc = await spawn(stdout=pipe, stderr=pipe, stdin=pipe if stdin else asyncio.subprocess.DEVNULL)
         return proc, None
 
     async def _exec_probe(self, pr: PodRun, c: ContainerRun, command: list[str], timeout: float) -> tuple[int, bytes]:
@@ -474,11 +594,11 @@ class Kubelet:
         self._event(pr, "Pulled", f'Container image "{spec.get("image", "")}" already present on machine', container=c)
         c.log_path().touch()
         try:
-            c.view = volumes.container_view(pr.dir, spec, pr.volumes)
+            c.view = self._view(pr, c)
             argv, env, workdir = self._container_env(pr, c, c.view)
             self._event(pr, "Created", f"Created container {c.name}", container=c)
             with open(c.log_path(), "ab") as logfile:
-                c.process = await self._spawn(pr, argv, env, workdir, stdout=logfile, stderr=asyncio.subprocess.STDOUT)
+                c.process = await self._spawn(pr, c.view, argv, env, workdir, stdout=logfile, stderr=asyncio.subprocess.STDOUT)
         except (OSError, ValueError, volumes.VolumeError) as exc:
             return self._start_error(pr, c, str(exc))
         c.ran = True
@@ -675,6 +795,13 @@ class Kubelet:
             del self._pods[pr.key]
             self._finished[pr.key] = pr
             self.pool.release(pr.ip)
+
+
+def _home_path(container: Obj, env: dict[str, str]) -> str:
+    """HOME in the container: its env's, else the image's user's (jovyan in Jupyter images)."""
+    if env.get("HOME", "").startswith("/"):
+        return env["HOME"].rstrip("/") or "/"
+    return "/home/jovyan" if runtime.JUPYTER_IMAGE.search(container.get("image", "")) else "/root"
 
 
 class _ProbeDone(Exception):

@@ -108,11 +108,21 @@ def container_argv(container: Obj) -> list[str]:
     return [*command, *args]
 
 
+IMAGE_PATH_ENV = "GPUBURST_SIM_IMAGE_PATH"
+
+
+def image_path() -> list[str]:
+    """Where the "image's" programs are: ``$GPUBURST_SIM_IMAGE_PATH`` (directories put first,
+    e.g. npm's configurable-http-proxy, which JupyterHub's image has), then this Python's bin dir."""
+    extra = [d for d in os.environ.get(IMAGE_PATH_ENV, "").split(os.pathsep) if d]
+    return [*extra, str(Path(sys.executable).parent)]
+
+
 def resolve_command(argv0: str, path: str | None = None) -> str | None:
-    """The executable for argv[0], looked up on a PATH that starts with this Python's bin dir."""
+    """The executable for argv[0], looked up on a PATH that starts with the image's directories."""
     if os.sep in argv0:
         return argv0 if os.access(argv0, os.X_OK) else None
-    search = os.pathsep.join([str(Path(sys.executable).parent), path or os.environ.get("PATH", "")])
+    search = os.pathsep.join([*image_path(), path or os.environ.get("PATH", "")])
     return shutil.which(argv0, path=search)
 
 

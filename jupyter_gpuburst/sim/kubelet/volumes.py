@@ -5,13 +5,14 @@ projected: one file per key, as the kubelet's atomic writer leaves them; emptyDi
 directory; persistentVolumeClaim: a directory per claim that outlives the pod, so the next pod
 using the claim on this site finds the data; hostPath: the host's own path).
 
-A process here shares the host's mount table, so a ``mountPath`` cannot be mounted over. Each
-container instead gets a root ``<pod dir>/rootfs-<container>`` in which every ``mountPath`` is a
-symlink to its volume, and the kubelet rewrites the paths the program is handed: env values,
-``command``/``args``, ``workingDir`` and ``HOME``. A program that finds its files through those
-(``--notebook-dir=/home/jovyan``, ``$HOME``, ``CONFIG=/etc/app/x.yaml``) sees the volumes; a path
-compiled into a program is not rewritten (the limit of emulating mounts without a mount
-namespace). Paths outside every mount are the host's, as the image's filesystem is the host's.
+Where the kubelet may, each container sees them at their ``mountPath`` through binds in a mount
+namespace of its own (``namespace_view``, planned by ``mounts``). Elsewhere (not root, no
+overlayfs, ``GPUBURST_SIM_MOUNTS=rewrite``), or for a mount that cannot be made real, a container
+gets a root ``<pod dir>/rootfs-<container>`` in which every ``mountPath`` is a symlink to its
+volume, and the kubelet rewrites the paths the program is handed: env values,
+``command``/``args``, ``workingDir`` and ``HOME`` (``container_view``, ``PathMap``). A path
+compiled into a program or written in a file it reads is then not rewritten. Paths outside every
+mount are the host's, as the image's filesystem is the host's.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_gpuburst.sim.errors import ApiError
+from jupyter_gpuburst.sim.kubelet import mounts
 from jupyter_gpuburst.sim.kubelet.runtime import resolve_field_ref
 from jupyter_gpuburst.sim.store import Store
 
@@ -172,6 +174,10 @@ class PathMap:
 
     def __init__(self, root: Path, mounts: dict[str, Path]):
         self.root = root
+        # in a mount namespace of its own (namespace_view): what the start script mounts, and
+        # the paths that are there for real (mounted or made), which need no mapping
+        self.fstab: Path | None = None
+        self.in_namespace: set[str] = set()
         self.mounts = dict(sorted(mounts.items(), key=lambda kv: -len(kv[0])))
         if self.mounts:
             alternatives = "|".join(re.escape(m.rstrip("/")) for m in self.mounts)
@@ -206,10 +212,10 @@ class PathMap:
         return private
 
 
-def container_view(pod_dir: Path, container: Obj, volumes: dict[str, Path]) -> PathMap:
-    """``rootfs-<container>`` with a symlink per volumeMount (made only if there are mounts); the PathMap."""
-    root = pod_dir / f"rootfs-{container['name']}"
-    mounts: dict[str, Path] = {}
+def _mount_sources(container: Obj, volumes: dict[str, Path]) -> list[tuple[str, Path, bool]]:
+    """(mountPath, host directory or file, readOnly) of each volumeMount; a missing subPath
+    directory is made, as the kubelet makes it."""
+    out = []
     for vm in container.get("volumeMounts") or []:
         source = volumes.get(vm["name"])
         if source is None:
@@ -219,7 +225,15 @@ def container_view(pod_dir: Path, container: Obj, volumes: dict[str, Path]) -> P
             source = source / vm["subPath"]
             if not source.exists():
                 source.mkdir(parents=True)
-        mount_path = vm["mountPath"]
+        out.append((vm["mountPath"].rstrip("/") or "/", source, bool(vm.get("readOnly"))))
+    return out
+
+
+def container_view(pod_dir: Path, container: Obj, volumes: dict[str, Path]) -> PathMap:
+    """``rootfs-<container>`` with a symlink per volumeMount (made only if there are mounts); the PathMap."""
+    root = pod_dir / f"rootfs-{container['name']}"
+    mounts: dict[str, Path] = {}
+    for mount_path, source, _ in _mount_sources(container, volumes):
         link = root / mount_path.lstrip("/")
         link.parent.mkdir(parents=True, exist_ok=True)  # the root exists only where there are mounts
         if link.is_symlink() or link.exists():
@@ -228,5 +242,40 @@ def container_view(pod_dir: Path, container: Obj, volumes: dict[str, Path]) -> P
             else:
                 link.unlink()
         link.symlink_to(source, target_is_directory=source.is_dir())
-        mounts[mount_path.rstrip("/") or "/"] = source
+        mounts[mount_path] = source
     return PathMap(root, mounts)
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def namespace_view(pod_dir: Path, container: Obj, volumes: dict[str, Path], *, home: str, hosts_file: Path | None, instance: int, keep_visible: list[Path], keep_home_off: list[Path]) -> PathMap:
+    """The view of a container started in a mount namespace of its own: each volumeMount bound
+    at its mountPath (``mounts.plan``), a private home bound at ``home`` unless a volume holds it
+    or it would cover one of ``keep_home_off`` (the interpreter's prefix, the kubelet's state),
+    the pod's hosts file at /etc/hosts. What cannot be mounted is left to the PathMap's rewriting."""
+    root = pod_dir / f"rootfs-{container['name']}"
+    listed = [mounts.Mount(t, s, ro) for t, s, ro in _mount_sources(container, volumes)]
+    directories = []
+    if any(_under(home, m.target) for m in listed):
+        directories.append(home)
+    elif not any(_under(str(k), home) for k in keep_home_off):
+        private = root.parent / f"{root.name}{home.rstrip('/').replace('/', '_')}"
+        private.mkdir(exist_ok=True)
+        listed.append(mounts.Mount(home, private))
+    if hosts_file is not None:
+        listed.append(mounts.Mount("/etc/hosts", hosts_file))
+    working_dir = container.get("workingDir")
+    if working_dir:
+        directories.append(working_dir.rstrip("/") or "/")
+    tag = f"{container['name']}-{instance}"
+    plan = mounts.plan(listed, directories, pod_dir / f"layers-{tag}", keep_visible)
+    if plan.rewritten:
+        log.debug("container %s: %s not mountable here (no overlay over / or the kubelet's state), paths mapped instead", container["name"], ", ".join(sorted(plan.rewritten)))
+    view = PathMap(root, plan.rewritten)
+    if plan.fstab:
+        view.fstab = pod_dir / f"fstab-{tag}"
+        view.fstab.write_text("\n".join(plan.fstab) + "\n")
+    view.in_namespace = {*plan.real, *plan.directories}
+    return view

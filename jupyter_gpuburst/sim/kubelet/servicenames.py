@@ -1,0 +1,55 @@
+"""Service names for pods: ``<svc>``, ``<svc>.<ns>``, ``<svc>.<ns>.svc[.cluster.local]``.
+
+A cluster's DNS answers a Service's name with its ClusterIP, which kube-proxy forwards to a
+ready endpoint. Here there is neither DNS nor kube-proxy, and ClusterIPs lead nowhere, so the
+names go into each pod's managed hosts file (bound over /etc/hosts in its mount namespace) with
+the address of a pod the Service selects, as a headless Service's name resolves. A Service's
+``port`` must then equal its ``targetPort`` (KubeSpawner's and JupyterHub's do). Short names
+resolve in the pod's own namespace only, as the resolver's search path makes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyter_gpuburst.sim.store import Store
+
+Obj = dict[str, Any]
+DOMAIN = "cluster.local"
+
+
+def _serving(pod: Obj) -> bool:
+    st = pod.get("status") or {}
+    return bool(st.get("podIP")) and st.get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")
+
+
+def _ready(pod: Obj) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def addresses(store: Store) -> list[tuple[str, str, str]]:
+    """(namespace, service name, pod IP) of every Service with a selector and a running pod it
+    selects (a ready one first)."""
+    out = []
+    services, _ = store.list("services")
+    for svc in services:
+        selector = (svc.get("spec") or {}).get("selector") or {}
+        if not selector:
+            continue
+        ns = svc["metadata"]["namespace"]
+        pods, _ = store.list("pods", ns, label_selector=",".join(f"{k}={v}" for k, v in sorted(selector.items())))
+        serving = sorted((p for p in pods if _serving(p)), key=lambda p: not _ready(p))
+        if serving:
+            out.append((ns, svc["metadata"]["name"], serving[0]["status"]["podIP"]))
+    return out
+
+
+def hosts_lines(table: list[tuple[str, str, str]], namespace: str) -> list[str]:
+    """Hosts-file lines of ``table`` for a pod in ``namespace``."""
+    lines = []
+    for ns, name, ip in table:
+        names = [f"{name}.{ns}.svc.{DOMAIN}", f"{name}.{ns}.svc", f"{name}.{ns}"]
+        if ns == namespace:
+            names.append(name)
+        lines.append(f"{ip}\t{' '.join(names)}")
+    return lines
