@@ -91,14 +91,22 @@ def _wire(event_type: str, obj: dict[str, Any]) -> bytes:
 
 
 def _deliver(callback: Any, line: bytes) -> tuple[int, int, int]:
-    """Decode one watch line and hand it to ``callback``: (decode ns, callback ns, callback CPU ns)."""
+    """Decode one watch line and hand it to ``callback``: (decode ns, callback ns, callback CPU ns).
+
+    The wall clock is read inside the CPU clock's window, not around it: reading the thread's
+    CPU time is a system call (0.7 µs on a virtual machine), and two of them inside the wall
+    window added 1.4 µs to every wall sample, time production never spends.
+    """
     t0 = time.perf_counter_ns()
     event = json.loads(line)
-    t1 = time.perf_counter_ns()
+    event_type, obj = event["type"], event["object"]
+    decoded = time.perf_counter_ns()
     c1 = time.thread_time_ns()
-    callback(event["type"], event["object"])
+    t1 = time.perf_counter_ns()
+    callback(event_type, obj)
+    t2 = time.perf_counter_ns()
     c2 = time.thread_time_ns()
-    return t1 - t0, time.perf_counter_ns() - t1, c2 - c1
+    return decoded - t0, t2 - t1, c2 - c1
 
 
 def _brute_force(snapshot: Snapshot, request: GPURequest, policy: Policy) -> tuple | None:
