@@ -94,7 +94,19 @@ def _grade_fit(g: int, unit: int, need: int) -> int:
 
 
 def members(bits: int) -> Iterator[int]:
-    """The slots set in ``bits``, lowest first."""
+    """The slots set in ``bits``, lowest first.
+
+    The first few come from the lowest set bit (a few full-width passes over the ``int``, about
+    3 µs for a 50,000-slot group), because a decision usually takes the first member of the first
+    group it reads; the rest from one scan of the int's bytes, which costs about 60 µs for
+    50,000 slots however few are set (``to_bytes`` and the search both walk every byte).
+    """
+    for _ in range(_FIRST_BY_LOWEST_BIT):
+        if not bits:
+            return
+        low = bits & -bits
+        yield low.bit_length() - 1
+        bits ^= low
     if not bits:
         return
     data = bits.to_bytes((bits.bit_length() + 7) >> 3, "little")
@@ -107,6 +119,7 @@ def members(bits: int) -> Iterator[int]:
             byte ^= low
 
 
+_FIRST_BY_LOWEST_BIT = 8
 _NONZERO_BYTE = re.compile(rb"[^\x00]")
 
 
