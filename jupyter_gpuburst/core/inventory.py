@@ -178,11 +178,13 @@ class Snapshot(NamedTuple):
 
     sites: Map
     nodes: Map
-    # (site, GPU resource) -> free units -> CPU/memory grade -> node names; see ``fitindex``
+    # (site, GPU resource) -> free units -> CPU/memory grade -> node slots; see ``fitindex``
     index: Map
     # ("user" | "group", name) -> donor GPU units held by pods and reservations
     donor_usage: Map
     version: int
+    # slot -> node name, for the slots the index files nodes under
+    names: Map = EMPTY
 
     def site(self, name: str) -> SiteCapacity | None:
         return self.sites.get(name)
@@ -195,7 +197,8 @@ class Snapshot(NamedTuple):
         return fitindex.levels(self.index, site, resource)
 
     def nodes_with_free(self, site: str, resource: str, free: int) -> Iterator[str]:
-        return fitindex.nodes_at(self.index, site, resource, free)
+        names = self.names
+        return (names[slot] for slot in fitindex.nodes_at(self.index, site, resource, free))
 
     def max_free_on_a_node(self, site: str, resource: str) -> int:
         """Largest number of ``resource`` units free together on one node of ``site``."""
@@ -204,13 +207,14 @@ class Snapshot(NamedTuple):
     def best_fit(self, site: str, resource: str, demand: Mapping[str, int]) -> tuple[str, int] | None:
         """(node, free units of ``resource`` on it) of the node of ``site`` that takes the whole
         ``demand`` and leaves the fewest units of ``resource`` free, or None."""
-        nodes = self.nodes
+        nodes, names = self.nodes, self.names
 
-        def fits(name: str) -> bool:
-            node = nodes.get(name)
+        def fits(slot: int) -> bool:
+            node = nodes.get(names.get(slot))
             return node is not None and node.fits(demand)
 
-        return fitindex.best_fit(self.index, site, resource, demand, fits)
+        found = fitindex.best_fit(self.index, site, resource, demand, fits)
+        return None if found is None else (names[found[0]], found[1])
 
     def donor_units(self, kind: str, name: str) -> int:
         return self.donor_usage.get((kind, name), 0)
@@ -240,10 +244,21 @@ class Inventory:
     ) -> None:
         self.resource_names = frozenset(resource_names)
         self.resource_prefixes = tuple(resource_prefixes)
-        self._nodes: Map = Map()
+        # The node table is written through a mutation of the last snapshot's map: between two
+        # snapshots, a node's path in the map is copied once and then changed in place, so the
+        # stream of watch events between two decisions does not copy the upper levels of a
+        # 50,000-entry map on every event (half the cost of a node update at that size). A
+        # snapshot finishes the mutation (O(1)); whatever it returned is never changed again.
+        self._nodes = Map().mutate()
         self._sites: Map = Map()
         self._index: Map = Map()
         self._usage: Map = Map()
+        # Every node in ``_nodes`` has a slot, a small number the index files it under (bit
+        # ``slot`` of a group's bit set, see ``fitindex``). Slots of nodes that left are reused,
+        # so the bit sets stay as wide as the largest the cluster has been, not as its history.
+        self._slots: dict[str, int] = {}
+        self._names: Map = Map()  # slot -> node name; persistent, as snapshots hold it
+        self._free_slots: list[int] = []
         self._pods: dict[str, _PodRecord] = {}
         self._holds: dict[str, _PodRecord] = {}
         # identical request vectors share one tuple: 500 000 pods come from a few profiles
@@ -418,7 +433,7 @@ class Inventory:
             old = self._nodes.get(record.node)
             if old is None:
                 old = NodeCapacity(name=record.node, site=keys.ORIGIN_SITE, cluster_id=None)
-                self._nodes = self._nodes.set(record.node, old)
+                self._add_node(record.node, old)
             self._move(old, record.requests, sign, reserved)
         if record.donor_site and record.gpu_units and (record.user or record.groups):
             usage = self._usage.mutate()
@@ -486,9 +501,9 @@ class Inventory:
         if site is not None:
             self._sites = self._sites.set(site_name, tuple.__new__(SiteCapacity, (*site[:4], totals)))
         if not _present and not new_requested and not new_held:
-            self._nodes = self._nodes.delete(name)
+            self._forget_node(name)
         else:
-            self._nodes = self._nodes.set(name, new)
+            self._nodes.set(name, new)
         self._version += 1
 
     def _move_in_index(self, old: NodeCapacity, gpus: tuple[str, ...], frees: dict[str, tuple[int, int]]) -> None:
@@ -522,7 +537,7 @@ class Inventory:
                 (old[1], resource),
                 (before, grade_before) if before > 0 else None,
                 (after, grade_after) if after > 0 else None,
-                old[0],
+                self._slots[old[0]],
             )
         self._index = index
 
@@ -534,16 +549,19 @@ class Inventory:
 
         ``changed`` names the resources a pod or hold touched (None: any may have changed).
         """
+        if old is None:
+            self._give_slot(new.name)
         old_entries = _index_entries(old) if old is not None else ()
         new_entries = _index_entries(new)
         if old_entries != new_entries:
             index = self._index
+            slot = self._slots[new.name]
             for entry in old_entries:
                 if entry not in new_entries:
-                    index = fitindex.discard(index, entry[0], entry[1], entry[2], old.name)  # type: ignore[union-attr]
+                    index = fitindex.discard(index, entry[0], entry[1], entry[2], slot)
             for entry in new_entries:
                 if entry not in old_entries:
-                    index = fitindex.add(index, entry[0], entry[1], entry[2], new.name)
+                    index = fitindex.add(index, entry[0], entry[1], entry[2], slot)
             self._index = index
         if changed is not None:
             resources: Iterable[str] = [r for r, _ in changed]
@@ -559,10 +577,27 @@ class Inventory:
             self._site_change(None, new, resources)
         if not new.present and not new.requested and not new.reserved:
             if new.name in self._nodes:
-                self._nodes = self._nodes.delete(new.name)
+                self._forget_node(new.name)
         else:
-            self._nodes = self._nodes.set(new.name, new)
+            self._nodes.set(new.name, new)
         self._version += 1
+
+    def _add_node(self, name: str, node: NodeCapacity) -> None:
+        """File a node the inventory did not know, with a slot for the index."""
+        self._give_slot(name)
+        self._nodes.set(name, node)
+
+    def _give_slot(self, name: str) -> None:
+        slot = self._free_slots.pop() if self._free_slots else len(self._slots)
+        self._slots[name] = slot
+        self._names = self._names.set(slot, name)
+
+    def _forget_node(self, name: str) -> None:
+        """Drop a node that is gone and holds nothing (so it is filed nowhere in the index)."""
+        del self._nodes[name]
+        slot = self._slots.pop(name)
+        self._names = self._names.delete(slot)
+        self._free_slots.append(slot)
 
     def _site_change(self, old: NodeCapacity | None, new: NodeCapacity | None, resources: Iterable[str]) -> None:
         """Move one site's totals from counting ``old`` to counting ``new`` (same site)."""
@@ -601,7 +636,9 @@ class Inventory:
 
     # ---- reading -----------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        return Snapshot(self._sites, self._nodes, self._index, self._usage, self._version)
+        nodes = self._nodes.finish()
+        self._nodes = nodes.mutate()
+        return Snapshot(self._sites, nodes, self._index, self._usage, self._version, self._names)
 
     def load(self, nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> None:
         """Seed from a list call, through the same path as watch events."""

@@ -246,15 +246,18 @@ class CapacityTracker:
         key = object_key(pod)
         labels = (pod.get("metadata") or {}).get("labels") or {}
         if event_type == "DELETED" or keys.SITE_LABEL not in labels:
-            self._labelled.pop(key, None)
-            self._pods.pop(key, None)
+            # the hub's own pods are a subset of the labelled ones
+            if self._labelled.pop(key, None) is not None:
+                self._pods.pop(key, None)
         else:
             self._labelled[key] = kept = _kept(pod)
             self._classify(key, kept)
-        event = self._pod_events.get(key)
-        if event is not None:
-            event.set()
-        self._notify()
+        if self._pod_events:
+            event = self._pod_events.get(key)
+            if event is not None:
+                event.set()
+        if self._changed is not None:
+            self._notify()
 
     def _classify(self, key: str, pod: dict[str, Any]) -> None:
         if not self.ownership.owns(pod):

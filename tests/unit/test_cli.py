@@ -36,6 +36,11 @@ def test_bench_placement_prints_the_named_figures():
     assert result["nodes"] == 200 and result["pods"] == 2000 and result["gc_enabled"] is True
     assert 0 < result["decision_ms"]["p50"] <= result["decision_ms"]["p99"] <= result["decision_ms"]["max"]
     assert result["placed"] == result["decisions"] == 200
+    # the changed events, split by kind, are the same events on both clocks
+    by_kind = result["event_changed_by_kind"]
+    assert by_kind and set(by_kind) <= {"pod_bound", "pod_finished", "pod_deleted"}
+    assert sum(k["wall_us"]["n"] for k in by_kind.values()) == result["event_changed_us"]["n"]
+    assert all(k["wall_us"]["n"] == k["cpu_us"]["n"] for k in by_kind.values())
     # the reservations really were outstanding while decisions were timed
     assert result["outstanding_during_decisions"]["min"] >= 50
     checks = result["checks"]

@@ -82,6 +82,38 @@ def test_snapshot_never_changes_after_it_is_taken():
     assert inv.snapshot().site("origin") is None or inv.snapshot().site("origin").free.get(GPU, 0) == 0
 
 
+def test_a_deleted_nodes_slot_is_reused_and_old_snapshots_still_name_their_nodes():
+    inv = Inventory()
+    inv.apply_node_event("ADDED", synthetic.node("gpu-0", {GPU: 4}))
+    inv.apply_node_event("ADDED", synthetic.node("gpu-1", {GPU: 2}))
+    before = inv.snapshot()
+    inv.apply_node_event("DELETED", synthetic.node("gpu-0", {GPU: 4}))
+    inv.apply_node_event("ADDED", synthetic.node("gpu-2", {GPU: 4}))
+    after = inv.snapshot()
+    assert list(before.nodes_with_free("origin", GPU, 4)) == ["gpu-0"]
+    assert before.best_fit("origin", GPU, {GPU: 3}) == ("gpu-0", 4)
+    assert list(after.nodes_with_free("origin", GPU, 4)) == ["gpu-2"]
+    assert after.best_fit("origin", GPU, {GPU: 3}) == ("gpu-2", 4)
+    # the index's bit sets stay as wide as the cluster is, not as its history
+    assert sorted(after.names.values()) == ["gpu-1", "gpu-2"] and sorted(after.names) == [0, 1]
+
+
+def test_snapshots_keep_their_nodes_while_later_events_update_the_table_in_place():
+    inv = Inventory()
+    for i in range(40):
+        inv.apply_node_event("ADDED", synthetic.node(f"gpu-{i}", {GPU: 4}))
+    first = inv.snapshot()
+    inv.apply_pod_event("ADDED", synthetic.pod("p0", node_name="gpu-0", gpus={GPU: 1}))
+    inv.apply_pod_event("ADDED", synthetic.pod("p1", node_name="gpu-0", gpus={GPU: 1}))  # same path again
+    second = inv.snapshot()
+    inv.apply_pod_event("ADDED", synthetic.pod("p2", node_name="gpu-0", gpus={GPU: 1}))
+    inv.apply_node_event("DELETED", synthetic.node("gpu-1", {GPU: 4}))
+    third = inv.snapshot()
+    assert [s.nodes["gpu-0"].free(GPU) for s in (first, second, third)] == [4, 2, 1]
+    assert "gpu-1" in first.nodes and "gpu-1" in second.nodes and "gpu-1" not in third.nodes
+    assert len(first.nodes) == len(second.nodes) == 40 and len(third.nodes) == 39
+
+
 def test_pod_before_its_node_is_counted_when_the_node_arrives():
     inv = Inventory()
     inv.apply_pod_event("ADDED", synthetic.pod("p", node_name="liqo-d", gpus={GPU: 2}, site="d"))
