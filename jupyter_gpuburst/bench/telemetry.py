@@ -224,8 +224,10 @@ def cpu_layout(pin: bool) -> dict[str, list[int]] | None:
     """The CPUs the server, the status probe and the stream clients run on: apart, so that the
     load generator never takes the server's CPU (browsers run on other machines). With two CPUs
     the probe shares the clients' one; with one, nothing is pinned."""
+    if not pin or not hasattr(os, "sched_getaffinity"):  # CPU affinity is a Linux call
+        return None
     cpus = sorted(os.sched_getaffinity(0))
-    if not pin or len(cpus) < 2:
+    if len(cpus) < 2:
         return None
     if len(cpus) == 2:
         return {"server": cpus[1:], "status_probe": cpus[:1], "clients": cpus[:1]}
@@ -244,7 +246,7 @@ async def measure_server(args: argparse.Namespace) -> dict:
     server_ps = psutil.Process(proc.pid)
     server = Server(f"http://127.0.0.1:{port}", token)
     layout = cpu_layout(args.pin)
-    own_cpus = os.sched_getaffinity(0)
+    own_cpus = os.sched_getaffinity(0) if layout else None
     out: dict = {"clients": args.clients, "churn_per_s": args.churn, "window_s": args.seconds, "rounds": args.rounds,
                  "status_rate_per_s": args.status_rate, "period_s": args.period, "cpu_layout": layout}
     try:
@@ -276,7 +278,8 @@ async def measure_server(args: argparse.Namespace) -> dict:
                                "B": await window(server, session, args, clients=args.clients, proc=server_ps,
                                                  layout=layout)})
     finally:
-        os.sched_setaffinity(0, own_cpus)
+        if own_cpus:
+            os.sched_setaffinity(0, own_cpus)
         proc.terminate()
         try:
             proc.wait(timeout=15)
