@@ -315,6 +315,15 @@ async def count(fed: Federation, hub: Hub, session: aiohttp.ClientSession, journ
     pods, extra_copies, donor_orphans = user_pods(fed)
     ready = refused = lost = duplicated = orphaned = wrong = 0
     reasons: Counter[str] = Counter()
+    lost_detail: list[dict[str, Any]] = []
+
+    def why_lost(j: Journey, server: dict[str, Any], mine: list[dict[str, Any]]) -> None:
+        # what a lost student saw and what was left, to tell a spawner bug from a harness one
+        lost_detail.append({
+            "user": j.user, "outcome": j.outcome, "message": (j.message or "")[:160], "hub_has_server": bool(server["server"]),
+            "pods": [f"{(p.get('status') or {}).get('phase')}{' ready' if _running_ready(p) else ''}" for p in mine],
+        })
+
     for j in journeys:
         mine = pods.get(j.user, [])
         server = servers.get(j.user, {"server": False, "state": {}})
@@ -329,8 +338,10 @@ async def count(fed: Federation, hub: Hub, session: aiohttp.ClientSession, journ
                 else:
                     wrong += 1
                     lost += 1
+                    why_lost(j, server, mine)
             else:
                 lost += 1
+                why_lost(j, server, mine)
         else:
             orphaned += len(mine)
             if j.outcome == "refused" and not mine:
@@ -338,6 +349,7 @@ async def count(fed: Federation, hub: Hub, session: aiohttp.ClientSession, journ
                 reasons[j.message] += 1
             else:
                 lost += 1
+                why_lost(j, server, mine)
     known = {j.user for j in journeys}
     orphaned += sum(len(p) for user, p in pods.items() if user not in known)
     orphaned += donor_orphans
@@ -350,6 +362,7 @@ async def count(fed: Federation, hub: Hub, session: aiohttp.ClientSession, journ
         "orphaned": orphaned,
         "leaked_reservations": await leaked_reservations(hub, session),
         "wrong_placement": wrong,
+        "lost_detail": lost_detail[:10],
         "unclear_refusals": [j.message[:160] for j in journeys if j.outcome == "unclear"][:3],
     }
 
