@@ -62,6 +62,19 @@ async def wait_handler_set(cluster: Cluster, name: str):
     return w
 
 
+async def delete_when_handler_set(cluster: Cluster, name: str, pre_stop: dict):
+    """Run ON_TERM with ``pre_stop`` as its preStop hook, delete the pod once its SIGTERM handler
+    is set, and return its work directory once the container has seen SIGTERM."""
+    store = cluster.store
+    container = {"name": "main", "image": "python:3.11", "command": [PY, "-c", ON_TERM], "lifecycle": {"preStop": pre_stop}}
+    store.create("pods", pod(name, container), "default")
+    await wait_for_pod(store, "default", name, lambda p: "running" in state_of(p))
+    w = await wait_handler_set(cluster, name)
+    store.delete("pods", "default", name)
+    await wait_until(lambda: written(w / "at-term"), 15, "the container saw SIGTERM")
+    return w
+
+
 async def test_post_start_holds_the_container_from_running(cluster):
     store = cluster.store
     hook = {"exec": {"command": ["sh", "-c", "sleep 1; touch /w/post-start-done"]}}
@@ -98,12 +111,7 @@ async def test_failed_post_start_under_never_fails_the_pod(cluster):
 
 async def test_pre_stop_exec_runs_before_sigterm(cluster):
     store = cluster.store
-    hook = {"exec": {"command": ["sh", "-c", "touch /w/prestop"]}}
-    store.create("pods", pod("stop", {"name": "main", "image": "python:3.11", "command": [PY, "-c", ON_TERM], "lifecycle": {"preStop": hook}}), "default")
-    await wait_for_pod(store, "default", "stop", lambda p: "running" in state_of(p))
-    w = await wait_handler_set(cluster, "stop")
-    store.delete("pods", "default", "stop")
-    await wait_until(lambda: written(w / "at-term"), 15, "the container saw SIGTERM")
+    w = await delete_when_handler_set(cluster, "stop", {"exec": {"command": ["sh", "-c", "touch /w/prestop"]}})
     assert (w / "at-term").read_text() == "hook-first"
     await wait_until(lambda: not store.list("pods", "default")[0], 15, "the pod is gone")
 
@@ -137,12 +145,7 @@ async def test_pre_stop_http_get_reaches_the_container_before_sigterm(cluster):
 
 async def test_failed_pre_stop_is_an_event_and_the_container_still_stops(cluster):
     store = cluster.store
-    hook = {"exec": {"command": ["sh", "-c", "exit 7"]}}
-    store.create("pods", pod("badstop", {"name": "main", "image": "python:3.11", "command": [PY, "-c", ON_TERM], "lifecycle": {"preStop": hook}}), "default")
-    await wait_for_pod(store, "default", "badstop", lambda p: "running" in state_of(p))
-    w = await wait_handler_set(cluster, "badstop")
-    store.delete("pods", "default", "badstop")
-    await wait_until(lambda: written(w / "at-term"), 15, "the container saw SIGTERM")
+    w = await delete_when_handler_set(cluster, "badstop", {"exec": {"command": ["sh", "-c", "exit 7"]}})
     assert (w / "at-term").read_text() == "term-first"
     await wait_until(lambda: ("Warning", "FailedPreStopHook", "PreStopHook failed") in events(store, "badstop"), 5, "FailedPreStopHook event")
 
