@@ -31,14 +31,16 @@ def addresses(store: Store) -> list[tuple[str, str, str]]:
     """(namespace, service name, pod IP) of every Service with a selector and a running pod it
     selects (a ready one first)."""
     out = []
-    services, _ = store.list("services")
-    for svc in services:
+    # read-only and without copies: this runs again whenever a pod changes while Services exist
+    pods = list(store.iter_objects("pods"))
+    for svc in sorted(store.iter_objects("services"), key=lambda s: (s["metadata"]["namespace"], s["metadata"]["name"])):
         selector = (svc.get("spec") or {}).get("selector") or {}
         if not selector:
             continue
         ns = svc["metadata"]["namespace"]
-        pods, _ = store.list("pods", ns, label_selector=",".join(f"{k}={v}" for k, v in sorted(selector.items())))
-        serving = sorted((p for p in pods if _serving(p)), key=lambda p: not _ready(p))
+        selected = (p for p in pods if p["metadata"].get("namespace") == ns
+                    and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items()))
+        serving = sorted((p for p in selected if _serving(p)), key=lambda p: (not _ready(p), p["metadata"]["name"]))
         if serving:
             out.append((ns, svc["metadata"]["name"], serving[0]["status"]["podIP"]))
     return out
