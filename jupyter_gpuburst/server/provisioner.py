@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import signal
+import textwrap
 import time
 from typing import Any
 
@@ -24,6 +25,9 @@ from traitlets import Float, Unicode, default
 # set by the hub's spawner: the kernel API of the gpuburst service, as this server reaches it
 KERNELS_URL_ENV = "JUPYTER_GPUBURST_KERNELS_URL"
 POLL_CACHE_S = 2.0
+# JupyterLab shows a kernel's start error in a <pre> of its fixed-width dialog: a longer line
+# runs past the dialog's edge and the student never sees its end
+DIALOG_COLUMNS = 72
 
 
 class KernelPlacementError(web.HTTPError):
@@ -31,6 +35,7 @@ class KernelPlacementError(web.HTTPError):
     notebook (an HTTPError's message is shown as is; any other error reads 'Unhandled error')."""
 
     def __init__(self, message: str, status: int = 503) -> None:
+        message = textwrap.fill(message, DIALOG_COLUMNS, break_long_words=False, break_on_hyphens=False)
         # no format args: jupyter_server shows log_message as is
         super().__init__(status, message, reason="GPU kernel not started")
         self.message = message

@@ -138,5 +138,9 @@ def test_lab_shows_gpu_kernels_where_they_run(page: Page, kernel_site: KernelSit
     dialog = page.locator(".jp-Dialog")
     expect(dialog).to_contain_text("No GPU kernel", timeout=30_000)
     expect(dialog).to_contain_text("origin 0 of 2 free")
+    # the whole reason is on screen: no line of it runs past the dialog's edge
+    message = dialog.locator(".jp-Dialog-body pre").first
+    overflow = message.evaluate("e => e.scrollWidth - e.clientWidth")
+    assert overflow <= 0, f"the reason is cut off by {overflow} px: {message.inner_text()!r}"
     page.screenshot(path=str(artifacts / "kernels-refused-dark.png"))
     save_docs_screenshot(artifacts / "kernels-refused-dark.png", "kernels-refused-dark.png")

@@ -187,5 +187,6 @@ async def test_kernel_that_cannot_be_placed_fails_fast_with_the_reason(federatio
     status, body = await server_api(hub, "alice", "POST", "/kernels", {"name": "gpuburst-gpu-1-origin"})
     assert status == 503
     # placement reasons name the resource by its short name (nvidia.com/gpu: "GPU")
-    assert "No GPU kernel" in body["message"] and "1 GPU" in body["message"] and "origin 0 of 2 free" in body["message"], body
+    message = " ".join(body["message"].split())  # wrapped to fit JupyterLab's error dialog
+    assert "No GPU kernel" in message and "1 GPU" in message and "origin 0 of 2 free" in message, body
     assert kernel_pods(federation) == []

@@ -9,7 +9,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 
 from jupyter_gpuburst.server.kernelspecs import fetch_profiles, install_kernelspecs, write_kernelspecs
-from jupyter_gpuburst.server.provisioner import GPUBurstProvisioner, KernelPlacementError
+from jupyter_gpuburst.server.provisioner import DIALOG_COLUMNS, GPUBurstProvisioner, KernelPlacementError
 
 from .fake_hub import FakeHub
 
@@ -127,7 +127,9 @@ async def test_a_kernel_the_hub_cannot_place_fails_at_once_with_the_reason(hub, 
     with pytest.raises(KernelPlacementError) as info:
         await km.start_kernel()
     assert info.value.status_code == 503
-    assert str(info.value) == f"No GPU kernel: {hub.full_reason}"
+    # in lines that fit JupyterLab's error dialog, the words as the hub wrote them
+    assert " ".join(str(info.value).split()) == f"No GPU kernel: {hub.full_reason}"
+    assert max(len(line) for line in str(info.value).splitlines()) <= DIALOG_COLUMNS
     assert hub.kernels == {}
 
 
