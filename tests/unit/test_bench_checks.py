@@ -120,13 +120,20 @@ def test_trace_cli_refuses_bad_options(capsys):
 def spawn_result(**changes) -> dict:
     phase = {"spawner": spawn.GPUBURST, "requested": 3, "ready": 3, "failed_scheduling": 0, "redirects": 0}
     base = {**phase, "spawner": spawn.BASELINE}
-    result = {"phases": [base, phase] * 3, "p95_ratio": {"median": 1.01}, "extra_api_reads_per_spawn": 0.0}
+    result = {"phases": [base, phase] * 3, "p95_ratio": {"median": 1.01, "order_balanced": True, "by_order": {"order_cancelled": 1.02}}, "extra_api_reads_per_spawn": 0.0}
     result.update(changes)
     return result
 
 
 def test_spawn_checks_pass_on_a_good_result():
     assert all(spawn.checks(spawn_result()).values())
+
+
+def test_spawn_ratio_by_order_splits_the_rounds_each_spawner_ran_first():
+    # AB rounds are the even ones, BA the odd ones; a missing ratio is left out
+    # the order's effect cancels: A-first rounds at r / k, B-first ones at r * k give back r
+    assert spawn.by_order([0.9, 1.1, 0.92, 1.12, None, 1.08]) == {"AB": 0.91, "BA": 1.1, "order_cancelled": 1.0}
+    assert spawn.by_order([1.0]) == {"AB": 1.0, "BA": None, "order_cancelled": None}
 
 
 @pytest.mark.parametrize(
@@ -144,8 +151,16 @@ def test_spawn_checks_fail_on_a_bad_phase(change, check):
 
 
 def test_spawn_checks_fail_on_ratio_and_reads():
-    assert spawn.checks(spawn_result(p95_ratio={"median": 1.2}))["p95_ratio_within_goal"] is False
-    assert spawn.checks(spawn_result(p95_ratio={"median": None}))["p95_ratio_within_goal"] is False
+    def ratio(median, cancelled=1.0, balanced=True):
+        return spawn_result(p95_ratio={"median": median, "order_balanced": balanced, "by_order": {"order_cancelled": cancelled}})
+
+    assert spawn.checks(ratio(1.2))["p95_ratio_within_goal"] is False
+    assert spawn.checks(ratio(None))["p95_ratio_within_goal"] is False
+    # a good median, but with the order's effect taken out the ratio is over the goal
+    assert spawn.checks(ratio(1.01, cancelled=1.07))["p95_ratio_within_goal"] is False
+    assert spawn.checks(ratio(1.01, cancelled=None))["p95_ratio_within_goal"] is False
+    # a good median over an odd number of rounds: one spawner went first once more often
+    assert spawn.checks(ratio(1.01, balanced=False))["p95_ratio_within_goal"] is False
     assert spawn.checks(spawn_result(extra_api_reads_per_spawn=1.0))["no_extra_api_reads"] is False
     assert spawn.checks(spawn_result(extra_api_reads_per_spawn=0.01))["no_extra_api_reads"] is True
 
