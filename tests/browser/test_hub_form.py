@@ -245,6 +245,13 @@ def test_admin_capacity_page_shows_sites(browser: Browser, browser_context_args:
             expect(cells.nth(0)).to_have_text(shown)
             expect(cells.nth(2)).to_have_text(placement["site"])
             expect(cells.nth(5)).to_have_text(placement["reason"])
+            # site, node and GPU count each read on one line (a name broke at its hyphen)
+            for column in (2, 3, 4):
+                lines = cells.nth(column).evaluate(
+                    "e => { const r = document.createRange(); r.selectNodeContents(e);"
+                    " return new Set([...r.getClientRects()].map(b => Math.round(b.top))).size; }"
+                )
+                assert lines == 1, f"column {column} of {name} wraps over {lines} lines"
         expect(page.locator(".alert-danger:visible")).to_have_count(0)
 
         shot = artifacts / "capacity-page.png"
