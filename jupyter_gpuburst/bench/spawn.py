@@ -18,12 +18,11 @@ hub's readiness check only needs an HTTP answer.
 Reported per phase: p50/p95/p99/max spawn time; per round the p95 ratio B/A; over rounds the
 median ratio, its spread (min, max) and the medians of the A-first and B-first rounds apart
 (``by_order``: how much a phase gains or loses by coming second, and the ratio with that taken
-out). Checks (each can fail): every server ready, no
-``FailedScheduling`` event on a pod GPUBurstSpawner pinned (read from the API server), no
-redirect counted by the hub's own metrics (with no competing load, a redirect means our own
-reservations or pinning were wrong), no extra API reads per spawn, p95 ratio <= 1.05 both as the median
-of the rounds and with the order's effect taken out, over an even number of rounds (each spawner
-first in half of them).
+out). Checks (each can fail): every server ready, no ``FailedScheduling`` event on a pod
+GPUBurstSpawner pinned (read from the API server), no redirect counted by the hub's own metrics
+(with no competing load, a redirect means our own reservations or pinning were wrong), no extra
+API reads per spawn, and a p95 ratio <= 1.05 both as the median of the rounds and with the
+order's effect taken out, over an even number of rounds (each spawner first in half of them).
 """
 
 from __future__ import annotations
@@ -497,8 +496,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="gpuburst bench spawn", description=__doc__.splitlines()[0])
     parser.add_argument("--concurrent", type=int, default=200, help="users spawning at once (default 200)")
     parser.add_argument("--repeats", type=int, default=6,
-                        help="A/B rounds, interleaved in alternating order (default 6; an even number, at least 4, "
-                        "lets each spawner go first equally often)")
+                        help="A/B rounds, interleaved in alternating order (default 6; an even number, so that "
+                        "each spawner goes first equally often)")
     parser.add_argument("--local-gpus", type=int, default=None, help="GPUs on the origin (default: a fifth of --concurrent, 40 for 200)")
     parser.add_argument("--donor-gpus", type=int, default=None, help="GPUs the donor grants (default: the rest, 160 for 200)")
     parser.add_argument("--start-timeout", type=int, default=600, help="seconds one spawn may take before the hub gives up")
