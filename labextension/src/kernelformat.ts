@@ -68,3 +68,19 @@ export function kernelMemoryText(gpu: IKernelGpuFigures | null | undefined): str
   const gib = (bytes: number): string => (bytes / 1024 ** 3).toFixed(1);
   return `${gib(gpu.memory_used_bytes)} / ${gib(gpu.memory_total_bytes)} GiB`;
 }
+
+/**
+ * A GPU kernel's row in the panel's Kernels card: its site in the GPU column and the GPU memory
+ * its pod measures, where this server's own GPU reading has nothing for it.
+ */
+export function remoteKernelCells(
+  kernel: IGpuKernelPlace & { gpu: IKernelGpuFigures | null }
+): { gpu: string; memory: string; title: string } {
+  const used = kernel.gpu?.memory_used_bytes;
+  return {
+    // the card is narrow: the site's name alone ("origin", "donor-1"); the title says more
+    gpu: kernel.site ?? kernelSiteText(kernel),
+    memory: used === null || used === undefined ? '—' : `${(used / 1024 ** 3).toFixed(1)} GiB`,
+    title: `A GPU kernel in a pod of its own (${kernelSiteText(kernel)}); see GPU kernels`
+  };
+}

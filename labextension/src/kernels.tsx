@@ -14,7 +14,8 @@ import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 
 import { GpuBurstClient } from './client';
-import { IKernelGpuFigures, kernelGpuText, kernelMemoryText, kernelSiteText } from './kernelformat';
+import { IKernelGpuFigures, kernelGpuText, kernelMemoryText, kernelSiteText, remoteKernelCells } from './kernelformat';
+import { RemoteKernelLookup } from './panel';
 
 /** One GPU kernel as the server extension reports it. */
 export interface IGpuKernel {
@@ -183,13 +184,21 @@ export class GpuKernelStatus extends ReactWidget {
 export function installGpuKernels(
   app: JupyterFrontEnd,
   client: GpuBurstClient,
-  panel: { addSection(render: () => JSX.Element | null): IDisposable },
+  panel: {
+    addSection(render: () => JSX.Element | null): IDisposable;
+    setRemoteKernels(lookup: RemoteKernelLookup, changed: ISignal<unknown, void>): IDisposable;
+  },
   statusBar: IStatusBar | null
 ): GpuKernelsModel {
   const model = new GpuKernelsModel(client);
   panel.addSection(() => (
     <UseSignal signal={model.changed}>{() => <GpuKernelsSection model={model} />}</UseSignal>
   ));
+  // the Kernels card lists every kernel of this server: a GPU kernel's row says where its GPU is
+  panel.setRemoteKernels(id => {
+    const kernel = model.byKernelId(id);
+    return kernel ? remoteKernelCells(kernel) : undefined;
+  }, model.changed);
   if (statusBar) {
     const item = new GpuKernelStatus(model, app.shell);
     statusBar.registerStatusItem('jupyter-gpuburst:kernel-site', {

@@ -4,6 +4,7 @@
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import { DisposableDelegate, IDisposable } from '@lumino/disposable';
 import { Message } from '@lumino/messaging';
+import { ISignal } from '@lumino/signaling';
 import * as React from 'react';
 
 import { Chart } from './chart';
@@ -29,6 +30,13 @@ export const PANEL_ID = 'jupyter-gpuburst-panel';
  * `GpuBurstPanel.addSection`, and use `PanelSection` for the card around their content.
  */
 export type PanelSectionRenderer = (model: GpuBurstModel) => JSX.Element | null;
+
+/**
+ * Where a kernel that runs outside this server holds its GPU, for its row in the Kernels card:
+ * a remote GPU kernel has no process here, so this server's own GPU reading shows it using none.
+ * Undefined for a kernel that runs here.
+ */
+export type RemoteKernelLookup = (kernelId: string) => { gpu: string; memory: string; title: string } | undefined;
 
 /** The card every section of the panel sits in. */
 export function PanelSection(props: {
@@ -166,8 +174,8 @@ function GpuCard(props: { gpu: IGpu; model: GpuBurstModel; end: number }): JSX.E
   );
 }
 
-function KernelList(props: { sample: ISample }): JSX.Element {
-  const { sample } = props;
+function KernelList(props: { sample: ISample; remote?: RemoteKernelLookup }): JSX.Element {
+  const { sample, remote } = props;
   const indexOf = new Map(sample.gpus.map(g => [g.uuid, g.index]));
   return (
     <section className="jp-GpuBurst-card jp-GpuBurst-kernels" aria-label="Kernels using GPUs">
@@ -187,11 +195,12 @@ function KernelList(props: { sample: ISample }): JSX.Element {
             {sample.kernels.map(kernel => {
               const total = kernel.gpus.reduce((sum, g) => sum + g.memory_used_bytes, 0);
               const gpus = kernel.gpus.map(g => indexOf.get(g.uuid) ?? '?').join(', ');
+              const elsewhere = kernel.gpus.length ? undefined : remote?.(kernel.kernel_id);
               return (
-                <tr key={kernel.kernel_id} data-kernel-id={kernel.kernel_id}>
+                <tr key={kernel.kernel_id} data-kernel-id={kernel.kernel_id} title={elsewhere?.title}>
                   <td title={kernel.notebook ?? kernel.name}>{kernelLabel(kernel.notebook, kernel.name)}</td>
-                  <td>{gpus || '—'}</td>
-                  <td>{kernel.gpus.length ? formatBytes(total) : '—'}</td>
+                  <td>{elsewhere ? elsewhere.gpu : gpus || '—'}</td>
+                  <td>{elsewhere ? elsewhere.memory : kernel.gpus.length ? formatBytes(total) : '—'}</td>
                 </tr>
               );
             })}
@@ -208,8 +217,21 @@ function KernelList(props: { sample: ISample }): JSX.Element {
   );
 }
 
+/**
+ * A server the hub started without a GPU (a CPU profile, or a CPU server whose GPU kernels run
+ * elsewhere): the where card already says so, and a warning that no GPU is visible, with the
+ * driver's own words, would only alarm the student who chose it.
+ */
+function cpuServer(placement: IPlacement | null): boolean {
+  return !!placement && placement.managed && placement.site_kind !== 'standalone' && !placement.gpu_resource;
+}
+
 /** The panel's content for one model state. */
-export function PanelView(props: { model: GpuBurstModel; sections?: PanelSectionRenderer[] }): JSX.Element {
+export function PanelView(props: {
+  model: GpuBurstModel;
+  sections?: PanelSectionRenderer[];
+  remoteKernels?: RemoteKernelLookup;
+}): JSX.Element {
   const { model } = props;
   const sample = model.latest;
   return (
@@ -227,14 +249,16 @@ export function PanelView(props: { model: GpuBurstModel; sections?: PanelSection
       {sample === null ? (
         <p className="jp-GpuBurst-muted">Waiting for the first GPU sample…</p>
       ) : !sample.available || sample.gpus.length === 0 ? (
-        <section className="jp-GpuBurst-card jp-GpuBurst-nogpu" role="status">
-          <h3>No GPU visible</h3>
-          <p>{sample.reason ?? 'This server sees no GPU.'}</p>
-        </section>
+        cpuServer(model.placement) ? null : (
+          <section className="jp-GpuBurst-card jp-GpuBurst-nogpu" role="status">
+            <h3>No GPU visible</h3>
+            <p>{sample.reason ?? 'This server sees no GPU.'}</p>
+          </section>
+        )
       ) : (
         sample.gpus.map(gpu => <GpuCard key={gpu.uuid} gpu={gpu} model={model} end={sample.timestamp} />)
       )}
-      {sample && <KernelList sample={sample} />}
+      {sample && <KernelList sample={sample} remote={props.remoteKernels} />}
       {(props.sections ?? []).map((render, i) => (
         <React.Fragment key={i}>{render(model)}</React.Fragment>
       ))}
@@ -267,15 +291,35 @@ export class GpuBurstPanel extends ReactWidget {
     });
   }
 
+  /**
+   * Say where kernels that run outside this server hold their GPU; ``changed`` fires when that
+   * does, so their rows follow at once rather than at the next GPU sample. Dispose the result
+   * to stop.
+   */
+  setRemoteKernels(lookup: RemoteKernelLookup, changed: ISignal<unknown, void>): IDisposable {
+    const refresh = (): void => this.update();
+    this._remoteKernels = lookup;
+    changed.connect(refresh);
+    this.update();
+    return new DisposableDelegate(() => {
+      changed.disconnect(refresh);
+      if (this._remoteKernels === lookup) {
+        this._remoteKernels = undefined;
+        this.update();
+      }
+    });
+  }
+
   protected render(): JSX.Element {
     return (
       <UseSignal signal={this._model.changed}>
-        {() => <PanelView model={this._model} sections={this._sections} />}
+        {() => <PanelView model={this._model} sections={this._sections} remoteKernels={this._remoteKernels} />}
       </UseSignal>
     );
   }
 
   private _sections: PanelSectionRenderer[] = [];
+  private _remoteKernels: RemoteKernelLookup | undefined;
 
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);

@@ -27,3 +27,16 @@ test('the launcher says how many GPU kernels could start now, and where', async 
   assert.equal(kernelMemoryText({ memory_used_bytes: null, memory_total_bytes: null, utilization: null }), '—');
   assert.equal(kernelMemoryText(null), '—');
 });
+
+test('a GPU kernel row in the Kernels card shows its site and the memory its pod measures', async () => {
+  const { remoteKernelCells } = await import('../lib/kernelformat.js');
+  const donor = { site: 'donor-1', site_kind: 'donor', resource: 'nvidia.com/gpu', count: 1 };
+  const cells = remoteKernelCells({ ...donor, gpu: { memory_used_bytes: 0.5 * 1024 ** 3, memory_total_bytes: 40 * 1024 ** 3, utilization: 3 } });
+  assert.equal(cells.gpu, 'donor-1');
+  assert.equal(cells.memory, '0.5 GiB');
+  assert.match(cells.title, /donor donor-1/);
+  // still starting, or its pod does not answer: no figure rather than a made-up one
+  assert.equal(remoteKernelCells({ ...donor, gpu: null }).memory, '—');
+  assert.equal(remoteKernelCells({ site: null, site_kind: null, resource: null, count: null, gpu: null }).gpu, 'placing…');
+  assert.equal(remoteKernelCells({ ...donor, gpu: { memory_used_bytes: null, memory_total_bytes: null, utilization: null } }).memory, '—');
+});

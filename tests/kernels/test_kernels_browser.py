@@ -116,6 +116,14 @@ def test_lab_shows_gpu_kernels_where_they_run(page: Page, kernel_site: KernelSit
     expect(row).to_contain_text("1 × gpu")
     expect(row.locator(".jp-GpuBurst-gpuKernelMemory")).to_have_text(re.compile(r"^\d+\.\d / 40\.0 GiB$"), timeout=30_000)
     expect(page.locator(f"{PANEL} .jp-GpuBurst-gpuKernels tbody tr")).to_have_count(2)
+    # a CPU server by the student's choice: no warning that it sees no GPU
+    expect(page.locator(f"{PANEL} .jp-GpuBurst-where")).to_contain_text("no GPU was requested")
+    expect(page.locator(f"{PANEL} .jp-GpuBurst-nogpu")).to_have_count(0)
+    # the Kernels card lists the same kernel with where its GPU is, not as a kernel using none
+    # (both of them: the console's kernel and the notebook's)
+    listed = page.locator(f"{PANEL} .jp-GpuBurst-kernels tbody tr")
+    expect(listed.locator("td:nth-child(2)")).to_have_text(["origin", "origin"], timeout=30_000)
+    expect(listed.locator("td:nth-child(3)")).to_have_text([re.compile(r"^\d+\.\d GiB$")] * 2)
     page.locator(PANEL).screenshot(path=str(artifacts / "kernels-panel-light.png"))
     save_docs_screenshot(artifacts / "kernels-panel-light.png", "kernels-panel-light.png")
 
