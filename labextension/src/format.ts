@@ -43,6 +43,15 @@ export function siteLabel(placement: IPlacement | null): string {
   return placement.site;
 }
 
+/**
+ * A server the hub started without a GPU (a CPU profile, or a CPU server whose GPU kernels run
+ * elsewhere). The where card already says so; a warning that no GPU is visible, with the
+ * driver's own words, would only alarm the student who chose it.
+ */
+export function cpuServer(placement: IPlacement | null): boolean {
+  return !!placement && placement.managed && placement.site_kind !== 'standalone' && !placement.gpu_resource;
+}
+
 /** One sentence that says where the server runs, for the "where" card and screen readers. */
 export function siteSentence(placement: IPlacement): string {
   switch (placement.site_kind) {

@@ -10,6 +10,7 @@ import * as React from 'react';
 import { Chart } from './chart';
 import { GpuBurstClient } from './client';
 import {
+  cpuServer,
   formatBytes,
   formatPercent,
   gpuModels,
@@ -215,15 +216,6 @@ function KernelList(props: { sample: ISample; remote?: RemoteKernelLookup }): JS
       )}
     </section>
   );
-}
-
-/**
- * A server the hub started without a GPU (a CPU profile, or a CPU server whose GPU kernels run
- * elsewhere): the where card already says so, and a warning that no GPU is visible, with the
- * driver's own words, would only alarm the student who chose it.
- */
-function cpuServer(placement: IPlacement | null): boolean {
-  return !!placement && placement.managed && placement.site_kind !== 'standalone' && !placement.gpu_resource;
 }
 
 /** The panel's content for one model state. */

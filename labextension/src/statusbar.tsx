@@ -4,7 +4,7 @@
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
-import { formatPercent, meanUtilization, siteSentence, statusText } from './format';
+import { cpuServer, formatPercent, meanUtilization, siteSentence, statusText } from './format';
 import { gpuIcon } from './icon';
 import { GpuBurstModel } from './model';
 
@@ -14,7 +14,9 @@ export function statusLabel(model: GpuBurstModel): string {
   const sample = model.latest;
   if (sample) {
     if (!sample.available || sample.gpus.length === 0) {
-      parts.push('No GPU visible.');
+      if (!cpuServer(model.placement)) {
+        parts.push('No GPU visible.');
+      }
     } else {
       const util = meanUtilization(sample.gpus);
       parts.push(`GPU utilization ${util == null ? 'unavailable' : formatPercent(util)}.`);

@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import { backoffDelay } from '../lib/backoff.js';
 import { chartPath, visibleSpan } from '../lib/chart.js';
 import {
-  formatBytes, formatPercent, gpuAmount, gpuModels, kernelLabel, meanUtilization, requestLabel, siteSentence, statusText
+  cpuServer, formatBytes, formatPercent, gpuAmount, gpuModels, kernelLabel, meanUtilization, requestLabel, siteSentence, statusText
 } from '../lib/format.js';
 import { SseParser } from '../lib/sse.js';
 import { GpuBurstModel } from '../lib/model.js';
@@ -105,4 +105,13 @@ test('GPU resources and sites are named as everywhere else', () => {
   assert.equal(siteSentence(donor), 'Running on donor-1, a donor cluster.');
   const cpu = { ...donor, site: 'origin', site_kind: 'origin', gpu_resource: null, gpu_count: null };
   assert.match(siteSentence(cpu), /origin, on a CPU node/);
+});
+
+test('a CPU server the hub started is told apart from a server that should see a GPU', () => {
+  const placement = { managed: true, site: 'origin', site_kind: 'origin', cluster: null, node: 'cpu-1', reason: null, gpu_resource: null, gpu_count: null };
+  assert.equal(cpuServer(placement), true);
+  assert.equal(cpuServer({ ...placement, gpu_resource: 'nvidia.com/gpu', gpu_count: 1 }), false);
+  // not started by the hub: nothing says a GPU was not wanted
+  assert.equal(cpuServer({ ...placement, managed: false, site_kind: 'standalone' }), false);
+  assert.equal(cpuServer(null), false);
 });
