@@ -208,6 +208,28 @@ async def test_telemetry_cycle_times_the_whole_cycle():
     assert cycle["sample_bytes"] > 0
 
 
+
+async def test_telemetry_cycle_on_nvml_without_a_gpu_says_why():
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pass
+    else:
+        pynvml.nvmlShutdown()
+        pytest.skip("NVML works here: the GPU tier times the real cycle")
+    with pytest.raises(SystemExit, match="nvml: .*NVIDIA"):
+        await telemetry.measure_cycle(gpus=1, kernels=1, samples=5, backend_name="nvml")
+
+
+def test_telemetry_attribution_is_checked_only_where_the_kernels_hold_simulated_gpus():
+    result = telemetry_result()
+    result["cycle"]["kernels_attributed"] = 0
+    assert telemetry.checks(result)["all_kernels_attributed"] is False
+    result["cycle"]["backend"] = "nvml"  # stand-in kernels hold no real GPU
+    assert "all_kernels_attributed" not in telemetry.checks(result)
+
 def telemetry_result() -> dict:
     ok_tail = {"n": 5000, "p50": 0.1, "p99": 1.0, "p99_9": 2.0, "max": 3.0}
     return {
