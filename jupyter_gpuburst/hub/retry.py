@@ -23,7 +23,11 @@ What is retried, and why it is safe:
 
 The delay is exponential with full jitter (so 200 spawns do not come back in step), never below
 the server's ``Retry-After``, and the whole retry has a deadline: after it the last error is
-raised, for the caller to turn into a sentence for the student.
+raised, for the caller to turn into a sentence for the student. Time bounds the retry, not the
+count of tries: an API server away for 10 s (a control-plane restart) must cost the requests
+made meanwhile 10 s, not fail them. Eight tries with full jitter gave up after about 10 s, so a
+10 s outage failed every spawn waiting on a reflector's first list; the cap on tries is only a
+guard against a policy whose delays are tiny.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ _MARK = "_gpuburst_retry_policy"
 class RetryPolicy:
     """How long and how often to retry one request."""
 
-    attempts: int = 8
+    attempts: int = 40
     base_s: float = 0.2
     max_delay_s: float = 8.0
     deadline_s: float = 45.0

@@ -6,6 +6,7 @@ import asyncio
 import random
 import time
 from email.utils import formatdate
+from types import SimpleNamespace
 
 import aiohttp
 import pytest
@@ -35,6 +36,37 @@ def test_retry_after_is_a_floor_up_to_the_cap():
     assert policy.delay(1, 60.0) == 5.0
     assert policy.delay(1, None) <= 0.2
 
+
+
+API_ADDRESS = SimpleNamespace(host="127.0.0.1", port=6443, ssl=True)
+
+
+async def test_the_default_policy_rides_out_a_ten_second_outage_and_gives_up_at_its_deadline():
+    """An API server away 10 s costs a request 10 s, never the request; away for good, the
+    request fails at the deadline, not before (with eight tries it gave up after about 10 s)."""
+    clock = [0.0]
+
+    async def advancing_sleep(seconds):
+        clock[0] += seconds
+
+    def away_until(seconds):
+        async def call():
+            if clock[0] < seconds:
+                raise aiohttp.ClientConnectorError(API_ADDRESS, OSError(111, "Connection refused"))
+            return "ok"
+
+        return call
+
+    for seed in range(200):  # the jitter's draws
+        policy = retry.RetryPolicy(rng=random.Random(seed))
+        clock[0] = 0.0
+        result = await retry.call_with_retry(away_until(10.0), what="GET /pods", policy=policy, sleep=advancing_sleep, clock=lambda: clock[0])
+        assert result == "ok" and 10.0 <= clock[0] <= 10.0 + policy.max_delay_s, seed
+
+        clock[0] = 0.0
+        with pytest.raises(aiohttp.ClientConnectorError):
+            await retry.call_with_retry(away_until(1e9), what="GET /pods", policy=policy, sleep=advancing_sleep, clock=lambda: clock[0])
+        assert policy.deadline_s - policy.max_delay_s <= clock[0] <= policy.deadline_s, seed
 
 def test_retry_after_header_forms():
     assert retry.parse_retry_after("7") == 7.0
