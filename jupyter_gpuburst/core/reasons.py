@@ -173,19 +173,23 @@ def no_capacity(
         parts.append(f"the origin has no {names.gpu_units(resource, 2)}")
     else:
         parts.append(_site_text(local, request, demand, snapshot))
+    away: list[str] = []
     if strategy != "local-only" and not donor_notes:
         donors = snapshot.donors()
         if not donors:
             parts.append("no donor cluster is peered")
         for donor in donors:
             if not donor.ready:
-                parts.append(f"{donor.site} is not ready")
+                parts.append(f"{donor.site} is unreachable")
+                away.append(donor.site)
                 continue
             parts.append(_site_text(donor, request, demand, snapshot))
     parts.extend(donor_notes)
     extras = [describe(r, demand[r]) for r in _ordered(demand, resource) if r in (CPU, MEMORY, EPHEMERAL_STORAGE)]
     with_extras = f" with {', '.join(extras)}" if extras else ""
-    return f"No site can start {wanted}{with_extras} now ({'; '.join(parts)}). It frees up when servers stop.", False
+    # an unreachable donor usually comes back within minutes: say so, it is the likelier relief
+    when = f"when {' or '.join(away)} is back or servers stop" if away else "when servers stop"
+    return f"No site can start {wanted}{with_extras} now ({'; '.join(parts)}). It frees up {when}.", False
 
 
 def _largest_node(request: _Request, snapshot: Snapshot, strategy: str, local_allowed: bool) -> int:

@@ -171,7 +171,8 @@ def test_not_ready_donor_is_said():
     inv = inventory(local=(), donors={"down": 8})
     inv.apply_node_event("MODIFIED", synthetic.node("liqo-down", {GPU: 8}, cluster_id="down", ready=False))
     out = decide(req(1), inv.snapshot(), Policy())
-    assert isinstance(out, NoCapacity) and "down is not ready" in out.reason
+    assert isinstance(out, NoCapacity) and not out.never
+    assert out.reason == "No site can start 1 GPU now (the origin has no GPUs; down is unreachable). It frees up when down is back or servers stop."
 
 
 @pytest.mark.parametrize(
