@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_gpuburst.core import liqo
+from jupyter_gpuburst.hub.ports import free_port
 
 DEMO_CONFIG = Path(__file__).with_name("demo_config.py")
 REPO = Path(__file__).resolve().parent.parent
@@ -147,12 +148,6 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         except OSError:
             return False
     return True
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _where(free: dict[str, int], count: int) -> str | None:

@@ -12,7 +12,6 @@ import asyncio
 import os
 import secrets
 import signal
-import socket
 import sys
 import textwrap
 import time
@@ -21,14 +20,10 @@ from typing import Any
 
 import aiohttp
 
+from jupyter_gpuburst.hub.ports import free_port
+
 ADMIN_SERVICE = "gpuburst-admin"
 ADMIN_TOKEN_ENV = "GPUBURST_ADMIN_TOKEN"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 BASE_CONFIG = """

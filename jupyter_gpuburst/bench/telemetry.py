@@ -37,7 +37,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,18 +47,13 @@ import aiohttp
 import psutil
 
 from jupyter_gpuburst.bench.stats import summary
+from jupyter_gpuburst.hub.ports import free_port
 
 CYCLE_P99_GOAL_MS = 5.0
 LAG_MAX_GOAL_MS = 5.0
 STATUS_RATIO_GOAL = 1.1
 MIN_TAIL_SAMPLES = 1000
 PROBE_START_S = 2.0  # a Python process importing aiohttp starts in well under this, even under load
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---- part 1: the sampler's whole cycle -------------------------------------------------------
@@ -242,7 +236,7 @@ def cpu_layout(pin: bool) -> dict[str, list[int]] | None:
 
 
 async def measure_server(args: argparse.Namespace) -> dict:
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     root = tempfile.mkdtemp(prefix="gpuburst-bench-telemetry-")
     options = {"port": port, "token": token, "root_dir": root, "backend": args.backend, "period_s": args.period,
                "gpus": args.gpus, "kernels": args.kernels}

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
+
+from jupyter_gpuburst.hub.ports import free_port
 
 # The capacity service's port in the hub pod; z2jh's values expose it on the hub Service.
 DEFAULT_SERVICE_PORT = 8082
@@ -74,7 +75,7 @@ def install(
         return
     host = service_host or os.environ.get("GPUBURST_SERVICE_HOST") or urlparse(hub.get("hub_connect_url") or "").hostname or "127.0.0.1"
     local = host in LOOPBACK
-    port = service_port or int(os.environ.get("GPUBURST_SERVICE_PORT", 0)) or (_free_port() if local else DEFAULT_SERVICE_PORT)
+    port = service_port or int(os.environ.get("GPUBURST_SERVICE_PORT", 0)) or (free_port() if local else DEFAULT_SERVICE_PORT)
     service = CapacityService(
         tracker_source or _hub_tracker, "127.0.0.1" if local else "0.0.0.0", port, host, registry_source, hub.get("base_url") or "/"
     )
@@ -95,12 +96,6 @@ async def _hub_tracker() -> Any:
 
     hub_app = JupyterHub.instance()
     return await CapacityTracker.ensure(hub_app.config, hub_app.log)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _configured(section: Any, name: str) -> list:

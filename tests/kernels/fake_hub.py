@@ -20,19 +20,9 @@ from tornado import web
 from tornado.httpserver import HTTPServer
 
 from jupyter_gpuburst.hub.kernels import manifests
+from jupyter_gpuburst.hub.ports import free_ports
 
 PROFILES = [{"slug": "gpu-1", "display_name": "Python 3 (1 GPU)", "resource": "nvidia.com/gpu", "count": 1}]
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class FakeHub:

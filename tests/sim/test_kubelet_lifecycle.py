@@ -33,12 +33,6 @@ def py(name: str, code: str, **extra) -> dict:
     return {"name": name, "image": "python:3.11", "command": [PY, "-c", code], **extra}
 
 
-def free_port(ip: str) -> int:
-    with socket.socket() as s:
-        s.bind((ip, 0))
-        return s.getsockname()[1]
-
-
 def status_of(p: dict, name: str) -> dict:
     return next((c for c in p["status"].get("containerStatuses") or [] if c["name"] == name), {"restartCount": 0})
 

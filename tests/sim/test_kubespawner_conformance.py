@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import socket
 import sys
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.demo import proxy_command
+from jupyter_gpuburst.hub.ports import free_port
 from jupyter_gpuburst.sim.testing import is_running_ready, wait_for_pod
 
 pytestmark = pytest.mark.integration
@@ -42,12 +42,6 @@ c.KubeSpawner.image = "quay.io/jupyterhub/k8s-singleuser-sample:4.0.0"
 c.KubeSpawner.start_timeout = 60
 c.KubeSpawner.http_timeout = 60
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def poll(fn, timeout: float, what: str):

@@ -7,7 +7,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from typing import Any
 import aiohttp
 
 from jupyter_gpuburst.demo import proxy_command
+from jupyter_gpuburst.hub.ports import free_port
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -42,12 +42,6 @@ GPU_PROFILES = [
         "gpuburst": {"resource": "nvidia.com/gpu", "count": 1, "allowed_sites": ["origin"]},
     },
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Hub:

@@ -1,0 +1,69 @@
+"""Free TCP ports for processes started later (a local hub, its proxy, a demo or benchmark server).
+
+A port from ``bind(0)`` is drawn from the range the kernel also hands to outgoing connections
+(``net.ipv4.ip_local_port_range``). Between choosing it and the server binding it, any client
+socket on the machine may take it as its local port, and the server's listen then fails; the
+proxy shows how badly: configurable-http-proxy keeps serving its public port with its API
+dead, and the hub gives up on it. Ports below that range are never handed out that way, so only
+processes choosing ports themselves can still collide, which a random draw makes rare.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+# the kernel's default range (Linux) where the file cannot be read
+DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
+LOWEST = 10000  # above the ports services customarily claim
+TRIES = 64
+
+
+def ephemeral_range(path: str | None = None) -> tuple[int, int]:
+    """(lowest, highest) port the kernel gives outgoing connections."""
+    try:
+        with open(path or EPHEMERAL_RANGE_FILE, encoding="ascii") as f:
+            low, high = (int(v) for v in f.read().split()[:2])
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL_RANGE
+    return (low, high) if 0 < low <= high else DEFAULT_EPHEMERAL_RANGE
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1", rng: random.Random | None = None) -> int:
+    """A port nothing on ``host`` holds now, outside the ephemeral range where one exists."""
+    rng = rng or random.SystemRandom()
+    low, high = ephemeral_range()
+    # the widest stretch outside the ephemeral range, from LOWEST up
+    below, above = (LOWEST, low - 1), (high + 1, 65535)
+    start, end = max((below, above), key=lambda r: r[1] - r[0])
+    if end - start >= TRIES:
+        for _ in range(TRIES):
+            port = rng.randint(start, end)
+            if _bindable(host, port):
+                return port
+    with socket.socket() as sock:  # no room outside the range: the kernel's choice
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct free ports."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port(host)
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+__all__ = ["ephemeral_range", "free_port", "free_ports"]

@@ -1,0 +1,45 @@
+"""Ports for servers started later come from outside the range outgoing connections draw from."""
+
+from __future__ import annotations
+
+import socket
+
+from jupyter_gpuburst.hub import ports
+
+
+def test_free_ports_avoid_the_ephemeral_range_and_are_bindable():
+    low, high = ports.ephemeral_range()
+    chosen = ports.free_ports(50)
+    assert len(set(chosen)) == 50
+    for port in chosen:
+        assert not low <= port <= high
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
+
+
+def test_a_port_taken_by_a_client_connection_is_passed_over(tmp_path, monkeypatch):
+    """The collision behind the dead proxy API: a port that is some client socket's local port."""
+    with socket.socket() as server, socket.socket() as client:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        client.connect(server.getsockname())
+        taken = client.getsockname()[1]
+        spare = ports.free_port()
+
+        class Draws:  # the random draw lands on the taken port first
+            def __init__(self):
+                self.values = [taken, spare]
+
+            def randint(self, low, high):
+                return self.values.pop(0)
+
+        range_file = tmp_path / "range"
+        range_file.write_text("1024 1100\n")  # both ports lie outside it
+        monkeypatch.setattr(ports, "EPHEMERAL_RANGE_FILE", str(range_file))
+        assert ports.free_port(rng=Draws()) == spare
+
+
+def test_an_unreadable_range_falls_back_to_the_kernel_default(tmp_path):
+    assert ports.ephemeral_range(str(tmp_path / "missing")) == ports.DEFAULT_EPHEMERAL_RANGE
+    (tmp_path / "bad").write_text("nonsense")
+    assert ports.ephemeral_range(str(tmp_path / "bad")) == ports.DEFAULT_EPHEMERAL_RANGE
