@@ -31,4 +31,9 @@ def main(argv: list[str]) -> int:
             raise
         print(f"gpuburst bench {name}: not available in this build", file=sys.stderr)
         return 2
-    return int(module.main(rest) or 0)
+    # Ctrl-C, and SIGTERM through bench/stopping.py, unwind the benchmark: what it started stops
+    try:
+        return int(module.main(rest) or 0)
+    except KeyboardInterrupt:
+        print(f"gpuburst bench {name}: stopped; what it started has been stopped too", file=sys.stderr)
+        return 130

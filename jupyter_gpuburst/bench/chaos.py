@@ -44,6 +44,7 @@ from typing import Any
 
 import aiohttp
 
+from jupyter_gpuburst.bench import stopping
 from jupyter_gpuburst.bench.hubproc import HubProcess
 from jupyter_gpuburst.bench.spawn import NAMESPACE, clear_pods, federation_config, hub_config, percentile
 from jupyter_gpuburst.core import keys
@@ -506,10 +507,10 @@ def main(argv: list[str]) -> int:
         parser.error("--attempts must be at least 1")
     if args.state_dir is not None:
         args.state_dir.mkdir(parents=True, exist_ok=True)
-        result = asyncio.run(run(args, args.state_dir))
+        result = stopping.run(run(args, args.state_dir))
     else:
         with tempfile.TemporaryDirectory(prefix="gpuburst-bench-chaos-") as tmp:
-            result = asyncio.run(run(args, Path(tmp)))
+            result = stopping.run(run(args, Path(tmp)))
     json.dump(result, sys.stdout, indent=None if args.json else 2)
     sys.stdout.write("\n")
     return 0 if result["goal_met"] else 1

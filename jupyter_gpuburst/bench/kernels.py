@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jupyter_gpuburst.bench import stopping
 from jupyter_gpuburst.bench.spawn import GPU, percentile
 from jupyter_gpuburst.core.inventory import Inventory
 from jupyter_gpuburst.hub.capacity import CapacityTracker
@@ -259,6 +260,6 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="gpuburst-bench-kernels-") as tmp:
         state_dir = args.state_dir or Path(tmp)
         state_dir.mkdir(parents=True, exist_ok=True)
-        result = asyncio.run(run(args.rounds, args.gpus, args.concurrent, state_dir))
+        result = stopping.run(run(args.rounds, args.gpus, args.concurrent, state_dir))
     print(json.dumps(result, indent=1))
     return 0

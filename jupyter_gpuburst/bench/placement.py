@@ -23,7 +23,6 @@ inventory equals a full recount at the end.
 from __future__ import annotations
 
 import argparse
-import asyncio
 from array import array
 import gc
 import itertools
@@ -37,7 +36,7 @@ from typing import Any
 
 import psutil
 
-from jupyter_gpuburst.bench import synthetic
+from jupyter_gpuburst.bench import stopping, synthetic
 from jupyter_gpuburst.core.inventory import Snapshot, full_recount, summarize
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, Policy
 from jupyter_gpuburst.hub.capacity import CapacityTracker, server_key
@@ -427,7 +426,7 @@ def main(argv: list[str]) -> int:
     for name in ("donors", "outstanding"):
         if getattr(args, name) < 0:
             parser.error(f"--{name} must not be negative")
-    result = asyncio.run(
+    result = stopping.run(
         run(args.nodes, args.pods, args.donors, args.outstanding, args.decisions, args.events, args.seed, args.clock)
     )
     json.dump(result, sys.stdout, indent=None if args.json else 2)

@@ -32,6 +32,7 @@ from typing import Any
 
 import aiohttp
 
+from jupyter_gpuburst.bench import stopping
 from jupyter_gpuburst.core import keys, liqo
 from jupyter_gpuburst.sim.federation import Federation
 from jupyter_gpuburst.sim.testing import running_federation
@@ -234,10 +235,10 @@ def main(argv: list[str]) -> int:
         parser.error("--runs must be at least 1")
     if args.state_dir is not None:
         args.state_dir.mkdir(parents=True, exist_ok=True)
-        result = asyncio.run(run(args.runs, args.state_dir))
+        result = stopping.run(run(args.runs, args.state_dir))
     else:
         with tempfile.TemporaryDirectory(prefix="gpuburst-bench-redirect-") as tmp:
-            result = asyncio.run(run(args.runs, Path(tmp)))
+            result = stopping.run(run(args.runs, Path(tmp)))
     json.dump(result, sys.stdout, indent=None if args.json else 2)
     sys.stdout.write("\n")
     return 0 if result["ok"] else 1

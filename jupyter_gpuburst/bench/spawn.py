@@ -44,6 +44,7 @@ from typing import Any
 import aiohttp
 import psutil
 
+from jupyter_gpuburst.bench import stopping
 from jupyter_gpuburst.core import keys, liqo
 from jupyter_gpuburst.sim.config import FederationConfig, parse_config
 from jupyter_gpuburst.sim.federation import Federation
@@ -524,10 +525,10 @@ def main(argv: list[str]) -> int:
         parser.error("--local-gpus and --donor-gpus must not be negative")
     if args.state_dir is not None:
         args.state_dir.mkdir(parents=True, exist_ok=True)
-        result = asyncio.run(run(args.concurrent, local, donor, args.state_dir, args.start_timeout, args.repeats, args.api_request_timeout, args.hub_db))
+        result = stopping.run(run(args.concurrent, local, donor, args.state_dir, args.start_timeout, args.repeats, args.api_request_timeout, args.hub_db))
     else:
         with tempfile.TemporaryDirectory(prefix="gpuburst-bench-spawn-") as tmp:
-            result = asyncio.run(run(args.concurrent, local, donor, Path(tmp), args.start_timeout, args.repeats, args.api_request_timeout, args.hub_db))
+            result = stopping.run(run(args.concurrent, local, donor, Path(tmp), args.start_timeout, args.repeats, args.api_request_timeout, args.hub_db))
     json.dump(result, sys.stdout, indent=None if args.json else 2)
     sys.stdout.write("\n")
     return 0 if result["ok"] else 1

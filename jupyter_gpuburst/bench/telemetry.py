@@ -46,6 +46,7 @@ import time
 import aiohttp
 import psutil
 
+from jupyter_gpuburst.bench import stopping
 from jupyter_gpuburst.bench.stats import summary
 from jupyter_gpuburst.hub.ports import free_port
 
@@ -446,6 +447,6 @@ def main(argv: list[str]) -> int:
         parser.error("--gpus must be 1-16 (the simulated backend's range)")
     if args.seconds <= 0 or args.period <= 0 or args.status_rate <= 0 or args.churn < 0 or args.cpu_seconds <= 0:
         parser.error("--seconds, --period, --status-rate and --cpu-seconds must be positive; --churn >= 0")
-    result = asyncio.run(run(args))
+    result = stopping.run(run(args))
     print(json.dumps(result, indent=None if args.json else 2))
     return 0 if result["ok"] else 1

@@ -1,0 +1,56 @@
+"""SIGTERM stops a benchmark as Ctrl-C does: its clean-up runs, on a loop still working."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from jupyter_gpuburst.bench import stopping
+
+
+def test_sigterm_unwinds_the_benchmark_and_its_clean_up_can_still_await():
+    before = signal.getsignal(signal.SIGTERM)
+    started: list[subprocess.Popen] = []
+    cleaned: list[int | None] = []
+
+    async def benchmark():
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        started.append(child)
+        try:
+            asyncio.get_running_loop().call_later(0.2, os.kill, os.getpid(), signal.SIGTERM)
+            await asyncio.sleep(30)
+        finally:
+            child.terminate()
+            await asyncio.sleep(0.05)  # the loop still runs tasks during the clean-up
+            cleaned.append(await asyncio.to_thread(child.wait, 10))
+
+    with pytest.raises(KeyboardInterrupt):
+        stopping.run(benchmark())
+    assert cleaned and cleaned[0] is not None
+    assert started[0].poll() is not None
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler is gone afterwards
+
+
+def test_a_benchmark_that_ends_returns_its_result_and_leaves_sigterm_alone():
+    before = signal.getsignal(signal.SIGTERM)
+
+    async def benchmark():
+        await asyncio.sleep(0)
+        return {"ok": True}
+
+    assert stopping.run(benchmark()) == {"ok": True}
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_cancellation_not_caused_by_sigterm_stays_a_cancellation():
+    async def benchmark():
+        asyncio.current_task().cancel()
+        await asyncio.sleep(1)
+
+    with pytest.raises(asyncio.CancelledError):
+        stopping.run(benchmark())
