@@ -50,7 +50,6 @@ STANDIN = (
 )
 
 
-
 def overcommitted_pods(fed: Federation) -> int:
     """Pods bound to a node beyond its allocatable GPUs, in creation order, over every cluster.
 
@@ -77,6 +76,7 @@ def overcommitted_pods(fed: Federation) -> int:
                     beyond = True
             over += beyond
     return over
+
 
 def federation(gpus: int, concurrent: int) -> Any:
     origin = max(1, round(gpus * 0.4))

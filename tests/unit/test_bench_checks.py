@@ -208,7 +208,6 @@ async def test_telemetry_cycle_times_the_whole_cycle():
     assert cycle["sample_bytes"] > 0
 
 
-
 async def test_telemetry_cycle_on_nvml_without_a_gpu_says_why():
     import pynvml
 
@@ -229,6 +228,7 @@ def test_telemetry_attribution_is_checked_only_where_the_kernels_hold_simulated_
     assert telemetry.checks(result)["all_kernels_attributed"] is False
     result["cycle"]["backend"] = "nvml"  # stand-in kernels hold no real GPU
     assert "all_kernels_attributed" not in telemetry.checks(result)
+
 
 def telemetry_result() -> dict:
     ok_tail = {"n": 5000, "p50": 0.1, "p99": 1.0, "p99_9": 2.0, "max": 3.0}

@@ -37,7 +37,6 @@ def test_retry_after_is_a_floor_up_to_the_cap():
     assert policy.delay(1, None) <= 0.2
 
 
-
 API_ADDRESS = SimpleNamespace(host="127.0.0.1", port=6443, ssl=True)
 
 
@@ -67,6 +66,7 @@ async def test_the_default_policy_rides_out_a_ten_second_outage_and_gives_up_at_
         with pytest.raises(aiohttp.ClientConnectorError):
             await retry.call_with_retry(away_until(1e9), what="GET /pods", policy=policy, sleep=advancing_sleep, clock=lambda: clock[0])
         assert policy.deadline_s - policy.max_delay_s <= clock[0] <= policy.deadline_s, seed
+
 
 def test_retry_after_header_forms():
     assert retry.parse_retry_after("7") == 7.0
