@@ -99,6 +99,30 @@ async def test_another_users_kernel_reads_as_missing(registry):
     assert [r.id for r in registry.list("alice")] == [record.id]
 
 
+
+async def test_a_user_at_the_kernel_limit_is_told_and_nothing_is_made(registry):
+    registry.settings.max_kernels_per_user = 2
+    first = await start(registry, kernel_id="k1")
+    await start(registry, kernel_id="k2", server_name="other")  # the limit spans the user's servers
+    pods_before = len(kernel_pods(registry))
+    with pytest.raises(KernelError) as info:
+        await start(registry, kernel_id="k3")
+    assert info.value.status == 409
+    assert info.value.message.startswith("You already have 2 GPU kernels running")
+    assert len(kernel_pods(registry)) == pods_before and len(registry.list("alice")) == 2
+    # another user is not counted against alice, and a stopped kernel frees a place
+    await start(registry, user="bob", kernel_id="b1")
+    await registry.stop(first, wait=5)
+    third = await start(registry, kernel_id="k3")
+    assert third.state in ("pending", "running")
+
+
+def test_the_kernel_limit_is_not_negative():
+    from traitlets import TraitError
+
+    with pytest.raises(TraitError, match="0 \\(no limit\\) or more"):
+        GPUKernelSettings(max_kernels_per_user=-1)
+
 async def test_kernels_whose_server_is_gone_are_reaped(registry):
     kept = await start(registry, user="alice")
     orphan = await start(registry, user="carol")

@@ -211,6 +211,7 @@ class KernelRegistry:
             raise KernelError(400, "kernel_id must be a string of at most 64 characters")
         if prefer_site is not None and not isinstance(prefer_site, str):
             raise KernelError(400, "prefer_site must be a site name")
+        self._check_limit(user)
         record = KernelRecord(
             id=secrets.token_hex(6),
             user=user,
@@ -239,6 +240,20 @@ class KernelRegistry:
         record.task = asyncio.ensure_future(self._watch_start(record, request, server_pod, key, signature_scheme, notebook_dir))
         self._ensure_reaper()
         return record
+
+    def _check_limit(self, user: str) -> None:
+        limit = self.settings.max_kernels_per_user
+        if limit <= 0:
+            return
+        # a restart stops the old kernel (its record goes) before it starts the new one
+        live = [r for r in self.list(user) if self.state(r) in ("pending", "running")]
+        if len(live) >= limit:
+            held = f"{len(live)} GPU kernel{'s' if len(live) != 1 else ''}"
+            raise KernelError(
+                409,
+                f"You already have {held} running, the most one user may have at once here. Shut one "
+                "down (Kernel menu, Shut Down Kernel) and start this one again.",
+            )
 
     def _place(self, record: KernelRecord, request: GPURequest, prefer_site: str | None) -> Placement | NoCapacity:
         tracker = self.tracker

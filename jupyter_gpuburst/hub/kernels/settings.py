@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from traitlets import Any as AnyTrait
-from traitlets import Dict, Float, Int, List, Unicode
+from traitlets import Dict, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Config, Configurable
 
 from jupyter_gpuburst.core.inventory import parse_count
@@ -146,6 +146,20 @@ class GPUKernelSettings(Configurable):
         120.0,
         help="Seconds a kernel pod may take to become ready before the start fails.",
     ).tag(config=True)
+
+    max_kernels_per_user = Int(
+        0,
+        help="""GPU kernels one user may have at once, over all their servers (0: no limit).
+        A start beyond it is refused with a sentence saying so; each GPU kernel holds its GPU
+        while it lives, so without a limit one student with many notebooks can hold every free
+        GPU.""",
+    ).tag(config=True)
+
+    @validate("max_kernels_per_user")
+    def _not_negative(self, proposal: Any) -> int:
+        if proposal["value"] < 0:
+            raise TraitError(f"GPUKernelSettings.max_kernels_per_user must be 0 (no limit) or more, got {proposal['value']}")
+        return proposal["value"]
 
     termination_grace_seconds = Int(
         5,
