@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -35,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_gpuburst.core import liqo
-from jupyter_gpuburst.hub.ports import free_port
+from jupyter_gpuburst.hub.ports import free_port, port_is_free
 
 DEMO_CONFIG = Path(__file__).with_name("demo_config.py")
 REPO = Path(__file__).resolve().parent.parent
@@ -133,21 +132,6 @@ def find_proxy() -> str | None:
 
 def proxy_command() -> list[str]:
     return [find_proxy() or PROXY_NAME]
-
-
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    """True when a server could listen on ``port`` now.
-
-    SO_REUSEADDR, as every server sets it: connections in TIME_WAIT after a clean shutdown do
-    not hold the port; only a listening socket does.
-    """
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def _where(free: dict[str, int], count: int) -> str | None:

@@ -30,8 +30,16 @@ def ephemeral_range(path: str | None = None) -> tuple[int, int]:
     return (low, high) if 0 < low <= high else DEFAULT_EPHEMERAL_RANGE
 
 
-def _bindable(host: str, port: int) -> bool:
+def port_is_free(port: int, host: str = "127.0.0.1", reuse_address: bool = True) -> bool:
+    """True when a server could listen on ``port`` now.
+
+    With ``reuse_address`` (SO_REUSEADDR, as most servers set it) connections in TIME_WAIT after
+    a clean shutdown do not hold the port; a listening socket does, and so does a connected one
+    using it as its local port. Without it, TIME_WAIT holds the port too.
+    """
     with socket.socket() as sock:
+        if reuse_address:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -49,7 +57,8 @@ def free_port(host: str = "127.0.0.1", rng: random.Random | None = None) -> int:
     if end - start >= TRIES:
         for _ in range(TRIES):
             port = rng.randint(start, end)
-            if _bindable(host, port):
+            # strict: a port still in TIME_WAIT is passed over, for servers without SO_REUSEADDR
+            if port_is_free(port, host, reuse_address=False):
                 return port
     with socket.socket() as sock:  # no room outside the range: the kernel's choice
         sock.bind((host, 0))
@@ -66,4 +75,4 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     return ports
 
 
-__all__ = ["ephemeral_range", "free_port", "free_ports"]
+__all__ = ["ephemeral_range", "free_port", "free_ports", "port_is_free"]
