@@ -19,6 +19,7 @@
 #   SUITE_DIR            where the tests, their venv, the federation's state and the log go
 #                        (default ${TMPDIR:-/tmp}/gpuburst-kubespawner-suite; reused when present)
 #   PYTEST_ARGS          extra pytest arguments (e.g. "-k spawn_start -x")
+#   GPUBURST_SIM_NETWORK the pods' network (default: "namespaces" as root, else "shared")
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -84,6 +85,12 @@ rm -f "$KUBECONFIG_FILE"
 if [ -x "$REPO/node_modules/.bin/configurable-http-proxy" ]; then
     export GPUBURST_SIM_IMAGE_PATH="$REPO/node_modules/.bin"
 fi
+# A network namespace per pod, as on a cluster, where it can be had (root): the suite's two hub
+# pods both run a proxy on :8000 and 127.0.0.1:8001. The runner itself only reaches pod IPs.
+if [ -z "${GPUBURST_SIM_NETWORK:-}" ] && [ "$(id -u)" = 0 ]; then
+    export GPUBURST_SIM_NETWORK=namespaces
+fi
+echo "kubespawner-suite: pod network: ${GPUBURST_SIM_NETWORK:-shared}"
 "$REPO/.venv/bin/gpuburst" sim --state-dir "$STATE" --kubeconfig-out "$KUBECONFIG_FILE" >"$SUITE_DIR/sim.log" 2>&1 &
 SIM_PID=$!
 trap 'kill "$SIM_PID" 2>/dev/null; wait "$SIM_PID" 2>/dev/null || true' EXIT

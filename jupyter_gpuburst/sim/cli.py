@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
 
 from jupyter_gpuburst.sim.config import DEFAULT_CONFIG, ConfigError, FederationConfig, load_config
 from jupyter_gpuburst.sim.federation import Federation
+from jupyter_gpuburst.sim.kubelet import netns
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +20,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="federation YAML (default: the shipped default.yaml)")
     parser.add_argument("--kubeconfig-out", type=Path, default=Path("gpuburst-sim.kubeconfig"), help="where to write the kubeconfig with a context per cluster (default: %(default)s)")
     parser.add_argument("--state-dir", type=Path, default=None, help="pod working directories and logs (default: a temp dir, removed on exit)")
+    parser.add_argument(
+        "--pod-network", choices=("shared", "namespaces"), default=None,
+        help=f"'namespaces': each pod a network namespace of its own, as on a cluster (root only; pods then reach the host at loopback addresses other than 127.0.0.1); 'shared': the host's (default: ${netns.MODE_ENV}, else shared)",
+    )
     parser.add_argument("--check", action="store_true", help="only check the config and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     return parser
@@ -49,6 +55,15 @@ def main(argv: list[str]) -> int:
     if args.check:
         print(f"{config.source}: ok ({1 + len(config.donors)} clusters)")
         return 0
+    if args.pod_network:
+        os.environ[netns.MODE_ENV] = args.pod_network  # read by each cluster's kubelet
+    try:
+        why = netns.unavailable() if netns.requested() else None
+    except ValueError as exc:
+        why = str(exc)
+    if why:
+        print(f"gpuburst sim: no pod network namespaces: {why}", file=sys.stderr)
+        return 2
     try:
         asyncio.run(serve(config, args.kubeconfig_out, args.state_dir))
     except OSError as exc:

@@ -20,6 +20,7 @@ import yaml
 
 DEFAULT_IMAGE = "quay.io/jupyterhub/singleuser:5"
 DEFAULT_TEST_IMAGE = "busybox:1.36"
+DEFAULT_PYTHON_IMAGE = "python:3.12-slim"
 NAMESPACE_PREFIX = "gpuburst-test-"
 
 
@@ -40,6 +41,7 @@ class RealCluster:
     hub_bind_ip: str
     image: str
     test_image: str
+    python_image: str
     start_timeout: int
 
     @classmethod
@@ -63,6 +65,7 @@ class RealCluster:
             hub_bind_ip=env.get("GPUBURST_HUB_BIND_IP") or "0.0.0.0",
             image=env.get("GPUBURST_SINGLEUSER_IMAGE") or DEFAULT_IMAGE,
             test_image=env.get("GPUBURST_TEST_IMAGE") or DEFAULT_TEST_IMAGE,
+            python_image=env.get("GPUBURST_PYTHON_IMAGE") or DEFAULT_PYTHON_IMAGE,
             start_timeout=_positive_int(env, "GPUBURST_START_TIMEOUT", 300),
         )
 

@@ -3,7 +3,7 @@
 local federation by ``test_tier_runs_against_emulator.py``; one test per behaviour.
 
 Pods use ``GPUBURST_TEST_IMAGE`` (busybox by default) and only ``sh``, ``sleep``, ``cat``, ``touch``, ``rm``,
-``echo``, ``hostname`` and ``test``.
+``echo``, ``hostname`` and ``test``; the network test uses ``GPUBURST_PYTHON_IMAGE`` (``python3``).
 """
 
 from __future__ import annotations
@@ -405,3 +405,45 @@ def test_pre_stop_hook_runs_before_sigterm(core_v1, test_namespace, real_cluster
     })
     wait("container restarted after the liveness kill", lambda: container_status(read_pod(core_v1, test_namespace, pod_name), "main").get("restartCount", 0) >= 1, real_cluster.start_timeout + 30)
     assert wait("restarted instance's note", lambda: logs(core_v1, test_namespace, pod_name).strip(), 30) == "hook-first"
+
+
+# 9. Each pod has a network of its own: the two ports a JupyterHub pod's proxy takes (all
+# addresses' 8000, 127.0.0.1:8001) are free in every pod, whatever the others listen on.
+NETWORK_SERVER = """
+import http.server, os, threading
+def serve(addr, body):
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.end_headers(); self.wfile.write(body.encode())
+        def log_message(self, *a): pass
+    http.server.HTTPServer(addr, H).serve_forever()
+threading.Thread(target=serve, args=(('127.0.0.1', 8001), 'private-' + os.environ['WHO']), daemon=True).start()
+serve(('', 8000), os.environ['WHO'])
+"""
+FETCH = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())"
+
+
+def test_each_pod_has_a_network_of_its_own(core_v1, test_namespace, real_cluster, cleanup):
+    from kubernetes.stream import stream
+
+    pods = {who: name(f"net{who}") for who in ("a", "b")}
+    for who, pod_name in pods.items():
+        cleanup.append(pod_name)
+        make_pod(core_v1, test_namespace, pod_name, {"containers": [{
+            "name": "main", "image": real_cluster.python_image, "command": ["python3", "-c", NETWORK_SERVER],
+            "env": [{"name": "WHO", "value": who}],
+            "readinessProbe": {"tcpSocket": {"port": 8000}, "periodSeconds": 1},
+        }]})
+    ips = {}
+    for who, pod_name in pods.items():
+        ready = wait(f"pod {who} ready", lambda: condition(p := read_pod(core_v1, test_namespace, pod_name), "Ready") == "True" and p, real_cluster.start_timeout)
+        ips[who] = ready["status"]["podIP"]
+
+    def fetch(pod_name: str, url: str) -> str:
+        return stream(core_v1.connect_get_namespaced_pod_exec, pod_name, test_namespace, command=["python3", "-c", FETCH, url],
+                      stdout=True, stderr=True, stdin=False, tty=False).strip()
+
+    assert fetch(pods["a"], "http://127.0.0.1:8001/") == "private-a"
+    assert fetch(pods["b"], "http://127.0.0.1:8001/") == "private-b"
+    assert fetch(pods["a"], f"http://{ips['b']}:8000/") == "b"
+    assert fetch(pods["b"], "http://localhost:8000/") == "b"

@@ -33,6 +33,18 @@ DOCUMENTED_SKIPS: tuple[str, ...] = ()
 # Where the emulated kubelet cannot mount volumes for real (not root), it maps the paths a
 # program is handed; a path the program reads from a file is then not found (docs/emulator.md).
 NEEDS_REAL_MOUNTS = "tests/realcluster/test_conformance_real.py::test_a_path_written_in_a_file_finds_its_volume"
+# Pods have networks of their own only where the kubelet may make them (root): else they share
+# the host's and cannot both listen on one port of 127.0.0.1.
+NEEDS_POD_NETWORKS = "tests/realcluster/test_conformance_real.py::test_each_pod_has_a_network_of_its_own"
+# In a network of its own a pod's 127.0.0.1 is its own; it reaches the host at other loopback
+# addresses, where the test hub then listens.
+HUB_IP_FOR_POD_NETWORKS = "127.0.0.2"
+
+
+def pod_networks() -> bool:
+    from jupyter_gpuburst.sim.kubelet import netns
+
+    return netns.unavailable() is None
 
 
 def deselected(state_dir: Path) -> list[str]:
@@ -41,16 +53,18 @@ def deselected(state_dir: Path) -> list[str]:
 
     state_dir.mkdir(parents=True, exist_ok=True)
     real = uts_namespaces() and mounts.unavailable(state_dir) is None
-    return [] if real else ["--deselect", NEEDS_REAL_MOUNTS]
+    out = [] if real else ["--deselect", NEEDS_REAL_MOUNTS]
+    return out if pod_networks() else [*out, "--deselect", NEEDS_POD_NETWORKS]
 
 
 def start_sim(workdir: Path) -> tuple[subprocess.Popen, Path, Path]:
     kubeconfig = workdir / "sim.kubeconfig"
     log_path = workdir / "sim.log"
+    env = {**os.environ, "GPUBURST_SIM_NETWORK": "namespaces" if pod_networks() else "shared"}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [str(GPUBURST), "sim", "--config", str(DEFAULT_CONFIG), "--kubeconfig-out", str(kubeconfig), "--state-dir", str(workdir / "sim-state")],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
         )
     return proc, kubeconfig, log_path
 
@@ -90,10 +104,11 @@ def strays(under: Path) -> list[psutil.Process]:
 
 def tier_env(kubeconfig: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUBURST_")}
+    hub_ip = HUB_IP_FOR_POD_NETWORKS if pod_networks() else "127.0.0.1"
     env.update(
         GPUBURST_KUBECONFIG=str(kubeconfig),
-        GPUBURST_HUB_CONNECT_URL=f"http://127.0.0.1:{free_port()}",
-        GPUBURST_HUB_BIND_IP="127.0.0.1",
+        GPUBURST_HUB_CONNECT_URL=f"http://{hub_ip}:{free_port(hub_ip)}",
+        GPUBURST_HUB_BIND_IP=hub_ip,
         GPUBURST_START_TIMEOUT="60",
     )
     return env

@@ -178,7 +178,12 @@ async def test_exec_and_logs_of_an_offloaded_pod_reach_the_donor_pod(federation)
     # the container's namespace is the donor's: only its process can answer with it
     code, out, err = await kubectl(federation.kubeconfig, "exec", "remote-shell", "--", "sh", "-c", 'echo "$POD_NS"; exit 4')
     assert (code, out.strip()) == (4, REMOTE_NS), err
-    code, out, err = await kubectl(federation.kubeconfig, "logs", "remote-shell")
+    # Running comes when the process starts, not when it has written: wait for its line
+    for _ in range(50):
+        code, out, err = await kubectl(federation.kubeconfig, "logs", "remote-shell")
+        if out.strip():
+            break
+        await asyncio.sleep(0.1)
     assert out.strip() == f"log line from remote-shell in {REMOTE_NS}", err
 
     def python_client() -> tuple[str, str]:

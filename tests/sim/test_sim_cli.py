@@ -70,6 +70,18 @@ def test_cli_bad_config_exits_non_zero_naming_file_and_field(tmp_path, capsys):
     assert main(["--config", str(tmp_path / "missing.yaml")]) == 2
 
 
+def test_cli_pod_network_that_cannot_be_had_exits_before_starting(tmp_path, capsys, monkeypatch):
+    from jupyter_gpuburst.sim.kubelet import netns
+
+    monkeypatch.setenv(netns.MODE_ENV, "namespace")
+    assert main(["--kubeconfig-out", str(tmp_path / "kc")]) == 2
+    assert "GPUBURST_SIM_NETWORK must be 'shared' or 'namespaces', not 'namespace'" in capsys.readouterr().err
+    monkeypatch.setattr(netns, "unavailable", lambda: "pod network namespaces need root on Linux")
+    assert main(["--pod-network", "namespaces", "--kubeconfig-out", str(tmp_path / "kc")]) == 2
+    assert "gpuburst sim: no pod network namespaces: pod network namespaces need root on Linux" in capsys.readouterr().err
+    assert not (tmp_path / "kc").exists()
+
+
 def test_cli_check_accepts_default(capsys):
     assert main(["--config", str(DEFAULT_CONFIG), "--check"]) == 0
     assert "ok (2 clusters)" in capsys.readouterr().out

@@ -10,8 +10,9 @@ where this kubelet may create one (root), with the pod's managed hosts file (its
 ``hostAliases``, Service names) bound over /etc/hosts in a mount namespace of its own, where its
 volumes are bound at their mountPath too (``mounts``); else only ``HOSTNAME`` and, for Python
 programs, a ``sitecustomize`` that makes ``socket.gethostname()`` answer it, and volume paths
-are mapped (``volumes.PathMap``). exec, exec probes and exec hooks enter the container's
-namespaces (``nsenter``).
+are mapped (``volumes.PathMap``). Pods share the host's network, each with a loopback address
+of its own, unless asked to have a network namespace each (``netns``). exec, exec probes and
+exec hooks enter the container's namespaces (``nsenter``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import psutil
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.errors import ApiError, bad_request
-from jupyter_gpuburst.sim.kubelet import hooks, mounts, probes, runtime, servicenames, status, volumes
+from jupyter_gpuburst.sim.kubelet import hooks, mounts, netns, probes, runtime, servicenames, status, volumes
 from jupyter_gpuburst.sim.kubelet.network import AddressPool, container_ports
 from jupyter_gpuburst.sim.store import Store
 
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 ContainerRun = status.ContainerRun
 UNSHARE = mounts.UNSHARE
-NSENTER = "/usr/bin/nsenter"
+NSENTER = netns.NSENTER
 # kubelet's container restart back-off: 10 s doubling to 5 min; reset after 10 min of running.
 BACKOFF_INITIAL_S = 10.0
 BACKOFF_MAX_S = 300.0
@@ -94,9 +95,10 @@ def enter_pod_argv(argv: list[str], hostname: str, fstab: Path | None, workdir: 
     return [UNSHARE, "--uts", "--mount", "--", "/bin/sh", "-c", _ENTER_POD_SCRIPT, hostname, str(fstab or ""), workdir, *argv]
 
 
-def enter_container_argv(pid: int, argv: list[str], workdir: str) -> list[str]:
-    """``argv`` to run in the namespaces of the container whose process is ``pid`` (exec, probes, hooks)."""
-    return [NSENTER, "--target", str(pid), "--uts", "--mount", f"--wdns={workdir}", "--", *argv]
+def enter_container_argv(pid: int, argv: list[str], workdir: str, *, network: bool = False) -> list[str]:
+    """``argv`` to run in the namespaces of the container whose process is ``pid`` (exec, probes,
+    hooks); in its network namespace too where the pod has one."""
+    return [NSENTER, "--target", str(pid), "--uts", "--mount", *(["--net"] if network else []), f"--wdns={workdir}", "--", *argv]
 
 
 async def _entered(pid: int, timeout: float = 2.0) -> None:
@@ -108,7 +110,7 @@ async def _entered(pid: int, timeout: float = 2.0) -> None:
             argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 3)
         except OSError:
             return
-        if argv0[0] != UNSHARE.encode() and argv0[2:3] != [_ENTER_POD_SCRIPT.encode()]:
+        if argv0[0] not in (UNSHARE.encode(), NSENTER.encode()) and argv0[2:3] != [_ENTER_POD_SCRIPT.encode()]:
             return
         await asyncio.sleep(0.005)
 
@@ -148,6 +150,7 @@ class PodRun:
     volumes: dict[str, Path] = field(default_factory=dict)
     hosts_file: Path | None = None
     real_mounts: bool = False  # volumes bound at their mountPath (mounts.real_mounts), else mapped
+    network: netns.PodNetwork | None = None  # a network namespace of its own, else the host's
     tasks: list[asyncio.Task] = field(default_factory=list)
     killing: bool = False
     sandbox: bool = False  # the pod IP is assigned and published
@@ -183,6 +186,7 @@ class Kubelet:
         self._service_table: list[tuple[str, str, str]] = []
         self._services_task: asyncio.Task | None = None
         self._hosts_refresh: asyncio.TimerHandle | None = None
+        self.pod_networks = netns.requested()
 
     # ---- what the API server and tests read ---------------------------------------------------
 
@@ -224,6 +228,8 @@ class Kubelet:
     # ---- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.pod_networks and (why := netns.unavailable()):
+            raise RuntimeError(f"{netns.MODE_ENV}=namespaces: {why}")
         self._task = asyncio.create_task(self._run(), name="kubelet")
         if uts_namespaces():  # service names live in the pods' own /etc/hosts
             self._services_task = asyncio.create_task(self._watch_services(), name="kubelet-services")
@@ -241,6 +247,7 @@ class Kubelet:
         for pr in self._pods.values():
             for t in pr.tasks:
                 t.cancel()
+        await asyncio.gather(*(self._close_network(pr) for pr in self._pods.values()), return_exceptions=True)
         self._pods.clear()
 
     # ---- service names ---------------------------------------------------------------------------
@@ -415,6 +422,10 @@ class Kubelet:
         if pr.killing:
             return
         host_ip = self._host_ip(node)
+        if self.pod_networks and not pr.pod["spec"].get("hostNetwork"):
+            pr.network = await self._create_network(pr, host_ip)
+            if pr.network is None:
+                return
         started = defaults.timestamp(self.store.now())
 
         def sandbox(p: Obj) -> None:
@@ -450,6 +461,27 @@ class Kubelet:
                 c.state = {"waiting": {"reason": "ContainerCreating"}}
         await asyncio.gather(*(self._container_loop(pr, c, policy) for c in pr.main))
 
+    async def _create_network(self, pr: PodRun, node_ip: str) -> netns.PodNetwork | None:
+        """The pod's network namespace, retried as the kubelet retries a sandbox; None once the
+        pod is being deleted."""
+        while not pr.killing:
+            try:
+                return await netns.PodNetwork.create(pr.uid, pr.ip, node_ip)
+            except (OSError, netns.NetworkError) as exc:
+                log.warning("pod %s/%s: no network namespace: %s", *pr.key, exc)
+                self._event(pr, "FailedCreatePodSandBox", f"Failed to create pod sandbox: {exc}", warning=True)
+                self._publish(pr)
+                try:
+                    await asyncio.wait_for(pr.killed.wait(), 2.0)
+                except TimeoutError:
+                    pass
+        return None
+
+    async def _close_network(self, pr: PodRun) -> None:
+        network, pr.network = pr.network, None
+        if network is not None:
+            await network.close()
+
     async def _container_loop(self, pr: PodRun, c: ContainerRun, policy: str) -> None:
         while not pr.killing:
             ran_from = time.monotonic()
@@ -483,10 +515,12 @@ class Kubelet:
         """argv, environment and working directory of the container's process (paths mapped
         where the view does not mount them)."""
         spec = c.spec
-        argv = [view.rewrite(a.replace("0.0.0.0", pr.ip)) for a in runtime.container_argv(spec)]
+        # 0.0.0.0 is the pod's own only in a network namespace of its own
+        replace_ip = pr.ip if pr.network is None else None
+        argv = [view.rewrite(a.replace("0.0.0.0", replace_ip) if replace_ip else a) for a in runtime.container_argv(spec)]
         if not argv:
             raise FileNotFoundError(f'no command given and image "{spec.get("image", "")}" has no emulated entrypoint')
-        given = runtime.pod_env(pr.pod, spec, self.store, pr.ip)
+        given = runtime.pod_env(pr.pod, spec, self.store, replace_ip)
         env = {k: view.rewrite(v) for k, v in given.items()}
         home_path = _home_path(spec, given)
         if home_path in view.in_namespace:
@@ -538,6 +572,8 @@ class Kubelet:
         if uts_namespaces():
             argv = enter_pod_argv(argv, pr.hostname, view.fstab, workdir)
             cwd = pr.dir  # the working directory may exist only in the new mount namespace
+        if pr.network is not None:
+            argv = pr.network.enter_argv(argv)
         return await asyncio.create_subprocess_exec(*argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr, stdin=stdin, start_new_session=True)
 
     async def _spawn_in(self, pr: PodRun, c: ContainerRun, command: list[str], *, stdin: bool, tty: bool) -> tuple[asyncio.subprocess.Process, int | None]:
@@ -556,7 +592,7 @@ class Kubelet:
             if c.process is None or c.process.returncode is not None:
                 raise bad_request(f'container "{c.name}" is not running')
             await _entered(c.process.pid)
-            wrapped = enter_container_argv(c.process.pid, [exe, *argv[1:]], cwd)
+            wrapped = enter_container_argv(c.process.pid, [exe, *argv[1:]], cwd, network=pr.network is not None)
             return await asyncio.create_subprocess_exec(*wrapped, env=env, cwd=pr.dir, start_new_session=True, **streams)
 
         if tty:
@@ -765,6 +801,7 @@ class Kubelet:
             for t in pr.tasks:
                 if t is not asyncio.current_task():
                     t.cancel()
+            await self._close_network(pr)  # before its IP is handed out again
             self._forget(pr)
             if remove:
                 self._remove(pr.key, pr.uid)

@@ -38,8 +38,9 @@ def resolve_field_ref(pod: Obj, path: str) -> str:
     return "" if value is None else str(value)
 
 
-def pod_env(pod: Obj, container: Obj, store: Store, replace_ip: str) -> dict[str, str]:
-    """The container's environment as the kubelet builds it (service links left out)."""
+def pod_env(pod: Obj, container: Obj, store: Store, replace_ip: str | None) -> dict[str, str]:
+    """The container's environment as the kubelet builds it (service links left out), with
+    0.0.0.0 replaced by ``replace_ip`` where given (a pod sharing the host's network)."""
     env: dict[str, str] = {}
     namespace = pod["metadata"]["namespace"]
     for source in container.get("envFrom") or []:
@@ -65,6 +66,8 @@ def pod_env(pod: Obj, container: Obj, store: Store, replace_ip: str) -> dict[str
             env[name] = "" if value is None else str(value)
         else:
             env[name] = _expand(str(item.get("value", "")), env)
+    if replace_ip is None:
+        return env
     return {k: v.replace("0.0.0.0", replace_ip) for k, v in env.items()}
 
 
