@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Enum, Float, Int, TraitError, Unicode, default, validate
+from tornado.ioloop import IOLoop
+from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, default, validate
 
 from jupyter_gpuburst.server.gpu import simulated
 from jupyter_gpuburst.server.gpu.backend import BACKEND_NAMES
@@ -51,6 +53,16 @@ class GPUBurstServerExtension(ExtensionApp):
         help="""Seconds between reads of the GPU process list (used for per-kernel memory). The
         list costs milliseconds per read, so it is read less often than utilization; it is also
         re-read when a kernel starts or stops. Must not be shorter than sampling_period_s.""",
+    )
+    freeze_heap_at_start = Bool(
+        True,
+        config=True,
+        help="""Once the server is up, collect garbage once and freeze what is left (gc.freeze):
+        the server's imports and configuration, several hundred thousand objects that live as
+        long as it does. Otherwise the first full collections walk them all, holding the event
+        loop, and with it every request and telemetry stream, for 90 ms or more at a time.
+        Objects allocated later are collected as before. Turn off where something else in this
+        server manages the collector.""",
     )
     history_length = Int(300, config=True, help="Number of recent samples /api/gpuburst/history returns.")
     keepalive_s = Float(15.0, config=True, help="Seconds between keepalive comments on an idle event stream.")
@@ -135,6 +147,9 @@ class GPUBurstServerExtension(ExtensionApp):
             }
         )
         self._install_gpu_kernels()
+        if self.freeze_heap_at_start:
+            # runs when the loop starts: after every extension has loaded, before any request
+            IOLoop.current().add_callback(freeze_heap)
         self.log.info(
             "jupyter_gpuburst: GPU telemetry backend %r, sampling every %s s while someone listens",
             self.backend,
@@ -164,3 +179,17 @@ class GPUBurstServerExtension(ExtensionApp):
     async def stop_extension(self) -> None:
         if self.sampler is not None:
             await self.sampler.close()
+
+
+_heap_frozen = False
+
+
+def freeze_heap() -> None:
+    """Collect once, then move every object alive into the permanent generation. Once per
+    process: freezing again would also freeze whatever the process holds at that moment."""
+    global _heap_frozen
+    if _heap_frozen:
+        return
+    _heap_frozen = True
+    gc.collect()
+    gc.freeze()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from traitlets import TraitError
 
 import jupyter_gpuburst
 from jupyter_gpuburst.server import GPUBurstServerExtension
+from jupyter_gpuburst.server import app as app_module
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,3 +67,31 @@ def test_bad_backend_env_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("JUPYTER_GPUBURST_BACKEND", "cuda")
     with pytest.raises(TraitError, match="JUPYTER_GPUBURST_BACKEND='cuda'"):
         GPUBurstServerExtension().backend  # noqa: B018
+
+
+def test_freeze_heap_collects_and_freezes_once_per_process(monkeypatch):
+    calls = []
+    monkeypatch.setattr(app_module, "_heap_frozen", False)
+    monkeypatch.setattr(app_module.gc, "collect", lambda *a: calls.append("collect") or 0)
+    monkeypatch.setattr(app_module.gc, "freeze", lambda: calls.append("freeze"))
+    app_module.freeze_heap()
+    app_module.freeze_heap()
+    assert calls == ["collect", "freeze"]
+
+
+@pytest.fixture
+def freeze_calls(monkeypatch):
+    calls: list[str] = []
+    monkeypatch.setattr(app_module, "freeze_heap", lambda: calls.append("freeze"))
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("gpuburst_config", "expected"),
+    [({"backend": "simulated", "freeze_heap_at_start": True}, ["freeze"]), ({"backend": "simulated", "freeze_heap_at_start": False}, [])],
+)
+async def test_server_freezes_its_heap_once_its_loop_runs(freeze_calls, jp_fetch, expected):
+    response = await jp_fetch("api", "gpuburst", "placement")
+    assert response.code == 200
+    await asyncio.sleep(0)
+    assert freeze_calls == expected
