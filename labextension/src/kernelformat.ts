@@ -50,6 +50,42 @@ export function availabilityText(available: IKernelAvailability | null | undefin
   return parts.join(', ');
 }
 
+/** What the launcher needs of this server's own placement (`GET api/gpuburst/placement`). */
+export interface IServerGpus {
+  gpu_count: number | null;
+  gpu_label?: string | null;
+}
+
+/** This server's own GPUs in words ("2 GPUs"), or null when it has none. */
+function ownGpus(server: IServerGpus | null | undefined): string | null {
+  return server && server.gpu_count ? server.gpu_label || `${server.gpu_count} GPUs` : null;
+}
+
+/**
+ * The launcher's section of GPU kernels. In a server with GPUs of its own the notebooks' usual
+ * kernels already use them, so the section says that its kernels take GPUs besides those.
+ */
+export function launcherCategory(server: IServerGpus | null | undefined): string {
+  const own = ownGpus(server);
+  return own ? `GPU kernels, besides this server's ${own}` : 'GPU kernels';
+}
+
+/** A GPU kernel card's tooltip: what a click starts, and where GPUs are free now. */
+export function launcherCaption(
+  displayName: string,
+  available: IKernelAvailability | null | undefined,
+  server: IServerGpus | null | undefined
+): string {
+  const sites = Object.entries(available?.sites ?? {})
+    .map(([site, n]) => `${site}: ${n}`)
+    .join(', ');
+  const own = ownGpus(server);
+  const what = own
+    ? `New notebook with a ${displayName} kernel, on a GPU besides this server's ${own} (which the Notebook section's kernels use)`
+    : `New notebook with a ${displayName} kernel`;
+  return `${what}; the hub places it where a GPU is free${sites ? ` (free now: ${sites})` : ''}`;
+}
+
 /** What the panel shows of a GPU kernel's own GPU figures (measured in its pod). */
 export interface IKernelGpuFigures {
   memory_used_bytes: number | null;

@@ -5,7 +5,8 @@
  * The figures come from `GET api/gpuburst/kernel-profiles` (the server asks the hub's kernel
  * API, which counts from the spawner's ledger). The launcher renders again only when its items
  * change, so the cards are registered again whenever a figure changes. A card opens a notebook
- * with that GPU kernel, as the Notebook section's card of the same kernel does.
+ * with that GPU kernel, as the Notebook section's card of the same kernel does. In a server with
+ * GPUs of its own the section's title says its kernels take GPUs besides those.
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
 import { ILauncher } from '@jupyterlab/launcher';
@@ -13,10 +14,16 @@ import { IDisposable } from '@lumino/disposable';
 
 import { GpuBurstClient } from './client';
 import { gpuIcon } from './icon';
-import { IKernelAvailability, availabilityText } from './kernelformat';
+import {
+  IKernelAvailability,
+  IServerGpus,
+  availabilityText,
+  launcherCaption,
+  launcherCategory
+} from './kernelformat';
+import { IPlacement } from './types';
 
 export const CREATE_COMMAND = 'gpuburst:new-gpu-kernel-notebook';
-const CATEGORY = 'GPU kernels';
 // right after the Notebook section (0), before Console (20): the GPU kernels are notebooks too
 const CATEGORY_RANK = 10;
 const REFRESH_MS = 10000;
@@ -49,6 +56,7 @@ export class GpuKernelLauncher implements IDisposable {
           cwd: args['cwd']
         })
     });
+    this._client.placementReceived.connect(this._onPlacement, this);
     void this.refresh();
     this._timer = window.setInterval(() => {
       if (document.visibilityState === 'visible') {
@@ -77,13 +85,26 @@ export class GpuKernelLauncher implements IDisposable {
     this._shown = key;
     this._profiles = new Map(profiles.map(p => [p.kernel_name, p]));
     this._app.commands.notifyCommandChanged(CREATE_COMMAND);
-    // the launcher re-renders when its items change: register the cards again
+    this._register();
+  }
+
+  private _onPlacement(_: GpuBurstClient, placement: IPlacement): void {
+    const before = launcherCategory(this._server);
+    this._server = { gpu_count: placement.gpu_count, gpu_label: placement.gpu_label ?? null };
+    if (launcherCategory(this._server) !== before) {
+      this._register();
+    }
+  }
+
+  /** The launcher re-renders when its items change: register the cards again. */
+  private _register(): void {
     this._items.forEach(item => item.dispose());
-    this._items = profiles.map((p, rank) =>
+    const category = launcherCategory(this._server);
+    this._items = [...this._profiles.values()].map((p, rank) =>
       this._launcher.add({
         command: CREATE_COMMAND,
         args: { kernelName: p.kernel_name },
-        category: CATEGORY,
+        category,
         categoryRank: CATEGORY_RANK,
         rank
       })
@@ -91,6 +112,7 @@ export class GpuKernelLauncher implements IDisposable {
   }
 
   dispose(): void {
+    this._client.placementReceived.disconnect(this._onPlacement, this);
     if (this._timer !== null) {
       window.clearInterval(this._timer);
       this._timer = null;
@@ -113,15 +135,11 @@ export class GpuKernelLauncher implements IDisposable {
     if (!profile) {
       return '';
     }
-    const sites = Object.entries(profile.available?.sites ?? {})
-      .map(([site, n]) => `${site}: ${n}`)
-      .join(', ');
-    return `New notebook with a ${profile.display_name} kernel; the hub places it where a GPU is free${
-      sites ? ` (free now: ${sites})` : ''
-    }`;
+    return launcherCaption(profile.display_name, profile.available, this._server);
   }
 
   private _profiles = new Map<string, IKernelProfile>();
+  private _server: IServerGpus | null = null;
   private _items: IDisposable[] = [];
   private _shown = '';
   private _timer: number | null;

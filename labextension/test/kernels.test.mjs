@@ -40,3 +40,23 @@ test('a GPU kernel row in the Kernels card shows its site and the memory its pod
   assert.equal(remoteKernelCells({ site: null, site_kind: null, resource: null, count: null, gpu: null }).gpu, 'placing…');
   assert.equal(remoteKernelCells({ ...donor, gpu: { memory_used_bytes: null, memory_total_bytes: null, utilization: null } }).memory, '—');
 });
+
+test('in a server with GPUs of its own, the launcher says GPU kernels take GPUs besides those', async () => {
+  const { launcherCategory, launcherCaption } = await import('../lib/kernelformat.js');
+  const available = { origin: 1, donors: 4, sites: { origin: 1, 'donor-1': 4 } };
+  // a CPU server (or no placement yet): the kernels are its GPUs
+  assert.equal(launcherCategory(null), 'GPU kernels');
+  assert.equal(launcherCategory({ gpu_count: 0, gpu_label: null }), 'GPU kernels');
+  assert.equal(
+    launcherCaption('Python 3 (1 GPU)', available, { gpu_count: null, gpu_label: null }),
+    'New notebook with a Python 3 (1 GPU) kernel; the hub places it where a GPU is free (free now: origin: 1, donor-1: 4)'
+  );
+  // a whole-GPU server: its own GPUs are named, in the product's words
+  assert.equal(launcherCategory({ gpu_count: 2, gpu_label: '2 GPUs' }), "GPU kernels, besides this server's 2 GPUs");
+  assert.equal(launcherCategory({ gpu_count: 1, gpu_label: '1 MIG 1g.10gb slice' }), "GPU kernels, besides this server's 1 MIG 1g.10gb slice");
+  assert.equal(launcherCategory({ gpu_count: 2 }), "GPU kernels, besides this server's 2 GPUs");
+  assert.match(
+    launcherCaption('Python 3 (1 GPU)', null, { gpu_count: 2, gpu_label: '2 GPUs' }),
+    /^New notebook with a Python 3 \(1 GPU\) kernel, on a GPU besides this server's 2 GPUs \(which the Notebook section's kernels use\); the hub places it where a GPU is free$/
+  );
+});

@@ -219,6 +219,10 @@ def test_student_journey(browser: Browser, demo: Demo, artifacts: Path) -> None:
         s1.wait_for_lab(started)
         s1.open_panel()
         expect(page.locator(STATUS)).to_contain_text("origin")
+        # the launcher's GPU kernels are GPUs besides the two this server's notebooks use
+        gpu_kernels = page.locator(".jp-Launcher-sectionTitle", has_text="GPU kernels, besides this server's 2 GPUs")
+        expect(gpu_kernels).to_be_visible(timeout=30_000)
+        expect(page.locator(".jp-Launcher-sectionTitle", has_text=re.compile(r"^GPU kernels$"))).to_have_count(0)
         s1.busy_notebook()
         assert_live_panel(s1, "origin", "NVIDIA A100-SXM4-40GB")
         shoot(s1, "journey-origin-light.png", artifacts)
