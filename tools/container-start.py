@@ -5,8 +5,9 @@ with a ConfigMap at ``/etc/<x>``, one of its keys as a ``subPath`` file and an e
 ``/home/jovyan`` (two mountpoints the host lacks, so two private overlays where volumes are
 mounted for real), running ``sleep``. Times create -> Running in the store, and create -> the
 container's program running (its process has exec'd ``sleep``: the mounts are done). Prints one
-JSON line with the medians, the mount mode and the load average. Compare modes with
-``GPUBURST_SIM_MOUNTS=rewrite`` (path rewriting) in the same shell, interleaved.
+JSON line with the medians and maxima, the mount mode, the pod network and the load average.
+Compare modes with ``GPUBURST_SIM_MOUNTS=rewrite`` (path rewriting) or
+``GPUBURST_SIM_NETWORK=namespaces`` (a network namespace per pod) in the same shell, interleaved.
 
     .venv/bin/python tools/container-start.py [--pods 40]
 """
@@ -24,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from jupyter_gpuburst.sim.kubelet import mounts
+from jupyter_gpuburst.sim.kubelet import mounts, netns
 from jupyter_gpuburst.sim.testing import one_node_cluster
 
 SLEEP = shutil.which("sleep") or "/bin/sleep"
@@ -67,7 +68,12 @@ async def measure(pods: int) -> dict:
     def ms(xs: list[float]) -> float:
         return round(statistics.median(xs) * 1000, 1)
 
-    return {"pods": pods, "mode": mode, "create_to_running_median_ms": ms(running), "create_to_program_median_ms": ms(started), "loadavg": os.getloadavg()[0]}
+    return {
+        "pods": pods, "mode": mode, "pod_network": "namespaces" if netns.requested() else "shared",
+        "create_to_running_median_ms": ms(running), "create_to_program_median_ms": ms(started),
+        "create_to_running_max_ms": round(max(running) * 1000, 1), "create_to_program_max_ms": round(max(started) * 1000, 1),
+        "loadavg": os.getloadavg()[0],
+    }
 
 
 def main() -> None:

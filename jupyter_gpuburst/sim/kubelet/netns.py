@@ -50,9 +50,9 @@ address del 127.0.0.1/8 dev lo
 address add 127.0.0.1/32 dev lo
 address add $0/32 dev lo
 link set {POD_INTERFACE} up
+route add 127.0.0.0/8 via $1 dev {POD_INTERFACE} onlink src $0
 EOF
 echo 1 > /proc/sys/net/ipv4/conf/{POD_INTERFACE}/route_localnet || exit 1
-ip route add 127.0.0.0/8 via $1 dev {POD_INTERFACE} onlink src $0 || exit 1
 echo ready
 read _
 """
@@ -131,14 +131,16 @@ class PodNetwork:
         assert self.sandbox.stdout is not None and self.sandbox.stdin is not None
         if await self.sandbox.stdout.readline() != b"up\n":
             raise NetworkError(f"the sandbox did not start: {await self._stderr()}")
-        await _ip("link", "add", self.interface, "type", "veth", "peer", "name", POD_INTERFACE, "netns", str(self.sandbox.pid))
-        for setting in ("route_localnet", "forwarding"):
-            Path(f"/proc/sys/net/ipv4/conf/{self.interface}/{setting}").write_text("1")
+        # one ip process for the host's end (each costs a few ms); the settings matter only
+        # once packets flow, after "go"
         await _ip("-batch", "-", stdin=(
+            f"link add {self.interface} type veth peer name {POD_INTERFACE} netns {self.sandbox.pid}\n"
             f"address add {node_ip}/32 dev {self.interface}\n"
             f"link set {self.interface} up\n"
             f"route replace {self.pod_ip}/32 dev {self.interface} table local src {node_ip}\n"
         ))
+        for setting in ("route_localnet", "forwarding"):
+            Path(f"/proc/sys/net/ipv4/conf/{self.interface}/{setting}").write_text("1")
         self.sandbox.stdin.write(b"go\n")
         await self.sandbox.stdin.drain()
         if await self.sandbox.stdout.readline() != b"ready\n":
@@ -176,4 +178,4 @@ async def _ip(*args: str, stdin: str | None = None) -> None:
     )
     _, err = await proc.communicate(stdin.encode() if stdin is not None else None)
     if proc.returncode != 0:
-        raise NetworkError(f"ip {' '.join(args[:3])}: {err.decode(errors='replace').strip()}")
+        raise NetworkError(f"ip {' '.join(args[:3])}: {err.decode(errors='replace').strip()[:500]}")
