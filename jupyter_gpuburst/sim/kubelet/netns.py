@@ -5,8 +5,8 @@ a loopback address of its own as pod IP (``network``): a hub on the host then re
 pods reach it at 127.0.0.1, with nothing to configure. In a namespace, as on a cluster, a pod
 has a private loopback: two pods may both listen on 0.0.0.0:8000 and on 127.0.0.1:8001, as two
 JupyterHub pods with their proxies do. Host programs bound to 127.0.0.1 are then out of the
-pods' reach, as they would be on a cluster; the node's address reaches whatever listens on all
-of the host's addresses.
+pods' reach, as they would be on a cluster; pods reach the host at any other loopback address
+that is not a pod's (the node's, or 127.0.0.2), where a program listens on it or on all.
 
 The pod IP stays a loopback address, so nothing that reaches pods from the host changes. The
 wiring is kernel routing only, as a CNI plugin's ptp mode does it:
@@ -24,7 +24,6 @@ wiring is kernel routing only, as a CNI plugin's ptp mode does it:
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import shutil
 import signal
@@ -33,7 +32,6 @@ import sys
 from functools import cache
 from pathlib import Path
 
-log = logging.getLogger(__name__)
 MODE_ENV = "GPUBURST_SIM_NETWORK"  # "namespaces": a network namespace per pod; default "shared"
 UNSHARE = "/usr/bin/unshare"
 NSENTER = "/usr/bin/nsenter"
