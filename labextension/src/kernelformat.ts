@@ -81,7 +81,7 @@ export function launcherCaption(
     .join(', ');
   const own = ownGpus(server);
   const what = own
-    ? `New notebook with a ${displayName} kernel, on a GPU besides this server's ${own} (which the Notebook section's kernels use)`
+    ? `New notebook with a ${displayName} kernel, which takes GPUs besides this server's ${own} (those serve the kernels that run in this server)`
     : `New notebook with a ${displayName} kernel`;
   return `${what}; the hub places it where a GPU is free${sites ? ` (free now: ${sites})` : ''}`;
 }

@@ -57,6 +57,6 @@ test('in a server with GPUs of its own, the launcher says GPU kernels take GPUs 
   assert.equal(launcherCategory({ gpu_count: 2 }), "GPU kernels, besides this server's 2 GPUs");
   assert.match(
     launcherCaption('Python 3 (1 GPU)', null, { gpu_count: 2, gpu_label: '2 GPUs' }),
-    /^New notebook with a Python 3 \(1 GPU\) kernel, on a GPU besides this server's 2 GPUs \(which the Notebook section's kernels use\); the hub places it where a GPU is free$/
+    /^New notebook with a Python 3 \(1 GPU\) kernel, which takes GPUs besides this server's 2 GPUs \(those serve the kernels that run in this server\); the hub places it where a GPU is free$/
   );
 });
