@@ -57,6 +57,7 @@ class DemoOptions:
     donors: int = 1
     password: str = DEFAULT_PASSWORD
     state_dir: Path | None = None
+    pod_network: str = "shared"
 
     def __post_init__(self) -> None:
         if not 1 <= self.port <= 65535:
@@ -67,6 +68,14 @@ class DemoOptions:
             raise ValueError(f"--donor-gpus must be 1-64, not {self.donor_gpus}")
         if not 0 <= self.donors <= 8:
             raise ValueError(f"--donors must be 0-8, not {self.donors}")
+        if self.pod_network not in ("shared", "namespaces"):
+            raise ValueError(f"--pod-network must be 'shared' or 'namespaces', not {self.pod_network!r}")
+
+    @property
+    def hub_ip(self) -> str:
+        """Where the hub listens: in network namespaces of their own, pods reach the host at a
+        loopback address other than their own 127.0.0.1."""
+        return "127.0.0.2" if self.pod_network == "namespaces" else "127.0.0.1"
         if not self.password:
             raise ValueError("--password must not be empty")
 
@@ -215,7 +224,9 @@ class Demo:
     async def start(self) -> None:
         from jupyter_gpuburst.sim.config import parse_config
         from jupyter_gpuburst.sim.federation import Federation
+        from jupyter_gpuburst.sim.kubelet import netns
 
+        os.environ[netns.MODE_ENV] = self.opts.pod_network  # read by each cluster's kubelet
         self.fed = Federation(parse_config(federation_config(self.opts), "<gpuburst demo>"), self.state / "sim")
         await self.fed.start()
         self.fed.write_kubeconfig(self.kubeconfig, namespace=NAMESPACE)
@@ -231,7 +242,8 @@ class Demo:
             **os.environ,
             "KUBECONFIG": str(self.kubeconfig),
             "GPUBURST_DEMO_PORT": str(self.opts.port),
-            "GPUBURST_DEMO_HUB_PORT": str(free_port()),
+            "GPUBURST_DEMO_HUB_IP": self.opts.hub_ip,
+            "GPUBURST_DEMO_HUB_PORT": str(free_port(self.opts.hub_ip)),
             "GPUBURST_DEMO_PROXY_API_PORT": str(free_port()),
             "GPUBURST_DEMO_STATE_DIR": str(self.state),
             "GPUBURST_DEMO_PASSWORD": self.opts.password,
@@ -239,6 +251,8 @@ class Demo:
             "GPUBURST_DEMO_GPU_PRODUCTS": json.dumps(gpu_products(federation_config(self.opts))),
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
+        if self.opts.pod_network == "namespaces":
+            env["GPUBURST_SERVICE_HOST"] = self.opts.hub_ip  # users' servers call the kernel API there
         # The demo talks to the federation, never to a cluster this machine may be inside of.
         env.pop("KUBERNETES_SERVICE_HOST", None)
         log = self.hub_log.open("ab")
@@ -356,16 +370,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--password", default=os.environ.get("GPUBURST_DEMO_PASSWORD", DEFAULT_PASSWORD),
                         help="shared password of the demo users (default: $GPUBURST_DEMO_PASSWORD, else %(default)s)")
     parser.add_argument("--state-dir", type=Path, default=None, help="keep the hub database, logs and pod directories here (default: a temp dir, removed on exit)")
+    parser.add_argument("--pod-network", choices=("shared", "namespaces"), default=os.environ.get("GPUBURST_SIM_NETWORK") or "shared",
+                        help="'namespaces': each pod a network namespace of its own, as on a cluster (root only; the hub then listens on 127.0.0.2); "
+                        "'shared': the host's (default: $GPUBURST_SIM_NETWORK, else %(default)s)")
     return parser
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
-        opts = DemoOptions(args.port, args.origin_gpus, args.donor_gpus, args.donors, args.password, args.state_dir)
+        opts = DemoOptions(args.port, args.origin_gpus, args.donor_gpus, args.donors, args.password, args.state_dir, args.pod_network)
     except ValueError as exc:
         print(f"gpuburst demo: {exc}", file=sys.stderr)
         return 2
+    if opts.pod_network == "namespaces":
+        from jupyter_gpuburst.sim.kubelet import netns
+
+        why = netns.unavailable()
+        if why:
+            print(f"gpuburst demo: no pod network namespaces: {why}", file=sys.stderr)
+            return 2
     try:
         return asyncio.run(run(opts))
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown

@@ -8,6 +8,7 @@ capacity page at /services/gpuburst/capacity.
 Environment (set by `gpuburst demo`):
   KUBECONFIG                    the federation's kubeconfig (current context: the origin)
   GPUBURST_DEMO_PORT            public port (the proxy)
+  GPUBURST_DEMO_HUB_IP          the hub's own address (default 127.0.0.1)
   GPUBURST_DEMO_HUB_PORT        the hub's own port
   GPUBURST_DEMO_PROXY_API_PORT  the proxy's REST API port
   GPUBURST_DEMO_STATE_DIR       hub database, cookie secret and logs
@@ -31,10 +32,11 @@ env = os.environ
 state = Path(env["GPUBURST_DEMO_STATE_DIR"])
 bin_dir = Path(sys.executable).parent  # the venv: the single-user command lives here
 
-# ---- hub and proxy, on 127.0.0.1 only -------------------------------------------------------
+# ---- hub and proxy, on loopback only -------------------------------------------------------
 c.JupyterHub.ip = "127.0.0.1"
 c.JupyterHub.port = int(env["GPUBURST_DEMO_PORT"])
-c.JupyterHub.hub_ip = "127.0.0.1"
+# 127.0.0.2 when pods have network namespaces of their own (their 127.0.0.1 is theirs)
+c.JupyterHub.hub_ip = env.get("GPUBURST_DEMO_HUB_IP", "127.0.0.1")
 c.JupyterHub.hub_port = int(env["GPUBURST_DEMO_HUB_PORT"])
 # JupyterHub's own configurable-http-proxy, installed by the same `npm ci` that builds the
 # Lab extension (node_modules/.bin); the hub starts and stops it as in production.

@@ -11,6 +11,7 @@ something, and appear at ``/hub/metrics``.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any
@@ -74,11 +75,12 @@ def install(
     if any(s.get("name") == SERVICE_NAME for s in services):
         return
     host = service_host or os.environ.get("GPUBURST_SERVICE_HOST") or urlparse(hub.get("hub_connect_url") or "").hostname or "127.0.0.1"
-    local = host in LOOPBACK
-    port = service_port or int(os.environ.get("GPUBURST_SERVICE_PORT", 0)) or (free_port() if local else DEFAULT_SERVICE_PORT)
-    service = CapacityService(
-        tracker_source or _hub_tracker, "127.0.0.1" if local else "0.0.0.0", port, host, registry_source, hub.get("base_url") or "/"
-    )
+    local = _loopback(host)
+    # a 127.x address other than 127.0.0.1 (pods in network namespaces of their own reach the
+    # host there) is bound as such; every other loopback name on 127.0.0.1
+    bind = host if local and host.startswith("127.") else "127.0.0.1" if local else "0.0.0.0"
+    port = service_port or int(os.environ.get("GPUBURST_SERVICE_PORT", 0)) or (free_port(bind) if local else DEFAULT_SERVICE_PORT)
+    service = CapacityService(tracker_source or _hub_tracker, bind, port, host, registry_source, hub.get("base_url") or "/")
     hub.services = services + [service.register()]
     try:
         loop = asyncio.get_running_loop()
@@ -86,6 +88,15 @@ def install(
         return  # the config is only being read (not by a starting hub): no server
     # JupyterHub loads its config inside its running event loop, which then serves the hub
     loop.call_soon(service.start)
+
+
+def _loopback(host: str) -> bool:
+    if host in LOOPBACK:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 async def _hub_tracker() -> Any:

@@ -15,6 +15,11 @@ students do: the login page, the spawn form, the spawn page, JupyterLab and its 
 
 No URL the browser requests carries a token: the panel authenticates as Lab itself does.
 Screenshots for docs/screenshots come from these servers behind the hub.
+
+The journey runs twice: with pods in the host's network, as `make demo` runs by default, and
+with each pod in a network namespace of its own, as on a cluster (`--pod-network namespaces`,
+where this machine allows it: root), where the hub listens where pods can reach it and nothing
+reaches a pod's loopback.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from jupyter_gpuburst.demo import DEFAULT_PASSWORD, free_port
+from jupyter_gpuburst.sim.kubelet import netns
 
 from .conftest import save_docs_screenshot
 
@@ -51,14 +57,16 @@ class Demo:
     state: Path
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    state = tmp_path_factory.mktemp("journey-demo")
+@pytest.fixture(scope="module", params=["shared", "namespaces"])
+def demo(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    if request.param == "namespaces" and netns.unavailable():
+        pytest.skip(f"no pod network namespaces here: {netns.unavailable()}")
+    state = tmp_path_factory.mktemp(f"journey-demo-{request.param}")
     port = free_port()
     out = (state / "demo.out").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyter_gpuburst.cli", "demo", "--port", str(port), "--state-dir", str(state),
-         "--origin-gpus", "2", "--donor-gpus", "2"],
+         "--origin-gpus", "2", "--donor-gpus", "2", "--pod-network", request.param],
         stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
     deadline = time.monotonic() + 120

@@ -63,3 +63,24 @@ async def test_a_callable_server_token_scopes_is_wrapped():
     c = config(GPUBurstSpawner=theirs)
     install(c)
     assert await c.GPUBurstSpawner.server_token_scopes("ann") == ["users:activity!user", "read:users!user=ann", *OURS]
+
+
+@pytest.mark.parametrize(
+    ("connect_host", "bind_host"),
+    [
+        ("127.0.0.1", "127.0.0.1"),
+        ("localhost", "127.0.0.1"),
+        # pods in network namespaces of their own reach the host on another loopback address:
+        # the service listens there, and only there
+        ("127.0.0.2", "127.0.0.2"),
+        ("hub.jhub.svc.cluster.local", "0.0.0.0"),
+    ],
+)
+def test_the_service_listens_where_it_is_reached(connect_host, bind_host):
+    c = Config()
+    c.JupyterHub.hub_connect_url = f"http://{connect_host}:8081"
+    install(c)
+    registered = service.registered()
+    assert registered is not None and registered.bind_host == bind_host
+    [entry] = [s for s in c.JupyterHub.services if s["name"] == "gpuburst"]
+    assert entry["url"].startswith(f"http://{connect_host}:")
