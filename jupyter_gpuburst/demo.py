@@ -190,6 +190,8 @@ def banner(opts: DemoOptions, url: str, kubeconfig: Path, donor_names: list[str]
         "",
         f"  origin: {plural(opts.origin_gpus, 'GPU')} + 1 GPU as {MIG_SLICES} MIG 1g.10gb slices;  donors: {donors}",
         f"  users:  {', '.join(STUDENTS)} (any other name works too), admin {ADMIN};  password: {opts.password}",
+        *([f"  pods:   each in a network namespace of its own, as on a cluster; the hub listens on {opts.hub_ip}"]
+          if opts.pod_network == "namespaces" else []),
         "",
         "  Try:",
         *(f"    {step}" for step in try_steps(opts, donor_names, url, kubeconfig)),

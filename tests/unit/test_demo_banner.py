@@ -32,3 +32,8 @@ def test_simulated_gpus_are_told_the_labels_of_their_nodes() -> None:
     assert products["origin"]["nvidia.com/gpu"] == "NVIDIA-A100-SXM4-40GB"
     assert products["origin"]["nvidia.com/mig-1g.10gb"] == "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"
     assert products["donor-2"]["nvidia.com/gpu"] == "NVIDIA-H100-80GB-HBM3"
+
+
+def test_banner_says_when_pods_have_networks_of_their_own() -> None:
+    assert "network namespace" not in text()
+    assert "pods:   each in a network namespace of its own, as on a cluster; the hub listens on 127.0.0.2" in text(pod_network="namespaces")
