@@ -70,14 +70,14 @@ class DemoOptions:
             raise ValueError(f"--donors must be 0-8, not {self.donors}")
         if self.pod_network not in ("shared", "namespaces"):
             raise ValueError(f"--pod-network must be 'shared' or 'namespaces', not {self.pod_network!r}")
+        if not self.password:
+            raise ValueError("--password must not be empty")
 
     @property
     def hub_ip(self) -> str:
         """Where the hub listens: in network namespaces of their own, pods reach the host at a
         loopback address other than their own 127.0.0.1."""
         return "127.0.0.2" if self.pod_network == "namespaces" else "127.0.0.1"
-        if not self.password:
-            raise ValueError("--password must not be empty")
 
 
 def federation_config(opts: DemoOptions) -> dict[str, Any]:

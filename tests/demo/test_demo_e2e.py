@@ -254,6 +254,8 @@ def test_pod_network_namespaces_where_they_cannot_be_had_are_refused(monkeypatch
     assert demo.DemoOptions().hub_ip == "127.0.0.1"
     with pytest.raises(ValueError, match="--pod-network must be 'shared' or 'namespaces'"):
         demo.DemoOptions(pod_network="bridge")
+    with pytest.raises(ValueError, match="--password must not be empty"):
+        demo.DemoOptions(password="")
 
 
 async def wait_for(predicate, what: str, timeout: float = 15) -> None:
