@@ -12,23 +12,13 @@ import pytest
 
 from jupyter_gpuburst.sim.kubelet import netns
 from jupyter_gpuburst.sim.testing import one_node_cluster, wait_for_pod
+# The real-cluster tier's own programs, so that both tiers test one thing: all addresses' 8000
+# answers the pod's name, 127.0.0.1:8001 a private reply (the two ports a JupyterHub pod's proxy
+# takes); FETCH prints what a URL answers.
+from realcluster.test_conformance_real import FETCH
+from realcluster.test_conformance_real import NETWORK_SERVER as SERVER
 
 pytestmark = pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))
-
-# Answers its pod's name on every address's port 8000 and a secret on 127.0.0.1:8001: the two
-# ports a JupyterHub pod's proxy takes. In a shared network the second pod could bind neither.
-SERVER = """
-import http.server, os, threading
-def serve(addr, body):
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200); self.end_headers(); self.wfile.write(body.encode())
-        def log_message(self, *a): pass
-    http.server.HTTPServer(addr, H).serve_forever()
-threading.Thread(target=serve, args=(('127.0.0.1', 8001), 'private-' + os.environ['WHO']), daemon=True).start()
-serve(('', 8000), os.environ['WHO'])
-"""
-FETCH = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())"
 
 
 def server_pod(name: str) -> dict:
