@@ -21,7 +21,6 @@ from jupyter_gpuburst.hub.ports import free_port
 
 # The capacity service's port in the hub pod; z2jh's values expose it on the hub Service.
 DEFAULT_SERVICE_PORT = 8082
-LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 TEMPLATES = str(Path(__file__).with_name("templates"))
 
 
@@ -75,10 +74,8 @@ def install(
     if any(s.get("name") == SERVICE_NAME for s in services):
         return
     host = service_host or os.environ.get("GPUBURST_SERVICE_HOST") or urlparse(hub.get("hub_connect_url") or "").hostname or "127.0.0.1"
-    local = _loopback(host)
-    # a 127.x address other than 127.0.0.1 (pods in network namespaces of their own reach the
-    # host there) is bound as such; every other loopback name on 127.0.0.1
-    bind = host if local and host.startswith("127.") else "127.0.0.1" if local else "0.0.0.0"
+    bind = _bind_address(host)
+    local = bind != "0.0.0.0"
     port = service_port or int(os.environ.get("GPUBURST_SERVICE_PORT", 0)) or (free_port(bind) if local else DEFAULT_SERVICE_PORT)
     service = CapacityService(tracker_source or _hub_tracker, bind, port, host, registry_source, hub.get("base_url") or "/")
     hub.services = services + [service.register()]
@@ -90,13 +87,19 @@ def install(
     loop.call_soon(service.start)
 
 
-def _loopback(host: str) -> bool:
-    if host in LOOPBACK:
-        return True
+def _bind_address(host: str) -> str:
+    """Where the service listens when reached at ``host``: a loopback host on loopback only (a
+    127.x address as itself: pods in network namespaces of their own reach the host at one other
+    than 127.0.0.1), any other host on every address."""
+    if host == "localhost":
+        return "127.0.0.1"
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
-        return False
+        return "0.0.0.0"
+    if not address.is_loopback:
+        return "0.0.0.0"
+    return host if address.version == 4 else "127.0.0.1"
 
 
 async def _hub_tracker() -> Any:

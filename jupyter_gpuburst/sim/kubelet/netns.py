@@ -32,8 +32,9 @@ import sys
 from functools import cache
 from pathlib import Path
 
+from jupyter_gpuburst.sim.kubelet.mounts import UNSHARE
+
 MODE_ENV = "GPUBURST_SIM_NETWORK"  # "namespaces": a network namespace per pod; default "shared"
-UNSHARE = "/usr/bin/unshare"
 NSENTER = "/usr/bin/nsenter"
 POD_INTERFACE = "eth0"
 SETUP_TIMEOUT_S = 10.0
