@@ -1,8 +1,10 @@
 """Entry point of a GPU kernel's pod: write the connection file privately, then run ipykernel.
 
-The connection (with its key) arrives in an environment variable filled from a Secret; it is
-written to a file only this user can read and removed from the environment, so code in the
-kernel and its child processes do not inherit it. A note from the hub (scratch space, a
+The connection (with its key) arrives in an environment variable filled from a Secret. It is
+removed from the environment, so code in the kernel and its child processes do not inherit it,
+and written to a file only this user can read, which is deleted once ipykernel has read it: the
+key then lives only in the kernel's memory, and no copy is left on the node's disk when the
+container's file system outlives the kernel (the emulator's pods are processes on the host). A note from the hub (scratch space, a
 restart on another site) is printed once, with the output of the first cell run.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -59,7 +62,11 @@ def main(argv: list[str] | None = None) -> None:
     from ipykernel.kernelapp import IPKernelApp
 
     app = IPKernelApp.instance()
-    app.initialize(["-f", connection_file, *(argv if argv is not None else sys.argv[1:])])
+    try:
+        app.initialize(["-f", connection_file, *(argv if argv is not None else sys.argv[1:])])
+    finally:
+        # ipykernel reads the file and writes its final ports there during initialize, never after
+        shutil.rmtree(os.path.dirname(connection_file), ignore_errors=True)
     # the kernel's own GPU use, for the panel of the user's server (see kernel_gpu); before the
     # note, whose pre_run_cell callback unregisters itself while IPython runs the callbacks
     from jupyter_gpuburst.server.kernel_gpu import install_in_kernel, reporter_from_env

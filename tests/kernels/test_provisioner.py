@@ -70,6 +70,11 @@ async def test_gpu_kernel_lifecycle_through_the_hub_api(hub, specs):
         assert "scratch space" in first["stdout"]  # said on the first run...
         second = await run(client, "1 + 1")
         assert second["stdout"] == "" and second["result"] == "2"  # ...and only then
+        # the key is in no file the kernel left behind, nor in its environment
+        leftover = await run(client, "import os, ipykernel.kernelapp as k; "
+                                     "(os.path.exists(k.IPKernelApp.instance().abs_connection_file), "
+                                     "'JUPYTER_GPUBURST_KERNEL_CONNECTION' in os.environ)")
+        assert leftover["result"] == "(False, False)"
         assert await km.is_alive()
 
         # interrupt travels on the control channel, like for any kernel with interrupt_mode message
