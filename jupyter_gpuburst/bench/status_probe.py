@@ -8,7 +8,8 @@ the status requests come from here, with a loop that does nothing else.
 Run as ``python -m jupyter_gpuburst.bench.status_probe`` with a JSON object on standard input
 (the token stays out of the process list): ``url``, ``token``, ``rate`` (requests per second),
 ``start_at`` and ``until`` (``time.monotonic()`` values: on Linux the monotonic clock is the same
-in every process). Prints one JSON list: the seconds each request took, in order.
+in every process). Prints one JSON list, a ``[started, seconds]`` pair per request, in order: when
+it was sent, on that clock, and how long it took.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import time
 import aiohttp
 
 
-async def probe(url: str, token: str, rate: float, start_at: float, until: float) -> list[float]:
+async def probe(url: str, token: str, rate: float, start_at: float, until: float) -> list[tuple[float, float]]:
     headers = {"Authorization": f"token {token}"}
-    out: list[float] = []
+    out: list[tuple[float, float]] = []
     interval = 1.0 / rate
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as session:
         # one request before the window opens the keep-alive connection every timed request reuses
@@ -37,7 +38,7 @@ async def probe(url: str, token: str, rate: float, start_at: float, until: float
             async with session.get(url, headers=headers) as r:
                 await r.read()
                 r.raise_for_status()
-            out.append(time.monotonic() - started)
+            out.append((started, time.monotonic() - started))
             nxt += interval
             await asyncio.sleep(max(0.0, nxt - time.monotonic()))
     return out

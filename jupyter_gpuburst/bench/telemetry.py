@@ -22,6 +22,13 @@ Two parts, both on the production code path:
    clients happens before B's window (its lag is reported on its own, as ``ramp_up_lag_ms``).
    Before the rounds: CPU use of the idle server with nobody listening and with one panel open.
 
+What the slowest status calls overlapped (``slowest_status_overlapped``, per window and pooled):
+the probe and the server share ``time.monotonic()``, so each of the slowest 2.5 % of a window's
+status calls (those behind its p99) is laid over the server's timeline of loop steps, collections
+and sampler worker cycles of 50 µs or more, and the steps it overlapped are counted by name (the
+call's own steps left out). A call that overlapped nothing was slowed outside the server's loop:
+the network, the probe, or the OS scheduler.
+
 Checks (each can fail): cycle p99 <= 5 ms; lag max <= 5 ms in every B window; /api/status p99
 ratio B/A (median over rounds) <= 1.1; at least 1,000 samples behind each tail; every stream
 client connected for 3 periods or more received samples, about one per period (>= 0.8).
@@ -31,8 +38,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import contextlib
 import json
+import math
 import os
 import secrets
 import shutil
@@ -55,6 +64,11 @@ LAG_MAX_GOAL_MS = 5.0
 STATUS_RATIO_GOAL = 1.1
 MIN_TAIL_SAMPLES = 1000
 PROBE_START_S = 2.0  # a Python process importing aiohttp starts in well under this, even under load
+RESET_LEAD_S = 0.2
+SLOWEST_SHARE = 0.025  # the status calls examined: the slowest 2.5 %, those that set p99 and beyond
+# a status call's own steps: its handler, and the request parsing and I/O dispatch, which cannot be
+# told apart from another request's
+OWN_STEPS = ("(APIStatusHandler", "HTTP1ServerConnection._server_request_loop", "BaseAsyncIOLoop._handle_events")
 
 
 # ---- part 1: the sampler's whole cycle -------------------------------------------------------
@@ -116,12 +130,15 @@ class Server:
         self.token = token
         self.headers = {"Authorization": f"token {token}"}
 
-    async def stats(self, session: aiohttp.ClientSession, reset: bool = False, probe: str | None = None) -> dict:
+    async def stats(self, session: aiohttp.ClientSession, reset: bool = False, probe: str | None = None,
+                    timeline: bool = False) -> dict:
         params = {}
         if reset:
             params["reset"] = "1"
         if probe:
             params["probe"] = probe
+        if timeline:
+            params["timeline"] = "1"
         async with session.get(f"{self.base}/api/gpuburst-bench/stats", headers=self.headers, params=params) as r:
             r.raise_for_status()
             return await r.json()
@@ -180,9 +197,9 @@ class StreamClient:
 
 
 async def status_load(server: Server, rate: float, start_at: float, until: float,
-                      cpus: set[int] | None) -> list[float]:
+                      cpus: set[int] | None) -> list[tuple[float, float]]:
     """GET /api/status at ``rate`` per second from ``start_at`` to ``until``, from a process of
-    its own (``bench/status_probe.py``); each request's seconds."""
+    its own (``bench/status_probe.py``); each request's ``(started, seconds)``."""
     config = json.dumps({"url": f"{server.base}/api/status", "token": server.token, "rate": rate,
                          "start_at": start_at, "until": until})
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "jupyter_gpuburst.bench.status_probe",
@@ -192,7 +209,56 @@ async def status_load(server: Server, rate: float, start_at: float, until: float
     out, _ = await proc.communicate(config.encode())
     if proc.returncode != 0:
         raise RuntimeError(f"the status probe exited with {proc.returncode}")
-    return json.loads(out)
+    return [(started, seconds) for started, seconds in json.loads(out)]
+
+
+def slowest_status_overlapped(calls: list[tuple[float, float]], timeline: list[list],
+                              share: float = SLOWEST_SHARE) -> dict:
+    """What the server's loop and sampler worker did while the slowest ``share`` of the status
+    ``calls`` (``(started, seconds)``) were in flight. ``timeline``: ``[started, seconds, what]``
+    on the same clock. Per name: the calls it overlapped, and for how long in all (ms)."""
+    if not calls:
+        return {"calls": 0, "slower_than_ms": None, "overlapping_nothing": 0, "by_what": {}}
+    slowest = sorted(calls, key=lambda c: c[1], reverse=True)[: max(1, math.ceil(len(calls) * share))]
+    steps = sorted(tuple(t) for t in timeline if not any(own in t[2] for own in OWN_STEPS))
+    starts = [t[0] for t in steps]
+    longest = max((t[1] for t in steps), default=0.0)
+    by_what: dict[str, dict] = {}
+    alone = 0
+    for started, seconds in slowest:
+        ended = started + seconds
+        overlaps: dict[str, float] = {}
+        for step_start, step_s, what in steps[bisect.bisect_left(starts, started - longest):
+                                              bisect.bisect_right(starts, ended)]:
+            overlap = min(ended, step_start + step_s) - max(started, step_start)
+            if overlap > 0:
+                overlaps[what] = overlaps.get(what, 0.0) + overlap
+        alone += not overlaps
+        for what, overlap in overlaps.items():
+            entry = by_what.setdefault(what, {"calls": 0, "overlap_ms": 0.0})
+            entry["calls"] += 1
+            entry["overlap_ms"] += overlap * 1000
+    ranked = sorted(by_what.items(), key=lambda kv: (-kv[1]["calls"], -kv[1]["overlap_ms"]))
+    return {
+        "calls": len(slowest),
+        "slower_than_ms": round(slowest[-1][1] * 1000, 3),
+        "overlapping_nothing": alone,
+        "by_what": {what: {"calls": e["calls"], "overlap_ms": round(e["overlap_ms"], 3)} for what, e in ranked},
+    }
+
+
+def _pooled_overlaps(parts: list[dict]) -> dict:
+    by_what: dict[str, dict] = {}
+    for part in parts:
+        for what, entry in part["by_what"].items():
+            pooled = by_what.setdefault(what, {"calls": 0, "overlap_ms": 0.0})
+            pooled["calls"] += entry["calls"]
+            pooled["overlap_ms"] = round(pooled["overlap_ms"] + entry["overlap_ms"], 3)
+    return {
+        "calls": sum(p["calls"] for p in parts),
+        "overlapping_nothing": sum(p["overlapping_nothing"] for p in parts),
+        "by_what": dict(sorted(by_what.items(), key=lambda kv: (-kv[1]["calls"], -kv[1]["overlap_ms"]))),
+    }
 
 
 async def churn(server: Server, session: aiohttp.ClientSession, clients: list[StreamClient], per_second: float,
@@ -308,6 +374,8 @@ async def measure_server(args: argparse.Namespace) -> dict:
         "max": round(max(ratios), 3) if ratios else None,
         "goal": STATUS_RATIO_GOAL,
     }
+    out["slowest_status_overlapped_without_clients"] = _pooled_overlaps([r["A"]["slowest_status_overlapped"] for r in rounds])
+    out["slowest_status_overlapped_with_clients"] = _pooled_overlaps([r["B"]["slowest_status_overlapped"] for r in rounds])
     out["stream_errors"] = sum(r["B"]["stream_errors"] for r in rounds)
     out["samples_per_connected_period_min"] = min((r["B"]["samples_per_connected_period"] or 0.0 for r in rounds), default=0.0)
     out["clients_without_samples"] = sum(r["B"]["clients_without_samples"] for r in rounds)
@@ -335,16 +403,18 @@ async def window(server: Server, session: aiohttp.ClientSession, args: argparse.
     until = start_at + args.seconds
     status_task = asyncio.ensure_future(status_load(server, args.status_rate, start_at, until,
                                                     set(layout["status_probe"]) if layout else None))
-    await asyncio.sleep(max(0.0, start_at - time.monotonic()))
+    # the reset just before the window: its own step (a millisecond or more) must not hold the
+    # first status calls
+    await asyncio.sleep(max(0.0, start_at - RESET_LEAD_S - time.monotonic()))
     ramp = await server.stats(session, reset=True)  # the 50 first connections, reported apart
     before = ramp["samples"]
-    cpu_before = proc.cpu_times() if proc is not None else None
+    cpu_before, cpu_from = (proc.cpu_times() if proc is not None else None), time.monotonic()
     closed: list[StreamClient] = []
     churn_task = asyncio.ensure_future(churn(server, session, streams, args.churn if clients else 0, until, closed))
-    status_s = await status_task
+    status_calls = await status_task
     swaps = await churn_task
-    stats = await server.stats(session, probe="stop")
-    cpu_after = proc.cpu_times() if proc is not None else None
+    stats = await server.stats(session, probe="stop", timeline=True)
+    cpu_after, cpu_seconds = (proc.cpu_times() if proc is not None else None), time.monotonic() - cpu_from
     await asyncio.gather(*(c.close() for c in streams + closed))
     samples = stats["samples"] - before
     # one sample per period connected, give or take the one at each end of a client's stay
@@ -360,14 +430,15 @@ async def window(server: Server, session: aiohttp.ClientSession, args: argparse.
         "lag_ms": stats["lag_ms"],
         # the server's CPU use over the window (both threads), in % of one core
         "server_cpu_percent": round(100 * ((cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system))
-                                    / args.seconds, 1) if cpu_before and cpu_after else None,
+                                    / cpu_seconds, 1) if cpu_before and cpu_after else None,
         # what the loop ran when it lagged: callbacks over 2 ms, and the collector's pauses
         "what_ran": stats["what_ran"],
         "ramp_up_lag_ms": ramp["lag_ms"],
         "ramp_up_what_ran": ramp["what_ran"],
         "cycle_ms": stats["cycle_ms"],
-        "status_ms": summary(status_s, scale=1000),
-        "status_s": status_s,
+        "status_ms": summary([s for _, s in status_calls], scale=1000),
+        "status_s": [s for _, s in status_calls],
+        "slowest_status_overlapped": slowest_status_overlapped(status_calls, stats["timeline"]),
         "stream_errors": sum(1 for c in streams + closed if c.error),
         "samples_per_connected_period": round(received * args.period / connected_s, 3) if clients and connected_s else None,
         "clients_without_samples": starved,

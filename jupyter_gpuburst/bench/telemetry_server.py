@@ -4,7 +4,8 @@ Adds, for the benchmark only:
 - an event-loop lag probe: a 1 ms timer that records how late each tick fires (the time the loop
   spent on something else), started and stopped through the stats endpoint;
 - ``GET /api/gpuburst-bench/stats`` (token-authenticated like any API): sampler timings and the
-  probe's quantiles, ``?reset=1`` clears them, ``?probe=start|stop``;
+  probe's quantiles, ``?reset=1`` clears them, ``?probe=start|stop``, ``?timeline=1`` adds what
+  held the loop since the last reset (see ``WhatRan``);
 - ``--kernels N``: N stand-in kernel processes (``sh`` with a ``sleep`` child, so each has a
   process tree) appended to the real kernel manager's list. The sampler resolves, attributes and
   encodes them exactly as it does real kernels; 50 real ipykernels (about 80 MB each) do not fit
@@ -33,6 +34,9 @@ from jupyter_gpuburst.bench.stats import summary
 from jupyter_gpuburst.server.gpu.backend import KernelRef
 
 PROBE_INTERVAL_S = 0.001
+# the timeline keeps steps at least this long: shorter ones cannot move a millisecond-scale call
+TIMELINE_MIN_S = 50e-6
+SAMPLER_WORKER = "sampler worker cycle (its own thread, holding the GIL while it computes)"
 
 
 class LagProbe:
@@ -64,6 +68,10 @@ class WhatRan:
     """What held the event loop when it lagged: every callback the loop ran for longer than
     ``threshold_s`` (its repr: the coroutine or function), and every garbage collection pause.
 
+    Also a timeline, on ``time.monotonic()`` (one clock for every process on Linux, so the
+    status probe's calls can be laid over it): every callback and collection of 50 µs or more,
+    and the sampler worker's cycles (``note_worker``), which hold the GIL the loop needs.
+
     Installed in the benchmark's server only: ``asyncio.Handle._run`` is wrapped to time each
     callback (two clock reads per callback), and ``gc.callbacks`` times each collection.
     """
@@ -73,6 +81,7 @@ class WhatRan:
         self.keep = keep
         self.slow: list[tuple[float, str]] = []
         self.gc: list[tuple[int, float]] = []
+        self.timeline: list[tuple[float, float, str]] = []
         self._gc_started = 0.0
         self._original = None
 
@@ -88,6 +97,8 @@ class WhatRan:
             started = time.perf_counter()
             original(handle)
             took = time.perf_counter() - started
+            if took >= TIMELINE_MIN_S:
+                recorder.timeline.append((time.monotonic() - took, took, recorder._name(what)))
             if took >= recorder.threshold_s:
                 recorder._note(took, what)
 
@@ -106,7 +117,12 @@ class WhatRan:
 
     @staticmethod
     def _what(handle: object) -> object:
-        """The coroutine a task step resumes, with the request handler it serves; else the callback."""
+        """The coroutine a task step resumes, with the request handler it serves; else the callback.
+
+        For a tornado request handler, which step of its request this is: the ``first`` (before
+        its headers are written: authentication, the handler up to its first flush: a stream
+        connect), the ``last`` (the request finishes in it: a stream's end), or one between (a
+        stream's sample)."""
         callback = getattr(handle, "_callback", None)
         get_coro = getattr(getattr(callback, "__self__", None), "get_coro", None)
         if get_coro is None:
@@ -114,16 +130,26 @@ class WhatRan:
         coro = get_coro()
         frame = getattr(coro, "cr_frame", None)
         owner = frame.f_locals.get("self") if frame is not None else None
-        return (coro, type(owner).__name__ if owner is not None else None)
+        if owner is None:
+            return (coro, None, "")
+        first = getattr(owner, "_headers_written", True) is False
+        return (coro, owner, "first" if first else "")
+
+    @staticmethod
+    def _name(what: object) -> str:
+        """Called after the step ran (a handler's ``last`` step is known only then)."""
+        if isinstance(what, tuple):
+            coro, owner, step = what
+            name = getattr(coro, "__qualname__", repr(coro))
+            if owner is None:
+                return name
+            if not step and getattr(owner, "_finished", False) is True:
+                step = "last"
+            return f"{name} ({type(owner).__name__}{', ' + step + ' step' if step else ''})"
+        return (getattr(what, "__qualname__", None) or repr(what))[:160]
 
     def _note(self, took: float, what: object) -> None:
-        if isinstance(what, tuple):
-            coro, owner = what
-            name = getattr(coro, "__qualname__", repr(coro))
-            text = f"{name} ({owner})" if owner else name
-        else:
-            text = repr(what)
-        self.slow.append((took, text[:160]))
+        self.slow.append((took, self._name(what)[:160]))
         if len(self.slow) > 4 * self.keep:
             self.slow = sorted(self.slow, reverse=True)[: self.keep]
 
@@ -131,7 +157,14 @@ class WhatRan:
         if phase == "start":
             self._gc_started = time.perf_counter()
         else:
-            self.gc.append((info["generation"], time.perf_counter() - self._gc_started))
+            took = time.perf_counter() - self._gc_started
+            self.gc.append((info["generation"], took))
+            if took >= TIMELINE_MIN_S:
+                self.timeline.append((time.monotonic() - took, took, f"collection of generation {info['generation']}"))
+
+    def note_worker(self, started: float, took: float) -> None:
+        """A sampler cycle in its worker thread (``time.monotonic()`` start, seconds)."""
+        self.timeline.append((started, took, SAMPLER_WORKER))
 
     def report(self) -> dict:
         slow = sorted(self.slow, reverse=True)[: self.keep]
@@ -146,6 +179,7 @@ class WhatRan:
     def reset(self) -> None:
         self.slow.clear()
         self.gc.clear()
+        self.timeline.clear()
 
 
 def standin_kernels(count: int) -> tuple[list[subprocess.Popen], list[KernelRef]]:
@@ -190,6 +224,8 @@ class StatsHandler(APIHandler):
             "what_ran": self.settings["bench_what_ran"].report(),
             "time": time.time(),
         }
+        if self.get_argument("timeline", None):
+            body["timeline"] = self.settings["bench_what_ran"].timeline
         probe_action = self.get_argument("probe", None)
         if probe_action == "start":
             probe.start()
@@ -243,6 +279,16 @@ def main(argv: list[str]) -> int:
         return [*(await real_source()), *refs]
 
     sampler.kernel_source = kernels_with_standins
+    take_encoded = sampler._take_encoded
+
+    def timed_take_encoded(kernels, now):
+        started = time.monotonic()
+        try:
+            return take_encoded(kernels, now)
+        finally:
+            what_ran.note_worker(started, time.monotonic() - started)
+
+    sampler._take_encoded = timed_take_encoded
     try:
         app.start()
     finally:

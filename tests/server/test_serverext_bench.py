@@ -38,6 +38,14 @@ def test_bench_telemetry_smoke():
     # every connected client gets about one sample per period, shared, not one per request
     assert 0.5 <= server["samples_per_connected_period_min"] <= 1.5
     assert server["lag_ms_with_clients"]["n"] > 100 and server["lag_ms_with_clients"]["max"] is not None
+    # the slowest status calls of each window were laid over the server's timeline
+    for window in (a, b):
+        overlapped = window["slowest_status_overlapped"]
+        assert overlapped["calls"] == max(1, -(-window["status_ms"]["n"] * 25 // 1000))
+        assert 0 <= overlapped["overlapping_nothing"] <= overlapped["calls"]
+        assert all(0 < e["calls"] <= overlapped["calls"] for e in overlapped["by_what"].values())
+    # pooled over the rounds (one here)
+    assert server["slowest_status_overlapped_with_clients"]["calls"] == b["slowest_status_overlapped"]["calls"]
     assert server["status_ms_without_clients"]["n"] >= 20 and server["status_p99_ratio"]["median"] > 0
     if len(os.sched_getaffinity(0)) >= 2:
         # the load generator never runs on the server's CPU

@@ -274,6 +274,38 @@ def test_telemetry_checks_fail_on_bad_values(path, value, check):
     assert telemetry.checks(result)[check] is False
 
 
+def test_slowest_status_calls_are_laid_over_the_servers_timeline():
+    # 40 calls of 1 ms every 10 ms; the slowest 2.5 % are the one slow call
+    calls = [(i * 0.010, 0.001) for i in range(40)]
+    calls[5] = (0.050, 0.004)
+    timeline = [
+        [0.0505, 0.002, "RequestHandler._execute (StreamHandler)"],  # inside the slow call
+        [0.0510, 0.001, "RequestHandler._execute (APIStatusHandler, first step)"],  # the call's own
+        [0.0490, 0.0012, "sampler worker cycle"],  # began before it, still running when it came
+        [0.2000, 0.0050, "collection of generation 1"],  # during a fast call only
+    ]
+    result = telemetry.slowest_status_overlapped(calls, timeline)
+    assert result["calls"] == 1 and result["slower_than_ms"] == 4.0
+    assert result["overlapping_nothing"] == 0
+    assert result["by_what"] == {
+        "RequestHandler._execute (StreamHandler)": {"calls": 1, "overlap_ms": 2.0},
+        "sampler worker cycle": {"calls": 1, "overlap_ms": 0.2},
+    }
+    # with nothing else on the loop, the slow call is counted as slowed outside it
+    alone = telemetry.slowest_status_overlapped(calls, timeline[1:2])
+    assert alone["overlapping_nothing"] == 1 and alone["by_what"] == {}
+    assert telemetry.slowest_status_overlapped([], timeline)["calls"] == 0
+
+
+def test_overlaps_pool_over_windows():
+    one = {"calls": 30, "overlapping_nothing": 20, "by_what": {"a": {"calls": 4, "overlap_ms": 1.0}}}
+    two = {"calls": 30, "overlapping_nothing": 25, "by_what": {"a": {"calls": 1, "overlap_ms": 0.5},
+                                                               "b": {"calls": 3, "overlap_ms": 2.0}}}
+    pooled = telemetry._pooled_overlaps([one, two])
+    assert pooled["calls"] == 60 and pooled["overlapping_nothing"] == 45
+    assert list(pooled["by_what"].items()) == [("a", {"calls": 5, "overlap_ms": 1.5}), ("b", {"calls": 3, "overlap_ms": 2.0})]
+
+
 # ---- the telemetry server's lag recorder ---------------------------------------------------------
 async def test_what_ran_names_the_slow_coroutine_and_the_collector():
     import asyncio
@@ -296,9 +328,43 @@ async def test_what_ran_names_the_slow_coroutine_and_the_collector():
     finally:
         recorder.uninstall()
     report = recorder.report()
+    # the timeline has the step and the collection, on the clock the status probe uses
+    names = [what for _, _, what in recorder.timeline]
+    assert any(n.endswith("get (Handler)") for n in names) and "collection of generation 2" in names
+    step = next(t for t in recorder.timeline if t[2].endswith("get (Handler)"))
+    assert step[1] >= 0.005 and step[0] <= _time.monotonic() - step[1]
     assert [c["what"].rsplit(".", 1)[-1] for c in report["slow_callbacks"]] == ["get (Handler)"]
     assert "Handler.get" in report["slow_callbacks"][0]["what"]
     assert report["slow_callbacks"][0]["ms"] >= 5
     assert report["gc"]["2"]["n"] >= 1
     recorder.reset()
-    assert recorder.report() == {"slow_callbacks": [], "gc": {}}
+    assert recorder.report() == {"slow_callbacks": [], "gc": {}} and recorder.timeline == []
+
+
+async def test_what_ran_tells_a_requests_first_and_last_steps_apart():
+    import asyncio
+    import time as _time
+
+    from jupyter_gpuburst.bench.telemetry_server import WhatRan
+
+    class Stream:  # the attributes tornado's RequestHandler keeps
+        _headers_written = False
+        _finished = False
+
+        async def get(self):
+            _time.sleep(0.001)
+            self._headers_written = True  # the connect: up to the first flush
+            await asyncio.sleep(0)
+            _time.sleep(0.001)  # a sample
+            await asyncio.sleep(0)
+            _time.sleep(0.001)
+            self._finished = True  # the end
+
+    recorder = WhatRan()
+    recorder.install()
+    try:
+        await asyncio.ensure_future(Stream().get())
+    finally:
+        recorder.uninstall()
+    steps = [what.rsplit(".", 1)[-1] for _, _, what in recorder.timeline if "Stream" in what]
+    assert steps == ["get (Stream, first step)", "get (Stream)", "get (Stream, last step)"]
