@@ -66,9 +66,8 @@ MIN_TAIL_SAMPLES = 1000
 PROBE_START_S = 2.0  # a Python process importing aiohttp starts in well under this, even under load
 RESET_LEAD_S = 0.2
 SLOWEST_SHARE = 0.025  # the status calls examined: the slowest 2.5 %, those that set p99 and beyond
-# a status call's own steps: its handler, and the request parsing and I/O dispatch, which cannot be
-# told apart from another request's
-OWN_STEPS = ("(APIStatusHandler", "HTTP1ServerConnection._server_request_loop", "BaseAsyncIOLoop._handle_events")
+# a status call's own steps: its handler, and the I/O dispatch and request parsing of its connection
+OWN_STEPS = ("(APIStatusHandler", "(the status calls' connection)")
 
 
 # ---- part 1: the sampler's whole cycle -------------------------------------------------------

@@ -37,6 +37,8 @@ PROBE_INTERVAL_S = 0.001
 # the timeline keeps steps at least this long: shorter ones cannot move a millisecond-scale call
 TIMELINE_MIN_S = 50e-6
 SAMPLER_WORKER = "sampler worker cycle (its own thread, holding the GIL while it computes)"
+STATUS_CONNECTION = "the status calls' connection"
+OTHER_CONNECTION = "another connection"
 
 
 class LagProbe:
@@ -70,7 +72,10 @@ class WhatRan:
 
     Also a timeline, on ``time.monotonic()`` (one clock for every process on Linux, so the
     status probe's calls can be laid over it): every callback and collection of 50 µs or more,
-    and the sampler worker's cycles (``note_worker``), which hold the GIL the loop needs.
+    and the sampler worker's cycles (``note_worker``), which hold the GIL the loop needs. A
+    connection's own steps (tornado's I/O dispatch and request parsing) are named by whose they
+    are: the connection of the latest ``/api/status`` call (the probe's one keep-alive
+    connection), or another.
 
     Installed in the benchmark's server only: ``asyncio.Handle._run`` is wrapped to time each
     callback (two clock reads per callback), and ``gc.callbacks`` times each collection.
@@ -82,6 +87,7 @@ class WhatRan:
         self.slow: list[tuple[float, str]] = []
         self.gc: list[tuple[int, float]] = []
         self.timeline: list[tuple[float, float, str]] = []
+        self.status_fd: int | None = None
         self._gc_started = 0.0
         self._original = None
 
@@ -116,7 +122,13 @@ class WhatRan:
             gc.callbacks.remove(self._on_gc)
 
     @staticmethod
-    def _what(handle: object) -> object:
+    def _fd(owner: object) -> int | None:
+        """The socket a request handler or an HTTP connection serves."""
+        connection = getattr(getattr(owner, "request", None), "connection", None) or owner
+        sock = getattr(getattr(connection, "stream", None), "socket", None)
+        return sock.fileno() if sock is not None else None
+
+    def _what(self, handle: object) -> object:
         """The coroutine a task step resumes, with the request handler it serves; else the callback.
 
         For a tornado request handler, which step of its request this is: the ``first`` (before
@@ -126,27 +138,39 @@ class WhatRan:
         callback = getattr(handle, "_callback", None)
         get_coro = getattr(getattr(callback, "__self__", None), "get_coro", None)
         if get_coro is None:
+            if getattr(callback, "__name__", "") == "_handle_events":  # tornado's I/O dispatch: (fd, events)
+                return ("io", callback, getattr(handle, "_args", (None,))[0])
             return callback
         coro = get_coro()
         frame = getattr(coro, "cr_frame", None)
         owner = frame.f_locals.get("self") if frame is not None else None
         if owner is None:
-            return (coro, None, "")
+            return ("step", coro, None, "")
+        if type(owner).__name__ == "APIStatusHandler":
+            self.status_fd = self._fd(owner)
         first = getattr(owner, "_headers_written", True) is False
-        return (coro, owner, "first" if first else "")
+        return ("step", coro, owner, "first" if first else "")
 
-    @staticmethod
-    def _name(what: object) -> str:
+    def _name(self, what: object) -> str:
         """Called after the step ran (a handler's ``last`` step is known only then)."""
+        if isinstance(what, tuple) and what[0] == "io":
+            _, callback, fd = what
+            return f"{callback.__qualname__} ({self._whose(fd)})"
         if isinstance(what, tuple):
-            coro, owner, step = what
+            _, coro, owner, step = what
             name = getattr(coro, "__qualname__", repr(coro))
             if owner is None:
                 return name
+            kind = type(owner).__name__
+            if kind == "HTTP1ServerConnection":
+                return f"{name} ({self._whose(self._fd(owner))})"
             if not step and getattr(owner, "_finished", False) is True:
                 step = "last"
-            return f"{name} ({type(owner).__name__}{', ' + step + ' step' if step else ''})"
+            return f"{name} ({kind}{', ' + step + ' step' if step else ''})"
         return (getattr(what, "__qualname__", None) or repr(what))[:160]
+
+    def _whose(self, fd: int | None) -> str:
+        return STATUS_CONNECTION if fd is not None and fd == self.status_fd else OTHER_CONNECTION
 
     def _note(self, took: float, what: object) -> None:
         self.slow.append((took, self._name(what)[:160]))

@@ -368,3 +368,57 @@ async def test_what_ran_tells_a_requests_first_and_last_steps_apart():
         recorder.uninstall()
     steps = [what.rsplit(".", 1)[-1] for _, _, what in recorder.timeline if "Stream" in what]
     assert steps == ["get (Stream, first step)", "get (Stream)", "get (Stream, last step)"]
+
+
+async def test_what_ran_tells_the_status_calls_connection_from_others(monkeypatch):
+    import asyncio
+
+    from tornado import httpserver, testing, web
+
+    from jupyter_gpuburst.bench import telemetry_server
+
+    monkeypatch.setattr(telemetry_server, "TIMELINE_MIN_S", 0.0)  # every step, however short
+
+    class APIStatusHandler(web.RequestHandler):  # named as jupyter_server's
+        def get(self):
+            self.finish("{}")
+
+    class OtherHandler(web.RequestHandler):
+        def get(self):
+            self.finish("other")
+
+    async def fetch(reader, writer, path):
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        await reader.readexactly(length)
+
+    sock, port = testing.bind_unused_port()
+    server = httpserver.HTTPServer(web.Application([("/api/status", APIStatusHandler), ("/other", OtherHandler)]))
+    server.add_sockets([sock])
+    recorder = telemetry_server.WhatRan()
+    recorder.install()
+    try:
+        status = await asyncio.open_connection("127.0.0.1", port)
+        other = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(3):  # one keep-alive connection, as the probe's
+            await fetch(*status, "/api/status")
+        after_status = len(recorder.timeline)
+        await fetch(*other, "/other")
+        after_other = len(recorder.timeline)
+        for _, writer in (status, other):
+            writer.close()
+    finally:
+        recorder.uninstall()
+        server.stop()
+
+    def connection_steps(timeline):
+        return [what for _, _, what in timeline if what.endswith("connection)")]
+
+    assert "the status calls' connection" in " ".join(connection_steps(recorder.timeline[:after_status]))
+    others = connection_steps(recorder.timeline[after_status:after_other])
+    assert others and all(w.endswith("(another connection)") for w in others)
+    # so the status calls' own steps are left out of what slowed them, and another's are not
+    timeline = [[0.0, 1.0, what] for what in connection_steps(recorder.timeline)]
+    kept = telemetry.slowest_status_overlapped([(0.0, 1.0)], timeline)["by_what"]
+    assert kept and all(what.endswith("(another connection)") for what in kept)
