@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -32,6 +33,19 @@ def write_connection_file(environ: dict[str, str]) -> str:
     with os.fdopen(fd, "w") as fh:
         fh.write(raw)
     return path
+
+
+def remove_on_termination(directory: str):
+    """Until the kernel has read its connection file: a pod stopped meanwhile (SIGTERM, while
+    IPython is still importing) removes the file's directory before it ends. Returns the
+    handler it replaced, to put back."""
+
+    def stop(signum: int, _frame: object) -> None:
+        shutil.rmtree(directory, ignore_errors=True)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # end as the signal would have ended it
+
+    return signal.signal(signal.SIGTERM, stop)
 
 
 def enter_scratch(environ: dict[str, str]) -> str | None:
@@ -57,6 +71,7 @@ def note_once(shell, note: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     connection_file = write_connection_file(os.environ)
+    previous = remove_on_termination(os.path.dirname(connection_file))
     enter_scratch(os.environ)
     note = os.environ.pop(NOTE_ENV, "").strip()
     from ipykernel.kernelapp import IPKernelApp
@@ -67,6 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         # ipykernel reads the file and writes its final ports there during initialize, never after
         shutil.rmtree(os.path.dirname(connection_file), ignore_errors=True)
+        signal.signal(signal.SIGTERM, previous)
     # the kernel's own GPU use, for the panel of the user's server (see kernel_gpu); before the
     # note, whose pre_run_cell callback unregisters itself while IPython runs the callbacks
     from jupyter_gpuburst.server.kernel_gpu import install_in_kernel, reporter_from_env

@@ -6,6 +6,8 @@ import asyncio
 import json
 import os
 import sys
+import tempfile
+from pathlib import Path
 
 import aiohttp
 import kubernetes_validate
@@ -100,6 +102,23 @@ async def test_env_field_refs_and_zero_address_replacement(cluster):
     assert (values["POD_NAME"], values["POD_NS"], values["NODE"], values["IP"]) == ("env", "default", "n", ip)
     assert (values["LABEL"], values["NOTE"], values["SECRET"]) == ("x", "hi", "secret")
     assert out[1] == values["HOME"] and os.path.isdir(values["HOME"])
+
+
+async def test_each_pod_has_a_tmp_of_its_own(cluster):
+    # what a program writes to its temporary directory stays in its pod, as in a container's
+    # own file system, and not in the host's shared /tmp
+    store = cluster.store
+    script = "import os,tempfile;d=tempfile.gettempdir();open(os.path.join(d,'mine'),'w').write(os.environ['HOSTNAME']);print(d)"
+    for name in ("tmp-a", "tmp-b"):
+        store.create("pods", pod(name, [PY, "-c", script]), "default")
+    dirs = {}
+    for name in ("tmp-a", "tmp-b"):
+        done = await wait_for_pod(store, "default", name, phase_is("Succeeded", "Failed"))
+        assert done["status"]["phase"] == "Succeeded"
+        dirs[name] = cluster.kubelet.log_path("default", name).read_text().splitlines()[0]
+    assert dirs["tmp-a"] != dirs["tmp-b"] and tempfile.gettempdir() not in dirs.values()
+    for name, directory in dirs.items():
+        assert (Path(directory) / "mine").read_text() == name
 
 
 async def test_failing_process_reports_exit_code_and_log_via_api(cluster):

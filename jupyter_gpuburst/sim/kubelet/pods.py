@@ -24,7 +24,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from functools import cache
@@ -439,7 +438,6 @@ class Kubelet:
         except ApiError:
             return
         pr.sandbox = True
-        spec = pr.pod["spec"]
         pr.real_mounts = uts_namespaces() and mounts.real_mounts(self.state_dir)
         pr.hosts_file = self._write_hosts(pr)
         if pr.init:
@@ -544,7 +542,8 @@ class Kubelet:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hook), env.get("PYTHONPATH")]))
         if os.geteuid() == 0 and runtime.run_as_user(pr.pod, spec) != 0:
             runtime._pretend_unprivileged(pr.dir, env)
-        env.setdefault("TMPDIR", tempfile.gettempdir())
+        # a container's /tmp is its own and goes with the pod, not the host's shared one
+        env.setdefault("TMPDIR", "/tmp" if "/tmp" in view.in_namespace else str(view.directory("/tmp", private=True)))
         exe = runtime.resolve_command(argv[0], env.get("PATH"))
         if exe is None:
             raise FileNotFoundError(f'exec: "{argv[0]}": executable file not found in $PATH')

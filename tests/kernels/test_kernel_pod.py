@@ -1,0 +1,61 @@
+"""The GPU kernel pod's entry point: where its connection key goes, and that no copy stays behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from jupyter_gpuburst.server import kernel_pod
+
+CONNECTION = {"key": "k" * 64, "signature_scheme": "hmac-sha256", "transport": "tcp", "ip": "0.0.0.0",
+              "shell_port": 50001, "iopub_port": 50002, "stdin_port": 50003, "control_port": 50004, "hb_port": 50005}
+
+
+def test_the_connection_leaves_the_environment_for_a_file_only_its_user_reads(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkdtemp puts it
+    environ = {kernel_pod.CONNECTION_ENV: json.dumps(CONNECTION), "OTHER": "1"}
+    path = kernel_pod.write_connection_file(environ)
+    assert kernel_pod.CONNECTION_ENV not in environ and environ == {"OTHER": "1"}
+    assert json.loads(open(path).read()) == CONNECTION
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+    assert os.path.dirname(os.path.dirname(path)) == str(tmp_path)
+
+
+@pytest.mark.parametrize("raw", ["", "{not json"])
+def test_a_missing_or_broken_connection_stops_the_pod_before_writing(tmp_path, monkeypatch, raw):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises((SystemExit, ValueError)):
+        kernel_pod.write_connection_file({kernel_pod.CONNECTION_ENV: raw} if raw else {})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_pod_stopped_before_the_kernel_read_its_key_removes_it(tmp_path):
+    # the window between writing the file and ipykernel reading it: IPython's imports, a second
+    # or so, during which the pod may be deleted (SIGTERM)
+    script = (
+        "import sys, tempfile, time\n"
+        "from jupyter_gpuburst.server.kernel_pod import remove_on_termination\n"
+        "directory = tempfile.mkdtemp(dir=sys.argv[1])\n"
+        "open(directory + '/kernel.json', 'w').write('{}')\n"
+        "remove_on_termination(directory)\n"
+        "print(directory, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        directory = proc.stdout.readline().strip()
+        assert os.path.isfile(os.path.join(directory, "kernel.json"))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == -signal.SIGTERM  # it still ends as SIGTERM ends a process
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not os.path.exists(directory) and list(tmp_path.iterdir()) == []
