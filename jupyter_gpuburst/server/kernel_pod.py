@@ -2,10 +2,11 @@
 
 The connection (with its key) arrives in an environment variable filled from a Secret. It is
 removed from the environment, so code in the kernel and its child processes do not inherit it,
-and written to a file only this user can read, which is deleted once ipykernel has read it: the
-key then lives only in the kernel's memory, and no copy is left on the node's disk when the
-container's file system outlives the kernel (the emulator's pods are processes on the host). A note from the hub (scratch space, a
-restart on another site) is printed once, with the output of the first cell run.
+and written to a file only this user can read, which is deleted once ipykernel has read it (or
+the pod is stopped first): the key then lives only in the kernel's memory, and no copy is left
+on disk where a container's files outlive it (the emulator's pods are processes on the host).
+A note from the hub (scratch space, a restart on another site) is printed once, with the output
+of the first cell run.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import shutil
 import signal
 import sys
 import tempfile
+from typing import Any
 
 CONNECTION_ENV = "JUPYTER_GPUBURST_KERNEL_CONNECTION"
 NOTE_ENV = "JUPYTER_GPUBURST_KERNEL_NOTE"
@@ -35,7 +37,7 @@ def write_connection_file(environ: dict[str, str]) -> str:
     return path
 
 
-def remove_on_termination(directory: str):
+def remove_on_termination(directory: str) -> Any:
     """Until the kernel has read its connection file: a pod stopped meanwhile (SIGTERM, while
     IPython is still importing) removes the file's directory before it ends. Returns the
     handler it replaced, to put back."""

@@ -542,7 +542,7 @@ class Kubelet:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hook), env.get("PYTHONPATH")]))
         if os.geteuid() == 0 and runtime.run_as_user(pr.pod, spec) != 0:
             runtime._pretend_unprivileged(pr.dir, env)
-        # a container's /tmp is its own and goes with the pod, not the host's shared one
+        # a container's temporary files are its own, in its pod's directory, not in the host's /tmp
         env.setdefault("TMPDIR", "/tmp" if "/tmp" in view.in_namespace else str(view.directory("/tmp", private=True)))
         exe = runtime.resolve_command(argv[0], env.get("PATH"))
         if exe is None:
