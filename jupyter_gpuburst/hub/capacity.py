@@ -21,7 +21,7 @@ from typing import Any
 from kubernetes_asyncio.client.exceptions import ApiException
 from traitlets.config import Config
 
-from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.core import heap, keys
 from jupyter_gpuburst.core.inventory import Inventory, Snapshot
 from jupyter_gpuburst.core.placement import Placement, Placer
 from jupyter_gpuburst.hub import retry
@@ -32,7 +32,6 @@ from jupyter_gpuburst.hub.watch import WatchFeed, object_key
 # the garbage collector's thresholds: CPython's defaults, and the hub's once capacity is loaded
 CPYTHON_GC_THRESHOLDS = (700, 10, 10)
 HUB_GC_THRESHOLDS = (200, 10, 100)
-_gc_tuned = False  # CapacityTracker.loaded() has frozen the heap and set the thresholds
 
 SERVERNAME_ANNOTATION = "hub.jupyter.org/servername"
 USERNAME_ANNOTATION = "hub.jupyter.org/username"
@@ -198,12 +197,8 @@ class CapacityTracker:
         Once per process: a hub has one tracker per API server, and freezing again for a
         second one would also freeze whatever else the process holds at that moment.
         """
-        global _gc_tuned
-        if _gc_tuned:
+        if not heap.freeze_once():
             return
-        _gc_tuned = True
-        gc.collect()
-        gc.freeze()
         if gc.get_threshold() == CPYTHON_GC_THRESHOLDS:
             gc.set_threshold(*HUB_GC_THRESHOLDS)
 

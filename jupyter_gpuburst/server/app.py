@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import gc
 import os
 
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import IOLoop
 from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, default, validate
 
+from jupyter_gpuburst.core import heap
 from jupyter_gpuburst.server.gpu import simulated
 from jupyter_gpuburst.server.gpu.backend import BACKEND_NAMES
 from jupyter_gpuburst.server.gpu.sampler import Sampler
@@ -149,7 +149,7 @@ class GPUBurstServerExtension(ExtensionApp):
         self._install_gpu_kernels()
         if self.freeze_heap_at_start:
             # runs when the loop starts: after every extension has loaded, before any request
-            IOLoop.current().add_callback(freeze_heap)
+            IOLoop.current().add_callback(heap.freeze_once)
         self.log.info(
             "jupyter_gpuburst: GPU telemetry backend %r, sampling every %s s while someone listens",
             self.backend,
@@ -180,16 +180,3 @@ class GPUBurstServerExtension(ExtensionApp):
         if self.sampler is not None:
             await self.sampler.close()
 
-
-_heap_frozen = False
-
-
-def freeze_heap() -> None:
-    """Collect once, then move every object alive into the permanent generation. Once per
-    process: freezing again would also freeze whatever the process holds at that moment."""
-    global _heap_frozen
-    if _heap_frozen:
-        return
-    _heap_frozen = True
-    gc.collect()
-    gc.freeze()

@@ -11,6 +11,7 @@ from traitlets import TraitError
 
 import jupyter_gpuburst
 from jupyter_gpuburst.server import GPUBurstServerExtension
+from jupyter_gpuburst.core import heap
 from jupyter_gpuburst.server import app as app_module
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,18 +72,18 @@ def test_bad_backend_env_is_a_clear_error(monkeypatch):
 
 def test_freeze_heap_collects_and_freezes_once_per_process(monkeypatch):
     calls = []
-    monkeypatch.setattr(app_module, "_heap_frozen", False)
-    monkeypatch.setattr(app_module.gc, "collect", lambda *a: calls.append("collect") or 0)
-    monkeypatch.setattr(app_module.gc, "freeze", lambda: calls.append("freeze"))
-    app_module.freeze_heap()
-    app_module.freeze_heap()
+    monkeypatch.setattr(heap, "_frozen", False)
+    monkeypatch.setattr(heap.gc, "collect", lambda *a: calls.append("collect") or 0)
+    monkeypatch.setattr(heap.gc, "freeze", lambda: calls.append("freeze"))
+    assert heap.freeze_once() is True
+    assert heap.freeze_once() is False
     assert calls == ["collect", "freeze"]
 
 
 @pytest.fixture
 def freeze_calls(monkeypatch):
     calls: list[str] = []
-    monkeypatch.setattr(app_module, "freeze_heap", lambda: calls.append("freeze"))
+    monkeypatch.setattr(app_module.heap, "freeze_once", lambda: calls.append("freeze"))
     return calls
 
 
