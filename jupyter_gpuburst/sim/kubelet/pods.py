@@ -520,19 +520,10 @@ class Kubelet:
             raise FileNotFoundError(f'no command given and image "{spec.get("image", "")}" has no emulated entrypoint')
         given = runtime.pod_env(pr.pod, spec, self.store, replace_ip)
         env = {k: view.rewrite(v) for k, v in given.items()}
-        home_path = _home_path(spec, given)
-        if home_path in view.in_namespace:
-            home = home_path
-        else:
-            home = str(view.directory(home_path, private=True))
+        home = str(view.directory(_home_path(spec, given), private=True))
         env.setdefault("HOME", home)
         working_dir = (spec.get("workingDir") or "").rstrip("/") or ("/" if spec.get("workingDir") else "")
-        if not working_dir:
-            workdir = home
-        elif working_dir in view.in_namespace:
-            workdir = working_dir
-        else:
-            workdir = str(view.directory(working_dir))
+        workdir = str(view.directory(working_dir)) if working_dir else home
         env.setdefault("PATH", os.pathsep.join([*runtime.image_path(), os.environ.get("PATH", "")]))
         env.setdefault("HOSTNAME", pr.hostname)
         if not uts_namespaces():
@@ -543,7 +534,7 @@ class Kubelet:
         if os.geteuid() == 0 and runtime.run_as_user(pr.pod, spec) != 0:
             runtime._pretend_unprivileged(pr.dir, env)
         # a container's temporary files are its own, in its pod's directory, not in the host's /tmp
-        env.setdefault("TMPDIR", "/tmp" if "/tmp" in view.in_namespace else str(view.directory("/tmp", private=True)))
+        env.setdefault("TMPDIR", str(view.directory("/tmp", private=True)))
         exe = runtime.resolve_command(argv[0], env.get("PATH"))
         if exe is None:
             raise FileNotFoundError(f'exec: "{argv[0]}": executable file not found in $PATH')

@@ -199,9 +199,12 @@ class PathMap:
         return self._pattern.sub(lambda m: str(self.mounts.get(m.group(1)) or self.mounts.get(m.group(1) + "/")), value)
 
     def directory(self, path: str, *, private: bool = False) -> Path:
-        """A directory the container expects at ``path`` (HOME, workingDir): a mount, else the
-        host's own directory when it exists (unless ``private``: a home is never shared with the
-        host or other pods), else one created in the container's root."""
+        """A directory the container expects at ``path`` (HOME, workingDir, TMPDIR): ``path``
+        itself where it is there for real in the container's mount namespace, else a mount, else
+        the host's own directory when it exists (unless ``private``: a home is never shared with
+        the host or other pods), else one created in the container's root."""
+        if path in self.in_namespace:
+            return Path(path)
         resolved = self.resolve(path)
         if resolved != path or (not private and Path(path).is_dir()):
             Path(resolved).mkdir(parents=True, exist_ok=True)
