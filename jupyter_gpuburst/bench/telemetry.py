@@ -411,6 +411,7 @@ async def window(server: Server, session: aiohttp.ClientSession, args: argparse.
     closed: list[StreamClient] = []
     churn_task = asyncio.ensure_future(churn(server, session, streams, args.churn if clients else 0, until, closed))
     status_calls = await status_task
+    status_s = [seconds for _, seconds in status_calls]
     swaps = await churn_task
     stats = await server.stats(session, probe="stop", timeline=True)
     cpu_after, cpu_seconds = (proc.cpu_times() if proc is not None else None), time.monotonic() - cpu_from
@@ -435,8 +436,8 @@ async def window(server: Server, session: aiohttp.ClientSession, args: argparse.
         "ramp_up_lag_ms": ramp["lag_ms"],
         "ramp_up_what_ran": ramp["what_ran"],
         "cycle_ms": stats["cycle_ms"],
-        "status_ms": summary([s for _, s in status_calls], scale=1000),
-        "status_s": [s for _, s in status_calls],
+        "status_ms": summary(status_s, scale=1000),
+        "status_s": status_s,
         "slowest_status_overlapped": slowest_status_overlapped(status_calls, stats["timeline"]),
         "stream_errors": sum(1 for c in streams + closed if c.error),
         "samples_per_connected_period": round(received * args.period / connected_s, 3) if clients and connected_s else None,
