@@ -83,6 +83,11 @@ _TYPES = [
     ResourceType("", "v1", "ServiceAccount", "serviceaccounts", True, ("sa",), STANDARD_VERBS, (), "serviceaccount"),
     ResourceType("", "v1", "ConfigMap", "configmaps", True, ("cm",), STANDARD_VERBS, (), "configmap"),
     ResourceType("events.k8s.io", "v1", "Event", "events", True, ("ev",), ("create", "get", "list", "watch"), (), "event", (), ("reason", "reportingController", "type", "regarding.kind", "regarding.name", "regarding.namespace", "regarding.uid")),
+    # stored so that an admin's RBAC manifests apply as on a cluster; not enforced (docs/emulator.md)
+    ResourceType("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", False, (), STANDARD_VERBS, (), "clusterrole"),
+    ResourceType("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", False, (), STANDARD_VERBS, (), "clusterrolebinding"),
+    ResourceType("rbac.authorization.k8s.io", "v1", "Role", "roles", True, (), STANDARD_VERBS, (), "role"),
+    ResourceType("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", True, (), STANDARD_VERBS, (), "rolebinding"),
     ResourceType("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", False, (), ("create",), (), "selfsubjectaccessreview"),
     ResourceType(
         liqo.OFFLOADING_GROUP, liqo.OFFLOADING_VERSION, liqo.NAMESPACE_OFFLOADING_KIND, liqo.NAMESPACE_OFFLOADING_PLURAL, True,

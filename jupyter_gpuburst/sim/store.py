@@ -267,7 +267,7 @@ class Store:
         self._apply_defaults(rt, obj)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = defaults.timestamp(self.now())
-        if rt.kind not in ("Event", "Secret", "ConfigMap", "ServiceAccount"):
+        if rt.kind not in ("Event", "Secret", "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"):
             meta["generation"] = 1
         if dry_run:
             return obj

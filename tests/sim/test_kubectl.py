@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from jupyter_gpuburst.core import liqo
 
 KUBECTL = "/usr/bin/kubectl"
+RBAC = Path(__file__).resolve().parents[2] / "hub_config" / "rbac.yaml"
 
 pytestmark = pytest.mark.skipif(
     not os.access(KUBECTL, os.X_OK), reason=f"{KUBECTL} is not installed on this machine"
@@ -141,6 +143,25 @@ async def run_kubectl(env: dict, *args: str, stdin: bytes | None = None, timeout
     proc = await asyncio.create_subprocess_exec(KUBECTL, *args, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
     return proc.returncode, out.decode(), err.decode()
+
+
+async def test_the_readmes_rbac_manifest_applies(apiserver, kubectl_env):
+    # step 3 of the real-cluster guide, as an admin runs it against `gpuburst sim`
+    await kubectl(kubectl_env, "create", "namespace", "jhub")
+    out = await kubectl(kubectl_env, "apply", "-n", "jhub", "-f", str(RBAC))
+    assert out.split("\n")[:4] == [
+        "clusterrole.rbac.authorization.k8s.io/gpuburst-hub-inventory created",
+        "clusterrolebinding.rbac.authorization.k8s.io/gpuburst-hub-inventory created",
+        "role.rbac.authorization.k8s.io/gpuburst-hub created",
+        "rolebinding.rbac.authorization.k8s.io/gpuburst-hub created",
+    ]
+    assert "unchanged" in await kubectl(kubectl_env, "apply", "-n", "jhub", "-f", str(RBAC))
+    role = apiserver.store.get("roles.rbac.authorization.k8s.io", "jhub", "gpuburst-hub")
+    binding = apiserver.store.get("clusterrolebindings.rbac.authorization.k8s.io", None, "gpuburst-hub-inventory")
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete"]} in role["rules"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": "jhub"}]
+    # as kube-apiserver serves them: no generation, since they have no spec
+    assert "generation" not in role["metadata"] and "generation" not in binding["metadata"]
 
 
 async def test_exec_logs_follow_and_server_side_apply(pod_cluster, tmp_path):
