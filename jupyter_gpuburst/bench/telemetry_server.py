@@ -6,6 +6,8 @@ Adds, for the benchmark only:
 - ``GET /api/gpuburst-bench/stats`` (token-authenticated like any API): sampler timings and the
   probe's quantiles, ``?reset=1`` clears them, ``?probe=start|stop``, ``?timeline=1`` adds what
   held the loop since the last reset (see ``WhatRan``);
+- ``GET /api/gpuburst-bench/floor-stream``: the least an event stream on jupyter_server does
+  (``FloorStreamHandler``), for the benchmark's like-for-like baseline of the same clients;
 - ``--kernels N``: N stand-in kernel processes (``sh`` with a ``sleep`` child, so each has a
   process tree) appended to the real kernel manager's list. The sampler resolves, attributes and
   encodes them exactly as it does real kernels; 50 real ipykernels (about 80 MB each) do not fit
@@ -28,10 +30,12 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.serverapp import ServerApp
 from jupyter_server.utils import url_path_join
 from tornado import web
+from tornado.iostream import StreamClosedError
 from traitlets.config import Config
 
 from jupyter_gpuburst.bench.stats import summary
 from jupyter_gpuburst.server.gpu.backend import KernelRef
+from jupyter_gpuburst.server.gpu.sampler import Sampler
 
 PROBE_INTERVAL_S = 0.001
 # the timeline keeps steps at least this long: shorter ones cannot move a millisecond-scale call
@@ -229,6 +233,66 @@ def stop_standins(procs: list[subprocess.Popen]) -> None:
         p.wait()
 
 
+class FloorTicker:
+    """Once a period, one frame for every floor stream: as long as the sampler's last one.
+
+    Started by the first floor stream. The frame's length follows the sampler's latest sample,
+    so that a floor client reads as many bytes as one of this project's stream clients."""
+
+    def __init__(self, sampler: Sampler, period_s: float) -> None:
+        self.sampler = sampler
+        self.period_s = period_s
+        self.frame = b""
+        self._size = -1
+        self.tick: asyncio.Future | None = None
+        self._task: asyncio.Task | None = None
+
+    def ensure_running(self) -> None:
+        if self._task is None:
+            self.tick = asyncio.get_running_loop().create_future()
+            self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.period_s)
+            latest = self.sampler._latest
+            size = len(latest.encoded) if latest is not None else 0
+            if size != self._size:
+                self.frame, self._size = b"event: sample\ndata: " + b"0" * size + b"\n\n", size
+            tick, self.tick = self.tick, loop.create_future()
+            tick.set_result(None)
+
+
+class FloorStreamHandler(APIHandler):
+    """The least an event stream on jupyter_server does, to measure the clients' cost to the
+    server without this project: the same authentication and headers, a first event flushed at
+    connect, then one shared frame per period. No sampler, no authorization checks, no
+    placement: whatever this project's stream costs beyond this handler is its own."""
+
+    _gone = False
+
+    def on_connection_close(self) -> None:
+        self._gone = True
+
+    @web.authenticated
+    async def get(self) -> None:
+        ticker: FloorTicker = self.settings["bench_floor_ticker"]
+        ticker.ensure_running()
+        self.set_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.set_header("Cache-Control", "no-cache, no-store")
+        self.set_header("X-Accel-Buffering", "no")
+        try:
+            self.write(b"event: placement\ndata: {}\n\n")
+            await self.flush()
+            while not self._gone:
+                await ticker.tick
+                self.write(ticker.frame)
+                await self.flush()
+        except StreamClosedError:
+            pass
+
+
 class StatsHandler(APIHandler):
     _track_activity = False
 
@@ -291,12 +355,16 @@ def main(argv: list[str]) -> int:
     what_ran = WhatRan()
     what_ran.install()
     app.web_app.settings["bench_what_ran"] = what_ran
-    app.web_app.add_handlers(".*$", [(url_path_join(app.base_url, "/api/gpuburst-bench/stats"), StatsHandler)])
+    app.web_app.add_handlers(".*$", [
+        (url_path_join(app.base_url, "/api/gpuburst-bench/stats"), StatsHandler),
+        (url_path_join(app.base_url, "/api/gpuburst-bench/floor-stream"), FloorStreamHandler),
+    ])
     procs, refs = standin_kernels(int(options.get("kernels", 0)))
     # the benchmark kills these even when the server itself had to be killed
     with open(os.path.join(options["root_dir"], "standin-pids.json"), "w") as f:
         json.dump([p.pid for p in procs], f)
     sampler = app.web_app.settings["gpuburst_sampler"]
+    app.web_app.settings["bench_floor_ticker"] = FloorTicker(sampler, float(options["period_s"]))
     real_source = sampler.kernel_source
 
     async def kernels_with_standins():

@@ -31,15 +31,19 @@ def test_bench_telemetry_smoke():
     assert cycle["kernels_attributed"] == 3
     server = result["server"]
     assert server["backend"] == "simulated" and server["gpus"] == 2 and server["kernels"] == 3
-    a, b = server["rounds_detail"][0]["A"], server["rounds_detail"][0]["B"]
+    first = server["rounds_detail"][0]
+    assert first["order"] == "ABC"
+    a, b, c = first["A"], first["B"], first["C"]
     assert a["samples"] == 0  # nobody listens in A: the sampler is paused
     assert b["samples"] >= 5 and b["swaps"] >= 1
+    # the floor's clients read frames of their own: the sampler stays paused, as in A
+    assert c["samples"] == 0 and c["swaps"] >= 1 and c["samples_per_connected_period"] >= 0.5
     assert server["stream_errors"] == 0 and server["clients_without_samples"] == 0
     # every connected client gets about one sample per period, shared, not one per request
     assert 0.5 <= server["samples_per_connected_period_min"] <= 1.5
     assert server["lag_ms_with_clients"]["n"] > 100 and server["lag_ms_with_clients"]["max"] is not None
     # the slowest status calls of each window were laid over the server's timeline
-    for window in (a, b):
+    for window in (a, b, c):
         overlapped = window["slowest_status_overlapped"]
         assert overlapped["calls"] == max(1, -(-window["status_ms"]["n"] * 25 // 1000))
         assert 0 <= overlapped["overlapping_nothing"] <= overlapped["calls"]
@@ -47,6 +51,9 @@ def test_bench_telemetry_smoke():
     # pooled over the rounds (one here)
     assert server["slowest_status_overlapped_with_clients"]["calls"] == b["slowest_status_overlapped"]["calls"]
     assert server["status_ms_without_clients"]["n"] >= 20 and server["status_p99_ratio"]["median"] > 0
+    assert server["status_ms_floor"]["n"] >= 20
+    assert server["status_p99_ratio_floor"]["median"] > 0 and server["status_p99_ratio_over_floor"]["median"] > 0
+    assert server["slowest_status_overlapped_floor"]["calls"] == c["slowest_status_overlapped"]["calls"]
     if len(os.sched_getaffinity(0)) >= 2:
         # the load generator never runs on the server's CPU
         layout = server["cpu_layout"]

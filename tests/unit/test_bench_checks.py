@@ -236,9 +236,12 @@ def telemetry_result() -> dict:
         "cycle": {"kernels": 50, "kernels_attributed": 50, "cycle_ms": {**ok_tail}},
         "server": {
             "lag_ms_with_clients": {**ok_tail},
+            "lag_ms_without_clients": {**ok_tail},
             "status_ms_with_clients": {**ok_tail},
             "status_ms_without_clients": {**ok_tail},
+            "status_ms_floor": {**ok_tail},
             "status_p99_ratio": {"median": 1.05},
+            "status_p99_ratio_over_floor": {"median": 1.0},
             "stream_errors": 0,
             "clients_without_samples": 0,
             "samples_per_connected_period_min": 0.97,
@@ -258,8 +261,12 @@ def test_telemetry_checks_pass_on_a_good_result():
         (("cycle", "kernels_attributed"), 49, "all_kernels_attributed"),
         (("server", "lag_ms_with_clients", "max"), 5.1, "lag_max_within_goal"),
         (("server", "lag_ms_with_clients", "n"), 10, "lag_samples_enough"),
+        (("server", "lag_ms_without_clients", "max"), 150.0, "baseline_undisturbed"),
         (("server", "status_ms_without_clients", "n"), 10, "status_samples_enough"),
+        (("server", "status_ms_floor", "n"), 10, "status_samples_enough"),
         (("server", "status_p99_ratio", "median"), 1.2, "status_p99_ratio_within_goal"),
+        (("server", "status_p99_ratio_over_floor", "median"), 1.2, "status_p99_within_goal_of_floor"),
+        (("server", "status_p99_ratio_over_floor", "median"), None, "status_p99_within_goal_of_floor"),
         (("server", "stream_errors"), 1, "streams_without_errors"),
         (("server", "clients_without_samples"), 1, "every_client_got_samples"),
         (("server", "samples_per_connected_period_min"), 0.5, "every_client_got_samples"),
@@ -295,6 +302,25 @@ def test_slowest_status_calls_are_laid_over_the_servers_timeline():
     alone = telemetry.slowest_status_overlapped(calls, timeline[1:2])
     assert alone["overlapping_nothing"] == 1 and alone["by_what"] == {}
     assert telemetry.slowest_status_overlapped([], timeline)["calls"] == 0
+
+
+def test_phases_rotate_so_each_runs_in_every_position():
+    orders = [telemetry.phase_order(i) for i in range(6)]
+    assert orders[:3] == [["A", "B", "C"], ["B", "C", "A"], ["C", "A", "B"]] and orders[3:] == orders[:3]
+    for position in range(3):
+        assert sorted(order[position] for order in orders[:3]) == ["A", "B", "C"]
+
+
+def test_p99_ratios_are_taken_round_by_round():
+    def window(p99):
+        return {"status_ms": {"p99": p99}}
+
+    rounds = [{"A": window(2.0), "B": window(2.4), "C": window(2.2)},
+              {"A": window(1.0), "B": window(1.0), "C": window(0.8)},
+              {"A": window(2.0), "B": window(None), "C": window(2.0)}]  # a window without calls is left out
+    assert telemetry.p99_ratios(rounds, "B", "A") == {"per_round": [1.2, 1.0], "median": 1.1, "min": 1.0, "max": 1.2}
+    assert telemetry.p99_ratios(rounds, "C", "A")["per_round"] == [1.1, 0.8, 1.0]
+    assert telemetry.p99_ratios(rounds[2:], "B", "C") == {"per_round": [], "median": None, "min": None, "max": None}
 
 
 def test_overlaps_pool_over_windows():
