@@ -105,7 +105,8 @@ KERNELS_RBAC_MANIFEST = "hub_config/rbac-kernels.yaml"
 
 
 class ClusterView(Protocol):
-    """What doctor reads from a cluster, as plain API-shaped dicts."""
+    """What doctor reads from a cluster, as plain API-shaped dicts; a read the identity may not
+    make raises ``NotPermitted``."""
 
     def list_nodes(self) -> list[dict[str, Any]]: ...
 
@@ -124,6 +125,10 @@ class ClusterView(Protocol):
 
 class ClusterUnreachable(RuntimeError):
     """The API server could not be reached or refused the question outright."""
+
+
+class NotPermitted(RuntimeError):
+    """The identity doctor runs as may not make one of its reads (401 or 403)."""
 
 
 # ---- the kubernetes client adapter ----------------------------------------------------------
@@ -154,7 +159,9 @@ class KubernetesCluster:
 
         try:
             return self._json(func(*args, _preload_content=False, **kwargs))
-        except ApiException:
+        except ApiException as exc:
+            if exc.status in (401, 403):
+                raise NotPermitted(f"this identity may not {what}") from exc
             raise
         except (HTTPError, OSError) as exc:
             raise ClusterUnreachable(f"cannot {what}: {exc}") from exc
@@ -202,14 +209,10 @@ class KubernetesCluster:
 
 
     def list_storage_classes(self) -> list[dict[str, Any]] | None:
-        from kubernetes.client.exceptions import ApiException
-
         try:
             return self._call("list storage classes", self._storage.list_storage_class).get("items") or []
-        except ApiException as exc:
-            if exc.status in (401, 403):
-                return None
-            raise
+        except NotPermitted:
+            return None
 
 
 @dataclass(frozen=True)
@@ -599,24 +602,44 @@ def diagnose(view: ClusterView, context: str, namespace: str, resources: Sequenc
     """
     report = Report(context=context, namespace=namespace)
     inventory = new_inventory(resources)
-    nodes = view.list_nodes()
     report.findings += check_liqo_installed(view.api_groups())
-    report.findings += check_nodes(nodes, inventory)
     permissions = check_permissions(view, namespace)
+    try:
+        nodes = view.list_nodes()
+    except NotPermitted as exc:
+        # the permission lines below say what is missing; what depends on the nodes waits for it
+        nodes = None
+        report.findings.append(_not_checked("nodes", "GPU nodes and donors", exc))
+    else:
+        report.findings += check_nodes(nodes, inventory)
     report.findings += permissions
     report.findings += check_permissions(
         view, namespace, KERNEL_PERMISSIONS, KERNELS_RBAC_MANIFEST, Status.FAIL if kernels else Status.WARN, "GPU kernels"
     )
-    if liqo.OFFLOADING_GROUP in view.api_groups():
+    if liqo.OFFLOADING_GROUP in view.api_groups() and nodes is not None:
         donors = [n for n in nodes if liqo.is_virtual_node(n)]
         # get and create are checked together; both allowed means the spawner offloads itself
         may_offload = any(
             f.status is Status.OK and f.subject.startswith(f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.") for f in permissions
         )
-        report.findings += check_offloading(view.namespace_offloading(namespace), namespace, donors, may_offload)
+        try:
+            offloading = view.namespace_offloading(namespace)
+        except NotPermitted as exc:
+            report.findings.append(_not_checked("offloading", f"namespace {namespace}", exc))
+        else:
+            report.findings += check_offloading(offloading, namespace, donors, may_offload)
     report.findings += check_storage(view.list_storage_classes())
-    report.capacity = take_capacity(view, inventory, nodes)
+    if nodes is not None:
+        try:
+            report.capacity = take_capacity(view, inventory, nodes)
+        except NotPermitted as exc:
+            report.findings.append(_not_checked("capacity", "free GPUs per site", exc))
     return report
+
+
+def _not_checked(area: str, subject: str, why: NotPermitted) -> Finding:
+    return Finding(area, subject, Status.WARN, f"not checked: {why}",
+                   f"grant what the permission lines name ({RBAC_MANIFEST}), or run doctor as a cluster admin (without --as)")
 
 
 # ---- rendering ------------------------------------------------------------------------------
@@ -712,7 +735,7 @@ def main(argv: list[str]) -> int:
     try:
         conn = _connect(args, args.namespace)
         report = diagnose(conn.cluster, conn.context, conn.namespace, args.resources, kernels=args.kernels)
-    except ClusterUnreachable as exc:
+    except (ClusterUnreachable, NotPermitted) as exc:
         print(f"gpuburst doctor: {exc}", file=sys.stderr)
         return 2
     except _api_exception() as exc:
@@ -730,7 +753,7 @@ def capacity_main(argv: list[str]) -> int:
     try:
         conn = _connect(args)
         snapshot = take_capacity(conn.cluster, new_inventory(args.resources))
-    except ClusterUnreachable as exc:
+    except (ClusterUnreachable, NotPermitted) as exc:
         print(f"gpuburst capacity: {exc}", file=sys.stderr)
         return 2
     except _api_exception() as exc:

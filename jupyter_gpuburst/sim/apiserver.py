@@ -20,8 +20,8 @@ from typing import Any
 
 from aiohttp import web
 
-from jupyter_gpuburst.sim import apply, defaults, openapi, tables
-from jupyter_gpuburst.sim.errors import ApiError, bad_request, method_not_allowed, not_found
+from jupyter_gpuburst.sim import apply, defaults, openapi, rbac, tables
+from jupyter_gpuburst.sim.errors import ApiError, bad_request, forbidden, method_not_allowed, not_found
 from jupyter_gpuburst.sim.faults import Faults
 from jupyter_gpuburst.sim.kubelet import exec as exec_stream
 from jupyter_gpuburst.sim.patch import apply_patch
@@ -77,6 +77,18 @@ def _json(obj: Any, status: int = 200) -> web.Response:
 
 def _truthy(value: str | None) -> bool:
     return (value or "").lower() in ("true", "1")
+
+
+def _verb(request: web.Request, name: str | None) -> str:
+    """The verb RBAC checks for a resource request, as kube-apiserver's request info names it."""
+    method = request.method
+    if method == "GET":
+        if _truthy(request.query.get("watch")):
+            return "watch"
+        return "get" if name else "list"
+    if method == "DELETE":
+        return "delete" if name else "deletecollection"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
 
 
 def _dry_run(request: web.Request) -> bool:
@@ -280,6 +292,11 @@ class ApiServer:
             raise not_found_path()
         ns = namespace if rt.namespaced else None
         method = request.method
+        who = self._identity(request)
+        if who is not None:
+            asked = rbac.Request(_verb(request, name), rt.group, rt.plural, sub or "", ns or "", name or "")
+            if not rbac.authorize(self.store, who, asked)[0]:
+                raise forbidden(rbac.forbidden_message(who, asked))
         if rt.key == EVENTS_V1_KEY:
             if method == "POST" and name is None and ns is not None:
                 created = self.store.create("events", core_event(await self._body(request) or {}), ns, dry_run=_dry_run(request))
@@ -290,7 +307,7 @@ class ApiServer:
         if rt.key == "selfsubjectaccessreviews.authorization.k8s.io":
             if method != "POST" or name:
                 raise method_not_allowed()
-            return _json(self._access_review(await self._body(request)), 201)
+            return _json(self._access_review(await self._body(request), who), 201)
         if name is None:
             return await self._collection(request, rt, ns)
         if rt.namespaced and ns is None:
@@ -595,7 +612,16 @@ class ApiServer:
         await response.write_eof()
         return response
 
-    def _access_review(self, body: Any) -> Obj:
+    @staticmethod
+    def _identity(request: web.Request) -> rbac.Identity | None:
+        """Whom a request acts as: an impersonated identity, or None for the emulator's admin."""
+        try:
+            return rbac.impersonated(request.headers.get("Impersonate-User"),
+                                     request.headers.getall("Impersonate-Group", []))
+        except ValueError as err:
+            raise bad_request(str(err)) from err
+
+    def _access_review(self, body: Any, who: rbac.Identity | None) -> Obj:
         if not isinstance(body, dict) or not isinstance(body.get("spec"), dict):
             raise bad_request("SelfSubjectAccessReview needs a spec")
         attrs = body["spec"].get("resourceAttributes") or {}
@@ -606,8 +632,13 @@ class ApiServer:
         status: Obj = {"allowed": not denied}
         if denied:
             status["reason"] = f"denied by the emulator's deny rules for {key[0]} {key[2]}"
-        else:
-            status["reason"] = "allowed by the emulator (no authorization)"
+        elif who is None:
+            status["reason"] = "allowed by the emulator (its admin: system:masters)"
+        elif attrs:
+            asked = rbac.Request(*key, attrs.get("subresource", ""), attrs.get("namespace", ""), attrs.get("name", ""))
+            status["allowed"], reason = rbac.authorize(self.store, who, asked)
+            if reason:
+                status["reason"] = reason
         return {"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1", "metadata": {}, "spec": body["spec"], "status": status}
 
     async def _events_v1(self, request: web.Request, ns: str | None, name: str | None) -> web.StreamResponse:

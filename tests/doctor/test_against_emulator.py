@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
 from jupyter_gpuburst import doctor
 from jupyter_gpuburst.core import liqo
@@ -16,6 +18,7 @@ from jupyter_gpuburst.sim.store import Store
 from .conftest import gpu_pod, node
 
 NSO = f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}"
+RBAC = Path(__file__).resolve().parents[2] / "hub_config" / "rbac.yaml"
 
 
 @pytest.fixture
@@ -104,6 +107,33 @@ async def test_as_asks_every_question_as_the_hub_service_account(origin):
     assert headers["Impersonate-User"] == "system:serviceaccount:jhub:hub"
     assert headers["Impersonate-Group"] == "system:serviceaccounts"
     assert conn.namespace == "jhub" and conn.server.startswith("http://127.0.0.1:")
+
+
+async def test_as_the_hub_without_its_grant_names_what_is_missing_and_with_it_passes(origin, capsys):
+    # RBAC decides for an impersonated identity, as on a cluster: first nothing is granted
+    _server, store, kubeconfig = origin
+    as_hub = ("--kubeconfig", kubeconfig, "--as", "system:serviceaccount:jhub:hub", "--json")
+    assert await run(doctor.main, *as_hub) == 1
+    report = json.loads(capsys.readouterr().out)
+    failed = {f["subject"] for f in report["findings"] if f["status"] == "fail"}
+    assert {"nodes cluster-wide", "pods cluster-wide", "pods in jhub", f"{NSO} in jhub"} <= failed
+    skipped = {f["subject"]: f for f in report["findings"] if f["detail"].startswith("not checked")}
+    assert skipped["GPU nodes and donors"]["detail"] == "not checked: this identity may not list nodes"
+    assert report["capacity"] is None
+
+    # the README's rbac.yaml, as `kubectl apply -n jhub -f` stores it
+    for doc in yaml.safe_load_all(RBAC.read_text()):
+        if doc:
+            namespaced = doc["kind"] in ("Role", "RoleBinding")
+            store.create(f"{doc['kind'].lower()}s.rbac.authorization.k8s.io", doc, "jhub" if namespaced else None)
+    assert await run(doctor.main, *as_hub) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert not [f for f in report["findings"] if f["status"] == "fail"]
+    sites = {site["site"]: site for site in report["capacity"]["sites"]}
+    assert sites["donor-1"]["resources"]["nvidia.com/gpu"]["free"] == 8
+    # the hub needs no storage classes: only the cluster's admin sees them
+    [storage] = [f for f in report["findings"] if f["area"] == "storage"]
+    assert storage["status"] == "warn" and "may not list storage classes" in storage["detail"]
 
 
 async def test_as_group_without_as_is_refused(origin, capsys):

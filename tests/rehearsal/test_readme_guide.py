@@ -7,11 +7,13 @@ What the emulator cannot run is translated, and said so at each step:
    federation's YAML, and `gpuburst sim` (the real command) peers it; the README's kubectl
    command then finds exactly one virtual node for the donor.
 2. Images: the hub runs this checkout's JupyterHub environment; servers run as local processes.
-3. `kubectl create namespace` runs as written (the emulator does not enforce RBAC; the RBAC file
-   is checked against what doctor needs in tests/hub_config).
+3. `kubectl create namespace` and `kubectl apply` of the RBAC file run as written; the emulator
+   authorizes requests made as another identity (`--as`) by those rules, as a cluster does.
 4. The hub loads hub_config/jupyterhub_config.py as written, with only what differs on a laptop
    overridden after it (addresses, the proxy process, the single-user command).
-5. `gpuburst doctor` runs as written, against the emulator's kubeconfig.
+5. `gpuburst doctor` runs as written, against the emulator's kubeconfig: as the hub's service
+   account, which the RBAC file lets do what the hub does (and no more: not list storage
+   classes), then as the admin, who sees the storage classes.
 Then two students spawn the README's GPU profiles: the first lands on the origin with its home
 volume; the second, with the origin full, bursts to the donor, where the storage policy of the
 shipped config gives it scratch space and says so. With the README's kernel-mode lines added to
@@ -63,7 +65,8 @@ def federation_config_from_the_peer_command() -> dict:
 
 
 async def run(args: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return await asyncio.to_thread(subprocess.run, args, env=env, capture_output=True, text=True, timeout=timeout)
+    return await asyncio.to_thread(subprocess.run, args, env=env, capture_output=True, text=True, timeout=timeout,
+                                   cwd=REPO)  # the guide's paths are the checkout's
 
 
 @pytest.fixture
@@ -139,16 +142,24 @@ async def test_the_real_cluster_guide_works_as_written(sim, tmp_path):
     peer = command("liqoctl peer")
     assert granted["cpu"] == peer[peer.index("--cpu") + 1] and granted["memory"] == peer[peer.index("--memory") + 1]
 
-    # 3. the namespace, as written
+    # 3. the namespace and the hub's grant, as written
+    doctor_cmd = command("gpuburst doctor -n jhub --as")
     created = await run(command("kubectl create namespace"), env)
     assert created.returncode == 0, created.stderr
+    ungranted = await run([*doctor_cmd, "--kubeconfig", str(sim)], env)
+    assert ungranted.returncode == 1 and "FAIL    rbac" in ungranted.stdout, ungranted.stdout + ungranted.stderr
+    granted_rbac = await run(command("kubectl apply -n jhub -f hub_config/rbac.yaml"), env)
+    assert granted_rbac.returncode == 0, granted_rbac.stderr
 
-    # 5. doctor as the hub's account: nothing needed missing (not offloaded yet is a warning)
-    doctor_cmd = command("gpuburst doctor -n jhub --as")
+    # 5. doctor as the hub's account: nothing needed missing (not offloaded yet is a warning); the
+    # hub may not list storage classes, which the admin's own run shows
     doctor = await run([*doctor_cmd, "--kubeconfig", str(sim)], env)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert "not offloaded yet" in doctor.stdout
-    assert "supported here: pin-to-volume, scratch-on-donor" in doctor.stdout
+    assert "this identity may not list storage classes" in doctor.stdout
+    as_admin = await run([*doctor_cmd[: doctor_cmd.index("--as")], "--kubeconfig", str(sim)], env)
+    assert as_admin.returncode == 0, as_admin.stdout + as_admin.stderr
+    assert "supported here: pin-to-volume, scratch-on-donor" in as_admin.stdout
 
     # 4. the hub with the README's config file
     workdir = tmp_path / "hub"

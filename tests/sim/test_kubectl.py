@@ -164,6 +164,29 @@ async def test_the_readmes_rbac_manifest_applies(apiserver, kubectl_env):
     assert "generation" not in role["metadata"] and "generation" not in binding["metadata"]
 
 
+async def test_kubectl_as_the_hub_is_refused_until_the_rbac_manifest_grants_it(apiserver, kubectl_env):
+    # `kubectl --as` (and `gpuburst doctor --as`) act as the hub's service account: RBAC decides
+    hub = ["--as", "system:serviceaccount:jhub:hub"]
+    await kubectl(kubectl_env, "create", "namespace", "jhub")
+    code, _, err = await run_kubectl(kubectl_env, *hub, "get", "pods", "-n", "jhub")
+    assert code == 1
+    assert ('pods is forbidden: User "system:serviceaccount:jhub:hub" cannot list resource "pods" '
+            'in API group "" in the namespace "jhub"') in err
+    code, out, _ = await run_kubectl(kubectl_env, *hub, "auth", "can-i", "watch", "nodes")
+    assert (code, out.strip()) == (1, "no")
+
+    await kubectl(kubectl_env, "apply", "-n", "jhub", "-f", str(RBAC))
+    assert "No resources found" in (await run_kubectl(kubectl_env, *hub, "get", "pods", "-n", "jhub"))[2]
+    assert (await kubectl(kubectl_env, *hub, "auth", "can-i", "watch", "nodes")).strip() == "yes"
+    assert (await kubectl(kubectl_env, *hub, "auth", "can-i", "create", "pods", "-n", "jhub")).strip() == "yes"
+    code, out, _ = await run_kubectl(kubectl_env, *hub, "auth", "can-i", "create", "pods", "-n", "default")
+    assert (code, out.strip()) == (1, "no")
+    code, _, err = await run_kubectl(kubectl_env, *hub, "delete", "node", "gpu-a")
+    assert code == 1 and 'cannot delete resource "nodes" in API group "" at the cluster scope' in err
+    # the admin's own requests are never checked
+    assert "jhub" in await kubectl(kubectl_env, "get", "namespaces")
+
+
 async def test_exec_logs_follow_and_server_side_apply(pod_cluster, tmp_path):
     from jupyter_gpuburst.sim.testing import wait_for_pod
 
