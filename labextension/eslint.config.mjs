@@ -28,5 +28,7 @@ export default tseslint.config(
       eqeqeq: ['error', 'smart'],
       'prefer-arrow-callback': 'error'
     }
-  }
+  },
+  // The unit tests run under node, on the compiled lib/.
+  { files: ['test/**/*.mjs'], languageOptions: { globals: globals.node } }
 );

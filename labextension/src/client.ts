@@ -1,6 +1,6 @@
 /**
  * Talks to the server extension: one-shot GETs through `ServerConnection`, and one shared
- * Server-Sent Events stream that runs only while some view needs it.
+ * Server-Sent Events stream that runs while some view needs it, and a grace period after.
  */
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
@@ -33,16 +33,28 @@ export interface IConnectionStatus {
   attempt: number;
 }
 
+/**
+ * How long an open stream outlives the last view that wanted it (ms). Each reopen is a request
+ * that the user's server accepts, parses and authenticates on its one event loop, and connects
+ * from many clients are what lift the tail of its other requests; a student flipping between
+ * browser tabs or toggling the panel would otherwise cause one every time.
+ */
+export const DEFAULT_LINGER_MS = 10_000;
+
 export namespace GpuBurstClient {
   export interface IOptions {
     serverSettings?: ServerConnection.ISettings;
     backoff?: IBackoff;
+    /** How long the stream stays open once no view wants it; 0 closes it at once. */
+    lingerMs?: number;
   }
 }
 
 /**
  * Client of `/api/gpuburst`. Views call `setDemand(name, true)` while they are visible; the
- * stream is open only while at least one view wants it and the browser tab is visible.
+ * stream is open while at least one view wants it and the browser tab is visible, and for
+ * `lingerMs` after that stops being so: demand that comes back within it keeps reading the same
+ * stream. While it lingers, samples still arrive and the state stays `open`.
  *
  * The stream is read from a `ServerConnection.makeRequest` response, as every JupyterLab
  * request is made: the XSRF header with the hub's cookie, or the Authorization header when the
@@ -52,6 +64,7 @@ export class GpuBurstClient implements IDisposable {
   constructor(options: GpuBurstClient.IOptions = {}) {
     this.serverSettings = options.serverSettings ?? ServerConnection.makeSettings();
     this._backoff = options.backoff ?? DEFAULT_BACKOFF;
+    this._lingerMs = options.lingerMs ?? DEFAULT_LINGER_MS;
     document.addEventListener('visibilitychange', this._onVisibility);
   }
 
@@ -133,15 +146,28 @@ export class GpuBurstClient implements IDisposable {
 
   private _reconcile(): void {
     if (this._wanted) {
+      this._stopLinger();
       if (this._state === 'idle' || this._state === 'paused') {
         this._open();
       }
+    } else if (this._abort && this._lingerMs > 0) {
+      // A request is out (the stream is open, or its connect is under way): the server has paid,
+      // or is paying, for it, so it is kept a while in case a view wants it again.
+      if (this._lingerTimer === null) {
+        this._lingerTimer = window.setTimeout(() => this._pause(), this._lingerMs);
+      }
     } else if (this._state !== 'idle' && this._state !== 'paused') {
-      this._close();
-      // A pause is deliberate: resuming is a fresh connection, not a retry.
-      this._attempt = 0;
-      this._setState('paused');
+      // Waiting to retry holds no connection, so stopping now costs the server nothing. With no
+      // linger, an open stream closes here too.
+      this._pause();
     }
+  }
+
+  private _pause(): void {
+    this._close();
+    // A pause is deliberate: resuming is a fresh connection, not a retry.
+    this._attempt = 0;
+    this._setState('paused');
   }
 
   private _open(): void {
@@ -213,7 +239,11 @@ export class GpuBurstClient implements IDisposable {
     }
     this._abort = null;
     abort.abort();
-    this._scheduleRetry();
+    if (this._wanted) {
+      this._scheduleRetry();
+    } else {
+      this._pause(); // it was lingering: nobody waits for a retry
+    }
   }
 
   private _scheduleRetry(): void {
@@ -232,7 +262,15 @@ export class GpuBurstClient implements IDisposable {
     }, delay);
   }
 
+  private _stopLinger(): void {
+    if (this._lingerTimer !== null) {
+      window.clearTimeout(this._lingerTimer);
+      this._lingerTimer = null;
+    }
+  }
+
   private _close(): void {
+    this._stopLinger();
     if (this._timer !== null) {
       window.clearTimeout(this._timer);
       this._timer = null;
@@ -255,6 +293,8 @@ export class GpuBurstClient implements IDisposable {
   };
 
   private _backoff: IBackoff;
+  private _lingerMs: number;
+  private _lingerTimer: number | null = null;
   private _demand = new Set<string>();
   private _abort: AbortController | null = null;
   private _state: ConnectionState = 'idle';

@@ -185,10 +185,14 @@ TRACK_STREAMS = """
 })();
 """
 OPEN_STREAMS = "() => window.__streams.open"
+STREAM_URLS = "() => window.__streams.urls.length"
+LINGER_S = 10  # DEFAULT_LINGER_MS in labextension/src/client.ts
 
 
+@pytest.mark.timeout(180)
 def test_stream_runs_only_while_needed(page: Page, donor_lab: LabServer) -> None:
-    """With the status bar showing the site only, the stream is open only while the panel shows."""
+    """With the status bar showing the site only, the stream is open while the panel shows, and
+    for the linger after: reopening the panel within it reads the same stream."""
     plugin = "lab/api/settings/jupyter-gpuburst:plugin"
     page.add_init_script(TRACK_STREAMS)
     open_lab(page, donor_lab)
@@ -198,7 +202,7 @@ def test_stream_runs_only_while_needed(page: Page, donor_lab: LabServer) -> None
         page.reload()
         expect(page.locator(STATUS)).to_have_text(DONOR, timeout=45_000)
         # the restored layout may show the panel, possibly only after the status bar is up
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 30 + LINGER_S
         while page.evaluate(OPEN_STREAMS) != 0 and time.monotonic() < deadline:
             if page.locator(PANEL).is_visible():
                 close_panel(page)
@@ -207,8 +211,16 @@ def test_stream_runs_only_while_needed(page: Page, donor_lab: LabServer) -> None
         open_panel(page)
         page.wait_for_function(f"() => ({OPEN_STREAMS})() === 1")
         expect(page.locator(f"{PANEL} .jp-GpuBurst-gpu")).to_have_count(SIM_GPUS)
+        requests = page.evaluate(STREAM_URLS)
         close_panel(page)
-        page.wait_for_function(f"() => ({OPEN_STREAMS})() === 0")
+        page.wait_for_timeout(2000)
+        assert page.evaluate(OPEN_STREAMS) == 1, "the stream closed before its linger ran out"
+        open_panel(page)
+        page.wait_for_timeout(1000)
+        assert page.evaluate(OPEN_STREAMS) == 1
+        assert page.evaluate(STREAM_URLS) == requests, "reopening the panel within the linger reconnected"
+        close_panel(page)
+        page.wait_for_function(f"() => ({OPEN_STREAMS})() === 0", timeout=(LINGER_S + 5) * 1000)
         page.wait_for_timeout(500)
         assert page.evaluate(OPEN_STREAMS) == 0, "stream reopened while nothing needs it"
         urls = page.evaluate("() => window.__streams.urls")
