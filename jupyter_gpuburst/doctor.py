@@ -80,13 +80,14 @@ def _perms(verbs: str, resource: str, group: str = "", namespaced: bool = True, 
 
 
 # Everything GPUBurstSpawner (KubeSpawner underneath) and its capacity watch call; the same list
-# is what hub_config/rbac.yaml grants, and a test holds the two together.
+# is what hub_config/rbac.yaml grants, and a test holds the two together. Each ``why`` completes
+# "needed to ..." in the report.
 REQUIRED_PERMISSIONS: tuple[Permission, ...] = tuple(
-    _perms("list,watch", "nodes", namespaced=False, why="GPU inventory: local nodes and Liqo virtual nodes")
-    + _perms("list,watch", "pods", namespaced=False, why="GPU inventory: GPUs held by pods of every namespace")
+    _perms("list,watch", "nodes", namespaced=False, why="count GPUs on local nodes and Liqo virtual nodes")
+    + _perms("list,watch", "pods", namespaced=False, why="count the GPUs pods of every namespace hold")
     + _perms("get,list,watch,create,delete", "pods", why="start, watch and stop user servers")
-    + _perms("list,watch", "events", why="spawn progress and Unschedulable detection")
-    + _perms("get,create", "persistentvolumeclaims", why="home volumes: created by KubeSpawner, read by the storage policy")
+    + _perms("list,watch", "events", why="show spawn progress and see Unschedulable pods")
+    + _perms("get,create", "persistentvolumeclaims", why="create home volumes and see where they are bound")
     + _perms(
         "get,create",
         liqo.NAMESPACE_OFFLOADING_PLURAL,
@@ -98,7 +99,7 @@ REQUIRED_PERMISSIONS: tuple[Permission, ...] = tuple(
 # Kernel mode (remote GPU kernels) adds these, granted by the opt-in hub_config/rbac-kernels.yaml
 # (a test holds the two together). Without them GPU kernels cannot start; servers still can.
 KERNEL_PERMISSIONS: tuple[Permission, ...] = tuple(
-    _perms("create,patch,delete", "secrets", why="GPU kernels: each kernel's connection key, in a Secret owned by its pod")
+    _perms("create,patch,delete", "secrets", why="keep each GPU kernel's connection key in a Secret owned by its pod")
 )
 RBAC_MANIFEST = "hub_config/rbac.yaml"
 KERNELS_RBAC_MANIFEST = "hub_config/rbac-kernels.yaml"
@@ -638,8 +639,8 @@ def diagnose(view: ClusterView, context: str, namespace: str, resources: Sequenc
 
 
 def _not_checked(area: str, subject: str, why: NotPermitted) -> Finding:
-    return Finding(area, subject, Status.WARN, f"not checked: {why}",
-                   f"grant what the permission lines name ({RBAC_MANIFEST}), or run doctor as a cluster admin (without --as)")
+    # no fix of its own: the permission line for the same read carries it
+    return Finding(area, subject, Status.WARN, f"not checked: {why} (see the permissions below)")
 
 
 # ---- rendering ------------------------------------------------------------------------------

@@ -118,7 +118,7 @@ async def test_as_the_hub_without_its_grant_names_what_is_missing_and_with_it_pa
     failed = {f["subject"] for f in report["findings"] if f["status"] == "fail"}
     assert {"nodes cluster-wide", "pods cluster-wide", "pods in jhub", f"{NSO} in jhub"} <= failed
     skipped = {f["subject"]: f for f in report["findings"] if f["detail"].startswith("not checked")}
-    assert skipped["GPU nodes and donors"]["detail"] == "not checked: this identity may not list nodes"
+    assert skipped["GPU nodes and donors"]["detail"] == "not checked: this identity may not list nodes (see the permissions below)"
     assert report["capacity"] is None
 
     # the README's rbac.yaml, as `kubectl apply -n jhub -f` stores it
