@@ -83,7 +83,7 @@ _TYPES = [
     ResourceType("", "v1", "ServiceAccount", "serviceaccounts", True, ("sa",), STANDARD_VERBS, (), "serviceaccount"),
     ResourceType("", "v1", "ConfigMap", "configmaps", True, ("cm",), STANDARD_VERBS, (), "configmap"),
     ResourceType("events.k8s.io", "v1", "Event", "events", True, ("ev",), ("create", "get", "list", "watch"), (), "event", (), ("reason", "reportingController", "type", "regarding.kind", "regarding.name", "regarding.namespace", "regarding.uid")),
-    # stored so that an admin's RBAC manifests apply as on a cluster; not enforced (docs/emulator.md)
+    # an admin's RBAC manifests apply as on a cluster; sim/rbac.py authorizes impersonated requests by them
     ResourceType("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", False, (), STANDARD_VERBS, (), "clusterrole"),
     ResourceType("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", False, (), STANDARD_VERBS, (), "clusterrolebinding"),
     ResourceType("rbac.authorization.k8s.io", "v1", "Role", "roles", True, (), STANDARD_VERBS, (), "role"),

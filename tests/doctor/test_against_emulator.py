@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 import pytest
-import yaml
+from hub_config.readme import apply_rbac_manifest
 
 from jupyter_gpuburst import doctor
 from jupyter_gpuburst.core import liqo
@@ -18,7 +17,6 @@ from jupyter_gpuburst.sim.store import Store
 from .conftest import gpu_pod, node
 
 NSO = f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}"
-RBAC = Path(__file__).resolve().parents[2] / "hub_config" / "rbac.yaml"
 
 
 @pytest.fixture
@@ -122,10 +120,7 @@ async def test_as_the_hub_without_its_grant_names_what_is_missing_and_with_it_pa
     assert report["capacity"] is None
 
     # the README's rbac.yaml, as `kubectl apply -n jhub -f` stores it
-    for doc in yaml.safe_load_all(RBAC.read_text()):
-        if doc:
-            namespaced = doc["kind"] in ("Role", "RoleBinding")
-            store.create(f"{doc['kind'].lower()}s.rbac.authorization.k8s.io", doc, "jhub" if namespaced else None)
+    apply_rbac_manifest(store, "jhub")
     assert await run(doctor.main, *as_hub) == 0
     report = json.loads(capsys.readouterr().out)
     assert not [f for f in report["findings"] if f["status"] == "fail"]

@@ -6,7 +6,13 @@ import re
 import shlex
 from pathlib import Path
 
+import yaml
+
+from jupyter_gpuburst.sim.rbac import RBAC_GROUP
+from jupyter_gpuburst.sim.store import Store
+
 README = Path(__file__).resolve().parents[2] / "README.md"
+RBAC_MANIFEST = README.parent / "hub_config" / "rbac.yaml"
 
 
 def guide_commands() -> list[str]:
@@ -26,3 +32,12 @@ def command(prefix: str) -> list[str]:
     """The one guide command that starts with ``prefix``, split as the shell would."""
     [line] = [line for line in guide_commands() if line.startswith(prefix)]
     return shlex.split(line)
+
+
+def apply_rbac_manifest(store: Store, namespace: str) -> None:
+    """Step 3's `kubectl apply -n NAMESPACE -f hub_config/rbac.yaml`, straight into an emulator's
+    ``Store``: its roles and bindings as the API server stores them."""
+    for doc in yaml.safe_load_all(RBAC_MANIFEST.read_text()):
+        if doc:
+            namespaced = doc["kind"] in ("Role", "RoleBinding")
+            store.create(f"{doc['kind'].lower()}s.{RBAC_GROUP}", doc, namespace if namespaced else None)

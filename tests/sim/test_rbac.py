@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
+from hub_config.readme import apply_rbac_manifest
 
 from jupyter_gpuburst.sim import rbac
 from jupyter_gpuburst.sim.store import Store
 
-RBAC_YAML = Path(__file__).resolve().parents[2] / "hub_config" / "rbac.yaml"
 HUB = "system:serviceaccount:jhub:hub"
 G = rbac.RBAC_GROUP
 
@@ -26,10 +23,7 @@ def store() -> Store:
     store = Store()
     for ns in ("jhub", "other"):
         store.create("namespaces", {"metadata": {"name": ns}})
-    for doc in yaml.safe_load_all(RBAC_YAML.read_text()):
-        if doc:
-            namespaced = doc["kind"] in ("Role", "RoleBinding")
-            store.create(keyed(doc["kind"]), doc, "jhub" if namespaced else None)
+    apply_rbac_manifest(store, "jhub")
     return store
 
 
