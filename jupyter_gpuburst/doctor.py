@@ -119,9 +119,7 @@ class ClusterView(Protocol):
 
     def namespace_offloading(self, namespace: str) -> dict[str, Any] | None: ...
 
-    def list_storage_classes(self) -> list[dict[str, Any]] | None:
-        """None when this identity may not list them."""
-        ...
+    def list_storage_classes(self) -> list[dict[str, Any]]: ...
 
 
 class ClusterUnreachable(RuntimeError):
@@ -209,11 +207,8 @@ class KubernetesCluster:
             raise
 
 
-    def list_storage_classes(self) -> list[dict[str, Any]] | None:
-        try:
-            return self._call("list storage classes", self._storage.list_storage_class).get("items") or []
-        except NotPermitted:
-            return None
+    def list_storage_classes(self) -> list[dict[str, Any]]:
+        return self._call("list storage classes", self._storage.list_storage_class).get("items") or []
 
 
 @dataclass(frozen=True)
@@ -629,7 +624,11 @@ def diagnose(view: ClusterView, context: str, namespace: str, resources: Sequenc
             report.findings.append(_not_checked("offloading", f"namespace {namespace}", exc))
         else:
             report.findings += check_offloading(offloading, namespace, donors, may_offload)
-    report.findings += check_storage(view.list_storage_classes())
+    try:
+        classes = view.list_storage_classes()
+    except NotPermitted:
+        classes = None  # the hub needs none: a warning with its own fix, not a missing permission
+    report.findings += check_storage(classes)
     if nodes is not None:
         try:
             report.capacity = take_capacity(view, inventory, nodes)

@@ -16,7 +16,8 @@ from .conftest import gpu_pod, node
 
 
 class FakeCluster:
-    """A ClusterView over in-memory objects, with a deny set for access reviews."""
+    """A ClusterView over in-memory objects, with a deny set for access reviews; without storage
+    classes, this identity may not list them."""
 
     def __init__(self, nodes, pods=(), offloadings=None, groups=None, denied=(), storage_classes=None):
         self.storage_classes = storage_classes
@@ -46,6 +47,8 @@ class FakeCluster:
         return self.offloadings.get(namespace)
 
     def list_storage_classes(self):
+        if self.storage_classes is None:
+            raise doctor.NotPermitted("this identity may not list storage classes")
         return self.storage_classes
 
 
