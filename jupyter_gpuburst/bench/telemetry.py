@@ -9,9 +9,8 @@ Two parts, both on the production code path:
    case; in production one cycle in five does). GC stays on. With ``--backend nvml`` the cycle
    reads this host's real GPUs through NVML instead (the stand-in kernels hold no GPU there, so
    nothing is attributed to them and that check is left out).
-2. **server** (a real jupyter_server in a child process, with the same GPUs and kernels): rounds
-   of three phases for ``--rounds`` (default 3), their order rotated each round (A B C, B C A,
-   C A B):
+2. **server** (a real jupyter_server in a child process, with the same GPUs and kernels), in
+   three phases:
    A. no stream client;
    B. ``--clients`` stream clients (default 50) of this project's stream, and ``--churn``
       (default 10) of them per second disconnect while as many new ones connect;
@@ -20,41 +19,51 @@ Two parts, both on the production code path:
       event, then one frame per period as long as a sample; no sampler, no authorization
       checks). C over A is what any stream's clients cost the server; B over C is what this
       project adds to that.
-   In each, a 1 ms timer inside the server records the event loop's lag, and a process of its
-   own (``bench/status_probe.py``) calls ``GET /api/status`` ``--status-rate`` times per second:
-   in this process its responses would wait behind the stream clients' own work. The server runs
-   on a CPU of its own, the clients and the probe on the others (``cpu_layout``; ``--no-pin``
-   turns that off), as browsers never take the server's CPU. The first connection of the 50
-   clients happens before the window (its lag is reported on its own, as ``ramp_up_lag_ms``).
-   Before the rounds: CPU use of the idle server with nobody listening and with one panel open.
+   The phases take turns in short blocks (``--block``, about 4 s): ``--rounds`` rounds (default
+   3) of cycles A B C, their order rotated each cycle (A B C, B C A, C A B), until each phase
+   has had ``--seconds`` (default 16) in the round. A block's clients connect before it (their
+   first connections are reported on their own, as ``ramp_up_lag_ms``) and leave after it;
+   after a B block the next waits for the sampler to pause. Short blocks, because a small
+   machine's speed drifts over seconds: with no client at all, the status p99 of two 12 s
+   windows there differed by up to a third.
+   For the whole run, a process of its own (``bench/status_probe.py``) calls ``GET /api/status``
+   ``--status-rate`` times per second (default 200) over one keep-alive connection; a call
+   counts for the block it started in. In this process its responses would wait behind the
+   stream clients' own work. A 1 ms timer inside the server records the event loop's lag in
+   each block. The server runs on a CPU of its own, the clients and the probe on the others
+   (``cpu_layout``; ``--no-pin`` turns that off), as browsers never take the server's CPU.
+   Before the blocks: CPU use of the idle server with nobody listening and with one panel open.
 
-What the slowest status calls overlapped (``slowest_status_overlapped``, per window and pooled):
-the probe and the server share ``time.monotonic()``, so each of the slowest 2.5 % of a window's
-status calls (those behind its p99) is laid over the server's timeline of loop steps, collections
-and sampler worker cycles of 50 µs or more, and the steps it overlapped are counted by name (the
-call's own steps left out). A call that overlapped nothing was slowed outside the server's loop:
-the network, the probe, or the OS scheduler.
+The status ratios: per round (its median and spread) and pooled over the run (every call of
+one phase against every call of another). ``status_p99_ratio_null`` sets A's odd cycles against
+its even ones: what the run cannot tell from no difference. ``status_wire_ms`` times each call
+to when its response reached the probe's socket (the kernel's receive timestamp), leaving out
+the probe's own wait for a CPU.
 
-Checks (each can fail): cycle p99 <= 5 ms; lag max <= 5 ms in every B window, and <= 10 ms in
-every A window (else something else ran on the machine and the ratios mean nothing); /api/status
-p99 ratio B/A (median over rounds) <= 1.1, and B/C likewise; at least 1,000 samples behind each
-tail; every stream client connected for 3 periods or more received samples, about one per
-period (>= 0.8).
+What the slowest status calls overlapped (``slowest_status_overlapped``, per phase and round,
+and pooled): the probe and the server share ``time.monotonic()``, so each of the slowest 2.5 %
+of a phase's status calls (those behind its p99) is laid over the server's timeline of loop
+steps, collections and sampler worker cycles of 50 µs or more, and the steps it overlapped are
+counted by name (the call's own steps left out). A call that overlapped nothing was slowed
+outside the server's loop: the network, the probe, or the OS scheduler.
+
+Checks (each can fail): cycle p99 <= 5 ms; lag max <= 5 ms in every B block, and <= 10 ms in
+every A block (else something else ran on the machine and the ratios mean nothing); /api/status
+p99 ratio B/A (pooled) <= 1.1, and B/C likewise; A against A within 1/1.1 and 1.1 (else the run
+cannot tell those ratios from no difference); at least 1,000 samples behind each tail; every
+stream client connected for 3 periods or more received samples, about one per period (>= 0.8).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import bisect
 import contextlib
 import json
-import math
 import os
 import secrets
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -65,6 +74,16 @@ import psutil
 
 from jupyter_gpuburst.bench import stopping
 from jupyter_gpuburst.bench.stats import summary
+from jupyter_gpuburst.bench.telemetry_figures import (
+    bootstrap_p99_ratio,
+    calls_within,
+    merge_what_ran,
+    p99_ratios,
+    pooled_overlaps,
+    pooled_p99_ratio,
+    pooled_tail,
+    slowest_status_overlapped,
+)
 from jupyter_gpuburst.hub.ports import free_port
 
 CYCLE_P99_GOAL_MS = 5.0
@@ -74,11 +93,11 @@ LAG_MAX_GOAL_MS = 5.0
 BASELINE_LAG_MAX_MS = 2 * LAG_MAX_GOAL_MS
 STATUS_RATIO_GOAL = 1.1
 MIN_TAIL_SAMPLES = 1000
-PROBE_START_S = 2.0  # a Python process importing aiohttp starts in well under this, even under load
+PROBE_START_S = 2.0  # the probe process starts in well under this, even under load
+PROBE_MAX_S = 6 * 3600  # the probe stops by itself after this, should the benchmark not stop it
 RESET_LEAD_S = 0.2
-SLOWEST_SHARE = 0.025  # the status calls examined: the slowest 2.5 %, those that set p99 and beyond
-# a status call's own steps: its handler, and the I/O dispatch and request parsing of its connection
-OWN_STEPS = ("(APIStatusHandler", "(the status calls' connection)")
+SETTLE_S = 0.5  # after a block's clients connected: the server answers their first requests
+STOP_MARGIN_S = 0.05
 OUR_STREAM = "/api/gpuburst/stream"
 FLOOR_STREAM = "/api/gpuburst-bench/floor-stream"  # bench/telemetry_server.py's FloorStreamHandler
 # what the stream clients read in each phase: A none, B this project's stream, C the floor's
@@ -145,7 +164,7 @@ class Server:
         self.headers = {"Authorization": f"token {token}"}
 
     async def stats(self, session: aiohttp.ClientSession, reset: bool = False, probe: str | None = None,
-                    timeline: bool = False) -> dict:
+                    timeline: bool = False, raw: bool = False) -> dict:
         params = {}
         if reset:
             params["reset"] = "1"
@@ -153,9 +172,19 @@ class Server:
             params["probe"] = probe
         if timeline:
             params["timeline"] = "1"
+        if raw:
+            params["raw"] = "1"
         async with session.get(f"{self.base}/api/gpuburst-bench/stats", headers=self.headers, params=params) as r:
             r.raise_for_status()
             return await r.json()
+
+    async def sampler_paused(self, session: aiohttp.ClientSession, timeout: float = 60) -> None:
+        """Until the last listener's lease has run out and the sampler stopped."""
+        deadline = time.monotonic() + timeout
+        while (await self.stats(session))["sampler_running"]:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the sampler did not pause after its listeners left")
+            await asyncio.sleep(0.1)
 
     async def wait_ready(self, session: aiohttp.ClientSession, proc: subprocess.Popen, timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout
@@ -210,69 +239,41 @@ class StreamClient:
         await self.task
 
 
-async def status_load(server: Server, rate: float, start_at: float, until: float,
-                      cpus: set[int] | None) -> list[tuple[float, float]]:
-    """GET /api/status at ``rate`` per second from ``start_at`` to ``until``, from a process of
-    its own (``bench/status_probe.py``); each request's ``(started, seconds)``."""
-    config = json.dumps({"url": f"{server.base}/api/status", "token": server.token, "rate": rate,
-                         "start_at": start_at, "until": until})
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "jupyter_gpuburst.bench.status_probe",
-                                                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
-    if cpus:
-        os.sched_setaffinity(proc.pid, cpus)
-    out, _ = await proc.communicate(config.encode())
-    if proc.returncode != 0:
-        raise RuntimeError(f"the status probe exited with {proc.returncode}")
-    return [(started, seconds) for started, seconds in json.loads(out)]
+class StatusProbe:
+    """The process that calls ``GET /api/status`` ``rate`` times per second for the whole run
+    (``bench/status_probe.py``), on ``cpus``."""
 
+    def __init__(self, server: Server, rate: float, cpus: set[int] | None) -> None:
+        self.server, self.rate, self.cpus = server, rate, cpus
+        self.proc: asyncio.subprocess.Process | None = None
 
-def slowest_status_overlapped(calls: list[tuple[float, float]], timeline: list[list],
-                              share: float = SLOWEST_SHARE) -> dict:
-    """What the server's loop and sampler worker did while the slowest ``share`` of the status
-    ``calls`` (``(started, seconds)``) were in flight. ``timeline``: ``[started, seconds, what]``
-    on the same clock. Per name: the calls it overlapped, and for how long in all (ms)."""
-    if not calls:
-        return {"calls": 0, "slower_than_ms": None, "overlapping_nothing": 0, "by_what": {}}
-    slowest = sorted(calls, key=lambda c: c[1], reverse=True)[: max(1, math.ceil(len(calls) * share))]
-    steps = sorted(tuple(t) for t in timeline if not any(own in t[2] for own in OWN_STEPS))
-    starts = [t[0] for t in steps]
-    longest = max((t[1] for t in steps), default=0.0)
-    by_what: dict[str, dict] = {}
-    alone = 0
-    for started, seconds in slowest:
-        ended = started + seconds
-        overlaps: dict[str, float] = {}
-        for step_start, step_s, what in steps[bisect.bisect_left(starts, started - longest):
-                                              bisect.bisect_right(starts, ended)]:
-            overlap = min(ended, step_start + step_s) - max(started, step_start)
-            if overlap > 0:
-                overlaps[what] = overlaps.get(what, 0.0) + overlap
-        alone += not overlaps
-        for what, overlap in overlaps.items():
-            entry = by_what.setdefault(what, {"calls": 0, "overlap_ms": 0.0})
-            entry["calls"] += 1
-            entry["overlap_ms"] += overlap * 1000
-    ranked = sorted(by_what.items(), key=lambda kv: (-kv[1]["calls"], -kv[1]["overlap_ms"]))
-    return {
-        "calls": len(slowest),
-        "slower_than_ms": round(slowest[-1][1] * 1000, 3),
-        "overlapping_nothing": alone,
-        "by_what": {what: {"calls": e["calls"], "overlap_ms": round(e["overlap_ms"], 3)} for what, e in ranked},
-    }
+    async def start(self) -> None:
+        config = json.dumps({"url": f"{self.server.base}/api/status", "token": self.server.token, "rate": self.rate,
+                             "until": time.monotonic() + PROBE_MAX_S})
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "jupyter_gpuburst.bench.status_probe",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        if self.cpus:
+            os.sched_setaffinity(self.proc.pid, self.cpus)
+        self.proc.stdin.write(config.encode())
+        await self.proc.stdin.drain()
+        self.proc.stdin.close()
+        await asyncio.sleep(PROBE_START_S)
 
+    async def stop(self) -> list[tuple[float, float, float | None]]:
+        """Every call it made: ``(started, seconds, wire_seconds)``."""
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        out = await self.proc.stdout.read()
+        await self.proc.wait()
+        if self.proc.returncode != 0:
+            raise RuntimeError(f"the status probe exited with {self.proc.returncode}")
+        return [(started, seconds, wire) for started, seconds, wire in json.loads(out)]
 
-def _pooled_overlaps(parts: list[dict]) -> dict:
-    by_what: dict[str, dict] = {}
-    for part in parts:
-        for what, entry in part["by_what"].items():
-            pooled = by_what.setdefault(what, {"calls": 0, "overlap_ms": 0.0})
-            pooled["calls"] += entry["calls"]
-            pooled["overlap_ms"] = round(pooled["overlap_ms"] + entry["overlap_ms"], 3)
-    return {
-        "calls": sum(p["calls"] for p in parts),
-        "overlapping_nothing": sum(p["overlapping_nothing"] for p in parts),
-        "by_what": dict(sorted(by_what.items(), key=lambda kv: (-kv[1]["calls"], -kv[1]["overlap_ms"]))),
-    }
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
 
 
 async def churn(server: Server, session: aiohttp.ClientSession, path: str, clients: list[StreamClient],
@@ -329,8 +330,11 @@ async def measure_server(args: argparse.Namespace) -> dict:
     server = Server(f"http://127.0.0.1:{port}", token)
     layout = cpu_layout(args.pin)
     own_cpus = os.sched_getaffinity(0) if layout else None
-    out: dict = {"clients": args.clients, "churn_per_s": args.churn, "window_s": args.seconds, "rounds": args.rounds,
+    cycles = cycles_per_round(args.seconds, args.block)
+    out: dict = {"clients": args.clients, "churn_per_s": args.churn, "seconds_per_phase_and_round": args.seconds,
+                 "rounds": args.rounds, "cycles_per_round": cycles, "block_s": round(args.seconds / cycles, 3),
                  "status_rate_per_s": args.status_rate, "period_s": args.period, "cpu_layout": layout}
+    probe = StatusProbe(server, args.status_rate, set(layout["status_probe"]) if layout else None)
     try:
         if layout:
             # before the server starts a thread of its own: every thread it starts inherits this
@@ -354,13 +358,18 @@ async def measure_server(args: argparse.Namespace) -> dict:
             await one.close()
             out["cpu_resolution_percent"] = round(100.0 / os.sysconf("SC_CLK_TCK") / args.cpu_seconds, 3)
 
-            rounds = []
-            for index in range(args.rounds):
-                order = phase_order(index)
-                measured = {phase: await window(server, session, args, PHASES[phase], proc=server_ps, layout=layout)
-                            for phase in order}
-                rounds.append({**measured, "order": "".join(order)})
+            await probe.start()
+            blocks = []
+            previous = "B"  # the open panel just closed: as after a B block, the sampler must pause first
+            for index in range(args.rounds * cycles):
+                for phase in phase_order(index):
+                    if previous == "B" and phase != "B":
+                        await server.sampler_paused(session)
+                    blocks.append(await block(server, session, args, phase, index, cycles, proc=server_ps))
+                    previous = phase
+            calls = await probe.stop()
     finally:
+        probe.kill()
         if own_cpus:
             os.sched_setaffinity(0, own_cpus)
         proc.terminate()
@@ -372,21 +381,46 @@ async def measure_server(args: argparse.Namespace) -> dict:
         _kill_standins(root)
         shutil.rmtree(root, ignore_errors=True)
 
-    status = {phase: [s for r in rounds for s in r[phase].pop("status_s")] for phase in PHASES}
+    for b in blocks:
+        b["calls"] = calls_within(calls, b["t0"], b["t1"])
+    rounds = [{phase: merge_blocks([b for b in blocks if b["round"] == index and b["phase"] == phase], args)
+               for phase in PHASES} for index in range(args.rounds)]
+    for index, r in enumerate(rounds):
+        r["order"] = " ".join("".join(phase_order(index * cycles + cycle)) for cycle in range(cycles))
+    seen = {phase: [c[1] for b in blocks if b["phase"] == phase for c in b["calls"]] for phase in PHASES}
+    wire = {phase: [c[2] for b in blocks if b["phase"] == phase for c in b["calls"] if c[2] is not None]
+            for phase in PHASES}
     out["rounds_detail"] = rounds
-    out["lag_ms_without_clients"] = _pooled(rounds, "A", "lag_ms")
-    out["lag_ms_with_clients"] = _pooled(rounds, "B", "lag_ms")
-    out["lag_ms_floor"] = _pooled(rounds, "C", "lag_ms")
+    out["lag_ms_without_clients"] = pooled_tail(rounds, "A", "lag_ms")
+    out["lag_ms_with_clients"] = pooled_tail(rounds, "B", "lag_ms")
+    out["lag_ms_floor"] = pooled_tail(rounds, "C", "lag_ms")
     out["ramp_up_lag_ms_max"] = max(r["B"]["ramp_up_lag_ms"]["max"] or 0 for r in rounds)
-    out["status_ms_without_clients"] = summary(status["A"], scale=1000)
-    out["status_ms_with_clients"] = summary(status["B"], scale=1000)
-    out["status_ms_floor"] = summary(status["C"], scale=1000)
-    out["status_p99_ratio"] = {**p99_ratios(rounds, "B", "A"), "goal": STATUS_RATIO_GOAL}
-    out["status_p99_ratio_floor"] = p99_ratios(rounds, "C", "A")
-    out["status_p99_ratio_over_floor"] = {**p99_ratios(rounds, "B", "C"), "goal": STATUS_RATIO_GOAL}
-    out["slowest_status_overlapped_without_clients"] = _pooled_overlaps([r["A"]["slowest_status_overlapped"] for r in rounds])
-    out["slowest_status_overlapped_with_clients"] = _pooled_overlaps([r["B"]["slowest_status_overlapped"] for r in rounds])
-    out["slowest_status_overlapped_floor"] = _pooled_overlaps([r["C"]["slowest_status_overlapped"] for r in rounds])
+    out["status_ms_without_clients"] = summary(seen["A"], scale=1000)
+    out["status_ms_with_clients"] = summary(seen["B"], scale=1000)
+    out["status_ms_floor"] = summary(seen["C"], scale=1000)
+    out["status_wire_ms_without_clients"] = summary(wire["A"], scale=1000)
+    out["status_wire_ms_with_clients"] = summary(wire["B"], scale=1000)
+    out["status_wire_ms_floor"] = summary(wire["C"], scale=1000)
+    by_cycle = {phase: [[c[1] for b in blocks if b["phase"] == phase and b["cycle"] == cycle for c in b["calls"]]
+                        for cycle in range(args.rounds * cycles)] for phase in PHASES}
+    out["status_p99_ratio"] = {**p99_ratios(rounds, "B", "A"), "pooled": pooled_p99_ratio(seen["B"], seen["A"]),
+                               "interval_90": bootstrap_p99_ratio(by_cycle["B"], by_cycle["A"]),
+                               "goal": STATUS_RATIO_GOAL}
+    out["status_p99_ratio_floor"] = {**p99_ratios(rounds, "C", "A"), "pooled": pooled_p99_ratio(seen["C"], seen["A"]),
+                                     "interval_90": bootstrap_p99_ratio(by_cycle["C"], by_cycle["A"])}
+    out["status_p99_ratio_over_floor"] = {**p99_ratios(rounds, "B", "C"),
+                                          "pooled": pooled_p99_ratio(seen["B"], seen["C"]),
+                                          "interval_90": bootstrap_p99_ratio(by_cycle["B"], by_cycle["C"]),
+                                          "goal": STATUS_RATIO_GOAL}
+    out["status_wire_p99_ratio"] = {**p99_ratios(rounds, "B", "A", "status_wire_ms"),
+                                    "pooled": pooled_p99_ratio(wire["B"], wire["A"])}
+    # A against A: its odd cycles' calls over its even cycles', the least difference this run can tell
+    halves = [[c[1] for b in blocks if b["phase"] == "A" and b["cycle"] % 2 == parity for c in b["calls"]]
+              for parity in (1, 0)]
+    out["status_p99_ratio_null"] = {"pooled": pooled_p99_ratio(*halves), "n": [len(h) for h in halves]}
+    out["slowest_status_overlapped_without_clients"] = pooled_overlaps([r["A"]["slowest_status_overlapped"] for r in rounds])
+    out["slowest_status_overlapped_with_clients"] = pooled_overlaps([r["B"]["slowest_status_overlapped"] for r in rounds])
+    out["slowest_status_overlapped_floor"] = pooled_overlaps([r["C"]["slowest_status_overlapped"] for r in rounds])
     streamed = [r[phase] for r in rounds for phase in ("B", "C")]
     out["stream_errors"] = sum(w["stream_errors"] for w in streamed)
     out["samples_per_connected_period_min"] = min((w["samples_per_connected_period"] or 0.0 for w in streamed), default=0.0)
@@ -394,90 +428,91 @@ async def measure_server(args: argparse.Namespace) -> dict:
     return out
 
 
+def cycles_per_round(seconds: float, block: float) -> int:
+    """How many blocks of about ``block`` s make up a phase's ``seconds`` in one round."""
+    return max(1, round(seconds / block))
+
+
 def phase_order(index: int) -> list[str]:
-    """Round ``index``'s order of the phases: rotated each round (A B C, B C A, C A B, ...), so
-    that over every three rounds each phase runs first, second and third once, and whatever
+    """Cycle ``index``'s order of the phases: rotated each cycle (A B C, B C A, C A B, ...), so
+    that over every three cycles each phase runs first, second and third once, and whatever
     drifts during a run is shared alike."""
     phases = list(PHASES)
     shift = index % len(phases)
     return phases[shift:] + phases[:shift]
 
 
-def p99_ratios(rounds: list[dict], over: str, under: str) -> dict:
-    """``over``'s status p99 divided by ``under``'s, round by round: each, the median, the spread."""
-    ratios = [r[over]["status_ms"]["p99"] / r[under]["status_ms"]["p99"] for r in rounds
-              if r[under]["status_ms"]["p99"] and r[over]["status_ms"]["p99"]]
+async def block(server: Server, session: aiohttp.ClientSession, args: argparse.Namespace, phase: str, cycle: int,
+                cycles: int, proc: psutil.Process | None = None) -> dict:
+    """One block of ``phase`` in the run's ``cycle``-th cycle (``cycles`` a round): its clients
+    connect (the ramp, reported apart), then the block's measured ``args.seconds / cycles``
+    seconds with churn; the lag probe runs for it."""
+    stream = PHASES[phase]
+    await server.stats(session, reset=True, probe="start")
+    streams = [StreamClient(server, session, stream) for _ in range(args.clients if stream else 0)]
+    await asyncio.gather(*(c.connected.wait() for c in streams))
+    await asyncio.sleep(SETTLE_S)
+    t0 = time.monotonic() + RESET_LEAD_S
+    # the reset just before the block: its own step (a millisecond or more) must not hold the
+    # first status calls
+    ramp = await server.stats(session, reset=True, raw=True)  # the first connections, reported apart
+    await asyncio.sleep(max(0.0, t0 - time.monotonic()))
+    cpu_before, cpu_from = (proc.cpu_times() if proc is not None else None), time.monotonic()
+    t1 = t0 + args.seconds / cycles
+    closed: list[StreamClient] = []
+    swaps = await churn(server, session, stream, streams, args.churn, t1, closed) if stream else 0
+    # a call that started in the block has ended before the block's figures are read
+    await asyncio.sleep(max(0.0, t1 + STOP_MARGIN_S - time.monotonic()))
+    stats = await server.stats(session, probe="stop", timeline=True, raw=True)
+    cpu_after, cpu_wall_s = (proc.cpu_times() if proc is not None else None), time.monotonic() - cpu_from
+    await asyncio.gather(*(c.close() for c in streams + closed))
+    everyone = streams + closed
     return {
-        "per_round": [round(v, 3) for v in ratios],
-        "median": round(statistics.median(ratios), 3) if ratios else None,
-        "min": round(min(ratios), 3) if ratios else None,
-        "max": round(max(ratios), 3) if ratios else None,
+        "phase": phase, "round": cycle // cycles, "cycle": cycle, "t0": t0, "t1": t1,
+        "clients": len(streams), "swaps": swaps, "samples": stats["samples"] - ramp["samples"],
+        "stats": stats, "ramp": ramp, "everyone": everyone,
+        "cpu_s": ((cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system))
+        if cpu_before and cpu_after else None,
+        "cpu_wall_s": cpu_wall_s,
     }
 
 
-def _pooled(rounds: list[dict], phase: str, key: str) -> dict:
-    """Pooled over rounds: n summed, p99/p99.9 the worst round's, max the maximum."""
-    parts = [r[phase][key] for r in rounds]
-    worst = lambda k: max((p[k] for p in parts if p[k] is not None), default=None)  # noqa: E731
-    return {"n": sum(p["n"] for p in parts), "p50": worst("p50"), "p99": worst("p99"),
-            "p99_9": worst("p99_9"), "max": worst("max")}
-
-
-async def window(server: Server, session: aiohttp.ClientSession, args: argparse.Namespace, stream: str | None,
-                 proc: psutil.Process | None = None, layout: dict[str, list[int]] | None = None) -> dict:
-    """One measured phase: status load and lag probe, with ``--clients`` clients of ``stream``
-    (and their churn), or none."""
-    clients = args.clients if stream else 0
-    if stream != OUR_STREAM:
-        await asyncio.sleep(args.period * 4)  # the last listener's lease runs out: the sampler pauses
-    await server.stats(session, reset=True, probe="start")
-    streams = [StreamClient(server, session, stream) for _ in range(clients)]
-    await asyncio.gather(*(c.connected.wait() for c in streams))
-    # the probe process starts now and its window opens once it has had time to start
-    start_at = time.monotonic() + PROBE_START_S
-    until = start_at + args.seconds
-    status_task = asyncio.ensure_future(status_load(server, args.status_rate, start_at, until,
-                                                    set(layout["status_probe"]) if layout else None))
-    # the reset just before the window: its own step (a millisecond or more) must not hold the
-    # first status calls
-    await asyncio.sleep(max(0.0, start_at - RESET_LEAD_S - time.monotonic()))
-    ramp = await server.stats(session, reset=True)  # the 50 first connections, reported apart
-    before = ramp["samples"]
-    cpu_before, cpu_from = (proc.cpu_times() if proc is not None else None), time.monotonic()
-    closed: list[StreamClient] = []
-    churn_task = (asyncio.ensure_future(churn(server, session, stream, streams, args.churn, until, closed))
-                  if stream else None)
-    status_calls = await status_task
-    status_s = [seconds for _, seconds in status_calls]
-    swaps = await churn_task if churn_task is not None else 0
-    stats = await server.stats(session, probe="stop", timeline=True)
-    cpu_after, cpu_seconds = (proc.cpu_times() if proc is not None else None), time.monotonic() - cpu_from
-    await asyncio.gather(*(c.close() for c in streams + closed))
-    samples = stats["samples"] - before
+def merge_blocks(blocks: list[dict], args: argparse.Namespace) -> dict:
+    """One phase of one round: its blocks' figures together."""
+    calls = [c for b in blocks for c in b["calls"]]
+    seen = [c[1] for c in calls]
+    wire = [c[2] for c in calls if c[2] is not None]
+    timeline = [t for b in blocks for t in b["stats"]["timeline"]]
+    everyone = [c for b in blocks for c in b["everyone"]]
+    cpu = [b["cpu_s"] for b in blocks]
+    cpu_wall_s = sum(b["cpu_wall_s"] for b in blocks)
     # one sample per period connected, give or take the one at each end of a client's stay
-    everyone = streams + closed
     connected_s = sum((c.left_at - c.connected_at) for c in everyone if c.connected_at and c.left_at)
     received = sum(c.samples for c in everyone)
     starved = sum(1 for c in everyone if c.connected_at and c.left_at
                   and c.left_at - c.connected_at >= 3 * args.period and c.samples == 0)
     return {
-        "clients": clients,
-        "swaps": swaps,
-        "samples": samples,
-        "lag_ms": stats["lag_ms"],
-        # the server's CPU use over the window (both threads), in % of one core
-        "server_cpu_percent": round(100 * ((cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system))
-                                    / cpu_seconds, 1) if cpu_before and cpu_after else None,
+        "blocks": len(blocks),
+        "clients": max((b["clients"] for b in blocks), default=0),
+        "swaps": sum(b["swaps"] for b in blocks),
+        "samples": sum(b["samples"] for b in blocks),
+        "lag_ms": summary([v for b in blocks for v in b["stats"]["lags_s"]], scale=1000),
+        # the server's CPU use over the blocks (both threads), in % of one core
+        "server_cpu_percent": round(100 * sum(cpu) / cpu_wall_s, 1) if cpu_wall_s and None not in cpu else None,
         # what the loop ran when it lagged: callbacks over 2 ms, and the collector's pauses
-        "what_ran": stats["what_ran"],
-        "ramp_up_lag_ms": ramp["lag_ms"],
-        "ramp_up_what_ran": ramp["what_ran"],
-        "cycle_ms": stats["cycle_ms"],
-        "status_ms": summary(status_s, scale=1000),
-        "status_s": status_s,
-        "slowest_status_overlapped": slowest_status_overlapped(status_calls, stats["timeline"]),
-        "stream_errors": sum(1 for c in streams + closed if c.error),
-        "samples_per_connected_period": round(received * args.period / connected_s, 3) if clients and connected_s else None,
+        "what_ran": merge_what_ran([b["stats"]["what_ran"] for b in blocks]),
+        "ramp_up_lag_ms": summary([v for b in blocks for v in b["ramp"]["lags_s"]], scale=1000),
+        "ramp_up_what_ran": merge_what_ran([b["ramp"]["what_ran"] for b in blocks]),
+        "cycle_ms": summary([v for b in blocks for v in b["stats"]["cycle_s"]], scale=1000),
+        "status_ms": summary(seen, scale=1000),
+        "status_wire_ms": summary(wire, scale=1000),
+        "slowest_status_overlapped": slowest_status_overlapped([c[:2] for c in calls], timeline),
+        # each block's status p99 and lag max (ms), in the order they ran: how far a run drifts
+        "per_block": [[b["cycle"], summary([c[1] for c in b["calls"]], scale=1000)["p99"],
+                       summary(b["stats"]["lags_s"], scale=1000)["max"]] for b in blocks],
+        "stream_errors": sum(1 for c in everyone if c.error),
+        "samples_per_connected_period": round(received * args.period / connected_s, 3)
+        if everyone and connected_s else None,
         "clients_without_samples": starved,
     }
 
@@ -504,8 +539,9 @@ def checks(result: dict) -> dict[str, bool]:
     if server is not None:
         lag = server["lag_ms_with_clients"]
         baseline = server["lag_ms_without_clients"]
-        ratio = server["status_p99_ratio"]["median"]
-        over_floor = server["status_p99_ratio_over_floor"]["median"]
+        ratio = server["status_p99_ratio"]["pooled"]
+        over_floor = server["status_p99_ratio_over_floor"]["pooled"]
+        null = server["status_p99_ratio_null"]["pooled"]
         out.update({
             "lag_samples_enough": lag["n"] >= MIN_TAIL_SAMPLES,
             "lag_max_within_goal": lag["max"] is not None and lag["max"] <= LAG_MAX_GOAL_MS,
@@ -513,6 +549,9 @@ def checks(result: dict) -> dict[str, bool]:
             "status_samples_enough": min(server["status_ms_with_clients"]["n"], server["status_ms_without_clients"]["n"],
                                          server["status_ms_floor"]["n"]) >= MIN_TAIL_SAMPLES,
             "status_p99_ratio_within_goal": ratio is not None and ratio <= STATUS_RATIO_GOAL,
+            # A against A: a run whose baseline differs from itself by more than the goal's margin
+            # cannot tell a ratio within the goal from one beyond it, whichever way it came out
+            "status_baseline_repeatable": null is not None and 1 / STATUS_RATIO_GOAL <= null <= STATUS_RATIO_GOAL,
             # the same clients on the least stream jupyter_server can serve: what this project adds
             "status_p99_within_goal_of_floor": over_floor is not None and over_floor <= STATUS_RATIO_GOAL,
             "streams_without_errors": server["stream_errors"] == 0,
@@ -545,9 +584,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--clients", type=int, default=50, help="stream clients in the B and C phases (default 50)")
     parser.add_argument("--churn", type=float, default=10.0, help="clients replaced per second in B and C (default 10)")
     parser.add_argument("--rounds", type=int, default=3,
-                        help="rounds of the A, B and C windows, in an order rotated each round (default 3)")
-    parser.add_argument("--seconds", type=float, default=12.0, help="length of each window (default 12)")
-    parser.add_argument("--status-rate", type=float, default=100.0, help="GET /api/status per second (default 100)")
+                        help="rounds of cycles of A, B and C blocks, in an order rotated each cycle (default 3)")
+    parser.add_argument("--seconds", type=float, default=16.0,
+                        help="measured seconds of each phase in each round (default 16)")
+    parser.add_argument("--block", type=float, default=4.0,
+                        help="about how long each block lasts (default 4; --seconds is split evenly)")
+    parser.add_argument("--status-rate", type=float, default=200.0, help="GET /api/status per second (default 200)")
     parser.add_argument("--cpu-seconds", type=float, default=5.0, help="length of each idle-CPU phase (default 5)")
     parser.add_argument("--period", type=float, default=1.0, help="sampling period in seconds (default 1.0)")
     parser.add_argument("--cycle-only", action="store_true", help="time the sampler's cycle only, no server")
@@ -559,8 +601,9 @@ def main(argv: list[str]) -> int:
         parser.error("--gpus, --samples, --clients and --rounds must be >= 1; --kernels >= 0")
     if not 1 <= args.gpus <= 16:
         parser.error("--gpus must be 1-16 (the simulated backend's range)")
-    if args.seconds <= 0 or args.period <= 0 or args.status_rate <= 0 or args.churn < 0 or args.cpu_seconds <= 0:
-        parser.error("--seconds, --period, --status-rate and --cpu-seconds must be positive; --churn >= 0")
+    if (min(args.seconds, args.block, args.period, args.status_rate, args.cpu_seconds) <= 0
+            or args.churn < 0):
+        parser.error("--seconds, --block, --period, --status-rate and --cpu-seconds must be positive; --churn >= 0")
     result = stopping.run(run(args))
     print(json.dumps(result, indent=None if args.json else 2))
     return 0 if result["ok"] else 1

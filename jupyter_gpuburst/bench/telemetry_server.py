@@ -5,7 +5,8 @@ Adds, for the benchmark only:
   spent on something else), started and stopped through the stats endpoint;
 - ``GET /api/gpuburst-bench/stats`` (token-authenticated like any API): sampler timings and the
   probe's quantiles, ``?reset=1`` clears them, ``?probe=start|stop``, ``?timeline=1`` adds what
-  held the loop since the last reset (see ``WhatRan``);
+  held the loop since the last reset (see ``WhatRan``), ``?raw=1`` every lag and sampler cycle
+  since then (so that the benchmark can pool its blocks);
 - ``GET /api/gpuburst-bench/floor-stream``: the least an event stream on jupyter_server does
   (``FloorStreamHandler``), for the benchmark's like-for-like baseline of the same clients;
 - ``--kernels N``: N stand-in kernel processes (``sh`` with a ``sleep`` child, so each has a
@@ -299,7 +300,8 @@ class StatsHandler(APIHandler):
     @web.authenticated
     def get(self) -> None:
         probe: LagProbe = self.settings["bench_probe"]
-        stats = self.settings["gpuburst_sampler"].stats
+        sampler: Sampler = self.settings["gpuburst_sampler"]
+        stats = sampler.stats
         body = {
             "samples": stats.samples,
             "process_samples": stats.process_samples,
@@ -310,10 +312,14 @@ class StatsHandler(APIHandler):
             "loop_work_ms": summary(stats.loop_work_s, scale=1000),
             "lag_ms": summary(probe.lags, scale=1000),
             "what_ran": self.settings["bench_what_ran"].report(),
+            "sampler_running": sampler._task is not None and not sampler._task.done(),
             "time": time.time(),
         }
         if self.get_argument("timeline", None):
             body["timeline"] = self.settings["bench_what_ran"].timeline
+        if self.get_argument("raw", None):
+            body["lags_s"] = list(probe.lags)
+            body["cycle_s"] = list(stats.cycle_s)
         probe_action = self.get_argument("probe", None)
         if probe_action == "start":
             probe.start()
@@ -364,6 +370,9 @@ def main(argv: list[str]) -> int:
     with open(os.path.join(options["root_dir"], "standin-pids.json"), "w") as f:
         json.dump([p.pid for p in procs], f)
     sampler = app.web_app.settings["gpuburst_sampler"]
+    # A B block's clients never all leave before it ends, so the lease (three periods in
+    # production) only sets how long the next block waits for the sampler to pause
+    sampler.lease_s = float(options["period_s"])
     app.web_app.settings["bench_floor_ticker"] = FloorTicker(sampler, float(options["period_s"]))
     real_source = sampler.kernel_source
 

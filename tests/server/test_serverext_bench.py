@@ -15,7 +15,7 @@ def test_bench_telemetry_smoke():
         [
             sys.executable, "-m", "jupyter_gpuburst.cli", "bench", "telemetry", "--json",
             "--gpus", "2", "--kernels", "3", "--samples", "50",
-            "--clients", "5", "--churn", "2", "--rounds", "1", "--seconds", "1.5",
+            "--clients", "5", "--churn", "2", "--rounds", "1", "--seconds", "3", "--block", "1.5",
             "--status-rate", "20", "--cpu-seconds", "0.5", "--period", "0.1",
         ],
         capture_output=True,
@@ -32,8 +32,10 @@ def test_bench_telemetry_smoke():
     server = result["server"]
     assert server["backend"] == "simulated" and server["gpus"] == 2 and server["kernels"] == 3
     first = server["rounds_detail"][0]
-    assert first["order"] == "ABC"
+    # two cycles of blocks, the second in the rotated order
+    assert first["order"] == "ABC BCA" and server["cycles_per_round"] == 2 and server["block_s"] == 1.5
     a, b, c = first["A"], first["B"], first["C"]
+    assert a["blocks"] == b["blocks"] == c["blocks"] == 2 and [blk[0] for blk in b["per_block"]] == [0, 1]
     assert a["samples"] == 0  # nobody listens in A: the sampler is paused
     assert b["samples"] >= 5 and b["swaps"] >= 1
     # the floor's clients read frames of their own: the sampler stays paused, as in A
@@ -52,6 +54,12 @@ def test_bench_telemetry_smoke():
     assert server["slowest_status_overlapped_with_clients"]["calls"] == b["slowest_status_overlapped"]["calls"]
     assert server["status_ms_without_clients"]["n"] >= 20 and server["status_p99_ratio"]["median"] > 0
     assert server["status_ms_floor"]["n"] >= 20
+    # every call counted for one block only: about a block's seconds times the rate each
+    assert server["status_ms_without_clients"]["n"] <= 2 * 1.5 * 20 + 2
+    assert server["status_p99_ratio"]["pooled"] > 0 and server["status_p99_ratio_null"]["pooled"] > 0
+    assert server["status_p99_ratio_null"]["n"][0] > 0 and server["status_p99_ratio_null"]["n"][1] > 0
+    if server["status_wire_ms_without_clients"]["n"]:  # where the kernel gives receive timestamps
+        assert server["status_wire_ms_without_clients"]["p50"] <= server["status_ms_without_clients"]["p50"]
     assert server["status_p99_ratio_floor"]["median"] > 0 and server["status_p99_ratio_over_floor"]["median"] > 0
     assert server["slowest_status_overlapped_floor"]["calls"] == c["slowest_status_overlapped"]["calls"]
     if len(os.sched_getaffinity(0)) >= 2:

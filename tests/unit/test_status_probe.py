@@ -1,0 +1,86 @@
+"""The telemetry benchmark's status probe: one keep-alive connection, two timings per call."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+
+import pytest
+
+from jupyter_gpuburst.bench import status_probe
+
+TOKEN = "probe-token"
+
+
+class StatusHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as jupyter_server answers
+    seen: ClassVar[list[tuple[str, str | None, int]]] = []
+
+    def do_GET(self) -> None:
+        StatusHandler.seen.append((self.path, self.headers.get("Authorization"), id(self.connection)))
+        if self.headers.get("Authorization") != f"token {TOKEN}":
+            body, code = b'{"message": "Forbidden"}', 403
+        else:
+            body, code = json.dumps({"started": "now", "kernels": 0}).encode(), 200
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def url():
+    StatusHandler.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), StatusHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/api/status"
+    server.shutdown()
+    server.server_close()
+
+
+def test_calls_at_its_rate_over_one_connection_with_both_timings(url):
+    started = time.monotonic()
+    calls = status_probe.probe(url, TOKEN, rate=100, until=started + 0.5)
+    assert 10 <= len(calls) <= 51  # paced: 100 a second for half a second at most
+    assert [c[0] for c in calls] == sorted(c[0] for c in calls) and calls[0][0] >= started
+    for _, seconds, wire in calls:
+        assert seconds > 0
+        if status_probe.WIRE_STAMPS:
+            # the response reached the socket before the probe had read it
+            assert wire is not None and 0 <= wire <= seconds
+    # the first call, untimed, opened the connection every timed one reused, with the token
+    assert len(StatusHandler.seen) == len(calls) + 1
+    assert {(path, auth) for path, auth, _ in StatusHandler.seen} == {("/api/status", f"token {TOKEN}")}
+    assert len({connection for _, _, connection in StatusHandler.seen}) == 1
+
+
+def test_a_refused_call_is_an_error_not_a_timing(url):
+    with pytest.raises(status_probe.ProbeError, match="403"):
+        status_probe.probe(url, "wrong", rate=100, until=time.monotonic() + 0.2)
+
+
+def test_the_process_stops_on_sigterm_and_prints_its_calls(url):
+    proc = subprocess.Popen([sys.executable, "-m", "jupyter_gpuburst.bench.status_probe"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdin.write(json.dumps({"url": url, "token": TOKEN, "rate": 50, "until": time.monotonic() + 600}))
+    proc.stdin.close()
+    deadline = time.monotonic() + 30
+    while len(StatusHandler.seen) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.stdout.read(), proc.stderr.read()  # both end when it exits
+    assert proc.wait(timeout=30) == 0, err
+    calls = json.loads(out)
+    assert len(calls) >= 4 and all(len(c) == 3 for c in calls)
+    assert TOKEN not in out + err
