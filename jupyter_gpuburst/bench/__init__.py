@@ -27,9 +27,14 @@ def main(argv: list[str]) -> int:
     try:
         module = importlib.import_module(BENCHMARKS[name])
     except ModuleNotFoundError as exc:
-        if exc.name != BENCHMARKS[name]:
+        if exc.name == BENCHMARKS[name]:
+            print(f"gpuburst bench {name}: not available in this build", file=sys.stderr)
+        elif exc.name and not exc.name.startswith("jupyter_gpuburst"):
+            # a dependency of the benchmarks that a plain install leaves out
+            print(f"gpuburst bench {name}: needs {exc.name.split('.')[0]}, which the 'bench' extra brings: "
+                  "pip install 'jupyter-gpuburst[bench]'", file=sys.stderr)
+        else:
             raise
-        print(f"gpuburst bench {name}: not available in this build", file=sys.stderr)
         return 2
     # Ctrl-C, and SIGTERM through bench/stopping.py, unwind the benchmark: what it started stops
     try:

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from jupyter_gpuburst import cli
 
 
@@ -57,3 +59,32 @@ def test_bench_rejects_bad_sizes():
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 2 and "--nodes must be at least 1" in proc.stderr
+
+
+def test_bench_without_its_dependencies_says_which_extra(monkeypatch, capsys):
+    import importlib
+
+    from jupyter_gpuburst import bench
+
+    def missing(name):
+        raise ModuleNotFoundError("No module named 'aiohttp'", name="aiohttp")
+
+    monkeypatch.setattr(importlib, "import_module", missing)
+    assert bench.main(["telemetry", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == ("gpuburst bench telemetry: needs aiohttp, which the 'bench' extra brings: "
+                           "pip install 'jupyter-gpuburst[bench]'")
+    assert "Traceback" not in err
+
+
+def test_bench_does_not_hide_a_module_of_its_own_gone_missing(monkeypatch):
+    import importlib
+
+    from jupyter_gpuburst import bench
+
+    def broken(name):
+        raise ModuleNotFoundError("No module named 'jupyter_gpuburst.bench.stats'", name="jupyter_gpuburst.bench.stats")
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    with pytest.raises(ModuleNotFoundError):
+        bench.main(["telemetry"])
