@@ -312,7 +312,7 @@ class StatsHandler(APIHandler):
             "loop_work_ms": summary(stats.loop_work_s, scale=1000),
             "lag_ms": summary(probe.lags, scale=1000),
             "what_ran": self.settings["bench_what_ran"].report(),
-            "sampler_running": sampler._task is not None and not sampler._task.done(),
+            "sampler_running": sampler.running,
             "time": time.time(),
         }
         if self.get_argument("timeline", None):
