@@ -387,7 +387,10 @@ async def measure_server(args: argparse.Namespace) -> dict:
                for phase in PHASES} for index in range(args.rounds)]
     for index, r in enumerate(rounds):
         r["order"] = " ".join("".join(phase_order(index * cycles + cycle)) for cycle in range(cycles))
-    seen = {phase: [c[1] for b in blocks if b["phase"] == phase for c in b["calls"]] for phase in PHASES}
+    # each phase's call times, cycle by cycle: the bootstrap draws whole cycles
+    by_cycle = {phase: [[c[1] for b in blocks if b["phase"] == phase and b["cycle"] == cycle for c in b["calls"]]
+                        for cycle in range(args.rounds * cycles)] for phase in PHASES}
+    seen = {phase: [v for calls in by_cycle[phase] for v in calls] for phase in PHASES}
     wire = {phase: [c[2] for b in blocks if b["phase"] == phase for c in b["calls"] if c[2] is not None]
             for phase in PHASES}
     out["rounds_detail"] = rounds
@@ -401,8 +404,6 @@ async def measure_server(args: argparse.Namespace) -> dict:
     out["status_wire_ms_without_clients"] = summary(wire["A"], scale=1000)
     out["status_wire_ms_with_clients"] = summary(wire["B"], scale=1000)
     out["status_wire_ms_floor"] = summary(wire["C"], scale=1000)
-    by_cycle = {phase: [[c[1] for b in blocks if b["phase"] == phase and b["cycle"] == cycle for c in b["calls"]]
-                        for cycle in range(args.rounds * cycles)] for phase in PHASES}
     out["status_p99_ratio"] = {**p99_ratios(rounds, "B", "A"), "pooled": pooled_p99_ratio(seen["B"], seen["A"]),
                                "interval_90": bootstrap_p99_ratio(by_cycle["B"], by_cycle["A"]),
                                "goal": STATUS_RATIO_GOAL}
@@ -415,8 +416,7 @@ async def measure_server(args: argparse.Namespace) -> dict:
     out["status_wire_p99_ratio"] = {**p99_ratios(rounds, "B", "A", "status_wire_ms"),
                                     "pooled": pooled_p99_ratio(wire["B"], wire["A"])}
     # A against A: its odd cycles' calls over its even cycles', the least difference this run can tell
-    halves = [[c[1] for b in blocks if b["phase"] == "A" and b["cycle"] % 2 == parity for c in b["calls"]]
-              for parity in (1, 0)]
+    halves = [[v for calls in by_cycle["A"][parity::2] for v in calls] for parity in (1, 0)]
     out["status_p99_ratio_null"] = {"pooled": pooled_p99_ratio(*halves), "n": [len(h) for h in halves]}
     out["slowest_status_overlapped_without_clients"] = pooled_overlaps([r["A"]["slowest_status_overlapped"] for r in rounds])
     out["slowest_status_overlapped_with_clients"] = pooled_overlaps([r["B"]["slowest_status_overlapped"] for r in rounds])
