@@ -30,7 +30,9 @@ Two parts, both on the production code path:
    ``--status-rate`` times per second (default 200) over one keep-alive connection; a call
    counts for the block it started in. In this process its responses would wait behind the
    stream clients' own work. A 1 ms timer inside the server records the event loop's lag in
-   each block. The server runs on a CPU of its own, the clients and the probe on the others
+   each block, and with each lag how long of it the loop's thread stood waiting for its CPU
+   (Linux's scheduler statistics): ``cpu_wait_ms``, and ``lag_ms_less_cpu_wait``, the lag the
+   loop's own work made. The server runs on a CPU of its own, the clients and the probe on the others
    (``cpu_layout``; ``--no-pin`` turns that off), as browsers never take the server's CPU.
    Before the blocks: CPU use of the idle server with nobody listening and with one panel open.
 
@@ -77,6 +79,7 @@ from jupyter_gpuburst.bench.stats import summary
 from jupyter_gpuburst.bench.telemetry_figures import (
     bootstrap_p99_ratio,
     calls_within,
+    lags_less_cpu_wait,
     merge_what_ran,
     p99_ratios,
     pooled_overlaps,
@@ -397,6 +400,9 @@ async def measure_server(args: argparse.Namespace) -> dict:
     out["lag_ms_without_clients"] = pooled_tail(rounds, "A", "lag_ms")
     out["lag_ms_with_clients"] = pooled_tail(rounds, "B", "lag_ms")
     out["lag_ms_floor"] = pooled_tail(rounds, "C", "lag_ms")
+    for phase, name in (("A", "without_clients"), ("B", "with_clients"), ("C", "floor")):
+        out[f"lag_ms_less_cpu_wait_{name}"] = pooled_tail(rounds, phase, "lag_ms_less_cpu_wait")
+        out[f"cpu_wait_ms_{name}"] = pooled_tail(rounds, phase, "cpu_wait_ms")
     out["ramp_up_lag_ms_max"] = max(r["B"]["ramp_up_lag_ms"]["max"] or 0 for r in rounds)
     out["status_ms_without_clients"] = summary(seen["A"], scale=1000)
     out["status_ms_with_clients"] = summary(seen["B"], scale=1000)
@@ -481,6 +487,9 @@ def merge_blocks(blocks: list[dict], args: argparse.Namespace) -> dict:
     """One phase of one round: its blocks' figures together."""
     calls = [c for b in blocks for c in b["calls"]]
     seen = [c[1] for c in calls]
+    lags = [v for b in blocks for v in b["stats"]["lags_s"]]
+    # a block whose server reported no waits (not Linux) leaves its lags without a pair
+    waits = [v for b in blocks for v in b["stats"].get("cpu_waits_s", [])]
     wire = [c[2] for c in calls if c[2] is not None]
     timeline = [t for b in blocks for t in b["stats"]["timeline"]]
     everyone = [c for b in blocks for c in b["everyone"]]
@@ -496,7 +505,11 @@ def merge_blocks(blocks: list[dict], args: argparse.Namespace) -> dict:
         "clients": max((b["clients"] for b in blocks), default=0),
         "swaps": sum(b["swaps"] for b in blocks),
         "samples": sum(b["samples"] for b in blocks),
-        "lag_ms": summary([v for b in blocks for v in b["stats"]["lags_s"]], scale=1000),
+        "lag_ms": summary(lags, scale=1000),
+        # how long the loop's thread stood runnable but off its CPU, per 1 ms tick, and the lag
+        # without it: the OS's share of a lag against the loop's own work
+        "cpu_wait_ms": summary(waits, scale=1000),
+        "lag_ms_less_cpu_wait": summary(lags_less_cpu_wait(lags, waits), scale=1000),
         # the server's CPU use over the blocks (both threads), in % of one core
         "server_cpu_percent": round(100 * sum(cpu) / cpu_wall_s, 1) if cpu_wall_s and None not in cpu else None,
         # what the loop ran when it lagged: callbacks over 2 ms, and the collector's pauses

@@ -2,7 +2,8 @@
 
 Pure functions over what the benchmark collected: status p99 ratios (per round, pooled, with a
 bootstrap interval), which calls belong to a block, what the slowest calls overlapped on the
-server's timeline, and the server's reports pooled over blocks and rounds.
+server's timeline, the loop's lag less the time the OS kept it off its CPU, and the server's
+reports pooled over blocks and rounds.
 """
 
 from __future__ import annotations
@@ -56,6 +57,14 @@ def bootstrap_p99_ratio(over: list[list[float]], under: list[list[float]], resam
         return None
     ratios.sort()
     return [ratios[int(0.05 * (len(ratios) - 1))], ratios[math.ceil(0.95 * (len(ratios) - 1))]]
+
+
+def lags_less_cpu_wait(lags: list[float], waits: list[float]) -> list[float]:
+    """Each lag less the time its tick's thread waited for a CPU (``waits[i]`` belongs to
+    ``lags[i]``): what the loop's own work held it; empty where the server reported no waits."""
+    if len(waits) != len(lags):
+        return []
+    return [max(0.0, lag - wait) for lag, wait in zip(lags, waits)]
 
 
 def calls_within(calls: list[tuple[float, float, float | None]], t0: float, t1: float) -> list:

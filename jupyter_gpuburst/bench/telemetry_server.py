@@ -2,11 +2,12 @@
 
 Adds, for the benchmark only:
 - an event-loop lag probe: a 1 ms timer that records how late each tick fires (the time the loop
-  spent on something else), started and stopped through the stats endpoint;
+  spent on something else) and, where Linux tells it, how long of that tick the loop's thread
+  waited for its CPU; started and stopped through the stats endpoint;
 - ``GET /api/gpuburst-bench/stats`` (token-authenticated like any API): sampler timings and the
   probe's quantiles, ``?reset=1`` clears them, ``?probe=start|stop``, ``?timeline=1`` adds what
-  held the loop since the last reset (see ``WhatRan``), ``?raw=1`` every lag and sampler cycle
-  since then (so that the benchmark can pool its blocks);
+  held the loop since the last reset (see ``WhatRan``), ``?raw=1`` every lag, CPU wait and sampler
+  cycle since then (so that the benchmark can pool its blocks);
 - ``GET /api/gpuburst-bench/floor-stream``: the least an event stream on jupyter_server does
   (``FloorStreamHandler``), for the benchmark's like-for-like baseline of the same clients;
 - ``--kernels N``: N stand-in kernel processes (``sh`` with a ``sleep`` child, so each has a
@@ -46,11 +47,38 @@ STATUS_CONNECTION = "the status calls' connection"
 OTHER_CONNECTION = "another connection"
 
 
+def open_run_delay() -> int | None:
+    """The calling thread's scheduler statistics, opened for ``run_delay``; None where the
+    kernel keeps none (not Linux, or built without them)."""
+    try:
+        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        run_delay(fd)
+    except (OSError, ValueError, IndexError):
+        os.close(fd)
+        return None
+    return fd
+
+
+def run_delay(fd: int) -> float:
+    """Seconds the thread has stood runnable but waiting for a CPU, since it began (the second
+    field of its ``schedstat``); a read costs about a microsecond."""
+    return int(os.pread(fd, 64, 0).split()[1]) / 1e9
+
+
 class LagProbe:
-    """A 1 ms timer; each tick records how late it fired: the loop's lag at that moment."""
+    """A 1 ms timer; each tick records how late it fired: the loop's lag at that moment.
+
+    With each lag, where Linux tells it, how long the loop's thread waited for its CPU during
+    that tick (``waits``): the part of the lag the OS caused by running something else there
+    (another process, a kernel thread, the server's own sampler thread), not the loop's work.
+    """
 
     def __init__(self) -> None:
         self.lags: list[float] = []
+        self.waits: list[float] = []
         self.task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -63,12 +91,28 @@ class LagProbe:
             self.task.cancel()
             self.task = None
 
+    def clear(self) -> None:
+        self.lags.clear()
+        self.waits.clear()
+
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
-            start = loop.time()
-            await asyncio.sleep(PROBE_INTERVAL_S)
-            self.lags.append(max(0.0, loop.time() - start - PROBE_INTERVAL_S))
+        fd = open_run_delay()  # here, on the loop's thread: the file is that thread's
+        try:
+            waited = run_delay(fd) if fd is not None else 0.0
+            while True:
+                start = loop.time()
+                await asyncio.sleep(PROBE_INTERVAL_S)
+                lag = max(0.0, loop.time() - start - PROBE_INTERVAL_S)
+                # both lists grow in the same step, so that the n-th wait is the n-th lag's
+                self.lags.append(lag)
+                if fd is not None:
+                    now = run_delay(fd)
+                    self.waits.append(now - waited)
+                    waited = now
+        finally:
+            if fd is not None:
+                os.close(fd)
 
 
 class WhatRan:
@@ -311,6 +355,7 @@ class StatsHandler(APIHandler):
             "process_read_ms": summary(stats.process_read_s, scale=1000),
             "loop_work_ms": summary(stats.loop_work_s, scale=1000),
             "lag_ms": summary(probe.lags, scale=1000),
+            "cpu_wait_ms": summary(probe.waits, scale=1000),
             "what_ran": self.settings["bench_what_ran"].report(),
             "sampler_running": sampler.running,
             "time": time.time(),
@@ -319,6 +364,7 @@ class StatsHandler(APIHandler):
             body["timeline"] = self.settings["bench_what_ran"].timeline
         if self.get_argument("raw", None):
             body["lags_s"] = list(probe.lags)
+            body["cpu_waits_s"] = list(probe.waits)
             body["cycle_s"] = list(stats.cycle_s)
         probe_action = self.get_argument("probe", None)
         if probe_action == "start":
@@ -326,7 +372,7 @@ class StatsHandler(APIHandler):
         elif probe_action == "stop":
             probe.stop()
         if self.get_argument("reset", None):
-            probe.lags.clear()
+            probe.clear()
             self.settings["bench_what_ran"].reset()
             for series in (stats.device_read_s, stats.process_read_s, stats.loop_work_s, stats.cycle_s,
                            stats.cycle_with_processes_s):

@@ -44,6 +44,10 @@ def test_bench_telemetry_smoke():
     # every connected client gets about one sample per period, shared, not one per request
     assert 0.5 <= server["samples_per_connected_period_min"] <= 1.5
     assert server["lag_ms_with_clients"]["n"] > 100 and server["lag_ms_with_clients"]["max"] is not None
+    for phase in ("without_clients", "with_clients", "floor"):
+        lag, less = server[f"lag_ms_{phase}"], server[f"lag_ms_less_cpu_wait_{phase}"]
+        if less["n"]:  # where Linux keeps scheduler statistics per thread: one wait per lag
+            assert less["n"] == lag["n"] == server[f"cpu_wait_ms_{phase}"]["n"] and less["max"] <= lag["max"]
     # the slowest status calls of each window were laid over the server's timeline
     for window in (a, b, c):
         overlapped = window["slowest_status_overlapped"]

@@ -374,6 +374,14 @@ def test_what_ran_pools_over_blocks():
     assert pooled["gc"] == {"0": {"n": 3, "max_ms": 0.5, "total_ms": 1.2}, "1": {"n": 1, "max_ms": 1.5, "total_ms": 1.5}}
 
 
+def test_a_lag_less_its_cpu_wait_is_what_the_loop_itself_held():
+    lags = [0.0002, 0.004, 0.003]
+    waits = [0.0005, 0.0038, 0.0]  # a wait longer than its lag: the tick's sleep took it in
+    assert telemetry_figures.lags_less_cpu_wait(lags, waits) == pytest.approx([0.0, 0.0002, 0.003])
+    # a server that reported no waits (not Linux): nothing to pair, no figure
+    assert telemetry_figures.lags_less_cpu_wait(lags, []) == []
+
+
 def test_overlaps_pool_over_windows():
     one = {"calls": 30, "overlapping_nothing": 20, "by_what": {"a": {"calls": 4, "overlap_ms": 1.0}}}
     two = {"calls": 30, "overlapping_nothing": 25, "by_what": {"a": {"calls": 1, "overlap_ms": 0.5},
@@ -384,6 +392,52 @@ def test_overlaps_pool_over_windows():
 
 
 # ---- the telemetry server's lag recorder ---------------------------------------------------------
+def test_lag_probe_pairs_each_lag_with_the_cpu_wait_the_os_gave_its_thread():
+    import asyncio
+    import os
+    import subprocess
+    import sys
+    import time as _time
+
+    from jupyter_gpuburst.bench.telemetry_server import LagProbe, open_run_delay
+
+    fd = open_run_delay()
+    if fd is None:
+        pytest.skip("this kernel keeps no scheduler statistics per thread")
+    os.close(fd)
+    allowed = os.sched_getaffinity(0)
+    cpu = min(allowed)
+    # a busy process on the loop thread's one CPU: while the loop computes, the two share that CPU
+    rival = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+    async def measure() -> LagProbe:
+        probe = LagProbe()
+        probe.start()
+        await asyncio.sleep(0.02)
+        started = _time.thread_time()
+        while _time.thread_time() - started < 0.05:  # 50 ms of the loop's own work, in one step
+            pass
+        await asyncio.sleep(0.02)
+        probe.stop()
+        await asyncio.sleep(0)
+        return probe
+
+    try:
+        os.sched_setaffinity(rival.pid, {cpu})
+        os.sched_setaffinity(0, {cpu})
+        _time.sleep(0.05)  # the rival is running
+        probe = asyncio.run(measure())
+    finally:
+        os.sched_setaffinity(0, allowed)
+        rival.kill()
+        rival.wait()
+    assert len(probe.waits) == len(probe.lags) > 10 and min(probe.waits) >= 0
+    worst = max(range(len(probe.lags)), key=probe.lags.__getitem__)
+    # the step's lag holds its 50 ms of work and the time the rival had the CPU meanwhile
+    assert probe.lags[worst] >= 0.05 and probe.waits[worst] >= 0.005
+    assert telemetry_figures.lags_less_cpu_wait(probe.lags, probe.waits)[worst] >= 0.045
+
+
 async def test_what_ran_names_the_slow_coroutine_and_the_collector():
     import asyncio
     import gc
