@@ -32,8 +32,8 @@ Two parts, both on the production code path:
    stream clients' own work. A 1 ms timer inside the server records the event loop's lag in
    each block, and with each lag how long of it the loop's thread stood waiting for its CPU
    (Linux's scheduler statistics): ``cpu_wait_ms``, and ``lag_ms_less_cpu_wait``, the lag the
-   loop's own work made. The server runs on a CPU of its own, the clients and the probe on the others
-   (``cpu_layout``; ``--no-pin`` turns that off), as browsers never take the server's CPU.
+   loop's own work made. The server runs on a CPU of its own, the clients and the probe on the
+   others (``cpu_layout``; ``--no-pin`` turns that off), as browsers never take the server's CPU.
    Before the blocks: CPU use of the idle server with nobody listening and with one panel open.
 
 The status ratios: per round (its median and spread) and pooled over the run (every call of
@@ -45,9 +45,10 @@ the probe's own wait for a CPU.
 What the slowest status calls overlapped (``slowest_status_overlapped``, per phase and round,
 and pooled): the probe and the server share ``time.monotonic()``, so each of the slowest 2.5 %
 of a phase's status calls (those behind its p99) is laid over the server's timeline of loop
-steps, collections and sampler worker cycles of 50 µs or more, and the steps it overlapped are
-counted by name (the call's own steps left out). A call that overlapped nothing was slowed
-outside the server's loop: the network, the probe, or the OS scheduler.
+steps, collections, sampler worker cycles and its loop thread's waits for its CPU, each of
+50 µs or more, and the steps it overlapped are counted by name (the call's own steps left
+out). A call that overlapped nothing was slowed outside all of that: the network, the probe,
+or a stall of the machine's that the server's thread does not see as a wait.
 
 Checks (each can fail): cycle p99 <= 5 ms; lag max <= 5 ms in every B block, and <= 10 ms in
 every A block (else something else ran on the machine and the ratios mean nothing); /api/status

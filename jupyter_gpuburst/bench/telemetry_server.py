@@ -43,6 +43,7 @@ PROBE_INTERVAL_S = 0.001
 # the timeline keeps steps at least this long: shorter ones cannot move a millisecond-scale call
 TIMELINE_MIN_S = 50e-6
 SAMPLER_WORKER = "sampler worker cycle (its own thread, holding the GIL while it computes)"
+CPU_WAIT = "the loop's thread waiting for its CPU (something else ran there)"
 STATUS_CONNECTION = "the status calls' connection"
 OTHER_CONNECTION = "another connection"
 
@@ -74,11 +75,14 @@ class LagProbe:
     With each lag, where Linux tells it, how long the loop's thread waited for its CPU during
     that tick (``waits``): the part of the lag the OS caused by running something else there
     (another process, a kernel thread, the server's own sampler thread), not the loop's work.
+    Each wait also goes on ``what_ran``'s timeline, at the end of its tick: a thread woken by its
+    timer waits from then until it runs.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, what_ran: WhatRan | None = None) -> None:
         self.lags: list[float] = []
         self.waits: list[float] = []
+        self.what_ran = what_ran
         self.task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -109,6 +113,8 @@ class LagProbe:
                 if fd is not None:
                     now = run_delay(fd)
                     self.waits.append(now - waited)
+                    if self.what_ran is not None:
+                        self.what_ran.note_cpu_wait(time.monotonic(), now - waited)
                     waited = now
         finally:
             if fd is not None:
@@ -121,7 +127,8 @@ class WhatRan:
 
     Also a timeline, on ``time.monotonic()`` (one clock for every process on Linux, so the
     status probe's calls can be laid over it): every callback and collection of 50 µs or more,
-    and the sampler worker's cycles (``note_worker``), which hold the GIL the loop needs. A
+    the sampler worker's cycles (``note_worker``), which hold the GIL the loop needs, and the
+    loop's thread's waits for its CPU of 50 µs or more (``note_cpu_wait``). A
     connection's own steps (tornado's I/O dispatch and request parsing) are named by whose they
     are: the connection of the latest ``/api/status`` call (the probe's one keep-alive
     connection), or another.
@@ -238,6 +245,11 @@ class WhatRan:
     def note_worker(self, started: float, took: float) -> None:
         """A sampler cycle in its worker thread (``time.monotonic()`` start, seconds)."""
         self.timeline.append((started, took, SAMPLER_WORKER))
+
+    def note_cpu_wait(self, ended: float, waited: float) -> None:
+        """The loop's thread stood ``waited`` seconds runnable, off its CPU, until ``ended``."""
+        if waited >= TIMELINE_MIN_S:
+            self.timeline.append((ended - waited, waited, CPU_WAIT))
 
     def report(self) -> dict:
         slow = sorted(self.slow, reverse=True)[: self.keep]
@@ -402,11 +414,10 @@ def main(argv: list[str]) -> int:
     )
     app = ServerApp.instance(config=config)
     app.initialize(argv=[])
-    probe = LagProbe()
-    app.web_app.settings["bench_probe"] = probe
     what_ran = WhatRan()
     what_ran.install()
     app.web_app.settings["bench_what_ran"] = what_ran
+    app.web_app.settings["bench_probe"] = LagProbe(what_ran)
     app.web_app.add_handlers(".*$", [
         (url_path_join(app.base_url, "/api/gpuburst-bench/stats"), StatsHandler),
         (url_path_join(app.base_url, "/api/gpuburst-bench/floor-stream"), FloorStreamHandler),

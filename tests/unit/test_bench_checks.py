@@ -399,7 +399,7 @@ def test_lag_probe_pairs_each_lag_with_the_cpu_wait_the_os_gave_its_thread():
     import sys
     import time as _time
 
-    from jupyter_gpuburst.bench.telemetry_server import LagProbe, open_run_delay
+    from jupyter_gpuburst.bench.telemetry_server import CPU_WAIT, TIMELINE_MIN_S, LagProbe, WhatRan, open_run_delay
 
     fd = open_run_delay()
     if fd is None:
@@ -410,8 +410,10 @@ def test_lag_probe_pairs_each_lag_with_the_cpu_wait_the_os_gave_its_thread():
     # a busy process on the loop thread's one CPU: while the loop computes, the two share that CPU
     rival = subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
+    recorder = WhatRan()
+
     async def measure() -> LagProbe:
-        probe = LagProbe()
+        probe = LagProbe(recorder)
         probe.start()
         await asyncio.sleep(0.02)
         started = _time.thread_time()
@@ -436,6 +438,10 @@ def test_lag_probe_pairs_each_lag_with_the_cpu_wait_the_os_gave_its_thread():
     # the step's lag holds its 50 ms of work and the time the rival had the CPU meanwhile
     assert probe.lags[worst] >= 0.05 and probe.waits[worst] >= 0.005
     assert telemetry_figures.lags_less_cpu_wait(probe.lags, probe.waits)[worst] >= 0.045
+    # the waits long enough to slow a status call are on the timeline the slowest calls are laid over
+    waits = [step for step in recorder.timeline if step[2] == CPU_WAIT]
+    assert waits and all(step[1] >= TIMELINE_MIN_S for step in waits)
+    assert max(step[1] for step in waits) == pytest.approx(max(probe.waits))
 
 
 async def test_what_ran_names_the_slow_coroutine_and_the_collector():
