@@ -41,6 +41,19 @@ async def finished(cluster, name: str) -> tuple[dict, str]:
     return done, cluster.kubelet.log_path("default", name).read_text()
 
 
+def pod_story(cluster, name: str) -> str:
+    """What a pod's containers did, for a failure message: states, restarts, their logs' ends."""
+    status = cluster.store.get("pods", "default", name).get("status", {})
+    lines = [f"phase {status.get('phase')}"]
+    for c in status.get("containerStatuses") or []:
+        lines.append(f"{c['name']}: restarts {c.get('restartCount')}, state {json.dumps(c.get('state'))}")
+        for previous in (True, False):
+            log = cluster.kubelet.log_path("default", name, c["name"], previous=previous)
+            if log is not None:
+                lines.append(f"  {'previous ' if previous else ''}log: {log.read_text()[-500:]!r}")
+    return "\n".join(lines)
+
+
 def fresh_dir_under(parent: str) -> str:
     """A path under ``parent`` (which exists) that does not exist on the host."""
     path = f"{parent}/gpuburst-test-{secrets.token_hex(4)}"
@@ -94,7 +107,11 @@ async def test_emptydir_is_shared_between_containers_and_writes_outside_volumes_
     reader = py("reader", f"import os,time\nwhile not os.path.exists('{b}/in/f'): time.sleep(0.02)\nprint(open('{b}/in/f').read(), flush=True)\ntime.sleep(60)",
                 volumeMounts=[{"name": "scratch", "mountPath": f"{b}/in"}])
     store.create("pods", pod("pair", writer, reader, volumes=[{"name": "scratch", "emptyDir": {}}]), "default")
-    await wait_until(lambda: (p := cluster.kubelet.log_path("default", "pair", "reader")) is not None and "from writer" in p.read_text(), what="reader sees the writer's file")
+    try:
+        await wait_until(lambda: (p := cluster.kubelet.log_path("default", "pair", "reader")) is not None
+                         and "from writer" in p.read_text(), timeout=30, what="reader sees the writer's file")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{pod_story(cluster, 'pair')}") from None
     # a file written beside the volume, in /etc, went to the container's private layer
     assert not os.path.lexists(f"/etc/{Path(a).name}-outside")
     # exec runs in the container's view, in its working directory (which only exists there):
