@@ -32,7 +32,7 @@ Two parts, both on the production code path:
    stream clients' own work. A 1 ms timer inside the server records the event loop's lag in
    each block, and with each lag how long of it the loop's thread stood waiting for its CPU
    (Linux's scheduler statistics): ``cpu_wait_ms``, and ``lag_ms_less_cpu_wait``, the lag the
-   loop's own work made. The server runs on a CPU of its own, the clients and the probe on the
+   loop's own work made; ``lag_max_split`` splits the largest lag so. The server runs on a CPU of its own, the clients and the probe on the
    others (``cpu_layout``; ``--no-pin`` turns that off), as browsers never take the server's CPU.
    Before the blocks: CPU use of the idle server with nobody listening and with one panel open.
 
@@ -80,6 +80,7 @@ from jupyter_gpuburst.bench.stats import summary
 from jupyter_gpuburst.bench.telemetry_figures import (
     bootstrap_p99_ratio,
     calls_within,
+    lag_max_split,
     lags_less_cpu_wait,
     merge_what_ran,
     p99_ratios,
@@ -404,6 +405,9 @@ async def measure_server(args: argparse.Namespace) -> dict:
     for phase, name in (("A", "without_clients"), ("B", "with_clients"), ("C", "floor")):
         out[f"lag_ms_less_cpu_wait_{name}"] = pooled_tail(rounds, phase, "lag_ms_less_cpu_wait")
         out[f"cpu_wait_ms_{name}"] = pooled_tail(rounds, phase, "cpu_wait_ms")
+        # the run's largest lag in the phase, split: what set the lag maximum the check reads
+        splits = [r[phase]["lag_max_split"] for r in rounds if r[phase]["lag_max_split"]]
+        out[f"lag_max_split_{name}"] = max(splits, key=lambda split: split["lag_ms"], default=None)
     out["ramp_up_lag_ms_max"] = max(r["B"]["ramp_up_lag_ms"]["max"] or 0 for r in rounds)
     out["status_ms_without_clients"] = summary(seen["A"], scale=1000)
     out["status_ms_with_clients"] = summary(seen["B"], scale=1000)
@@ -511,6 +515,7 @@ def merge_blocks(blocks: list[dict], args: argparse.Namespace) -> dict:
         # without it: the OS's share of a lag against the loop's own work
         "cpu_wait_ms": summary(waits, scale=1000),
         "lag_ms_less_cpu_wait": summary(lags_less_cpu_wait(lags, waits), scale=1000),
+        "lag_max_split": lag_max_split(lags, waits),
         # the server's CPU use over the blocks (both threads), in % of one core
         "server_cpu_percent": round(100 * sum(cpu) / cpu_wall_s, 1) if cpu_wall_s and None not in cpu else None,
         # what the loop ran when it lagged: callbacks over 2 ms, and the collector's pauses

@@ -67,6 +67,17 @@ def lags_less_cpu_wait(lags: list[float], waits: list[float]) -> list[float]:
     return [max(0.0, lag - wait) for lag, wait in zip(lags, waits)]
 
 
+def lag_max_split(lags: list[float], waits: list[float]) -> dict | None:
+    """The largest lag (ms) and how it splits: the CPU wait in its tick and the rest, the loop's
+    own work or a stall of the machine's (None where the server reported no waits)."""
+    if not lags or len(waits) != len(lags):
+        return None
+    worst = max(range(len(lags)), key=lags.__getitem__)
+    lag, wait = lags[worst], min(waits[worst], lags[worst])
+    return {"lag_ms": round(lag * 1000, 4), "cpu_wait_ms": round(wait * 1000, 4),
+            "less_cpu_wait_ms": round((lag - wait) * 1000, 4)}
+
+
 def calls_within(calls: list[tuple[float, float, float | None]], t0: float, t1: float) -> list:
     """The calls (in order of their start) that started in ``[t0, t1)``."""
     starts = [c[0] for c in calls]

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from jupyter_gpuburst.bench.telemetry import cpu_layout
 
 
@@ -48,6 +50,9 @@ def test_bench_telemetry_smoke():
         lag, less = server[f"lag_ms_{phase}"], server[f"lag_ms_less_cpu_wait_{phase}"]
         if less["n"]:  # where Linux keeps scheduler statistics per thread: one wait per lag
             assert less["n"] == lag["n"] == server[f"cpu_wait_ms_{phase}"]["n"] and less["max"] <= lag["max"]
+            split = server[f"lag_max_split_{phase}"]
+            assert split["lag_ms"] == lag["max"]
+            assert split["cpu_wait_ms"] + split["less_cpu_wait_ms"] == pytest.approx(split["lag_ms"], abs=1e-3)
     # the slowest status calls of each window were laid over the server's timeline
     for window in (a, b, c):
         overlapped = window["slowest_status_overlapped"]

@@ -382,6 +382,14 @@ def test_a_lag_less_its_cpu_wait_is_what_the_loop_itself_held():
     assert telemetry_figures.lags_less_cpu_wait(lags, []) == []
 
 
+def test_the_largest_lag_is_split_into_its_cpu_wait_and_the_rest():
+    split = telemetry_figures.lag_max_split([0.001, 0.0048, 0.002], [0.0, 0.0041, 0.002])
+    assert split == {"lag_ms": 4.8, "cpu_wait_ms": 4.1, "less_cpu_wait_ms": pytest.approx(0.7)}
+    # a wait longer than the lag it came with counts up to the lag
+    assert telemetry_figures.lag_max_split([0.003], [0.004])["less_cpu_wait_ms"] == 0
+    assert telemetry_figures.lag_max_split([0.003], []) is None and telemetry_figures.lag_max_split([], []) is None
+
+
 def test_overlaps_pool_over_windows():
     one = {"calls": 30, "overlapping_nothing": 20, "by_what": {"a": {"calls": 4, "overlap_ms": 1.0}}}
     two = {"calls": 30, "overlapping_nothing": 25, "by_what": {"a": {"calls": 1, "overlap_ms": 0.5},
