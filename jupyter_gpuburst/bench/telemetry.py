@@ -32,8 +32,9 @@ Two parts, both on the production code path:
    stream clients' own work. A 1 ms timer inside the server records the event loop's lag in
    each block, and with each lag how long of it the loop's thread stood waiting for its CPU
    (Linux's scheduler statistics): ``cpu_wait_ms``, and ``lag_ms_less_cpu_wait``, the lag the
-   loop's own work made; ``lag_max_split`` splits the largest lag so. The server runs on a CPU of its own, the clients and the probe on the
-   others (``cpu_layout``; ``--no-pin`` turns that off), as browsers never take the server's CPU.
+   loop's own work made; ``lag_max_split`` splits the largest lag so. The server runs on a CPU
+   of its own, the clients and the probe on the others (``cpu_layout``; ``--no-pin`` turns that
+   off), as browsers never take the server's CPU.
    Before the blocks: CPU use of the idle server with nobody listening and with one panel open.
 
 The status ratios: per round (its median and spread) and pooled over the run (every call of
@@ -107,6 +108,8 @@ OUR_STREAM = "/api/gpuburst/stream"
 FLOOR_STREAM = "/api/gpuburst-bench/floor-stream"  # bench/telemetry_server.py's FloorStreamHandler
 # what the stream clients read in each phase: A none, B this project's stream, C the floor's
 PHASES = {"A": None, "B": OUR_STREAM, "C": FLOOR_STREAM}
+# how the JSON's pooled figures name each phase: lag_ms_without_clients, status_ms_floor, ...
+PHASE_NAMES = {"A": "without_clients", "B": "with_clients", "C": "floor"}
 
 
 # ---- part 1: the sampler's whole cycle -------------------------------------------------------
@@ -399,22 +402,17 @@ async def measure_server(args: argparse.Namespace) -> dict:
     wire = {phase: [c[2] for b in blocks if b["phase"] == phase for c in b["calls"] if c[2] is not None]
             for phase in PHASES}
     out["rounds_detail"] = rounds
-    out["lag_ms_without_clients"] = pooled_tail(rounds, "A", "lag_ms")
-    out["lag_ms_with_clients"] = pooled_tail(rounds, "B", "lag_ms")
-    out["lag_ms_floor"] = pooled_tail(rounds, "C", "lag_ms")
-    for phase, name in (("A", "without_clients"), ("B", "with_clients"), ("C", "floor")):
-        out[f"lag_ms_less_cpu_wait_{name}"] = pooled_tail(rounds, phase, "lag_ms_less_cpu_wait")
-        out[f"cpu_wait_ms_{name}"] = pooled_tail(rounds, phase, "cpu_wait_ms")
+    for phase, name in PHASE_NAMES.items():
+        for key in ("lag_ms", "lag_ms_less_cpu_wait", "cpu_wait_ms"):
+            out[f"{key}_{name}"] = pooled_tail(rounds, phase, key)
         # the run's largest lag in the phase, split: what set the lag maximum the check reads
         splits = [r[phase]["lag_max_split"] for r in rounds if r[phase]["lag_max_split"]]
         out[f"lag_max_split_{name}"] = max(splits, key=lambda split: split["lag_ms"], default=None)
+        out[f"status_ms_{name}"] = summary(seen[phase], scale=1000)
+        out[f"status_wire_ms_{name}"] = summary(wire[phase], scale=1000)
+        out[f"slowest_status_overlapped_{name}"] = pooled_overlaps([r[phase]["slowest_status_overlapped"]
+                                                                    for r in rounds])
     out["ramp_up_lag_ms_max"] = max(r["B"]["ramp_up_lag_ms"]["max"] or 0 for r in rounds)
-    out["status_ms_without_clients"] = summary(seen["A"], scale=1000)
-    out["status_ms_with_clients"] = summary(seen["B"], scale=1000)
-    out["status_ms_floor"] = summary(seen["C"], scale=1000)
-    out["status_wire_ms_without_clients"] = summary(wire["A"], scale=1000)
-    out["status_wire_ms_with_clients"] = summary(wire["B"], scale=1000)
-    out["status_wire_ms_floor"] = summary(wire["C"], scale=1000)
     out["status_p99_ratio"] = {**p99_ratios(rounds, "B", "A"), "pooled": pooled_p99_ratio(seen["B"], seen["A"]),
                                "interval_90": bootstrap_p99_ratio(by_cycle["B"], by_cycle["A"]),
                                "goal": STATUS_RATIO_GOAL}
@@ -429,9 +427,6 @@ async def measure_server(args: argparse.Namespace) -> dict:
     # A against A: its odd cycles' calls over its even cycles', the least difference this run can tell
     halves = [[v for calls in by_cycle["A"][parity::2] for v in calls] for parity in (1, 0)]
     out["status_p99_ratio_null"] = {"pooled": pooled_p99_ratio(*halves), "n": [len(h) for h in halves]}
-    out["slowest_status_overlapped_without_clients"] = pooled_overlaps([r["A"]["slowest_status_overlapped"] for r in rounds])
-    out["slowest_status_overlapped_with_clients"] = pooled_overlaps([r["B"]["slowest_status_overlapped"] for r in rounds])
-    out["slowest_status_overlapped_floor"] = pooled_overlaps([r["C"]["slowest_status_overlapped"] for r in rounds])
     streamed = [r[phase] for r in rounds for phase in ("B", "C")]
     out["stream_errors"] = sum(w["stream_errors"] for w in streamed)
     out["samples_per_connected_period_min"] = min((w["samples_per_connected_period"] or 0.0 for w in streamed), default=0.0)

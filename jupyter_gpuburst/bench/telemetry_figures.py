@@ -70,12 +70,13 @@ def lags_less_cpu_wait(lags: list[float], waits: list[float]) -> list[float]:
 def lag_max_split(lags: list[float], waits: list[float]) -> dict | None:
     """The largest lag (ms) and how it splits: the CPU wait in its tick and the rest, the loop's
     own work or a stall of the machine's (None where the server reported no waits)."""
-    if not lags or len(waits) != len(lags):
+    less = lags_less_cpu_wait(lags, waits)
+    if not less:
         return None
     worst = max(range(len(lags)), key=lags.__getitem__)
-    lag, wait = lags[worst], min(waits[worst], lags[worst])
-    return {"lag_ms": round(lag * 1000, 4), "cpu_wait_ms": round(wait * 1000, 4),
-            "less_cpu_wait_ms": round((lag - wait) * 1000, 4)}
+    lag, own = lags[worst], less[worst]
+    return {"lag_ms": round(lag * 1000, 4), "cpu_wait_ms": round((lag - own) * 1000, 4),
+            "less_cpu_wait_ms": round(own * 1000, 4)}
 
 
 def calls_within(calls: list[tuple[float, float, float | None]], t0: float, t1: float) -> list:
@@ -94,9 +95,10 @@ def pooled_tail(rounds: list[dict], phase: str, key: str) -> dict:
 
 def slowest_status_overlapped(calls: list[tuple[float, float]], timeline: list[list],
                               share: float = SLOWEST_SHARE) -> dict:
-    """What the server's loop and sampler worker did while the slowest ``share`` of the status
-    ``calls`` (``(started, seconds)``) were in flight. ``timeline``: ``[started, seconds, what]``
-    on the same clock. Per name: the calls it overlapped, and for how long in all (ms)."""
+    """What the server's loop, its sampler worker and the OS (the loop thread's waits for its
+    CPU) did while the slowest ``share`` of the status ``calls`` (``(started, seconds)``) were in
+    flight. ``timeline``: ``[started, seconds, what]`` on the same clock. Per name: the calls it
+    overlapped, and for how long in all (ms)."""
     if not calls:
         return {"calls": 0, "slower_than_ms": None, "overlapping_nothing": 0, "by_what": {}}
     slowest = sorted(calls, key=lambda c: c[1], reverse=True)[: max(1, math.ceil(len(calls) * share))]

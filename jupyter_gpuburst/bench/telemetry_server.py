@@ -107,14 +107,15 @@ class LagProbe:
             while True:
                 start = loop.time()
                 await asyncio.sleep(PROBE_INTERVAL_S)
-                lag = max(0.0, loop.time() - start - PROBE_INTERVAL_S)
+                woke = loop.time()  # asyncio's clock is time.monotonic(), the timeline's
+                lag = max(0.0, woke - start - PROBE_INTERVAL_S)
                 # both lists grow in the same step, so that the n-th wait is the n-th lag's
                 self.lags.append(lag)
                 if fd is not None:
                     now = run_delay(fd)
                     self.waits.append(now - waited)
                     if self.what_ran is not None:
-                        self.what_ran.note_cpu_wait(time.monotonic(), now - waited)
+                        self.what_ran.note_cpu_wait(woke, now - waited)
                     waited = now
         finally:
             if fd is not None:
