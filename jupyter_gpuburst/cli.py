@@ -37,6 +37,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def missing_package(exc: ModuleNotFoundError) -> str | None:
+    """The package outside this project whose absence made an import fail (its top-level name):
+    an extra left out of the install. None when the missing module is one of this project's own:
+    a broken install, which must raise rather than be explained away."""
+    if exc.name and not exc.name.startswith("jupyter_gpuburst"):
+        return exc.name.split(".")[0]
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -53,11 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         if exc.name == module_name:
             print(f"gpuburst {name}: not available in this build ({module_name} is missing)", file=sys.stderr)
             return 2
-        if exc.name and not exc.name.startswith("jupyter_gpuburst"):
-            extra = EXTRAS.get(name, "hub")
-            print(f"gpuburst {name} needs {exc.name.split('.')[0]}: pip install 'jupyter-gpuburst[{extra}]'", file=sys.stderr)
-            return 2
-        raise
+        package = missing_package(exc)
+        if package is None:
+            raise
+        print(f"gpuburst {name} needs {package}: pip install 'jupyter-gpuburst[{EXTRAS.get(name, 'hub')}]'", file=sys.stderr)
+        return 2
     try:
         return int(getattr(module, func_name)(rest) or 0)
     except BrokenPipeError:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from jupyter_gpuburst.cli import missing_package
+
 BENCHMARKS = {
     "placement": "jupyter_gpuburst.bench.placement",
     "telemetry": "jupyter_gpuburst.bench.telemetry",
@@ -29,12 +31,13 @@ def main(argv: list[str]) -> int:
     except ModuleNotFoundError as exc:
         if exc.name == BENCHMARKS[name]:
             print(f"gpuburst bench {name}: not available in this build", file=sys.stderr)
-        elif exc.name and not exc.name.startswith("jupyter_gpuburst"):
-            # a dependency of the benchmarks that a plain install leaves out
-            print(f"gpuburst bench {name}: needs {exc.name.split('.')[0]}, which the 'bench' extra brings: "
-                  "pip install 'jupyter-gpuburst[bench]'", file=sys.stderr)
-        else:
+            return 2
+        package = missing_package(exc)
+        if package is None:
             raise
+        # a dependency of the benchmarks that a plain install leaves out
+        print(f"gpuburst bench {name}: needs {package}, which the 'bench' extra brings: "
+              "pip install 'jupyter-gpuburst[bench]'", file=sys.stderr)
         return 2
     # Ctrl-C, and SIGTERM through bench/stopping.py, unwind the benchmark: what it started stops
     try:

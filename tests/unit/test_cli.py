@@ -88,3 +88,23 @@ def test_bench_does_not_hide_a_module_of_its_own_gone_missing(monkeypatch):
     monkeypatch.setattr(importlib, "import_module", broken)
     with pytest.raises(ModuleNotFoundError):
         bench.main(["telemetry"])
+
+
+def test_a_command_without_its_extra_says_which_and_its_own_modules_still_raise(monkeypatch, capsys):
+    import importlib
+
+    from jupyter_gpuburst import cli
+
+    def missing(name):
+        raise ModuleNotFoundError("No module named 'jsonpatch'", name="jsonpatch")
+
+    monkeypatch.setattr(importlib, "import_module", missing)
+    assert cli.main(["sim"]) == 2
+    assert capsys.readouterr().err.strip() == "gpuburst sim needs jsonpatch: pip install 'jupyter-gpuburst[demo]'"
+
+    def broken(name):
+        raise ModuleNotFoundError("No module named 'jupyter_gpuburst.sim.store'", name="jupyter_gpuburst.sim.store")
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    with pytest.raises(ModuleNotFoundError):
+        cli.main(["sim"])
