@@ -29,7 +29,7 @@ def _sections() -> list[tuple[str, str, type[HasTraits]]]:
     from jupyter_gpuburst.server.app import GPUBurstServerExtension
     from jupyter_gpuburst.hub.spawner import GPUBurstSpawner
     from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
-    from jupyter_gpuburst.server.provisioner import GPUBurstProvisioner
+    from jupyter_gpuburst.server.kernels.provisioner import GPUBurstProvisioner
 
     return [
         ("GPUBurstSpawner", "the hub: placement policy and spawner behaviour (`jupyterhub_config.py`)", GPUBurstSpawner),

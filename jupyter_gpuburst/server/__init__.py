@@ -6,8 +6,8 @@ __all__ = ["GPUBurstServerExtension"]
 
 
 def __getattr__(name: str) -> Any:
-    # lazy: a GPU kernel's pod runs jupyter_gpuburst.server.kernel_pod, which must not pay
-    # for importing jupyter_server on every kernel start
+    # lazy: a GPU kernel's pod reads its GPUs through jupyter_gpuburst.server.gpu, and must
+    # not pay for importing jupyter_server on every kernel start
     if name == "GPUBurstServerExtension":
         from jupyter_gpuburst.server.app import GPUBurstServerExtension
 

@@ -13,8 +13,8 @@ from jupyter_gpuburst.server.gpu import simulated
 from jupyter_gpuburst.server.gpu.backend import BACKEND_NAMES
 from jupyter_gpuburst.server.gpu.sampler import Sampler
 from jupyter_gpuburst.server import handlers
-from jupyter_gpuburst.server.kernel_handlers import GPUKernelProfilesHandler, GPUKernelsHandler
-from jupyter_gpuburst.server.kernels import ServerKernelSource
+from jupyter_gpuburst.server.kernels.handlers import GPUKernelProfilesHandler, GPUKernelsHandler
+from jupyter_gpuburst.server.gpu.kernel_source import ServerKernelSource
 from jupyter_gpuburst.server.placement import placement_from_env
 
 BACKEND_ENV = "JUPYTER_GPUBURST_BACKEND"
@@ -158,7 +158,7 @@ class GPUBurstServerExtension(ExtensionApp):
 
     def _install_gpu_kernels(self) -> None:
         """Kernelspecs for the hub's GPU kernel profiles (none outside a hub, or without the scope)."""
-        from jupyter_gpuburst.server.kernelspecs import install_kernelspecs
+        from jupyter_gpuburst.server.kernels.specs import install_kernelspecs
 
         names = install_kernelspecs(self.serverapp.kernel_spec_manager, self.serverapp.runtime_dir)
         if names:

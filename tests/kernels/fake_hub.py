@@ -1,4 +1,4 @@
-"""A stand-in for the hub's kernel API that runs each 'pod' as a local kernel_pod process.
+"""A stand-in for the hub's kernel API that runs each 'pod' as a local kernel pod process (jupyter_gpuburst.kernel.pod).
 
 It answers like ``jupyter_gpuburst.hub.kernels.handlers`` (same paths, codes and fields), so
 the provisioner's side of the protocol is tested without a hub or a cluster; the real hub is
@@ -68,7 +68,7 @@ class FakeHub:
             # as an admin's GPUKernelSettings.extra_env sets it in the emulator
             "JUPYTER_GPUBURST_BACKEND": "simulated",
         }
-        process = subprocess.Popen([sys.executable, "-m", "jupyter_gpuburst.server.kernel_pod"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen([sys.executable, "-m", "jupyter_gpuburst.kernel.pod"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         record = {"id": secrets.token_hex(6), "site": site, "ports": ports, "process": process, "profile": body["profile"]}
         self.kernels[record["id"]] = record
         return record

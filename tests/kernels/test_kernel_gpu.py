@@ -3,12 +3,11 @@ over the kernel's signed control channel; the figures follow what the kernel doe
 
 from __future__ import annotations
 
-import pytest
 from jupyter_client.manager import AsyncKernelManager
 
+from jupyter_gpuburst.kernel.gpu import KernelGPUReporter, reporter_from_env
 from jupyter_gpuburst.server.gpu.simulated import KERNEL_BASE_MEMORY, SimulatedBackend
-from jupyter_gpuburst.server.kernel_gpu import KernelGPUReporter, reporter_from_env
-from jupyter_gpuburst.server.kernel_usage import KernelUsageCache, ask_usage, gpu_figures
+from jupyter_gpuburst.server.kernels.usage import KernelUsageCache, ask_usage, gpu_figures
 
 from .test_provisioner import hub, specs  # noqa: F401 - fixtures
 

@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from jupyter_gpuburst.server import kernel_pod
+from jupyter_gpuburst.kernel import pod as kernel_pod
 
 CONNECTION = {"key": "k" * 64, "signature_scheme": "hmac-sha256", "transport": "tcp", "ip": "0.0.0.0",
               "shell_port": 50001, "iopub_port": 50002, "stdin_port": 50003, "control_port": 50004, "hb_port": 50005}
@@ -42,7 +42,7 @@ def test_a_pod_stopped_before_the_kernel_read_its_key_removes_it(tmp_path):
     # or so, during which the pod may be deleted (SIGTERM)
     script = (
         "import sys, tempfile, time\n"
-        "from jupyter_gpuburst.server.kernel_pod import remove_on_termination\n"
+        "from jupyter_gpuburst.kernel.pod import remove_on_termination\n"
         "directory = tempfile.mkdtemp(dir=sys.argv[1])\n"
         "open(directory + '/kernel.json', 'w').write('{}')\n"
         "remove_on_termination(directory)\n"

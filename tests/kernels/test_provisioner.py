@@ -8,8 +8,8 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 
-from jupyter_gpuburst.server.kernelspecs import fetch_profiles, install_kernelspecs, write_kernelspecs
-from jupyter_gpuburst.server.provisioner import DIALOG_COLUMNS, GPUBurstProvisioner, KernelPlacementError
+from jupyter_gpuburst.server.kernels.specs import fetch_profiles, install_kernelspecs, write_kernelspecs
+from jupyter_gpuburst.server.kernels.provisioner import DIALOG_COLUMNS, GPUBurstProvisioner, KernelPlacementError
 
 from .fake_hub import FakeHub
 

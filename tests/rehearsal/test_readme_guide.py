@@ -216,7 +216,7 @@ async def test_the_real_cluster_guide_works_as_written(sim, tmp_path):
         for student in ("student1", "student2"):
             pod = core.read_namespaced_pod(f"jupyter-{student}", NAMESPACE).to_dict()
             kernels_url = env_of(pod)["JUPYTER_GPUBURST_KERNELS_URL"]
-            assert re.fullmatch(rf"http://127\.0\.0\.1:\d+/services/gpuburst/api/kernels", kernels_url), kernels_url
+            assert re.fullmatch(r"http://127\.0\.0\.1:\d+/services/gpuburst/api/kernels", kernels_url), kernels_url
             code, text = await hub.get_via_proxy(student, "api/gpuburst/kernel-profiles")
             assert code == 200, text
             offered = json.loads(text)

@@ -184,7 +184,7 @@ class GPUKernelSettings(Configurable):
 
     command = List(
         Unicode(),
-        help="""Command of kernel pods. Default: ``python -m jupyter_gpuburst.server.kernel_pod``,
+        help="""Command of kernel pods. Default: ``python -m jupyter_gpuburst.kernel.pod``,
         which writes the connection file from the pod's Secret and runs ipykernel. Change it
         only for an image whose Python is elsewhere; the command must do the same.""",
     ).tag(config=True)

@@ -1,7 +1,7 @@
 """``GET /api/gpuburst/kernels``: where each of this server's GPU kernels runs (for the panel).
 
 Site, node, GPU, state and the kernel's own GPU figures (memory, utilization, as its pod
-measures them; see ``kernel_usage``) per kernel, from the provisioners; never an address or a
+measures them; see ``usage``) per kernel, from the provisioners; never an address or a
 key. It names kernels, so it needs ``read`` on ``kernels`` like jupyter_server's own kernel list,
 and reading it is not user activity (an open panel must not keep a server from being culled).
 """
@@ -16,8 +16,8 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
-from jupyter_gpuburst.server.kernel_usage import KernelUsageCache
-from jupyter_gpuburst.server.provisioner import remote_kernels
+from jupyter_gpuburst.server.kernels.provisioner import remote_kernels
+from jupyter_gpuburst.server.kernels.usage import KernelUsageCache
 
 USAGE_SETTING = "gpuburst_kernel_usage"
 
@@ -74,8 +74,8 @@ class ProfilesCache:
 
 async def fetch_profiles_now() -> dict:
     """``{"profiles": [{slug, display_name, kernel_name, available}], "error"}``."""
-    from jupyter_gpuburst.server.kernelspecs import PREFIX
-    from jupyter_gpuburst.server.provisioner import KernelPlacementError, client_from_env
+    from jupyter_gpuburst.server.kernels.provisioner import KernelPlacementError, client_from_env
+    from jupyter_gpuburst.server.kernels.specs import PREFIX
 
     client = client_from_env()
     if client is None:

@@ -1,7 +1,7 @@
 """GPU use of this server's remote GPU kernels, asked of each kernel over its own control channel.
 
 Each GPU kernel's pod measures its GPUs itself and answers Jupyter's ``usage_request`` with them
-(``jupyter_gpuburst.server.kernel_gpu``). The request is an ordinary kernel message, signed with
+(``jupyter_gpuburst.kernel.gpu``). The request is an ordinary kernel message, signed with
 the kernel's key like every other: no address, port or credential beyond what the kernel manager
 already holds. Answers are kept a few seconds, so an open panel costs each kernel one small
 message per refresh at most, and a kernel that does not answer in time shows no figures rather

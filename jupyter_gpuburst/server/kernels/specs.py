@@ -28,7 +28,7 @@ SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 def kernelspec(profile: dict[str, Any]) -> dict[str, Any]:
     """kernel.json of one GPU kernel profile."""
     return {
-        # not run here: the hub starts the kernel in its pod (see jupyter_gpuburst.server.kernel_pod)
+        # not run here: the hub starts the kernel in its pod (see jupyter_gpuburst.kernel.pod)
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": str(profile["display_name"]),
         "language": "python",
@@ -93,7 +93,7 @@ def _message(exc: urllib.error.HTTPError) -> str:
 def install_kernelspecs(kernel_spec_manager: Any, runtime_dir: str, environ: dict[str, str] | None = None) -> list[str]:
     """Fetch the hub's GPU kernel profiles and make them kernelspecs of this server."""
     environ = environ if environ is not None else dict(os.environ)
-    from jupyter_gpuburst.server.provisioner import KERNELS_URL_ENV
+    from jupyter_gpuburst.server.kernels.provisioner import KERNELS_URL_ENV
 
     url, token = environ.get(KERNELS_URL_ENV), environ.get("JUPYTERHUB_API_TOKEN")
     if not url or not token:

@@ -85,9 +85,9 @@ def main(argv: list[str] | None = None) -> None:
         # ipykernel reads the file and writes its final ports there during initialize, never after
         shutil.rmtree(os.path.dirname(connection_file), ignore_errors=True)
         signal.signal(signal.SIGTERM, previous)
-    # the kernel's own GPU use, for the panel of the user's server (see kernel_gpu); before the
+    # the kernel's own GPU use, for the panel of the user's server (see .gpu); before the
     # note, whose pre_run_cell callback unregisters itself while IPython runs the callbacks
-    from jupyter_gpuburst.server.kernel_gpu import install_in_kernel, reporter_from_env
+    from jupyter_gpuburst.kernel.gpu import install_in_kernel, reporter_from_env
 
     install_in_kernel(app.kernel, app.shell, reporter_from_env(os.environ))
     if note and app.shell is not None:
