@@ -44,7 +44,6 @@ c.JupyterHub.cleanup_servers = False
 # Choose your authenticator; any JupyterHub authenticator works. Groups (for per-group donor
 # caps and donor lists) come from it or from c.JupyterHub.load_groups.
 # c.JupyterHub.authenticator_class = "generic-oauth"
-install(c)  # the gpuburst service: admin capacity page and API, GPU kernel API (README: GPU kernels)
 
 # ---- where and how user servers run --------------------------------------------------------
 c.KubeSpawner.namespace = NAMESPACE
@@ -106,3 +105,6 @@ c.GPUBurstSpawner.max_redirects = 2
 # Home volumes of the default class stay on the origin: on a donor, scratch space instead, and
 # the student is told (pin-to-volume or shared otherwise; see the README's storage section)
 c.GPUBurstSpawner.storage_policy = "scratch-on-donor"
+
+# ---- the gpuburst service: last, so that it checks the profiles above at hub start ----------
+install(c)  # admin capacity page and API, GPU kernel API (README: GPU kernels)

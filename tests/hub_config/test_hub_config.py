@@ -168,6 +168,16 @@ def test_plain_config_matches_the_helm_values(values, plain_config):
     assert "extra_handlers" not in plain_config.JupyterHub
 
 
+def test_plain_config_checks_its_profiles_at_hub_start(monkeypatch):
+    """install(c) checks only the profiles already set: the file must call it after its list."""
+    from jupyter_gpuburst.hub import profile_policy
+
+    checked = []
+    monkeypatch.setattr(profile_policy, "check_profiles", lambda profiles: checked.append([p["slug"] for p in profiles]))
+    config = PyFileConfigLoader("jupyterhub_config.py", path=str(HUB_CONFIG)).load_config()
+    assert checked == [[p["slug"] for p in config.KubeSpawner.profile_list]]
+
+
 def test_configured_spawner_traits_exist(values):
     from jupyter_gpuburst.hub.spawner import GPUBurstSpawner
 

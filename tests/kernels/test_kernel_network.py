@@ -1,6 +1,7 @@
 """The README's z2jh values let every user server reach the gpuburst service's kernel API: the
 port on the hub Service, the hub's ingress from origin servers and from donors' remapped pod
-CIDRs, and user pods' egress to it (z2jh allows only the hub's own port by default)."""
+CIDRs, and user pods' egress to it (z2jh allows only the hub's own port by default); and let a
+server reach its GPU kernels' pods on their ZMQ ports, on the origin and on every donor."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from pathlib import Path
 
 import yaml
 
+from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub import DEFAULT_SERVICE_PORT
+from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
 
 REPO = Path(__file__).resolve().parents[2]
 VALUES = yaml.safe_load((REPO / "hub_config" / "values.yaml").read_text())
@@ -55,3 +58,27 @@ def test_donor_servers_may_reach_the_hub_api_and_the_service():
     assert blocks and all({HUB_API_PORT, DEFAULT_SERVICE_PORT} <= p for p, _ in blocks)
     # a remapped pod CIDR is a private range, as Liqo's IPAM chooses them
     assert all(net.is_private for _, net in blocks)
+
+
+def donor_cidrs() -> set[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """The donors' remapped pod CIDRs, as the hub's ingress lists them."""
+    return {
+        ipaddress.ip_network(src["ipBlock"]["cidr"])
+        for rule in VALUES["hub"]["networkPolicy"]["ingress"]
+        for src in rule["from"]
+        if "ipBlock" in src
+    }
+
+
+def test_servers_may_reach_their_kernels_on_every_site():
+    # z2jh blocks user pods' egress to private addresses: kernel pods' IPs are private
+    assert Z2JH["singleuser"]["networkPolicy"]["egressAllowRules"]["privateIPs"] is False
+    kernel_ports = set(GPUKernelSettings().ports().values())
+    assert len(kernel_ports) == 5
+    kernel_labels = {keys.COMPONENT_LABEL: keys.KERNEL_COMPONENT}
+    rules = [rule for rule in VALUES["singleuser"]["networkPolicy"]["egress"] if kernel_ports <= ports(rule)]
+    # origin kernels by their pods' label (an egress podSelector matches in the servers' namespace)
+    assert any(dst.get("podSelector", {}).get("matchLabels") == kernel_labels for rule in rules for dst in rule["to"])
+    # kernels on a donor are reached at their remapped addresses: every donor's CIDR
+    reached = {ipaddress.ip_network(dst["ipBlock"]["cidr"]) for rule in rules for dst in rule["to"] if "ipBlock" in dst}
+    assert donor_cidrs() and donor_cidrs() <= reached
