@@ -13,6 +13,10 @@ same for every site.
    real ipykernel per kernel does not fit a 2-core machine). Reported: kernels started and
    refused, double bookings read from every cluster's API server (pods bound beyond a node's
    allocatable GPUs) and from the ledger (reservations beyond a site's free GPUs), p50/p95.
+
+Checks (``checks``, ``ok``; exit status 1 when one fails): no double booking either way; no
+start failed; every GPU got a kernel and only the requests beyond them were refused. Latency has
+no goal of its own: its ratios are reported, not checked.
 """
 
 from __future__ import annotations
@@ -78,17 +82,26 @@ def overcommitted_pods(fed: Federation) -> int:
     return over
 
 
+def gpu_nodes(prefix: str, gpus: int, per_node: int, **shape: Any) -> list[dict[str, Any]]:
+    """Nodes holding exactly ``gpus`` GPUs: full nodes of ``per_node``, and one with the rest."""
+    full, rest = divmod(gpus, per_node)
+    nodes = [{"name": f"{prefix}-gpu", "count": full, **shape, "resources": {GPU: per_node}}] if full else []
+    if rest:
+        nodes.append({"name": f"{prefix}-gpu-rest", **shape, "resources": {GPU: rest}})
+    return nodes
+
+
 def federation(gpus: int, concurrent: int) -> Any:
+    """``gpus`` GPUs in all, 40 % on the origin and the rest granted by one donor."""
     origin = max(1, round(gpus * 0.4))
     donor = gpus - origin
-    per = 4
-    origin_nodes = [{"name": "origin-gpu", "count": max(1, origin // per), "cpu": "64", "memory": "512Gi", "pods": 110, "resources": {GPU: min(per, origin)}}]
+    origin_nodes = gpu_nodes("origin", origin, 4, cpu="64", memory="512Gi", pods=110)
     origin_nodes.append({"name": "origin-cpu", "cpu": "64", "memory": "512Gi", "pods": 110})
     data = {
         "origin": {"name": "origin", "nodes": origin_nodes},
         "donors": [{
             "name": DONOR,
-            "nodes": [{"name": f"{DONOR}-gpu", "count": max(1, donor // 8), "cpu": "256", "memory": "2Ti", "pods": 110, "resources": {GPU: min(8, donor)}}],
+            "nodes": gpu_nodes(DONOR, donor, 8, cpu="256", memory="2Ti", pods=110),
             "grant": {"cpu": "1000", "memory": "8Ti", "pods": str(concurrent + 110), GPU: donor},
         }],
     }
@@ -237,20 +250,35 @@ async def concurrency(gpus: int, concurrent: int, state_dir: Path) -> dict[str, 
             await api_client.close()
 
 
-async def run(rounds: int, gpus: int, concurrent: int, state_dir: Path) -> dict[str, Any]:
+def checks(concurrency: dict[str, Any]) -> dict[str, bool]:
+    """Pass/fail over the concurrency run: the GPUs were shared out exactly, and none twice."""
+    fits = min(concurrency["gpus"], concurrency["concurrent"])
     return {
+        "no_double_booking_api_server": concurrency["double_bookings_api_server"] == 0,
+        "no_double_booking_ledger": concurrency["double_bookings_ledger"] == 0,
+        "no_failed_start": concurrency["failed"] == 0,
+        "every_gpu_used": concurrency["running"] == fits,
+        "refused_only_beyond_capacity": concurrency["refused_no_capacity"] == concurrency["concurrent"] - fits,
+    }
+
+
+async def run(rounds: int, gpus: int, concurrent: int, state_dir: Path) -> dict[str, Any]:
+    result = {
         "benchmark": "kernels",
         "latency": await latency(rounds, state_dir),
         "concurrency": await concurrency(gpus, concurrent, state_dir),
         "load_average": [round(v, 2) for v in os.getloadavg()],
     }
+    result["checks"] = checks(result["concurrency"])
+    result["ok"] = all(result["checks"].values())
+    return result
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="gpuburst bench kernels", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5, help="latency rounds (origin, donor, local each)")
-    parser.add_argument("--gpus", type=int, default=40, help="GPUs in the concurrency federation")
-    parser.add_argument("--concurrent", type=int, default=100, help="kernels requested at once")
+    parser.add_argument("--rounds", type=int, default=5, help="latency rounds, origin, donor and local each (default 5)")
+    parser.add_argument("--gpus", type=int, default=40, help="GPUs in the concurrency federation (default 40)")
+    parser.add_argument("--concurrent", type=int, default=100, help="kernels requested at once (default 100)")
     parser.add_argument("--state-dir", type=Path, help="keep the emulator's files here")
     parser.add_argument("--json", action="store_true", help="print JSON (the only output format)")
     args = parser.parse_args(argv)
@@ -262,4 +290,4 @@ def main(argv: list[str]) -> int:
         state_dir.mkdir(parents=True, exist_ok=True)
         result = stopping.run(run(args.rounds, args.gpus, args.concurrent, state_dir))
     print(json.dumps(result, indent=1))
-    return 0
+    return 0 if result["ok"] else 1

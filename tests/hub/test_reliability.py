@@ -140,7 +140,7 @@ async def test_chaos_benchmark_short(tmp_path):
     assert result["leaked_reservations"] == 0 and result["wrong_placement"] == 0, result
     assert result["ready"] + result["refused"] == 12, result
     assert result["fault_free_ready"] == 12
-    assert result["goal_met"]
+    assert result["checks"] == chaos.checks(result, 12) and result["ok"] is True
 
 
 def test_counting_sees_what_the_hub_does_not_know(tmp_path):
@@ -172,3 +172,18 @@ def test_a_clear_reason_is_short_and_says_something():
     assert not chaos.is_clear("")
     assert not chaos.is_clear("Cannot start on donor donor-1: (429)\nReason: Too Many Requests\nHTTP response headers: <CIMultiDictProxy(")
     assert not chaos.is_clear("x" * 301)
+
+
+@pytest.mark.parametrize(("change", "check"), [
+    ({"lost": 1, "ready": 11}, "none_lost"),
+    ({"duplicated": 1}, "none_duplicated"),
+    ({"orphaned": 1}, "none_orphaned"),
+    ({"leaked_reservations": 1}, "no_leaked_reservation"),
+    ({"wrong_placement": 1}, "none_on_a_site_its_placement_does_not_name"),
+    ({"ready": 10}, "every_student_ready_or_refused"),
+])
+def test_each_chaos_check_fails_on_its_count(change, check):
+    good = {"ready": 12, "refused": 0, "lost": 0, "duplicated": 0, "orphaned": 0, "leaked_reservations": 0, "wrong_placement": 0}
+    assert all(chaos.checks(good, 12).values())
+    failed = chaos.checks({**good, **change}, 12)
+    assert failed[check] is False

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from jupyter_gpuburst.bench import kernels
+
 pytestmark = pytest.mark.integration
 
 
@@ -24,3 +26,4 @@ def test_bench_kernels_small_run_reports_ratios_and_no_double_booking(tmp_path):
     assert latency["origin_over_local"] == pytest.approx(latency["median_s"]["origin"] / latency["median_s"]["local"], abs=0.011)
     assert concurrency["running"] == 6 and concurrency["refused_no_capacity"] == 4
     assert concurrency["double_bookings_api_server"] == 0 and concurrency["double_bookings_ledger"] == 0
+    assert result["checks"] == kernels.checks(concurrency) and all(result["checks"].values()) and result["ok"] is True

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from jupyter_gpuburst.bench import redirect, spawn, telemetry, telemetry_figures, trace
+from jupyter_gpuburst.bench import kernels, redirect, spawn, telemetry, telemetry_figures, trace
 from jupyter_gpuburst.bench.stats import summary
 from jupyter_gpuburst.bench.trace_model import HOUR, Session, TraceParams, generate
 
@@ -195,6 +195,36 @@ def test_redirect_checks_fail_on_bad_results():
     slow = {**good, "redirect_s": redirect.distribution([0.1, 2.5])}
     assert redirect.checks(slow)["redirect_max_within_goal"] is False
     assert redirect.checks({**good, "redirect_s": redirect.distribution([])})["redirect_max_within_goal"] is False
+
+
+# ---- kernels ----------------------------------------------------------------------------------
+KERNELS_GOOD = {"gpus": 6, "concurrent": 10, "running": 6, "refused_no_capacity": 4, "failed": 0,
+                "double_bookings_api_server": 0, "double_bookings_ledger": 0}
+
+
+@pytest.mark.parametrize(("change", "check"), [
+    ({"double_bookings_api_server": 1}, "no_double_booking_api_server"),
+    ({"double_bookings_ledger": 1}, "no_double_booking_ledger"),
+    ({"failed": 1, "refused_no_capacity": 3}, "no_failed_start"),
+    # a GPU left idle while a request was refused
+    ({"running": 5, "refused_no_capacity": 5}, "every_gpu_used"),
+    ({"running": 5, "refused_no_capacity": 5}, "refused_only_beyond_capacity"),
+    # fewer requests than GPUs: nobody may be refused
+    ({"concurrent": 4, "running": 3, "refused_no_capacity": 1}, "refused_only_beyond_capacity"),
+])
+def test_kernels_checks_fail_on_bad_results(change, check):
+    assert all(kernels.checks(KERNELS_GOOD).values())
+    assert all(kernels.checks({**KERNELS_GOOD, "concurrent": 4, "running": 4, "refused_no_capacity": 0}).values())
+    assert kernels.checks({**KERNELS_GOOD, **change})[check] is False
+
+
+def test_the_kernels_federation_holds_exactly_the_gpus_asked_for():
+    for gpus in (2, 6, 7, 18, 40, 50):
+        config = kernels.federation(gpus, concurrent=10)
+        origin = sum(n.resources.get(kernels.GPU, 0) * n.count for n in config.origin.nodes)
+        [donor] = config.donors
+        on_donor = sum(n.resources.get(kernels.GPU, 0) * n.count for n in donor.cluster.nodes)
+        assert origin + on_donor == gpus and int(donor.grant[kernels.GPU]) == on_donor
 
 
 # ---- telemetry --------------------------------------------------------------------------------
