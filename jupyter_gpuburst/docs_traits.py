@@ -57,7 +57,10 @@ def _type_name(trait: TraitType) -> str:
     return name
 
 
-def _default(trait: TraitType) -> str:
+def _default(cls: type[HasTraits], name: str, trait: TraitType) -> str:
+    # a @default method (the environment, another trait) decides at run time: its help says how
+    if name in getattr(cls, "_trait_default_generators", {}):
+        return "(dynamic)"
     try:
         value = trait.default_value_repr()
     except Exception:  # noqa: BLE001 - some dynamic defaults cannot be shown statically
@@ -79,7 +82,7 @@ def render(sections: Iterable[tuple[str, str, type[HasTraits]]] | None = None) -
     for section, what, cls in sections if sections is not None else _sections():
         lines += [f"#### `{section}`: {what}", "", "| Option | Type | Default | Description |", "|---|---|---|---|"]
         for name, trait in sorted(own_traits(cls).items()):
-            lines.append(f"| `c.{section}.{name}` | {_type_name(trait)} | `{_default(trait)}` | {_help(trait)} |")
+            lines.append(f"| `c.{section}.{name}` | {_type_name(trait)} | `{_default(cls, name, trait)}` | {_help(trait)} |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

@@ -15,7 +15,7 @@ four policies:
 
 A request that finds no room waits in a first-come-first-served queue, as GPUBurstSpawner's
 queue does (a new request first tries to place directly; only the head of the queue is retried
-when capacity frees), for at most ``start_timeout`` (KubeSpawner's default, 300 s); then it is
+when capacity frees), for at most ``start_timeout`` (300 s, z2jh's default); then it is
 refused. A placed request's pod is bound at once and fed back to the inventory, which releases
 the reservation, as in the hub.
 
@@ -407,7 +407,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--modes", default="server,kernel", help="comma-separated: server, kernel (default both)")
     parser.add_argument("--policies", default=",".join(POLICIES), help=f"comma-separated, from {', '.join(POLICIES)}")
     parser.add_argument("--plots", type=Path, default=None, help="write the PNG plots into this directory")
-    parser.add_argument("--plot-week", type=int, default=6, help="the week shown hour by hour (default 6)")
+    parser.add_argument("--plot-week", type=int, default=6, help="the week shown hour by hour, counted from 0 (default 6: the plots' week 7)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on one line")
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]

@@ -16,8 +16,9 @@ Where the numbers come from (docs/capacity-study.md has the same list with the r
 - Lab sessions, session lengths, the profile mix, the busy share within a session and GPU
   memory use are assumptions (no public JupyterHub report gives them for GPU courses); each is
   a parameter, and the study can be re-run with other values.
-- Waiting: JupyterHub queues a spawn at most KubeSpawner's ``start_timeout`` (default 300 s);
-  GPUBurstSpawner's queue waits the same. A request still queued then is refused.
+- Waiting: a spawn waits at most the spawner's ``start_timeout`` (300 s, z2jh's default
+  ``singleuser.startTimeout``; JupyterHub's own is 60 s); GPUBurstSpawner's queue waits the
+  same. A request still queued then is refused.
 """
 
 from __future__ import annotations

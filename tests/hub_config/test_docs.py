@@ -52,3 +52,43 @@ def test_missing_markers_and_missing_help_are_errors():
     Thing.__module__ = "jupyter_gpuburst.example"
     with pytest.raises(ValueError, match="undocumented"):
         docs_traits.render([("Thing", "an example", Thing)])
+
+
+def test_a_default_decided_at_run_time_is_shown_as_dynamic():
+    """A @default method's value depends on the environment: the bare trait's 0 would mislead."""
+    from traitlets import default
+
+    class Thing(HasTraits):
+        fixed = Int(3, config=True, help="A fixed default.")
+        from_env = Int(config=True, help="From $THING_COUNT, else 1.")
+
+        @default("from_env")
+        def _from_env_default(self) -> int:
+            return 1
+
+    Thing.__module__ = "jupyter_gpuburst.example"
+    text = docs_traits.render([("Thing", "an example", Thing)])
+    assert "| `c.Thing.fixed` | Int | `3` |" in text
+    assert "| `c.Thing.from_env` | Int | `(dynamic)` |" in text
+
+
+def test_the_reasons_the_readme_quotes_are_the_ones_placement_gives():
+    from jupyter_gpuburst.bench import synthetic
+    from jupyter_gpuburst.core.inventory import Inventory
+    from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, Policy, decide
+
+    gpu = "nvidia.com/gpu"
+
+    def snapshot(donor_busy: int):
+        inv = Inventory()
+        inv.apply_node_event("ADDED", synthetic.node("gpu-0", {gpu: 2}))
+        inv.apply_node_event("ADDED", synthetic.node("liqo-donor-1", {gpu: 8}, cluster_id="donor-1"))
+        inv.apply_pod_event("ADDED", synthetic.pod("busy", node_name="gpu-0", gpus={gpu: 2}))
+        inv.apply_pod_event("ADDED", synthetic.pod("away", node_name="liqo-donor-1", gpus={gpu: donor_busy}))
+        return inv.snapshot()
+
+    readme = " ".join((REPO / "README.md").read_text().split())
+    placed = decide(GPURequest(gpu, 2, "ann"), snapshot(donor_busy=2), Policy())
+    assert isinstance(placed, Placement) and f'("{placed.reason}")' in readme
+    full = decide(GPURequest(gpu, 2, "ann"), snapshot(donor_busy=7), Policy())
+    assert isinstance(full, NoCapacity) and f'("{full.reason}")' in readme
