@@ -148,7 +148,7 @@ async def remote_start(registry: KernelRegistry, profile: str, user: str) -> flo
         await registry.wait(record, 5)
     if record.state != "running":
         raise RuntimeError(f"{profile} kernel did not start: {record.error}")
-    connection = {"transport": "tcp", "ip": registry.pod_ip(record), **registry.settings.ports()}
+    connection = {"transport": "tcp", "ip": registry.pod_ip(record), **record.ports}
     await first_reply(connection, key.encode())
     elapsed = time.perf_counter() - t0
     await registry.stop(record)

@@ -2,7 +2,8 @@
 
 It answers like ``jupyter_gpuburst.hub.kernels.handlers`` (same paths, codes and fields), so
 the provisioner's side of the protocol is tested without a hub or a cluster; the real hub is
-tested in ``test_kernels_integration.py``.
+tested in ``test_kernels_integration.py``. As on a cluster, every pod has an address of its own
+and listens on the same ports, the second set of them when the request asks for it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tornado import web
 from tornado.httpserver import HTTPServer
 
 from jupyter_gpuburst.hub.kernels import manifests
+from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
 from jupyter_gpuburst.hub.ports import free_ports
 
 PROFILES = [{"slug": "gpu-1", "display_name": "Python 3 (1 GPU)", "resource": "nvidia.com/gpu", "count": 1}]
@@ -36,6 +38,9 @@ class FakeHub:
         self.responses: list[str] = []
         self.server: HTTPServer | None = None
         self.port = 0
+        # pods' addresses: loopback addresses of their own, far from those other tests use
+        self.pod_ips = (f"127.77.{n // 250}.{n % 250 + 2}" for n in range(60000))
+        self.settings = GPUKernelSettings(base_port=free_ports(1)[0] // 10 * 10)
 
     @property
     def kernels_url(self) -> str:
@@ -58,8 +63,8 @@ class FakeHub:
     def launch(self, body: dict[str, Any]) -> dict[str, Any]:
         site = body.get("prefer_site") if body.get("prefer_site") not in self.full_sites else None
         site = site or next(s for s in ("origin", "donor-1") if s not in self.full_sites)
-        ports = dict(zip(("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"), free_ports(5)))
-        connection = {"transport": "tcp", "ip": "127.0.0.1", "key": body["key"], "signature_scheme": body["signature_scheme"], **ports}
+        ports, ip = self.settings.ports(body.get("port_set", 0)), next(self.pod_ips)
+        connection = {"transport": "tcp", "ip": ip, "key": body["key"], "signature_scheme": body["signature_scheme"], **ports}
         env = {
             **os.environ,
             manifests.CONNECTION_ENV: json.dumps(connection),
@@ -69,7 +74,7 @@ class FakeHub:
             "JUPYTER_GPUBURST_BACKEND": "simulated",
         }
         process = subprocess.Popen([sys.executable, "-m", "jupyter_gpuburst.kernel.pod"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        record = {"id": secrets.token_hex(6), "site": site, "ports": ports, "process": process, "profile": body["profile"]}
+        record = {"id": secrets.token_hex(6), "site": site, "ip": ip, "ports": ports, "process": process, "profile": body["profile"]}
         self.kernels[record["id"]] = record
         return record
 
@@ -79,13 +84,13 @@ class FakeHub:
             state = "stopped"
         else:
             try:
-                socket.create_connection(("127.0.0.1", record["ports"]["hb_port"]), timeout=0.2).close()
+                socket.create_connection((record["ip"], record["ports"]["hb_port"]), timeout=0.2).close()
                 state = "running"
             except OSError:
                 state = "pending"
         out = {"id": record["id"], "state": state, "site": record["site"], "site_kind": "origin" if record["site"] == "origin" else "donor", "profile": record["profile"], "node": "gpu-0"}
         if state == "running":
-            out["connection"] = {"transport": "tcp", "ip": "127.0.0.1", **record["ports"]}
+            out["connection"] = {"transport": "tcp", "ip": record["ip"], **record["ports"]}
         return out
 
 

@@ -172,3 +172,50 @@ async def test_idle_culling_gives_the_gpu_back(hub, specs):
         assert kernel_id not in mkm.list_kernel_ids()
     finally:
         await mkm.shutdown_all(now=True)
+
+
+async def test_a_restarted_kernel_is_told_apart_by_its_ports(hub, specs, tmp_path):
+    """A restart moves the kernel to a new pod at a new address; jupyter_server tells that by the
+    ports alone. A websocket that reconnects after the restart must get sockets on the new pod,
+    and the activity watch (which the culler reads) must follow the kernel there, after every
+    restart, whichever way the websocket reconnected before."""
+    from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+
+    kernels = AsyncMappingKernelManager(kernel_spec_manager=specs, root_dir=str(tmp_path))
+    kernel_id = await kernels.start_kernel(kernel_name="gpuburst-gpu-1")
+    km = kernels.get_kernel(kernel_id)
+    old_channels = []
+    try:
+        # restart 2 reconnects without the buffer (the new websocket came before the old one's
+        # close was handled), so jupyter_server does not learn the ports of restart 1's pod
+        for restart, reconnect_restores in enumerate([True, False, True, True], start=1):
+            before = (km.ip, km.ports)
+            channels = {"shell": km.connect_shell(), "iopub": km.connect_iopub()}
+            old_channels += channels.values()
+            await kernels.restart_kernel(kernel_id)
+            assert km.ip != before[0] and km.ports != before[1], f"restart {restart}: same ports at a new address"
+            assert hub.posts[-1]["port_set"] == restart % 2
+            if reconnect_restores:
+                # JupyterLab reconnects after a restart: the old websocket's close buffers its
+                # sockets, the new one with the same session takes them back unless the ports changed
+                kernels.start_buffering(kernel_id, "session-1", channels)
+                assert kernels.get_buffer(kernel_id, "session-1") is not None
+                assert kernels.ports_changed(kernel_id), f"restart {restart}: the old pod's sockets would be reused"
+            # the activity watch listens on the new pod: running code there is activity
+            seen = km.last_activity
+            client = km.client()
+            client.start_channels()
+            try:
+                await client.wait_for_ready(timeout=60)
+                assert (await run(client, f"{restart} * 2"))["result"] == str(restart * 2)
+            finally:
+                client.stop_channels()
+            for _ in range(50):
+                if km.last_activity > seen:
+                    break
+                await asyncio.sleep(0.1)
+            assert km.last_activity > seen, f"restart {restart}: activity is watched on the old pod"
+    finally:
+        for stream in old_channels:
+            stream.close()
+        await kernels.shutdown_kernel(kernel_id, now=True)

@@ -3,6 +3,7 @@ refused before anything is made, other users' kernels invisible, orphans reaped.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 
@@ -11,7 +12,8 @@ import pytest
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.placement import GPURequest, Placement
 from jupyter_gpuburst.hub.capacity import CapacityTracker
-from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRegistry
+from jupyter_gpuburst.hub.kernels import manifests
+from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRegistry, record_json
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
 from jupyter_gpuburst.sim.testing import running_federation, wait_until
@@ -83,6 +85,8 @@ async def test_bad_requests_are_refused_and_create_nothing(registry):
         ({"key": "short"}, 400, "connection key"),
         ({"signature_scheme": "none"}, 400, "signature scheme"),
         ({"prefer_site": 3}, 400, "prefer_site"),
+        ({"port_set": 2}, 400, "port_set"),
+        ({"port_set": True}, 400, "port_set"),
     ]:
         with pytest.raises(KernelError) as info:
             await start(registry, **overrides)
@@ -143,6 +147,24 @@ async def test_a_restart_returns_to_its_site_when_it_still_fits(registry):
     (pod,) = [p for p in kernel_pods(registry) if p["metadata"]["name"] == moved.pod_name]
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert "restarted on the origin" in env["JUPYTER_GPUBURST_KERNEL_NOTE"]
+
+
+async def test_a_restarted_kernels_pod_listens_on_the_other_ports_and_a_new_hub_reads_them(registry):
+    first = await start(registry)
+    restarted = await start(registry, port_set=1, prefer_site=first.placement.site)
+    await wait_until(lambda: registry.state(first) == registry.state(restarted) == "running", timeout=30, what="both kernels running")
+    base = registry.settings.base_port
+    for record, ports in [(first, range(base, base + 5)), (restarted, range(base + 5, base + 10))]:
+        (pod,) = [p for p in kernel_pods(registry) if p["metadata"]["name"] == record.pod_name]
+        assert sorted(p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]) == list(ports)
+        connection = record_json(registry, record)["connection"]
+        assert sorted(v for k, v in connection.items() if k.endswith("_port")) == list(ports)
+        assert json.loads(pod["metadata"]["annotations"][manifests.PORTS_ANNOTATION]) == record.ports
+    # a hub that starts again rebuilds its records from the pods, ports included
+    registry.records.clear()
+    registry._adopt()
+    adopted = registry.records[restarted.id]
+    assert adopted.ports == restarted.ports == registry.settings.ports(1)
 
 
 async def test_the_files_policy_decides_where_the_kernel_starts(registry, tmp_path):

@@ -126,7 +126,7 @@ class KernelsHandler(KernelAPIHandler):
 
     async def post(self) -> None:
         body = self.get_json()
-        unknown = set(body) - {"profile", "key", "signature_scheme", "kernel_id", "server_name", "notebook_dir", "prefer_site"}
+        unknown = set(body) - {"profile", "key", "signature_scheme", "kernel_id", "server_name", "notebook_dir", "prefer_site", "port_set"}
         if unknown:
             raise web.HTTPError(400, f"unknown field(s): {', '.join(sorted(map(str, unknown)))}")
         server_name = body.get("server_name", "")
@@ -150,6 +150,7 @@ class KernelsHandler(KernelAPIHandler):
                 kernel_id=body.get("kernel_id", ""),
                 notebook_dir=body.get("notebook_dir", ""),
                 prefer_site=body.get("prefer_site"),
+                port_set=body.get("port_set", 0),
             )
         except KernelError as exc:
             raise self.kernel_error(exc) from None

@@ -23,6 +23,8 @@ NOTE_ENV = "JUPYTER_GPUBURST_KERNEL_NOTE"
 FILES_ENV = "JUPYTER_GPUBURST_KERNEL_FILES"
 SCRATCH_ENV = "JUPYTER_GPUBURST_KERNEL_SCRATCH"
 KERNEL_ENTRY = ["python", "-m", "jupyter_gpuburst.kernel.pod"]
+# the pod's five ports, for a hub that starts again (its pod cache keeps no container ports)
+PORTS_ANNOTATION = f"{keys.GROUP}/ports"
 ENV_PREFIX = "JUPYTER_GPUBURST_"
 CONTAINER = "kernel"
 
@@ -136,6 +138,7 @@ def kernel_pod(
             keys.SERVER_ANNOTATION: server_name,
             f"{keys.GROUP}/profile": profile.slug,
             f"{keys.GROUP}/files": files.mode,
+            PORTS_ANNOTATION: json.dumps(ports, sort_keys=True),
         },
     }
     server_meta = (server_pod or {}).get("metadata") or {}

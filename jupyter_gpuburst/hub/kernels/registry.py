@@ -24,7 +24,7 @@ from jupyter_gpuburst.hub.capacity import CapacityTracker, kernel_key
 from jupyter_gpuburst.hub.kernels import manifests
 from jupyter_gpuburst.hub.kernels.availability import availability
 from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, clean_notebook_dir, decide_files
-from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings, KernelProfile
+from jupyter_gpuburst.hub.kernels.settings import CHANNELS, PORT_SETS, GPUKernelSettings, KernelProfile
 from jupyter_gpuburst.hub.offloading import NamespaceOffloader
 from jupyter_gpuburst.hub.unschedulable import unschedulable_reason
 
@@ -57,6 +57,7 @@ class KernelRecord:
     files: str = "scratch"
     relocated_from: str = ""
     groups: frozenset[str] = frozenset()
+    ports: dict[str, int] = field(default_factory=dict)  # its pod's five, as the pod spec names them
     attempts: list[dict[str, str]] = field(default_factory=list)
     created: float = field(default_factory=time.time)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -170,6 +171,8 @@ class KernelRegistry:
                 state="running" if _ready(pod) else "pending",
                 placement=placement,
                 files=annotations.get(f"{keys.GROUP}/files", "scratch"),
+                # pods of a hub from before the annotation listen on the first set
+                ports=_pod_ports(pod) or self.settings.ports(),
             )
             if not _ready(pod):
                 record = self.records[record_id]
@@ -200,6 +203,7 @@ class KernelRegistry:
         kernel_id: Any,
         notebook_dir: Any,
         prefer_site: Any = None,
+        port_set: Any = 0,
     ) -> KernelRecord:
         """Place a kernel and create its pod; raises KernelError (503 with the reason when full)."""
         profile = self.profile(profile_slug)
@@ -211,6 +215,8 @@ class KernelRegistry:
             raise KernelError(400, "kernel_id must be a string of at most 64 characters")
         if prefer_site is not None and not isinstance(prefer_site, str):
             raise KernelError(400, "prefer_site must be a site name")
+        if type(port_set) is not int or not 0 <= port_set < PORT_SETS:
+            raise KernelError(400, f"port_set must be an integer from 0 to {PORT_SETS - 1}")
         self._check_limit(user)
         record = KernelRecord(
             id=secrets.token_hex(6),
@@ -220,6 +226,7 @@ class KernelRegistry:
             profile=profile,
             namespace=((server_pod or {}).get("metadata") or {}).get("namespace") or self.namespace,
             groups=groups,
+            ports=self.settings.ports(port_set),
         )
         # the tracker follows the kernel's pod only in a namespace it takes for the hub's own
         self.tracker.own_namespace(record.namespace)
@@ -297,7 +304,7 @@ class KernelRegistry:
             notes.append(files.note)
         if placement.is_donor:
             await self.offloader.ensure(record.namespace)
-        ports = self.settings.ports()
+        ports = record.ports
         secret = manifests.connection_secret(record.pod_name, record.namespace, key, scheme, ports)
         pod = manifests.kernel_pod(
             name=record.pod_name,
@@ -481,6 +488,17 @@ class KernelRegistry:
                 self.log.warning("Could not delete the connection secret %s/%s: %s", namespace, name, exc.status)
 
 
+def _pod_ports(pod: dict[str, Any]) -> dict[str, int]:
+    """The kernel's five ports as its pod's annotation says; empty when it says none."""
+    annotation = ((pod.get("metadata") or {}).get("annotations") or {}).get(manifests.PORTS_ANNOTATION, "")
+    try:
+        said = json.loads(annotation)
+    except ValueError:
+        return {}
+    ports = {f"{channel}_port": said.get(f"{channel}_port") for channel in CHANNELS} if isinstance(said, dict) else {}
+    return ports if ports and all(type(port) is int for port in ports.values()) else {}
+
+
 def _ready(pod: dict[str, Any]) -> bool:
     status = pod.get("status") or {}
     return status.get("phase") == "Running" and any(
@@ -525,7 +543,7 @@ def record_json(registry: KernelRegistry, record: KernelRecord) -> dict[str, Any
         "pod": record.pod_name,
     }
     if state == "running":
-        out["connection"] = {"transport": "tcp", "ip": registry.pod_ip(record), **registry.settings.ports()}
+        out["connection"] = {"transport": "tcp", "ip": registry.pod_ip(record), **record.ports}
     return out
 
 

@@ -14,6 +14,10 @@ from jupyter_gpuburst.core.inventory import parse_count
 from jupyter_gpuburst.hub.profiles import profile_block
 
 CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
+# A restarted kernel's pod listens on the other set of five ports than its previous pod did:
+# jupyter_server tells a kernel that moved by its ports alone (MappingKernelManager.ports_changed),
+# and would keep its websockets' and its activity watch's sockets on the old pod's address.
+PORT_SETS = 2
 SLUG = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
 
 
@@ -138,8 +142,10 @@ class GPUKernelSettings(Configurable):
 
     base_port = Int(
         50000,
-        help="""First of the five ports (shell, iopub, stdin, control, heartbeat) a kernel pod
-        listens on. Every kernel pod has its own IP, so all use the same ports.""",
+        help="""First of the ten ports kernel pods listen on: five (shell, iopub, stdin, control,
+        heartbeat) from base_port, or from base_port + 5 for a restarted kernel whose previous pod
+        had the first five (the user's server tells a moved kernel by its ports). Every kernel
+        pod has its own IP, so all use the same ten.""",
     ).tag(config=True)
 
     start_timeout = Float(
@@ -196,8 +202,10 @@ class GPUKernelSettings(Configurable):
         where the GPUs are simulated, or ``none`` to report nothing.""",
     ).tag(config=True)
 
-    def ports(self) -> dict[str, int]:
-        return {f"{name}_port": self.base_port + i for i, name in enumerate(CHANNELS)}
+    def ports(self, port_set: int = 0) -> dict[str, int]:
+        """The five ports of a kernel pod: ``port_set`` 0 or 1 (see PORT_SETS)."""
+        first = self.base_port + port_set * len(CHANNELS)
+        return {f"{name}_port": first + i for i, name in enumerate(CHANNELS)}
 
     def kernel_profiles(self) -> dict[str, KernelProfile]:
         out: dict[str, KernelProfile] = {}

@@ -105,6 +105,7 @@ class GPUBurstProvisioner(KernelProvisionerBase):
     placement: dict[str, Any] | None = None
     _hub: HubKernelClient | None = None
     _previous_site: str | None = None
+    _port_set: int | None = None  # the ports the kernel's current (or last) pod listens on
     _poll_at = float("-inf")
     _poll_value: int | None = None
     _notebook_dir = ""
@@ -163,6 +164,8 @@ class GPUBurstProvisioner(KernelProvisionerBase):
         }
         if self._previous_site:
             body["prefer_site"] = self._previous_site
+        if self._port_set is not None:
+            body["port_set"] = self._next_port_set()
         code, data = await self.hub.request("POST", "", body)
         if code != 202 or not isinstance(data, dict):
             raise KernelPlacementError(f"No GPU kernel: {self.hub.message(code, data)}")
@@ -183,6 +186,7 @@ class GPUBurstProvisioner(KernelProvisionerBase):
             self.placement = None
             raise KernelPlacementError(f"No GPU kernel: {data.get('error') or 'it stopped while starting'}")
         self._previous_site = data.get("site")
+        self._port_set = body.get("port_set", 0)
         self._poll_at, self._poll_value = time.monotonic(), None
         connection = data["connection"]
         self.connection_info = {
@@ -198,6 +202,24 @@ class GPUBurstProvisioner(KernelProvisionerBase):
             "kernel_name": getattr(km, "kernel_name", "") or "",
         }
         return self.connection_info
+
+    def _next_port_set(self) -> int:
+        """The other set of ports than the previous pod's, for a restart.
+
+        A restarted kernel runs in a new pod at a new address. jupyter_server tells a moved kernel
+        by its ports only: a websocket that reconnects after the restart gets new sockets, and the
+        activity watch (which the culler reads) follows the kernel, only when the ports differ
+        from those it holds. It updates what it holds only on some reconnects, so first it is told
+        to hold the previous pod's ports; then the new pod's differ from them whatever happened
+        since the kernel started.
+        """
+        kernels = getattr(self.parent, "parent", None)
+        if self.kernel_id and callable(getattr(kernels, "ports_changed", None)):
+            try:
+                kernels.ports_changed(self.kernel_id)
+            except (KeyError, AssertionError, web.HTTPError):  # not that manager's kernel
+                pass
+        return 1 - (self._port_set or 0)
 
     # ---- liveness -----------------------------------------------------------------------------
     async def poll(self) -> int | None:
@@ -247,6 +269,7 @@ class GPUBurstProvisioner(KernelProvisionerBase):
         await self._delete()
         if not restart:
             self._previous_site = None
+            self._port_set = None
 
     async def _delete(self) -> None:
         record = self.placement_id
@@ -265,7 +288,7 @@ class GPUBurstProvisioner(KernelProvisionerBase):
     # ---- persistence and limits ---------------------------------------------------------------
     async def get_provisioner_info(self) -> dict[str, Any]:
         info = await super().get_provisioner_info()
-        info.update({"profile": self.profile, "placement": self.placement, "previous_site": self._previous_site})
+        info.update({"profile": self.profile, "placement": self.placement, "previous_site": self._previous_site, "port_set": self._port_set})
         return info
 
     async def load_provisioner_info(self, provisioner_info: dict) -> None:
@@ -273,6 +296,7 @@ class GPUBurstProvisioner(KernelProvisionerBase):
         self.profile = provisioner_info.get("profile", self.profile)
         self.placement = provisioner_info.get("placement")
         self._previous_site = provisioner_info.get("previous_site")
+        self._port_set = provisioner_info.get("port_set")
 
     def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
         return max(recommended, 10.0)
