@@ -2,7 +2,8 @@
 working: chromium sees the GPU kernels in the launcher with what is free now, runs a cell in a
 GPU kernel that says where it runs, sees each kernel in the GPU panel with its site, node, GPU
 and memory and the notebook's kernel site in the status bar, in the light and the dark theme;
-a GPU kernel that cannot be placed says why as soon as the hub refuses it. The federation runs
+a GPU kernel that cannot be placed says why as soon as the hub refuses it; a restarted GPU kernel
+answers in the open notebook. The federation runs
 on its own loop in a thread (Playwright's sync API owns the main thread's loop). Screenshots for
 docs/screenshots come from here."""
 
@@ -153,3 +154,26 @@ def test_lab_shows_gpu_kernels_where_they_run(page: Page, kernel_site: KernelSit
     assert overflow <= 0, f"the reason is cut off by {overflow} px: {message.inner_text()!r}"
     page.screenshot(path=str(artifacts / "kernels-refused-dark.png"))
     save_docs_screenshot(artifacts / "kernels-refused-dark.png", "kernels-refused-dark.png")
+
+
+def test_a_restarted_gpu_kernel_answers_in_the_open_notebook(page: Page, kernel_site: KernelSite) -> None:
+    """Kernel → Restart: the kernel comes back in a new pod, and the notebook, whose websocket
+    reconnects, runs its cell there. Twice: jupyter_server must see each restart as a move."""
+    site = kernel_site
+    page.set_default_timeout(60_000)
+    page.goto(f"{site.hub.url}/hub/login?next=/user/{STUDENT}/lab/tree/gpu.ipynb")
+    page.locator("#username_input").fill(STUDENT)
+    page.locator("#password_input").fill("any password")
+    page.locator("#login_submit").click()
+    page.wait_for_url(f"**/user/{STUDENT}/lab/tree/gpu.ipynb")
+    dismiss_news(page)
+    expect(page.locator(".jp-GpuBurst-kernelStatusText")).to_have_text(re.compile(r"^GPU kernel: "), timeout=120_000)
+    for restart in (1, 2):
+        page.locator(".lm-MenuBar-itemLabel", has_text="Kernel").click()
+        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Restart Kernel and Clear Outputs of All Cells")).click()
+        page.locator(".jp-Dialog .jp-mod-accept").click()
+        expect(page.locator(".jp-OutputArea-output")).to_have_count(0)
+        page.locator(".jp-Notebook .jp-Cell").first.click()
+        page.keyboard.press("Shift+Enter")
+        output = page.locator(".jp-OutputArea-output", has_text=re.compile(r"running on (origin|donor-1)"))
+        expect(output, f"no answer after restart {restart}").to_be_visible(timeout=60_000)
