@@ -1,7 +1,7 @@
 /**
  * Pure formatting helpers shared by the panel and the status bar item.
  */
-import { IGpu, IPlacement, ISample } from './types';
+import { IGpu, IPlacement, ISample, IStorage } from './types';
 
 const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
 
@@ -135,4 +135,9 @@ export function kernelLabel(notebook: string | null, kernelName: string): string
   }
   const parts = notebook.split('/');
   return parts[parts.length - 1] || notebook;
+}
+
+/** Whether files saved on this server are gone once it stops (scratch space, or no volume). */
+export function filesAreLost(storage: IStorage | null | undefined): boolean {
+  return storage?.kind === 'scratch' || storage?.kind === 'none';
 }

@@ -11,6 +11,7 @@ import { Chart } from './chart';
 import { GpuBurstClient } from './client';
 import {
   cpuServer,
+  filesAreLost,
   formatBytes,
   formatPercent,
   gpuModels,
@@ -126,6 +127,16 @@ function WhereCard(props: { placement: IPlacement | null; sample: ISample | null
             <p className="jp-GpuBurst-reason">
               <span className="jp-GpuBurst-label">Why here: </span>
               {placement.reason}
+            </p>
+          )}
+          {placement.storage?.message && (
+            <p
+              className={`jp-GpuBurst-storage${filesAreLost(placement.storage) ? ' jp-GpuBurst-storage-lost' : ''}`}
+              data-kind={placement.storage.kind}
+              role={filesAreLost(placement.storage) ? 'note' : undefined}
+            >
+              <span className="jp-GpuBurst-label">Files: </span>
+              {placement.storage.message}
             </p>
           )}
         </>

@@ -14,6 +14,14 @@ export interface IPlacement {
   gpu_count: number | null;
   /** What was requested in the product's words ("2 GPUs", "1 MIG 1g.10gb slice"). */
   gpu_label?: string | null;
+  /** Where the student's files are, and the sentence that says so; null when the hub said nothing. */
+  storage?: IStorage | null;
+}
+
+/** ``scratch`` and ``none``: files saved on this server are lost when it stops. */
+export interface IStorage {
+  kind: 'none' | 'home' | 'shared' | 'scratch';
+  message: string;
 }
 
 /** One GPU (or MIG slice) in a sample. */

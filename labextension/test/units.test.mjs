@@ -5,7 +5,8 @@ import { test } from 'node:test';
 import { backoffDelay } from '../lib/backoff.js';
 import { chartPath, visibleSpan } from '../lib/chart.js';
 import {
-  cpuServer, formatBytes, formatPercent, gpuAmount, gpuModels, kernelLabel, meanUtilization, requestLabel, siteSentence, statusText
+  cpuServer, filesAreLost, formatBytes, formatPercent, gpuAmount, gpuModels, kernelLabel, meanUtilization, requestLabel, siteSentence,
+  statusText
 } from '../lib/format.js';
 import { SseParser } from '../lib/sse.js';
 import { GpuBurstModel } from '../lib/model.js';
@@ -114,4 +115,13 @@ test('a CPU server the hub started is told apart from a server that should see a
   // not started by the hub: nothing says a GPU was not wanted
   assert.equal(cpuServer({ ...placement, managed: false, site_kind: 'standalone' }), false);
   assert.equal(cpuServer(null), false);
+});
+
+test('files are lost on scratch space and without a volume, kept at home and on shared storage', () => {
+  assert.equal(filesAreLost({ kind: 'scratch', message: 'm' }), true);
+  assert.equal(filesAreLost({ kind: 'none', message: 'm' }), true);
+  assert.equal(filesAreLost({ kind: 'home', message: 'm' }), false);
+  assert.equal(filesAreLost({ kind: 'shared', message: 'm' }), false);
+  assert.equal(filesAreLost(null), false);
+  assert.equal(filesAreLost(undefined), false);
 });

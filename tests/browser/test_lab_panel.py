@@ -15,7 +15,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 DONOR = "donor-1"
 CLUSTER = "9f1c2e4a-7b3d-4c55-a1e2-0d6f8b9c3a71"
 NODE = "liqo-donor-1"
-REASON = "all 2 local A100s busy; 3 of 8 free on donor donor-1"
+REASON = "All 2 GPUs on the origin are busy; starting on donor-1 (3 of 8 GPUs free there)."
+SCRATCH = "This server runs on donor-1, but your home directory stays on the origin: it is not mounted here."
 SIM_GPUS = 2
 
 PANEL = "#jupyter-gpuburst-panel"
@@ -35,6 +36,8 @@ def donor_lab(start_lab) -> LabServer:
             "JUPYTER_GPUBURST_REASON": REASON,
             "JUPYTER_GPUBURST_GPU_RESOURCE": "nvidia.com/gpu",
             "JUPYTER_GPUBURST_GPU_COUNT": str(SIM_GPUS),
+            "JUPYTER_GPUBURST_STORAGE": "scratch",
+            "JUPYTER_GPUBURST_STORAGE_MESSAGE": SCRATCH,
         },
         "donor",
     )
@@ -90,6 +93,8 @@ def test_panel_shows_placement_and_live_charts(page: Page, donor_lab: LabServer,
     expect(where.locator("dd[data-field=node]")).to_have_text(NODE)
     expect(where.locator("dd[data-field=gpu]")).to_contain_text(f"{SIM_GPUS} × NVIDIA")
     expect(where.locator(".jp-GpuBurst-reason")).to_contain_text(REASON)
+    # the home directory did not follow the server: said beside where it runs, marked
+    expect(where.locator(".jp-GpuBurst-storage-lost[data-kind=scratch]")).to_have_text(f"Files: {SCRATCH}")
     expect(panel.locator(".jp-GpuBurst-simulated")).to_have_text("simulated data")
     expect(panel.locator(".jp-GpuBurst-gpu")).to_have_count(SIM_GPUS)
 

@@ -257,6 +257,10 @@ def test_student_journey(browser: Browser, demo: Demo, artifacts: Path) -> None:
         background = panel.evaluate("el => getComputedStyle(el).backgroundColor")
         assert sum(int(v) for v in re.findall(r"\d+", background)[:3]) < 3 * 96, f"{background} is not dark"
         assert_live_panel(s2, "donor-1", "NVIDIA H100 80GB HBM3")
+        # the demo's servers have no home volume: the panel says what that means for saved files
+        lost = page.locator(f"{PANEL} .jp-GpuBurst-storage-lost")
+        expect(lost).to_contain_text("files are lost when it stops")
+        expect(lost).to_have_attribute("data-kind", "none")
         shoot(s2, "journey-donor-dark.png", artifacts)
 
         # 3. nothing fits any more: refused, and the form comes back as a fresh one would
