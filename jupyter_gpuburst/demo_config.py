@@ -96,6 +96,17 @@ def _gpu_like_the_node(spawner, pod):
 c.KubeSpawner.modify_pod_hook = _gpu_like_the_node
 
 
+def _kernel_gpu_like_the_node(pod, placement):
+    """The same for a GPU kernel's pod, which the hub's kernel registry builds as a dict."""
+    product = GPU_PRODUCTS.get(placement.site, {}).get(placement.resource)
+    if product:
+        pod["spec"]["containers"][0]["env"].append({"name": "JUPYTER_GPUBURST_SIM_MODEL", "value": product})
+    return pod
+
+
+c.GPUKernelSettings.modify_pod_hook = _kernel_gpu_like_the_node
+
+
 c.KubeSpawner.environment = {"JUPYTER_GPUBURST_BACKEND": "none"}
 c.KubeSpawner.profile_list = [
     {

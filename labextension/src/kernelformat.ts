@@ -8,20 +8,15 @@ export interface IGpuKernelPlace {
   count: number | null;
 }
 
-/** 'origin', 'donor polito-hpc', or 'placing…' before the hub has answered. */
+/** 'origin' or a donor by its own name ('polito-hpc'), as the panel names the server's site;
+ * 'placing…' before the hub has answered. */
 export function kernelSiteText(kernel: IGpuKernelPlace): string {
-  if (!kernel.site) {
-    return 'placing…';
-  }
-  return kernel.site_kind === 'donor' ? `donor ${kernel.site}` : 'origin';
+  return kernel.site ?? 'placing…';
 }
 
-/** '1 × gpu', '2 × mig-1g.10gb': the GPU a kernel holds. */
-export function kernelGpuText(kernel: IGpuKernelPlace): string {
-  if (!kernel.resource) {
-    return '';
-  }
-  return `${kernel.count ?? 1} × ${kernel.resource.replace(/^nvidia\.com\//, '')}`;
+/** 'origin', 'polito-hpc, a donor cluster': the site for a sentence or a tooltip. */
+function kernelSiteSentence(kernel: IGpuKernelPlace): string {
+  return kernel.site_kind === 'donor' ? `${kernelSiteText(kernel)}, a donor cluster` : kernelSiteText(kernel);
 }
 
 /** How many GPU kernels of a profile could start now, per site, as the hub counts them. */
@@ -115,8 +110,8 @@ export function remoteKernelCells(
   const used = kernel.gpu?.memory_used_bytes;
   return {
     // the card is narrow: the site's name alone ("origin", "donor-1"); the title says more
-    gpu: kernel.site ?? kernelSiteText(kernel),
+    gpu: kernelSiteText(kernel),
     memory: used === null || used === undefined ? '—' : `${(used / 1024 ** 3).toFixed(1)} GiB`,
-    title: `A GPU kernel in a pod of its own (${kernelSiteText(kernel)}); see GPU kernels`
+    title: `A GPU kernel in a pod of its own (${kernelSiteSentence(kernel)}); see GPU kernels`
   };
 }

@@ -14,7 +14,8 @@ import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 
 import { GpuBurstClient } from './client';
-import { IKernelGpuFigures, kernelGpuText, kernelMemoryText, kernelSiteText, remoteKernelCells } from './kernelformat';
+import { gpuAmount } from './format';
+import { IKernelGpuFigures, kernelMemoryText, kernelSiteText, remoteKernelCells } from './kernelformat';
 import { RemoteKernelLookup } from './panel';
 
 /** One GPU kernel as the server extension reports it. */
@@ -118,7 +119,7 @@ export function GpuKernelsSection(props: { model: GpuKernelsModel }): JSX.Elemen
                 <span className="jp-GpuBurst-sub jp-GpuBurst-gpuKernelNode">{k.node ?? '—'}</span>
               </td>
               <td>
-                {kernelGpuText(k)}
+                {k.resource ? gpuAmount(k.resource, k.count ?? 1) : ''}
                 <span
                   className="jp-GpuBurst-sub jp-GpuBurst-gpuKernelMemory"
                   title={k.gpu?.reason ?? (k.gpu?.simulated ? 'simulated GPU' : 'measured in the kernel’s pod')}
@@ -170,7 +171,8 @@ export class GpuKernelStatus extends ReactWidget {
           }
           const text = `GPU kernel: ${kernelSiteText(kernel)}`;
           return (
-            <span className="jp-GpuBurst-kernelStatusText" title={kernel.reason ?? text} aria-label={text}>
+            // JupyterLab's own class for a status bar text: its height, font and baseline
+            <span className="jp-StatusBar-TextItem jp-GpuBurst-kernelStatusText" title={kernel.reason ?? text} aria-label={text}>
               {text}
             </span>
           );

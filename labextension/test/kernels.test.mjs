@@ -2,18 +2,13 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { kernelGpuText, kernelSiteText } from '../lib/kernelformat.js';
+import { kernelSiteText } from '../lib/kernelformat.js';
 
 test('a GPU kernel names its site the way the panel names the server', () => {
   assert.equal(kernelSiteText({ site: 'origin', site_kind: 'origin', resource: null, count: null }), 'origin');
-  assert.equal(kernelSiteText({ site: 'polito-hpc', site_kind: 'donor', resource: null, count: null }), 'donor polito-hpc');
+  // a donor by its own name, never 'donor polito-hpc'
+  assert.equal(kernelSiteText({ site: 'polito-hpc', site_kind: 'donor', resource: null, count: null }), 'polito-hpc');
   assert.equal(kernelSiteText({ site: null, site_kind: null, resource: null, count: null }), 'placing…');
-});
-
-test('a GPU kernel names the GPU it holds', () => {
-  assert.equal(kernelGpuText({ site: 'origin', site_kind: 'origin', resource: 'nvidia.com/gpu', count: 2 }), '2 × gpu');
-  assert.equal(kernelGpuText({ site: 'origin', site_kind: 'origin', resource: 'nvidia.com/mig-1g.10gb', count: null }), '1 × mig-1g.10gb');
-  assert.equal(kernelGpuText({ site: null, site_kind: null, resource: null, count: null }), '');
 });
 
 test('the launcher says how many GPU kernels could start now, and where', async () => {
@@ -34,7 +29,8 @@ test('a GPU kernel row in the Kernels card shows its site and the memory its pod
   const cells = remoteKernelCells({ ...donor, gpu: { memory_used_bytes: 0.5 * 1024 ** 3, memory_total_bytes: 40 * 1024 ** 3, utilization: 3 } });
   assert.equal(cells.gpu, 'donor-1');
   assert.equal(cells.memory, '0.5 GiB');
-  assert.match(cells.title, /donor donor-1/);
+  assert.match(cells.title, /\(donor-1, a donor cluster\)/);
+  assert.doesNotMatch(cells.title, /donor donor-1/);
   // still starting, or its pod does not answer: no figure rather than a made-up one
   assert.equal(remoteKernelCells({ ...donor, gpu: null }).memory, '—');
   assert.equal(remoteKernelCells({ site: null, site_kind: null, resource: null, count: null, gpu: null }).gpu, 'placing…');

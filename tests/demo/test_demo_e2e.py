@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from jupyter_gpuburst.demo import DEFAULT_PASSWORD, free_port, port_is_free
+from jupyter_gpuburst.server.gpu import simulated
 
 from .student import Student
 
@@ -190,6 +191,15 @@ async def test_two_students_land_on_origin_then_donor_and_everything_stops(tmp_p
         nodes = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
         assert nodes["jupyter-student4"] == "origin-cpu", nodes
         assert [n for name, n in nodes.items() if name.startswith("gpuburst-kernel-")] == ["donor-1"], nodes
+        # the donor's nodes are labelled H100: the kernel's pod simulates that model, as the
+        # donor's server pods do, and the panel shows its memory
+        deadline = time.monotonic() + 30
+        while True:
+            (listed,) = (await kernels.server_get("api/gpuburst/kernels"))["kernels"]
+            if (listed.get("gpu") or {}).get("memory_total_bytes") is not None or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.5)
+        assert listed["gpu"]["memory_total_bytes"] == simulated.MODELS["NVIDIA H100 80GB HBM3"].memory_total_bytes, listed
 
         assert len(singleuser_processes(demo.descendants())) == 4
         for student in students:

@@ -104,7 +104,11 @@ def test_lab_shows_gpu_kernels_where_they_run(page: Page, kernel_site: KernelSit
 
     # a notebook on a GPU kernel: its cell runs on the GPU site, and the status bar says where
     page.goto(f"{site.hub.url}/user/{STUDENT}/lab/tree/gpu.ipynb")
-    expect(page.locator(".jp-GpuBurst-kernelStatusText")).to_have_text("GPU kernel: origin", timeout=120_000)
+    kernel_status = page.locator(".jp-GpuBurst-kernelStatusText")
+    expect(kernel_status).to_have_text("GPU kernel: origin", timeout=120_000)
+    # on the status bar's line, like JupyterLab's own items beside it
+    beside = page.locator(".jp-StatusBar-TextItem", has_text="Python 3 (1 GPU)").first
+    assert abs(kernel_status.bounding_box()["y"] - beside.bounding_box()["y"]) <= 1
     page.locator(".jp-Notebook .jp-Cell").first.click()
     page.keyboard.press("Shift+Enter")
     expect(page.locator(".jp-OutputArea-output", has_text="running on origin")).to_be_visible(timeout=60_000)
@@ -114,7 +118,7 @@ def test_lab_shows_gpu_kernels_where_they_run(page: Page, kernel_site: KernelSit
     row = page.locator(f"{PANEL} .jp-GpuBurst-gpuKernels tr[data-kernel-id='{site.kernel_id}']")
     expect(row).to_contain_text("origin")
     expect(row).to_contain_text("origin-gpu")
-    expect(row).to_contain_text("1 × gpu")
+    expect(row).to_contain_text("1 GPU")
     expect(row.locator(".jp-GpuBurst-gpuKernelMemory")).to_have_text(re.compile(r"^\d+\.\d / 40\.0 GiB$"), timeout=30_000)
     expect(page.locator(f"{PANEL} .jp-GpuBurst-gpuKernels tbody tr")).to_have_count(2)
     # a CPU server by the student's choice: no warning that it sees no GPU

@@ -167,6 +167,29 @@ async def test_a_restarted_kernels_pod_listens_on_the_other_ports_and_a_new_hub_
     assert adopted.ports == restarted.ports == registry.settings.ports(1)
 
 
+async def test_the_admins_hook_changes_the_kernel_pod_and_a_bad_one_makes_nothing(registry):
+    seen = []
+
+    async def label_site(pod, placement):
+        seen.append(placement.site)
+        pod["spec"]["containers"][0]["env"].append({"name": "WHERE", "value": placement.site})
+        return pod
+
+    registry.settings.modify_pod_hook = label_site
+    record = await start(registry)
+    (pod,) = kernel_pods(registry)
+    assert seen == [record.placement.site]
+    assert {"name": "WHERE", "value": record.placement.site} in pod["spec"]["containers"][0]["env"]
+    await registry.stop(record, wait=0)
+
+    registry.settings.modify_pod_hook = lambda pod, placement: None
+    with pytest.raises(KernelError) as info:
+        await start(registry, user="bob")
+    assert info.value.status == 500 and "TypeError" in info.value.message
+    assert [p for p in kernel_pods(registry) if "bob" in json.dumps(p["metadata"])] == []
+    assert registry.list("bob") == [] and len(registry.tracker.placer.reservations) == 0
+
+
 async def test_the_files_policy_decides_where_the_kernel_starts(registry, tmp_path):
     from jupyter_gpuburst.hub.kernels.files import KernelFiles
 

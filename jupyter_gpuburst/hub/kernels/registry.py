@@ -8,6 +8,7 @@ way round. Pods are the truth: a record lost in a hub restart is rebuilt from it
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import secrets
@@ -326,6 +327,12 @@ class KernelRegistry:
             extra_env=dict(self.settings.extra_env),
             command=list(self.settings.command) or None,
         )
+        if self.settings.modify_pod_hook is not None:
+            pod = self.settings.modify_pod_hook(pod, placement)
+            if inspect.isawaitable(pod):
+                pod = await pod
+            if not isinstance(pod, dict):
+                raise TypeError(f"GPUKernelSettings.modify_pod_hook must return the pod as a dict, not {type(pod).__name__}")
         await self.api.create_namespaced_secret(record.namespace, secret)
         try:
             created = await self.api.create_namespaced_pod(record.namespace, pod)

@@ -202,6 +202,16 @@ class GPUKernelSettings(Configurable):
         where the GPUs are simulated, or ``none`` to report nothing.""",
     ).tag(config=True)
 
+    modify_pod_hook = AnyTrait(
+        None,
+        allow_none=True,
+        help="""A callable ``(pod, placement) -> pod`` (may be async) that may change a kernel
+        pod before it is created, as ``KubeSpawner.modify_pod_hook`` does for servers. ``pod`` is
+        the manifest as a plain dict; ``placement`` says where it goes (``site``,
+        ``cluster_id``, ``node``, ``resource``, ``count``). It must keep the pod's name, labels,
+        annotations, ports and its Secret reference.""",
+    ).tag(config=True)
+
     def ports(self, port_set: int = 0) -> dict[str, int]:
         """The five ports of a kernel pod: ``port_set`` 0 or 1 (see PORT_SETS)."""
         first = self.base_port + port_set * len(CHANNELS)
