@@ -146,6 +146,12 @@ def placed(
     return f"The origin has {lfree} of {ltotal} {units} free, {count} needed; {donor_part}"
 
 
+def restarted(site: SiteCapacity, resource: str) -> str:
+    """Why a restarted GPU kernel is back on the site it ran on (free GPUs before it took one)."""
+    free, total = _free_of(site, resource)
+    return f"Restarted where it ran before; starting on {site.site} ({_free_text(free, total, resource)} there)."
+
+
 def _free_text(free: int, total: int, resource: str) -> str:
     return f"{free} of {total} {names.gpu_units(resource, total)} free"
 

@@ -140,6 +140,8 @@ async def test_kernels_whose_server_is_gone_are_reaped(registry):
 async def test_a_restart_returns_to_its_site_when_it_still_fits(registry):
     record = await start(registry, prefer_site="donor-1")
     assert record.placement.site == "donor-1" and not record.relocated_from
+    # not the profile's rule: it may run on the origin too
+    assert record.placement.reason == "Restarted where it ran before; starting on donor-1 (8 of 8 GPUs free there)."
     # the donor is not allowed for the next one: it is re-placed, and says so
     registry.profiles["gpu-1"] = registry.profiles["gpu-1"].__class__(**{**registry.profiles["gpu-1"].__dict__, "allowed_sites": ("origin",)})
     moved = await start(registry, prefer_site="donor-1")

@@ -19,7 +19,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiException
 
-from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.core import keys, reasons
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
 from jupyter_gpuburst.hub.capacity import CapacityTracker, kernel_key
 from jupyter_gpuburst.hub.kernels import manifests
@@ -273,8 +273,12 @@ class KernelRegistry:
         try:
             if prefer_site and prefer_site not in tried and (request.allowed_sites is None or prefer_site in request.allowed_sites):
                 # a restart goes back where the kernel ran, if it still fits there
-                if prefer_site in tracker.snapshot().sites:
+                before = tracker.snapshot().site(prefer_site)
+                if before is not None:
                     outcome = tracker.placer.place(record.key, replace(request, allowed_sites=(prefer_site,)), time.monotonic())
+                    if isinstance(outcome, Placement) and outcome.is_donor:
+                        # placed as if the profile allowed that donor alone: say why it is there
+                        outcome = replace(outcome, reason=reasons.restarted(before, request.resource))
             if isinstance(outcome, NoCapacity):
                 outcome = tracker.placer.place(record.key, request, time.monotonic())
                 if prefer_site and isinstance(outcome, Placement) and outcome.site != prefer_site:
