@@ -152,6 +152,21 @@ def _where(free: dict[str, int], count: int) -> str | None:
     return None
 
 
+def gpuburst_command() -> str:
+    """``gpuburst`` as another shell runs it: by name where it is on PATH, else by its path
+    (``make demo`` runs it from the checkout's .venv, which a new shell has not activated)."""
+    script = Path(sys.executable).with_name("gpuburst")
+    if not script.exists():
+        return "gpuburst"
+    found = shutil.which("gpuburst")
+    if found and Path(found).resolve() == script.resolve():
+        return "gpuburst"
+    try:
+        return str(script.relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
+
+
 def try_steps(opts: DemoOptions, donor_names: list[str], url: str, kubeconfig: Path) -> list[str]:
     """The banner's "Try" steps, worked out from the options so that each one comes true."""
     count = 2 if opts.origin_gpus >= 2 or (opts.origin_gpus == 0 and opts.donor_gpus >= 2) else 1
@@ -175,8 +190,9 @@ def try_steps(opts: DemoOptions, donor_names: list[str], url: str, kubeconfig: P
         "with its site, node and GPU memory."
     )
     steps.append(f"{len(steps) + 1}. Log in as {ADMIN} and open {url}/services/gpuburst/capacity for capacity per site.")
-    steps.append(f"{len(steps) + 1}. In another shell: gpuburst doctor --kubeconfig {kubeconfig}")
-    steps.append(f"                      gpuburst capacity --kubeconfig {kubeconfig}")
+    command = gpuburst_command()
+    steps.append(f"{len(steps) + 1}. In another shell: {command} doctor --kubeconfig {kubeconfig}")
+    steps.append(f"{' ' * len(f'{len(steps)}. In another shell: ')}{command} capacity --kubeconfig {kubeconfig}")
     return steps
 
 
@@ -339,7 +355,8 @@ async def run(opts: DemoOptions, ready: asyncio.Event | None = None, stop: async
                 print("starting the federation and JupyterHub ...", flush=True)
                 await demo.start()
                 print(banner(opts, demo.url, demo.kubeconfig, list(demo.fed.donors)), flush=True)
-                print(f"  (login page up in {time.monotonic() - started:.1f}s; hub log: {demo.hub_log})", flush=True)
+                kept = "" if opts.state_dir else ", removed on exit (keep it with --state-dir)"
+                print(f"  (login page up in {time.monotonic() - started:.1f}s; hub log: {demo.hub_log}{kept})", flush=True)
                 if ready is not None:
                     ready.set()
                 await stop.wait()

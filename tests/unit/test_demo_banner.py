@@ -37,3 +37,21 @@ def test_simulated_gpus_are_told_the_labels_of_their_nodes() -> None:
 def test_banner_says_when_pods_have_networks_of_their_own() -> None:
     assert "network namespace" not in text()
     assert "pods:   each in a network namespace of its own, as on a cluster; the hub listens on 127.0.0.2" in text(pod_network="namespaces")
+
+
+def test_the_doctor_step_names_gpuburst_as_another_shell_finds_it(monkeypatch, tmp_path) -> None:
+    """`make demo` runs from the checkout's .venv, which a new shell has not activated."""
+    import sys
+
+    from jupyter_gpuburst import demo
+
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "gpuburst").write_text("#!/bin/sh\n")
+    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(demo.shutil, "which", lambda name: None)
+    assert demo.gpuburst_command() == ".venv/bin/gpuburst"
+    assert "In another shell: .venv/bin/gpuburst doctor --kubeconfig /k" in text()
+    monkeypatch.setattr(demo.shutil, "which", lambda name: str(bin_dir / name))
+    assert demo.gpuburst_command() == "gpuburst"
