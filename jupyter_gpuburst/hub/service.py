@@ -23,7 +23,9 @@ URLs, under the hub's base URL:
 from __future__ import annotations
 
 import asyncio
+import http
 import json
+import logging
 import secrets
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from tornado import web
 from tornado.httpserver import HTTPServer
-from tornado.log import app_log
+from tornado.log import access_log, app_log
 
 from jupyter_gpuburst.core import names
 from jupyter_gpuburst.hub import metrics
@@ -45,6 +47,7 @@ PAGE_PATH = "capacity"
 API_PATH = "api/capacity"
 TEMPLATES = Path(__file__).with_name("templates")
 PAGE_TEMPLATE = "gpuburst_capacity.html"
+ERROR_TEMPLATE = "gpuburst_error.html"
 
 
 # the service of this hub process, once registered (the spawner reads its kernel API's URL)
@@ -109,6 +112,8 @@ class CapacityService:
 
         app = web.Application(
             [
+                # people who open the service's own address, and the hub's health check
+                (rf"{self.prefix}?", web.RedirectHandler, {"url": f"{self.prefix}{PAGE_PATH}", "permanent": False}),
                 (rf"{self.prefix}{PAGE_PATH}/?", CapacityPageHandler),
                 (rf"{self.prefix}{API_PATH}/?", CapacityAPIHandler),
                 (rf"{self.prefix}oauth_callback", OAuthCallbackHandler),
@@ -117,6 +122,7 @@ class CapacityService:
             service=self,
             cookie_secret=secrets.token_bytes(32),
             templates=Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape()),
+            log_function=log_request,
         )
         self._server = HTTPServer(app, xheaders=True)
         self._server.listen(self.port, self.bind_host)
@@ -146,6 +152,22 @@ class CapacityService:
         return auth
 
 
+def log_request(handler: web.RequestHandler) -> None:
+    """Failures at warning and error; the rest at debug, unless slow: every GPU kernel's server
+    asks after it every few seconds, which at info would drown the hub's log. The path only:
+    an OAuth callback's query carries its code."""
+    status = handler.get_status()
+    request = handler.request
+    ms = 1000.0 * request.request_time()
+    if status >= 500:
+        level = logging.ERROR
+    elif status >= 400:
+        level = logging.WARNING
+    else:
+        level = logging.INFO if ms >= 1000 else logging.DEBUG
+    access_log.log(level, "%d %s %s (%s) %.2fms", status, request.method, request.path, request.remote_ip, ms)
+
+
 class _Authenticated(HubOAuthenticated, web.RequestHandler):
     @property
     def service(self) -> CapacityService:
@@ -164,7 +186,7 @@ class _Authenticated(HubOAuthenticated, web.RequestHandler):
             try:
                 self._hub_auth_user_cache = self.check_hub_user(user)
             except UserNotAllowed:
-                raise web.HTTPError(403, f"{REQUIRED_SCOPE} is needed to see GPU capacity") from None
+                raise web.HTTPError(403, f"GPU capacity is for the hub's admins (it needs the {REQUIRED_SCOPE} scope).") from None
 
     async def tracker(self) -> Any:
         try:
@@ -203,6 +225,22 @@ class CapacityPageHandler(_Authenticated):
         template = self.settings["templates"].get_template(PAGE_TEMPLATE)
         api_url = f"{self.hub_auth.base_url}{API_PATH}"
         self.finish(template.render(report=report, api_url=api_url, hub_prefix=self.hub_auth.hub_prefix, gpu_name=names.gpu_name))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        # a person's page, with a way back; the reason only where it is meant for them
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        said = exc.log_message if isinstance(exc, web.HTTPError) and not exc.args else None
+        message = said or "Something went wrong; the hub's log says what."
+        template = self.settings["templates"].get_template(ERROR_TEMPLATE)
+        try:
+            hub_prefix = self.hub_auth.hub_prefix
+        except Exception:  # noqa: BLE001 - the error page must not fail in turn
+            hub_prefix = "/hub/"
+        try:
+            title = http.HTTPStatus(status_code).phrase
+        except ValueError:
+            title = "Error"
+        self.finish(template.render(status_code=status_code, title=title, message=message, hub_prefix=hub_prefix))
 
 
 class OAuthCallbackHandler(HubOAuthCallbackHandler):

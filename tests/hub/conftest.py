@@ -20,6 +20,8 @@ from jupyter_gpuburst.hub import install, metrics
 tracker = StaticTracker()
 install(c, tracker_source=lambda: tracker)
 metrics.add_capacity_source(tracker.snapshot)
+# as GPU kernels need: the service may be reached, but the capacity is still the admins'
+c.JupyterHub.load_roles.append({{"name": "gpu-kernels", "users": ["kernelstudent"], "scopes": ["access:services!service=gpuburst"]}})
 """
 
 

@@ -127,9 +127,38 @@ async def test_capacity_page_forbidden_for_student(static_hub):
         async with session.get(f"{static_hub.url}/services/gpuburst/capacity") as resp:
             assert resp.status == 403
             html = await resp.text()
+        # the service's own address leads to the page (and answers the hub's health check)
+        async with session.get(f"{static_hub.url}/services/gpuburst/", allow_redirects=False) as resp:
+            assert resp.status == 302 and resp.headers["Location"] == "/services/gpuburst/capacity"
     finally:
         await session.close()
     assert "data-site" not in html
+
+
+async def test_a_student_who_may_reach_the_service_is_told_the_page_is_the_admins(static_hub):
+    """GPU kernels give students access to the service; its capacity page stays the admins'."""
+    session = await _login(static_hub, "kernelstudent")
+    try:
+        async with session.get(f"{static_hub.url}/services/gpuburst/capacity") as resp:
+            assert resp.status == 403
+            html = await resp.text()
+    finally:
+        await session.close()
+    assert "data-site" not in html
+    # a page like the hub's, which says why and leads back home
+    assert '<div class="container" id="gpuburst-error" data-status="403">' in html
+    assert "GPU capacity is for the hub&#39;s admins" in html and 'href="/hub/home"' in html
+    assert "static/css/style.min.css" in html
+
+
+async def test_the_service_logs_its_successes_at_debug_and_its_failures_as_warnings(static_hub, http):
+    status, _ = await get_report(static_hub, http)
+    assert status == 200
+    status, _ = await get_report(static_hub, http, token="not-a-token")
+    assert status == 403
+    log = static_hub.log_tail(200_000)
+    assert not re.search(r"\[I [^\]]*\] 200 GET /services/gpuburst/api/capacity", log)
+    assert re.search(r"\[W [^\]]*\] 403 GET /services/gpuburst/api/capacity \(", log)
 
 
 async def test_no_deprecation_warning_and_the_service_is_registered(static_hub, http):
