@@ -92,7 +92,7 @@ REQUIRED_PERMISSIONS: tuple[Permission, ...] = tuple(
         "get,create",
         liqo.NAMESPACE_OFFLOADING_PLURAL,
         liqo.OFFLOADING_GROUP,
-        why="offload the user namespace to donors when it is not yet",
+        why="offload the user namespace to donors, the first time a pod goes to one",
     )
 )
 
