@@ -15,6 +15,7 @@ import secrets
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from tornado import web
@@ -22,14 +23,24 @@ from tornado.httpserver import HTTPServer
 
 from jupyter_gpuburst.hub.kernels import manifests
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
-from jupyter_gpuburst.hub.ports import free_ports
+from jupyter_gpuburst.hub.ports import free_port, free_ports, port_is_free
 
 PROFILES = [{"slug": "gpu-1", "display_name": "Python 3 (1 GPU)", "resource": "nvidia.com/gpu", "count": 1}]
 
 
+def ten_free_ports() -> int:
+    """The first of ten ports that nothing listens on, on any address (a listener on all
+    addresses holds the port on every pod's address too)."""
+    while True:
+        base = free_port() // 10 * 10
+        if all(port_is_free(base + i, "0.0.0.0") for i in range(10)):
+            return base
+
+
 class FakeHub:
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, log_dir: Path) -> None:
         self.token = token
+        self.log_dir = log_dir  # each pod's output, for a test's failure report
         self.kernels: dict[str, dict[str, Any]] = {}
         self.posts: list[dict[str, Any]] = []
         self.deleted: list[str] = []
@@ -40,7 +51,7 @@ class FakeHub:
         self.port = 0
         # pods' addresses: loopback addresses of their own, far from those other tests use
         self.pod_ips = (f"127.77.{n // 250}.{n % 250 + 2}" for n in range(60000))
-        self.settings = GPUKernelSettings(base_port=free_ports(1)[0] // 10 * 10)
+        self.settings = GPUKernelSettings(base_port=ten_free_ports())
 
     @property
     def kernels_url(self) -> str:
@@ -73,10 +84,16 @@ class FakeHub:
             # as an admin's GPUKernelSettings.extra_env sets it in the emulator
             "JUPYTER_GPUBURST_BACKEND": "simulated",
         }
-        process = subprocess.Popen([sys.executable, "-m", "jupyter_gpuburst.kernel.pod"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        record = {"id": secrets.token_hex(6), "site": site, "ip": ip, "ports": ports, "process": process, "profile": body["profile"]}
+        record_id = secrets.token_hex(6)
+        with open(self.log_dir / f"pod-{record_id}.log", "wb") as log:
+            process = subprocess.Popen([sys.executable, "-m", "jupyter_gpuburst.kernel.pod"], env=env, stdout=log, stderr=subprocess.STDOUT)
+        record = {"id": record_id, "site": site, "ip": ip, "ports": ports, "process": process, "profile": body["profile"]}
         self.kernels[record["id"]] = record
         return record
+
+    def pod_logs(self) -> str:
+        """Every pod's output so far, each under its record id."""
+        return "\n".join(f"--- pod {path.stem[4:]}\n{path.read_text(errors='replace')}" for path in sorted(self.log_dir.glob("pod-*.log")))
 
     def state(self, record: dict[str, Any]) -> dict[str, Any]:
         process = record["process"]

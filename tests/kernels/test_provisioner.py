@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import queue
 
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
@@ -17,8 +18,9 @@ TOKEN = "server-token-123"
 
 
 @pytest.fixture
-async def hub(monkeypatch):
-    fake = FakeHub(TOKEN)
+async def hub(monkeypatch, tmp_path):
+    (tmp_path / "pods").mkdir()
+    fake = FakeHub(TOKEN, tmp_path / "pods")
     fake.start()
     monkeypatch.setenv("JUPYTER_GPUBURST_KERNELS_URL", fake.kernels_url)
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", TOKEN)
@@ -86,7 +88,10 @@ async def test_gpu_kernel_lifecycle_through_the_hub_api(hub, specs):
             if msg["header"]["msg_type"] == "stream" and msg["parent_header"].get("msg_id") == msg_id:
                 break
         await km.interrupt_kernel()
-        reply = await client.get_shell_msg(timeout=30)
+        try:
+            reply = await client.get_shell_msg(timeout=30)
+        except queue.Empty:
+            raise AssertionError(f"no reply to the interrupted cell; the kernel's pod said:\n{hub.pod_logs()}") from None
         assert reply["parent_header"]["msg_id"] == msg_id
         assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
 
