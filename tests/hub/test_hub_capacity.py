@@ -102,14 +102,19 @@ async def _login(hub, name: str) -> aiohttp.ClientSession:
     return session
 
 
-async def test_capacity_page_renders_for_admin(static_hub):
-    session = await _login(static_hub, "admin")
+async def capacity_page(hub, user: str) -> tuple[int, str]:
+    """What ``user``'s browser gets at the capacity page, once logged in."""
+    session = await _login(hub, user)
     try:
-        async with session.get(f"{static_hub.url}/services/gpuburst/capacity") as resp:
-            assert resp.status == 200
-            html = await resp.text()
+        async with session.get(f"{hub.url}/services/gpuburst/capacity") as resp:
+            return resp.status, await resp.text()
     finally:
         await session.close()
+
+
+async def test_capacity_page_renders_for_admin(static_hub):
+    status, html = await capacity_page(static_hub, "admin")
+    assert status == 200
     assert "GPU capacity" in html
     row = re.search(r'<tr data-site="donor-1" data-resource="nvidia.com/gpu">(.*?)</tr>', html, re.S)
     assert row, html[:2000]
@@ -121,29 +126,19 @@ async def test_capacity_page_renders_for_admin(static_hub):
     assert "tok-do-not-leak" not in html
 
 
-async def test_capacity_page_forbidden_for_student(static_hub):
-    session = await _login(static_hub, "student2")
-    try:
-        async with session.get(f"{static_hub.url}/services/gpuburst/capacity") as resp:
-            assert resp.status == 403
-            html = await resp.text()
-        # the service's own address leads to the page (and answers the hub's health check)
-        async with session.get(f"{static_hub.url}/services/gpuburst/", allow_redirects=False) as resp:
-            assert resp.status == 302 and resp.headers["Location"] == "/services/gpuburst/capacity"
-    finally:
-        await session.close()
+async def test_capacity_page_forbidden_for_student(static_hub, http):
+    status, html = await capacity_page(static_hub, "student2")
+    assert status == 403
     assert "data-site" not in html
+    # the service's own address leads to the page (and answers the hub's health check)
+    async with http.get(f"{static_hub.url}/services/gpuburst/", allow_redirects=False) as resp:
+        assert resp.status == 302 and resp.headers["Location"] == "/services/gpuburst/capacity"
 
 
 async def test_a_student_who_may_reach_the_service_is_told_the_page_is_the_admins(static_hub):
     """GPU kernels give students access to the service; its capacity page stays the admins'."""
-    session = await _login(static_hub, "kernelstudent")
-    try:
-        async with session.get(f"{static_hub.url}/services/gpuburst/capacity") as resp:
-            assert resp.status == 403
-            html = await resp.text()
-    finally:
-        await session.close()
+    status, html = await capacity_page(static_hub, "kernelstudent")
+    assert status == 403
     assert "data-site" not in html
     # a page like the hub's, which says why and leads back home
     assert '<div class="container" id="gpuburst-error" data-status="403">' in html

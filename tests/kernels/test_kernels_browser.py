@@ -83,15 +83,21 @@ def dismiss_news(page: Page) -> None:
         pass
 
 
-def test_lab_shows_gpu_kernels_where_they_run(page: Page, kernel_site: KernelSite, artifacts: Path) -> None:
-    site = kernel_site
+def log_in_to(page: Page, site: KernelSite, lab_path: str, landing: str) -> None:
+    """The student logs in at the hub, asking for ``lab_path`` of their JupyterLab, and lands
+    where the glob ``landing`` says."""
     page.set_default_timeout(60_000)
-    page.goto(f"{site.hub.url}/hub/login?next=/user/{STUDENT}/lab")
+    page.goto(f"{site.hub.url}/hub/login?next=/user/{STUDENT}/{lab_path}")
     page.locator("#username_input").fill(STUDENT)
     page.locator("#password_input").fill("any password")
     page.locator("#login_submit").click()
-    page.wait_for_url(f"**/user/{STUDENT}/lab**")
+    page.wait_for_url(f"**/user/{STUDENT}/{landing}")
     dismiss_news(page)
+
+
+def test_lab_shows_gpu_kernels_where_they_run(page: Page, kernel_site: KernelSite, artifacts: Path) -> None:
+    site = kernel_site
+    log_in_to(page, site, "lab", landing="lab**")
 
     # the launcher: each GPU kernel with what is free now (one origin GPU already taken)
     card = page.locator(GPU_CARD, has_text=re.compile(r"^Python 3 \(1 GPU\) ·"))
@@ -163,14 +169,7 @@ def test_lab_shows_gpu_kernels_where_they_run(page: Page, kernel_site: KernelSit
 def test_a_restarted_gpu_kernel_answers_in_the_open_notebook(page: Page, kernel_site: KernelSite) -> None:
     """Kernel → Restart: the kernel comes back in a new pod, and the notebook, whose websocket
     reconnects, runs its cell there. Twice: jupyter_server must see each restart as a move."""
-    site = kernel_site
-    page.set_default_timeout(60_000)
-    page.goto(f"{site.hub.url}/hub/login?next=/user/{STUDENT}/lab/tree/gpu.ipynb")
-    page.locator("#username_input").fill(STUDENT)
-    page.locator("#password_input").fill("any password")
-    page.locator("#login_submit").click()
-    page.wait_for_url(f"**/user/{STUDENT}/lab/tree/gpu.ipynb")
-    dismiss_news(page)
+    log_in_to(page, kernel_site, "lab/tree/gpu.ipynb", landing="lab/tree/gpu.ipynb")
     expect(page.locator(".jp-GpuBurst-kernelStatusText")).to_have_text(re.compile(r"^GPU kernel: "), timeout=120_000)
     for restart in (1, 2):
         page.locator(".lm-MenuBar-itemLabel", has_text="Kernel").click()
