@@ -79,17 +79,22 @@ def _simulated(gpus: int) -> dict:
 GPU_PRODUCTS = json.loads(env.get("GPUBURST_DEMO_GPU_PRODUCTS") or "{}")
 
 
-def _gpu_like_the_node(spawner, pod):
-    """Simulated GPUs of the model the chosen site's nodes are labelled with (see demo.gpu_products).
+def _sim_model_env(site, resource):
+    """Simulated GPUs of the model the chosen site's nodes are labelled with (see demo.gpu_products),
+    as an env var for the pod; None where the site's nodes say no model.
 
     On a real cluster the device plugin hands the container the node's own GPUs; here the
     simulated backend is told which model to pretend, after the placement is known.
     """
+    product = GPU_PRODUCTS.get(site, {}).get(resource)
+    return {"name": "JUPYTER_GPUBURST_SIM_MODEL", "value": product} if product else None
+
+
+def _gpu_like_the_node(spawner, pod):
     placement = spawner.gpuburst_placement
-    if placement:
-        product = GPU_PRODUCTS.get(placement["site"], {}).get(placement["resource"])
-        if product:
-            pod.spec.containers[0].env.append(V1EnvVar(name="JUPYTER_GPUBURST_SIM_MODEL", value=product))
+    env = _sim_model_env(placement["site"], placement["resource"]) if placement else None
+    if env:
+        pod.spec.containers[0].env.append(V1EnvVar(**env))
     return pod
 
 
@@ -98,9 +103,9 @@ c.KubeSpawner.modify_pod_hook = _gpu_like_the_node
 
 def _kernel_gpu_like_the_node(pod, placement):
     """The same for a GPU kernel's pod, which the hub's kernel registry builds as a dict."""
-    product = GPU_PRODUCTS.get(placement.site, {}).get(placement.resource)
-    if product:
-        pod["spec"]["containers"][0]["env"].append({"name": "JUPYTER_GPUBURST_SIM_MODEL", "value": product})
+    env = _sim_model_env(placement.site, placement.resource)
+    if env:
+        pod["spec"]["containers"][0]["env"].append(env)
     return pod
 
 
