@@ -87,7 +87,11 @@ REQUIRED_PERMISSIONS: tuple[Permission, ...] = tuple(
     + _perms("list,watch", "pods", namespaced=False, why="count the GPUs pods of every namespace hold")
     + _perms("get,list,watch,create,delete", "pods", why="start, watch and stop user servers")
     + _perms("list,watch", "events", why="show spawn progress and see Unschedulable pods")
-    + _perms("get,create", "persistentvolumeclaims", why="create home volumes and see where they are bound")
+    + _perms(
+        "get,create,delete",
+        "persistentvolumeclaims",
+        why="create home volumes, see where they are bound, and delete a deleted user's",
+    )
     + _perms(
         "get,create",
         liqo.NAMESPACE_OFFLOADING_PLURAL,

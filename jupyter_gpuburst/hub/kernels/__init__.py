@@ -36,6 +36,7 @@ def install(c: Any, service_name: str) -> None:
     ``Spawner.server_token_scopes`` set by the admin (in any spawner section) keeps its scopes
     and gains ours; unset, it becomes the ``server`` role's scopes plus ours.
     """
+    _explain_profiles_at_start(c)
     section = c.JupyterHub
     scopes = dict(section["custom_scopes"]) if "custom_scopes" in section else {}
     scopes.setdefault(SCOPE, {"description": SCOPE_DESCRIPTION})
@@ -48,6 +49,23 @@ def install(c: Any, service_name: str) -> None:
         return
     for name in configured:
         c[name].server_token_scopes = _with_scopes(c[name]["server_token_scopes"], ours)
+
+
+def _explain_profiles_at_start(c: Any) -> None:
+    """Once the hub runs (the whole config read), log why no GPU kernel profile was derived."""
+    import asyncio
+    import logging
+
+    from jupyter_gpuburst.hub.kernels.settings import profile_notes
+
+    def explain() -> None:
+        for note in profile_notes(c):
+            logging.getLogger("JupyterHub").warning(note)
+
+    try:
+        asyncio.get_running_loop().call_soon(explain)
+    except RuntimeError:
+        pass  # the config is only being read (not by a starting hub)
 
 
 def _with_scopes(value: Any, ours: list[str]) -> Any:

@@ -15,6 +15,7 @@ from typing import Any
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.placement import Placement
 from jupyter_gpuburst.hub.kernels.files import SCRATCH_PATH, KernelFiles
+from jupyter_gpuburst.hub.kernels.resources import pod_resources
 from jupyter_gpuburst.hub.kernels.settings import CHANNELS, KernelProfile
 
 CONNECTION_KEY = "connection.json"
@@ -27,9 +28,29 @@ KERNEL_ENTRY = ["python", "-m", "jupyter_gpuburst.kernel.pod"]
 PORTS_ANNOTATION = f"{keys.GROUP}/ports"
 ENV_PREFIX = "JUPYTER_GPUBURST_"
 CONTAINER = "kernel"
+# Kubernetes' "restricted" Pod Security Standard: a student's code in a GPU kernel runs with no
+# more privilege than the standard allows anywhere (user servers get z2jh's non-root default)
+CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def pod_security(uid: int | None, gid: int | None) -> dict[str, Any]:
+    """The pod's securityContext: never root (an image whose user is root fails to start), the
+    runtime's default seccomp profile, and the user's uid/gid when the hub knows them."""
+    context: dict[str, Any] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    if uid is not None:
+        context["runAsUser"] = uid
+        if gid is not None:
+            context.update(runAsGroup=gid, fsGroup=gid)
+    return context
 
 
 def kernel_labels(placement: Placement) -> dict[str, str]:
+    """What the kernels' NetworkPolicy (hub_config/networkpolicy-kernels.yaml) and the hub select on."""
     return {keys.COMPONENT_LABEL: keys.KERNEL_COMPONENT, **placement.labels()}
 
 
@@ -94,11 +115,8 @@ def kernel_pod(
         {"name": CONNECTION_ENV, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": CONNECTION_KEY}}},
     ]
     env += [{"name": k, "value": v} for k, v in sorted((extra_env or {}).items())]
-    limits: dict[str, str] = {placement.resource: str(placement.count)}
-    requests: dict[str, str] = {placement.resource: str(placement.count)}
-    for resource, value in (("cpu", profile.cpu), ("memory", profile.memory)):
-        if value:
-            limits[resource] = requests[resource] = value
+    requests, limits = pod_resources(profile)
+    requests[placement.resource] = limits[placement.resource] = str(placement.count)
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
@@ -109,7 +127,7 @@ def kernel_pod(
         "readinessProbe": {"tcpSocket": {"port": "hb"}, "periodSeconds": 1, "failureThreshold": 600},
         "resources": {"limits": limits, "requests": requests},
         "volumeMounts": list(files.volume_mounts),
-        "securityContext": {"allowPrivilegeEscalation": False},
+        "securityContext": CONTAINER_SECURITY,
     }
     if files.working_dir:
         container["workingDir"] = files.working_dir
@@ -123,8 +141,7 @@ def kernel_pod(
         "containers": [container],
         "volumes": list(files.volumes),
     }
-    if uid is not None:
-        spec["securityContext"] = {"runAsUser": uid, **({"runAsGroup": gid, "fsGroup": gid} if gid is not None else {})}
+    spec["securityContext"] = pod_security(uid, gid)
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,

@@ -11,6 +11,13 @@ from traitlets import Dict, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Config, Configurable
 
 from jupyter_gpuburst.core.inventory import parse_count
+from jupyter_gpuburst.hub.kernels.resources import (
+    RESOURCE_KEYS,
+    GPUResources,
+    kube_quantity,
+    server_profile_resources,
+    spawner_resources,
+)
 from jupyter_gpuburst.hub.profiles import profile_block
 
 CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
@@ -31,8 +38,11 @@ class KernelProfile:
     count: int
     allowed_sites: tuple[str, ...] | None = None
     image: str = ""
+    # requests; a limit left empty equals its request, except for defaults (resources.py)
     cpu: str = ""
     memory: str = ""
+    cpu_limit: str = ""
+    memory_limit: str = ""
 
     def public(self) -> dict[str, Any]:
         return {
@@ -57,7 +67,7 @@ def parse_profile(raw: Any) -> KernelProfile:
     """A kernel profile from the admin's config; ValueError names what is wrong."""
     if not isinstance(raw, dict):
         raise ValueError(f"a kernel profile must be a mapping, not {type(raw).__name__}")
-    unknown = set(raw) - {"slug", "display_name", "resource", "count", "allowed_sites", "image", "cpu", "memory"}
+    unknown = set(raw) - {"slug", "display_name", "resource", "count", "allowed_sites", "image", *RESOURCE_KEYS}
     if unknown:
         raise ValueError(f"kernel profile {raw.get('slug')!r}: unknown key(s) {', '.join(sorted(unknown))}")
     resource = raw.get("resource", "nvidia.com/gpu")
@@ -79,8 +89,7 @@ def parse_profile(raw: Any) -> KernelProfile:
         count=count,
         allowed_sites=sites,
         image=str(raw.get("image") or ""),
-        cpu=str(raw.get("cpu") or ""),
-        memory=str(raw.get("memory") or ""),
+        **{key: kube_quantity(raw.get(key), memory=key.startswith("memory")) for key in RESOURCE_KEYS},
     )
 
 
@@ -89,10 +98,12 @@ def _slug(resource: str, count: int) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", f"{tail}-{count}".lower()).strip("-")[:40]
 
 
-def profiles_from_server_profiles(profile_list: Any) -> list[dict[str, Any]]:
-    """One kernel profile per distinct GPU request among the spawner's (static) server profiles."""
+def profiles_from_server_profiles(profile_list: Any, gpus: GPUResources | None = None) -> list[dict[str, Any]]:
+    """One kernel profile per distinct GPU request among the spawner's (static) server profiles,
+    with the CPU and memory of the first server profile that makes that request."""
     if not isinstance(profile_list, list | tuple):
         return []
+    gpus = gpus or GPUResources()
     out: dict[tuple, dict[str, Any]] = {}
     for profile in profile_list:
         if not isinstance(profile, dict):
@@ -103,7 +114,7 @@ def profiles_from_server_profiles(profile_list: Any) -> list[dict[str, Any]]:
             continue
         if block is None:
             limits = ((profile.get("kubespawner_override") or {}).get("extra_resource_limits")) or {}
-            gpu = [(r, v) for r, v in limits.items() if r.startswith("nvidia.com/")]
+            gpu = [(r, v) for r, v in limits.items() if gpus.is_gpu(r)]
             if len(gpu) != 1:
                 continue
             resource, count, sites = gpu[0][0], parse_count(gpu[0][1]), None
@@ -118,6 +129,7 @@ def profiles_from_server_profiles(profile_list: Any) -> list[dict[str, Any]]:
                 entry["allowed_sites"] = list(sites)
                 entry["slug"] = f"{_slug(resource, count)}-{'-'.join(sites)}"[:40].strip("-")
                 entry["display_name"] = f"Python 3 ({gpu_label(resource, count)}, {', '.join(sites)})"
+            entry.update(server_profile_resources(profile.get("kubespawner_override") or {}))
             out[key] = entry
     return list(out.values())
 
@@ -130,8 +142,14 @@ class GPUKernelSettings(Configurable):
         help="""The GPU kernels users may start, one kernelspec each. Each entry: ``slug``,
         ``display_name`` (default "Python 3 (1 GPU)"-style), ``resource`` (default
         nvidia.com/gpu), ``count`` (default 1), ``allowed_sites``, and optionally ``image``,
-        ``cpu`` and ``memory`` for the kernel pod. Default: one per distinct GPU request among
-        the spawner's server profiles (when they are a list).""",
+        and ``cpu``, ``memory`` (the kernel pod's requests), ``cpu_limit``, ``memory_limit``
+        (default: equal to the requests). Without them a kernel pod requests the spawner's
+        ``cpu_guarantee``/``mem_guarantee`` and is limited by its ``cpu_limit``/``mem_limit``,
+        else requests 1 CPU and 1Gi: never BestEffort, the first pods evicted. Default: one per
+        distinct GPU request (any of the spawner's ``gpu_resource_names`` and
+        ``gpu_resource_prefixes``) among the spawner's server profiles, with that profile's CPU
+        and memory, when ``profile_list`` is a list; with a callable ``profile_list`` none, and
+        the hub says so at start.""",
     ).tag(config=True)
 
     image = Unicode(
@@ -232,17 +250,54 @@ def kernel_settings_from_config(config: Config | None) -> GPUKernelSettings:
     config = config or Config()
     settings = GPUKernelSettings(config=config)
     if "profiles" not in (config.get("GPUKernelSettings") or {}):
-        server_profiles = None
-        for section in ("GPUBurstSpawner", "KubeSpawner"):
-            if "profile_list" in (config.get(section) or {}):
-                server_profiles = config[section]["profile_list"]
-                break
-        settings.profiles = profiles_from_server_profiles(server_profiles)
+        server_profiles = configured_profile_list(config)
+        gpus = GPUResources(
+            tuple(spawner_setting(config, "gpu_resource_names", GPUResources.names)),
+            tuple(spawner_setting(config, "gpu_resource_prefixes", GPUResources.prefixes)),
+        )
+        settings.profiles = profiles_from_server_profiles(server_profiles, gpus)
+    # a profile that sets no CPU or memory gets the spawner's hub-wide ones
+    hub_wide = spawner_resources(lambda name: spawner_setting(config, name, None))
+    settings.profiles = [{**hub_wide, **raw} if not set(raw) & set(RESOURCE_KEYS) else raw for raw in settings.profiles]
     if settings.files_policy is None and spawner_setting(config, "storage_policy", None) == "shared":
         from jupyter_gpuburst.hub.kernels.files import shared_storage
 
         settings.files_policy = shared_storage
     return settings
+
+
+def configured_profile_list(config: Config | None) -> Any:
+    """The spawner's ``profile_list`` as configured (GPUBurstSpawner over KubeSpawner), or None."""
+    config = config or Config()
+    for section in ("GPUBurstSpawner", "KubeSpawner"):
+        if "profile_list" in (config.get(section) or {}):
+            return config[section]["profile_list"]
+    return None
+
+
+def profile_notes(config: Config | None) -> list[str]:
+    """Why no GPU kernel profile was derived, for the hub's log at start (empty: nothing to say)."""
+    config = config or Config()
+    if "profiles" in (config.get("GPUKernelSettings") or {}):
+        return []
+    server_profiles = configured_profile_list(config)
+    if kernel_settings_from_config(config).profiles:
+        return []
+    if callable(server_profiles):
+        why = "the spawner's profile_list is a callable, which only a user's spawn can call"
+    elif not server_profiles:
+        why = "the spawner has no profile_list"
+    else:
+        names = sorted(set(spawner_setting(config, "gpu_resource_names", GPUResources.names)))
+        prefixes = sorted(set(spawner_setting(config, "gpu_resource_prefixes", GPUResources.prefixes)))
+        why = (
+            "no server profile requests exactly one GPU resource (extra_resource_limits with one of "
+            f"{', '.join(names + [p + '*' for p in prefixes])})"
+        )
+    return [
+        f"No GPU kernels are offered: {why}. List them in c.GPUKernelSettings.profiles "
+        '(for example [{"resource": "nvidia.com/gpu", "count": 1, "cpu": "2", "memory": "8Gi"}]).'
+    ]
 
 
 def spawner_setting(config: Config | None, name: str, default: Any) -> Any:
