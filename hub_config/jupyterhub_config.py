@@ -27,7 +27,7 @@ from jupyter_gpuburst.hub import install
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
 
 NAMESPACE = os.environ.get("GPUBURST_NAMESPACE", "jhub")
-IMAGE = os.environ.get("GPUBURST_SINGLEUSER_IMAGE", "registry.example.edu/jupyter-gpuburst/singleuser:0.1.0")
+IMAGE = os.environ.get("GPUBURST_SINGLEUSER_IMAGE", "registry.example.edu/jupyter-gpuburst/singleuser:0.2.0")
 
 # ---- hub and proxy ---------------------------------------------------------------------------
 c.JupyterHub.spawner_class = "gpuburst"
@@ -68,6 +68,12 @@ c.KubeSpawner.profile_list = [
         "kubespawner_override": {"cpu_guarantee": 1, "cpu_limit": 2, "mem_guarantee": "4G", "mem_limit": "8G"},
     },
     {
+        "display_name": "CPU server + GPU kernels on demand",
+        "slug": "cpu-gpu-kernels",
+        "description": "Your files stay here; each GPU kernel runs where a GPU is free.",
+        "kubespawner_override": {"cpu_guarantee": 1, "cpu_limit": 2, "mem_guarantee": "4G", "mem_limit": "8G"},
+    },
+    {
         "display_name": "1 GPU",
         "slug": "gpu-1",
         "description": "One NVIDIA GPU, on campus when free, otherwise on a peered donor cluster.",
@@ -96,15 +102,33 @@ c.KubeSpawner.profile_list = [
     },
 ]
 
-# ---- placement policy (see the configuration reference in README.md) -----------------------
+# ---- placement policy (docs/configuration.md) ------------------------------------------------
 c.GPUBurstSpawner.strategy = "local-first"
 c.GPUBurstSpawner.donor_order = ["polito-hpc"]
 c.GPUBurstSpawner.user_donor_cap = 2
 c.GPUBurstSpawner.group_donor_caps = {"course-ml101": 8}
 c.GPUBurstSpawner.max_redirects = 2
 # Home volumes of the default class stay on the origin: on a donor, scratch space instead, and
-# the student is told (pin-to-volume or shared otherwise; see the README's storage section)
+# the student is told (pin-to-volume or shared otherwise; docs/install.md, "Storage")
 c.GPUBurstSpawner.storage_policy = "scratch-on-donor"
 
+# ---- kernel mode (docs/kernels.md) -------------------------------------------------------------
+# who may start GPU kernels: the custom scope, and access to the gpuburst service that serves them
+# (for a student whose server runs, from its next start)
+c.JupyterHub.load_roles = [
+    {"name": "gpu-kernels", "description": "Start GPU kernels (kernel mode) from JupyterLab's launcher",
+     "groups": ["course-ml101"], "scopes": ["custom:gpuburst:kernels", "access:services!service=gpuburst"]},
+]
+# a kernel's first start on a donor's node may pull the image first, as a server's may
+c.GPUKernelSettings.start_timeout = 600
+c.GPUKernelSettings.max_kernels_per_user = 2
+# idle kernels, GPU kernels included, culled after an hour even with a tab open
+c.KubeSpawner.args = [
+    "--MappingKernelManager.cull_idle_timeout=3600",
+    "--MappingKernelManager.cull_interval=300",
+    "--MappingKernelManager.cull_connected=True",
+    "--GPUBurstProvisioner.start_timeout=630",
+]
+
 # ---- the gpuburst service: last, so that it checks the profiles above at hub start ----------
-install(c)  # admin capacity page and API, GPU kernel API (README: GPU kernels)
+install(c)  # admin capacity page and API, GPU kernel API (docs/kernels.md)

@@ -134,10 +134,11 @@ def test_z2jh_schema_would_catch_a_misplaced_key(values):
 
 def test_values_profiles_cover_cpu_gpus_and_a_mig_slice(values):
     profiles = {p["slug"]: p for p in values["singleuser"]["profileList"]}
-    assert set(profiles) == {"cpu", "gpu-1", "gpu-2", "mig-1g"}
+    assert set(profiles) == {"cpu", "cpu-gpu-kernels", "gpu-1", "gpu-2", "mig-1g"}
     limits = {slug: p["kubespawner_override"].get("extra_resource_limits", {}) for slug, p in profiles.items()}
     assert limits == {
         "cpu": {},
+        "cpu-gpu-kernels": {},
         "gpu-1": {"nvidia.com/gpu": "1"},
         "gpu-2": {"nvidia.com/gpu": "2"},
         "mig-1g": {"nvidia.com/mig-1g.10gb": "1"},
@@ -197,7 +198,8 @@ def test_readme_peers_once_and_grants_cpu_memory_and_gpus():
     peer = command("liqoctl peer")
     assert not any(line.startswith("liqoctl create resourceslice") for line in guide_commands())
     assert {"--cpu", "--memory", "--resource"} <= set(peer)
-    assert "Liqo\n1.0.2 or later" in (REPO / "README.md").read_text() or "Liqo 1.0.2 or later" in (REPO / "README.md").read_text()
+    guide = " ".join((REPO / "docs" / "install.md").read_text().split())
+    assert "Liqo 1.0.2 or later" in guide
 
 
 def grant() -> dict[str, float]:
@@ -246,3 +248,56 @@ def test_both_configs_give_every_user_a_home_volume_and_a_storage_policy(values,
     [volume] = plain_config.KubeSpawner.volumes
     assert volume["persistentVolumeClaim"]["claimName"] == "{pvc_name}"
     assert plain_config.GPUBurstSpawner.storage_policy == values["hub"]["config"]["GPUBurstSpawner"]["storage_policy"]
+
+
+# ---- kernel mode, from the example values and the plain config ---------------------------------
+def test_both_configs_grant_gpu_kernels_to_a_group_with_the_scopes_the_api_needs(values, plain_config):
+    from jupyter_gpuburst.hub.kernels import server_token_scopes
+    from jupyter_gpuburst.hub.service import SERVICE_NAME
+
+    needed = {scope.removesuffix("!user") for scope in server_token_scopes(SERVICE_NAME)}
+    [helm_role] = values["hub"]["loadRoles"].values()
+    [plain_role] = [r for r in plain_config.JupyterHub.load_roles if r["name"] == "gpu-kernels"]
+    for role in (helm_role, plain_role):
+        assert set(role["scopes"]) == needed
+        assert role["groups"] == ["course-ml101"]
+    assert helm_role["description"] == plain_role["description"]
+
+
+def test_both_configs_offer_gpu_kernels_with_resources_and_time_for_a_cold_pull(values, plain_config):
+    from jupyter_gpuburst.hub.kernels.settings import kernel_settings_from_config
+    from jupyter_gpuburst.server.kernels.provisioner import GPUBurstProvisioner
+
+    helm = values["hub"]["config"]["GPUKernelSettings"]
+    assert dict(plain_config.GPUKernelSettings) == helm
+    server_timeout = values["singleuser"]["startTimeout"]
+    assert server_timeout == plain_config.KubeSpawner.start_timeout == 600
+    # a kernel may wait as long as a server; the user's server waits longer, for the hub's reason
+    assert helm["start_timeout"] >= server_timeout
+    server_config = values["singleuser"]["extraFiles"]["gpuburst-kernels"]["data"]
+    assert server_config["GPUBurstProvisioner"]["start_timeout"] > helm["start_timeout"]
+    # the defaults say the same, for a config that sets neither
+    assert GPUBurstProvisioner.start_timeout.default_value > kernel_settings_from_config(None).start_timeout >= 600
+    # idle kernels are culled, even with a browser tab open
+    culling = server_config["MappingKernelManager"]
+    assert culling["cull_idle_timeout"] > 0 and culling["cull_connected"] is True
+    args = {a.split("=")[0].lstrip("-"): a.split("=")[1] for a in plain_config.KubeSpawner.args}
+    assert {k.removeprefix("MappingKernelManager."): v for k, v in args.items() if k.startswith("MappingKernelManager.")} == {
+        k: str(v) for k, v in culling.items()
+    }
+    assert float(args["GPUBurstProvisioner.start_timeout"]) == server_config["GPUBurstProvisioner"]["start_timeout"]
+    # kernel profiles derived from the GPU profiles, each with its server profile's CPU and memory
+    profiles = kernel_settings_from_config(plain_config).kernel_profiles()
+    assert {(p.resource, p.count) for p in profiles.values()} == {
+        ("nvidia.com/gpu", 1), ("nvidia.com/gpu", 2), ("nvidia.com/mig-1g.10gb", 1)
+    }
+    assert all(p.cpu and p.memory and p.cpu_limit and p.memory_limit for p in profiles.values())
+
+
+def test_the_kernel_docs_quote_the_plain_config_as_it_is():
+    import re
+
+    text = (REPO / "docs" / "kernels.md").read_text()
+    section = text[text.index("## Without helm") : text.index("## Who may start them")]
+    [block] = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert block in (HUB_CONFIG / "jupyterhub_config.py").read_text()

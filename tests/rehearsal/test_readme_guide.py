@@ -1,6 +1,6 @@
-"""A rehearsal of the README's real-cluster guide, step by step, against `gpuburst sim`.
+"""A rehearsal of the install guide (docs/install.md), step by step, against `gpuburst sim`.
 
-The commands come from the README's code blocks, so the guide and this test cannot drift apart.
+The commands come from the guide's code blocks, so the guide and this test cannot drift apart.
 What the emulator cannot run is translated, and said so at each step:
 
 1. `liqoctl peer ... --cpu --memory --resource`: its grant becomes the donor's grant in the
@@ -16,8 +16,7 @@ What the emulator cannot run is translated, and said so at each step:
    classes), then as the admin, who sees the storage classes.
 Then two students spawn the README's GPU profiles: the first lands on the origin with its home
 volume; the second, with the origin full, bursts to the donor, where the storage policy of the
-shipped config gives it scratch space and says so. With the README's kernel-mode lines added to
-the config, both servers (origin and donor) reach the gpuburst service's kernel API at the
+shipped config gives it scratch space and says so. With the shipped config's kernel mode, both servers (origin and donor) reach the gpuburst service's kernel API at the
 address the spawner gives them, with their own token, and the launcher's figures come back.
 """
 
@@ -101,7 +100,7 @@ c.ConfigurableHTTPProxy.should_start = True
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
 c.KubeSpawner.image = "jupyter-gpuburst-singleuser"
 c.KubeSpawner.cmd = [{singleuser!r}]
-c.KubeSpawner.args = ["--allow-root"]
+c.KubeSpawner.args = list(c.KubeSpawner.args) + ["--allow-root"]
 c.KubeSpawner.start_timeout = 60
 c.KubeSpawner.volume_mounts = [{{"name": "volume-{{user_server}}", "mountPath": {home!r} + "/{{username}}"}}]
 c.KubeSpawner.environment = {{"JUPYTER_GPUBURST_BACKEND": "simulated"}}
@@ -110,16 +109,6 @@ c.Spawner.default_url = "/api"
 # ready shows only "Server ready")
 c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": 0.2}}
 """
-
-
-def kernel_mode_config() -> str:
-    """The README's kernel-mode lines for jupyterhub_config.py, as written."""
-    from hub_config.readme import README
-
-    text = README.read_text()
-    section = text[text.index("## GPU kernels (kernel mode)") : text.index("## Configuration reference")]
-    [block] = re.findall(r"```python\n(.*?)```", section, re.S)
-    return block
 
 
 def env_of(pod: dict) -> dict:
@@ -178,8 +167,8 @@ async def test_the_real_cluster_guide_works_as_written(sim, tmp_path):
             hub_port=hub.hub_port, proxy_api_port=hub.proxy_api_port,
             singleuser=str(VENV_BIN / "jupyterhub-singleuser"), home=str(tmp_path / "homes"),
         )
-        # kernel mode, as the README adds it; the students are in the README's course group
-        + kernel_mode_config()
+        # the shipped config has kernel mode (docs/kernels.md quotes it); the students are in
+        # its course group
         + '\nc.JupyterHub.load_groups = {"course-ml101": {"users": ["student1", "student2"]}}\n'
     )  # fmt: skip
     hub._write_config()

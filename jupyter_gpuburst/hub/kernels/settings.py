@@ -148,8 +148,8 @@ class GPUKernelSettings(Configurable):
         else requests 1 CPU and 1Gi: never BestEffort, the first pods evicted. Default: one per
         distinct GPU request (any of the spawner's ``gpu_resource_names`` and
         ``gpu_resource_prefixes``) among the spawner's server profiles, with that profile's CPU
-        and memory, when ``profile_list`` is a list; with a callable ``profile_list`` none, and
-        the hub says so at start.""",
+        and memory, when those profiles are a list; when a callable makes them, none, and the
+        hub's log says so at start.""",
     ).tag(config=True)
 
     image = Unicode(
@@ -167,8 +167,11 @@ class GPUKernelSettings(Configurable):
     ).tag(config=True)
 
     start_timeout = Float(
-        120.0,
-        help="Seconds a kernel pod may take to become ready before the start fails.",
+        600.0,
+        help="""Seconds a kernel pod may take to become ready before the start fails. As long
+        as a server may take by default: the first kernel on a donor's node pulls the image
+        first. The user's server waits a little longer (``GPUBurstProvisioner.start_timeout``),
+        so the hub's reason reaches the notebook; raise both together.""",
     ).tag(config=True)
 
     max_kernels_per_user = Int(

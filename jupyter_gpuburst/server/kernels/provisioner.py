@@ -95,7 +95,11 @@ class GPUBurstProvisioner(KernelProvisionerBase):
 
     profile = Unicode(help="Slug of the hub's GPU kernel profile this kernelspec starts.").tag(config=True)
     wait_step_s = Float(20.0, help="Seconds per long-poll while the hub starts the kernel.").tag(config=True)
-    start_timeout = Float(300.0, help="Seconds to wait for the hub to report the kernel ready.").tag(config=True)
+    start_timeout = Float(
+        630.0,
+        help="""Seconds to wait for the hub to report the kernel ready: longer than the hub's own
+        wait (``GPUKernelSettings.start_timeout``, 600 by default), so its reason arrives first.""",
+    ).tag(config=True)
     server_name = Unicode(help="This server's name at the hub (default: $JUPYTERHUB_SERVER_NAME).").tag(config=True)
 
     @default("server_name")

@@ -1,0 +1,54 @@
+"""GPU kernel profiles come from any list of server profiles and any configured GPU resource;
+when none can be derived, the hub's log says why at start."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from traitlets.config import Config
+
+from jupyter_gpuburst.hub.kernels import install
+from jupyter_gpuburst.hub.kernels.settings import kernel_settings_from_config, profile_notes
+
+
+def gpu_profile(slug: str, resource: str, count: str = "1") -> dict:
+    return {"slug": slug, "display_name": slug, "kubespawner_override": {"extra_resource_limits": {resource: count}}}
+
+
+def test_amd_and_configured_gpu_resources_get_kernel_profiles():
+    c = Config()
+    c.KubeSpawner.profile_list = [gpu_profile("amd", "amd.com/gpu"), gpu_profile("gaudi", "habana.ai/gaudi", "2")]
+    assert [(p.resource, p.count) for p in kernel_settings_from_config(c).kernel_profiles().values()] == [("amd.com/gpu", 1)]
+    # a resource the spawner counts as a GPU is a GPU kernel too
+    c.GPUBurstSpawner.gpu_resource_names = ["amd.com/gpu", "habana.ai/gaudi"]
+    derived = kernel_settings_from_config(c).kernel_profiles().values()
+    assert [(p.resource, p.count) for p in derived] == [("amd.com/gpu", 1), ("habana.ai/gaudi", 2)]
+    assert profile_notes(c) == []
+
+
+def test_a_callable_profile_list_is_explained_not_silently_empty():
+    c = Config()
+    c.KubeSpawner.profile_list = lambda spawner: [gpu_profile("gpu-1", "nvidia.com/gpu")]
+    assert kernel_settings_from_config(c).profiles == []
+    [note] = profile_notes(c)
+    assert "callable" in note and "c.GPUKernelSettings.profiles" in note
+    # listing them is the fix
+    c.GPUKernelSettings.profiles = [{"resource": "nvidia.com/gpu"}]
+    assert profile_notes(c) == []
+
+
+def test_profiles_without_a_gpu_are_explained():
+    c = Config()
+    c.KubeSpawner.profile_list = [gpu_profile("fpga", "xilinx.com/fpga")]
+    [note] = profile_notes(c)
+    assert "nvidia.com/gpu" in note and "nvidia.com/mig-*" in note
+
+
+async def test_the_hub_logs_the_reason_once_it_runs(caplog):
+    c = Config()
+    c.KubeSpawner.profile_list = lambda spawner: []
+    with caplog.at_level(logging.WARNING, logger="JupyterHub"):
+        install(c, "gpuburst")
+        await asyncio.sleep(0)  # the hub's loop runs: the whole config has been read
+    assert any("No GPU kernels are offered" in r.getMessage() for r in caplog.records)
