@@ -1,12 +1,17 @@
-# The two commands: `make demo` and `make test`. Each sets up what it needs on a fresh machine.
+# The two commands: `make demo` and `make test`. Each sets up what it needs on a fresh machine:
+# Python >= 3.11 and Node.js (npm) must be there; `make test` also installs Debian's chromium
+# (apt-get, through sudo unless root) for the browser tests. The demo needs no browser here.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpuburst-installed
 
-.PHONY: setup demo test test-unit bench clean lint-ts labextension chromium
+.PHONY: setup demo-setup demo test test-unit bench clean lint-ts labextension chromium
 
 setup: $(STAMP) labextension chromium
+
+# what the demo needs: the package and the lab extension (and, through npm, the proxy)
+demo-setup: $(STAMP) labextension
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,7 +53,7 @@ lint-ts: $(NPM_STAMP)
 	npm run --silent lint
 	npm run --silent test
 
-demo: setup
+demo: demo-setup
 	$(BIN)/gpuburst demo
 
 # Most tests wait on processes (hubs, servers, kubelets), not on the CPU: they run in parallel,

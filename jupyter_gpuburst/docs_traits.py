@@ -1,8 +1,8 @@
-"""The configuration reference in README.md, generated from the traits themselves.
+"""The configuration reference in docs/configuration.md, generated from the traits themselves.
 
     python -m jupyter_gpuburst.docs_traits            # print the Markdown
-    python -m jupyter_gpuburst.docs_traits --write README.md
-    python -m jupyter_gpuburst.docs_traits --check README.md   # exit 1 when README is stale
+    python -m jupyter_gpuburst.docs_traits --write docs/configuration.md
+    python -m jupyter_gpuburst.docs_traits --check docs/configuration.md   # exit 1 when stale
 
 Only traits defined by this package are listed (KubeSpawner's own are documented upstream).
 The Markdown replaces whatever sits between the BEGIN/END markers in the target file.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from traitlets import HasTraits, TraitType
 
-BEGIN = "<!-- BEGIN GENERATED CONFIG REFERENCE (python -m jupyter_gpuburst.docs_traits --write README.md) -->"
+BEGIN = "<!-- BEGIN GENERATED CONFIG REFERENCE (python -m jupyter_gpuburst.docs_traits --write docs/configuration.md) -->"
 END = "<!-- END GENERATED CONFIG REFERENCE -->"
 PACKAGE = "jupyter_gpuburst"
 

@@ -1,4 +1,4 @@
-"""The README's real-cluster guide as commands, so tests run and check exactly what it says."""
+"""The install guide (docs/install.md) as commands, so tests run and check exactly what it says."""
 
 from __future__ import annotations
 
@@ -11,14 +11,16 @@ import yaml
 from jupyter_gpuburst.sim.rbac import RBAC_GROUP
 from jupyter_gpuburst.sim.store import Store
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-RBAC_MANIFEST = README.parent / "hub_config" / "rbac.yaml"
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+INSTALL = REPO / "docs" / "install.md"
+KERNELS = REPO / "docs" / "kernels.md"
+RBAC_MANIFEST = REPO / "hub_config" / "rbac.yaml"
 
 
 def guide_commands() -> list[str]:
-    """Every command line of the guide's bash blocks (continuations joined, comments dropped)."""
-    text = README.read_text()
-    guide = text[text.index("## Real-cluster guide") : text.index("## Configuration reference")]
+    """Every command line of the install guide's bash blocks (continuations joined, comments dropped)."""
+    guide = INSTALL.read_text()
     lines: list[str] = []
     for block in re.findall(r"```bash\n(.*?)```", guide, re.S):
         for line in block.replace("\\\n", " ").splitlines():

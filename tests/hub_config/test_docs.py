@@ -1,4 +1,5 @@
-"""The README: the two commands first, and a configuration reference that matches the traits."""
+"""The README and docs/: the two commands first, a short README that links every page, and a
+configuration reference that matches the traits."""
 
 from __future__ import annotations
 
@@ -20,8 +21,26 @@ def test_readme_starts_with_the_two_commands():
     assert lines.index("```bash") < 4
 
 
-def test_readme_config_reference_is_current():
-    assert docs_traits.main(["--check", str(REPO / "README.md")]) == 0
+def test_readme_is_short_and_links_every_docs_page():
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    index = text[text.index("<!-- docs/index") :]
+    for page in sorted((REPO / "docs").glob("*.md")):
+        assert f"](docs/{page.name})" in index, f"README's docs index does not link docs/{page.name}"
+    # the configuration reference lives in one place
+    assert docs_traits.BEGIN not in text
+
+
+def test_docs_links_point_at_files_that_exist():
+    import re
+
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).exists(), f"{page.name} links {target}, which does not exist"
+
+
+def test_config_reference_is_current():
+    assert docs_traits.main(["--check", str(REPO / "docs" / "configuration.md")]) == 0
 
 
 def test_reference_lists_every_placement_trait_once():
@@ -87,7 +106,7 @@ def test_the_reasons_the_readme_quotes_are_the_ones_placement_gives():
         inv.apply_pod_event("ADDED", synthetic.pod("away", node_name="liqo-donor-1", gpus={gpu: donor_busy}))
         return inv.snapshot()
 
-    readme = " ".join((REPO / "README.md").read_text().split())
+    readme = " ".join(((REPO / "README.md").read_text() + (REPO / "docs" / "faq.md").read_text()).split())
     placed = decide(GPURequest(gpu, 2, "ann"), snapshot(donor_busy=2), Policy())
     assert isinstance(placed, Placement) and f'("{placed.reason}")' in readme
     full = decide(GPURequest(gpu, 2, "ann"), snapshot(donor_busy=7), Policy())
