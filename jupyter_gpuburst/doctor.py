@@ -39,6 +39,8 @@ from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.core.inventory import DEFAULT_RESOURCE_NAMES, DEFAULT_RESOURCE_PREFIXES, Inventory, Snapshot, node_is_ready, parse_count
 
 DEFAULT_NAMESPACE = "default"
+# KubeSpawner's component label on user servers (its component_label default)
+SERVER_COMPONENT = "singleuser-server"
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
@@ -527,6 +529,40 @@ def check_offloading(
 SHARED_FS_PROVISIONER_WORDS = ("nfs", "cephfs", "efs", "filestore", "file.csi.azure", "azurefile", "lustre", "beegfs", "juicefs")
 
 
+def check_versions(pods: Iterable[Mapping[str, Any]], namespace: str, version: str) -> list[Finding]:
+    """Servers and GPU kernels in ``namespace`` made by another release than ``version`` (doctor's
+    own: run in the hub pod, the hub's). Hub, user and kernel images must match; a pod of an older
+    release keeps its image until its server restarts."""
+    from jupyter_gpuburst.core import keys, release
+
+    ours = release.label_value(version)
+    by_version: dict[str, list[str]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if meta.get("namespace") != namespace:
+            continue
+        ours_kind = labels.get(keys.COMPONENT_LABEL) in (SERVER_COMPONENT, keys.KERNEL_COMPONENT)
+        if keys.VERSION_LABEL not in labels and not ours_kind:
+            continue
+        # pods from before the label existed are servers and kernels of 0.1.0
+        by_version.setdefault(labels.get(keys.VERSION_LABEL, "0.1.0"), []).append(_name(pod))
+    others = {v: names for v, names in by_version.items() if v != ours}
+    if not others:
+        count = len(by_version.get(ours, []))
+        return [Finding("versions", f"servers and kernels in {namespace}", Status.OK, f"{count} pod(s), all of release {ours}")]
+    findings = []
+    for other, names in sorted(others.items()):
+        shown = ", ".join(sorted(names)[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        findings.append(
+            Finding("versions", f"servers and kernels in {namespace}", Status.WARN,
+                    f"{len(names)} pod(s) of release {other}, not {ours} (this doctor's and the hub's after an upgrade): {shown}",
+                    "restart those servers (the hub's admin page: stop, then the student starts again); "
+                    "their GPU kernels go with them")
+        )  # fmt: skip
+    return findings
+
+
 def check_storage(classes: list[Mapping[str, Any]] | None) -> list[Finding]:
     """Which storage policies (``c.GPUBurstSpawner.storage_policy``) the cluster supports."""
     from jupyter_gpuburst.hub.storage import StoragePolicy
@@ -633,12 +669,22 @@ def diagnose(view: ClusterView, context: str, namespace: str, resources: Sequenc
     except NotPermitted:
         classes = None  # the hub needs none: a warning with its own fix, not a missing permission
     report.findings += check_storage(classes)
+    try:
+        report.findings += check_versions(view.list_pods(), namespace, _own_version())
+    except NotPermitted as exc:
+        report.findings.append(_not_checked("versions", f"servers and kernels in {namespace}", exc))
     if nodes is not None:
         try:
             report.capacity = take_capacity(view, inventory, nodes)
         except NotPermitted as exc:
             report.findings.append(_not_checked("capacity", "free GPUs per site", exc))
     return report
+
+
+def _own_version() -> str:
+    from jupyter_gpuburst import __version__
+
+    return __version__
 
 
 def _not_checked(area: str, subject: str, why: NotPermitted) -> Finding:

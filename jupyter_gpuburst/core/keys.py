@@ -19,3 +19,7 @@ KERNEL_ANNOTATION = f"{GROUP}/kernel"
 SERVER_ANNOTATION = f"{GROUP}/server"
 COMPONENT_LABEL = "component"
 KERNEL_COMPONENT = "gpuburst-kernel"
+
+# The release of the hub that created a server's or a kernel's pod (images are tagged alike):
+# `gpuburst doctor` warns about pods of another release than its own after an upgrade.
+VERSION_LABEL = f"{GROUP}/version"

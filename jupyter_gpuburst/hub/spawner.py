@@ -24,7 +24,7 @@ from kubespawner.utils import get_k8s_model
 from tornado import web
 from traitlets import TraitError, default
 
-from jupyter_gpuburst.core import keys, names
+from jupyter_gpuburst.core import keys, names, release
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
 from jupyter_gpuburst.hub import cpu_servers, retry, spawn_form, spawn_messages, spawnstate, storage, watch
 from jupyter_gpuburst.hub.capacity import CapacityTracker, server_key
@@ -327,6 +327,8 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         # built first and placed as built: what is placed is exactly what is created
         self._gb_placement = None
         pod = await super().get_pod_manifest()
+        # the release that made it, for `gpuburst doctor` after an upgrade
+        pod.metadata.labels = {**(pod.metadata.labels or {}), keys.VERSION_LABEL: release.label_value()}
         request = self.gpu_request(pod)
         if request is None:
             self._gb_cpu_only = True
