@@ -2,7 +2,7 @@
 # A CUDA notebook image plus jupyter-gpuburst's base install: the server extension and the Lab
 # panel, both enabled on install. No hub or Kubernetes packages go into the user image.
 # Build from the repository root after `python -m build --wheel` (BuildKit, Docker >= 23):
-#   docker build -f hub_config/images/singleuser.Dockerfile -t registry.example.edu/jupyter-gpuburst/singleuser:0.1.0 .
+#   docker build -f hub_config/images/singleuser.Dockerfile -t registry.example.edu/jupyter-gpuburst/singleuser:0.2.0 .
 # Pin the base image you tested (a dated tag, or better its digest); any Jupyter Docker Stacks
 # image with jupyter_server >= 2.14 works.
 ARG BASE_IMAGE=quay.io/jupyter/pytorch-notebook:cuda12-pytorch-2.5.1

@@ -111,3 +111,26 @@ def test_the_reasons_the_readme_quotes_are_the_ones_placement_gives():
     assert isinstance(placed, Placement) and f'("{placed.reason}")' in readme
     full = decide(GPURequest(gpu, 2, "ann"), snapshot(donor_busy=7), Policy())
     assert isinstance(full, NoCapacity) and f'("{full.reason}")' in readme
+
+
+def test_one_release_number_everywhere():
+    """The release comes from labextension/package.json; images, configs and guide use its tag,
+    and the changelog has a dated section for it."""
+    import json
+    import re
+
+    version = json.loads((REPO / "labextension" / "package.json").read_text())["version"]
+    assert re.search(rf"^## \[{re.escape(version)}\] - \d{{4}}-\d{{2}}-\d{{2}}$", (REPO / "CHANGELOG.md").read_text(), re.M)
+    files = [
+        "hub_config/values.yaml",
+        "hub_config/jupyterhub_config.py",
+        "hub_config/images/hub.Dockerfile",
+        "hub_config/images/singleuser.Dockerfile",
+        "docs/install.md",
+    ]
+    for name in files:
+        text = (REPO / name).read_text()
+        tags = set(re.findall(r"jupyter-gpuburst/(?:hub|singleuser)(?::|\"\n\s+tag: \")(\d+\.\d+\.\d+)", text))
+        tags |= set(re.findall(r"tag: \"(\d+\.\d+\.\d+)\"", text))
+        tags |= set(re.findall(r"jupyter_gpuburst-(\d+\.\d+\.\d+)-py3", text))
+        assert tags == {version}, f"{name} uses {tags}, not {version}"
