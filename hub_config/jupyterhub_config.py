@@ -115,10 +115,10 @@ c.GPUBurstSpawner.storage_policy = "scratch-on-donor"
 # ---- kernel mode (docs/kernels.md) -------------------------------------------------------------
 # who may start GPU kernels: the custom scope, and access to the gpuburst service that serves them
 # (for a student whose server runs, from its next start)
-c.JupyterHub.load_roles = [
+c.JupyterHub.load_roles.append(
     {"name": "gpu-kernels", "description": "Start GPU kernels (kernel mode) from JupyterLab's launcher",
      "groups": ["course-ml101"], "scopes": ["custom:gpuburst:kernels", "access:services!service=gpuburst"]},
-]
+)
 # a kernel's first start on a donor's node may pull the image first, as a server's may
 c.GPUKernelSettings.start_timeout = 600
 c.GPUKernelSettings.max_kernels_per_user = 2

@@ -257,7 +257,9 @@ def test_both_configs_grant_gpu_kernels_to_a_group_with_the_scopes_the_api_needs
 
     needed = {scope.removesuffix("!user") for scope in server_token_scopes(SERVICE_NAME)}
     [helm_role] = values["hub"]["loadRoles"].values()
-    [plain_role] = [r for r in plain_config.JupyterHub.load_roles if r["name"] == "gpu-kernels"]
+    roles = plain_config.JupyterHub.load_roles
+    roles = roles.get_value([]) if hasattr(roles, "get_value") else roles  # appended to, as it should be
+    [plain_role] = [r for r in roles if r["name"] == "gpu-kernels"]
     for role in (helm_role, plain_role):
         assert set(role["scopes"]) == needed
         assert role["groups"] == ["course-ml101"]

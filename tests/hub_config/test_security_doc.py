@@ -42,3 +42,22 @@ def test_every_granted_permission_is_explained_with_its_verbs():
 
 def test_readme_links_the_security_notes():
     assert "docs/security.md" in (REPO / "README.md").read_text()
+
+
+def test_the_hub_may_delete_the_home_volumes_kubespawner_deletes():
+    """KubeSpawner deletes a deleted user's claim by default; refused, JupyterHub only logs it."""
+    from kubespawner import KubeSpawner
+
+    from jupyter_gpuburst import doctor
+
+    assert KubeSpawner.delete_pvc.default_value is True
+    assert "delete" in granted()[("Role", "persistentvolumeclaims")]
+    assert any(p.verb == "delete" and p.resource == "persistentvolumeclaims" for p in doctor.REQUIRED_PERMISSIONS)
+
+
+def test_the_security_notes_say_what_z2jh_grants_and_what_ours_add():
+    text = " ".join((REPO / "docs" / "security.md").read_text().split())
+    # z2jh 4.4.0's hub Role (templates/hub/rbac.yaml)
+    assert "| pods, persistentvolumeclaims, secrets, services | get, watch, list, create, delete |" in text
+    assert "| with helm (z2jh 4.4.0) | without helm |" in text
+    assert "networkpolicy-kernels.yaml" in text
