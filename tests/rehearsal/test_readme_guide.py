@@ -216,5 +216,7 @@ async def test_the_real_cluster_guide_works_as_written(sim, tmp_path):
         # the spawner offloaded the namespace itself, as doctor said it would
         offloaded = await run([*doctor_cmd, "--kubeconfig", str(sim)], env)
         assert offloaded.returncode == 0 and "not offloaded yet" not in offloaded.stdout
+        # both servers carry the release that made them, the one doctor runs (no upgrade pending)
+        assert "2 pod(s), all of release" in offloaded.stdout, offloaded.stdout
     finally:
         await hub.stop()
