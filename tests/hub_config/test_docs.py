@@ -134,3 +134,26 @@ def test_one_release_number_everywhere():
         tags |= set(re.findall(r"tag: \"(\d+\.\d+\.\d+)\"", text))
         tags |= set(re.findall(r"jupyter_gpuburst-(\d+\.\d+\.\d+)-py3", text))
         assert tags == {version}, f"{name} uses {tags}, not {version}"
+
+
+def test_the_kernel_defaults_and_messages_the_docs_quote_are_the_codes():
+    from traitlets.config import Config
+
+    from jupyter_gpuburst.hub.kernels.resources import DEFAULT_REQUESTS
+    from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings, profile_notes
+    from jupyter_gpuburst.server.kernels.provisioner import GPUBurstProvisioner
+
+    def text(name: str) -> str:
+        return " ".join((REPO / "docs" / name).read_text().split())
+
+    hub_wait = f"{GPUKernelSettings.start_timeout.default_value:g} s"
+    server_wait = f"{GPUBurstProvisioner.start_timeout.default_value:g} s"
+    assert f"`c.GPUKernelSettings.start_timeout` ({hub_wait}:" in text("kernels.md")
+    assert f"(`c.GPUBurstProvisioner.start_timeout`, {server_wait})" in text("kernels.md")
+    assert f"`GPUKernelSettings.start_timeout` ({hub_wait.replace(' s', ' s)')}" in text("troubleshooting.md")
+    assert f"else {DEFAULT_REQUESTS['cpu']} CPU and {DEFAULT_REQUESTS['memory']})" in text("security.md")
+    c = Config()
+    c.KubeSpawner.profile_list = lambda spawner: []
+    [note] = profile_notes(c)
+    quoted = "No GPU kernels are offered: ..."
+    assert note.startswith(quoted.removesuffix(" ...")) and quoted in text("kernels.md") and quoted in text("troubleshooting.md")

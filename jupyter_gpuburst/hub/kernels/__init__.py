@@ -22,6 +22,7 @@ __all__ = ["API_PATH", "KERNELS_URL_ENV", "SCOPE", "handlers", "install", "serve
 # Where a user's server finds the kernel API (set by the spawner; see jupyter_gpuburst.hub.service)
 KERNELS_URL_ENV = "JUPYTER_GPUBURST_KERNELS_URL"
 SPAWNER_SECTIONS = ("Spawner", "KubeSpawner", "GPUBurstSpawner")
+_EXPLAINED: set[int] = set()
 
 
 def server_token_scopes(service_name: str) -> list[str]:
@@ -63,9 +64,12 @@ def _explain_profiles_at_start(c: Any) -> None:
             logging.getLogger("JupyterHub").warning(note)
 
     try:
-        asyncio.get_running_loop().call_soon(explain)
+        loop = asyncio.get_running_loop()
     except RuntimeError:
-        pass  # the config is only being read (not by a starting hub)
+        return  # the config is only being read (not by a starting hub)
+    if id(c) not in _EXPLAINED:  # install(c) may be called twice
+        _EXPLAINED.add(id(c))
+        loop.call_soon(explain)
 
 
 def _with_scopes(value: Any, ours: list[str]) -> Any:
