@@ -276,7 +276,13 @@ def test_both_configs_offer_gpu_kernels_with_resources_and_time_for_a_cold_pull(
     assert server_timeout == plain_config.KubeSpawner.start_timeout == 600
     # a kernel may wait as long as a server; the user's server waits longer, for the hub's reason
     assert helm["start_timeout"] >= server_timeout
-    server_config = values["singleuser"]["extraFiles"]["gpuburst-kernels"]["data"]
+    extra_file = values["singleuser"]["extraFiles"]["gpuburst-kernels"]
+    server_config = extra_file["data"]
+    # where every jupyter_server reads its conf.d (a system config directory of jupyter_core)
+    from jupyter_core.paths import SYSTEM_CONFIG_PATH
+
+    config_dir, _, filename = extra_file["mountPath"].rpartition("/jupyter_server_config.d/")
+    assert config_dir in SYSTEM_CONFIG_PATH and filename.endswith(".json")
     assert server_config["GPUBurstProvisioner"]["start_timeout"] > helm["start_timeout"]
     # the defaults say the same, for a config that sets neither
     assert GPUBurstProvisioner.start_timeout.default_value > kernel_settings_from_config(None).start_timeout >= 600
