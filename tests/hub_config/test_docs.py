@@ -157,3 +157,20 @@ def test_the_kernel_defaults_and_messages_the_docs_quote_are_the_codes():
     [note] = profile_notes(c)
     quoted = "No GPU kernels are offered: ..."
     assert note.startswith(quoted.removesuffix(" ...")) and quoted in text("kernels.md") and quoted in text("troubleshooting.md")
+
+
+def test_make_demo_installs_only_what_the_demo_needs():
+    """The README says the demo needs no browser: its target does not install chromium."""
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    dry = subprocess.run(["make", "-n", "-B", "demo"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert "gpuburst demo" in dry and "chromium" not in dry
+    assert "chromium" in subprocess.run(["make", "-n", "-B", "test"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    readme = " ".join((REPO / "README.md").read_text().split())
+    import tomllib
+
+    python = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"].removeprefix(">=")
+    assert f"Python {python} or later and Node.js" in readme and "`make demo` needs no browser" in readme
