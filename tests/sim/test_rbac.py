@@ -53,6 +53,9 @@ def test_an_impersonated_identity_gets_the_groups_kube_apiserver_gives_it():
         ("create", "", "pods", "other", False),  # ... and nowhere else
         ("delete", "", "nodes", "", False),
         ("get", "", "secrets", "jhub", False),
+        # KubeSpawner deletes a deleted user's home volume (delete_pvc), nobody else's namespace's
+        ("delete", "", "persistentvolumeclaims", "jhub", True),
+        ("delete", "", "persistentvolumeclaims", "other", False),
         ("create", "offloading.liqo.io", "namespaceoffloadings", "jhub", True),
         ("delete", "offloading.liqo.io", "namespaceoffloadings", "jhub", False),
         ("get", "", "namespaceoffloadings", "jhub", False),  # the rule's API group, not the core one
