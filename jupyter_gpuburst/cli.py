@@ -18,7 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "sim": ("jupyter_gpuburst.sim.cli", "main", "run a local Kubernetes + Liqo federation"),
     "doctor": ("jupyter_gpuburst.doctor", "main", "check a cluster for what the spawner needs"),
     "capacity": ("jupyter_gpuburst.doctor", "capacity_main", "print free/total GPUs per site"),
-    "bench": ("jupyter_gpuburst.bench", "main", "run a benchmark and print JSON"),
+    "bench": ("jupyter_gpuburst.bench.command", "main", "run a benchmark and print JSON"),
 }
 
 

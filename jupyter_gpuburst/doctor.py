@@ -36,6 +36,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from jupyter_gpuburst.core import liqo
+from jupyter_gpuburst.core.nodeselector import selector_matches
 from jupyter_gpuburst.core.inventory import DEFAULT_RESOURCE_NAMES, DEFAULT_RESOURCE_PREFIXES, Inventory, Snapshot, node_is_ready, parse_count
 
 DEFAULT_NAMESPACE = "default"
@@ -445,25 +446,10 @@ def rbac_fix(missing: Iterable[Permission], namespace: str, service_account: str
     return "\n".join(lines)
 
 
-def _term_matches(term: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    for expr in term.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        have = labels.get(key)
-        ok = {
-            "In": have is not None and have in values,
-            "NotIn": have is None or have not in values,
-            "Exists": have is not None,
-            "DoesNotExist": have is None,
-        }.get(op, False)
-        if not ok:
-            return False
-    return True
-
-
 def selects(cluster_selector: Mapping[str, Any] | None, node_labels: Mapping[str, str]) -> bool:
     """Whether a NamespaceOffloading clusterSelector admits a virtual node (no selector: all)."""
     terms = (cluster_selector or {}).get("nodeSelectorTerms") or []
-    return not terms or any(_term_matches(t, node_labels) for t in terms)
+    return not terms or selector_matches(cluster_selector, node_labels)
 
 
 def check_offloading(
@@ -525,7 +511,7 @@ SHARED_FS_PROVISIONER_WORDS = ("nfs", "cephfs", "efs", "filestore", "file.csi.az
 
 def check_storage(classes: list[Mapping[str, Any]] | None) -> list[Finding]:
     """Which storage policies (``c.GPUBurstSpawner.storage_policy``) the cluster supports."""
-    from jupyter_gpuburst.hub.storage import StoragePolicy
+    from jupyter_gpuburst.hub.sites.storage import StoragePolicy
 
     if classes is None:
         return [Finding("storage", "storage classes", Status.WARN,

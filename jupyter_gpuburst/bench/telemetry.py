@@ -115,9 +115,9 @@ PHASE_NAMES = {"A": "without_clients", "B": "with_clients", "C": "floor"}
 # ---- part 1: the sampler's whole cycle -------------------------------------------------------
 async def measure_cycle(gpus: int, kernels: int, samples: int, backend_name: str = "simulated") -> dict:
     from jupyter_gpuburst.bench.telemetry_server import standin_kernels, stop_standins
-    from jupyter_gpuburst.server.gpu.nvml import NVMLBackend
-    from jupyter_gpuburst.server.gpu.sampler import Sampler
-    from jupyter_gpuburst.server.gpu.simulated import SimulatedBackend
+    from jupyter_gpuburst.gpu.nvml import NVMLBackend
+    from jupyter_gpuburst.gpu.sampler import Sampler
+    from jupyter_gpuburst.gpu.simulated import SimulatedBackend
 
     backend = NVMLBackend() if backend_name == "nvml" else SimulatedBackend(gpus)
 

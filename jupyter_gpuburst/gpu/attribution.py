@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from jupyter_gpuburst.server.gpu.backend import GPUProcess, KernelRef
+from jupyter_gpuburst.gpu.backend import GPUProcess, KernelRef
 
 
 def process_tree(pid: int) -> set[int]:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from jupyter_gpuburst.server.gpu.backend import KernelRef
+from jupyter_gpuburst.gpu.backend import KernelRef
 
 log = logging.getLogger(__name__)
 

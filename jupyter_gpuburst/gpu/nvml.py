@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import pynvml
 
-from jupyter_gpuburst.server.gpu.backend import GPUBackend, GPUProcess, GPUReading, GPUUnavailable, KernelRef
+from jupyter_gpuburst.gpu.backend import GPUBackend, GPUProcess, GPUReading, GPUUnavailable, KernelRef
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from jupyter_gpuburst.server.gpu.attribution import namespace_aliases, process_tree
+from jupyter_gpuburst.gpu.attribution import namespace_aliases, process_tree
 
 # (ppid, start time in clock ticks) per pid
 _Stat = tuple[int, int]

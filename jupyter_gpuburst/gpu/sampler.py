@@ -22,10 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from jupyter_gpuburst.server.gpu.attribution import KernelPids, attribute, resolve
-from jupyter_gpuburst.server.gpu.backend import GPUBackend, GPUProcess, GPUUnavailable, KernelRef
-from jupyter_gpuburst.server.gpu.proctable import ProcessTable
-from jupyter_gpuburst.server.gpu.select import open_backend
+from jupyter_gpuburst.gpu.attribution import KernelPids, attribute, resolve
+from jupyter_gpuburst.gpu.backend import GPUBackend, GPUProcess, GPUUnavailable, KernelRef
+from jupyter_gpuburst.gpu.proctable import ProcessTable
+from jupyter_gpuburst.gpu.select import open_backend
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from jupyter_gpuburst.server.gpu.backend import BACKEND_NAMES, GPUBackend, GPUUnavailable, NoGPUBackend
+from jupyter_gpuburst.gpu.backend import BACKEND_NAMES, GPUBackend, GPUUnavailable, NoGPUBackend
 
 log = logging.getLogger(__name__)
 
@@ -20,10 +20,10 @@ def open_backend(name: str, sim_gpus: int = 1, sim_model: str | None = None) -> 
     if name == "none":
         return NoGPUBackend()
     if name == "simulated":
-        from jupyter_gpuburst.server.gpu.simulated import DEFAULT_MODEL, SimulatedBackend
+        from jupyter_gpuburst.gpu.simulated import DEFAULT_MODEL, SimulatedBackend
 
         return SimulatedBackend(sim_gpus, sim_model or DEFAULT_MODEL)
-    from jupyter_gpuburst.server.gpu.nvml import NVMLBackend
+    from jupyter_gpuburst.gpu.nvml import NVMLBackend
 
     backend = NVMLBackend()
     try:

@@ -17,10 +17,9 @@ import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from jupyter_gpuburst.server.gpu.backend import GPUBackend, GPUProcess, GPUReading, KernelRef
+from jupyter_gpuburst.core.keys import SIM_GPUS_ENV, SIM_MODEL_ENV
+from jupyter_gpuburst.gpu.backend import GPUBackend, GPUProcess, GPUReading, KernelRef
 
-SIM_GPUS_ENV = "JUPYTER_GPUBURST_SIM_GPUS"
-SIM_MODEL_ENV = "JUPYTER_GPUBURST_SIM_MODEL"
 
 MiB = 1024**2
 GiB = 1024**3

@@ -18,7 +18,7 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 from tornado.iostream import StreamClosedError
 
-from jupyter_gpuburst.server.gpu.sampler import Sample, Sampler
+from jupyter_gpuburst.gpu.sampler import Sample, Sampler
 
 AUTH_RESOURCE = "gpuburst"
 SAMPLER_SETTING = "gpuburst_sampler"

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from jupyter_gpuburst.demo import DEFAULT_PASSWORD, free_port, port_is_free
-from jupyter_gpuburst.server.gpu import simulated
+from jupyter_gpuburst.gpu import simulated
 
 from .student import Student
 

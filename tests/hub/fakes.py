@@ -12,7 +12,7 @@ from typing import Any
 
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.bench import synthetic
-from jupyter_gpuburst.hub.capacity import pod_server_key
+from jupyter_gpuburst.hub.capacity.tracker import pod_server_key
 from jupyter_gpuburst.core.inventory import Inventory, Snapshot
 
 GPU = "nvidia.com/gpu"

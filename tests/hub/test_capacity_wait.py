@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from jupyter_gpuburst.hub.capacity import _wait_event
+from jupyter_gpuburst.hub.capacity.tracker import _wait_event
 
 
 async def test_cancel_as_the_event_fires_is_not_lost():

@@ -170,7 +170,7 @@ def test_plain_config_matches_the_helm_values(values, plain_config):
 
 def test_plain_config_checks_its_profiles_at_hub_start(monkeypatch):
     """install(c) checks only the profiles already set: the file must call it after its list."""
-    from jupyter_gpuburst.hub import profile_policy
+    from jupyter_gpuburst.hub.profiles import policy as profile_policy
 
     checked = []
     monkeypatch.setattr(profile_policy, "check_profiles", lambda profiles: checked.append([p["slug"] for p in profiles]))

@@ -7,7 +7,8 @@ import pytest
 from traitlets.config import Config
 
 from jupyter_gpuburst.hub import install, service
-from jupyter_gpuburst.hub.kernels import KERNELS_URL_ENV, SCOPE, server_env
+from jupyter_gpuburst.hub.kernels import KERNELS_URL_ENV, SCOPE
+from jupyter_gpuburst.hub.service import kernel_server_env as server_env
 
 OURS = ["access:services!service=gpuburst", "custom:gpuburst:kernels!user"]
 

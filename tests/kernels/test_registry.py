@@ -11,7 +11,7 @@ import pytest
 
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.placement import GPURequest, Placement
-from jupyter_gpuburst.hub.capacity import CapacityTracker
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.kernels import manifests
 from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRegistry, record_json
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings

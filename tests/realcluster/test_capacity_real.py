@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpuburst.hub.capacity import CapacityTracker
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.core.inventory import full_recount, summarize
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
 

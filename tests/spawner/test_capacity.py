@@ -8,12 +8,12 @@ import pytest
 
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.bench import synthetic
-from jupyter_gpuburst.hub.capacity import CapacityTracker, server_key
-from jupyter_gpuburst.hub.ownership import PodOwnership
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker, server_key
+from jupyter_gpuburst.hub.capacity.ownership import PodOwnership
 from jupyter_gpuburst.core.placement import GPURequest, Placement
 from jupyter_gpuburst.hub.settings import settings_from_config
 from jupyter_gpuburst.sim.testing import wait_until
-from jupyter_gpuburst.hub.watch import WatchFeed
+from jupyter_gpuburst.hub.capacity.watch import WatchFeed
 
 GPU = "nvidia.com/gpu"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_gpuburst.hub.profiles import (
+from jupyter_gpuburst.hub.profiles.options import (
     ProfileGPU,
     UserOptionsError,
     gpu_from_resources,

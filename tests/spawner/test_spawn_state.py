@@ -10,7 +10,7 @@ import pytest
 from jupyterhub import orm
 
 from jupyter_gpuburst.core import keys
-from jupyter_gpuburst.hub.profiles import UserOptionsError
+from jupyter_gpuburst.hub.profiles.options import UserOptionsError
 from jupyter_gpuburst.hub.spawner import GPUBurstSpawner
 
 from .test_spawner_unit import KUBESPAWNER_LABELS, make_spawner, make_tracker, manifest_of, no_cluster  # noqa: F401
@@ -129,7 +129,7 @@ async def test_a_429_that_outlasts_the_retries_reaches_the_student_as_one_senten
     """The issue's case: a donor spawn whose NamespaceOffloading create keeps getting 429."""
     import logging
 
-    from jupyter_gpuburst.hub.offloading import NamespaceOffloader
+    from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader
     from jupyter_gpuburst.hub.spawner import SpawnRefused
 
     from .test_spawner_unit import FakeCustomApi
@@ -196,7 +196,7 @@ async def test_a_pod_status_without_pod_ip_is_not_running_and_not_an_error(no_cl
 async def test_a_pod_created_after_its_spawn_failed_is_deleted():
     import asyncio
 
-    from jupyter_gpuburst.hub import spawnstate
+    from jupyter_gpuburst.hub.spawner import state as spawnstate
 
     tracker = make_tracker()
     tracker.own_namespace("default")

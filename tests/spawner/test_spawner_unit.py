@@ -19,8 +19,8 @@ from traitlets.config import Config
 
 from jupyter_gpuburst.core import keys, liqo
 from jupyter_gpuburst.bench import synthetic
-from jupyter_gpuburst.hub.capacity import CapacityTracker
-from jupyter_gpuburst.hub.offloading import NamespaceOffloader, OffloadingPermissionError
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
+from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader, OffloadingPermissionError
 from jupyter_gpuburst.core.placement import PlacementInputError, Strategy
 from jupyter_gpuburst.hub.settings import GPUBurstSettings, settings_from_config
 from jupyter_gpuburst.hub.spawner import GPUBurstSpawner, SpawnRefused, unschedulable_reason

@@ -14,7 +14,7 @@ SCRIPT = textwrap.dedent(
     """
     import asyncio, gc, json, sys
     from jupyter_gpuburst.bench import synthetic
-    from jupyter_gpuburst.hub.capacity import CapacityTracker
+    from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
     from jupyter_gpuburst.hub.settings import GPUBurstSettings
 
     if sys.argv[1] == "operator":
@@ -61,7 +61,7 @@ def test_loaded_keeps_an_operators_own_thresholds() -> None:
 
 def test_the_tracker_keeps_a_placed_pods_metadata_status_and_requests_only() -> None:
     from jupyter_gpuburst.bench import synthetic
-    from jupyter_gpuburst.hub.capacity import CapacityTracker
+    from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
     from jupyter_gpuburst.hub.settings import GPUBurstSettings
 
     tracker = CapacityTracker(None, GPUBurstSettings())

@@ -32,7 +32,7 @@ def test_sites_by_name() -> None:
 
 
 def test_simulated_models_answer_to_their_node_labels() -> None:
-    from jupyter_gpuburst.server.gpu.simulated import MODELS, SimulatedBackend
+    from jupyter_gpuburst.gpu.simulated import MODELS, SimulatedBackend
 
     for model in MODELS.values():
         backend = SimulatedBackend(1, model.product_label)

@@ -1,6 +1,6 @@
 """What the spawn page shows: headline kinds, escaped text, and no container-runtime noise."""
 
-from jupyter_gpuburst.hub import spawn_messages
+from jupyter_gpuburst.hub.spawner import messages as spawn_messages
 
 
 def kube_event(reason: str, message: str, type_: str = "Normal") -> dict:

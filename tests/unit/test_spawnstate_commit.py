@@ -6,7 +6,7 @@ import asyncio
 
 from jupyterhub import orm
 
-from jupyter_gpuburst.hub import spawnstate
+from jupyter_gpuburst.hub.spawner import state as spawnstate
 
 
 class _Spawner:

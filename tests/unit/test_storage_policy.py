@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from jupyter_gpuburst.core.keys import ORIGIN_SITE
-from jupyter_gpuburst.hub import storage
-from jupyter_gpuburst.hub.storage import Claim, StorageKind, StoragePolicy
+from jupyter_gpuburst.hub.sites import storage
+from jupyter_gpuburst.hub.sites.storage import Claim, StorageKind, StoragePolicy
 
 NODES = {"gpu-node-1": ORIGIN_SITE, "liqo-donor-1": "donor-1", "liqo-donor-2": "donor-2"}
 site_of_node = NODES.get

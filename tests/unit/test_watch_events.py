@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from jupyter_gpuburst.hub.unschedulable import failed_scheduling_reason
-from jupyter_gpuburst.hub.watch import NewEvents
+from jupyter_gpuburst.hub.sites.unschedulable import failed_scheduling_reason
+from jupyter_gpuburst.hub.capacity.watch import NewEvents
 
 GPU = "nvidia.com/gpu"
 

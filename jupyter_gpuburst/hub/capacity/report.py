@@ -18,7 +18,7 @@ PLACEMENT_FIELDS: tuple[str, ...] = (
 
 
 class CapacitySource(Protocol):
-    """What the report reads (``jupyter_gpuburst.hub.capacity.CapacityTracker`` provides it)."""
+    """What the report reads (``jupyter_gpuburst.hub.capacity.tracker.CapacityTracker`` provides it)."""
 
     ready: bool
     queue_length: int

@@ -25,9 +25,9 @@ from jupyter_gpuburst.core import heap, keys
 from jupyter_gpuburst.core.inventory import Inventory, Snapshot
 from jupyter_gpuburst.core.placement import Placement, Placer
 from jupyter_gpuburst.hub import retry
-from jupyter_gpuburst.hub.ownership import PodOwnership
+from jupyter_gpuburst.hub.capacity.ownership import PodOwnership
 from jupyter_gpuburst.hub.settings import GPUBurstSettings, api_settings_from_config, settings_from_config
-from jupyter_gpuburst.hub.watch import WatchFeed, object_key
+from jupyter_gpuburst.hub.capacity.watch import WatchFeed, object_key
 
 # the garbage collector's thresholds: CPython's defaults, and the hub's once capacity is loaded
 CPYTHON_GC_THRESHOLDS = (700, 10, 10)

@@ -21,13 +21,13 @@ from kubernetes_asyncio.client import ApiException
 
 from jupyter_gpuburst.core import keys, reasons
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
-from jupyter_gpuburst.hub.capacity import CapacityTracker, kernel_key
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker, kernel_key
 from jupyter_gpuburst.hub.kernels import manifests
 from jupyter_gpuburst.hub.kernels.availability import availability
 from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, clean_notebook_dir, decide_files
 from jupyter_gpuburst.hub.kernels.settings import CHANNELS, PORT_SETS, GPUKernelSettings, KernelProfile
-from jupyter_gpuburst.hub.offloading import NamespaceOffloader
-from jupyter_gpuburst.hub.unschedulable import unschedulable_reason
+from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader
+from jupyter_gpuburst.hub.sites.unschedulable import unschedulable_reason
 
 POD_PREFIX = "gpuburst-kernel-"
 SIGNATURE_SCHEMES = frozenset({"hmac-sha256"})

@@ -11,7 +11,8 @@ from traitlets import Dict, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Config, Configurable
 
 from jupyter_gpuburst.core.inventory import parse_count
-from jupyter_gpuburst.hub.profiles import profile_block
+from jupyter_gpuburst.hub.kernels.files import shared_storage
+from jupyter_gpuburst.hub.profiles.options import profile_block
 
 CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
 # A restarted kernel's pod listens on the other set of five ports than its previous pod did:
@@ -239,8 +240,6 @@ def kernel_settings_from_config(config: Config | None) -> GPUKernelSettings:
                 break
         settings.profiles = profiles_from_server_profiles(server_profiles)
     if settings.files_policy is None and spawner_setting(config, "storage_policy", None) == "shared":
-        from jupyter_gpuburst.hub.kernels.files import shared_storage
-
         settings.files_policy = shared_storage
     return settings
 

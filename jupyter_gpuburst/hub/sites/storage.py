@@ -24,15 +24,11 @@ from enum import Enum
 from typing import Any
 
 from jupyter_gpuburst.core import liqo
-from jupyter_gpuburst.core.keys import ORIGIN_SITE
+from jupyter_gpuburst.core.keys import ORIGIN_SITE, STORAGE_ENV, STORAGE_MESSAGE_ENV
 
 # Set by kube-scheduler on a claim whose binding waits for its first consumer: the node chosen
 # for that pod, hence where the volume is provisioned (for Liqo's class: the virtual node).
 SELECTED_NODE_ANNOTATION = "volume.kubernetes.io/selected-node"
-
-# The server's environment carries the outcome, for the server extension and the Lab panel.
-STORAGE_ENV = "JUPYTER_GPUBURST_STORAGE"
-STORAGE_MESSAGE_ENV = "JUPYTER_GPUBURST_STORAGE_MESSAGE"
 
 
 class StoragePolicy(str, Enum):

@@ -18,11 +18,11 @@ def node_selector_term() -> dict[str, Any]:
     return liqo.local_node_affinity_term()
 
 
-def env(prefix: str) -> dict[str, Any]:
+def env() -> dict[str, Any]:
     """What the server extension reads (see server/placement.py): site, reason, node."""
     return {
-        f"{prefix}SITE": keys.ORIGIN_SITE,
-        f"{prefix}CLUSTER": "",
-        f"{prefix}REASON": REASON,
-        f"{prefix}NODE": {"valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        keys.SITE_ENV: keys.ORIGIN_SITE,
+        keys.CLUSTER_ENV: "",
+        keys.REASON_ENV: REASON,
+        keys.NODE_ENV: {"valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
     }

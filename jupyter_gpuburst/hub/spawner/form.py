@@ -13,9 +13,9 @@ from traitlets.config import Config
 
 from jupyter_gpuburst.core import keys, names
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError, Policy, decide
-from jupyter_gpuburst.hub.capacity import CapacityTracker
-from jupyter_gpuburst.hub.podrequest import RESOURCE_TRAITS, pod_spec_from_traits, request_of_pod
-from jupyter_gpuburst.hub.profiles import ProfileGPU, gpu_from_resources, profile_block
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
+from jupyter_gpuburst.hub.spawner.podrequest import RESOURCE_TRAITS, pod_spec_from_traits, request_of_pod
+from jupyter_gpuburst.hub.profiles.options import ProfileGPU, gpu_from_resources, profile_block
 
 # Most specific last: traitlets lets a subclass's section override its parents'.
 CONFIG_SECTIONS = ("Spawner", "KubeSpawner", "GPUBurstSpawner")

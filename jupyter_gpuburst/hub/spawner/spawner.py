@@ -26,22 +26,31 @@ from traitlets import TraitError, default
 
 from jupyter_gpuburst.core import keys, names
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
-from jupyter_gpuburst.hub import cpu_servers, retry, spawn_form, spawn_messages, spawnstate, storage, watch
-from jupyter_gpuburst.hub.capacity import CapacityTracker, server_key
-from jupyter_gpuburst.hub.offloading import NamespaceOffloader, OffloadingPermissionError
-from jupyter_gpuburst.hub.podrequest import RESOURCE_TRAITS, pod_spec_from_traits, request_of_pod
-from jupyter_gpuburst.hub.profiles import (
+from jupyterhub.utils import maybe_future
+
+from jupyter_gpuburst.hub import metrics, retry
+from jupyter_gpuburst.hub.capacity import watch
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker, server_key
+from jupyter_gpuburst.hub.kernels.service import stop_server_kernels
+from jupyter_gpuburst.hub.profiles import policy as profile_policy
+from jupyter_gpuburst.hub.profiles.options import (
     ProfileGPU,
     UserOptionsError,
     profile_block,
     validate_user_options,
 )
-from jupyter_gpuburst.hub import profile_policy
+from jupyter_gpuburst.hub.service import kernel_server_env
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
-from jupyter_gpuburst.hub.unschedulable import failed_scheduling_reason, unschedulable_reason
+from jupyter_gpuburst.hub.sites import storage
+from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader, OffloadingPermissionError
+from jupyter_gpuburst.hub.sites.unschedulable import failed_scheduling_reason, unschedulable_reason
+from jupyter_gpuburst.hub.spawner import cpu_servers
+from jupyter_gpuburst.hub.spawner import form as spawn_form
+from jupyter_gpuburst.hub.spawner import messages as spawn_messages
+from jupyter_gpuburst.hub.spawner import state as spawnstate
+from jupyter_gpuburst.hub.spawner.podrequest import RESOURCE_TRAITS, pod_spec_from_traits, request_of_pod
 
-TEMPLATES = Path(__file__).parent / "templates"
-ENV_PREFIX = "JUPYTER_GPUBURST_"
+TEMPLATES = Path(__file__).parent.parent / "templates"
 
 
 class SpawnRefused(web.HTTPError):
@@ -60,24 +69,6 @@ class _Redirect(Exception):
     """The pod must move: raised inside the start loop, never outside it."""
 
 
-def _metrics() -> Any:
-    try:
-        from jupyter_gpuburst.hub import metrics
-    except Exception:
-        return None
-    return metrics
-
-
-def _metric(name: str, *args: Any) -> None:
-    """Call a metrics function if the hub side provides it; metrics never break a spawn."""
-    module = _metrics()
-    fn = getattr(module, name, None) if module is not None else None
-    if fn is None:
-        return
-    try:
-        fn(*args)
-    except Exception:
-        pass
 
 
 class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
@@ -247,12 +238,12 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         if isinstance(outcome, NoCapacity) and not tried and self.queue_when_full:
             outcome = await self._gb_wait_in_queue(tracker, key, request)
         if isinstance(outcome, NoCapacity):
-            _metric("record_spawn", "none", "no_capacity")
+            metrics.record_spawn("none", "no_capacity")
             if tried:
                 raise SpawnRefused(503, f"{self._gb_tried_summary()} No other site can take it: {outcome.reason}")
             raise SpawnRefused(503, outcome.reason)
         if tried:
-            _metric("record_redirect", tried[-1], outcome.site)
+            metrics.record_redirect(tried[-1], outcome.site)
             outcome = replace(outcome, reason=self._gb_redirect_reason(tracker, outcome, tried[-1]))
             self._gb_message(outcome.reason, "redirect")
         else:
@@ -280,12 +271,12 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         except PlacementInputError as exc:
             raise SpawnRefused(400, str(exc)) from None
         finally:
-            _metric("observe_decision", time.perf_counter() - started)
+            metrics.observe_decision(time.perf_counter() - started)
 
     async def _gb_wait_in_queue(self, tracker: CapacityTracker, key: str, request: GPURequest) -> Placement | NoCapacity:
         """Wait first-come-first-served until a site has room, at most ``start_timeout``."""
         position = tracker.enqueue(key)
-        _metric("set_queue_length", tracker.queue_length)
+        metrics.set_queue_length(tracker.queue_length)
         self._gb_message(f"No GPU free now; waiting in the queue (position {position}).", "queue")
         deadline = time.monotonic() + self.start_timeout
         outcome: Placement | NoCapacity = NoCapacity("queue wait ended")
@@ -304,7 +295,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             return NoCapacity(f"Waited {self.start_timeout:g} s in the queue without a free GPU. {reason}".strip())
         finally:
             tracker.dequeue(key)
-            _metric("set_queue_length", tracker.queue_length)
+            metrics.set_queue_length(tracker.queue_length)
 
     def _gb_policy(self, tracker: CapacityTracker) -> Any:
         """This spawn's Policy when its profile overrides Policy traits, else None (the hub's)."""
@@ -441,13 +432,11 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         meta = pod.metadata
         meta.annotations = {**(meta.annotations or {}), keys.REASON_ANNOTATION: cpu_servers.REASON}
         self._gb_narrow_affinity(pod.spec, cpu_servers.node_selector_term())
-        self._gb_set_env(pod.spec, cpu_servers.env(ENV_PREFIX))
+        self._gb_set_env(pod.spec, cpu_servers.env())
 
     def _gb_kernel_env(self) -> dict[str, str]:
         """Where the server finds the GPU kernel API (the gpuburst service), whatever its profile."""
-        from jupyter_gpuburst.hub.kernels import server_env
-
-        return server_env()
+        return kernel_server_env()
 
     def _gb_serialize(self, model: Any) -> dict[str, Any]:
         return self.api.api_client.sanitize_for_serialization(model) or {}
@@ -458,7 +447,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         if self._gb_placement is not None:
             env.update(self._gb_env(self._gb_placement))
         elif self._gb_cpu_only:
-            env.update(cpu_servers.env(ENV_PREFIX))
+            env.update(cpu_servers.env())
         return env
 
     async def _make_create_pod_request(self, pod: Any, request_timeout: float) -> bool:
@@ -489,18 +478,18 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                     await asyncio.gather(monitor, return_exceptions=True)
                     url = await start_task
                     if self._gb_placement is not None:
-                        _metric("record_spawn", self._gb_placement.site, "success")
+                        metrics.record_spawn(self._gb_placement.site, "success")
                     return url
                 why = monitor.result()
                 await asyncio.gather(start_task, return_exceptions=True)
                 await self._gb_redirect(why)
         except asyncio.CancelledError:
-            _metric("record_spawn", self._gb_site(), "cancelled")
+            metrics.record_spawn(self._gb_site(), "cancelled")
             await self._gb_forget()
             raise
         except Exception as exc:
             if self._gb_placement is not None:
-                _metric("record_spawn", self._gb_placement.site, "failure")
+                metrics.record_spawn(self._gb_placement.site, "failure")
             await self._gb_forget()
             if isinstance(exc, UserOptionsError) or (isinstance(exc, SpawnRefused) and exc.status_code == 400):
                 self._gb_restore_options()
@@ -625,8 +614,6 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
 
     async def _gb_stop_kernels(self) -> None:
         """The server's GPU kernels stop with it (their pods are also owned by its pod)."""
-        from jupyter_gpuburst.hub.kernels.service import stop_server_kernels
-
         try:
             await stop_server_kernels(self)
         except Exception:  # noqa: BLE001 - garbage collection and the reaper still remove them
@@ -795,20 +782,14 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
 def placement_env(placement: Placement) -> dict[str, Any]:
     """The env vars that tell the server where it runs and why."""
     return {
-        f"{ENV_PREFIX}SITE": placement.site,
-        f"{ENV_PREFIX}CLUSTER": placement.cluster_id or "",
-        f"{ENV_PREFIX}REASON": placement.reason,
-        f"{ENV_PREFIX}GPU_RESOURCE": placement.resource,
-        f"{ENV_PREFIX}GPU_COUNT": str(placement.count),
-        f"{ENV_PREFIX}NODE": {"valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        keys.SITE_ENV: placement.site,
+        keys.CLUSTER_ENV: placement.cluster_id or "",
+        keys.REASON_ENV: placement.reason,
+        keys.GPU_RESOURCE_ENV: placement.resource,
+        keys.GPU_COUNT_ENV: str(placement.count),
+        keys.NODE_ENV: {"valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
     }
 
 
 def _env_value(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {"value": str(value)}
-
-
-async def maybe_future(value: Any) -> Any:
-    if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
-        return await value
-    return value

@@ -18,6 +18,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from jupyter_gpuburst.core.keys import KERNELS_URL_ENV
+
 log = logging.getLogger(__name__)
 
 PROVISIONER = "gpuburst"
@@ -93,7 +95,6 @@ def _message(exc: urllib.error.HTTPError) -> str:
 def install_kernelspecs(kernel_spec_manager: Any, runtime_dir: str, environ: dict[str, str] | None = None) -> list[str]:
     """Fetch the hub's GPU kernel profiles and make them kernelspecs of this server."""
     environ = environ if environ is not None else dict(os.environ)
-    from jupyter_gpuburst.server.kernels.provisioner import KERNELS_URL_ENV
 
     url, token = environ.get(KERNELS_URL_ENV), environ.get("JUPYTERHUB_API_TOKEN")
     if not url or not token:
