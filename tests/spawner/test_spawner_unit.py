@@ -23,7 +23,8 @@ from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader, OffloadingPermissionError
 from jupyter_gpuburst.core.placement import PlacementInputError, Strategy
 from jupyter_gpuburst.hub.settings import GPUBurstSettings, settings_from_config
-from jupyter_gpuburst.hub.spawner import GPUBurstSpawner, SpawnRefused, unschedulable_reason
+from jupyter_gpuburst.hub.sites.unschedulable import unschedulable_reason
+from jupyter_gpuburst.hub.spawner import GPUBurstSpawner, SpawnRefused
 
 K8S = kubernetes_validate.latest_version()
 SERIALIZER = object.__new__(ApiClient)  # serialization needs no connection
