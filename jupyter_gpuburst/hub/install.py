@@ -50,11 +50,6 @@ def install(
     Raises ``ProfilePolicyError`` (the hub does not start) when a profile's
     ``kubespawner_override`` sets a placement trait that can only be set hub-wide.
     """
-    from jupyter_gpuburst.hub import metrics  # noqa: F401 - /hub/metrics shows the series from hub start
-    from jupyter_gpuburst.hub.profiles.policy import check_profiles
-    from jupyter_gpuburst.hub.service import SERVICE_NAME, CapacityService
-    from jupyter_gpuburst.hub.settings import spawner_sections
-
     # A profile that sets a hub-wide placement trait stops the hub here, at start, with the reason
     for section in ["KubeSpawner", *spawner_sections(c)]:
         if section in c and "profile_list" in c[section]:

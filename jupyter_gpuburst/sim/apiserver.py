@@ -627,7 +627,7 @@ class ApiServer:
         attrs = body["spec"].get("resourceAttributes") or {}
         key = (attrs.get("verb", ""), attrs.get("group", ""), attrs.get("resource", ""))
         denied = bool(attrs) and any(
-            all(want in ("*", have) for want, have in zip(rule, key)) for rule in self.denied
+            all(want in ("*", have) for want, have in zip(rule, key, strict=True)) for rule in self.denied
         )
         status: Obj = {"allowed": not denied}
         if denied:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from jupyter_gpuburst.demo import DEFAULT_PASSWORD, free_port
 from jupyter_gpuburst.sim.kubelet import netns
@@ -127,7 +128,7 @@ class Student:
         no = self.page.get_by_role("button", name="No", exact=True)
         try:
             no.click(timeout=3_000)
-        except Exception:
+        except PlaywrightTimeout:
             pass  # not asked (yet): nothing covers the panel
 
     def open_panel(self) -> None:

@@ -16,7 +16,7 @@ async def test_cancel_as_the_event_fires_is_not_lost():
     for _ in range(20):
         event = asyncio.Event()
 
-        async def watcher() -> None:
+        async def watcher(event: asyncio.Event = event) -> None:
             while True:  # like the spawner's pod watcher: loops until cancelled
                 await _wait_event(event, 0.5)
                 event.clear()

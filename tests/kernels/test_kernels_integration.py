@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 
 from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.testing import wait_until
 
 from .kernel_client import execute
@@ -38,7 +39,7 @@ def occupy_origin(federation, count: int) -> None:
     store = federation.origin.store
     try:
         store.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "others"}})
-    except Exception:
+    except ApiError:
         pass
     store.create(
         "pods",

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from jupyter_gpuburst.core import keys, liqo
+from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.testing import wait_until
 
 pytestmark = pytest.mark.integration
@@ -47,7 +48,7 @@ STEAL_HOOK = steal_hook({"nvidia.com/gpu": "2"})
 def pod_of(federation, user: str):
     try:
         return federation.origin.store.get("pods", "default", f"jupyter-{user}")
-    except Exception:
+    except ApiError:
         return None
 
 
@@ -60,7 +61,7 @@ def occupy(federation, node: str, count: int, name: str) -> None:
     store = federation.origin.store
     try:
         store.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "others"}})
-    except Exception:
+    except ApiError:
         pass  # already there
     spec = {
         "nodeName": node,

@@ -77,7 +77,7 @@ class WatchFeed:
             self._task.cancel()
             try:
                 await self._task
-            except (asyncio.CancelledError, Exception):
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping: its failure was logged where it ended
                 pass
             self._task = None
 
@@ -146,7 +146,7 @@ class WatchFeed:
                     self.log.info("Watch of %s: resourceVersion %s is gone; relisting", self.kind, self.resource_version)
                     await self._relist_until_done()
                     continue
-            except Exception as exc:  # a dropped connection, an API restart
+            except Exception as exc:  # noqa: BLE001 - a dropped connection, an API restart: watch again
                 self.log.warning("Watch of %s ended (%s); resuming in %.1fs", self.kind, retry.describe(exc), delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.max_backoff)
@@ -160,7 +160,7 @@ class WatchFeed:
                 return
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - whatever failed, relist again after a backoff
                 self.log.warning("Relisting %s failed (%s); retrying in %.1fs", self.kind, retry.describe(exc), delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.max_backoff)

@@ -338,7 +338,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         if placement.is_donor and self.offload_namespace:
             try:
                 await self._offloader().ensure(self.namespace)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure frees the reservation, then is re-raised
                 (await self.gpuburst_tracker()).forget_decision(self.gpuburst_key)
                 raise self._gb_public_error(exc, f"offloading namespace {self.namespace} for donor {placement.site}") from None
         self._gb_pin(pod, placement)
@@ -759,7 +759,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         profile_list = await self._gb_profile_list()
         try:
             tracker = await self.gpuburst_tracker()
-        except Exception as exc:  # the form must still render when the API server is away
+        except Exception as exc:  # noqa: BLE001 - the form must still render when the API server is away
             self.log.warning("No live GPU capacity for the spawn form: %s", exc)
             tracker = None
         annotated = [self._gb_annotate(p, tracker) for p in profile_list]

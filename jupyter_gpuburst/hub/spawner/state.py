@@ -79,7 +79,7 @@ def _commit(session: Any, done: asyncio.Future) -> None:
         del _pending_commits[session]
     try:
         session.commit()
-    except Exception as exc:  # every waiter sees the failure its own commit would have had
+    except Exception as exc:  # noqa: BLE001 - every waiter sees the failure its own commit would have had
         done.set_exception(exc)
     else:
         done.set_result(None)
