@@ -41,7 +41,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from jupyter_gpuburst.demo import DEFAULT_PASSWORD, free_port
 from jupyter_gpuburst.sim.kubelet import netns
 
-from .conftest import save_docs_screenshot
+from helpers.browser import save_docs_screenshot, switch_theme
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -193,13 +193,6 @@ def assert_live_panel(student: Student, site: str, gpu_model: str) -> None:
     expect(row).to_be_visible(timeout=30_000)
     expect(row.locator("td").first).to_have_text(re.compile(r"\.ipynb$"))
     expect(row.locator("td").nth(2)).to_have_text(re.compile(r"^\d+(\.\d)? (MiB|GiB)$"), timeout=15_000)
-
-
-def switch_theme(page: Page, theme: str) -> None:
-    """Settings menu → Theme → ``theme``, as a student switches it."""
-    page.locator(".lm-MenuBar-itemLabel", has_text="Settings").click()
-    page.locator(".lm-Menu-itemLabel", has_text="Theme").first.hover()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile(rf"^{re.escape(theme)}$")).click()
 
 
 def shoot(student: Student, name: str, artifacts: Path) -> None:

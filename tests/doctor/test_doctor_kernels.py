@@ -3,7 +3,7 @@ hub runs without GPU kernels), needed with --kernels, and the fix applies rbac-k
 
 from __future__ import annotations
 
-from doctor.test_checks import healthy
+from helpers.doctor import healthy
 
 from jupyter_gpuburst import doctor
 from jupyter_gpuburst.doctor import Status

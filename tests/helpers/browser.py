@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Page
 
 from jupyter_gpuburst.hub.ports import free_port
 
@@ -219,3 +221,10 @@ def save_docs_screenshot(source: Path, name: str) -> None:
         return
     DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, target)
+
+
+def switch_theme(page: Page, theme: str) -> None:
+    """Settings menu → Theme → ``theme``, as a student switches it."""
+    page.locator(".lm-MenuBar-itemLabel", has_text="Settings").click()
+    page.locator(".lm-Menu-itemLabel", has_text="Theme").first.hover()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(rf"^{re.escape(theme)}$")).click()

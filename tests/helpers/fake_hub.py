@@ -2,7 +2,7 @@
 
 It answers like ``jupyter_gpuburst.hub.kernels.handlers`` (same paths, codes and fields), so
 the provisioner's side of the protocol is tested without a hub or a cluster; the real hub is
-tested in ``test_kernels_integration.py``. As on a cluster, every pod has an address of its own
+tested in ``tests/hub/kernels/test_kernels_integration.py``. As on a cluster, every pod has an address of its own
 and listens on the same ports, the second set of them when the request asks for it.
 """
 
@@ -18,12 +18,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+from jupyter_client.kernelspec import KernelSpecManager
 from tornado import web
 from tornado.httpserver import HTTPServer
 
 from jupyter_gpuburst.hub.kernels import manifests
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
 from jupyter_gpuburst.hub.ports import free_port, free_ports, port_is_free
+from jupyter_gpuburst.server.kernels.specs import fetch_profiles, write_kernelspecs
 
 PROFILES = [{"slug": "gpu-1", "display_name": "Python 3 (1 GPU)", "resource": "nvidia.com/gpu", "count": 1}]
 
@@ -162,3 +165,28 @@ class Kernel(Base):
         await asyncio.get_running_loop().run_in_executor(None, record["process"].wait)
         self.set_status(204)
         self.finish()
+
+
+# ---- fixtures (tests/conftest.py registers this module as a plugin) ---------------------------
+TOKEN = "server-token-123"
+
+
+@pytest.fixture
+async def hub(monkeypatch, tmp_path):
+    (tmp_path / "pods").mkdir()
+    fake = FakeHub(TOKEN, tmp_path / "pods")
+    fake.start()
+    monkeypatch.setenv("JUPYTER_GPUBURST_KERNELS_URL", fake.kernels_url)
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", TOKEN)
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+async def specs(hub, tmp_path):
+    # the server fetches once, synchronously, at start; here from a thread, the stand-in hub
+    # being served by this test's event loop
+    profiles = await asyncio.to_thread(fetch_profiles, hub.kernels_url, TOKEN)
+    names = write_kernelspecs(tmp_path, profiles)
+    assert names == ["gpuburst-gpu-1"]
+    return KernelSpecManager(kernel_dirs=[str(tmp_path)])

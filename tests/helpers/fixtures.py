@@ -1,4 +1,4 @@
-"""Fixtures for the spawner's tests: the local federation and a real hub in front of it."""
+"""Fixtures shared across folders: the local federation, a real hub in front of it, the API emulator alone."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from jupyter_gpuburst.sim.kubeconfig import write_kubeconfig
 from jupyter_gpuburst.sim.store import Store
 from jupyter_gpuburst.sim.testing import running_federation
 
-from .harness import Hub
+from helpers.hub import Hub
 
 
 @pytest.fixture

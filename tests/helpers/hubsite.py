@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from jupyter_gpuburst.sim.testing import running_federation
-from spawner.harness import Hub
+from helpers.hub import Hub
 
 T = TypeVar("T")
 

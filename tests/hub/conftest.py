@@ -9,11 +9,11 @@ import pytest_asyncio
 
 from jupyter_gpuburst.bench.hubproc import HubProcess
 
-HERE = Path(__file__).resolve().parent
+HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 
 STATIC_HUB_CONFIG = f"""
 import sys
-sys.path.insert(0, {str(HERE)!r})
+sys.path.insert(0, {str(HELPERS)!r})
 from fakes import StaticTracker
 from jupyter_gpuburst.hub import install, metrics
 

@@ -9,8 +9,6 @@ from jupyter_gpuburst.kernel.gpu import KernelGPUReporter, reporter_from_env
 from jupyter_gpuburst.gpu.simulated import KERNEL_BASE_MEMORY, SimulatedBackend
 from jupyter_gpuburst.server.kernels.usage import KernelUsageCache, ask_usage, gpu_figures
 
-from .test_provisioner import hub, specs  # noqa: F401 - fixtures
-
 GiB = 1024**3
 
 

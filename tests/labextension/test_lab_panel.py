@@ -8,7 +8,7 @@ import time
 import pytest
 from playwright.sync_api import Page, expect
 
-from .conftest import LabServer
+from helpers.browser import LabServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 

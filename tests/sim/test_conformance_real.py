@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from helpers.programs import FETCH, NETWORK_SERVER
+
 pytestmark = pytest.mark.realcluster
 
 
@@ -409,18 +411,6 @@ def test_pre_stop_hook_runs_before_sigterm(core_v1, test_namespace, real_cluster
 
 # 9. Each pod has a network of its own: the two ports a JupyterHub pod's proxy takes (all
 # addresses' 8000, 127.0.0.1:8001) are free in every pod, whatever the others listen on.
-NETWORK_SERVER = """
-import http.server, os, threading
-def serve(addr, body):
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200); self.end_headers(); self.wfile.write(body.encode())
-        def log_message(self, *a): pass
-    http.server.HTTPServer(addr, H).serve_forever()
-threading.Thread(target=serve, args=(('127.0.0.1', 8001), 'private-' + os.environ['WHO']), daemon=True).start()
-serve(('', 8000), os.environ['WHO'])
-"""
-FETCH = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())"
 
 
 def test_each_pod_has_a_network_of_its_own(core_v1, test_namespace, real_cluster, cleanup):

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from jupyter_gpuburst.sim.config import DEFAULT_CONFIG
-from spawner.harness import free_port
+from helpers.hub import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -32,10 +32,10 @@ TIER_MODULES = {"test_doctor_real", "test_capacity_real", "test_spawn_real", "te
 DOCUMENTED_SKIPS: tuple[str, ...] = ()
 # Where the emulated kubelet cannot mount volumes for real (not root), it maps the paths a
 # program is handed; a path the program reads from a file is then not found (docs/emulator.md).
-NEEDS_REAL_MOUNTS = "tests/realcluster/test_conformance_real.py::test_a_path_written_in_a_file_finds_its_volume"
+NEEDS_REAL_MOUNTS = "tests/sim/test_conformance_real.py::test_a_path_written_in_a_file_finds_its_volume"
 # Pods have networks of their own only where the kubelet may make them (root): else they share
 # the host's and cannot both listen on one port of 127.0.0.1.
-NEEDS_POD_NETWORKS = "tests/realcluster/test_conformance_real.py::test_each_pod_has_a_network_of_its_own"
+NEEDS_POD_NETWORKS = "tests/sim/test_conformance_real.py::test_each_pod_has_a_network_of_its_own"
 # In a network of its own a pod's 127.0.0.1 is its own; it reaches the host at other loopback
 # addresses, where the test hub then listens.
 HUB_IP_FOR_POD_NETWORKS = "127.0.0.2"
@@ -146,7 +146,7 @@ def test_realcluster_tier_passes_against_gpuburst_sim(tmp_path):
         wait_ready(proc, kubeconfig, log_path)
         report = tmp_path / "tier.xml"
         run = subprocess.run(
-            [sys.executable, "-m", "pytest", "tests/realcluster", "-m", "realcluster", "-q", "-rs",
+            [sys.executable, "-m", "pytest", "tests", "-m", "realcluster", "-q", "-rs",
              "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "tier"), "--junitxml", str(report), *deselected(tmp_path / "sim-state")],
             cwd=REPO, env=tier_env(kubeconfig), capture_output=True, text=True, timeout=480,
         )

@@ -11,8 +11,8 @@ import pytest
 from jupyter_gpuburst.bench.hubproc import HubProcess
 from jupyter_gpuburst.core.inventory import summarize
 
-from .conftest import STATIC_HUB_CONFIG
-from .fakes import GPU, StaticTracker
+from helpers.fakes import GPU, StaticTracker
+from hub.conftest import STATIC_HUB_CONFIG
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -20,12 +20,10 @@ import aiohttp
 import pytest
 from playwright.sync_api import Page, expect
 
-from browser.conftest import save_docs_screenshot
-from browser.hubsite import LoopThread, federation_and_hub
-from browser.test_student_journey import switch_theme
-from spawner.harness import Hub
-
-from .test_kernels_integration import KERNEL_HUB
+from helpers.browser import save_docs_screenshot, switch_theme
+from helpers.hub import Hub
+from helpers.hubsite import LoopThread, federation_and_hub
+from helpers.kernels import KERNEL_HUB
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.timeout(240)]
 

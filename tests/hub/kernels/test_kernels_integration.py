@@ -13,19 +13,11 @@ from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.testing import wait_until
 
-from .kernel_client import execute
+from helpers.kernel_client import execute
+from helpers.kernels import KERNEL_HUB, KERNEL_SCOPES
 
 pytestmark = pytest.mark.integration
 
-KERNEL_HUB = """
-from jupyter_gpuburst.hub import install
-install(c)
-c.JupyterHub.load_groups = {"gpu-students": {"users": ["alice", "bob"]}}
-c.JupyterHub.load_roles.append({"name": "gpu-kernels", "scopes": ["custom:gpuburst:kernels", "access:services!service=gpuburst"], "groups": ["gpu-students"]})
-c.GPUKernelSettings.reap_interval_seconds = 1
-c.GPUKernelSettings.extra_env = {"JUPYTER_GPUBURST_BACKEND": "simulated"}
-"""
-KERNEL_SCOPES = ["custom:gpuburst:kernels", "access:services!service=gpuburst"]
 
 WHERE = "import os; print(os.environ['JUPYTER_GPUBURST_SITE'], os.getcwd())"
 

@@ -161,7 +161,7 @@ def test_kernel_mode_rbac_is_valid_and_only_adds_secret_writes_in_the_namespace(
 
     import yaml
 
-    path = Path(__file__).resolve().parents[2] / "hub_config" / "rbac-kernels.yaml"
+    path = Path(__file__).resolve().parents[3] / "hub_config" / "rbac-kernels.yaml"
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
     for doc in docs:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)

@@ -14,7 +14,7 @@ from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub import DEFAULT_SERVICE_PORT
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 VALUES = yaml.safe_load((REPO / "hub_config" / "values.yaml").read_text())
 Z2JH = yaml.safe_load((REPO / "tests" / "reference" / "z2jh" / "values.yaml").read_text())
 HUB_API_PORT = 8081

@@ -20,10 +20,10 @@ import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
 
 from jupyter_gpuburst.core import keys
-from spawner.harness import Hub
+from helpers.browser import save_docs_screenshot
+from helpers.hub import Hub
+from helpers.hubsite import LoopThread, federation_and_hub
 
-from .conftest import save_docs_screenshot
-from .hubsite import LoopThread, federation_and_hub
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -19,7 +19,7 @@ import pytest
 
 from jupyter_gpuburst.core import keys, liqo
 from jupyter_gpuburst.core.inventory import full_recount
-from spawner.harness import Hub
+from helpers.hub import Hub
 
 pytestmark = pytest.mark.realcluster
 

@@ -13,7 +13,7 @@ from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub.profiles.options import UserOptionsError
 from jupyter_gpuburst.hub.spawner import GPUBurstSpawner
 
-from .test_spawner_unit import KUBESPAWNER_LABELS, make_spawner, make_tracker, manifest_of, no_cluster  # noqa: F401
+from helpers.spawner import KUBESPAWNER_LABELS, FakeCustomApi, make_spawner, make_tracker, manifest_of
 
 
 @pytest.fixture
@@ -132,7 +132,6 @@ async def test_a_429_that_outlasts_the_retries_reaches_the_student_as_one_senten
     from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader
     from jupyter_gpuburst.hub.spawner import SpawnRefused
 
-    from .test_spawner_unit import FakeCustomApi
 
     tracker = make_tracker(({"origin-gpu": 0},))
     spawner = make_spawner(tracker, {"profile": "gpu1"}, NamespaceOffloader(FakeCustomApi(status=429)))

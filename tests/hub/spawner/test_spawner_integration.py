@@ -8,13 +8,12 @@ import time
 import pytest
 
 from jupyter_gpuburst.core import keys, liqo
-from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.testing import wait_until
+
+from helpers.federation import DONOR, SLEEPER, env_of, messages, occupy, pod_of, release
 
 pytestmark = pytest.mark.integration
 
-DONOR = "donor-1"
-SLEEPER = ["sleep", "600"]
 
 
 def steal_hook(limits: dict[str, str]) -> str:
@@ -43,41 +42,6 @@ c.KubeSpawner.modify_pod_hook = steal
 
 # both origin GPUs
 STEAL_HOOK = steal_hook({"nvidia.com/gpu": "2"})
-
-
-def pod_of(federation, user: str):
-    try:
-        return federation.origin.store.get("pods", "default", f"jupyter-{user}")
-    except ApiError:
-        return None
-
-
-def env_of(pod) -> dict:
-    return {e["name"]: e for e in pod["spec"]["containers"][0].get("env") or []}
-
-
-def occupy(federation, node: str, count: int, name: str) -> None:
-    """Hold ``count`` GPUs of ``node`` with a pod someone else started (bound directly)."""
-    store = federation.origin.store
-    try:
-        store.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "others"}})
-    except ApiError:
-        pass  # already there
-    spec = {
-        "nodeName": node,
-        "containers": [{"name": "c", "image": "busybox", "command": SLEEPER, "resources": {"limits": {"nvidia.com/gpu": str(count)}}}],
-    }
-    if node == DONOR:
-        spec["tolerations"] = [liqo.virtual_node_toleration()]
-    store.create("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "others"}, "spec": spec})
-
-
-def release(federation, name: str) -> None:
-    federation.origin.store.delete("pods", "others", name, grace_period_seconds=0)
-
-
-def messages(events) -> list[str]:
-    return [e.get("message", "") for e in events]
 
 
 async def test_local_free_lands_on_origin_gpu_node(federation, start_hub):

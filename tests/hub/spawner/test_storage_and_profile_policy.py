@@ -6,8 +6,8 @@ import pytest
 
 from jupyter_gpuburst.core import keys
 
-from .harness import GPU_PROFILES
-from .test_spawner_integration import DONOR, env_of, messages, occupy, pod_of
+from helpers.federation import DONOR, env_of, messages, occupy, pod_of
+from helpers.hub import GPU_PROFILES
 
 pytestmark = pytest.mark.integration
 

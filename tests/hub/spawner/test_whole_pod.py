@@ -8,7 +8,7 @@ from jupyter_gpuburst.bench import synthetic
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub.spawner import SpawnRefused
 
-from .test_spawner_unit import env, make_spawner, make_tracker, manifest_of, no_cluster  # noqa: F401
+from helpers.spawner import env, make_spawner, make_tracker, manifest_of
 
 GPU = "nvidia.com/gpu"
 GIB = 2**30

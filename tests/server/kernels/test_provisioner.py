@@ -9,33 +9,11 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 
-from jupyter_gpuburst.server.kernels.specs import fetch_profiles, install_kernelspecs, write_kernelspecs
+from jupyter_gpuburst.server.kernels.specs import install_kernelspecs
 from jupyter_gpuburst.server.kernels.provisioner import DIALOG_COLUMNS, GPUBurstProvisioner, KernelPlacementError
 
-from .fake_hub import FakeHub
+from helpers.fake_hub import TOKEN
 
-TOKEN = "server-token-123"
-
-
-@pytest.fixture
-async def hub(monkeypatch, tmp_path):
-    (tmp_path / "pods").mkdir()
-    fake = FakeHub(TOKEN, tmp_path / "pods")
-    fake.start()
-    monkeypatch.setenv("JUPYTER_GPUBURST_KERNELS_URL", fake.kernels_url)
-    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", TOKEN)
-    yield fake
-    fake.stop()
-
-
-@pytest.fixture
-async def specs(hub, tmp_path):
-    # the server fetches once, synchronously, at start; here from a thread, the stand-in hub
-    # being served by this test's event loop
-    profiles = await asyncio.to_thread(fetch_profiles, hub.kernels_url, TOKEN)
-    names = write_kernelspecs(tmp_path, profiles)
-    assert names == ["gpuburst-gpu-1"]
-    return KernelSpecManager(kernel_dirs=[str(tmp_path)])
 
 
 async def run(client, code: str) -> dict:
