@@ -16,6 +16,6 @@ several use: ``settings``, ``metrics``, ``retry``, ``ports``, and ``service`` (t
 that serves the capacity and kernel APIs).
 """
 
-from jupyter_gpuburst.hub.install import DEFAULT_SERVICE_PORT, install
+from jupyter_gpuburst.hub.installer import DEFAULT_SERVICE_PORT, install
 
 __all__ = ["DEFAULT_SERVICE_PORT", "install"]
