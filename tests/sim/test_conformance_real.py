@@ -426,7 +426,7 @@ def test_each_pod_has_a_network_of_its_own(core_v1, test_namespace, real_cluster
         }]})
     ips = {}
     for who, pod_name in pods.items():
-        ready = wait(f"pod {who} ready", lambda: condition(p := read_pod(core_v1, test_namespace, pod_name), "Ready") == "True" and p, real_cluster.start_timeout)
+        ready = wait(f"pod {who} ready", lambda pod_name=pod_name: condition(p := read_pod(core_v1, test_namespace, pod_name), "Ready") == "True" and p, real_cluster.start_timeout)
         ips[who] = ready["status"]["podIP"]
 
     def fetch(pod_name: str, url: str) -> str:
