@@ -1,4 +1,4 @@
-"""`gpuburst doctor` and `gpuburst capacity`: check a cluster for what the spawner needs.
+"""The checks of `gpuburst doctor`: each piece the spawner needs, as a finding with a fix.
 
 Both talk to the API server with the official ``kubernetes`` client, using the current
 kubeconfig (or ``--kubeconfig`` / ``--context``, or the in-cluster service account when run in
@@ -25,23 +25,18 @@ cluster cannot be reached or the arguments are wrong.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import shlex
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any
 
 from jupyter_gpuburst.core import liqo
-from jupyter_gpuburst.core.nodeselector import selector_matches
 from jupyter_gpuburst.core.inventory import DEFAULT_RESOURCE_NAMES, DEFAULT_RESOURCE_PREFIXES, Inventory, Snapshot, node_is_ready, parse_count
-
-DEFAULT_NAMESPACE = "default"
-SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-
+from jupyter_gpuburst.core.nodeselector import selector_matches
+from jupyter_gpuburst.doctor.view import ClusterView, NotPermitted
+from jupyter_gpuburst.hub.sites.storage import StoragePolicy
 
 class Status(str, Enum):
     OK = "ok"
@@ -106,183 +101,6 @@ RBAC_MANIFEST = "hub_config/rbac.yaml"
 KERNELS_RBAC_MANIFEST = "hub_config/rbac-kernels.yaml"
 
 
-class ClusterView(Protocol):
-    """What doctor reads from a cluster, as plain API-shaped dicts; a read the identity may not
-    make raises ``NotPermitted``."""
-
-    def list_nodes(self) -> list[dict[str, Any]]: ...
-
-    def list_pods(self) -> list[dict[str, Any]]: ...
-
-    def api_groups(self) -> set[str]: ...
-
-    def access_review(self, verb: str, group: str, resource: str, namespace: str | None) -> tuple[bool, str]: ...
-
-    def namespace_offloading(self, namespace: str) -> dict[str, Any] | None: ...
-
-    def list_storage_classes(self) -> list[dict[str, Any]]: ...
-
-
-class ClusterUnreachable(RuntimeError):
-    """The API server could not be reached or refused the question outright."""
-
-
-class NotPermitted(RuntimeError):
-    """The identity doctor runs as may not make one of its reads (401 or 403)."""
-
-
-# ---- the kubernetes client adapter ----------------------------------------------------------
-class KubernetesCluster:
-    """``ClusterView`` over the official ``kubernetes`` client.
-
-    Responses are read raw (``_preload_content=False``) so the checks see exactly the JSON the
-    API server sent, the same shape the watch-driven inventory sees inside the hub.
-    """
-
-    def __init__(self, api_client: Any) -> None:
-        from kubernetes import client
-
-        self._api_client = api_client
-        self._core = client.CoreV1Api(api_client)
-        self._apis = client.ApisApi(api_client)
-        self._authz = client.AuthorizationV1Api(api_client)
-        self._custom = client.CustomObjectsApi(api_client)
-        self._storage = client.StorageV1Api(api_client)
-
-    @staticmethod
-    def _json(response: Any) -> Any:
-        return json.loads(response.data)
-
-    def _call(self, what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        try:
-            return self._json(func(*args, _preload_content=False, **kwargs))
-        except ApiException as exc:
-            if exc.status in (401, 403):
-                raise NotPermitted(f"this identity may not {what}") from exc
-            raise
-        except (HTTPError, OSError) as exc:
-            raise ClusterUnreachable(f"cannot {what}: {exc}") from exc
-
-    def list_nodes(self) -> list[dict[str, Any]]:
-        return self._call("list nodes", self._core.list_node).get("items") or []
-
-    def list_pods(self) -> list[dict[str, Any]]:
-        return self._call("list pods", self._core.list_pod_for_all_namespaces).get("items") or []
-
-    def api_groups(self) -> set[str]:
-        groups = self._call("read API groups", self._apis.get_api_versions).get("groups") or []
-        return {g.get("name", "") for g in groups}
-
-    def access_review(self, verb: str, group: str, resource: str, namespace: str | None) -> tuple[bool, str]:
-        attributes: dict[str, Any] = {"verb": verb, "group": group, "resource": resource}
-        if namespace:
-            attributes["namespace"] = namespace
-        body = {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SelfSubjectAccessReview",
-            "spec": {"resourceAttributes": attributes},
-        }
-        answer = self._call("create a SelfSubjectAccessReview", self._authz.create_self_subject_access_review, body)
-        status = answer.get("status") or {}
-        return bool(status.get("allowed")), str(status.get("reason") or status.get("evaluationError") or "")
-
-    def namespace_offloading(self, namespace: str) -> dict[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            return self._call(
-                "read the NamespaceOffloading",
-                self._custom.get_namespaced_custom_object,
-                liqo.OFFLOADING_GROUP,
-                liqo.OFFLOADING_VERSION,
-                namespace,
-                liqo.NAMESPACE_OFFLOADING_PLURAL,
-                liqo.NAMESPACE_OFFLOADING_NAME,
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-
-    def list_storage_classes(self) -> list[dict[str, Any]]:
-        return self._call("list storage classes", self._storage.list_storage_class).get("items") or []
-
-
-@dataclass(frozen=True)
-class Connection:
-    cluster: KubernetesCluster
-    context: str
-    namespace: str
-    server: str
-
-
-def connect(
-    kubeconfig: str | None = None,
-    context: str | None = None,
-    namespace: str | None = None,
-    impersonate: str | None = None,
-    impersonate_group: str | None = None,
-) -> Connection:
-    """Open a client for ``kubeconfig``/``context`` (or in-cluster config when there is none).
-
-    ``impersonate`` asks every question as another identity (``--as``, like kubectl), e.g. the
-    hub's service account ``system:serviceaccount:jhub:hub``; the caller needs ``impersonate``
-    rights for that.
-    """
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
-    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser("~/.kube/config")
-    if kubeconfig is None and not os.path.exists(path) and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        configuration = client.Configuration()
-        config.load_incluster_config(client_configuration=configuration)
-        api_client = client.ApiClient(configuration)
-        ctx_name, ctx_namespace = "in-cluster", _service_account_namespace()
-    else:
-        if not os.path.exists(path):
-            raise ClusterUnreachable(f"no kubeconfig at {path}; pass --kubeconfig or set KUBECONFIG")
-        try:
-            contexts, active = config.list_kube_config_contexts(config_file=path)
-            chosen = active
-            if context is not None:
-                matches = [c for c in contexts if c["name"] == context]
-                if not matches:
-                    names = ", ".join(sorted(c["name"] for c in contexts))
-                    raise ClusterUnreachable(f"context {context!r} is not in {path} (contexts: {names})")
-                chosen = matches[0]
-            api_client = config.new_client_from_config(config_file=path, context=chosen["name"])
-        except ConfigException as exc:
-            raise ClusterUnreachable(f"cannot load kubeconfig {path}: {exc}") from exc
-        ctx_name = chosen["name"]
-        ctx_namespace = (chosen.get("context") or {}).get("namespace") or DEFAULT_NAMESPACE
-    if impersonate:
-        api_client.set_default_header("Impersonate-User", impersonate)
-        if impersonate_group:
-            # The generated client sends one value per header name, hence a single group.
-            api_client.set_default_header("Impersonate-Group", impersonate_group)
-    elif impersonate_group:
-        raise ClusterUnreachable("--as-group needs --as")
-    return Connection(
-        cluster=KubernetesCluster(api_client),
-        context=ctx_name,
-        namespace=namespace or ctx_namespace,
-        server=api_client.configuration.host,
-    )
-
-
-def _service_account_namespace() -> str:
-    try:
-        with open(SERVICE_ACCOUNT_NAMESPACE_FILE) as fh:
-            return fh.read().strip() or DEFAULT_NAMESPACE
-    except OSError:
-        return DEFAULT_NAMESPACE
-
-
-# ---- the checks -----------------------------------------------------------------------------
 def _ready_message(node: Mapping[str, Any]) -> str:
     for condition in (node.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Ready":
@@ -511,8 +329,6 @@ SHARED_FS_PROVISIONER_WORDS = ("nfs", "cephfs", "efs", "filestore", "file.csi.az
 
 def check_storage(classes: list[Mapping[str, Any]] | None) -> list[Finding]:
     """Which storage policies (``c.GPUBurstSpawner.storage_policy``) the cluster supports."""
-    from jupyter_gpuburst.hub.sites.storage import StoragePolicy
-
     if classes is None:
         return [Finding("storage", "storage classes", Status.WARN,
                         "this identity may not list storage classes; storage policy support not checked",
@@ -626,130 +442,3 @@ def diagnose(view: ClusterView, context: str, namespace: str, resources: Sequenc
 def _not_checked(area: str, subject: str, why: NotPermitted) -> Finding:
     # no fix of its own: the permission line for the same read carries it
     return Finding(area, subject, Status.WARN, f"not checked: {why} (see the permissions below)")
-
-
-# ---- rendering ------------------------------------------------------------------------------
-_MARK = {Status.OK: "ok", Status.WARN: "WARN", Status.FAIL: "FAIL"}
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows, strict=True)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [headers, *rows]]
-    return "\n".join(lines)
-
-
-def render_report(report: Report) -> str:
-    rows = [(_MARK[f.status], f.area, f.subject, f.detail) for f in report.findings]
-    out = [f"context {report.context}, user namespace {report.namespace}", "", _table(("STATUS", "AREA", "CHECK", "DETAIL"), rows)]
-    fixes: list[str] = []
-    for f in report.findings:
-        if f.fix and f.status is not Status.OK and f.fix not in fixes:
-            fixes.append(f.fix)
-    if fixes:
-        out += ["", "Fixes:"]
-        for i, fix in enumerate(fixes, 1):
-            first, *rest = fix.splitlines()
-            out.append(f"  {i}. {first}")
-            out += [f"     {line}" for line in rest]
-    if report.capacity is not None:
-        out += ["", render_capacity(report.capacity)]
-    failed = sum(f.status is Status.FAIL for f in report.findings)
-    warned = sum(f.status is Status.WARN for f in report.findings)
-    out += ["", "All needed pieces are in place." if not failed else f"{failed} needed piece(s) missing."]
-    if warned:
-        out[-1] += f" {warned} warning(s)."
-    return "\n".join(out)
-
-
-def capacity_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
-    rows = []
-    for site in sorted(snapshot.sites.values(), key=lambda s: (s.is_donor, s.site)):
-        resources = sorted(set(site.allocatable) | set(site.requested)) or ["-"]
-        for resource in resources:
-            rows.append({
-                "site": site.site,
-                "kind": "donor" if site.is_donor else "origin",
-                "ready": site.ready,
-                "resource": resource,
-                "free": site.free.get(resource, 0),
-                "total": site.allocatable.get(resource, 0),
-                "requested": site.requested.get(resource, 0),
-            })
-    return rows
-
-
-def render_capacity(snapshot: Snapshot) -> str:
-    rows = capacity_rows(snapshot)
-    if not rows:
-        return "no GPU capacity found (no node advertises a GPU resource)"
-    return _table(
-        ("SITE", "KIND", "READY", "RESOURCE", "FREE/TOTAL"),
-        [(r["site"], r["kind"], "yes" if r["ready"] else "no", r["resource"], f"{r['free']}/{r['total']}") for r in rows],
-    )
-
-
-# ---- command line ---------------------------------------------------------------------------
-def _common_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
-    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--resource", action="append", dest="resources", metavar="NAME",
-                        help="GPU resource name to count (repeatable; default: nvidia.com/gpu, amd.com/gpu and nvidia.com/mig-*)")
-
-
-def _connect(args: argparse.Namespace, namespace: str | None = None) -> Connection:
-    return connect(args.kubeconfig, args.context, namespace,
-                   getattr(args, "impersonate", None), getattr(args, "impersonate_group", None))
-
-
-def main(argv: list[str]) -> int:
-    """`gpuburst doctor`."""
-    parser = argparse.ArgumentParser(
-        prog="gpuburst doctor",
-        description="Check a cluster for everything GPUBurstSpawner needs: Liqo donors and their GPUs, local GPU "
-        "nodes, the hub's permissions and the user namespace's offloading. Exit 1 when something needed is missing.",
-    )
-    _common_args(parser)
-    parser.add_argument("-n", "--namespace", help="the namespace user servers run in (default: the context's)")
-    parser.add_argument("--as", dest="impersonate", metavar="USER",
-                        help="check permissions as this identity, e.g. system:serviceaccount:jhub:hub")
-    parser.add_argument("--as-group", dest="impersonate_group", metavar="GROUP",
-                        help="a group to impersonate along with --as")
-    parser.add_argument("--kernels", action="store_true",
-                        help=f"GPU kernels are in use: their permissions ({KERNELS_RBAC_MANIFEST}) are needed, not a warning")
-    args = parser.parse_args(argv)
-    try:
-        conn = _connect(args, args.namespace)
-        report = diagnose(conn.cluster, conn.context, conn.namespace, args.resources, kernels=args.kernels)
-    except (ClusterUnreachable, NotPermitted) as exc:
-        print(f"gpuburst doctor: {exc}", file=sys.stderr)
-        return 2
-    except _api_exception() as exc:
-        print(f"gpuburst doctor: the API server answered {exc.status} {exc.reason}", file=sys.stderr)
-        return 2
-    print(json.dumps(report.as_dict(), indent=2) if args.json else render_report(report))
-    return 0 if report.ok else 1
-
-
-def capacity_main(argv: list[str]) -> int:
-    """`gpuburst capacity`: free/total GPUs per site."""
-    parser = argparse.ArgumentParser(prog="gpuburst capacity", description="Print free/total GPUs per site (origin and each Liqo donor).")
-    _common_args(parser)
-    args = parser.parse_args(argv)
-    try:
-        conn = _connect(args)
-        snapshot = take_capacity(conn.cluster, new_inventory(args.resources))
-    except (ClusterUnreachable, NotPermitted) as exc:
-        print(f"gpuburst capacity: {exc}", file=sys.stderr)
-        return 2
-    except _api_exception() as exc:
-        print(f"gpuburst capacity: the API server answered {exc.status} {exc.reason}", file=sys.stderr)
-        return 2
-    print(json.dumps({"context": conn.context, "sites": capacity_rows(snapshot)}, indent=2) if args.json else render_capacity(snapshot))
-    return 0
-
-
-def _api_exception() -> type[Exception]:
-    from kubernetes.client.exceptions import ApiException
-
-    return ApiException
