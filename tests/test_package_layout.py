@@ -106,3 +106,13 @@ def test_every_environment_name_that_crosses_a_process_is_defined_once_in_core_k
     }
     assert {k: v for k, v in defined.items() if v} == {}
 
+
+
+def test_no_module_is_longer_than_it_can_be_read_unless_it_says_why():
+    long = []
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text()
+        head = ast.get_docstring(ast.parse(text)) or ""
+        if text.count("\n") > MAX_LINES and "longer than" not in head:
+            long.append(f"{path.relative_to(ROOT)} ({text.count(chr(10))} lines)")
+    assert long == []

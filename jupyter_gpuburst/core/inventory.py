@@ -14,6 +14,9 @@ events follow.
 
 A *site* is ``"origin"`` (the origin's own nodes) or one Liqo donor, named by its cluster id; a
 donor's virtual node carries what the donor grants, so its allocatable is a quota of every resource.
+
+Longer than 600 lines: the node table, the site totals and the holds change together on every
+event, and the O(1) snapshot relies on them changing in one place.
 """
 
 from __future__ import annotations

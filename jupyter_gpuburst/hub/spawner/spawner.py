@@ -6,6 +6,10 @@ never lists nodes or pods. ``_start`` wraps KubeSpawner's start with a watcher t
 pod turns unschedulable for its GPUs (or waits on a donor past a grace period), deletes it and
 starts again on a site not yet tried. The pod name never changes, so one server never has two
 pods.
+
+Longer than 600 lines: it is one class, KubeSpawner's subclass, whose overrides share the
+spawn's state; what does not need that state lives beside it in this folder (form, messages,
+state, podrequest, cpu_servers).
 """
 
 from __future__ import annotations
