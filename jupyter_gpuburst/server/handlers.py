@@ -42,10 +42,6 @@ class GPUBurstHandler(ExtensionHandlerMixin, APIHandler):
         result = self.authorizer.is_authorized(self, self.current_user, "read", "kernels")
         return bool(await result) if asyncio.iscoroutine(result) else bool(result)
 
-    @staticmethod
-    def without_kernels(data: dict) -> dict:
-        return {**data, "kernels": []}
-
     def encode(self, sample: Sample, kernels_visible: bool) -> bytes:
         # encoded once per sample for all readers with the same view, never per request
         return sample.body(kernels_visible)
