@@ -1,4 +1,4 @@
-"""The real-cluster tier: everything it needs comes from the environment (see README.md).
+"""The real-cluster tier: everything it needs comes from the environment (see tests/REALCLUSTER.md).
 
 These fixtures only use the kubeconfig in ``GPUBURST_KUBECONFIG``; nothing here knows whether
 the API server behind it is a production cluster or the local federation.

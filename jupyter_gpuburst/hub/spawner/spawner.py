@@ -353,7 +353,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         self._gb_decided.set()
         return pod
 
-    # ---- storage (rules in hub/storage.py) ----------------------------------------------------
+    # ---- storage (rules in hub/sites/storage.py) ----------------------------------------------------
     async def _gb_storage_constrain(self, request: GPURequest) -> tuple[GPURequest, storage.Constraint]:
         """Narrow the request to the sites the user's volumes allow under ``storage_policy``."""
         names = storage.claim_names(self._gb_serialize(v) if not isinstance(v, dict) else v for v in self._expand_all(self.volumes))
