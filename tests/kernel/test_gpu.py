@@ -41,7 +41,7 @@ def test_figures_from_a_kernel_are_checked():
     assert checked["memory_used_bytes"] is None and checked["memory_total_bytes"] == 8 and checked["utilization"] is None
 
 
-async def test_a_remote_kernel_answers_its_gpu_use_on_its_control_channel(hub, specs):  # noqa: F811
+async def test_a_remote_kernel_answers_its_gpu_use_on_its_control_channel(hub, specs):
     km = AsyncKernelManager(kernel_name="gpuburst-gpu-1", kernel_spec_manager=specs)
     await km.start_kernel()
     try:
