@@ -17,6 +17,7 @@ from kubespawner import KubeSpawner
 from traitlets.config import Config
 
 from jupyter_gpuburst.core import keys, liqo
+from jupyter_gpuburst.sim.testing import wait_until
 from jupyter_gpuburst.bench import synthetic
 from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader, OffloadingPermissionError
 from jupyter_gpuburst.core.placement import PlacementInputError, Strategy
@@ -161,16 +162,15 @@ async def test_queue_waits_in_order_and_shows_position(no_cluster):
     second.user = type(first.user)()
     second.user.name, second.user.id, second.user.url = "second", 2, "u"
     task1 = asyncio.ensure_future(manifest_of(first))
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: tracker.queue_length == 1, 5, "the first spawn to queue")
     task2 = asyncio.ensure_future(manifest_of(second))
-    await asyncio.sleep(0.05)
-    assert tracker.queue_length == 2
+    await wait_until(lambda: tracker.queue_length == 2, 5, "the second spawn to queue")
     assert "position 2" in second._gb_messages[-1]["message"]
     tracker._on_pod_event("DELETED", synthetic.pod("hog", node_name="origin-gpu", gpus={"nvidia.com/gpu": 1}))
     manifest = await asyncio.wait_for(task1, 5)
     assert manifest["metadata"]["labels"][keys.SITE_LABEL] == "origin"
-    await asyncio.sleep(0.1)
-    assert not task2.done() and tracker.queue_position("second/") == 1
+    await wait_until(lambda: tracker.queue_position("second/") == 1, 5, "the second spawn to move up")
+    assert not task2.done()
     task2.cancel()
     await asyncio.gather(task2, return_exceptions=True)
     assert tracker.queue_length == 0
