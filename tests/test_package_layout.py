@@ -116,3 +116,20 @@ def test_no_module_is_longer_than_it_can_be_read_unless_it_says_why():
         if text.count("\n") > MAX_LINES and "longer than" not in head:
             long.append(f"{path.relative_to(ROOT)} ({text.count(chr(10))} lines)")
     assert long == []
+
+
+def test_no_test_imports_another_test_module_or_a_conftest():
+    """Shared helpers live in tests/helpers (fixtures registered in tests/conftest.py)."""
+    offenders = []
+    for path in (ROOT / "tests").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                modules = [node.module or ""] + ([a.name for a in node.names] if not node.module or node.level else [])
+            elif isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            else:
+                continue
+            last = {m.rsplit(".", 1)[-1] for m in modules if m}
+            if any(m.startswith("test_") or m == "conftest" for m in last):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == []

@@ -12,7 +12,7 @@ from jupyter_gpuburst.bench.hubproc import HubProcess
 from jupyter_gpuburst.core.inventory import summarize
 
 from helpers.fakes import GPU, StaticTracker
-from hub.conftest import STATIC_HUB_CONFIG
+from helpers.static_hub import STATIC_HUB_CONFIG
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
