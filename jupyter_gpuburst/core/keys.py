@@ -49,8 +49,11 @@ KERNEL_NOTE_ENV = f"{ENV_PREFIX}KERNEL_NOTE"
 KERNEL_FILES_ENV = f"{ENV_PREFIX}KERNEL_FILES"
 KERNEL_SCRATCH_ENV = f"{ENV_PREFIX}KERNEL_SCRATCH"
 KERNEL_ID_ENV = f"{ENV_PREFIX}KERNEL_ID"
-# a kernel pod's five ports, for a hub that starts again (its pod cache keeps no container ports)
+# a kernel pod's five ports, profile and files mode, for a hub that starts again (its pod cache
+# keeps no container ports, and the registry rebuilds its records from the pods)
 PORTS_ANNOTATION = f"{GROUP}/ports"
+PROFILE_ANNOTATION = f"{GROUP}/profile"
+FILES_ANNOTATION = f"{GROUP}/files"
 
 # ---- the gpuburst service in the hub pod (z2jh's values expose it on the hub Service) --------
 SERVICE_PORT = 8082

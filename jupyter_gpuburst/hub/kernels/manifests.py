@@ -134,8 +134,8 @@ def kernel_pod(
             keys.ATTEMPTS_ANNOTATION: str(attempts),
             keys.KERNEL_ANNOTATION: record_id,
             keys.SERVER_ANNOTATION: server_name,
-            f"{keys.GROUP}/profile": profile.slug,
-            f"{keys.GROUP}/files": files.mode,
+            keys.PROFILE_ANNOTATION: profile.slug,
+            keys.FILES_ANNOTATION: files.mode,
             PORTS_ANNOTATION: json.dumps(ports, sort_keys=True),
         },
     }

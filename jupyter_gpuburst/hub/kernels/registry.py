@@ -147,7 +147,7 @@ class KernelRegistry:
             if not record_id or record_id in self.records or "deletionTimestamp" in meta:
                 continue
             labels = meta.get("labels") or {}
-            profile = self.profiles.get(annotations.get(f"{keys.GROUP}/profile", ""))
+            profile = self.profiles.get(annotations.get(keys.PROFILE_ANNOTATION, ""))
             requests = self.tracker.inventory.pod_requests(pod)
             resource, count = next(iter(sorted(requests.items())), ("", 0))
             if profile is None:
@@ -171,7 +171,7 @@ class KernelRegistry:
                 pod_name=meta.get("name", ""),
                 state="running" if _ready(pod) else "pending",
                 placement=placement,
-                files=annotations.get(f"{keys.GROUP}/files", "scratch"),
+                files=annotations.get(keys.FILES_ANNOTATION, "scratch"),
                 # pods of a hub from before the annotation listen on the first set
                 ports=_pod_ports(pod) or self.settings.ports(),
             )
