@@ -133,3 +133,24 @@ def test_no_test_imports_another_test_module_or_a_conftest():
             if any(m.startswith("test_") or m == "conftest" for m in last):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert offenders == []
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_a_kernel_pod_and_the_gpu_package_reach_neither_the_user_server_nor_the_hub():
+    """What runs in a kernel pod reads GPUs through jupyter_gpuburst.gpu, which the user's server
+    uses too; neither reaches into server/ or hub/ (core/ is shared by all)."""
+    known = modules()
+    graph = {name: imports(path, set(known)) for name, path in known.items()}
+    starts = [name for name in known if name.startswith(("jupyter_gpuburst.kernel", "jupyter_gpuburst.gpu"))]
+    reached = {m for start in starts for m in reachable(graph, start)}
+    assert sorted(m for m in reached if m.startswith(("jupyter_gpuburst.server", "jupyter_gpuburst.hub"))) == []
+    assert "jupyter_gpuburst.gpu.sampler" in reachable(graph, "jupyter_gpuburst.kernel.gpu")
