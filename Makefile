@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpuburst-installed
 
-.PHONY: setup demo-setup demo test test-unit bench clean lint-ts labextension chromium
+.PHONY: setup demo-setup demo test test-unit bench clean lint lint-py lint-ts labextension chromium
 
 setup: $(STAMP) labextension chromium
 
@@ -53,6 +53,14 @@ lint-ts: $(NPM_STAMP)
 	npm run --silent lint
 	npm run --silent test
 
+# Lint and format check of the Python code (rules in pyproject.toml's [tool.ruff]); fix with
+#   .venv/bin/ruff check --fix . && .venv/bin/ruff format .
+lint-py: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+lint: lint-py lint-ts
+
 demo: demo-setup
 	$(BIN)/gpuburst demo
 
@@ -60,7 +68,7 @@ demo: demo-setup
 # a file per worker. Browser tests drive one chromium and run after them, in order.
 TEST_WORKERS ?= 3
 
-test: setup lint-ts
+test: setup lint-py lint-ts
 	$(BIN)/python -m pytest -q -ra -m "not browser" -n $(TEST_WORKERS) --dist loadfile
 	$(BIN)/python -m pytest -q -ra -m browser
 

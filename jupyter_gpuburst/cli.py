@@ -16,9 +16,9 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("jupyter_gpuburst.demo", "main", "run the local federation + JupyterHub demo"),
     "sim": ("jupyter_gpuburst.sim.cli", "main", "run a local Kubernetes + Liqo federation"),
-    "doctor": ("jupyter_gpuburst.doctor", "main", "check a cluster for what the spawner needs"),
-    "capacity": ("jupyter_gpuburst.doctor", "capacity_main", "print free/total GPUs per site"),
-    "bench": ("jupyter_gpuburst.bench", "main", "run a benchmark and print JSON"),
+    "doctor": ("jupyter_gpuburst.doctor.cli", "main", "check a cluster for what the spawner needs"),
+    "capacity": ("jupyter_gpuburst.doctor.cli", "capacity_main", "print free/total GPUs per site"),
+    "bench": ("jupyter_gpuburst.bench.command", "main", "run a benchmark and print JSON"),
 }
 
 

@@ -1,4 +1,5 @@
-"""Test configuration for every tier: the vendored reference data, and opt-in tiers."""
+"""Test configuration for every folder: the vendored reference data, shared fixtures, and the
+tiers (markers: integration, browser, realcluster, gpu) some tests opt into."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
+# Fixtures several folders use: the local federation and a hub in front of it, the stand-in hub
+# of GPU kernels, chromium for browser tests, the real-cluster tier (tests/REALCLUSTER.md)
+pytest_plugins = ["helpers.fixtures", "helpers.fake_hub", "helpers.browser", "helpers.realcluster"]
 
 REPO = Path(__file__).resolve().parent.parent
 # Upstream reference data, vendored with its provenance and license (tests/reference/README.md)
@@ -60,6 +65,6 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: "browser" in item.keywords)
     skip_real = pytest.mark.skip(reason="set GPUBURST_KUBECONFIG to run real-cluster tests")
     for item in items:
-        # the marker, not item.keywords: keywords also hold directory names (tests/realcluster/)
+        # the marker, not item.keywords: keywords also hold directory and file names
         if item.get_closest_marker("realcluster") and not os.environ.get("GPUBURST_KUBECONFIG"):
             item.add_marker(skip_real)

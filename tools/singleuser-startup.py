@@ -37,7 +37,7 @@ class _Hub(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    do_GET = do_POST = _ok
+    do_GET = do_POST = _ok  # noqa: N815 - http.server calls them by these names
 
     def log_message(self, *args: object) -> None:
         pass

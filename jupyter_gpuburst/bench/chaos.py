@@ -429,7 +429,7 @@ async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, name: str,
 
             started = time.monotonic()
             faults_task = asyncio.create_task(schedule.run(chaos_actions(fed, hub))) if schedule else None
-            phase.journeys = list(await asyncio.gather(*(one(u, t) for u, t in zip(users, arrivals))))
+            phase.journeys = list(await asyncio.gather(*(one(u, t) for u, t in zip(users, arrivals, strict=True))))
             if faults_task is not None:
                 await faults_task  # every fault has ended and the hub is back before counting
                 phase.faults_done = list(schedule.done)

@@ -36,7 +36,7 @@ from typing import Any
 from jupyter_gpuburst.bench import stopping
 from jupyter_gpuburst.bench.spawn import GPU, percentile
 from jupyter_gpuburst.core.inventory import Inventory
-from jupyter_gpuburst.hub.capacity import CapacityTracker
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRegistry
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
 from jupyter_gpuburst.hub.settings import GPUBurstSettings

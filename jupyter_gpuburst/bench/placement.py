@@ -39,7 +39,7 @@ import psutil
 from jupyter_gpuburst.bench import stopping, synthetic
 from jupyter_gpuburst.core.inventory import Snapshot, full_recount, summarize
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, Policy
-from jupyter_gpuburst.hub.capacity import CapacityTracker, server_key
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker, server_key
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
 
 GOALS = {

@@ -285,7 +285,7 @@ async def spawn_all(hub: HubProcess, session: aiohttp.ClientSession, users: list
         return None, f"{name}: HTTP {status}: {str(body)[:300]}"
 
     outcomes = await asyncio.gather(*(one(u) for u in users))
-    return ({u: s for u, (s, _) in zip(users, outcomes) if s is not None},
+    return ({u: s for u, (s, _) in zip(users, outcomes, strict=True) if s is not None},
             [f for _, f in outcomes if f is not None])
 
 

@@ -56,6 +56,9 @@ every A block (else something else ran on the machine and the ratios mean nothin
 p99 ratio B/A (pooled) <= 1.1, and B/C likewise; A against A within 1/1.1 and 1.1 (else the run
 cannot tell those ratios from no difference); at least 1,000 samples behind each tail; every
 stream client connected for 3 periods or more received samples, about one per period (>= 0.8).
+
+Longer than 600 lines: its two parts share their stand-in kernels, options and checks; the
+server part's process and the figures are in telemetry_server and telemetry_figures.
 """
 
 from __future__ import annotations
@@ -115,9 +118,9 @@ PHASE_NAMES = {"A": "without_clients", "B": "with_clients", "C": "floor"}
 # ---- part 1: the sampler's whole cycle -------------------------------------------------------
 async def measure_cycle(gpus: int, kernels: int, samples: int, backend_name: str = "simulated") -> dict:
     from jupyter_gpuburst.bench.telemetry_server import standin_kernels, stop_standins
-    from jupyter_gpuburst.server.gpu.nvml import NVMLBackend
-    from jupyter_gpuburst.server.gpu.sampler import Sampler
-    from jupyter_gpuburst.server.gpu.simulated import SimulatedBackend
+    from jupyter_gpuburst.gpu.nvml import NVMLBackend
+    from jupyter_gpuburst.gpu.sampler import Sampler
+    from jupyter_gpuburst.gpu.simulated import SimulatedBackend
 
     backend = NVMLBackend() if backend_name == "nvml" else SimulatedBackend(gpus)
 

@@ -64,7 +64,7 @@ def lags_less_cpu_wait(lags: list[float], waits: list[float]) -> list[float]:
     ``lags[i]``): what the loop's own work held it; empty where the server reported no waits."""
     if len(waits) != len(lags):
         return []
-    return [max(0.0, lag - wait) for lag, wait in zip(lags, waits)]
+    return [max(0.0, lag - wait) for lag, wait in zip(lags, waits, strict=True)]
 
 
 def lag_max_split(lags: list[float], waits: list[float]) -> dict | None:
@@ -88,7 +88,10 @@ def calls_within(calls: list[tuple[float, float, float | None]], t0: float, t1: 
 def pooled_tail(rounds: list[dict], phase: str, key: str) -> dict:
     """Pooled over rounds: n summed, p99/p99.9 the worst round's, max the maximum."""
     parts = [r[phase][key] for r in rounds]
-    worst = lambda k: max((p[k] for p in parts if p[k] is not None), default=None)
+
+    def worst(k: str) -> float | None:
+        return max((p[k] for p in parts if p[k] is not None), default=None)
+
     return {"n": sum(p["n"] for p in parts), "p50": worst("p50"), "p99": worst("p99"),
             "p99_9": worst("p99_9"), "max": worst("max")}
 

@@ -36,8 +36,8 @@ from tornado.iostream import StreamClosedError
 from traitlets.config import Config
 
 from jupyter_gpuburst.bench.stats import summary
-from jupyter_gpuburst.server.gpu.backend import KernelRef
-from jupyter_gpuburst.server.gpu.sampler import Sampler
+from jupyter_gpuburst.gpu.backend import KernelRef
+from jupyter_gpuburst.gpu.sampler import Sampler
 
 PROBE_INTERVAL_S = 0.001
 # the timeline keeps steps at least this long: shorter ones cannot move a millisecond-scale call

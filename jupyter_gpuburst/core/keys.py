@@ -1,4 +1,9 @@
-"""The product's own label and annotation keys on the pods it creates."""
+"""The contracts between our processes: labels, annotations, environment names and ports.
+
+The hub writes them on the pods it creates (users' servers, kernel pods); the server extension,
+the kernel provisioner and the kernel pod read them. Each is defined here once and imported by
+both sides, so a rename cannot leave one side behind.
+"""
 
 GROUP = "gpuburst.jupyter.org"
 
@@ -23,3 +28,38 @@ KERNEL_COMPONENT = "gpuburst-kernel"
 # The release of the hub that created a server's or a kernel's pod (images are tagged alike):
 # `gpuburst doctor` warns about pods of another release than its own after an upgrade.
 VERSION_LABEL = f"{GROUP}/version"
+
+# ---- environment of a user's server and of a kernel pod (the hub sets, the pod reads) ------
+ENV_PREFIX = "JUPYTER_GPUBURST_"
+# where the pod runs: the placement decision, for the server extension and the Lab panel
+SITE_ENV = f"{ENV_PREFIX}SITE"
+CLUSTER_ENV = f"{ENV_PREFIX}CLUSTER"
+REASON_ENV = f"{ENV_PREFIX}REASON"
+NODE_ENV = f"{ENV_PREFIX}NODE"
+GPU_RESOURCE_ENV = f"{ENV_PREFIX}GPU_RESOURCE"
+GPU_COUNT_ENV = f"{ENV_PREFIX}GPU_COUNT"
+# what the server got for storage under the hub's storage policy
+STORAGE_ENV = f"{ENV_PREFIX}STORAGE"
+STORAGE_MESSAGE_ENV = f"{ENV_PREFIX}STORAGE_MESSAGE"
+# where a user's server reaches the hub's GPU kernel API (with its own $JUPYTERHUB_API_TOKEN)
+KERNELS_URL_ENV = f"{ENV_PREFIX}KERNELS_URL"
+# how GPUs are read: "auto" (NVML when it finds a GPU), "nvml", "simulated" or "none"
+BACKEND_ENV = f"{ENV_PREFIX}BACKEND"
+SIM_GPUS_ENV = f"{ENV_PREFIX}SIM_GPUS"
+SIM_MODEL_ENV = f"{ENV_PREFIX}SIM_MODEL"
+# a kernel pod's own: its connection (keys and ports), note, files and scratch, and kernel id
+KERNEL_CONNECTION_ENV = f"{ENV_PREFIX}KERNEL_CONNECTION"
+KERNEL_NOTE_ENV = f"{ENV_PREFIX}KERNEL_NOTE"
+KERNEL_FILES_ENV = f"{ENV_PREFIX}KERNEL_FILES"
+KERNEL_SCRATCH_ENV = f"{ENV_PREFIX}KERNEL_SCRATCH"
+KERNEL_ID_ENV = f"{ENV_PREFIX}KERNEL_ID"
+# a kernel pod's five ports, profile and files mode, for a hub that starts again (its pod cache
+# keeps no container ports, and the registry rebuilds its records from the pods)
+PORTS_ANNOTATION = f"{GROUP}/ports"
+PROFILE_ANNOTATION = f"{GROUP}/profile"
+FILES_ANNOTATION = f"{GROUP}/files"
+
+# ---- the gpuburst service in the hub pod (z2jh's values expose it on the hub Service) --------
+SERVICE_PORT = 8082
+SERVICE_HOST_ENV = "GPUBURST_SERVICE_HOST"
+SERVICE_PORT_ENV = "GPUBURST_SERVICE_PORT"

@@ -1,4 +1,5 @@
-"""Hub-side additions: the ``gpuburst`` service (capacity, GPU kernels), profile checks, metrics.
+"""Hub-side additions: the spawner, the ``gpuburst`` service (capacity, GPU kernels), profile
+checks, metrics.
 
 Enable them in ``jupyterhub_config.py`` with one line::
 
@@ -6,118 +7,15 @@ Enable them in ``jupyterhub_config.py`` with one line::
 
 Metrics need no setup: they register in JupyterHub's registry when the spawner first records
 something, and appear at ``/hub/metrics``.
+
+One folder per concern: ``spawner/`` (GPUBurstSpawner and what only it uses), ``capacity/``
+(the capacity tracker, its watches, the admin report), ``kernels/`` (remote GPU kernels),
+``profiles/`` (what a profile asks for, and which traits it may set), ``sites/`` (what running
+a pod on a site takes: Liqo offloading, storage, the scheduler's refusals); beside them what
+several use: ``settings``, ``metrics``, ``retry``, ``ports``, and ``service`` (the HTTP service
+that serves the capacity and kernel APIs).
 """
 
-from __future__ import annotations
+from jupyter_gpuburst.hub.installer import DEFAULT_SERVICE_PORT, install
 
-import asyncio
-import ipaddress
-import os
-from pathlib import Path
-from typing import Any
-from urllib.parse import urlparse
-
-from jupyter_gpuburst.hub.ports import free_port
-
-# The capacity service's port in the hub pod; z2jh's values expose it on the hub Service.
-DEFAULT_SERVICE_PORT = 8082
-TEMPLATES = str(Path(__file__).with_name("templates"))
-
-
-def install(
-    c: Any,
-    tracker_source: Any = None,
-    service_port: int | None = None,
-    service_host: str | None = None,
-    registry_source: Any = None,
-) -> None:
-    """Register the ``gpuburst`` service (capacity page and API, GPU kernel API), the spawn
-    page's template, the kernel scope, and check the profiles.
-
-    ``c`` is the config object of ``jupyterhub_config.py``; call ``install(c)`` after setting
-    ``hub_connect_url`` and ``base_url``. The service's HTTP server runs in the hub process (hub/service.py says
-    why), on ``service_port`` (default: $GPUBURST_SERVICE_PORT, else 8082; a free port when the hub
-    is reached on loopback), reached by the proxy and by users' servers at ``service_host``
-    (default: $GPUBURST_SERVICE_HOST, else the host of ``hub_connect_url``, else 127.0.0.1).
-    ``tracker_source()`` may replace the hub's shared
-    ``CapacityTracker`` and ``registry_source(hub)`` the kernel registry (tests). Calling it twice
-    changes nothing.
-
-    Kernel mode needs nothing more here: the kernel API is part of the service, and servers'
-    tokens may carry its scopes (``jupyter_gpuburst.hub.kernels.install``); who may start GPU
-    kernels is the admin's role (README, "GPU kernels").
-
-    Raises ``ProfilePolicyError`` (the hub does not start) when a profile's
-    ``kubespawner_override`` sets a placement trait that can only be set hub-wide.
-    """
-    from jupyter_gpuburst.hub import metrics  # noqa: F401 - /hub/metrics shows the series from hub start
-    from jupyter_gpuburst.hub.profile_policy import check_profiles
-    from jupyter_gpuburst.hub.service import SERVICE_NAME, CapacityService
-    from jupyter_gpuburst.hub.settings import spawner_sections
-
-    # A profile that sets a hub-wide placement trait stops the hub here, at start, with the reason
-    for section in ["KubeSpawner", *spawner_sections(c)]:
-        if section in c and "profile_list" in c[section]:
-            check_profiles(c[section]["profile_list"])
-
-    hub = c.JupyterHub
-    # appended, so an admin's own template directories can still override ours: spawn_pending.html
-    # pins the placement decision above the progress bar
-    template_paths = _configured(hub, "template_paths")
-    if TEMPLATES not in template_paths:
-        template_paths.append(TEMPLATES)
-    hub.template_paths = template_paths
-    from jupyter_gpuburst.hub.kernels import install as install_kernels
-
-    install_kernels(c, SERVICE_NAME)
-    services = list(hub.services) if "services" in hub else []
-    if any(s.get("name") == SERVICE_NAME for s in services):
-        return
-    host = service_host or os.environ.get("GPUBURST_SERVICE_HOST") or urlparse(hub.get("hub_connect_url") or "").hostname or "127.0.0.1"
-    bind = _bind_address(host)
-    local = bind != "0.0.0.0"
-    port = service_port or int(os.environ.get("GPUBURST_SERVICE_PORT", 0)) or (free_port(bind) if local else DEFAULT_SERVICE_PORT)
-    service = CapacityService(tracker_source or _hub_tracker, bind, port, host, registry_source, hub.get("base_url") or "/")
-    hub.services = services + [service.register()]
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return  # the config is only being read (not by a starting hub): no server
-    # JupyterHub loads its config inside its running event loop, which then serves the hub
-    loop.call_soon(service.start)
-
-
-def _bind_address(host: str) -> str:
-    """Where the service listens when reached at ``host``: a loopback host on loopback only (a
-    127.x address as itself: pods in network namespaces of their own reach the host at one other
-    than 127.0.0.1), any other host on every address."""
-    if host == "localhost":
-        return "127.0.0.1"
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return "0.0.0.0"
-    if not address.is_loopback:
-        return "0.0.0.0"
-    return host if address.version == 4 else "127.0.0.1"
-
-
-async def _hub_tracker() -> Any:
-    """The hub process's one tracker, from the hub's merged config (GPUBurstSpawner traits)."""
-    from jupyterhub.app import JupyterHub
-
-    from jupyter_gpuburst.hub.capacity import CapacityTracker
-
-    hub_app = JupyterHub.instance()
-    return await CapacityTracker.ensure(hub_app.config, hub_app.log)
-
-
-def _configured(section: Any, name: str) -> list:
-    """A list trait's configured value; unset ones read as traitlets' lazy values, not lists."""
-    if name in section:
-        value = section[name]
-        if isinstance(value, list | tuple):
-            return list(value)
-        # e.g. `c.JupyterHub.template_paths.append(...)` earlier: a lazy value with additions
-        return list(value.get_value([]))
-    return []
+__all__ = ["DEFAULT_SERVICE_PORT", "install"]

@@ -6,7 +6,8 @@ prefix from ``JUPYTERHUB_METRICS_PREFIX`` (default ``jupyterhub``), then ``gpubu
 units, ``_total`` on counters.
 
 The recording functions are called on the spawn path: they are O(1), take plain values and never
-raise (a metrics bug must not fail a spawn). Capacity gauges are not pushed: a collector reads the
+raise (a metrics bug must not fail a spawn); a failure is logged as a warning, with its traceback,
+the first time each series fails, and at debug level after that. Capacity gauges are not pushed: a collector reads the
 capacity tracker's inventory snapshot (an O(1), immutable view) when Prometheus scrapes.
 """
 
@@ -82,6 +83,18 @@ SPAWNS.labels(site=NO_SITE, outcome="no_capacity")
 SPAWNS.labels(site=NO_SITE, outcome="cancelled")
 
 
+_failed: set[str] = set()
+
+
+def _record_failed(series: str, detail: str, *args: Any) -> None:
+    """A series could not be recorded: warn once per series (with the traceback), then debug."""
+    if series in _failed:
+        log.debug("could not record " + detail, *args, exc_info=True)
+        return
+    _failed.add(series)
+    log.warning("could not record " + detail + " (further failures of %s are logged at debug level)", *args, series, exc_info=True)
+
+
 def _label(value: Any) -> str:
     return str(value) if value else NO_SITE
 
@@ -91,7 +104,7 @@ def observe_decision(seconds: float) -> None:
     try:
         DECISION_SECONDS.observe(max(0.0, float(seconds)))
     except Exception:  # noqa: BLE001 - metrics never fail a spawn
-        log.debug("could not record a decision time of %r", seconds, exc_info=True)
+        _record_failed("decision time", "a decision time of %r", seconds)
 
 
 def record_spawn(site: str | None, outcome: str) -> None:
@@ -107,7 +120,7 @@ def record_spawn(site: str | None, outcome: str) -> None:
                 SPAWNS.labels(site=site_label, outcome=other)
         SPAWNS.labels(site=site_label, outcome=outcome).inc()
     except Exception:  # noqa: BLE001
-        log.debug("could not count a spawn on %r (%r)", site, outcome, exc_info=True)
+        _record_failed("spawns", "a spawn on %r (%r)", site, outcome)
 
 
 def record_redirect(from_site: str | None, to_site: str | None) -> None:
@@ -115,7 +128,7 @@ def record_redirect(from_site: str | None, to_site: str | None) -> None:
     try:
         REDIRECTS.labels(from_site=_label(from_site), to_site=_label(to_site)).inc()
     except Exception:  # noqa: BLE001
-        log.debug("could not count a redirect %r -> %r", from_site, to_site, exc_info=True)
+        _record_failed("redirects", "a redirect %r -> %r", from_site, to_site)
 
 
 def set_queue_length(n: int) -> None:
@@ -123,7 +136,7 @@ def set_queue_length(n: int) -> None:
     try:
         QUEUE_LENGTH.set(max(0, int(n)))
     except Exception:  # noqa: BLE001
-        log.debug("could not set the queue length to %r", n, exc_info=True)
+        _record_failed("queue length", "a queue length of %r", n)
 
 
 # ---- capacity gauges, read at scrape time ---------------------------------------------------
@@ -161,7 +174,7 @@ class CapacityCollector(Collector):
             self._sources = [ref for ref in self._sources if ref() is not None]
             found = [source for source in (ref() for ref in self._sources) if source is not None]
         # The hub's trackers, once the spawner has started them: no registration needed.
-        capacity = sys.modules.get("jupyter_gpuburst.hub.capacity")
+        capacity = sys.modules.get("jupyter_gpuburst.hub.capacity.tracker")
         tracker_class = getattr(capacity, "CapacityTracker", None)
         for tracker in list(getattr(tracker_class, "_instances", {}).values()):
             snapshot = getattr(tracker, "snapshot", None)

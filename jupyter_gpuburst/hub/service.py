@@ -36,9 +36,11 @@ from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.log import access_log, app_log
 
-from jupyter_gpuburst.core import names
+from jupyter_gpuburst.core import keys, names
 from jupyter_gpuburst.hub import metrics
-from jupyter_gpuburst.hub.report import capacity_report
+from jupyter_gpuburst.hub.capacity.report import capacity_report
+from jupyter_gpuburst.hub.kernels.handlers import API_PATH as KERNELS_API_PATH
+from jupyter_gpuburst.hub.kernels.handlers import handlers as kernel_handlers
 
 SERVICE_NAME = "gpuburst"
 # The scope both URLs need; admins have it, and OAuth tokens of this service carry it for them.
@@ -56,6 +58,13 @@ _registered: "CapacityService | None" = None
 
 def registered() -> "CapacityService | None":
     return _registered
+
+
+def kernel_server_env() -> dict[str, str]:
+    """The env a user's server needs to reach the kernel API (nothing when the service is not
+    registered in this hub process: then no server is offered GPU kernels)."""
+    service = registered()
+    return {keys.KERNELS_URL_ENV: service.kernels_url} if service is not None else {}
 
 
 class CapacityService:
@@ -84,9 +93,7 @@ class CapacityService:
     @property
     def kernels_url(self) -> str:
         """The kernel API as users' servers reach it: straight at the service, not via the proxy."""
-        from jupyter_gpuburst.hub.kernels import API_PATH
-
-        return f"{self.url}{self.prefix}{API_PATH}"
+        return f"{self.url}{self.prefix}{KERNELS_API_PATH}"
 
     def register(self) -> dict[str, Any]:
         """The entry for ``JupyterHub.services``; from now on the spawner passes ``kernels_url``."""
@@ -108,8 +115,6 @@ class CapacityService:
         """Listen on the running loop (the hub's): called while the hub loads its config."""
         if self._server is not None:
             return
-        from jupyter_gpuburst.hub.kernels import handlers as kernel_handlers
-
         app = web.Application(
             [
                 # people who open the service's own address, and the hub's health check

@@ -15,7 +15,7 @@ from traitlets.config import Config, Configurable
 
 from jupyter_gpuburst.core.inventory import DEFAULT_RESOURCE_NAMES, DEFAULT_RESOURCE_PREFIXES
 from jupyter_gpuburst.core.placement import Policy, PlacementInputError, Strategy
-from jupyter_gpuburst.hub.storage import POLICY_HELP, StoragePolicy
+from jupyter_gpuburst.hub.sites.storage import POLICY_HELP, StoragePolicy
 
 SPAWNER_SECTION = "GPUBurstSpawner"
 

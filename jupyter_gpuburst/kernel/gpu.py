@@ -21,13 +21,12 @@ import threading
 import time
 from typing import Any
 
-from jupyter_gpuburst.server.gpu.backend import GPUBackend, KernelRef
-from jupyter_gpuburst.server.gpu.select import open_backend
+from jupyter_gpuburst.core.keys import BACKEND_ENV, GPU_COUNT_ENV, KERNEL_ID_ENV, SIM_GPUS_ENV, SIM_MODEL_ENV
+from jupyter_gpuburst.gpu.backend import GPUBackend, KernelRef
+from jupyter_gpuburst.gpu.select import open_backend
 
 log = logging.getLogger(__name__)
 
-BACKEND_ENV = "JUPYTER_GPUBURST_BACKEND"
-KERNEL_ID_ENV = "JUPYTER_GPUBURST_KERNEL_ID"
 PERIOD_S = 1.0
 
 
@@ -114,11 +113,11 @@ def reporter_from_env(environ: dict[str, str] | None = None) -> KernelGPUReporte
     the pod sees a GPU), simulated GPUs as many as the kernel holds."""
     environ = dict(os.environ) if environ is None else environ
     name = environ.get(BACKEND_ENV, "auto") or "auto"
-    count = environ.get("JUPYTER_GPUBURST_SIM_GPUS") or environ.get("JUPYTER_GPUBURST_GPU_COUNT") or "1"
+    count = environ.get(SIM_GPUS_ENV) or environ.get(GPU_COUNT_ENV) or "1"
     try:
-        backend = open_backend(name, sim_gpus=max(1, min(16, int(count))), sim_model=environ.get("JUPYTER_GPUBURST_SIM_MODEL"))
+        backend = open_backend(name, sim_gpus=max(1, min(16, int(count))), sim_model=environ.get(SIM_MODEL_ENV))
     except ValueError as exc:
-        from jupyter_gpuburst.server.gpu.backend import NoGPUBackend
+        from jupyter_gpuburst.gpu.backend import NoGPUBackend
 
         backend = NoGPUBackend(str(exc))
     return KernelGPUReporter(backend, environ.get(KERNEL_ID_ENV) or environ.get("HOSTNAME", "kernel"))

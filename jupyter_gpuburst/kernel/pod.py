@@ -19,9 +19,9 @@ import sys
 import tempfile
 from typing import Any
 
-CONNECTION_ENV = "JUPYTER_GPUBURST_KERNEL_CONNECTION"
-NOTE_ENV = "JUPYTER_GPUBURST_KERNEL_NOTE"
-SCRATCH_ENV = "JUPYTER_GPUBURST_KERNEL_SCRATCH"
+from jupyter_gpuburst.core.keys import KERNEL_CONNECTION_ENV as CONNECTION_ENV
+from jupyter_gpuburst.core.keys import KERNEL_NOTE_ENV as NOTE_ENV
+from jupyter_gpuburst.core.keys import KERNEL_SCRATCH_ENV as SCRATCH_ENV
 
 
 def write_connection_file(environ: dict[str, str]) -> str:

@@ -9,15 +9,15 @@ from tornado.ioloop import IOLoop
 from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, default, validate
 
 from jupyter_gpuburst.core import heap
-from jupyter_gpuburst.server.gpu import simulated
-from jupyter_gpuburst.server.gpu.backend import BACKEND_NAMES
-from jupyter_gpuburst.server.gpu.sampler import Sampler
+from jupyter_gpuburst.core.keys import BACKEND_ENV
+from jupyter_gpuburst.gpu import simulated
+from jupyter_gpuburst.gpu.backend import BACKEND_NAMES
+from jupyter_gpuburst.gpu.sampler import Sampler
 from jupyter_gpuburst.server import handlers
 from jupyter_gpuburst.server.kernels.handlers import GPUKernelProfilesHandler, GPUKernelsHandler
-from jupyter_gpuburst.server.gpu.kernel_source import ServerKernelSource
+from jupyter_gpuburst.gpu.kernel_source import ServerKernelSource
 from jupyter_gpuburst.server.placement import placement_from_env
 
-BACKEND_ENV = "JUPYTER_GPUBURST_BACKEND"
 
 
 class GPUBurstServerExtension(ExtensionApp):

@@ -18,7 +18,7 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 from tornado.iostream import StreamClosedError
 
-from jupyter_gpuburst.server.gpu.sampler import Sample, Sampler
+from jupyter_gpuburst.gpu.sampler import Sample, Sampler
 
 AUTH_RESOURCE = "gpuburst"
 SAMPLER_SETTING = "gpuburst_sampler"
@@ -41,10 +41,6 @@ class GPUBurstHandler(ExtensionHandlerMixin, APIHandler):
     async def may_read_kernels(self) -> bool:
         result = self.authorizer.is_authorized(self, self.current_user, "read", "kernels")
         return bool(await result) if asyncio.iscoroutine(result) else bool(result)
-
-    @staticmethod
-    def without_kernels(data: dict) -> dict:
-        return {**data, "kernels": []}
 
     def encode(self, sample: Sample, kernels_visible: bool) -> bytes:
         # encoded once per sample for all readers with the same view, never per request

@@ -7,19 +7,20 @@ import socket
 from collections.abc import Mapping
 
 from jupyter_gpuburst.core import names
-from jupyter_gpuburst.core.keys import ORIGIN_SITE
+from jupyter_gpuburst.core.keys import (
+    CLUSTER_ENV,
+    GPU_COUNT_ENV,
+    GPU_RESOURCE_ENV,
+    NODE_ENV,
+    ORIGIN_SITE,
+    REASON_ENV,
+    SITE_ENV,
+    STORAGE_ENV,
+    STORAGE_MESSAGE_ENV,
+)
 
 log = logging.getLogger(__name__)
 
-SITE_ENV = "JUPYTER_GPUBURST_SITE"
-CLUSTER_ENV = "JUPYTER_GPUBURST_CLUSTER"
-REASON_ENV = "JUPYTER_GPUBURST_REASON"
-NODE_ENV = "JUPYTER_GPUBURST_NODE"
-GPU_RESOURCE_ENV = "JUPYTER_GPUBURST_GPU_RESOURCE"
-GPU_COUNT_ENV = "JUPYTER_GPUBURST_GPU_COUNT"
-# What the server got for storage under the hub's storage policy (hub/storage.py sets both)
-STORAGE_ENV = "JUPYTER_GPUBURST_STORAGE"
-STORAGE_MESSAGE_ENV = "JUPYTER_GPUBURST_STORAGE_MESSAGE"
 STORAGE_KINDS = ("none", "home", "shared", "scratch")
 
 

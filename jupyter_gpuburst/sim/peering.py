@@ -39,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_gpuburst.core import liqo
+from jupyter_gpuburst.core.nodeselector import selector_matches
 from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.cluster import KUBELET_VERSION, Cluster, ready_conditions
 from jupyter_gpuburst.sim.errors import ApiError, bad_request
 from jupyter_gpuburst.sim.reflection import REFLECTED_TYPES, ConfigurationReflector
-from jupyter_gpuburst.sim.scheduler import matches_node_affinity
 from jupyter_gpuburst.sim.storage import install_liqo_class, reflect_claims
 
 log = logging.getLogger(__name__)
@@ -246,8 +246,7 @@ class Peering:
         selector = (nso.get("spec") or {}).get("clusterSelector")
         if selector and selector.get("nodeSelectorTerms"):
             node = self.origin.store.get("nodes", None, self.node_name)
-            probe = {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": selector}}}}
-            if not matches_node_affinity(probe, node):
+            if not selector_matches(selector, node["metadata"].get("labels") or {}, self.node_name):
                 return None
         if (nso.get("spec") or {}).get("podOffloadingStrategy") == "Local":
             return None

@@ -21,6 +21,7 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
+from jupyter_gpuburst.core.nodeselector import matches_node_affinity
 from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.storage import VOLUME_NODE_CONFLICT, VolumeBinding
@@ -92,50 +93,6 @@ def effective_taints(node: Obj) -> list[Obj]:
         if not any(t.get("key") == extra["key"] for t in taints):
             taints.append(dict(extra))
     return taints
-
-
-def _expression_matches(expr: Obj, labels: Mapping[str, str]) -> bool:
-    key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-    if op == "In":
-        return key in labels and labels[key] in values
-    if op == "NotIn":
-        return key not in labels or labels[key] not in values
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    if op in ("Gt", "Lt"):
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except (KeyError, ValueError, IndexError):
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
-def _term_matches(term: Obj, node: Obj) -> bool:
-    labels = node["metadata"].get("labels") or {}
-    exprs = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not exprs and not fields:
-        return False  # an empty term matches nothing
-    return all(_expression_matches(e, labels) for e in exprs) and all(
-        _expression_matches(f, {"metadata.name": node["metadata"]["name"]}) for f in fields
-    )
-
-
-def matches_node_affinity(pod: Obj, node: Obj) -> bool:
-    """nodeSelector (every label equal) and the required node affinity (any term)."""
-    spec = pod.get("spec") or {}
-    labels = node["metadata"].get("labels") or {}
-    for key, value in (spec.get("nodeSelector") or {}).items():
-        if labels.get(key) != value:
-            return False
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    terms = required.get("nodeSelectorTerms")
-    if terms is None:
-        return True
-    return any(_term_matches(t, node) for t in terms)
 
 
 @dataclass

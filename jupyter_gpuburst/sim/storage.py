@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jupyter_gpuburst.core import liqo
+from jupyter_gpuburst.core.nodeselector import matches_node_affinity
 from jupyter_gpuburst.sim.errors import ApiError
 
 log = logging.getLogger(__name__)
@@ -202,8 +203,6 @@ class VolumeBinding:
 
     def filter(self, pod: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
         """Why ``node`` cannot take ``pod`` because of its bound volumes' node affinity, or None."""
-        from jupyter_gpuburst.sim.scheduler import matches_node_affinity
-
         claims, _ = self._claims(pod)
         for pvc in claims:
             volume_name = (pvc.get("spec") or {}).get("volumeName")

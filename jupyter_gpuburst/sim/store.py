@@ -7,6 +7,9 @@ every method except iterating a :class:`Watch` is synchronous, so a write handle
 
 Objects are kept as plain dicts in their API shape. A stored dict is never mutated after it is
 stored (writes replace it), and callers always receive deep copies.
+
+Longer than 600 lines: writes, the history ring and watches share one resource-version counter
+and must change together.
 """
 
 from __future__ import annotations

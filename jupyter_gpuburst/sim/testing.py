@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
@@ -65,13 +66,22 @@ async def wait_for_pod(store: Store, namespace: str, name: str, predicate: Calla
     raise AssertionError(f"pod {namespace}/{name} did not reach the expected state in {timeout}s; last: {last!r}")
 
 
-async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+async def wait_until(
+    condition: Callable[[], Any], timeout: float = 10.0, what: str = "condition", interval: float = 0.02
+) -> Any:
+    """Poll ``condition`` (a function, or a coroutine function) until it returns something true,
+    and return that; fail with ``what`` after ``timeout`` seconds. Tests wait with this, never
+    with a fixed sleep: it is as fast as the event allows and as patient as ``timeout``."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{what} not met within {timeout}s")
+    while True:
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what} not met within {timeout}s")
+        await asyncio.sleep(interval)
 
 
 def is_running_ready(pod: dict[str, Any]) -> bool:

@@ -1,4 +1,7 @@
 /** Words for GPU kernels in the panel, the launcher and the status bar (pure: unit-tested in node). */
+import type { IKernelAvailability, IKernelGpuFigures } from './types';
+
+export type { IKernelAvailability, IKernelGpuFigures };
 
 /** What the formatting needs of one GPU kernel. */
 export interface IGpuKernelPlace {
@@ -19,12 +22,6 @@ function kernelSiteSentence(kernel: IGpuKernelPlace): string {
   return kernel.site_kind === 'donor' ? `${kernelSiteText(kernel)}, a donor cluster` : kernelSiteText(kernel);
 }
 
-/** How many GPU kernels of a profile could start now, per site, as the hub counts them. */
-export interface IKernelAvailability {
-  origin: number;
-  donors: number;
-  sites?: Record<string, number>;
-}
 
 /** '2 free on origin, 5 on donors', '5 free on donors', 'none free now'; '' when unknown. */
 export function availabilityText(available: IKernelAvailability | null | undefined): string {
@@ -81,14 +78,6 @@ export function launcherCaption(
   return `${what}; the hub places it where a GPU is free${sites ? ` (free now: ${sites})` : ''}`;
 }
 
-/** What the panel shows of a GPU kernel's own GPU figures (measured in its pod). */
-export interface IKernelGpuFigures {
-  memory_used_bytes: number | null;
-  memory_total_bytes: number | null;
-  utilization: number | null;
-  simulated?: boolean;
-  reason?: string | null;
-}
 
 /** '1.2 / 40.0 GiB': a GPU kernel's memory in use (GPU memory is GiB-sized); '—' when its pod
  * does not say. Standalone, not format.ts, so node runs it without a bundler. */

@@ -15,29 +15,12 @@ import * as React from 'react';
 
 import { GpuBurstClient } from './client';
 import { gpuAmount } from './format';
-import { IKernelGpuFigures, kernelMemoryText, kernelSiteText, remoteKernelCells } from './kernelformat';
+import { kernelMemoryText, kernelSiteText, remoteKernelCells } from './kernelformat';
 import { RemoteKernelLookup } from './panel';
+import { IGpuKernel, IGpuKernelsReply } from './types';
 
-/** One GPU kernel as the server extension reports it. */
-export interface IGpuKernel {
-  kernel_id: string;
-  kernel_name: string;
-  id: string | null;
-  profile: string | null;
-  display_name: string | null;
-  state: string | null;
-  site: string | null;
-  site_kind: 'origin' | 'donor' | null;
-  cluster_id: string | null;
-  node: string | null;
-  resource: string | null;
-  count: number | null;
-  reason: string | null;
-  relocated_from: string | null;
-  files: string | null;
-  /** Measured in the kernel's pod; null while it starts or when it does not answer. */
-  gpu: IKernelGpuFigures | null;
-}
+export type { IGpuKernel };
+
 
 const REFRESH_MS = 5000;
 
@@ -66,7 +49,7 @@ export class GpuKernelsModel implements IDisposable {
 
   async refresh(): Promise<void> {
     try {
-      const body = await this._client.getJSON<{ kernels: IGpuKernel[] }>('kernels');
+      const body = await this._client.getJSON<IGpuKernelsReply>('kernels');
       this._kernels = body.kernels ?? [];
     } catch {
       // an older server without kernel mode, or a blip: show none rather than stale ones

@@ -15,30 +15,19 @@ import { IDisposable } from '@lumino/disposable';
 import { GpuBurstClient } from './client';
 import { gpuIcon } from './icon';
 import {
-  IKernelAvailability,
   IServerGpus,
   availabilityText,
   launcherCaption,
   launcherCategory
 } from './kernelformat';
-import { IPlacement } from './types';
+import { IKernelProfile, IPlacement, IProfilesReply } from './types';
 
 export const CREATE_COMMAND = 'gpuburst:new-gpu-kernel-notebook';
 // right after the Notebook section (0), before Console (20): the GPU kernels are notebooks too
 const CATEGORY_RANK = 10;
 const REFRESH_MS = 10000;
 
-interface IKernelProfile {
-  slug: string;
-  kernel_name: string;
-  display_name: string;
-  available: IKernelAvailability | null;
-}
 
-interface IProfilesReply {
-  profiles: IKernelProfile[];
-  error: string | null;
-}
 
 export class GpuKernelLauncher implements IDisposable {
   constructor(

@@ -1,5 +1,6 @@
 /**
- * Wire types of the server extension's HTTP contract (`/api/gpuburst/*`).
+ * Wire types of the server extension's HTTP contract (`/api/gpuburst/*`), all of them: the
+ * server's JSON is checked against them (tests/labextension/test_wire_types.py).
  */
 
 /** Where this notebook server runs, as the spawner decided it. */
@@ -82,3 +83,63 @@ export interface IHistory {
 
 /** State of the live connection to the sample stream. */
 export type ConnectionState = 'idle' | 'connecting' | 'open' | 'retrying' | 'paused';
+
+/** How many GPU kernels of a profile could start now, per site, as the hub counts them. */
+export interface IKernelAvailability {
+  origin: number;
+  donors: number;
+  sites?: Record<string, number>;
+}
+
+/** One GPU kernel profile the hub offers this server's user (`GET /api/gpuburst/kernel-profiles`). */
+export interface IKernelProfile {
+  slug: string;
+  kernel_name: string;
+  display_name: string;
+  available: IKernelAvailability | null;
+}
+
+/** Response of `GET /api/gpuburst/kernel-profiles`: `error` says why there are none. */
+export interface IProfilesReply {
+  profiles: IKernelProfile[];
+  error: string | null;
+}
+
+/** What the panel shows of a GPU kernel's own GPU figures (measured in its pod). */
+export interface IKernelGpuFigures {
+  memory_used_bytes: number | null;
+  memory_total_bytes: number | null;
+  utilization: number | null;
+  simulated?: boolean;
+  reason?: string | null;
+  /** The backend the kernel's pod reads its GPUs with ('nvml', 'simulated', 'none'). */
+  backend?: string | null;
+  /** When the pod sampled them (seconds since the epoch). */
+  sampled_at?: number | null;
+}
+
+/** One GPU kernel as the server extension reports it. */
+export interface IGpuKernel {
+  kernel_id: string;
+  kernel_name: string;
+  id: string | null;
+  profile: string | null;
+  display_name: string | null;
+  state: string | null;
+  site: string | null;
+  site_kind: 'origin' | 'donor' | null;
+  cluster_id: string | null;
+  node: string | null;
+  resource: string | null;
+  count: number | null;
+  reason: string | null;
+  relocated_from: string | null;
+  files: string | null;
+  /** Measured in the kernel's pod; null while it starts or when it does not answer. */
+  gpu: IKernelGpuFigures | null;
+}
+
+/** Response of `GET /api/gpuburst/kernels`. */
+export interface IGpuKernelsReply {
+  kernels: IGpuKernel[];
+}

@@ -21,7 +21,8 @@ import psutil
 import pytest
 
 from jupyter_gpuburst.demo import DEFAULT_PASSWORD, free_port, port_is_free
-from jupyter_gpuburst.server.gpu import simulated
+from jupyter_gpuburst.gpu import simulated
+from jupyter_gpuburst.sim.testing import wait_until
 
 from .student import Student
 
@@ -206,7 +207,7 @@ async def test_two_students_land_on_origin_then_donor_and_everything_stops(tmp_p
             await student.stop()
         # the GPU kernel's pod went with its server
         assert await origin_pods(tmp_path / "state" / "kubeconfig") == []
-        await wait_for(lambda: not singleuser_processes(demo.descendants()), "server processes to end")
+        await wait_until(lambda: not singleuser_processes(demo.descendants()), 15, "server processes to end", interval=0.1)
 
         started = demo.descendants()
         assert started, "the hub and its proxy run as children of the demo"
@@ -266,12 +267,3 @@ def test_pod_network_namespaces_where_they_cannot_be_had_are_refused(monkeypatch
         demo.DemoOptions(pod_network="bridge")
     with pytest.raises(ValueError, match="--password must not be empty"):
         demo.DemoOptions(password="")
-
-
-async def wait_for(predicate, what: str, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")

@@ -14,7 +14,7 @@ from jupyter_gpuburst.sim.apiserver import ApiServer
 from jupyter_gpuburst.sim.kubeconfig import write_kubeconfig
 from jupyter_gpuburst.sim.store import Store
 
-from .conftest import gpu_pod, node
+from helpers.doctor import gpu_pod, node
 
 NSO = f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}"
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 import pytest
 
@@ -12,54 +11,7 @@ from jupyter_gpuburst import doctor
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.doctor import Status
 
-from .conftest import gpu_pod, node
-
-
-class FakeCluster:
-    """A ClusterView over in-memory objects, with a deny set for access reviews; without storage
-    classes, this identity may not list them."""
-
-    def __init__(self, nodes, pods=(), offloadings=None, groups=None, denied=(), storage_classes=None):
-        self.storage_classes = storage_classes
-        self.nodes = list(nodes)
-        self.pods = list(pods)
-        self.offloadings = dict(offloadings or {})
-        self.groups = {liqo.OFFLOADING_GROUP, "apps"} if groups is None else set(groups)
-        self.denied = set(denied)
-        self.reviews: list[tuple[str, str, str, str | None]] = []
-
-    def list_nodes(self):
-        return self.nodes
-
-    def list_pods(self):
-        return self.pods
-
-    def api_groups(self):
-        return self.groups
-
-    def access_review(self, verb, group, resource, namespace):
-        self.reviews.append((verb, group, resource, namespace))
-        if (verb, resource) in self.denied:
-            return False, "RBAC: no rule"
-        return True, ""
-
-    def namespace_offloading(self, namespace):
-        return self.offloadings.get(namespace)
-
-    def list_storage_classes(self):
-        if self.storage_classes is None:
-            raise doctor.NotPermitted("this identity may not list storage classes")
-        return self.storage_classes
-
-
-def healthy(**overrides: Any) -> FakeCluster:
-    args: dict[str, Any] = dict(
-        nodes=[node("gpu-a", 2), node("cpu-a"), node("liqo-donor-1", 8, donor="donor-1")],
-        pods=[gpu_pod("busy", "gpu-a", 1)],
-        offloadings={"jhub": liqo.namespace_offloading("jhub")},
-    )
-    args.update(overrides)
-    return FakeCluster(**args)
+from helpers.doctor import FakeCluster, healthy, node
 
 
 def failed(report: doctor.Report) -> list[doctor.Finding]:

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from jupyter_gpuburst.server.gpu.attribution import KernelPids, attribute, namespace_aliases, process_tree, resolve
-from jupyter_gpuburst.server.gpu.backend import GPUProcess, KernelRef
+from jupyter_gpuburst.gpu.attribution import KernelPids, attribute, namespace_aliases, process_tree, resolve
+from jupyter_gpuburst.gpu.backend import GPUProcess, KernelRef
 
 CHILD = "import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); print(p.pid, flush=True); time.sleep(30)"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from jupyter_gpuburst.server.gpu import sampler as sampler_mod
-from jupyter_gpuburst.server.gpu.sampler import Sample, Sampler
-from jupyter_gpuburst.server.gpu.simulated import SimulatedBackend
+from jupyter_gpuburst.gpu import sampler as sampler_mod
+from jupyter_gpuburst.gpu.sampler import Sample, Sampler
+from jupyter_gpuburst.gpu.simulated import SimulatedBackend
 
 
 async def test_publish_wakes_readers_a_batch_per_loop_turn():

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from jupyter_gpuburst.server.gpu import NoGPUBackend, open_backend
-from jupyter_gpuburst.server.gpu.backend import GPUUnavailable
-from jupyter_gpuburst.server.gpu.nvml import MIG_UTILIZATION_NOTE, NVMLBackend
-from jupyter_gpuburst.server.gpu.testing import FakeGPU, FakeMIG, FakeNVML
+from jupyter_gpuburst.gpu import NoGPUBackend, open_backend
+from jupyter_gpuburst.gpu.backend import GPUUnavailable
+from jupyter_gpuburst.gpu.nvml import MIG_UTILIZATION_NOTE, NVMLBackend
+from jupyter_gpuburst.gpu.testing import FakeGPU, FakeMIG, FakeNVML
 
 GiB = 1 << 30
 

@@ -13,9 +13,9 @@ import time
 import pynvml
 import pytest
 
-from jupyter_gpuburst.server.gpu.backend import KernelRef
-from jupyter_gpuburst.server.gpu.nvml import NVMLBackend
-from jupyter_gpuburst.server.gpu.sampler import Sampler
+from jupyter_gpuburst.gpu.backend import KernelRef
+from jupyter_gpuburst.gpu.nvml import NVMLBackend
+from jupyter_gpuburst.gpu.sampler import Sampler
 
 pytestmark = pytest.mark.gpu
 

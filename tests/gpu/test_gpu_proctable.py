@@ -9,9 +9,9 @@ import time
 import psutil
 import pytest
 
-from jupyter_gpuburst.server.gpu.attribution import process_tree
-from jupyter_gpuburst.server.gpu.proctable import ProcessTable
-from jupyter_gpuburst.server.gpu.sampler import Sample
+from jupyter_gpuburst.gpu.attribution import process_tree
+from jupyter_gpuburst.gpu.proctable import ProcessTable
+from jupyter_gpuburst.gpu.sampler import Sample
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs Linux /proc")
 

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from jupyter_gpuburst.server.gpu.backend import GPUBackend, GPUProcess, GPUReading, KernelRef, NoGPUBackend
-from jupyter_gpuburst.server.gpu.sampler import Sampler
+from jupyter_gpuburst.gpu.backend import GPUBackend, GPUProcess, GPUReading, KernelRef, NoGPUBackend
+from jupyter_gpuburst.gpu.sampler import Sampler
 
 
 class CountingBackend(GPUBackend):

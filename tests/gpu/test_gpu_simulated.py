@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_gpuburst.server.gpu.backend import KernelRef
-from jupyter_gpuburst.server.gpu.simulated import KERNEL_BASE_MEMORY, MODELS, SimulatedBackend, config_from_env
+from jupyter_gpuburst.gpu.backend import KernelRef
+from jupyter_gpuburst.gpu.simulated import KERNEL_BASE_MEMORY, MODELS, SimulatedBackend, config_from_env
 
 
 def kernels(state_a: str = "busy", state_b: str = "idle") -> list[KernelRef]:

@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import aiohttp
 import pytest_asyncio
 
 from jupyter_gpuburst.bench.hubproc import HubProcess
 
-HERE = Path(__file__).resolve().parent
-
-STATIC_HUB_CONFIG = f"""
-import sys
-sys.path.insert(0, {str(HERE)!r})
-from fakes import StaticTracker
-from jupyter_gpuburst.hub import install, metrics
-
-tracker = StaticTracker()
-install(c, tracker_source=lambda: tracker)
-metrics.add_capacity_source(tracker.snapshot)
-# as GPU kernels need: the service may be reached, but the capacity is still the admins'
-c.JupyterHub.load_roles.append({{"name": "gpu-kernels", "users": ["kernelstudent"], "scopes": ["access:services!service=gpuburst"]}})
-"""
+from helpers.static_hub import STATIC_HUB_CONFIG
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -7,7 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jupyter_gpuburst.hub import metrics
 
-from .fakes import GPU, StaticTracker
+from helpers.fakes import GPU, StaticTracker
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY
 
-from jupyter_gpuburst.hub.capacity import CapacityTracker
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub import metrics
 
-from .fakes import GPU, StaticTracker
+from helpers.fakes import GPU, StaticTracker
 
 
 def sample(name: str, **labels: str) -> float | None:

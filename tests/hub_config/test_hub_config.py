@@ -59,7 +59,8 @@ def plain_config():
 # ---- RBAC ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("doc", load_all("rbac.yaml"), ids=lambda d: f"{d['kind']}/{d['metadata']['name']}")
 def test_rbac_validates_strictly(doc):
-    kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    # validate() raises on the first error and says which schema version it checked against
+    assert kubernetes_validate.validate(doc, K8S_VERSION, strict=True) == ".".join(K8S_VERSION.split(".")[:2])
 
 
 def test_strict_validation_would_catch_a_typo():
@@ -121,7 +122,8 @@ def test_namespace_offloading_matches_liqo_crd_and_product(liqo_crd_dir):
 def test_values_validate_against_z2jh_schema(values):
     schema = json.loads((Z2JH / "values.schema.json").read_text())
     defaults = yaml.safe_load((Z2JH / "values.yaml").read_text())
-    jsonschema.validate(merge(defaults, values), schema)
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    assert [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(merge(defaults, values))] == []
 
 
 def test_z2jh_schema_would_catch_a_misplaced_key(values):
@@ -154,8 +156,11 @@ def test_values_spawner_class_is_our_entry_point(values):
 
 
 def test_values_extra_config_is_valid_python(values):
-    for name, source in values["hub"]["extraConfig"].items():
-        compile(source, f"hub.extraConfig.{name}", "exec")
+    extra = values["hub"]["extraConfig"]
+    assert extra, "the chart's values install nothing into the hub"
+    for name, source in extra.items():
+        code = compile(source, f"hub.extraConfig.{name}", "exec")  # a SyntaxError names the entry
+        assert code.co_names, f"hub.extraConfig.{name} does nothing"
 
 
 def test_plain_config_matches_the_helm_values(values, plain_config):
@@ -171,10 +176,10 @@ def test_plain_config_matches_the_helm_values(values, plain_config):
 
 def test_plain_config_checks_its_profiles_at_hub_start(monkeypatch):
     """install(c) checks only the profiles already set: the file must call it after its list."""
-    from jupyter_gpuburst.hub import profile_policy
+    from jupyter_gpuburst.hub import installer
 
     checked = []
-    monkeypatch.setattr(profile_policy, "check_profiles", lambda profiles: checked.append([p["slug"] for p in profiles]))
+    monkeypatch.setattr(installer, "check_profiles", lambda profiles: checked.append([p["slug"] for p in profiles]))
     config = PyFileConfigLoader("jupyterhub_config.py", path=str(HUB_CONFIG)).load_config()
     assert checked == [[p["slug"] for p in config.KubeSpawner.profile_list]]
 

@@ -36,7 +36,7 @@ import yaml
 from jupyter_gpuburst.core import keys
 
 from hub_config.readme import command
-from spawner.harness import Hub, free_port
+from helpers.hub import Hub, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

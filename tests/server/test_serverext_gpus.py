@@ -8,7 +8,7 @@ import json
 import pynvml
 import pytest
 
-from jupyter_gpuburst.server.gpu.testing import FakeGPU, FakeMIG, FakeNVML
+from jupyter_gpuburst.gpu.testing import FakeGPU, FakeMIG, FakeNVML
 
 GiB = 1 << 30
 NVML_CONFIG = {"backend": "auto", "sampling_period_s": 0.1, "process_sampling_period_s": 0.2}

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
 
+from jupyter_gpuburst.sim.testing import wait_until
+
 KERNEL_CONFIG = {"backend": "simulated", "sim_gpus": 2, "sampling_period_s": 0.1, "process_sampling_period_s": 0.5}
 
 
+async def sample_of(jp_fetch) -> dict:
+    return json.loads((await jp_fetch("api", "gpuburst", "gpus")).body)
+
+
 async def wait_for_kernel(jp_fetch, kernel_id: str, timeout: float = 20.0) -> dict:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        sample = json.loads((await jp_fetch("api", "gpuburst", "gpus")).body)
+    async def using_a_gpu() -> dict | None:
+        sample = await sample_of(jp_fetch)
         mine = [k for k in sample["kernels"] if k["kernel_id"] == kernel_id]
-        if mine and mine[0]["gpus"]:
-            return sample
-        assert asyncio.get_running_loop().time() < deadline, f"kernel {kernel_id} never showed GPU use: {sample}"
-        await asyncio.sleep(0.1)
+        return sample if mine and mine[0]["gpus"] else None
+
+    return await wait_until(using_a_gpu, timeout, f"kernel {kernel_id} to show GPU use", interval=0.1)
 
 
 @pytest.mark.parametrize("gpuburst_config", [KERNEL_CONFIG])
@@ -46,12 +49,11 @@ async def test_running_kernel_is_attributed(jp_fetch, jp_serverapp):
         assert pid in {p.pid for p in sampler._processes}
     finally:
         await jp_fetch("api", "kernels", kernel_id, method="DELETE")
-    for _ in range(50):
-        sample = json.loads((await jp_fetch("api", "gpuburst", "gpus")).body)
-        if not any(k["kernel_id"] == kernel_id for k in sample["kernels"]):
-            break
-        await asyncio.sleep(0.1)
-    assert not any(k["kernel_id"] == kernel_id for k in sample["kernels"])
+    async def kernel_gone() -> dict | None:
+        sample = await sample_of(jp_fetch)
+        return None if any(k["kernel_id"] == kernel_id for k in sample["kernels"]) else sample
+
+    sample = await wait_until(kernel_gone, 5, "the kernel to leave the sample", interval=0.1)
     assert sum(g["memory_used_bytes"] for g in sample["gpus"]) == 0
 
 
@@ -71,21 +73,16 @@ async def test_busy_kernel_drives_its_simulated_gpu(jp_fetch, jp_serverapp):
 
         assert utilization(sample) == 0.0  # idle kernel: memory held, GPU not busy
         client.execute("import time; time.sleep(2.5)")
-        busy = 0.0
-        for _ in range(40):
-            await asyncio.sleep(0.1)
-            busy = max(busy, utilization(json.loads((await jp_fetch("api", "gpuburst", "gpus")).body)))
-            if busy >= 0.6:
-                break
-        assert busy >= 0.6
+        async def busy() -> bool:
+            return utilization(await sample_of(jp_fetch)) >= 0.6
+
+        await wait_until(busy, 4, "the busy kernel to drive its GPU", interval=0.1)
         reply = await client.get_shell_msg(timeout=10)
         assert reply["content"]["status"] == "ok"
-        for _ in range(30):
-            after = json.loads((await jp_fetch("api", "gpuburst", "gpus")).body)
-            if utilization(after) == 0.0:
-                break
-            await asyncio.sleep(0.1)
-        assert utilization(after) == 0.0
+        async def idle() -> bool:
+            return utilization(await sample_of(jp_fetch)) == 0.0
+
+        await wait_until(idle, 3, "the GPU to go idle with its kernel", interval=0.1)
     finally:
         client.stop_channels()
         await km.shutdown_kernel(kernel_id, now=True)

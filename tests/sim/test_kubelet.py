@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -14,7 +13,7 @@ import kubernetes_validate
 import pytest
 
 from jupyter_gpuburst.sim.kubelet import AddressPool, container_argv, resolve_field_ref
-from jupyter_gpuburst.sim.testing import one_node_cluster, is_running_ready, wait_for_pod
+from jupyter_gpuburst.sim.testing import is_running_ready, one_node_cluster, wait_for_pod, wait_until
 
 PY = sys.executable
 
@@ -151,20 +150,13 @@ async def test_delete_kills_process_group_records_killing_and_removes(cluster):
     store.create("pods", pod("victim", [PY, "-c", script]), "default")
     await wait_for_pod(store, "default", "victim", phase_is("Running"))
     pid = cluster.kubelet.processes()[("default", "victim")]
-    await asyncio.sleep(0.3)  # let the child start
+    await wait_until(lambda: len(live_group_members(pid)) >= 2, 10, "the child to start")
     store.delete("pods", "default", "victim")
     assert store.get("pods", "default", "victim")["metadata"]["deletionTimestamp"]
-    for _ in range(500):  # grace 1 s, then SIGKILL; slack for a loaded machine
-        if not store.list("pods", "default", field_selector="metadata.name=victim")[0]:
-            break
-        await asyncio.sleep(0.02)
-    assert not store.list("pods", "default", field_selector="metadata.name=victim")[0]
+    # grace 1 s, then SIGKILL; slack for a loaded machine
+    await wait_until(lambda: not store.list("pods", "default", field_selector="metadata.name=victim")[0], 10, "the pod to go")
     # SIGKILL is sent before the pod goes; on a loaded machine the victim may take a moment to die
-    for _ in range(100):
-        if not live_group_members(pid):
-            break
-        await asyncio.sleep(0.02)
-    assert live_group_members(pid) == []
+    await wait_until(lambda: live_group_members(pid) == [], 2, "the whole process group to die")
     events, _ = store.list("events", "default", field_selector="involvedObject.name=victim,reason=Killing")
     assert events[0]["message"] == "Stopping container main"
 

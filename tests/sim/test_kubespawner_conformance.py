@@ -6,7 +6,6 @@ import asyncio
 import os
 import secrets
 import sys
-import time
 from pathlib import Path
 
 import aiohttp
@@ -15,7 +14,7 @@ import pytest
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.demo import proxy_command
 from jupyter_gpuburst.hub.ports import free_port
-from jupyter_gpuburst.sim.testing import is_running_ready, wait_for_pod
+from jupyter_gpuburst.sim.testing import is_running_ready, wait_for_pod, wait_until
 
 pytestmark = pytest.mark.integration
 BIN = Path(sys.executable).parent
@@ -42,17 +41,6 @@ c.KubeSpawner.image = "quay.io/jupyterhub/k8s-singleuser-sample:4.0.0"
 c.KubeSpawner.start_timeout = 60
 c.KubeSpawner.http_timeout = 60
 """
-
-
-async def poll(fn, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = await fn()
-        if last:
-            return last
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def process_alive(pid: int) -> bool:
@@ -90,7 +78,7 @@ async def test_unmodified_kubespawner_through_jupyterhub(federation, tmp_path):
                 except aiohttp.ClientError:
                     return False
 
-            await poll(hub_up, 40, "the hub to answer")
+            await wait_until(hub_up, 40, "the hub to answer", interval=0.2)
             async with http.post(f"{api}/users/alice") as r:
                 assert r.status == 201, await r.text()
             async with http.post(f"{api}/users/alice/server") as r:
@@ -101,7 +89,7 @@ async def test_unmodified_kubespawner_through_jupyterhub(federation, tmp_path):
                     user = await r.json()
                 return user["servers"].get("", {}).get("ready")
 
-            await poll(server_ready, 60, "alice's server to be ready")
+            await wait_until(server_ready, 60, "alice's server to be ready", interval=0.2)
             pods, _ = store.list("pods", "default", label_selector="component=singleuser-server")
             assert len(pods) == 1
             pod = pods[0]
@@ -124,8 +112,8 @@ async def test_unmodified_kubespawner_through_jupyterhub(federation, tmp_path):
                     user = await r.json()
                 return not user["servers"]
 
-            await poll(stopped, 40, "alice's server to stop")
-            await poll(lambda: _gone(store, pod["metadata"]["name"]), 10, "the pod to be removed")
+            await wait_until(stopped, 40, "alice's server to stop", interval=0.2)
+            await wait_until(lambda: _gone(store, pod["metadata"]["name"]), 10, "the pod to be removed", interval=0.2)
             assert not process_alive(pid)
     finally:
         if hub.returncode is None:

@@ -9,6 +9,8 @@ import pytest
 from kubespawner.reflector import NamespacedResourceReflector
 from kubespawner.spawner import EventReflector, PodReflector
 
+from jupyter_gpuburst.sim.testing import wait_until
+
 
 class NamespacedPodReflector(PodReflector, NamespacedResourceReflector):
     """The combination KubeSpawner builds for a single-namespace hub."""
@@ -28,13 +30,6 @@ def kubespawner_client_config(apiserver):
     kubernetes_asyncio.client.Configuration.set_default(previous)
 
 
-async def wait_for(predicate, timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
-
-
 async def test_pod_and_event_reflectors(apiserver, kubespawner_client_config):
     store = apiserver.store
     store.create("pods", {"metadata": {"name": "jupyter-old", "labels": {"component": "singleuser-server"}}, "spec": {"containers": [{"name": "notebook", "image": "x:1"}]}})
@@ -48,11 +43,11 @@ async def test_pod_and_event_reflectors(apiserver, kubespawner_client_config):
         new = store.create("pods", {"metadata": {"name": "jupyter-new", "labels": {"component": "singleuser-server"}}, "spec": {"containers": [{"name": "notebook", "image": "x:1"}]}})
         store.create("pods", {"metadata": {"name": "unrelated"}, "spec": {"containers": [{"name": "c", "image": "x:1"}]}})
         store.bind_pod("default", "jupyter-new", "gpu-1")
-        await wait_for(lambda: pods.pods.get("default/jupyter-new", {}).get("spec", {}).get("nodeName") == "gpu-1")
-        await wait_for(lambda: any(e["involvedObject"]["name"] == "jupyter-new" for e in events.events))
+        await wait_until(lambda: pods.pods.get("default/jupyter-new", {}).get("spec", {}).get("nodeName") == "gpu-1", 5.0)
+        await wait_until(lambda: any(e["involvedObject"]["name"] == "jupyter-new" for e in events.events), 5.0)
         assert "default/unrelated" not in pods.pods
         store.delete("pods", "default", "jupyter-old")
-        await wait_for(lambda: "default/jupyter-old" not in pods.pods)
+        await wait_until(lambda: "default/jupyter-old" not in pods.pods, 5.0)
         assert pods.pods["default/jupyter-new"]["metadata"]["uid"] == new["metadata"]["uid"]
     finally:
         await pods.stop()

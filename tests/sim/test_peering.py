@@ -130,7 +130,9 @@ async def test_two_donors_get_distinct_virtual_nodes_and_pod_networks(tmp_path):
     from jupyter_gpuburst.sim.faults import Faults
     from jupyter_gpuburst.sim.testing import running_federation
 
-    donor = lambda name: {"name": name, "nodes": [{"name": f"{name}-gpu", "resources": {"nvidia.com/gpu": 1}}], "grant": {"nvidia.com/gpu": 1}}  # noqa: E731
+    def donor(name: str) -> dict:
+        return {"name": name, "nodes": [{"name": f"{name}-gpu", "resources": {"nvidia.com/gpu": 1}}], "grant": {"nvidia.com/gpu": 1}}
+
     config = {"origin": {"nodes": [{"name": "o"}]}, "donors": [donor("east"), donor("west")]}
     with pytest.raises(ValueError, match="unknown clusters: nowhere"):
         async with running_federation(config, tmp_path, faults={"nowhere": Faults()}):

@@ -15,8 +15,8 @@ from jupyter_gpuburst.sim.testing import one_node_cluster, wait_for_pod
 # The real-cluster tier's own programs, so that both tiers test one thing: all addresses' 8000
 # answers the pod's name, 127.0.0.1:8001 a private reply (the two ports a JupyterHub pod's proxy
 # takes); FETCH prints what a URL answers.
-from realcluster.test_conformance_real import FETCH
-from realcluster.test_conformance_real import NETWORK_SERVER as SERVER
+from helpers.programs import FETCH
+from helpers.programs import NETWORK_SERVER as SERVER
 
 pytestmark = pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))
 
@@ -57,7 +57,7 @@ async def removed(store, name: str) -> None:
 
 
 def get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=5) as response:
+    with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - a pod of the test's own
         return response.read().decode()
 
 

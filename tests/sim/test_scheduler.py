@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import kubernetes_validate
@@ -14,7 +13,7 @@ from jupyter_gpuburst.sim.cluster import node_object
 from jupyter_gpuburst.sim.peering import virtual_node_object
 from jupyter_gpuburst.sim.scheduler import Scheduler, schedule_one
 from jupyter_gpuburst.sim.store import Store
-from jupyter_gpuburst.sim.testing import wait_for_pod
+from jupyter_gpuburst.sim.testing import wait_for_pod, wait_until
 
 NOW = "2026-01-01T00:00:00Z"
 
@@ -167,7 +166,7 @@ async def test_scheduler_objects_validate(cluster_store):
     store.create("pods", pod("a", gpus=1), "default")
     store.create("pods", pod("b", gpus=1), "default")
     await wait_for_pod(store, "default", "b", lambda p: p["status"].get("conditions"), timeout=2)
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: len(store.list("events")[0]) >= 2, 5, "an event for each pod")
     events, _ = store.list("events")
     assert {e["reason"] for e in events} == {"Scheduled", "FailedScheduling"}
     for obj in [*events, *store.list("nodes")[0]]:

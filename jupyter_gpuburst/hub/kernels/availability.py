@@ -18,7 +18,7 @@ from jupyter_gpuburst.core.placement import GPURequest, Placement, PlacementInpu
 def availability(snapshot: Any, policy: Policy, request: GPURequest) -> dict[str, Any]:
     """``{"origin": n, "donors": m, "sites": {site: n}}``: kernels of ``request`` that fit now."""
     sites: dict[str, int] = {}
-    for name, site in sorted(snapshot.sites.items()):
+    for name in sorted(snapshot.sites):
         if request.allowed_sites is not None and name not in request.allowed_sites:
             continue
         try:

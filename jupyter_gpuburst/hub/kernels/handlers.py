@@ -22,6 +22,7 @@ from typing import Any
 from jupyterhub.services.auth import check_scopes
 from tornado import web
 
+from jupyter_gpuburst.hub.kernels.service import LiveHub, default_registry
 from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRecord, KernelRegistry, record_json
 
 SCOPE = "custom:gpuburst:kernels"
@@ -42,8 +43,6 @@ class KernelAPIHandler(web.RequestHandler):
     user: dict[str, Any]
 
     def initialize(self, registry_source: Any = None, hub: Any = None) -> None:
-        from jupyter_gpuburst.hub.kernels.service import LiveHub, default_registry
-
         self.hub = hub or LiveHub()
         self.registry_source = registry_source or default_registry
 

@@ -19,14 +19,12 @@ from jupyter_gpuburst.hub.kernels.resources import pod_resources
 from jupyter_gpuburst.hub.kernels.settings import CHANNELS, KernelProfile
 
 CONNECTION_KEY = "connection.json"
-CONNECTION_ENV = "JUPYTER_GPUBURST_KERNEL_CONNECTION"
-NOTE_ENV = "JUPYTER_GPUBURST_KERNEL_NOTE"
-FILES_ENV = "JUPYTER_GPUBURST_KERNEL_FILES"
-SCRATCH_ENV = "JUPYTER_GPUBURST_KERNEL_SCRATCH"
+CONNECTION_ENV = keys.KERNEL_CONNECTION_ENV
+NOTE_ENV = keys.KERNEL_NOTE_ENV
+FILES_ENV = keys.KERNEL_FILES_ENV
+SCRATCH_ENV = keys.KERNEL_SCRATCH_ENV
 KERNEL_ENTRY = ["python", "-m", "jupyter_gpuburst.kernel.pod"]
-# the pod's five ports, for a hub that starts again (its pod cache keeps no container ports)
-PORTS_ANNOTATION = f"{keys.GROUP}/ports"
-ENV_PREFIX = "JUPYTER_GPUBURST_"
+PORTS_ANNOTATION = keys.PORTS_ANNOTATION
 CONTAINER = "kernel"
 # Kubernetes' "restricted" Pod Security Standard: a student's code in a GPU kernel runs with no
 # more privilege than the standard allows anywhere (user servers get z2jh's non-root default)
@@ -102,12 +100,12 @@ def kernel_pod(
 ) -> dict[str, Any]:
     """The kernel pod, pinned to ``placement`` exactly like a GPU server's pod."""
     env: list[dict[str, Any]] = [
-        {"name": f"{ENV_PREFIX}SITE", "value": placement.site},
-        {"name": f"{ENV_PREFIX}CLUSTER", "value": placement.cluster_id or ""},
-        {"name": f"{ENV_PREFIX}REASON", "value": placement.reason},
-        {"name": f"{ENV_PREFIX}GPU_RESOURCE", "value": placement.resource},
-        {"name": f"{ENV_PREFIX}GPU_COUNT", "value": str(placement.count)},
-        {"name": f"{ENV_PREFIX}NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": keys.SITE_ENV, "value": placement.site},
+        {"name": keys.CLUSTER_ENV, "value": placement.cluster_id or ""},
+        {"name": keys.REASON_ENV, "value": placement.reason},
+        {"name": keys.GPU_RESOURCE_ENV, "value": placement.resource},
+        {"name": keys.GPU_COUNT_ENV, "value": str(placement.count)},
+        {"name": keys.NODE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {"name": FILES_ENV, "value": files.mode},
         {"name": SCRATCH_ENV, "value": SCRATCH_PATH if files.mode == "scratch" else ""},
         {"name": NOTE_ENV, "value": note},
@@ -153,8 +151,8 @@ def kernel_pod(
             keys.ATTEMPTS_ANNOTATION: str(attempts),
             keys.KERNEL_ANNOTATION: record_id,
             keys.SERVER_ANNOTATION: server_name,
-            f"{keys.GROUP}/profile": profile.slug,
-            f"{keys.GROUP}/files": files.mode,
+            keys.PROFILE_ANNOTATION: profile.slug,
+            keys.FILES_ANNOTATION: files.mode,
             PORTS_ANNOTATION: json.dumps(ports, sort_keys=True),
         },
     }

@@ -21,13 +21,13 @@ from kubernetes_asyncio.client import ApiException
 
 from jupyter_gpuburst.core import keys, reasons
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
-from jupyter_gpuburst.hub.capacity import CapacityTracker, kernel_key
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker, kernel_key
 from jupyter_gpuburst.hub.kernels import manifests
 from jupyter_gpuburst.hub.kernels.availability import availability
 from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, clean_notebook_dir, decide_files
 from jupyter_gpuburst.hub.kernels.settings import CHANNELS, PORT_SETS, GPUKernelSettings, KernelProfile
-from jupyter_gpuburst.hub.offloading import NamespaceOffloader
-from jupyter_gpuburst.hub.unschedulable import unschedulable_reason
+from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader
+from jupyter_gpuburst.hub.sites.unschedulable import unschedulable_reason
 
 POD_PREFIX = "gpuburst-kernel-"
 SIGNATURE_SCHEMES = frozenset({"hmac-sha256"})
@@ -147,7 +147,7 @@ class KernelRegistry:
             if not record_id or record_id in self.records or "deletionTimestamp" in meta:
                 continue
             labels = meta.get("labels") or {}
-            profile = self.profiles.get(annotations.get(f"{keys.GROUP}/profile", ""))
+            profile = self.profiles.get(annotations.get(keys.PROFILE_ANNOTATION, ""))
             requests = self.tracker.inventory.pod_requests(pod)
             resource, count = next(iter(sorted(requests.items())), ("", 0))
             if profile is None:
@@ -171,7 +171,7 @@ class KernelRegistry:
                 pod_name=meta.get("name", ""),
                 state="running" if _ready(pod) else "pending",
                 placement=placement,
-                files=annotations.get(f"{keys.GROUP}/files", "scratch"),
+                files=annotations.get(keys.FILES_ANNOTATION, "scratch"),
                 # pods of a hub from before the annotation listen on the first set
                 ports=_pod_ports(pod) or self.settings.ports(),
             )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from jupyter_gpuburst.hub.capacity import CapacityTracker
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.kernels.registry import KernelRegistry
 from jupyter_gpuburst.hub.kernels.settings import kernel_settings_from_config, spawner_setting
 

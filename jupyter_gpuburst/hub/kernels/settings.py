@@ -11,6 +11,7 @@ from traitlets import Dict, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Config, Configurable
 
 from jupyter_gpuburst.core.inventory import parse_count
+from jupyter_gpuburst.hub.kernels.files import shared_storage
 from jupyter_gpuburst.hub.kernels.resources import (
     RESOURCE_KEYS,
     GPUResources,
@@ -18,7 +19,7 @@ from jupyter_gpuburst.hub.kernels.resources import (
     server_profile_resources,
     spawner_resources,
 )
-from jupyter_gpuburst.hub.profiles import profile_block
+from jupyter_gpuburst.hub.profiles.options import profile_block
 
 CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
 # A restarted kernel's pod listens on the other set of five ports than its previous pod did:
@@ -263,8 +264,6 @@ def kernel_settings_from_config(config: Config | None) -> GPUKernelSettings:
     hub_wide = spawner_resources(lambda name: spawner_setting(config, name, None))
     settings.profiles = [{**hub_wide, **raw} if not set(raw) & set(RESOURCE_KEYS) else raw for raw in settings.profiles]
     if settings.files_policy is None and spawner_setting(config, "storage_policy", None) == "shared":
-        from jupyter_gpuburst.hub.kernels.files import shared_storage
-
         settings.files_policy = shared_storage
     return settings
 

@@ -16,7 +16,8 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
-from jupyter_gpuburst.server.kernels.provisioner import remote_kernels
+from jupyter_gpuburst.server.kernels.provisioner import KernelPlacementError, client_from_env, remote_kernels
+from jupyter_gpuburst.server.kernels.specs import PREFIX
 from jupyter_gpuburst.server.kernels.usage import KernelUsageCache
 
 USAGE_SETTING = "gpuburst_kernel_usage"
@@ -74,9 +75,6 @@ class ProfilesCache:
 
 async def fetch_profiles_now() -> dict:
     """``{"profiles": [{slug, display_name, kernel_name, available}], "error"}``."""
-    from jupyter_gpuburst.server.kernels.provisioner import KernelPlacementError, client_from_env
-    from jupyter_gpuburst.server.kernels.specs import PREFIX
-
     client = client_from_env()
     if client is None:
         return {"profiles": [], "error": None}

@@ -23,7 +23,8 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from traitlets import Float, Unicode, default
 
 # set by the hub's spawner: the kernel API of the gpuburst service, as this server reaches it
-KERNELS_URL_ENV = "JUPYTER_GPUBURST_KERNELS_URL"
+from jupyter_gpuburst.core.keys import KERNELS_URL_ENV
+
 POLL_CACHE_S = 2.0
 # JupyterLab shows a kernel's start error in a <pre> of its fixed-width dialog: a longer line
 # runs past the dialog's edge and the student never sees its end

@@ -18,6 +18,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from jupyter_gpuburst.core.keys import KERNELS_URL_ENV
+
 log = logging.getLogger(__name__)
 
 PROVISIONER = "gpuburst"
@@ -61,7 +63,7 @@ def write_kernelspecs(directory: Path, profiles: list[dict[str, Any]]) -> list[s
 
 def fetch_profiles(kernels_url: str, token: str, timeout: float = 5.0) -> list[dict[str, Any]]:
     """The GPU kernel profiles the hub offers this server's user (empty without the scope)."""
-    request = urllib.request.Request(kernels_url, headers={"Authorization": f"token {token}"})
+    request = urllib.request.Request(kernels_url, headers={"Authorization": f"token {token}"})  # noqa: S310 - the hub's own URL
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the hub's own URL
             data = json.load(response)
@@ -93,7 +95,6 @@ def _message(exc: urllib.error.HTTPError) -> str:
 def install_kernelspecs(kernel_spec_manager: Any, runtime_dir: str, environ: dict[str, str] | None = None) -> list[str]:
     """Fetch the hub's GPU kernel profiles and make them kernelspecs of this server."""
     environ = environ if environ is not None else dict(os.environ)
-    from jupyter_gpuburst.server.kernels.provisioner import KERNELS_URL_ENV
 
     url, token = environ.get(KERNELS_URL_ENV), environ.get("JUPYTERHUB_API_TOKEN")
     if not url or not token:

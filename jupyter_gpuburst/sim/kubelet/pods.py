@@ -13,6 +13,10 @@ programs, a ``sitecustomize`` that makes ``socket.gethostname()`` answer it, and
 are mapped (``volumes.PathMap``). Pods share the host's network, each with a loopback address
 of its own, unless asked to have a network namespace each (``netns``). exec, exec probes and
 exec hooks enter the container's namespaces (``nsenter``).
+
+Longer than 600 lines: a pod worker's life (start, restart with back-off, probes, stop) is one
+state machine over one pod's state; everything it uses without that state lives in its sibling
+modules (volumes, mounts, probes, status, runtime, network).
 """
 
 from __future__ import annotations

@@ -1,0 +1,112 @@
+"""``install(c)``: the hub-side additions, registered from ``jupyterhub_config.py`` in one line."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from jupyterhub.app import JupyterHub
+
+from jupyter_gpuburst.core.keys import SERVICE_HOST_ENV, SERVICE_PORT_ENV
+from jupyter_gpuburst.core.keys import SERVICE_PORT as DEFAULT_SERVICE_PORT
+from jupyter_gpuburst.hub import metrics  # noqa: F401 - /hub/metrics shows the series from hub start
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
+from jupyter_gpuburst.hub.kernels.scopes import install as install_kernels
+from jupyter_gpuburst.hub.ports import free_port
+from jupyter_gpuburst.hub.profiles.policy import check_profiles
+from jupyter_gpuburst.hub.service import SERVICE_NAME, CapacityService
+from jupyter_gpuburst.hub.settings import spawner_sections
+
+TEMPLATES = str(Path(__file__).with_name("templates"))
+
+
+def install(
+    c: Any,
+    tracker_source: Any = None,
+    service_port: int | None = None,
+    service_host: str | None = None,
+    registry_source: Any = None,
+) -> None:
+    """Register the ``gpuburst`` service (capacity page and API, GPU kernel API), the spawn
+    page's template, the kernel scope, and check the profiles.
+
+    ``c`` is the config object of ``jupyterhub_config.py``; call ``install(c)`` after setting
+    ``hub_connect_url`` and ``base_url``. The service's HTTP server runs in the hub process (hub/service.py says
+    why), on ``service_port`` (default: $GPUBURST_SERVICE_PORT, else 8082; a free port when the hub
+    is reached on loopback), reached by the proxy and by users' servers at ``service_host``
+    (default: $GPUBURST_SERVICE_HOST, else the host of ``hub_connect_url``, else 127.0.0.1).
+    ``tracker_source()`` may replace the hub's shared
+    ``CapacityTracker`` and ``registry_source(hub)`` the kernel registry (tests). Calling it twice
+    changes nothing.
+
+    Kernel mode needs nothing more here: the kernel API is part of the service, and servers'
+    tokens may carry its scopes (``jupyter_gpuburst.hub.kernels.install``); who may start GPU
+    kernels is the admin's role (README, "GPU kernels").
+
+    Raises ``ProfilePolicyError`` (the hub does not start) when a profile's
+    ``kubespawner_override`` sets a placement trait that can only be set hub-wide.
+    """
+    # A profile that sets a hub-wide placement trait stops the hub here, at start, with the reason
+    for section in ["KubeSpawner", *spawner_sections(c)]:
+        if section in c and "profile_list" in c[section]:
+            check_profiles(c[section]["profile_list"])
+
+    hub = c.JupyterHub
+    # appended, so an admin's own template directories can still override ours: spawn_pending.html
+    # pins the placement decision above the progress bar
+    template_paths = _configured(hub, "template_paths")
+    if TEMPLATES not in template_paths:
+        template_paths.append(TEMPLATES)
+    hub.template_paths = template_paths
+    install_kernels(c, SERVICE_NAME)
+    services = list(hub.services) if "services" in hub else []
+    if any(s.get("name") == SERVICE_NAME for s in services):
+        return
+    host = service_host or os.environ.get(SERVICE_HOST_ENV) or urlparse(hub.get("hub_connect_url") or "").hostname or "127.0.0.1"
+    bind = _bind_address(host)
+    local = bind != "0.0.0.0"
+    port = service_port or int(os.environ.get(SERVICE_PORT_ENV, 0)) or (free_port(bind) if local else DEFAULT_SERVICE_PORT)
+    service = CapacityService(tracker_source or _hub_tracker, bind, port, host, registry_source, hub.get("base_url") or "/")
+    hub.services = services + [service.register()]
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return  # the config is only being read (not by a starting hub): no server
+    # JupyterHub loads its config inside its running event loop, which then serves the hub
+    loop.call_soon(service.start)
+
+
+def _bind_address(host: str) -> str:
+    """Where the service listens when reached at ``host``: a loopback host on loopback only (a
+    127.x address as itself: pods in network namespaces of their own reach the host at one other
+    than 127.0.0.1), any other host on every address."""
+    if host == "localhost":
+        return "127.0.0.1"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return "0.0.0.0"
+    if not address.is_loopback:
+        return "0.0.0.0"
+    return host if address.version == 4 else "127.0.0.1"
+
+
+async def _hub_tracker() -> Any:
+    """The hub process's one tracker, from the hub's merged config (GPUBurstSpawner traits)."""
+    hub_app = JupyterHub.instance()
+    return await CapacityTracker.ensure(hub_app.config, hub_app.log)
+
+
+def _configured(section: Any, name: str) -> list:
+    """A list trait's configured value; unset ones read as traitlets' lazy values, not lists."""
+    if name in section:
+        value = section[name]
+        if isinstance(value, list | tuple):
+            return list(value)
+        # e.g. `c.JupyterHub.template_paths.append(...)` earlier: a lazy value with additions
+        return list(value.get_value([]))
+    return []

@@ -1,0 +1,230 @@
+"""Browser tests: JupyterLab with the GPU panel, driven through Playwright and Debian's chromium."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page
+
+from jupyter_gpuburst.hub.ports import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = Path(os.environ.get("GPUBURST_CHROMIUM", "/usr/bin/chromium"))
+ARTIFACTS = REPO / "test-artifacts" / "browser"
+DOCS_SCREENSHOTS = REPO / "docs" / "screenshots"
+START_TIMEOUT_S = 60.0
+
+# No telemetry, no updates, no news: the page must not reach anything but the test server.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+
+
+def _install_chromium() -> str | None:
+    """Install Debian's chromium when missing (as `make setup` does); returns why it could not."""
+    if CHROMIUM.exists():
+        return None
+    if shutil.which("apt-get") is None:
+        return "apt-get is not available to install Debian's chromium"
+    if os.geteuid() != 0:
+        return f"{CHROMIUM} is missing and installing it needs root: run `make setup`"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            return f"`{' '.join(cmd)}` failed: {done.stderr.strip()[-300:]}"
+    return None if CHROMIUM.exists() else f"chromium installed but {CHROMIUM} not found"
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict) -> dict:
+    """pytest-playwright launch options: Debian's chromium instead of a downloaded browser."""
+    why = _install_chromium()
+    if why:
+        pytest.skip(f"Debian chromium unavailable: {why}")
+    return {
+        **browser_type_launch_args,
+        "executable_path": str(CHROMIUM),
+        "args": CHROMIUM_ARGS,
+    }
+
+
+@pytest.fixture(scope="session")
+def browser_context_args(browser_context_args: dict) -> dict:
+    return {**browser_context_args, "viewport": {"width": 1280, "height": 860}}
+
+
+@dataclass
+class LabServer:
+    """A running `jupyter lab` with the extension; `url` ends without a slash."""
+
+    url: str
+    token: str
+    root: Path
+    proc: subprocess.Popen
+    log_path: Path
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def lab_url(self) -> str:
+        return f"{self.url}/lab?token={self.token}"
+
+    def api(self, method: str, path: str, body: dict | None = None) -> dict | None:
+        request = urllib.request.Request(  # noqa: S310 - the test's own server
+            f"{self.url}/{path.lstrip('/')}",
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - the test's own server
+            raw = response.read()
+        return json.loads(raw) if raw else None
+
+    def execute(self, kernel_id: str, code: str) -> None:
+        """Send `code` to a kernel and return once it reports busy (the code keeps running)."""
+        # Playwright's sync API owns this thread's event loop; the websocket gets its own thread.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pool.submit(asyncio.run, _execute(self, kernel_id, code)).result(timeout=60)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+
+
+async def _execute(server: LabServer, kernel_id: str, code: str) -> None:
+    from tornado.websocket import websocket_connect
+
+    url = f"{server.url.replace('http', 'ws', 1)}/api/kernels/{kernel_id}/channels?token={server.token}"
+    msg_id = secrets.token_hex(8)
+    request = {
+        "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "test",
+                   "session": secrets.token_hex(8), "version": "5.3", "date": ""},
+        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+        "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
+                    "allow_stdin": False, "stop_on_error": True},
+    }  # fmt: skip
+    conn = await websocket_connect(url)
+    try:
+        await conn.write_message(json.dumps(request))
+        async with asyncio.timeout(30):
+            while True:
+                raw = await conn.read_message()
+                if raw is None:
+                    raise RuntimeError("kernel channel closed before the code started")
+                msg = json.loads(raw)
+                if (
+                    msg.get("parent_header", {}).get("msg_id") == msg_id
+                    and msg.get("msg_type") == "status"
+                    and msg["content"].get("execution_state") == "busy"
+                ):
+                    return
+    finally:
+        conn.close()
+
+
+def _wait_ready(server: LabServer) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"jupyter lab exited early:\n{server.log_path.read_text()[-3000:]}")
+        try:
+            server.api("GET", "api/gpuburst/placement")
+            return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"jupyter lab not ready in {START_TIMEOUT_S}s:\n{server.log_path.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def start_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., LabServer]]:
+    """Start `jupyter lab` in a temp root with the given env; every server is stopped at the end."""
+    servers: list[LabServer] = []
+
+    def start(env: dict[str, str], name: str) -> LabServer:
+        base = tmp_path_factory.mktemp(f"lab-{name}")
+        root, settings, user_settings = base / "root", base / "app-settings", base / "user-settings"
+        for folder in (root, settings, user_settings, base / "workspaces", base / "runtime"):
+            folder.mkdir()
+        # The news pop-up would cover the panel in screenshots.
+        (settings / "overrides.json").write_text(
+            json.dumps({"@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}})
+        )
+        token, port = secrets.token_hex(16), free_port()
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_GPUBURST_")}
+        full_env = {
+            **clean,
+            "JUPYTERLAB_SETTINGS_DIR": str(user_settings),
+            "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
+            "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
+            **env,
+        }
+        log_path = base / "lab.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                [
+                    sys.executable, "-m", "jupyterlab",
+                    "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+                    f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}",
+                    f"--LabApp.app_settings_dir={settings}",
+                    "--ServerApp.port_retries=0",
+                ],
+                env=full_env, stdout=log, stderr=subprocess.STDOUT, cwd=root,
+            )  # fmt: skip
+        server = LabServer(f"http://127.0.0.1:{port}", token, root, proc, log_path)
+        servers.append(server)
+        try:
+            _wait_ready(server)
+        except Exception:
+            server.stop()
+            raise
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS
+
+
+def save_docs_screenshot(source: Path, name: str) -> None:
+    """Copy a screenshot to docs/ when it is missing there or GPUBURST_UPDATE_SCREENSHOTS=1."""
+    target = DOCS_SCREENSHOTS / name
+    if target.exists() and os.environ.get("GPUBURST_UPDATE_SCREENSHOTS") != "1":
+        return
+    DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+
+
+def switch_theme(page: Page, theme: str) -> None:
+    """Settings menu → Theme → ``theme``, as a student switches it."""
+    page.locator(".lm-MenuBar-itemLabel", has_text="Settings").click()
+    page.locator(".lm-Menu-itemLabel", has_text="Theme").first.hover()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(rf"^{re.escape(theme)}$")).click()

@@ -1,0 +1,83 @@
+"""A GPU kernel reports its own GPU use: its pod samples the (simulated) GPU, and the server asks
+over the kernel's signed control channel; the figures follow what the kernel does."""
+
+from __future__ import annotations
+
+from jupyter_client.manager import AsyncKernelManager
+
+from jupyter_gpuburst.kernel.gpu import KernelGPUReporter, reporter_from_env
+from jupyter_gpuburst.gpu.simulated import KERNEL_BASE_MEMORY, SimulatedBackend
+from jupyter_gpuburst.server.kernels.usage import KernelUsageCache, ask_usage, gpu_figures
+
+GiB = 1024**3
+
+
+def test_the_reporter_follows_busy_time_on_the_simulated_gpu():
+    reporter = KernelGPUReporter(SimulatedBackend(1), "k-1")
+    idle = reporter.sample(now=100.0)
+    assert idle["simulated"] and idle["memory_used_bytes"] == KERNEL_BASE_MEMORY
+    assert idle["memory_total_bytes"] == SimulatedBackend(1).model.memory_total_bytes
+    reporter.busy = True
+    reporter.sample(now=101.0)
+    busy = reporter.sample(now=111.0)  # ten busy seconds later
+    assert busy["memory_used_bytes"] > idle["memory_used_bytes"] and busy["utilization"] > 0.5
+    reporter.busy = False
+    settled = reporter.sample(now=112.0)  # the second up to here was still busy
+    later = reporter.sample(now=130.0)
+    assert later["utilization"] == 0.0 and later["memory_used_bytes"] == settled["memory_used_bytes"]
+
+
+def test_without_a_gpu_the_reporter_says_why_and_samples_nothing():
+    reporter = reporter_from_env({"JUPYTER_GPUBURST_BACKEND": "none"})
+    report = reporter.report()
+    assert report["memory_used_bytes"] is None and report["reason"]
+    reporter.start()
+    assert not reporter.running
+
+
+def test_figures_from_a_kernel_are_checked():
+    assert gpu_figures(None) is None and gpu_figures({"gpu": "lots"}) is None
+    checked = gpu_figures({"gpu": {"memory_used_bytes": "1e9", "memory_total_bytes": 8, "utilization": True, "backend": "nvml"}})
+    assert checked["memory_used_bytes"] is None and checked["memory_total_bytes"] == 8 and checked["utilization"] is None
+
+
+async def test_a_remote_kernel_answers_its_gpu_use_on_its_control_channel(hub, specs):
+    km = AsyncKernelManager(kernel_name="gpuburst-gpu-1", kernel_spec_manager=specs)
+    await km.start_kernel()
+    try:
+        client = km.client()
+        client.start_channels()
+        await client.wait_for_ready(timeout=60)
+        first = gpu_figures(await ask_usage(km, timeout=10))
+        assert first["simulated"] and first["memory_used_bytes"] >= KERNEL_BASE_MEMORY
+        # the usage request came from a client of its own: the manager's and this client's
+        # replies still reach them (a shared socket identity would divert them)
+        msg_id = client.execute("import time; time.sleep(3)")
+        reply = await client.get_shell_msg(timeout=60)
+        assert reply["parent_header"]["msg_id"] == msg_id and reply["content"]["status"] == "ok"
+        second = gpu_figures(await ask_usage(km, timeout=10))
+        # the pod sampled while the cell ran: its kernel's memory grew with the busy time
+        assert second["memory_used_bytes"] > first["memory_used_bytes"]
+        client.stop_channels()
+
+        # a request signed with another key is dropped by the kernel: no figures, no error
+        good_key = km.session.key
+        km.session.key = b"not-the-kernel-key-0123456789"
+        try:
+            assert await ask_usage(km, timeout=1.5) is None
+        finally:
+            km.session.key = good_key
+
+        # the cache asks once per TTL
+        class Manager:
+            def get_kernel(self, kernel_id):
+                assert kernel_id == "k"
+                return km
+
+        cache = KernelUsageCache(ttl_s=60)
+        one = await cache.figures(Manager(), ["k"])
+        assert one["k"]["memory_used_bytes"] >= second["memory_used_bytes"]
+        assert await cache.figures(Manager(), ["k"]) == one
+        assert await cache.figures(Manager(), []) == {}
+    finally:
+        await km.shutdown_kernel(now=True)
