@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jupyter_gpuburst import doctor
+from jupyter_gpuburst import __version__, doctor
 from jupyter_gpuburst.core import keys, release
 from jupyter_gpuburst.core.placement import Placement
 from jupyter_gpuburst.hub.kernels import manifests
@@ -17,7 +17,7 @@ SERVER = {"component": "singleuser-server"}
 
 def test_pods_of_this_release_are_ok():
     kernel_labels = manifests.kernel_labels(Placement("origin", None, "gpu-0", "nvidia.com/gpu", 1, "r"))
-    pods = [pod("jupyter-ann", {**SERVER, keys.VERSION_LABEL: release.label_value()}), pod("gpuburst-kernel-a-1", kernel_labels)]
+    pods = [pod("jupyter-ann", {**SERVER, keys.VERSION_LABEL: release.label_value(__version__)}), pod("gpuburst-kernel-a-1", kernel_labels)]
     [finding] = doctor.check_versions(pods, "jhub", kernel_labels[keys.VERSION_LABEL])
     assert finding.status is doctor.Status.OK and "2 pod(s)" in finding.detail
 

@@ -12,6 +12,7 @@ import base64
 import json
 from typing import Any
 
+from jupyter_gpuburst import __version__
 from jupyter_gpuburst.core import keys, release
 from jupyter_gpuburst.core.placement import Placement
 from jupyter_gpuburst.hub.kernels.files import SCRATCH_PATH, KernelFiles
@@ -49,7 +50,7 @@ def pod_security(uid: int | None, gid: int | None) -> dict[str, Any]:
 
 def kernel_labels(placement: Placement) -> dict[str, str]:
     """What the kernels' NetworkPolicy (hub_config/networkpolicy-kernels.yaml) and the hub select on."""
-    return {keys.COMPONENT_LABEL: keys.KERNEL_COMPONENT, keys.VERSION_LABEL: release.label_value(), **placement.labels()}
+    return {keys.COMPONENT_LABEL: keys.KERNEL_COMPONENT, keys.VERSION_LABEL: release.label_value(__version__), **placement.labels()}
 
 
 def connection_secret(name: str, namespace: str, key: str, signature_scheme: str, ports: dict[str, int]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from kubespawner.utils import get_k8s_model
 from tornado import web
 from traitlets import TraitError, default
 
+from jupyter_gpuburst import __version__
 from jupyter_gpuburst.core import keys, names, release
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
 from jupyterhub.utils import maybe_future
@@ -323,7 +324,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         self._gb_placement = None
         pod = await super().get_pod_manifest()
         # the release that made it, for `gpuburst doctor` after an upgrade
-        pod.metadata.labels = {**(pod.metadata.labels or {}), keys.VERSION_LABEL: release.label_value()}
+        pod.metadata.labels = {**(pod.metadata.labels or {}), keys.VERSION_LABEL: release.label_value(__version__)}
         request = self.gpu_request(pod)
         if request is None:
             self._gb_cpu_only = True

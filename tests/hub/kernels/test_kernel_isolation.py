@@ -24,7 +24,7 @@ from jupyter_gpuburst.hub.kernels import manifests
 from jupyter_gpuburst.hub.kernels.files import scratch
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings, kernel_settings_from_config, parse_profile
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 POLICY = yaml.safe_load((REPO / "hub_config" / "networkpolicy-kernels.yaml").read_text())
 VALUES = yaml.safe_load((REPO / "hub_config" / "values.yaml").read_text())
 Z2JH = yaml.safe_load((REPO / "tests" / "reference" / "z2jh" / "values.yaml").read_text())
