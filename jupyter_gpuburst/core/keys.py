@@ -19,3 +19,10 @@ KERNEL_ANNOTATION = f"{GROUP}/kernel"
 SERVER_ANNOTATION = f"{GROUP}/server"
 COMPONENT_LABEL = "component"
 KERNEL_COMPONENT = "gpuburst-kernel"
+
+# GPU idle culling: where a user's server reports when its GPUs (and its GPU kernels') were last
+# busy, with its own token; the hub's reply carries the warnings the Lab panel shows.
+ACTIVITY_URL_ENV = "JUPYTER_GPUBURST_ACTIVITY_URL"
+ACTIVITY_API_PATH = "api/activity"
+# what "busy" means for a GPU kernel's pod, sent with each usage_request (a fraction of 1)
+BUSY_THRESHOLD_FIELD = "gpu_busy_threshold"

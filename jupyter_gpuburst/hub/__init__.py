@@ -70,6 +70,9 @@ def install(
     from jupyter_gpuburst.hub.kernels import install as install_kernels
 
     install_kernels(c, SERVICE_NAME)
+    from jupyter_gpuburst.hub.culling import install as install_culling
+
+    install_culling(c, SERVICE_NAME)
     services = list(hub.services) if "services" in hub else []
     if any(s.get("name") == SERVICE_NAME for s in services):
         return

@@ -70,6 +70,8 @@ class CapacityService:
         self.prefix = f"/{base_url.strip('/')}/services/{SERVICE_NAME}/".replace("//", "/")
         self.tracker_source = tracker_source
         self.registry_source = registry_source
+        # the GPU culler (tests may give their own)
+        self.culler_source: Any = None
         self.bind_host = bind_host
         self.port = port
         self.connect_host = connect_host
@@ -108,6 +110,8 @@ class CapacityService:
         """Listen on the running loop (the hub's): called while the hub loads its config."""
         if self._server is not None:
             return
+        from jupyter_gpuburst.hub.culling import handlers as activity_handlers
+        from jupyter_gpuburst.hub.culling import hub_culler
         from jupyter_gpuburst.hub.kernels import handlers as kernel_handlers
 
         app = web.Application(
@@ -118,6 +122,7 @@ class CapacityService:
                 (rf"{self.prefix}{API_PATH}/?", CapacityAPIHandler),
                 (rf"{self.prefix}oauth_callback", OAuthCallbackHandler),
                 *kernel_handlers(self.prefix, self.registry_source),
+                *activity_handlers(self.prefix, self.culler_source or hub_culler),
             ],
             service=self,
             cookie_secret=secrets.token_bytes(32),

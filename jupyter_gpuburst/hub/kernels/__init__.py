@@ -73,5 +73,7 @@ def server_env() -> dict[str, str]:
     registered in this hub process: then no server is offered GPU kernels)."""
     from jupyter_gpuburst.hub.service import registered
 
+    from jupyter_gpuburst.hub.culling import server_env as activity_env
+
     service = registered()
-    return {KERNELS_URL_ENV: service.kernels_url} if service is not None else {}
+    return {KERNELS_URL_ENV: service.kernels_url, **activity_env()} if service is not None else {}

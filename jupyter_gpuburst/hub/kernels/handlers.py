@@ -136,6 +136,12 @@ class KernelsHandler(KernelAPIHandler):
         spawner = self.hub.active_spawner(name, server_name)
         if spawner is None:
             raise web.HTTPError(409, f"the server {server_name!r} of {name} is not running")
+        from jupyter_gpuburst.hub.culling import refuses_start
+
+        refused = refuses_start(name, server_name, body.get("kernel_id"))
+        if refused:
+            # the culler stopped it and its server has not heard yet: a restarter's restart
+            raise web.HTTPError(409, "%s", refused)
         registry = await self.registry()
         server_pod = await _server_pod(registry, spawner)
         try:
