@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from jupyter_gpuburst.core import keys
-from jupyter_gpuburst.hub.culling.culler import SPAWNER_REASON_ATTR, Culler
+from jupyter_gpuburst.hub.culling.culler import TEMPLATE_VAR, Culler, stopped_note
 from jupyter_gpuburst.hub.culling.handlers import handlers
 from jupyter_gpuburst.hub.culling.settings import CullPolicy, GPUCullingSettings
 
-__all__ = ["Culler", "CullPolicy", "GPUCullingSettings", "SPAWNER_REASON_ATTR", "handlers", "hub_culler", "install", "server_env"]
+__all__ = ["Culler", "CullPolicy", "GPUCullingSettings", "handlers", "hub_culler", "install", "server_env"]
 
 ROLE_NAME = "gpuburst-gpu-culler"
 _culler: Culler | None = None
@@ -41,10 +41,14 @@ def _enabled_anywhere(settings: GPUCullingSettings) -> bool:
 
 
 def install(c: Any, service_name: str) -> None:
-    """Let the service stop servers, where culling is configured (before ``install(c)``)."""
+    """Let the service stop servers, where culling is configured (before ``install(c)``), and
+    the spawn page say why the culler stopped one."""
     if "GPUCullingSettings" not in c:
         return
     hub = c.JupyterHub
+    template_vars = dict(hub.template_vars) if "template_vars" in hub else {}
+    template_vars.setdefault(TEMPLATE_VAR, stopped_note)
+    hub.template_vars = template_vars
     roles = list(hub.load_roles) if "load_roles" in hub else []
     if any(r.get("name") == ROLE_NAME for r in roles):
         return

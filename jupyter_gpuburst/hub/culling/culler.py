@@ -11,6 +11,7 @@ the server could have shown first, and a stop of something already gone is logge
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -22,8 +23,8 @@ from jupyter_gpuburst.hub.culling.policy import Decision, decide
 from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
 from jupyter_gpuburst.hub.culling.store import SERVER, Signal, SignalStore, Stopped
 
-# what the spawn page reads from a server's spawner after a GPU idle stop
-SPAWNER_REASON_ATTR = "gpuburst_stopped_reason"
+# the spawn page's template variable: why the culler stopped the user's server, or ""
+TEMPLATE_VAR = "gpuburst_stopped"
 
 
 @dataclass
@@ -58,6 +59,7 @@ class Culler:
         self._task: asyncio.Task | None = None
         self._silent: set[tuple[str, str, str]] = set()
         self.stops: list[dict[str, Any]] = []  # for benchmarks and tests: what was stopped when
+        self.stopped_servers: dict[tuple[str, str], tuple[str, float]] = {}
 
     # ---- what the hub knows ---------------------------------------------------------------
     async def registry(self) -> Any:
@@ -91,13 +93,8 @@ class Culler:
             if signal.kind == SERVER:
                 placement = getattr(spawner, "_gb_placement", None)
                 site = getattr(placement, "site", "origin") or "origin"
-                started = getattr(getattr(spawner, "orm_spawner", None), "started", None)
-                age = (now - started.timestamp()) if started is not None and started.tzinfo else None
-                if started is not None and started.tzinfo is None:
-                    # JupyterHub stores naive UTC datetimes
-                    import datetime
-
-                    age = now - started.replace(tzinfo=datetime.timezone.utc).timestamp()
+                started = _started(spawner)
+                age = None if started is None else now - started
                 profile = str((getattr(spawner, "user_options", None) or {}).get("profile") or "")
                 out.append(Target(signal, profile, "origin" if site == "origin" else "donor", groups, age, spawner))
                 continue
@@ -179,7 +176,8 @@ class Culler:
         self.store.forget(signal)
         entry = {"user": signal.user, "server_name": signal.server_name, "target": signal.target, "site_kind": target.site_kind, "reason": reason, "at": now}
         if signal.kind == SERVER:
-            setattr(target.handle, SPAWNER_REASON_ATTR, f"Your server was stopped because {reason}. Start it again when you need a GPU.")
+            # JupyterHub drops a stopped server's spawner: the note is kept here for the spawn page
+            self.stopped_servers[(signal.user, signal.server_name)] = (f"Your server was stopped because {reason}. Start it again when you need a GPU.", now)
             self.log.info("GPU culling: stopping %s's server %r: %s", signal.user, signal.server_name, reason)
             outcome = await self._stop_server(signal.user, signal.server_name)
             if outcome == "gone":
@@ -205,8 +203,12 @@ class Culler:
         """The culling state of one server and its GPU kernels, for its Lab panel."""
         now = time.time() if now is None else now
         spawner = self.hub.active_spawner(user, server_name)
-        if spawner is not None and hasattr(spawner, SPAWNER_REASON_ATTR):
-            delattr(spawner, SPAWNER_REASON_ATTR)  # it runs again: the spawn page's note is done
+        note = self.stopped_servers.get((user, server_name))
+        if spawner is not None and note is not None:
+            started = _started(spawner)
+            if started is not None and started > note[1]:
+                # it runs again since the stop: the spawn page's note is done
+                self.stopped_servers.pop((user, server_name), None)
         targets = [t for t in await self.targets() if t.signal.user == user and t.signal.server_name == server_name]
         items = []
         for target in targets:
@@ -252,6 +254,27 @@ class Culler:
             return 409, f"Keep was already used {policy.keep_limit} times for this {_what(signal)}; the GPU goes back when idle"
         self.log.info("GPU culling: %s keeps %s (%d of %d)", user, _what(signal), signal.keeps, policy.keep_limit)
         return 200, f"kept: the idle time starts again ({policy.keep_limit - signal.keeps} keeps left)"
+
+
+def stopped_note(user: Any) -> str:
+    """``JupyterHub.template_vars`` entry: why the culler stopped this user's default server."""
+    from jupyter_gpuburst.hub import culling
+
+    culler = culling._culler
+    name = getattr(user, "name", None)
+    if culler is None or name is None:
+        return ""
+    return culler.stopped_servers.get((name, ""), ("", 0.0))[0]
+
+
+def _started(spawner: Any) -> float | None:
+    """When the server started (JupyterHub keeps naive UTC datetimes), or None."""
+    started = getattr(getattr(spawner, "orm_spawner", None), "started", None)
+    if started is None:
+        return None
+    if started.tzinfo is None:
+        started = started.replace(tzinfo=datetime.timezone.utc)
+    return started.timestamp()
 
 
 def _what(signal: Signal) -> str:
