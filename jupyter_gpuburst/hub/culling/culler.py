@@ -173,13 +173,13 @@ class Culler:
 
     async def cull(self, target: Target, reason: str, now: float) -> dict[str, Any] | None:
         signal = target.signal
-        self.store.forget(signal)
         entry = {"user": signal.user, "server_name": signal.server_name, "target": signal.target, "site_kind": target.site_kind, "reason": reason, "at": now}
         if signal.kind == SERVER:
             # JupyterHub drops a stopped server's spawner: the note is kept here for the spawn page
             self.stopped_servers[(signal.user, signal.server_name)] = (f"Your server was stopped because {reason}. Start it again when you need a GPU.", now)
             self.log.info("GPU culling: stopping %s's server %r: %s", signal.user, signal.server_name, reason)
             outcome = await self._stop_server(signal.user, signal.server_name)
+            self.store.forget(signal)
             if outcome == "gone":
                 self.log.info("GPU culling: %s's server %r was already stopped", signal.user, signal.server_name)
                 return None
@@ -188,6 +188,7 @@ class Culler:
             registry = await self.registry()
             record = self.kernel_record(registry, signal.user, signal.target)
             if record is None:
+                self.store.forget(signal)
                 self.log.info("GPU culling: %s's GPU kernel %s was already gone", signal.user, signal.target)
                 return None
             message = f"This GPU kernel was stopped because {reason}. Restart the kernel to start it again on a free GPU."
@@ -195,6 +196,7 @@ class Culler:
             self.store.stopped.append(Stopped(signal.user, signal.server_name, signal.kernel_id, message, now))
             self.log.info("GPU culling: stopping %s's GPU kernel %s on %s: %s", signal.user, signal.target, target.site_kind, reason)
             await registry.stop(record, wait=0)
+            self.store.forget(signal)
         self.stops.append(entry)
         return entry
 
