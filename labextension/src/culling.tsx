@@ -1,6 +1,7 @@
 /**
  * GPU idle culling in the Lab: the panel's warning card with its Keep button, a status bar
  * warning, and a notification when the hub stopped a GPU kernel of this server (with why).
+ * Warnings stay in the panel and the status bar, not in toasts that would cover the panel.
  */
 import { Notification } from '@jupyterlab/apputils';
 import { URLExt } from '@jupyterlab/coreutils';
@@ -182,7 +183,6 @@ class CullingStatus extends ReactWidget {
 /** Wire culling into the panel, the status bar and notifications. */
 export function installGpuCulling(
   client: GpuBurstClient,
-  model: GpuBurstModel,
   panel: GpuBurstPanel,
   statusBar: IStatusBar | null,
   openPanel: () => void
@@ -197,14 +197,6 @@ export function installGpuCulling(
       if (!told.has(key)) {
         told.add(key);
         Notification.warning(stop.reason, { autoClose: false });
-      }
-    }
-    for (const target of warnings(watch.state)) {
-      const key = `warn-${target.target}-${target.keeps_left}`;
-      if (!told.has(key)) {
-        told.add(key);
-        const actions = target.keepable ? [{ label: 'Keep', callback: () => void watch.keep(target.target) }] : [];
-        Notification.warning(warningText(target, notebookOf(model, target.kernel_id)), { autoClose: false, actions });
       }
     }
   });

@@ -109,7 +109,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
     apply(settings);
     installGpuKernels(app, client, panel, statusBar);
-    installGpuCulling(client, model, panel, statusBar, () => void app.commands.execute(CommandIDs.openPanel));
+    installGpuCulling(client, panel, statusBar, () => void app.commands.execute(CommandIDs.openPanel));
     if (launcher) {
       new GpuKernelLauncher(app, client, launcher);
     }
