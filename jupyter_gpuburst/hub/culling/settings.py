@@ -104,7 +104,7 @@ class GPUCullingSettings(Configurable):
     ).tag(config=True)
 
     server_profiles = Dict(
-        help="""Per server profile (by ``slug`` of ``profile_list``), overrides of
+        help="""Per server profile (by its ``slug``), overrides of
         ``enabled``, ``timeout_seconds``, ``donor_timeout_seconds``, ``threshold``,
         ``warning_seconds``, ``max_age_seconds``, ``keep_limit`` and ``exempt_groups``, e.g.
         ``{"gpu-1": {"timeout_seconds": 7200}}``.""",
