@@ -199,9 +199,20 @@ class ActivityReporter:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
+    @property
+    def culling_off(self) -> bool:
+        """The hub culls nothing of this server: report once a period, sample nothing."""
+        targets = (self.latest or {}).get("targets") or []
+        return bool(targets) and all(t.get("state") == "off" for t in targets)
+
     async def _run(self) -> None:
         next_report = time.monotonic()
         while True:
+            if self.culling_off:
+                # the hub's reply says whether that changed (an admin's new config)
+                await asyncio.sleep(self.period_s)
+                await self.report()
+                continue
             try:
                 await self.sample()
                 if time.monotonic() >= next_report:
