@@ -101,3 +101,22 @@ async def test_a_server_that_went_silent_is_kept_and_said_once(caplog):
         await c.sweep(NOW + 1000)
         await c.sweep(NOW + 1005)
     assert caplog.text.count("its GPU state is unknown, so it is kept") == 1
+
+
+async def test_a_gpu_busy_again_after_a_warning_needs_a_new_warning_before_a_stop():
+    stops = []
+
+    async def stop(user, server):
+        stops.append(user)
+        return "stopped"
+
+    c = culler(stop)
+    report(c, "alice", 95.0, NOW)
+    await c.sweep(NOW)
+    assert c.store.get("alice", "", "server").warned_at == NOW
+    report(c, "alice", 0.0, NOW + 5, seq=2)  # the student ran a cell
+    await c.sweep(NOW + 5)
+    assert c.store.get("alice", "", "server").warned_at is None
+    # a first report past the limit again (a long pause): warned first, not stopped at once
+    report(c, "alice", 500.0, NOW + 10, seq=3)
+    assert await c.sweep(NOW + 10) == [] and stops == []

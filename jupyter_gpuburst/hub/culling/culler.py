@@ -150,6 +150,8 @@ class Culler:
                 )
             elif decision.action != "unknown":
                 self._silent.discard(key)
+            if decision.action == "active":
+                signal.warned_at = None  # busy again: the next stop needs a warning of its own
             if decision.action == "warn" and signal.warned_at is None:
                 signal.warned_at = now
                 self.log.info("GPU culling: warning %s: %s stops in %.0f s (%s)", signal.user, _what(signal), decision.stops_in_s, decision.reason)
