@@ -101,3 +101,62 @@ def test_idle_gpu_warning_and_keep_in_light_and_dark(page: Page, gpu_hub: Hub, a
     expect(warning).to_contain_text("Keep was used as often as allowed", timeout=45_000)
     expect(warning.get_by_role("button", name="Keep")).to_have_count(0)
     switch_theme(page, "JupyterLab Light")
+
+
+KERNEL_CULLING = """
+c.Spawner.default_url = "/lab"
+c.GPUCullingSettings.period_seconds = 1
+c.GPUCullingSettings.kernel_profiles = {"gpu-1": {"enabled": True, "timeout_seconds": 35, "warning_seconds": 30}}
+from jupyter_gpuburst.hub import install
+install(c)
+c.JupyterHub.load_roles.append({"name": "gpu-kernels", "scopes": ["custom:gpuburst:kernels", "access:services!service=gpuburst"], "users": ["alice"]})
+c.GPUKernelSettings.extra_env = {"JUPYTER_GPUBURST_BACKEND": "simulated"}
+"""
+NOTEBOOK = {
+    "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": "print('on a GPU')"}],
+    "metadata": {"kernelspec": {"name": "gpuburst-gpu-1", "display_name": "Python 3 (1 GPU)", "language": "python"}},
+    "nbformat": 4,
+    "nbformat_minor": 5,
+}
+
+
+@pytest.fixture(scope="module")
+def kernel_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    import json
+
+    import aiohttp
+
+    with federation_and_hub(tmp_path_factory.mktemp("culling-kernels-browser"), KERNEL_CULLING) as (loop, _, hub):
+        status, body = loop.run(hub.spawn(STUDENT, {"profile": "cpu"}))
+        assert status in (201, 202), body
+        loop.run(hub.wait_ready(STUDENT, timeout=90))
+
+        async def put() -> int:
+            url = f"{hub.url}/user/{STUDENT}/api/contents/train.ipynb"
+            async with aiohttp.ClientSession() as http:
+                body = {"type": "notebook", "format": "json", "content": NOTEBOOK}
+                async with http.put(url, data=json.dumps(body), headers={"Authorization": f"token {hub.token}"}) as response:
+                    return response.status
+
+        assert loop.run(put()) in (200, 201)
+        yield hub
+
+
+def test_a_notebook_hears_why_its_idle_gpu_kernel_was_stopped(page: Page, kernel_hub: Hub, artifacts: Path) -> None:
+    log_in(page, kernel_hub)
+    page.goto(f"{kernel_hub.url}/user/{STUDENT}/lab/tree/train.ipynb")
+    expect(page.locator(".jp-GpuBurst-kernelStatusText")).to_have_text("GPU kernel: origin", timeout=120_000)
+    page.locator(".jp-Notebook .jp-Cell").first.click()
+    page.keyboard.press("Shift+Enter")
+    expect(page.locator(".jp-OutputArea-output", has_text="on a GPU")).to_be_visible(timeout=120_000)
+    # the GPU panel warns about the notebook's kernel by the notebook's name
+    page.locator(STATUS).click()
+    expect(page.locator(WARNING)).to_contain_text(re.compile(r"GPU idle for \d+ s: the kernel of train\.ipynb stops in"), timeout=60_000)
+    # then the kernel is stopped, and the notebook's window says why and how to start again
+    # a notification over the notebook, and the panel's note in full
+    toast = page.get_by_role("alert").filter(has_text="This GPU kernel was stopped because its GPU was idle")
+    expect(toast.first).to_be_visible(timeout=60_000)
+    note = page.locator(f"{PANEL} .jp-GpuBurst-cullStopped")
+    expect(note).to_contain_text("This GPU kernel was stopped because its GPU was idle for")
+    expect(note).to_contain_text("Restart the kernel to start it again on a free GPU.")
+    page.screenshot(path=str(artifacts / "culling-kernel-stopped.png"))
