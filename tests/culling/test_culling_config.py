@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from traitlets import TraitError
 from traitlets.config import Config
 
 from jupyter_gpuburst.hub import install
@@ -42,3 +44,10 @@ def test_install_grants_the_stop_scope_only_where_culling_is_configured():
     assert TEMPLATE_VAR in c.JupyterHub.template_vars
     install(c)  # twice changes nothing
     assert [r["name"] for r in c.JupyterHub.load_roles].count(ROLE_NAME) == 1
+
+
+def test_a_wrong_override_stops_the_hub_at_start_with_the_reason():
+    c = Config()
+    c.GPUCullingSettings.server_profiles = {"gpu-1": {"timeout_minutes": 60}}
+    with pytest.raises(TraitError, match="unknown key.*timeout_minutes"):
+        install(c)

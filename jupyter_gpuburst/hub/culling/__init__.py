@@ -45,6 +45,8 @@ def install(c: Any, service_name: str) -> None:
     the spawn page say why the culler stopped one."""
     if "GPUCullingSettings" not in c:
         return
+    # a wrong key or value stops the hub here, at start, with the reason (TraitError)
+    GPUCullingSettings(config=c)
     hub = c.JupyterHub
     template_vars = dict(hub.template_vars) if "template_vars" in hub else {}
     template_vars.setdefault(TEMPLATE_VAR, stopped_note)
