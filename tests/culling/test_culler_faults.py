@@ -120,3 +120,51 @@ async def test_a_gpu_busy_again_after_a_warning_needs_a_new_warning_before_a_sto
     # a first report past the limit again (a long pause): warned first, not stopped at once
     report(c, "alice", 500.0, NOW + 10, seq=3)
     assert await c.sweep(NOW + 10) == [] and stops == []
+
+
+class FakeRecord:
+    server_name = ""
+    created = NOW - 100
+    profile = type("P", (), {"slug": "gpu-1"})()
+    placement = type("Pl", (), {"site": "origin"})()
+
+
+class FakeRegistry:
+    def __init__(self) -> None:
+        self.records = {"r1": FakeRecord()}
+        self.stopped: list[str] = []
+
+    def get(self, user, record_id):
+        if record_id not in self.records:
+            raise KeyError(record_id)
+        return self.records[record_id]
+
+    async def stop(self, record, wait=0.0):
+        self.stopped.append("r1")
+        self.records.pop("r1", None)
+
+
+async def test_a_gpu_kernel_is_shut_down_by_its_server_first_and_by_the_hub_when_it_does_not():
+    registry = FakeRegistry()
+
+    async def source(hub):
+        return registry
+
+    c = culler(None)
+    c.registry_source = source
+    kernels = {"r1": {"idle_s": 95.0, "kernel_id": "k1"}}
+    c.store.report("alice", {"server_name": "", "boot": "b", "seq": 1, "gpu_idle_s": None, "kernels": kernels}, lambda r, s: r in registry.records, NOW)
+    await c.sweep(NOW)  # warned
+    kernels["r1"]["idle_s"] = 200.0
+    c.store.report("alice", {"server_name": "", "boot": "b", "seq": 2, "gpu_idle_s": None, "kernels": kernels}, lambda r, s: True, NOW + 10)
+    await c.sweep(NOW + 10)
+    # the server hears first; its restarter may not start the kernel again meanwhile
+    assert registry.stopped == [] and "idle" in (c.store.refuses_start("alice", "", "k1") or "")
+    reply = await c.reply("alice", "", NOW + 11)
+    assert [s["kernel_id"] for s in reply["stopped"]] == ["k1"]
+    assert c.store.refuses_start("alice", "", "k1") is None  # heard: a student's restart works
+    # a server that did not shut it down: the hub deletes the pod two periods later
+    await c.sweep(NOW + 15)
+    assert registry.stopped == []
+    await c.sweep(NOW + 21)
+    assert registry.stopped == ["r1"]

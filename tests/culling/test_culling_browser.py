@@ -159,4 +159,7 @@ def test_a_notebook_hears_why_its_idle_gpu_kernel_was_stopped(page: Page, kernel
     note = page.locator(f"{PANEL} .jp-GpuBurst-cullStopped")
     expect(note).to_contain_text("This GPU kernel was stopped because its GPU was idle for")
     expect(note).to_contain_text("Restart the kernel to start it again on a free GPU.")
+    # shut down by its server, not died: no "Kernel Restarting" dialog, and no kernel is running
+    expect(page.get_by_role("dialog")).to_have_count(0)
+    expect(page.locator(".jp-Toolbar-kernelName")).to_have_text("No Kernel")
     page.screenshot(path=str(artifacts / "culling-kernel-stopped.png"))

@@ -193,10 +193,20 @@ class Culler:
                 self.store.forget(signal)
                 self.log.info("GPU culling: %s's GPU kernel %s was already gone", signal.user, signal.target)
                 return None
-            message = f"This GPU kernel was stopped because {reason}. Restart the kernel to start it again on a free GPU."
-            # before the pod goes: the kernel restarter must not take the GPU straight back
-            self.store.stopped.append(Stopped(signal.user, signal.server_name, signal.kernel_id, message, now))
-            self.log.info("GPU culling: stopping %s's GPU kernel %s on %s: %s", signal.user, signal.target, target.site_kind, reason)
+            pending = next((s for s in self.store.stopped_for(signal.user, signal.server_name) if s.kernel_id == signal.kernel_id), None)
+            if pending is None:
+                message = f"This GPU kernel was stopped because {reason}. Restart the kernel to start it again on a free GPU."
+                # the server hears first and shuts the kernel down itself (through the registry,
+                # as any shutdown), so the notebook sees a kernel shut down, not one that died;
+                # meanwhile the hub refuses a restart of it
+                self.store.stopped.append(Stopped(signal.user, signal.server_name, signal.kernel_id, message, now))
+                self.log.info("GPU culling: stopping %s's GPU kernel %s on %s: %s", signal.user, signal.target, target.site_kind, reason)
+                if signal.kernel_id:
+                    return None
+            elif now - pending.at < 2 * self.settings.period_seconds:
+                return None
+            else:
+                self.log.info("GPU culling: %s's server did not shut GPU kernel %s down; deleting its pod", signal.user, signal.target)
             await registry.stop(record, wait=0)
             self.store.forget(signal)
         self.stops.append(entry)
