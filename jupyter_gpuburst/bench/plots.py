@@ -42,7 +42,26 @@ def write_all(directory: Path, result: dict[str, Any], series: dict[str, Any], w
     ]
     if len(modes) > 1:
         paths.append(_held_per_active(plt, directory, result, modes))
+    if result.get("culling"):
+        paths.append(_culling(plt, directory, result["culling"]))
     return paths
+
+
+def _culling(plt, directory, culling) -> Path:
+    """GPU idle culling of servers: idle GPU-hours held and given back; sessions stopped at work."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 4), gridspec_kw={"width_ratios": [2, 1]})
+    held, back = culling["gpu_hours_held_idle"], culling["gpu_hours_given_back"]
+    left.bar(["held idle\n(no culling)", "given back\n(culling)"], [held, back], color=["#7f8c8d", "#229954"])
+    left.text(1, back, f"{culling['idle_given_back_share']:.0%}", ha="center", va="bottom")
+    left.axhline(held / 2, color="grey", linestyle=":", linewidth=1, label="goal: half")
+    left.set_ylabel("GPU-hours over the semester")
+    left.legend(fontsize=8)
+    right.bar(["culled", "while working"], [culling["sessions_culled"], culling["culled_while_working"]], color=["#2471a3", "#c0392b"])
+    right.axhline(culling["sessions"] * 0.01, color="grey", linestyle=":", linewidth=1, label="goal: 1 % of sessions")
+    right.set_ylabel("sessions")
+    right.legend(fontsize=8)
+    fig.suptitle(f"GPU idle culling of servers after {culling['timeout_s'] / 60:g} min")
+    return _save(plt, fig, directory / "trace-culling.png")
 
 
 def _save(plt, fig, path: Path) -> Path:
@@ -170,7 +189,7 @@ def _borrowed(plt, directory, result, modes) -> Path:
 def _held_per_active(plt, directory, result, modes) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     values = [result["results"][f"{m}/local-first"]["held_per_active_gpu_hour"] or 0 for m in modes]
-    ax.bar(modes, values, color=["#2471a3", "#229954"][: len(modes)])
+    ax.bar(modes, values, color=["#2471a3", "#229954", "#ca6f1e"][: len(modes)])
     for i, v in enumerate(values):
         ax.text(i, v, f"{v:.2f}", ha="center", va="bottom")
     ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)

@@ -20,9 +20,13 @@ refused. A placed request's pod is bound at once and fed back to the inventory, 
 the reservation, as in the hub.
 
 How sessions hold GPUs is a *mode* (``MODES``): ``server`` holds the session's GPUs from start to
-end; ``kernel`` holds them only while a kernel computes (busy periods, merged when the gap is
-shorter than ``kernel_release_s``, plus that release delay). Each mode turns a session into GPU
-*demands*; the simulator does not know the difference.
+end; ``server-culled`` the same until the product's GPU idle culler stops the server
+(``bench/trace_culling.py``); ``kernel`` holds them only while a GPU kernel lives: from a busy
+moment until the culler stops it for idleness (the product's rule, ``--kernel-cull-timeout``),
+busy periods closer than that sharing one kernel. Each mode turns a session into GPU *demands*;
+the simulator does not know the difference. ``--cull-timeout`` adds the culled server mode and
+a ``culling`` summary: GPU-hours held idle given back, and sessions culled while the student was
+still working (a busy period after the stop).
 
 Prints JSON; ``--plots DIR`` writes the PNG plots (matplotlib, the ``bench`` extra).
 """
@@ -43,9 +47,11 @@ from typing import Any, Protocol
 
 from jupyter_gpuburst.bench import synthetic
 from jupyter_gpuburst.bench.stats import percentile, summary
+from jupyter_gpuburst.bench.trace_culling import CullRule, culling_summary, server_stop, with_open_tabs
 from jupyter_gpuburst.bench.trace_model import HOUR, WEEK, Session, TraceParams, generate
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.inventory import Inventory, Snapshot
+from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
 from jupyter_gpuburst.core.placement import (
     GPURequest,
     NoCapacity,
@@ -94,29 +100,63 @@ class ServerMode:
 
 
 @dataclass(frozen=True)
+class CulledServerMode:
+    """The server holds its GPUs until the session ends or the GPU idle culler stops it."""
+
+    rule: CullRule
+    name: str = "server-culled"
+
+    def demands(self, session: Session, first_id: int) -> list[Demand]:
+        stop = server_stop(session, self.rule)
+        end = session.start + session.length if stop is None else stop
+        active = sum(min(b, max(0.0, end - session.start - o)) for o, b in session.busy)
+        return [Demand(first_id, session, session.start, end - session.start, active)]
+
+
+@dataclass(frozen=True)
 class KernelMode:
-    """Only a computing kernel holds GPUs; it lets them go ``release_s`` after its last busy moment."""
+    """Only a living GPU kernel holds GPUs: from a busy moment until it is let go, ``release_s``
+    after its last busy moment, or where ``rule`` is given, when the product's culler stops it."""
 
     name: str = "kernel"
     release_s: float = 120.0
+    rule: CullRule | None = None
+
+    def released(self, last_busy: float) -> float:
+        return self.rule.stop_at(last_busy) if self.rule is not None else last_busy + self.release_s
 
     def demands(self, session: Session, first_id: int) -> list[Demand]:
-        spans: list[list[float]] = []  # [start, end, active] merged when the gap < release_s
+        spans: list[list[float]] = []  # [start, end, active] merged while the kernel still lives
         for offset, length in session.busy:
             s, e = session.start + offset, session.start + offset + length
-            if spans and s - spans[-1][1] < self.release_s:
+            if spans and s < self.released(spans[-1][1]):
                 spans[-1][1] = e
                 spans[-1][2] += length
             else:
                 spans.append([s, e, length])
         end_of_session = session.start + session.length
         return [
-            Demand(first_id + i, session, s, min(e + self.release_s, end_of_session) - s, active)
+            Demand(first_id + i, session, s, min(self.released(e), end_of_session) - s, active)
             for i, (s, e, active) in enumerate(spans)
         ]
 
 
-MODES: dict[str, Callable[[], Mode]] = {"server": ServerMode, "kernel": KernelMode}
+# the product's GPU kernel culling: a kernel profile's timeout in the worked example
+# (hub_config/culling_config.py), swept every GPUCullingSettings.period_seconds
+DEFAULT_KERNEL_CULL_TIMEOUT = 1200.0
+
+
+def mode_factories(kernel_cull_timeout: float = DEFAULT_KERNEL_CULL_TIMEOUT, cull_timeout: float | None = None) -> dict[str, Callable[[], Mode]]:
+    out: dict[str, Callable[[], Mode]] = {
+        "server": ServerMode,
+        "kernel": lambda: KernelMode(rule=CullRule.product_default(kernel_cull_timeout)),
+    }
+    if cull_timeout is not None:
+        out["server-culled"] = lambda: CulledServerMode(CullRule.product_default(cull_timeout))
+    return out
+
+
+MODES: dict[str, Callable[[], Mode]] = mode_factories(cull_timeout=GPUCullingSettings().timeout_seconds)
 
 
 # ---- the federation ---------------------------------------------------------------------------
@@ -321,14 +361,17 @@ class Simulation:
 
 # ---- the study ------------------------------------------------------------------------------
 def run_study(params: TraceParams, federation: Federation, modes: list[str], policies: list[str],
-              donor_latency: float = DEFAULT_DONOR_LATENCY) -> tuple[dict[str, Any], dict[str, Any]]:
+              donor_latency: float = DEFAULT_DONOR_LATENCY, *, cull_timeout: float | None = None,
+              kernel_cull_timeout: float = DEFAULT_KERNEL_CULL_TIMEOUT,
+              open_tab_share: float = 0.0) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the JSON result, the hourly series for the plots)."""
-    sessions = generate(params)
+    sessions = with_open_tabs(generate(params), params, open_tab_share)
+    factories = mode_factories(kernel_cull_timeout, cull_timeout)
     results: dict[str, Any] = {}
     series: dict[str, Any] = {}
     for mode_name in modes:
         for policy in policies:
-            sim = Simulation(federation, policy, MODES[mode_name](), params, donor_latency)
+            sim = Simulation(federation, policy, factories[mode_name](), params, donor_latency)
             out = sim.run(sessions)
             label = f"{mode_name}/{policy}"
             results[label] = _summarise(out, federation)
@@ -344,9 +387,13 @@ def run_study(params: TraceParams, federation: Federation, modes: list[str], pol
         "sessions": len(sessions),
         "lab_sessions": sum(1 for s in sessions if s.lab),
         "results": results,
+        "kernel_cull_timeout_s": kernel_cull_timeout,
+        "open_tab_share": open_tab_share,
         # the study is simulated time, but a reader comparing runs should see the machine's state
         "load_average": [round(v, 2) for v in os.getloadavg()],
     }
+    if cull_timeout is not None:
+        result["culling"] = culling_summary(sessions, CullRule.product_default(cull_timeout))
     result["checks"] = checks(result)
     result["ok"] = all(result["checks"].values())
     return result, series
@@ -388,6 +435,11 @@ def checks(result: dict[str, Any]) -> dict[str, bool]:
         # "cuts p95 wait at least 10x": burst's p95 times 10 is at most local-only's p95
         out[f"{mode}_burst_cuts_p95_wait_10x"] = burst["wait_s"]["p95"] * 10 <= local["wait_s"]["p95"] and local["wait_s"]["p95"] > 0
         out[f"{mode}_burst_refuses_none"] = burst["refused"] == 0
+    culling = result.get("culling")
+    if culling is not None:
+        # the goal: half the GPU-hours held idle given back, at most 1 % of sessions culled at work
+        out["culling_gives_back_half_the_idle"] = culling["idle_given_back_share"] >= 0.5
+        out["culling_while_working_at_most_1pct"] = culling["culled_while_working_share"] <= 0.01
     return out
 
 
@@ -404,7 +456,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--donor-latency", type=float, default=DEFAULT_DONOR_LATENCY,
                         help="the loss's latency term for a donor, in GiB of idle memory (default 40)")
     parser.add_argument("--start-timeout", type=float, default=d.start_timeout_s, help="queue wait before a refusal, s (default 300)")
-    parser.add_argument("--modes", default="server,kernel", help="comma-separated: server, kernel (default both)")
+    parser.add_argument("--modes", default="server,kernel", help="comma-separated: server, kernel, server-culled (with --cull-timeout) (default server,kernel)")
+    parser.add_argument("--cull-timeout", type=float, default=None,
+                        help="GPU idle culling of servers after this many idle seconds: adds the culled server mode and the culling summary and checks")
+    parser.add_argument("--kernel-cull-timeout", type=float, default=DEFAULT_KERNEL_CULL_TIMEOUT,
+                        help=f"kernel mode: the GPU kernel profile's culling timeout, s (default {DEFAULT_KERNEL_CULL_TIMEOUT:g})")
+    parser.add_argument("--open-tab-share", type=float, default=0.0,
+                        help="share of sessions left open to the session cap after the student's last activity (default 0)")
     parser.add_argument("--policies", default=",".join(POLICIES), help=f"comma-separated, from {', '.join(POLICIES)}")
     parser.add_argument("--plots", type=Path, default=None, help="write the PNG plots into this directory")
     parser.add_argument("--plot-week", type=int, default=6, help="the week shown hour by hour, counted from 0 (default 6: the plots' week 7)")
@@ -412,11 +470,14 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     policies = [p for p in args.policies.split(",") if p]
-    bad = [m for m in modes if m not in MODES] + [p for p in policies if p not in POLICIES]
+    known = mode_factories(cull_timeout=args.cull_timeout)
+    bad = [m for m in modes if m not in known] + [p for p in policies if p not in POLICIES]
     if bad or not modes or not policies:
         parser.error(f"unknown mode or policy: {', '.join(bad) or '(none given)'}")
     if args.local_gpus < 0 or args.donor_gpus < 0 or args.donors < 1 or args.start_timeout <= 0:
         parser.error("--local-gpus/--donor-gpus must be >= 0, --donors >= 1, --start-timeout > 0")
+    if (args.cull_timeout is not None and args.cull_timeout <= 0) or args.kernel_cull_timeout <= 0 or not 0 <= args.open_tab_share <= 1:
+        parser.error("--cull-timeout and --kernel-cull-timeout must be > 0, --open-tab-share in [0, 1]")
     if not 0 <= args.plot_week < args.weeks:
         parser.error("--plot-week must be one of the simulated weeks")
     params = replace(d, students=args.students, weeks=args.weeks, seed=args.seed, start_timeout_s=args.start_timeout)
@@ -427,7 +488,8 @@ def main(argv: list[str]) -> int:
     share, rest = divmod(args.donor_gpus, args.donors)
     donors = tuple((f"donor-{chr(ord('a') + i)}", share + (1 if i < rest else 0)) for i in range(args.donors))
     federation = Federation(local_gpus=args.local_gpus, donor_gpus=donors)
-    result, series = run_study(params, federation, modes, policies, args.donor_latency)
+    result, series = run_study(params, federation, modes, policies, args.donor_latency, cull_timeout=args.cull_timeout,
+                               kernel_cull_timeout=args.kernel_cull_timeout, open_tab_share=args.open_tab_share)
     if args.plots is not None:
         from jupyter_gpuburst.bench import plots
 

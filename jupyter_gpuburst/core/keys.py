@@ -63,3 +63,10 @@ FILES_ANNOTATION = f"{GROUP}/files"
 SERVICE_PORT = 8082
 SERVICE_HOST_ENV = "GPUBURST_SERVICE_HOST"
 SERVICE_PORT_ENV = "GPUBURST_SERVICE_PORT"
+
+# GPU idle culling: where a user's server reports when its GPUs (and its GPU kernels') were last
+# busy, with its own token; the hub's reply carries the warnings the Lab panel shows.
+ACTIVITY_URL_ENV = f"{ENV_PREFIX}ACTIVITY_URL"
+ACTIVITY_API_PATH = "api/activity"
+# what "busy" means for a GPU kernel's pod, sent with each usage_request (a fraction of 1)
+BUSY_THRESHOLD_FIELD = "gpu_busy_threshold"

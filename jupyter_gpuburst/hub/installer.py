@@ -15,6 +15,7 @@ from jupyter_gpuburst.core.keys import SERVICE_HOST_ENV, SERVICE_PORT_ENV
 from jupyter_gpuburst.core.keys import SERVICE_PORT as DEFAULT_SERVICE_PORT
 from jupyter_gpuburst.hub import metrics  # noqa: F401 - /hub/metrics shows the series from hub start
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
+from jupyter_gpuburst.hub.culling.live import install as install_culling
 from jupyter_gpuburst.hub.kernels.scopes import install as install_kernels
 from jupyter_gpuburst.hub.ports import free_port
 from jupyter_gpuburst.hub.profiles.policy import check_profiles
@@ -63,6 +64,7 @@ def install(
         template_paths.append(TEMPLATES)
     hub.template_paths = template_paths
     install_kernels(c, SERVICE_NAME)
+    install_culling(c, SERVICE_NAME)
     services = list(hub.services) if "services" in hub else []
     if any(s.get("name") == SERVICE_NAME for s in services):
         return

@@ -27,6 +27,7 @@ import http
 import json
 import logging
 import secrets
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ from tornado.log import access_log, app_log
 from jupyter_gpuburst.core import keys, names
 from jupyter_gpuburst.hub import metrics
 from jupyter_gpuburst.hub.capacity.report import capacity_report
+from jupyter_gpuburst.hub.culling.handlers import handlers as activity_handlers
+from jupyter_gpuburst.hub.culling.live import hub_culler, refuses_start
 from jupyter_gpuburst.hub.kernels.handlers import API_PATH as KERNELS_API_PATH
 from jupyter_gpuburst.hub.kernels.handlers import handlers as kernel_handlers
 
@@ -60,11 +63,14 @@ def registered() -> "CapacityService | None":
     return _registered
 
 
-def kernel_server_env() -> dict[str, str]:
-    """The env a user's server needs to reach the kernel API (nothing when the service is not
-    registered in this hub process: then no server is offered GPU kernels)."""
+def server_env() -> dict[str, str]:
+    """The env a user's server needs to reach the service: the GPU kernel API and the GPU
+    activity API (nothing when the service is not registered in this hub process: then no
+    server is offered GPU kernels, and none reports its GPU activity)."""
     service = registered()
-    return {keys.KERNELS_URL_ENV: service.kernels_url} if service is not None else {}
+    if service is None:
+        return {}
+    return {keys.KERNELS_URL_ENV: service.kernels_url, keys.ACTIVITY_URL_ENV: f"{service.url}{service.prefix}{keys.ACTIVITY_API_PATH}"}
 
 
 class CapacityService:
@@ -79,6 +85,8 @@ class CapacityService:
         self.prefix = f"/{base_url.strip('/')}/services/{SERVICE_NAME}/".replace("//", "/")
         self.tracker_source = tracker_source
         self.registry_source = registry_source
+        # the GPU culler (tests may give their own)
+        self.culler_source: Any = None
         self.bind_host = bind_host
         self.port = port
         self.connect_host = connect_host
@@ -123,8 +131,10 @@ class CapacityService:
                 (rf"{self.prefix}{API_PATH}/?", CapacityAPIHandler),
                 (rf"{self.prefix}oauth_callback", OAuthCallbackHandler),
                 *kernel_handlers(self.prefix, self.registry_source),
+                *activity_handlers(self.prefix, self.culler_source or partial(hub_culler, self.token)),
             ],
             service=self,
+            kernel_start_refusal=refuses_start,
             cookie_secret=secrets.token_bytes(32),
             templates=Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape()),
             log_function=log_request,

@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Any
 
+from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.keys import BACKEND_ENV, GPU_COUNT_ENV, KERNEL_ID_ENV, SIM_GPUS_ENV, SIM_MODEL_ENV
 from jupyter_gpuburst.gpu.backend import GPUBackend, KernelRef
 from jupyter_gpuburst.gpu.select import open_backend
@@ -38,6 +39,12 @@ class KernelGPUReporter:
         self.kernel_id = kernel_id
         self.period_s = period_s
         self.busy = False
+        # GPU idleness for the hub's culler: when the GPU or the kernel was last busy, on this
+        # pod's monotonic clock (reported as an age, so the hub's clock need not agree)
+        self.threshold = 0.05
+        self.busy_at = time.monotonic()
+        self.busy_basis = "utilization"
+        self._memory_used: int | None = None
         self._latest: dict[str, Any] = self._empty(getattr(backend, "reason", None))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -76,6 +83,7 @@ class KernelGPUReporter:
             for r in readings
         ]
         utilizations = [d["utilization"] for d in devices if d["utilization"] is not None]
+        self._note_activity(devices, utilizations)
         self._latest = {
             **self._empty(None),
             "sampled_at": time.time(),
@@ -86,8 +94,31 @@ class KernelGPUReporter:
         }
         return self._latest
 
+    def _note_activity(self, devices: list[dict[str, Any]], utilizations: list[float]) -> None:
+        busy = self.busy
+        if devices and len(utilizations) == len(devices):
+            self.busy_basis = "utilization"
+            busy = busy or max(utilizations) >= self.threshold
+        elif devices:
+            # NVML reads no utilization (a MIG slice without GPM): memory activity decides
+            from jupyter_gpuburst.server.activity import MEMORY_ACTIVITY_BYTES
+
+            self.busy_basis = "memory"
+            used = sum(d["memory_used_bytes"] for d in devices)
+            busy = busy or (self._memory_used is not None and abs(used - self._memory_used) > MEMORY_ACTIVITY_BYTES)
+            self._memory_used = used
+        else:
+            self.busy_basis = "kernel"
+        if busy:
+            self.busy_at = time.monotonic()
+
     def report(self) -> dict[str, Any]:
-        return dict(self._latest)
+        report = dict(self._latest)
+        if self.busy:
+            self.busy_at = time.monotonic()
+        report["busy_ago_s"] = round(time.monotonic() - self.busy_at, 1)
+        report["busy_basis"] = self.busy_basis
+        return report
 
     @property
     def running(self) -> bool:
@@ -131,6 +162,7 @@ def install_in_kernel(kernel: Any, shell: Any, reporter: KernelGPUReporter) -> N
 
     def idle(*_args: Any) -> None:
         reporter.busy = False
+        reporter.busy_at = time.monotonic()  # the cell ran until now
         if reporter.running:
             reporter.sample()  # the figure right after a cell is the one the student looks for
 
@@ -139,6 +171,9 @@ def install_in_kernel(kernel: Any, shell: Any, reporter: KernelGPUReporter) -> N
         shell.events.register("post_run_cell", idle)
 
     async def usage_request(stream: Any, ident: Any, parent: Any) -> None:
+        threshold = (parent.get("content") or {}).get(keys.BUSY_THRESHOLD_FIELD) if isinstance(parent, dict) else None
+        if isinstance(threshold, int | float) and not isinstance(threshold, bool) and 0 <= threshold < 1:
+            reporter.threshold = float(threshold)
         content: dict[str, Any] = {"hostname": socket.gethostname(), "pid": os.getpid(), "gpu": reporter.report()}
         try:
             import psutil

@@ -115,6 +115,7 @@ class GPUBurstServerExtension(ExtensionApp):
         return proposal.value
 
     sampler: Sampler | None = None
+    activity = None
 
     def initialize_settings(self) -> None:
         serverapp = self.serverapp
@@ -147,6 +148,12 @@ class GPUBurstServerExtension(ExtensionApp):
             }
         )
         self._install_gpu_kernels()
+        from jupyter_gpuburst.server.activity import reporter_from_env
+
+        self.activity = reporter_from_env(self.sampler, serverapp.kernel_manager)
+        self.settings[handlers.ACTIVITY_SETTING] = self.activity
+        if self.activity is not None:
+            IOLoop.current().add_callback(self.activity.start)
         if self.freeze_heap_at_start:
             # runs when the loop starts: after every extension has loaded, before any request
             IOLoop.current().add_callback(heap.freeze_once)
@@ -173,10 +180,14 @@ class GPUBurstServerExtension(ExtensionApp):
                 (r"/api/gpuburst/stream", handlers.StreamHandler),
                 (r"/api/gpuburst/kernels", GPUKernelsHandler),
                 (r"/api/gpuburst/kernel-profiles", GPUKernelProfilesHandler),
+                (r"/api/gpuburst/culling", handlers.CullingHandler),
+                (r"/api/gpuburst/culling/keep", handlers.CullingKeepHandler),
             ]
         )
 
     async def stop_extension(self) -> None:
+        if self.activity is not None:
+            await self.activity.close()
         if self.sampler is not None:
             await self.sampler.close()
 

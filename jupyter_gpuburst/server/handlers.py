@@ -116,3 +116,37 @@ class StreamHandler(GPUBurstHandler):
             pass
         finally:
             self._gone = True
+
+
+ACTIVITY_SETTING = "gpuburst_activity"
+
+
+class CullingHandler(GPUBurstHandler):
+    """``GET``: what the hub's GPU culler plans for this server and its GPU kernels."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        reporter = self.settings.get(ACTIVITY_SETTING)
+        self.finish(json.dumps(reporter.state() if reporter is not None else {"reporting": False}))
+
+
+class CullingKeepHandler(GPUBurstHandler):
+    """``POST {"target": "server" | <GPU kernel id>}``: the student's Keep, passed to the hub."""
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        reporter = self.settings.get(ACTIVITY_SETTING)
+        if reporter is None:
+            raise web.HTTPError(404, "GPU culling is not watching this server")
+        try:
+            target = json.loads(self.request.body or b"{}").get("target")
+        except (ValueError, AttributeError):
+            target = None
+        if not isinstance(target, str) or not target:
+            raise web.HTTPError(400, 'a keep is {"target": "server" or a GPU kernel id}')
+        status, message = await reporter.keep(target)
+        if status != 200:
+            self.set_status(status)
+        self.finish(json.dumps({"message": message, **reporter.state()}))

@@ -9,6 +9,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { GpuBurstClient } from './client';
+import { installGpuCulling } from './culling';
 import { gpuIcon } from './icon';
 import { installGpuKernels } from './kernels';
 import { GpuKernelLauncher } from './launcher';
@@ -108,6 +109,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
     apply(settings);
     installGpuKernels(app, client, panel, statusBar);
+    installGpuCulling(client, panel, statusBar, () => void app.commands.execute(CommandIDs.openPanel));
     if (launcher) {
       new GpuKernelLauncher(app, client, launcher);
     }

@@ -135,6 +135,12 @@ class KernelsHandler(KernelAPIHandler):
         spawner = self.hub.active_spawner(name, server_name)
         if spawner is None:
             raise web.HTTPError(409, f"the server {server_name!r} of {name} is not running")
+        # the culler's word, where the service has one (hub.culling): the kernels know no culler
+        refuses_start = self.settings.get("kernel_start_refusal")
+        refused = refuses_start(name, server_name, body.get("kernel_id")) if refuses_start else None
+        if refused:
+            # the culler stopped it and its server has not heard yet: a restarter's restart
+            raise web.HTTPError(409, "%s", refused)
         registry = await self.registry()
         server_pod = await _server_pod(registry, spawner)
         try:

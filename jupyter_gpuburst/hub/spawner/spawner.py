@@ -44,7 +44,7 @@ from jupyter_gpuburst.hub.profiles.options import (
     profile_block,
     validate_user_options,
 )
-from jupyter_gpuburst.hub.service import kernel_server_env
+from jupyter_gpuburst.hub.service import server_env as service_env
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
 from jupyter_gpuburst.hub.sites import storage
 from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader, OffloadingPermissionError
@@ -442,8 +442,9 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         self._gb_set_env(pod.spec, cpu_servers.env())
 
     def _gb_kernel_env(self) -> dict[str, str]:
-        """Where the server finds the GPU kernel API (the gpuburst service), whatever its profile."""
-        return kernel_server_env()
+        """Where the server finds the GPU kernel and activity APIs (the gpuburst service),
+        whatever its profile."""
+        return service_env()
 
     def _gb_serialize(self, model: Any) -> dict[str, Any]:
         return self.api.api_client.sanitize_for_serialization(model) or {}

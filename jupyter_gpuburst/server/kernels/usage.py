@@ -25,7 +25,7 @@ TTL_S = 3.0
 TIMEOUT_S = 2.0
 
 
-async def ask_usage(kernel: Any, timeout: float = TIMEOUT_S) -> dict[str, Any] | None:
+async def ask_usage(kernel: Any, timeout: float = TIMEOUT_S, content: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The kernel's ``usage_reply`` content, or None when it does not answer within ``timeout``.
 
     A client of its own: its own session (same key), so its socket identity is not the kernel
@@ -38,7 +38,7 @@ async def ask_usage(kernel: Any, timeout: float = TIMEOUT_S) -> dict[str, Any] |
     client.start_channels(shell=False, iopub=False, stdin=False, hb=False, control=True)
     channel = client.control_channel
     try:
-        request = session.msg("usage_request", {})
+        request = session.msg("usage_request", content or {})
         channel.send(request)
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:

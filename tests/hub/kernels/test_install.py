@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from traitlets.config import Config
 
+from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub import install, service
 from jupyter_gpuburst.hub.kernels import KERNELS_URL_ENV, SCOPE
-from jupyter_gpuburst.hub.service import kernel_server_env as server_env
+from jupyter_gpuburst.hub.service import server_env
 
 OURS = ["access:services!service=gpuburst", "custom:gpuburst:kernels!user"]
 
@@ -33,7 +34,11 @@ def test_kernel_mode_is_part_of_the_service_not_extra_handlers():
     assert SCOPE in c.JupyterHub.custom_scopes and c.JupyterHub.custom_scopes[SCOPE]["description"]
     [entry] = [s for s in c.JupyterHub.services if s["name"] == "gpuburst"]
     # servers call the service at its own address: the hub Service's port 8082, as the hub API's host
-    assert server_env() == {KERNELS_URL_ENV: f"{entry['url']}/services/gpuburst/api/kernels"}
+    assert server_env() == {
+        KERNELS_URL_ENV: f"{entry['url']}/services/gpuburst/api/kernels",
+        # and where the server reports its GPU activity for the culler (docs/culling.md)
+        keys.ACTIVITY_URL_ENV: f"{entry['url']}/services/gpuburst/api/activity",
+    }
     assert entry["url"] == "http://hub.jhub.svc.cluster.local:8082"
 
 

@@ -1,0 +1,284 @@
+"""The culling loop: every period, each reported server and GPU kernel is kept, warned or stopped.
+
+Servers stop through JupyterHub's own REST API (``DELETE /hub/api/users/<name>/servers/<server>``,
+as jupyterhub-idle-culler stops them), with the ``gpuburst`` service's token, so the proxy route,
+the spawner and the database are cleaned up by the hub exactly as for any other stop. GPU kernels
+stop through the hub's kernel registry: deleting the kernel's pod frees its GPU. Nothing is
+stopped on a guess: a target whose server went silent is unknown and kept, a stop needs a warning
+the server could have shown first, and a stop of something already gone is logged and dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from jupyter_gpuburst.hub.culling.policy import Decision, decide
+from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
+from jupyter_gpuburst.hub.culling.store import SERVER, Signal, SignalStore, Stopped
+
+# the spawn page's template variable: why the culler stopped the user's server, or ""
+TEMPLATE_VAR = "gpuburst_stopped"
+
+
+@dataclass
+class Target:
+    """A reported server or GPU kernel, as the hub knows it now."""
+
+    signal: Signal
+    profile: str
+    site_kind: str
+    groups: frozenset[str]
+    age_s: float | None
+    handle: Any  # the spawner, or the kernel record
+
+
+class Culler:
+    """One per hub process: the store the activity API writes and the loop that acts on it."""
+
+    def __init__(
+        self,
+        settings: GPUCullingSettings,
+        hub: Any,
+        registry_source: Callable[[Any], Awaitable[Any]] | None = None,
+        *,
+        stop_server: Callable[[str, str], Awaitable[str]],
+        log: logging.Logger | None = None,
+    ) -> None:
+        self.settings = settings
+        self.hub = hub
+        self.store = SignalStore(stale_after_s=3 * settings.period_seconds)
+        self.registry_source = registry_source
+        self._stop_server = stop_server
+        self.log = log or logging.getLogger(__name__)
+        self._task: asyncio.Task | None = None
+        self._silent: set[tuple[str, str, str]] = set()
+        self.stops: list[dict[str, Any]] = []  # for benchmarks and tests: what was stopped when
+        self.stopped_servers: dict[tuple[str, str], tuple[str, float]] = {}
+
+    # ---- what the hub knows ---------------------------------------------------------------
+    async def registry(self) -> Any:
+        if self.registry_source is None:
+            return None
+        try:
+            return await self.registry_source(self.hub)
+        except Exception:  # noqa: BLE001 - no registry: kernels are unknown this sweep, never idle
+            self.log.warning("GPU culling: the kernel registry is unavailable; no GPU kernel is culled this sweep", exc_info=True)
+            return None
+
+    def kernel_record(self, registry: Any, user: str, record_id: str) -> Any:
+        if registry is None:
+            return None
+        try:
+            return registry.get(user, record_id)
+        except Exception:  # noqa: BLE001 - KernelError 404: gone
+            return None
+
+    async def targets(self) -> list[Target]:
+        """Every reported target whose server or kernel still runs; the rest are forgotten."""
+        registry = await self.registry()
+        now = time.time()
+        out = []
+        for signal in list(self.store.signals.values()):
+            spawner = self.hub.active_spawner(signal.user, signal.server_name)
+            if spawner is None:
+                self.store.forget(signal)
+                continue
+            groups = self.hub.groups(signal.user)
+            if signal.kind == SERVER:
+                placement = getattr(spawner, "_gb_placement", None)
+                site = getattr(placement, "site", "origin") or "origin"
+                started = _started(spawner)
+                age = None if started is None else now - started
+                profile = str((getattr(spawner, "user_options", None) or {}).get("profile") or "")
+                out.append(Target(signal, profile, "origin" if site == "origin" else "donor", groups, age, spawner))
+                continue
+            if registry is None:
+                continue
+            record = self.kernel_record(registry, signal.user, signal.target)
+            if record is None:
+                self.store.forget(signal)
+                continue
+            site = record.placement.site if record.placement is not None else "origin"
+            out.append(Target(signal, record.profile.slug, "origin" if site == "origin" else "donor", groups, now - record.created, record))
+        return out
+
+    def decision(self, target: Target, now: float) -> Decision:
+        policy = self.settings.policy(target.signal.kind, target.profile)
+        state = self.store.state(target.signal, now)
+        return decide(target.signal, state, policy, now, age_s=target.age_s, site_kind=target.site_kind, groups=target.groups)
+
+    # ---- the loop -------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.period_seconds)
+            try:
+                await self.sweep()
+            except Exception:  # noqa: BLE001 - a bad sweep must not end culling for good
+                self.log.exception("GPU culling: a sweep failed; the next one runs in %s s", self.settings.period_seconds)
+
+    async def sweep(self, now: float | None = None) -> list[dict[str, Any]]:
+        """One pass; returns what it stopped. Donors' targets go first, so that when the hub is
+        stopped mid-sweep, borrowed GPUs are the ones already back."""
+        now = time.time() if now is None else now
+        targets = await self.targets()
+        targets.sort(key=lambda t: t.site_kind != "donor")
+        stopped = []
+        for target in targets:
+            decision = self.decision(target, now)
+            signal = target.signal
+            key = (signal.user, signal.server_name, signal.target)
+            if decision.action == "unknown" and key not in self._silent:
+                self._silent.add(key)
+                self.log.warning(
+                    "GPU culling: no GPU activity report for %s's %s for %.0f s; its GPU state is unknown, so it is kept",
+                    signal.user, _what(signal), now - signal.reported_at,
+                )
+            elif decision.action != "unknown":
+                self._silent.discard(key)
+            if decision.action == "active":
+                signal.warned_at = None  # busy again: the next stop needs a warning of its own
+            if decision.action == "warn" and signal.warned_at is None:
+                signal.warned_at = now
+                self.log.info("GPU culling: warning %s: %s stops in %.0f s (%s)", signal.user, _what(signal), decision.stops_in_s, decision.reason)
+            elif decision.action == "stop":
+                policy = self.settings.policy(signal.kind, target.profile)
+                if policy.warning_s > 0 and (signal.warned_at is None or now - signal.warned_at < min(policy.warning_s, self.settings.period_seconds)):
+                    # never stop what the student could not have been warned about (a first
+                    # report that is already past the timeout, after a hub restart)
+                    if signal.warned_at is None:
+                        signal.warned_at = now
+                        self.log.info("GPU culling: warning %s first: %s is past its limit (%s)", signal.user, _what(signal), decision.reason)
+                    continue
+                try:
+                    done = await self.cull(target, decision.reason, now)
+                except Exception:  # noqa: BLE001 - one failed stop must not keep the others
+                    self.log.exception("GPU culling: stopping %s's %s failed; it is tried again next sweep", signal.user, _what(signal))
+                    continue
+                if done is not None:
+                    stopped.append(done)
+        return stopped
+
+    async def cull(self, target: Target, reason: str, now: float) -> dict[str, Any] | None:
+        signal = target.signal
+        entry = {"user": signal.user, "server_name": signal.server_name, "target": signal.target, "site_kind": target.site_kind, "reason": reason, "at": now}
+        if signal.kind == SERVER:
+            # JupyterHub drops a stopped server's spawner: the note is kept here for the spawn page
+            self.stopped_servers[(signal.user, signal.server_name)] = (f"Your server was stopped because {reason}. Start it again when you need a GPU.", now)
+            self.log.info("GPU culling: stopping %s's server %r: %s", signal.user, signal.server_name, reason)
+            outcome = await self._stop_server(signal.user, signal.server_name)
+            self.store.forget(signal)
+            if outcome == "gone":
+                self.log.info("GPU culling: %s's server %r was already stopped", signal.user, signal.server_name)
+                return None
+            self.store.forget_server(signal.user, signal.server_name)
+        else:
+            registry = await self.registry()
+            record = self.kernel_record(registry, signal.user, signal.target)
+            if record is None:
+                self.store.forget(signal)
+                self.log.info("GPU culling: %s's GPU kernel %s was already gone", signal.user, signal.target)
+                return None
+            pending = next((s for s in self.store.stopped_for(signal.user, signal.server_name) if s.kernel_id == signal.kernel_id), None)
+            if pending is None:
+                message = f"This GPU kernel was stopped because {reason}. Restart the kernel to start it again on a free GPU."
+                # the server hears first and shuts the kernel down itself (through the registry,
+                # as any shutdown), so the notebook sees a kernel shut down, not one that died;
+                # meanwhile the hub refuses a restart of it
+                self.store.stopped.append(Stopped(signal.user, signal.server_name, signal.kernel_id, message, now))
+                self.log.info("GPU culling: stopping %s's GPU kernel %s on %s: %s", signal.user, signal.target, target.site_kind, reason)
+                if signal.kernel_id:
+                    return None
+            elif now - pending.at < 2 * self.settings.period_seconds:
+                return None
+            else:
+                self.log.info("GPU culling: %s's server did not shut GPU kernel %s down; deleting its pod", signal.user, signal.target)
+            await registry.stop(record, wait=0)
+            self.store.forget(signal)
+        self.stops.append(entry)
+        return entry
+
+    # ---- what a server's report gets back ---------------------------------------------------
+    async def reply(self, user: str, server_name: str, now: float | None = None) -> dict[str, Any]:
+        """The culling state of one server and its GPU kernels, for its Lab panel."""
+        now = time.time() if now is None else now
+        spawner = self.hub.active_spawner(user, server_name)
+        note = self.stopped_servers.get((user, server_name))
+        if spawner is not None and note is not None:
+            started = _started(spawner)
+            if started is not None and started > note[1]:
+                # it runs again since the stop: the spawn page's note is done
+                self.stopped_servers.pop((user, server_name), None)
+        targets = [t for t in await self.targets() if t.signal.user == user and t.signal.server_name == server_name]
+        items = []
+        for target in targets:
+            decision = self.decision(target, now)
+            policy = self.settings.policy(target.signal.kind, target.profile)
+            items.append(
+                {
+                    "target": target.signal.target,
+                    "kind": target.signal.kind,
+                    "kernel_id": target.signal.kernel_id,
+                    "state": decision.action,
+                    "idle_s": decision.idle_s,
+                    "stops_in_s": decision.stops_in_s,
+                    "warned": target.signal.warned_at is not None,
+                    "keepable": decision.keepable,
+                    "keeps_left": max(0, policy.keep_limit - target.signal.keeps),
+                    "basis": target.signal.basis,
+                    "reason": decision.reason,
+                    "policy": policy.public(target.site_kind),
+                }
+            )
+        stopped = []
+        for stop in self.store.stopped_for(user, server_name):
+            stopped.append({"kernel_id": stop.kernel_id, "reason": stop.reason, "at": stop.at})
+            stop.delivered = True
+        return {
+            "period_s": self.settings.period_seconds,
+            "threshold": self.settings.threshold,
+            "threshold_by_kernel": {t.signal.target: self.settings.policy("kernel", t.profile).threshold for t in targets if t.signal.kind != SERVER},
+            "targets": items,
+            "stopped": stopped,
+        }
+
+    async def keep(self, user: str, server_name: str, target: str, now: float | None = None) -> tuple[int, str]:
+        """The student's Keep; (status, sentence)."""
+        now = time.time() if now is None else now
+        signal = self.store.get(user, server_name, target)
+        match = [t for t in await self.targets() if t.signal is signal] if signal is not None else []
+        if not match:
+            return 404, "nothing of yours with that name is being watched for GPU idleness"
+        policy = self.settings.policy(signal.kind, match[0].profile)
+        if not self.store.keep(signal, policy.keep_limit, now):
+            return 409, f"Keep was already used {policy.keep_limit} times for this {_what(signal)}; the GPU goes back when idle"
+        self.log.info("GPU culling: %s keeps %s (%d of %d)", user, _what(signal), signal.keeps, policy.keep_limit)
+        return 200, f"kept: the idle time starts again ({policy.keep_limit - signal.keeps} keeps left)"
+
+
+def _started(spawner: Any) -> float | None:
+    """When the server started (JupyterHub keeps naive UTC datetimes), or None."""
+    started = getattr(getattr(spawner, "orm_spawner", None), "started", None)
+    if started is None:
+        return None
+    if started.tzinfo is None:
+        started = started.replace(tzinfo=datetime.timezone.utc)
+    return started.timestamp()
+
+
+def _what(signal: Signal) -> str:
+    return f"server {signal.server_name!r}" if signal.kind == SERVER else f"GPU kernel {signal.target}"

@@ -1,0 +1,121 @@
+"""The activity API of the ``gpuburst`` service: a user's server reports when its GPUs were last
+busy, and hears back what the culler plans for it; the student's Keep comes in here too.
+
+URLs, under the service's prefix ``/services/gpuburst/``:
+
+- ``api/activity``: ``POST`` a report (see ``jupyter_gpuburst.hub.culling.store``); the reply is
+  the culling state of the server and its GPU kernels
+- ``api/activity/keep``: ``POST {"server_name", "target"}``: Keep one server or GPU kernel
+
+A report is accepted only with a token carrying ``users:activity!user=<its owner>``: the scope
+JupyterHub gives every server's own token to post its activity to ``/hub/api/users/<name>/activity``.
+A report is always about the token's owner, so another user's token can only ever speak for
+that other user; a kernel that is not one of the reporting server's GPU kernels is ignored and
+logged.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jupyterhub.services.auth import check_scopes
+from tornado import web
+
+from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.hub.culling.store import ReportError
+
+TOKEN_PREFIXES = ("token ", "bearer ")
+MAX_BODY = 256 * 1024
+
+
+class ActivityAPIHandler(web.RequestHandler):
+    user: dict[str, Any]
+
+    def initialize(self, culler_source: Any) -> None:
+        self.culler_source = culler_source
+
+    @property
+    def service(self) -> Any:
+        return self.settings["service"]
+
+    def check_xsrf_cookie(self) -> None:
+        return None  # tokens only
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        message = self._reason
+        if isinstance(exc, web.HTTPError) and exc.log_message:
+            message = exc.log_message % exc.args if exc.args else exc.log_message
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"status": status_code, "message": message}))
+
+    async def prepare(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        header = self.request.headers.get("Authorization", "")
+        token = header.split(" ", 1)[1].strip() if header.lower().startswith(TOKEN_PREFIXES) else ""
+        model = await self.service.hub_auth().user_for_token(token, sync=False) if token else None
+        if not model or model.get("kind", "user") != "user":
+            raise web.HTTPError(403, "Missing or invalid credentials.")
+        scope = f"users:activity!user={model['name']}"
+        if not check_scopes({scope}, set(model.get("scopes") or ())):
+            self.culler.log.warning("GPU activity: a token of %s without %s was refused", model["name"], scope)
+            raise web.HTTPError(403, f"This token may not report activity (it needs {scope}).")
+        self.user = model
+
+    @property
+    def culler(self) -> Any:
+        return self.culler_source()
+
+    def body(self) -> Any:
+        if len(self.request.body or b"") > MAX_BODY:
+            raise web.HTTPError(413, "activity report too large")
+        try:
+            return json.loads(self.request.body or b"{}")
+        except ValueError:
+            raise web.HTTPError(400, "the request body must be JSON") from None
+
+
+class ActivityHandler(ActivityAPIHandler):
+    async def post(self) -> None:
+        culler = self.culler
+        name = self.user["name"]
+        body = self.body()
+        server_name = body.get("server_name", "") if isinstance(body, dict) else ""
+        if isinstance(server_name, str) and culler.hub.active_spawner(name, server_name) is None:
+            raise web.HTTPError(409, f"the server {server_name!r} of {name} is not running")
+        registry = await culler.registry()
+
+        def owns(record_id: str, server: str) -> bool:
+            record = culler.kernel_record(registry, name, record_id)
+            return record is not None and record.server_name == server
+
+        try:
+            server_name, ignored = culler.store.report(name, body, owns)
+        except ReportError as exc:
+            culler.log.warning("GPU activity: a report of %s was refused: %s", name, exc.message)
+            raise web.HTTPError(exc.status, "%s", exc.message) from None
+        if ignored:
+            culler.log.warning("GPU activity: %s's server %r reported kernels that are not its own: %s (ignored)", name, server_name, ", ".join(ignored[:5]))
+        reply = await culler.reply(name, server_name)
+        reply["ignored"] = ignored
+        self.write(json.dumps(reply))
+
+
+class KeepHandler(ActivityAPIHandler):
+    async def post(self) -> None:
+        body = self.body()
+        if not isinstance(body, dict) or not isinstance(body.get("server_name", ""), str) or not isinstance(body.get("target"), str):
+            raise web.HTTPError(400, "a keep is {\"server_name\": ..., \"target\": \"server\" or a GPU kernel's id}")
+        status, message = await self.culler.keep(self.user["name"], body.get("server_name", ""), body["target"])
+        if status != 200:
+            raise web.HTTPError(status, "%s", message)
+        self.write(json.dumps({"message": message}))
+
+
+def handlers(prefix: str, culler_source: Any) -> list[tuple[str, type, dict[str, Any]]]:
+    kwargs = {"culler_source": culler_source}
+    return [
+        (rf"{prefix}{keys.ACTIVITY_API_PATH}/?", ActivityHandler, kwargs),
+        (rf"{prefix}{keys.ACTIVITY_API_PATH}/keep", KeepHandler, kwargs),
+    ]

@@ -1,0 +1,194 @@
+"""When each server's and GPU kernel's GPUs were last busy, as their servers report it.
+
+Reports carry ages ("idle for 312 s"), measured on the reporting pod's own monotonic clock, never
+timestamps: the hub turns an age into a time on its own clock, so a pod whose clock is hours off
+reports as truthfully as one in sync. Each server process numbers its reports (``boot``, ``seq``);
+a report that is not newer than the last one accepted is refused as replayed. A target whose
+last report is older than ``stale_after_s`` is unknown, and the culler never stops the unknown.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+BASES = ("utilization", "memory", "kernel")
+MAX_IDLE_S = 30 * 24 * 3600.0
+MAX_KERNELS = 256
+SERVER = "server"
+
+
+class ReportError(Exception):
+    """A report the hub refuses; ``message`` is short and safe to return."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class Signal:
+    """What the hub knows of one server's or one GPU kernel's GPUs."""
+
+    user: str
+    server_name: str
+    target: str  # SERVER, or a GPU kernel's record id
+    kernel_id: str = ""  # the kernel's id in its server (jupyter_server's), for kernels
+    last_busy: float | None = None  # hub clock; None: no GPU readable (never idle)
+    reported_at: float = 0.0  # hub clock
+    basis: str = "utilization"
+    kept_at: float = 0.0
+    keeps: int = 0
+    warned_at: float | None = None
+
+    @property
+    def kind(self) -> str:
+        return SERVER if self.target == SERVER else "kernel"
+
+    def idle_s(self, now: float) -> float | None:
+        if self.last_busy is None:
+            return None
+        return max(0.0, now - max(self.last_busy, self.kept_at))
+
+
+@dataclass
+class Stopped:
+    """A GPU kernel the culler stopped: its server hears why in its next reply, and until then
+    the hub does not start it again on its own (the kernel restarter would otherwise)."""
+
+    user: str
+    server_name: str
+    kernel_id: str
+    reason: str
+    at: float
+    delivered: bool = False
+
+
+@dataclass
+class SignalStore:
+    stale_after_s: float = 180.0
+    signals: dict[tuple[str, str, str], Signal] = field(default_factory=dict)
+    sequence: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    stopped: list[Stopped] = field(default_factory=list)
+
+    def report(self, user: str, body: Any, owns_kernel: Any, now: float | None = None) -> tuple[str, list[str]]:
+        """Record one server's report; returns (server name, kernel ids ignored).
+
+        ``owns_kernel(record_id, server_name) -> kernel_id | None`` says whether the record is a
+        GPU kernel of this user's server; entries for any other are ignored (and logged by the
+        caller), never stored.
+        """
+        now = time.time() if now is None else now
+        if not isinstance(body, dict):
+            raise ReportError(400, "an activity report is a JSON object")
+        unknown = set(body) - {"server_name", "boot", "seq", "gpu_idle_s", "basis", "kernels"}
+        if unknown:
+            raise ReportError(400, f"unknown field(s): {', '.join(sorted(map(str, unknown)))}")
+        server_name = body.get("server_name", "")
+        boot, seq = body.get("boot"), body.get("seq")
+        if not isinstance(server_name, str) or len(server_name) > 255:
+            raise ReportError(400, "server_name must be a string")
+        if not isinstance(boot, str) or not 1 <= len(boot) <= 64:
+            raise ReportError(400, "boot must be a string of 1-64 characters")
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise ReportError(400, "seq must be a whole number of at least 0")
+        idle = _idle(body.get("gpu_idle_s"), "gpu_idle_s")
+        basis = _basis(body.get("basis", "utilization"))
+        kernels = body.get("kernels") or {}
+        if not isinstance(kernels, dict) or len(kernels) > MAX_KERNELS:
+            raise ReportError(400, f"kernels must be an object of at most {MAX_KERNELS} GPU kernels")
+        parsed: dict[str, tuple[float | None, str, str]] = {}
+        for record_id, entry in kernels.items():
+            if not isinstance(entry, dict):
+                raise ReportError(400, "each kernel's entry is an object")
+            kernel_id = entry.get("kernel_id", "")
+            if not isinstance(kernel_id, str):
+                raise ReportError(400, "kernel_id must be a string")
+            parsed[str(record_id)] = (_idle(entry.get("idle_s"), "idle_s"), _basis(entry.get("basis", "utilization")), kernel_id)
+        last = self.sequence.get((user, server_name))
+        if last is not None and last[0] == boot and seq <= last[1]:
+            raise ReportError(409, f"report {seq} is not newer than report {last[1]} (replayed or out of order); ignored")
+        self.sequence[(user, server_name)] = (boot, seq)
+        self._put(user, server_name, SERVER, "", idle, basis, now)
+        ignored = []
+        for record_id, (kernel_idle, kernel_basis, kernel_id) in parsed.items():
+            if not owns_kernel(record_id, server_name):
+                ignored.append(record_id)
+                continue
+            self._put(user, server_name, record_id, kernel_id, kernel_idle, kernel_basis, now)
+        # a stopped kernel's server has heard why once it no longer reports the kernel
+        reported = {k for _, _, k in parsed.values()}
+        for stop in self.stopped:
+            if stop.user == user and stop.server_name == server_name and stop.delivered and stop.kernel_id not in reported:
+                stop.kernel_id = ""
+        self.stopped = [s for s in self.stopped if s.kernel_id and now - s.at < 3600]
+        return server_name, ignored
+
+    def _put(self, user: str, server_name: str, target: str, kernel_id: str, idle: float | None, basis: str, now: float) -> None:
+        key = (user, server_name, target)
+        signal = self.signals.get(key)
+        if signal is None:
+            signal = self.signals[key] = Signal(user, server_name, target, kernel_id)
+        signal.kernel_id = kernel_id or signal.kernel_id
+        signal.reported_at = now
+        signal.basis = basis
+        signal.last_busy = None if idle is None else now - idle
+
+    def state(self, signal: Signal, now: float) -> str:
+        """``unknown`` (silent too long), ``no-gpu`` (nothing readable), else ``reported``."""
+        if now - signal.reported_at > self.stale_after_s:
+            return "unknown"
+        if signal.last_busy is None:
+            return "no-gpu"
+        return "reported"
+
+    def get(self, user: str, server_name: str, target: str) -> Signal | None:
+        return self.signals.get((user, server_name, target))
+
+    def of_server(self, user: str, server_name: str) -> list[Signal]:
+        return [s for s in self.signals.values() if s.user == user and s.server_name == server_name]
+
+    def forget(self, signal: Signal) -> None:
+        self.signals.pop((signal.user, signal.server_name, signal.target), None)
+
+    def forget_server(self, user: str, server_name: str) -> None:
+        for signal in self.of_server(user, server_name):
+            self.forget(signal)
+        self.sequence.pop((user, server_name), None)
+
+    def keep(self, signal: Signal, limit: int, now: float | None = None) -> bool:
+        """The student's Keep: counts as GPU activity now, at most ``limit`` times."""
+        if signal.keeps >= limit:
+            return False
+        signal.keeps += 1
+        signal.kept_at = time.time() if now is None else now
+        signal.warned_at = None
+        return True
+
+    def refuses_start(self, user: str, server_name: str, kernel_id: str) -> str | None:
+        """Why a start of ``kernel_id`` is refused: the culler stopped it and its server has not
+        heard yet (a kernel restarter restarting it would take the GPU straight back)."""
+        for stop in self.stopped:
+            if kernel_id and (stop.user, stop.server_name, stop.kernel_id) == (user, server_name, kernel_id) and not stop.delivered:
+                return stop.reason
+        return None
+
+    def stopped_for(self, user: str, server_name: str) -> list[Stopped]:
+        return [s for s in self.stopped if s.user == user and s.server_name == server_name]
+
+
+def _idle(value: Any, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or not 0 <= value <= MAX_IDLE_S:
+        raise ReportError(400, f"{name} must be null or a number of seconds from 0 to {int(MAX_IDLE_S)}")
+    return float(value)
+
+
+def _basis(value: Any) -> str:
+    if value not in BASES:
+        raise ReportError(400, f"basis must be one of {', '.join(BASES)}")
+    return value

@@ -1,0 +1,245 @@
+"""GPU activity of this server and its GPU kernels, reported to the hub's culler with the
+server's own token; the hub's reply (warnings, stops) is what the Lab panel shows.
+
+Only GPUs and kernels count: a GPU's utilization over the hub's threshold, a kernel executing,
+or, where NVML reads no utilization (some MIG slices), the GPU's memory in use changing. HTTP
+requests, an open panel or an open tab never do. Ages, not timestamps, go to the hub (its clock
+may differ from this pod's), and every report is numbered, so the hub can refuse a replayed one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import time
+from typing import Any
+
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+
+from jupyter_gpuburst.core import keys
+
+log = logging.getLogger(__name__)
+
+# memory in use changing by more than this between samples counts as activity where NVML reads
+# no utilization: allocator noise stays under it, a training step's tensors do not
+MEMORY_ACTIVITY_BYTES = 16 * 2**20
+DEFAULT_PERIOD_S = 60.0
+SAMPLE_EVERY_S = 5.0
+
+
+class ActivityReporter:
+    """Samples this server's GPUs and kernels every few seconds; reports once per hub period."""
+
+    def __init__(self, url: str, token: str, server_name: str, sampler: Any, kernel_manager: Any, threshold: float = 0.05) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.server_name = server_name
+        self.sampler = sampler
+        self.kernel_manager = kernel_manager
+        self.threshold = threshold
+        self.kernel_thresholds: dict[str, float] = {}
+        self.period_s = DEFAULT_PERIOD_S
+        self.boot = secrets.token_hex(8)
+        self.seq = 0
+        self.busy_at: float | None = None  # monotonic; None until a GPU has been read
+        self.gpu_visible = False
+        self.basis = "utilization"
+        self._memory: dict[str, int] = {}
+        self.latest: dict[str, Any] | None = None
+        self.error: str | None = None
+        self.stopped: list[dict[str, Any]] = []  # GPU kernels the hub stopped, for the panel
+        self._task: asyncio.Task | None = None
+
+    # ---- measuring ------------------------------------------------------------------------
+    def _kernels(self) -> list[tuple[str, Any]]:
+        out = []
+        for kernel_id in list(self.kernel_manager.list_kernel_ids()):
+            try:
+                out.append((kernel_id, self.kernel_manager.get_kernel(kernel_id)))
+            except KeyError:
+                continue
+        return out
+
+    async def sample(self) -> None:
+        """One look at this server's GPUs and kernels (not its GPU kernels' pods)."""
+        now = time.monotonic()
+        busy = any(getattr(k, "execution_state", "") == "busy" and not _remote(k) for _, k in self._kernels())
+        try:
+            data = (await self.sampler.current()).data if self.sampler is not None else {"available": False}
+        except Exception:  # noqa: BLE001 - telemetry failing is "no reading", never "idle"
+            log.debug("GPU activity: sampling failed", exc_info=True)
+            data = {"available": False}
+        self.gpu_visible = bool(data.get("available")) and bool(data.get("gpus"))
+        if self.gpu_visible:
+            basis = "utilization"
+            for gpu in data["gpus"]:
+                util = gpu.get("utilization")
+                used = int(gpu.get("memory_used_bytes") or 0)
+                before = self._memory.get(gpu.get("uuid", ""), used)
+                self._memory[gpu.get("uuid", "")] = used
+                if util is None:
+                    basis = "memory"
+                    busy = busy or abs(used - before) > MEMORY_ACTIVITY_BYTES
+                else:
+                    busy = busy or util >= self.threshold
+            self.basis = basis
+        if busy or self.busy_at is None:
+            self.busy_at = now
+
+    async def kernel_entries(self) -> dict[str, dict[str, Any]]:
+        """Each GPU kernel's idle age: its pod measures its own GPU (see kernel/gpu.py)."""
+        from jupyter_gpuburst.server.kernels.usage import ask_usage
+
+        entries: dict[str, dict[str, Any]] = {}
+
+        async def one(kernel_id: str, kernel: Any) -> None:
+            record_id = (_remote(kernel) or {}).get("id")
+            if not record_id:
+                return
+            threshold = self.kernel_thresholds.get(record_id, self.threshold)
+            usage = await ask_usage(kernel, content={keys.BUSY_THRESHOLD_FIELD: threshold})
+            gpu = (usage or {}).get("gpu") or {}
+            idle = gpu.get("busy_ago_s")
+            if getattr(kernel, "execution_state", "") == "busy":
+                idle = 0.0
+            if not isinstance(idle, int | float) or isinstance(idle, bool) or idle < 0:
+                return  # no answer: the hub hears nothing of it, and treats it as unknown
+            entries[record_id] = {"kernel_id": kernel_id, "idle_s": round(float(idle), 1), "basis": gpu.get("busy_basis") or "utilization"}
+
+        await asyncio.gather(*(one(kid, k) for kid, k in self._kernels()))
+        return entries
+
+    async def body(self) -> dict[str, Any]:
+        self.seq += 1
+        idle = None
+        if self.gpu_visible and self.busy_at is not None:
+            idle = round(max(0.0, time.monotonic() - self.busy_at), 1)
+        return {
+            "server_name": self.server_name,
+            "boot": self.boot,
+            "seq": self.seq,
+            "gpu_idle_s": idle,
+            "basis": self.basis,
+            "kernels": await self.kernel_entries(),
+        }
+
+    # ---- talking to the hub -----------------------------------------------------------------
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = await AsyncHTTPClient().fetch(
+            self.url + path,
+            method="POST",
+            body=json.dumps(body),
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+            request_timeout=30,
+        )
+        return json.loads(response.body or b"{}")
+
+    async def report(self) -> dict[str, Any] | None:
+        try:
+            reply = await self._post("", await self.body())
+        except HTTPClientError as exc:
+            self.error = _message(exc)
+            log.warning("GPU activity: the hub refused a report: %s", self.error)
+            return None
+        except Exception as exc:  # noqa: BLE001 - the hub restarting: try again next period
+            self.error = f"the hub cannot be reached ({exc.__class__.__name__})"
+            log.info("GPU activity: %s", self.error)
+            return None
+        self.error = None
+        self.latest = reply
+        period = reply.get("period_s")
+        if isinstance(period, int | float) and period > 0:
+            self.period_s = float(period)
+        if isinstance(reply.get("threshold"), int | float):
+            self.threshold = float(reply["threshold"])
+        self.kernel_thresholds = {k: float(v) for k, v in (reply.get("threshold_by_kernel") or {}).items()}
+        for stop in reply.get("stopped") or []:
+            await self._stopped(stop)
+        return reply
+
+    async def _stopped(self, stop: dict[str, Any]) -> None:
+        """The hub stopped one of our GPU kernels: shut it down here too, so that nothing
+        restarts it on its own, and keep the hub's sentence for the notebook's panel."""
+        kernel_id = stop.get("kernel_id")
+        if not isinstance(kernel_id, str):
+            return
+        if all(s.get("kernel_id") != kernel_id or s.get("at") != stop.get("at") for s in self.stopped):
+            self.stopped = [*self.stopped[-19:], {"kernel_id": kernel_id, "reason": str(stop.get("reason", "")), "at": stop.get("at")}]
+        if kernel_id in self.kernel_manager:
+            log.info("GPU activity: the hub stopped GPU kernel %s: %s", kernel_id, stop.get("reason"))
+            try:
+                await self.kernel_manager.shutdown_kernel(kernel_id, now=True)
+            except Exception:  # noqa: BLE001 - its pod is gone already; the record goes with it
+                log.debug("GPU activity: shutting down %s", kernel_id, exc_info=True)
+
+    async def keep(self, target: str) -> tuple[int, str]:
+        try:
+            reply = await self._post("/keep", {"server_name": self.server_name, "target": target})
+        except HTTPClientError as exc:
+            return (exc.code if exc.code < 600 else 502), _message(exc)
+        except Exception as exc:  # noqa: BLE001
+            return 502, f"the hub cannot be reached ({exc.__class__.__name__})"
+        await self.report()
+        return 200, str(reply.get("message", "kept"))
+
+    def state(self) -> dict[str, Any]:
+        """What the panel shows: the hub's last reply, and the GPU kernels it stopped."""
+        return {"reporting": True, "error": self.error, "basis": self.basis if self.gpu_visible else None, "culling": self.latest, "stopped": self.stopped}
+
+    # ---- the loop -------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    @property
+    def culling_off(self) -> bool:
+        """The hub culls nothing of this server: report once a period, sample nothing."""
+        targets = (self.latest or {}).get("targets") or []
+        return bool(targets) and all(t.get("state") == "off" for t in targets)
+
+    async def _run(self) -> None:
+        next_report = time.monotonic()
+        while True:
+            if self.culling_off:
+                # the hub's reply says whether that changed (an admin's new config)
+                await asyncio.sleep(self.period_s)
+                await self.report()
+                continue
+            try:
+                await self.sample()
+                if time.monotonic() >= next_report:
+                    await self.report()
+                    next_report = time.monotonic() + self.period_s
+            except Exception:  # noqa: BLE001 - reporting never stops for one bad round
+                log.warning("GPU activity: a report failed", exc_info=True)
+            await asyncio.sleep(min(SAMPLE_EVERY_S, self.period_s))
+
+
+def _remote(kernel: Any) -> dict[str, Any] | None:
+    provisioner = getattr(kernel, "provisioner", None)
+    placement = getattr(provisioner, "public_placement", None)
+    return placement() if callable(placement) else None
+
+
+def _message(exc: HTTPClientError) -> str:
+    try:
+        return str(json.loads(exc.response.body)["message"])  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001
+        return f"{exc.code} {exc.message}"
+
+
+def reporter_from_env(sampler: Any, kernel_manager: Any, environ: dict[str, str] | None = None) -> ActivityReporter | None:
+    """The reporter, where the hub gave this server its activity URL and a token."""
+    environ = os.environ if environ is None else environ
+    url, token = environ.get(keys.ACTIVITY_URL_ENV), environ.get("JUPYTERHUB_API_TOKEN")
+    if not url or not token:
+        return None
+    return ActivityReporter(url, token, environ.get("JUPYTERHUB_SERVER_NAME", ""), sampler, kernel_manager)

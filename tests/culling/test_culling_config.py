@@ -1,0 +1,53 @@
+"""The worked example in hub_config/ loads, gives the rules docs/culling.md says, and install(c)
+lets the service stop servers only where culling is configured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from traitlets import TraitError
+from traitlets.config import Config
+
+from jupyter_gpuburst.hub import install
+from jupyter_gpuburst.hub.culling import ROLE_NAME, TEMPLATE_VAR
+from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
+
+EXAMPLE = Path(__file__).parents[2] / "hub_config" / "culling_config.py"
+
+
+def load_example() -> Config:
+    c = Config()
+    exec(EXAMPLE.read_text(), {"get_config": lambda: c})  # noqa: S102 - the admin's own config file
+    return c
+
+
+def test_the_worked_example_gives_the_documented_rules():
+    settings = GPUCullingSettings(config=load_example())
+    gpu1_kernel = settings.policy("kernel", "gpu-1")
+    assert gpu1_kernel.enabled and gpu1_kernel.timeout_s == 1200 and gpu1_kernel.warning_s == 300
+    assert settings.policy("server", "gpu-2").timeout_s == 1800
+    assert settings.policy("server", "gpu-1").timeout_for("donor") == 1800
+    assert settings.policy("server", "gpu-1").timeout_for("origin") == 3600
+    assert not settings.policy("server", "cpu").enabled
+    assert "instructors" in settings.policy("server", "gpu-1").exempt_groups
+
+
+def test_install_grants_the_stop_scope_only_where_culling_is_configured():
+    plain = Config()
+    install(plain)
+    assert not any(r.get("name") == ROLE_NAME for r in plain.JupyterHub.get("load_roles", []))
+    c = load_example()
+    install(c)
+    (role,) = [r for r in c.JupyterHub.load_roles if r["name"] == ROLE_NAME]
+    assert role["services"] == ["gpuburst"] and role["scopes"] == ["read:users:name", "delete:servers"]
+    assert TEMPLATE_VAR in c.JupyterHub.template_vars
+    install(c)  # twice changes nothing
+    assert [r["name"] for r in c.JupyterHub.load_roles].count(ROLE_NAME) == 1
+
+
+def test_a_wrong_override_stops_the_hub_at_start_with_the_reason():
+    c = Config()
+    c.GPUCullingSettings.server_profiles = {"gpu-1": {"timeout_minutes": 60}}
+    with pytest.raises(TraitError, match="unknown key.*timeout_minutes"):
+        install(c)

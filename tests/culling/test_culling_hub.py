@@ -1,0 +1,154 @@
+"""GPU idle culling with a real JupyterHub, KubeSpawner and jupyter_server against the local
+federation: an idle GPU server is warned, kept once, warned again and stopped, and its spawn page
+says why; a server whose kernel computes is never stopped; reports are checked."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import aiohttp
+import pytest
+
+from kernels.kernel_client import execute
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT_S = 10
+WARNING_S = 6
+PERIOD_S = 1
+
+CULLING_HUB = f"""
+c.KubeSpawner.environment = {{"JUPYTER_GPUBURST_BACKEND": "simulated"}}
+c.GPUCullingSettings.enabled = True
+c.GPUCullingSettings.period_seconds = {PERIOD_S}
+c.GPUCullingSettings.timeout_seconds = {TIMEOUT_S}
+c.GPUCullingSettings.warning_seconds = {WARNING_S}
+c.GPUCullingSettings.keep_limit = 1
+c.GPUCullingSettings.server_profiles = {{"cpu": {{"enabled": False}}}}
+from jupyter_gpuburst.hub import install
+install(c)
+"""
+
+
+async def server_api(hub, user: str, method: str, path: str, body=None):
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+        async with http.request(method, f"{hub.url}/user/{user}/api{path}", json=body, headers={"Authorization": f"token {hub.token}"}) as response:
+            text = await response.text()
+            return response.status, (json.loads(text) if text else None)
+
+
+async def activity_api(hub, token: str, body, path: str = ""):
+    async with aiohttp.ClientSession() as http:
+        url = f"{hub.url}/services/gpuburst/api/activity{path}"
+        async with http.post(url, data=json.dumps(body), headers={"Authorization": f"token {token}"}) as response:
+            text = await response.text()
+            return response.status, (json.loads(text) if text.startswith("{") else text)
+
+
+async def until(probe, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = await probe()
+        if value:
+            return value
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def server_target(hub, user: str) -> dict | None:
+    status, state = await server_api(hub, user, "GET", "/gpuburst/culling")
+    if status != 200 or not (state or {}).get("culling"):
+        return None
+    return next((t for t in state["culling"]["targets"] if t["kind"] == "server"), None)
+
+
+async def running(hub, user: str) -> bool:
+    """Ready, or still stopping: only a server that is gone counts as stopped."""
+    status, model = await hub.api("GET", f"/users/{user}")
+    return status == 200 and "" in (model.get("servers") or {})
+
+
+async def test_idle_gpu_server_is_warned_kept_once_then_stopped_and_the_spawn_page_says_why(federation, start_hub):
+    hub = await start_hub(CULLING_HUB)
+    for user in ("alice", "bob"):
+        status, body = await hub.spawn(user, {"profile": "gpu1"})
+        assert status in (201, 202), body
+    await hub.wait_ready("alice")
+    await hub.wait_ready("bob")
+
+    # bob computes: a cell that runs longer than the timeout, typed and run at once
+    status, kernel = await server_api(hub, "bob", "POST", "/kernels", {"name": "python3"})
+    assert status == 201, kernel
+    computing = asyncio.ensure_future(
+        execute(f"{hub.url}/user/bob", hub.token, kernel["id"], f"import time\nt = time.time()\nwhile time.time() - t < {TIMEOUT_S + 6}: pass\nprint('done')", timeout=120)
+    )
+
+    # alice's GPU sits idle: the panel's warning comes before the stop, with a Keep
+    warned = await until(lambda: _state(hub, "alice", "warn"), TIMEOUT_S + 10, "alice's warning")
+    assert warned["keepable"] and warned["keeps_left"] == 1 and 0 < warned["stops_in_s"] <= WARNING_S
+    assert warned["basis"] == "utilization" and "idle" in warned["reason"]
+    status, kept = await server_api(hub, "alice", "POST", "/gpuburst/culling/keep", {"target": "server"})
+    assert status == 200, kept
+    assert (await server_target(hub, "alice"))["state"] == "active"
+    # the second warning offers no Keep: one was allowed
+    again = await until(lambda: _state(hub, "alice", "warn"), TIMEOUT_S + 10, "alice's second warning")
+    assert not again["keepable"] and again["keeps_left"] == 0
+    status, refused = await server_api(hub, "alice", "POST", "/gpuburst/culling/keep", {"target": "server"})
+    assert status == 409 and "1 times" in refused["message"], refused
+
+    # the stop lands within one period (plus the report's own period) of the timeout
+    warned_at = time.monotonic()
+    await until(lambda: _not(running(hub, "alice")), WARNING_S + 3 * PERIOD_S + 5, "alice's server stopped")
+    assert time.monotonic() - warned_at <= again["stops_in_s"] + 2 * PERIOD_S + 3
+    assert "GPU culling: stopping alice's server" in hub.log()
+    page = await hub.spawn_page("alice")
+    assert 'id="gpuburst-stopped"' in page and "its GPU was idle for" in page
+
+    # bob's kernel computed through it all; his server still runs, the cell finished
+    out = await computing
+    assert out["stdout"] == "done\n", out
+    assert await running(hub, "bob")
+    assert "stopping bob's server" not in hub.log()
+
+
+async def _state(hub, user: str, state: str):
+    target = await server_target(hub, user)
+    return target if target and target["state"] == state else None
+
+
+async def _not(awaitable) -> bool:
+    return not await awaitable
+
+
+async def test_reports_need_the_owners_activity_scope_and_cannot_speak_for_others(federation, start_hub):
+    hub = await start_hub(CULLING_HUB)
+    status, body = await hub.spawn("alice", {"profile": "gpu1"})
+    assert status in (201, 202), body
+    await hub.wait_ready("alice")
+    await hub.create_user("mallory")
+
+    def report(seq: int, **extra):
+        return {"server_name": "", "boot": "test", "seq": seq, "gpu_idle_s": 0, **extra}
+
+    # a token without users:activity is refused
+    status, data = await hub.api("POST", "/users/alice/tokens", {"scopes": ["read:users:name!user"], "note": "no activity"})
+    assert status == 201, data
+    status, refused = await activity_api(hub, data["token"], report(1))
+    assert status == 403 and "users:activity!user=alice" in refused["message"], refused
+    # another user's token speaks only for that user, whose server does not run
+    status, data = await hub.api("POST", "/users/mallory/tokens", {"note": "mallory"})
+    status, refused = await activity_api(hub, data["token"], report(1))
+    assert status == 409 and "mallory" in refused["message"], refused
+    # alice's own token: a forged kernel of someone else is ignored, a replay refused
+    status, data = await hub.api("POST", "/users/alice/tokens", {"note": "alice"})
+    token = data["token"]
+    status, reply = await activity_api(hub, token, report(10, kernels={"0123abcd": {"idle_s": 0, "kernel_id": "x"}}))
+    assert status == 200 and reply["ignored"] == ["0123abcd"], reply
+    status, refused = await activity_api(hub, token, report(10))
+    assert status == 409 and "replayed" in refused["message"]
+    status, refused = await activity_api(hub, token, report(11, gpu_idle_s=-1))
+    assert status == 400
+    assert "reported kernels that are not its own" in hub.log()
+    assert token not in hub.log()
