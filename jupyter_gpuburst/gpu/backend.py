@@ -12,6 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 BACKEND_NAMES = ("auto", "nvml", "simulated", "none")
+# Memory in use changing by more than this between samples counts as GPU activity where NVML
+# reads no utilization (a MIG slice without GPM), in the user's server and in a kernel pod
+# alike: allocator noise stays under it, a training step's tensors do not.
+MEMORY_ACTIVITY_BYTES = 16 * 2**20
 
 
 class GPUUnavailable(Exception):
