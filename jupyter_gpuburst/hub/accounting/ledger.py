@@ -1,0 +1,257 @@
+"""GPU-seconds per pod, from the capacity watch's pod events: no Kubernetes reads of its own.
+
+A pod holds GPUs from the moment it is bound to a node until it is deleted or has finished
+(Succeeded/Failed: the kubelet has freed its devices). The tracker hands every pod event here
+(``pod_event``); a pod seen binding is counted from that event, one first seen already bound (a
+hub that started again, a watch that missed the binding) from its ``PodScheduled`` condition.
+Open sessions are counted on disk every ``flush_seconds`` and when they end (see ``store``), so a
+hub that is killed and starts again resumes each pod where it was counted up to, and a pod that
+went away while the hub was down is ended at that point: nothing is counted twice, and at most
+one flush period of a pod deleted during the hub's downtime goes uncounted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.hub.accounting.store import Session, UsageStore, split_by_day
+
+SERVERNAME_ANNOTATION = "hub.jupyter.org/servername"
+SERVER_TARGET = "server"
+NO_PROFILE = "(none)"
+
+# (user, server name, target: "server" or the GPU kernel's record id) -> the wall-clock time
+# since which its GPUs have been idle, or None when busy or unknown
+IdleSource = Callable[[str, str, str], "float | None"]
+RequestsOf = Callable[[Mapping[str, Any]], Mapping[str, int]]
+
+
+class UsageLedger:
+    """GPU-seconds held (and held idle, where an idle source says) by every pod the hub placed."""
+
+    def __init__(
+        self,
+        store: UsageStore,
+        requests_of: RequestsOf,
+        *,
+        clock: Callable[[], float] = time.time,
+        idle_source: IdleSource | None = None,
+        flush_seconds: float = 60.0,
+        log: logging.Logger | None = None,
+    ) -> None:
+        self.store = store
+        self.requests_of = requests_of
+        self.clock = clock
+        self.idle_source = idle_source
+        self.flush_seconds = flush_seconds
+        self.log = log or logging.getLogger(__name__)
+        # open sessions by pod (namespace/name), each a list: one per GPU resource it requests
+        self._open: dict[str, list[Session]] = {}
+        # pods seen before they were bound: their binding is the event we see
+        self._waiting: set[str] = set()
+        self._task: asyncio.Task | None = None
+
+    # ---- the tracker's pod events -------------------------------------------------------------
+    def pod_event(self, event_type: str, key: str, pod: Mapping[str, Any] | None) -> None:
+        """``pod``: the hub's own pod as last seen, or None when it is gone or not the hub's."""
+        sessions = self._open.get(key)
+        if pod is None or event_type == "DELETED" or _finished(pod):
+            self._waiting.discard(key)
+            if sessions is not None:
+                self._end(key, sessions)
+            return
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or key)
+        if sessions is not None:
+            if sessions[0].extra.get("pod_uid") == uid:
+                return  # the common case: a pod already counted changed (status, annotations)
+            self._end(key, sessions)  # a new pod of the same name
+        if not (pod.get("spec") or {}).get("nodeName"):
+            self._waiting.add(key)
+            return
+        now = self.clock()
+        started = now if key in self._waiting else min(now, _scheduled_at(pod) or now)
+        self._waiting.discard(key)
+        opened = [
+            self._open_session(key, uid, pod, resource, count, started)
+            for resource, count in sorted(self.requests_of(pod).items())
+            if count > 0
+        ]
+        if opened:
+            self._open[key] = opened
+
+    def _open_session(self, key: str, uid: str, pod: Mapping[str, Any], resource: str, count: int, started: float) -> Session:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        annotations = meta.get("annotations") or {}
+        kernel = annotations.get(keys.KERNEL_ANNOTATION)
+        server_name = annotations.get(keys.SERVER_ANNOTATION if kernel else SERVERNAME_ANNOTATION, "") or ""
+        # a pod that asks for two GPU resources (rare) is two sessions
+        resources = self.requests_of(pod)
+        session_uid = uid if len(resources) == 1 else f"{uid}/{resource}"
+        extra = {"pod_uid": uid, "server_name": server_name, "target": kernel or SERVER_TARGET}
+        known = self.store.session(session_uid)
+        if known is not None:
+            # seen before this hub started, or ended while its namespace was not yet known to be
+            # the hub's: it held its GPUs all along, so it is counted on from where it stopped
+            if known.ended is not None:
+                with self.store.transaction() as db:
+                    db.execute("UPDATE sessions SET ended = NULL WHERE uid = ?", (session_uid,))
+                known.ended = None
+            known.extra = extra
+            return known
+        session = Session(
+            uid=session_uid,
+            pod=key,
+            key=_owner_key(annotations),
+            user=annotations.get(keys.USER_ANNOTATION) or annotations.get("hub.jupyter.org/username") or "",
+            groups=tuple(_groups(annotations.get(keys.GROUPS_ANNOTATION))),
+            profile=annotations.get(keys.PROFILE_ANNOTATION) or NO_PROFILE,
+            site=labels.get(keys.SITE_LABEL) or keys.ORIGIN_SITE,
+            resource=resource,
+            count=int(count),
+            mode="kernel" if kernel else "server",
+            started=started,
+            counted_until=started,
+            extra=extra,
+        )
+        self.store.add_session(session)
+        return session
+
+    def _end(self, key: str, sessions: list[Session]) -> None:
+        self._open.pop(key, None)
+        now = self.clock()
+        self._charge([(s, now, self._idle_since(s), now) for s in sessions])
+
+    def _charge(self, items: list[tuple[Session, float, float | None, float | None]]) -> None:
+        try:
+            self.store.charge(items)
+        except Exception:  # a full disk must not stop the watch; the next flush counts it
+            self.log.exception("Could not write GPU usage to %s", self.store.path)
+
+    def _idle_since(self, session: Session) -> float | None:
+        if self.idle_source is None:
+            return None
+        try:
+            return self.idle_source(session.user, session.extra.get("server_name", ""), session.extra.get("target", SERVER_TARGET))
+        except Exception:  # noqa: BLE001 - an idle source that fails counts as not knowing
+            self.log.warning("The GPU idle source failed; counting as held", exc_info=True)
+            return None
+
+    # ---- after the first list, and periodically ------------------------------------------------
+    def loaded(self) -> None:
+        """The watch's first list is in: end the sessions of pods that went away meanwhile, at
+        the point they were counted up to (when the hub last saw them)."""
+        seen = {s.uid for sessions in self._open.values() for s in sessions}
+        gone = [s for uid, s in self.store.open_sessions().items() if uid not in seen]
+        if gone:
+            self.log.info("%d GPU session(s) ended while the hub was away", len(gone))
+            self._charge([(s, s.counted_until, None, s.counted_until) for s in gone])
+
+    def flush(self) -> None:
+        """Count every open session up to now."""
+        if not self._open:
+            return
+        now = self.clock()
+        self._charge([(s, now, self._idle_since(s), None) for sessions in self._open.values() for s in sessions])
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="gpuburst-accounting")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.flush()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_seconds)
+            self.flush()
+
+    # ---- reading -----------------------------------------------------------------------------
+    def open_sessions(self) -> list[Session]:
+        return [s for sessions in self._open.values() for s in sessions]
+
+    def usage_rows(self, first_day: str, last_day: str, user: str | None = None, group: str | None = None) -> list[dict[str, Any]]:
+        """GPU-seconds per session and UTC day in ``[first_day, last_day]``, open sessions
+        counted up to now (without writing); only ``user``'s or ``group``'s, if given."""
+        rows = self.store.usage_rows(first_day, last_day, user, group)
+        now = self.clock()
+        for session in self.open_sessions():
+            if (user is not None and session.user != user) or (group is not None and group not in session.groups):
+                continue
+            idle_since = self._idle_since(session)
+            for day, a, b in split_by_day(session.counted_until, now):
+                if first_day <= day <= last_day:
+                    idle = 0.0 if idle_since is None else max(0.0, b - max(a, idle_since))
+                    rows.append(
+                        {
+                            "uid": session.uid,
+                            "user": session.user,
+                            "groups": session.groups,
+                            "profile": session.profile,
+                            "site": session.site,
+                            "resource": session.resource,
+                            "count": session.count,
+                            "mode": session.mode,
+                            "key": session.key,
+                            "started": session.started,
+                            "ended": None,
+                            "day": day,
+                            "gpu_seconds": (b - a) * session.count,
+                            "idle_seconds": idle * session.count,
+                        }
+                    )
+        return rows
+
+    @property
+    def counts_idle(self) -> bool:
+        return self.idle_source is not None
+
+
+def _finished(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _scheduled_at(pod: Mapping[str, Any]) -> float | None:
+    """When the scheduler bound the pod, from its PodScheduled condition (or its start time)."""
+    status = pod.get("status") or {}
+    stamps = [
+        c.get("lastTransitionTime") for c in status.get("conditions") or [] if c.get("type") == "PodScheduled" and c.get("status") == "True"
+    ]
+    stamps.append(status.get("startTime"))
+    for stamp in stamps:
+        if stamp:
+            try:
+                return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return None
+
+
+def _owner_key(annotations: Mapping[str, Any]) -> str:
+    user = annotations.get(keys.USER_ANNOTATION) or annotations.get("hub.jupyter.org/username") or ""
+    kernel = annotations.get(keys.KERNEL_ANNOTATION)
+    if kernel:
+        return f"{user}/kernel:{kernel}"
+    return f"{user}/{annotations.get(SERVERNAME_ANNOTATION, '') or ''}"
+
+
+def _groups(raw: Any) -> list[str]:
+    try:
+        value = json.loads(raw) if raw else []
+    except (TypeError, ValueError):
+        return []
+    return sorted(str(g) for g in value) if isinstance(value, list) else []
