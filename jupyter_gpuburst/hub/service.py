@@ -13,6 +13,8 @@ URLs, under the hub's base URL:
 - ``/services/gpuburst/capacity``: the page (login cookie, through OAuth; scope ``admin:users``,
   as the report names users and their servers)
 - ``/services/gpuburst/api/capacity``: the JSON report (``Authorization: token ...``, same scope)
+- ``/services/gpuburst/api/usage``, ``api/usage.csv``, ``api/budgets``: GPU-hours and budgets
+  (``jupyter_gpuburst.hub.accounting.handlers``; same scope)
 - ``/services/gpuburst/api/kernels``: the GPU kernel API of users' servers (see
   ``jupyter_gpuburst.hub.kernels.handlers`` for its scopes). Servers call it directly at the
   service's own address (``url`` below, e.g. ``http://hub.jhub.svc.cluster.local:8082``), which
@@ -38,6 +40,7 @@ from tornado.log import access_log, app_log
 
 from jupyter_gpuburst.core import keys, names
 from jupyter_gpuburst.hub import metrics
+from jupyter_gpuburst.hub.accounting.handlers import handlers as accounting_handlers
 from jupyter_gpuburst.hub.capacity.report import capacity_report
 from jupyter_gpuburst.hub.kernels.handlers import API_PATH as KERNELS_API_PATH
 from jupyter_gpuburst.hub.kernels.handlers import handlers as kernel_handlers
@@ -123,6 +126,7 @@ class CapacityService:
                 (rf"{self.prefix}{API_PATH}/?", CapacityAPIHandler),
                 (rf"{self.prefix}oauth_callback", OAuthCallbackHandler),
                 *kernel_handlers(self.prefix, self.registry_source),
+                *accounting_handlers(self.prefix, _Authenticated),
             ],
             service=self,
             cookie_secret=secrets.token_bytes(32),

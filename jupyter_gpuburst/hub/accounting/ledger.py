@@ -216,6 +216,20 @@ class UsageLedger:
                     )
         return rows
 
+    def totals(self) -> dict[tuple[str, str, str, str, str], tuple[float, float]]:
+        """All-time (GPU-seconds, idle GPU-seconds) per (user, profile, site, resource, mode),
+        open sessions counted up to now: counters that only grow, across hub restarts."""
+        out = {tuple(row[:5]): (row[5] or 0.0, row[6] or 0.0) for row in self.store.totals()}
+        now = self.clock()
+        for session in self.open_sessions():
+            key = (session.user, session.profile, session.site, session.resource, session.mode)
+            held = max(0.0, now - session.counted_until)
+            idle_since = self._idle_since(session)
+            idle = 0.0 if idle_since is None else max(0.0, now - max(session.counted_until, idle_since))
+            gpu, was_idle = out.get(key, (0.0, 0.0))
+            out[key] = (gpu + held * session.count, was_idle + idle * session.count)
+        return out
+
     @property
     def counts_idle(self) -> bool:
         return self.idle_source is not None

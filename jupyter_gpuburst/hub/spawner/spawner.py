@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from jupyterhub.utils import maybe_future
 from kubernetes_asyncio.client import V1Affinity, V1EnvVar, V1NodeAffinity, V1Toleration, V1Volume
 from kubespawner import KubeSpawner
 from kubespawner.utils import get_k8s_model
@@ -30,8 +31,6 @@ from traitlets import TraitError, default
 
 from jupyter_gpuburst.core import keys, names
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
-from jupyterhub.utils import maybe_future
-
 from jupyter_gpuburst.hub import metrics, retry
 from jupyter_gpuburst.hub.capacity import watch
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker, server_key
@@ -387,6 +386,8 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             keys.USER_ANNOTATION: self.user.name,
             keys.GROUPS_ANNOTATION: json.dumps(groups),
             keys.ATTEMPTS_ANNOTATION: str(len(self._gb_attempts) + 1),
+            # GPU-hours are reported per profile (hub.accounting)
+            keys.PROFILE_ANNOTATION: (self._gb_profile or {}).get("slug", ""),
         }
         ours = placement.node_affinity()["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
         self._gb_narrow_affinity(pod.spec, ours)
