@@ -22,8 +22,9 @@ from typing import Any
 from jupyterhub.services.auth import check_scopes
 from tornado import web
 
-from jupyter_gpuburst.hub.kernels.service import LiveHub, default_registry
+from jupyter_gpuburst.hub.accounting.gate import budget_refusal
 from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRecord, KernelRegistry, record_json
+from jupyter_gpuburst.hub.kernels.service import LiveHub, default_registry
 
 SCOPE = "custom:gpuburst:kernels"
 SCOPE_DESCRIPTION = "Start, list and stop your own GPU kernels (remote GPU kernels placed by jupyter-gpuburst)."
@@ -136,6 +137,9 @@ class KernelsHandler(KernelAPIHandler):
         if spawner is None:
             raise web.HTTPError(409, f"the server {server_name!r} of {name} is not running")
         registry = await self.registry()
+        refusal = budget_refusal(registry.tracker, name, self.hub.groups(name), bool(self.user.get("admin")))
+        if refusal:
+            raise web.HTTPError(403, "%s", refusal, reason="GPU kernel refused")
         server_pod = await _server_pod(registry, spawner)
         try:
             record = await registry.start(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import html
 import json
 import time
 from dataclasses import replace
@@ -32,6 +33,7 @@ from traitlets import TraitError, default
 from jupyter_gpuburst.core import keys, names
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
 from jupyter_gpuburst.hub import metrics, retry
+from jupyter_gpuburst.hub.accounting.gate import budget_note, budget_refusal
 from jupyter_gpuburst.hub.capacity import watch
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker, server_key
 from jupyter_gpuburst.hub.kernels.service import stop_server_kernels
@@ -234,6 +236,12 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         tracker = await self.gpuburst_tracker()
         key = self.gpuburst_key
         tried = [a["site"] for a in self._gb_attempts]
+        if not tried:
+            # before any placement: a student whose GPU-hours are used up holds nothing
+            refusal = budget_refusal(tracker, request.user, request.groups, bool(getattr(self.user, "admin", False)))
+            if refusal:
+                metrics.record_spawn("none", "failure")
+                raise SpawnRefused(403, refusal)
         if tried:
             sites = request.allowed_sites if request.allowed_sites is not None else tuple(tracker.snapshot().sites)
             request = replace(request, allowed_sites=tuple(s for s in sites if s not in tried))
@@ -768,7 +776,15 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             self.log.warning("No live GPU capacity for the spawn form: %s", exc)
             tracker = None
         annotated = [self._gb_annotate(p, tracker) for p in profile_list]
-        return self._render_options_form(annotated)
+        form = self._render_options_form(annotated)
+        groups = [getattr(g, "name", str(g)) for g in (getattr(self.user, "groups", None) or [])]
+        note = budget_note(tracker, self.user.name, groups, bool(getattr(self.user, "admin", False)))
+        if not note:
+            return form
+        # the form is a template JupyterHub renders again: no braces of ours may reach it
+        text = html.escape(note).replace("{", "&#123;").replace("}", "&#125;")
+        return f'<p class="gpuburst-budget" id="gpuburst-budget">{text}</p>\n{form}'
+
 
     def _gb_annotate(self, profile: dict[str, Any], tracker: CapacityTracker | None) -> dict[str, Any]:
         # the configured base, not this spawner's traits: a refused profile's override stays on them
