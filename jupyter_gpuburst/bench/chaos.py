@@ -46,6 +46,7 @@ import aiohttp
 
 from jupyter_gpuburst.bench import stopping
 from jupyter_gpuburst.bench.hubproc import HubProcess
+from jupyter_gpuburst.bench.ledger_check import LEDGER_FILE, PodLifetimes, compare
 from jupyter_gpuburst.bench.spawn import NAMESPACE, clear_pods, federation_config, hub_config, percentile
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.sim.faults import FaultSchedule, FaultStep
@@ -412,6 +413,9 @@ def chaos_actions(fed: Federation, hub: Hub) -> dict[str, Any]:
 
 async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, name: str, users: list[str], arrivals: list[float], schedule: FaultSchedule | None, args: argparse.Namespace) -> tuple[Phase, dict[str, Any]]:
     phase = Phase(name)
+    # every GPU pod's real life, from the origin's store: what the hub's ledger must match
+    lifetimes = PodLifetimes(fed.origin.store, NAMESPACE)
+    lifetimes.start()
     hub = Hub(workdir, kubeconfig, args.start_timeout)
     await hub.start()
     connector = aiohttp.TCPConnector(limit=0)
@@ -437,9 +441,11 @@ async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, name: str,
             phase.hub_restarts = hub.restarts
             await _wait_hub(hub, time.monotonic() + 120)
             counts = await count(fed, hub, session, phase.journeys)
+            counts["ledger"] = compare(lifetimes, workdir / LEDGER_FILE)
             trace = [{"user": j.user, "outcome": j.outcome, "message": j.message[:300], "trace": j.trace} for j in phase.journeys]
             (workdir / "journeys.json").write_text(json.dumps({"faults": phase.faults_done, "journeys": trace}, indent=1))
     finally:
+        await lifetimes.stop()
         await hub.stop()
         await clear_pods(fed)
     return phase, counts
@@ -454,6 +460,8 @@ def checks(counts: dict[str, Any], requested: int) -> dict[str, bool]:
         "no_leaked_reservation": counts["leaked_reservations"] == 0,
         "none_on_a_site_its_placement_does_not_name": counts["wrong_placement"] == 0,
         "every_student_ready_or_refused": counts["ready"] + counts["refused"] == requested,
+        # GPU-hours: each pod's GPU-seconds in the hub's ledger within 1 s of its real life
+        "ledger_matches_pod_lifetimes": counts["ledger"]["off_by_more"] == 0 and counts["ledger"]["pods"] > 0,
     }
 
 
@@ -490,6 +498,7 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
         "fault_free_lost": base_counts["lost"],
         "fault_free_orphaned": base_counts["orphaned"],
         "fault_free_duplicated": base_counts["duplicated"],
+        "fault_free_ledger": base_counts["ledger"],
         "hub_restarts": chaos.hub_restarts,
         "faults": [f"{t:.0f}s {kind}" for t, kind in chaos.faults_done],
         "spawn_requests": sum(j.posts for j in chaos.journeys),

@@ -27,6 +27,8 @@ from jupyter_gpuburst.hub.accounting.store import Session, UsageStore, split_by_
 SERVERNAME_ANNOTATION = "hub.jupyter.org/servername"
 SERVER_TARGET = "server"
 NO_PROFILE = "(none)"
+# a binding seen this much after the scheduler's condition says it happened arrived late
+LATE_S = 2.0
 
 # (user, server name, target: "server" or the GPU kernel's record id) -> the wall-clock time
 # since which its GPUs have been idle, or None when busy or unknown
@@ -45,6 +47,8 @@ class UsageLedger:
         clock: Callable[[], float] = time.time,
         idle_source: IdleSource | None = None,
         flush_seconds: float = 60.0,
+        write_delay: float = 0.5,
+        heartbeat_seconds: float = 5.0,
         log: logging.Logger | None = None,
     ) -> None:
         self.store = store
@@ -52,12 +56,22 @@ class UsageLedger:
         self.clock = clock
         self.idle_source = idle_source
         self.flush_seconds = flush_seconds
+        self.write_delay = write_delay
+        self.heartbeat_seconds = heartbeat_seconds
         self.log = log or logging.getLogger(__name__)
         # open sessions by pod (namespace/name), each a list: one per GPU resource it requests
         self._open: dict[str, list[Session]] = {}
         # pods seen before they were bound: their binding is the event we see
         self._waiting: set[str] = set()
         self._task: asyncio.Task | None = None
+        # sessions open on disk from before this hub started: resumed when their pod is seen
+        self._resumable: dict[str, Session] = store.open_sessions()
+        # when the previous hub was last alive (its last write): where pods gone meanwhile end
+        self._last_alive = store.alive_until()
+        # what is not on disk yet: written together shortly after, off the watch event's path
+        self._new: list[Session] = []
+        self._pending: list[tuple[Session, float, float | None, float | None]] = []
+        self._write_handle: asyncio.Handle | None = None
 
     # ---- the tracker's pod events -------------------------------------------------------------
     def pod_event(self, event_type: str, key: str, pod: Mapping[str, Any] | None) -> None:
@@ -78,7 +92,12 @@ class UsageLedger:
             self._waiting.add(key)
             return
         now = self.clock()
-        started = now if key in self._waiting else min(now, _scheduled_at(pod) or now)
+        scheduled = _scheduled_at(pod)
+        started = now
+        if scheduled is not None and (key not in self._waiting or now - scheduled > LATE_S):
+            # first seen bound (the hub started again), or the binding reached us late (a
+            # dropped watch, a relist): the scheduler's own time, which is to the second
+            started = min(now, scheduled)
         self._waiting.discard(key)
         opened = [
             self._open_session(key, uid, pod, resource, count, started)
@@ -98,14 +117,11 @@ class UsageLedger:
         resources = self.requests_of(pod)
         session_uid = uid if len(resources) == 1 else f"{uid}/{resource}"
         extra = {"pod_uid": uid, "server_name": server_name, "target": kernel or SERVER_TARGET}
-        known = self.store.session(session_uid)
+        known = self._resumable.pop(session_uid, None)
         if known is not None:
-            # seen before this hub started, or ended while its namespace was not yet known to be
-            # the hub's: it held its GPUs all along, so it is counted on from where it stopped
-            if known.ended is not None:
-                with self.store.transaction() as db:
-                    db.execute("UPDATE sessions SET ended = NULL WHERE uid = ?", (session_uid,))
-                known.ended = None
+            # seen before this hub started (or ended at the first list while its namespace was
+            # not yet known to be the hub's): it held its GPUs all along, counted on from there
+            known.ended = None
             known.extra = extra
             return known
         session = Session(
@@ -123,19 +139,40 @@ class UsageLedger:
             counted_until=started,
             extra=extra,
         )
-        self.store.add_session(session)
+        self._new.append(session)
+        self._schedule_write()
         return session
 
     def _end(self, key: str, sessions: list[Session]) -> None:
         self._open.pop(key, None)
         now = self.clock()
-        self._charge([(s, now, self._idle_since(s), now) for s in sessions])
+        self._pending.extend((s, now, self._idle_since(s), now) for s in sessions)
+        self._schedule_write()
 
-    def _charge(self, items: list[tuple[Session, float, float | None, float | None]]) -> None:
+    def _schedule_write(self) -> None:
+        """Write soon, in one transaction with whatever else changed meanwhile: a commit on
+        every binding would cost each watch event more than the inventory's whole update."""
+        if self._write_handle is not None:
+            return
         try:
-            self.store.charge(items)
-        except Exception:  # a full disk must not stop the watch; the next flush counts it
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.write()  # no loop (a script, a test): at once
+            return
+        self._write_handle = loop.call_later(self.write_delay, self.write)
+
+    def write(self) -> None:
+        """Put what changed on disk, with the time this hub was last alive."""
+        if self._write_handle is not None:
+            self._write_handle.cancel()
+            self._write_handle = None
+        new, pending = self._new, self._pending
+        self._new, self._pending = [], []
+        try:
+            self.store.save(new, pending, alive_until=self.clock())
+        except Exception:  # a full disk must not stop the watch: tried again at the next write
             self.log.exception("Could not write GPU usage to %s", self.store.path)
+            self._new, self._pending = new + self._new, pending + self._pending
 
     def _idle_since(self, session: Session) -> float | None:
         if self.idle_source is None:
@@ -150,18 +187,21 @@ class UsageLedger:
     def loaded(self) -> None:
         """The watch's first list is in: end the sessions of pods that went away meanwhile, at
         the point they were counted up to (when the hub last saw them)."""
-        seen = {s.uid for sessions in self._open.values() for s in sessions}
-        gone = [s for uid, s in self.store.open_sessions().items() if uid not in seen]
+        # kept resumable: a pod of a namespace the hub learns is its own only later counts on
+        gone = list(self._resumable.values())
         if gone:
             self.log.info("%d GPU session(s) ended while the hub was away", len(gone))
-            self._charge([(s, s.counted_until, None, s.counted_until) for s in gone])
+            for session in gone:
+                # alive at the previous hub's last write at the latest; not after
+                end = max(session.counted_until, min(self._last_alive or 0.0, self.clock()))
+                self._pending.append((session, end, None, end))
+        self.write()
 
     def flush(self) -> None:
         """Count every open session up to now."""
-        if not self._open:
-            return
         now = self.clock()
-        self._charge([(s, now, self._idle_since(s), None) for sessions in self._open.values() for s in sessions])
+        self._pending.extend((s, now, self._idle_since(s), None) for sessions in self._open.values() for s in sessions)
+        self.write()
 
     def start(self) -> None:
         if self._task is None:
@@ -176,9 +216,14 @@ class UsageLedger:
         self.flush()
 
     async def _run(self) -> None:
+        last_flush = self.clock()
         while True:
-            await asyncio.sleep(self.flush_seconds)
-            self.flush()
+            await asyncio.sleep(self.heartbeat_seconds)
+            if self.clock() - last_flush >= self.flush_seconds:
+                last_flush = self.clock()
+                self.flush()
+            else:
+                self.write()  # what is pending, and that this hub is alive
 
     # ---- reading -----------------------------------------------------------------------------
     def open_sessions(self) -> list[Session]:
@@ -186,7 +231,8 @@ class UsageLedger:
 
     def usage_rows(self, first_day: str, last_day: str, user: str | None = None, group: str | None = None) -> list[dict[str, Any]]:
         """GPU-seconds per session and UTC day in ``[first_day, last_day]``, open sessions
-        counted up to now (without writing); only ``user``'s or ``group``'s, if given."""
+        counted up to now; only ``user``'s or ``group``'s, if given."""
+        self.write()
         rows = self.store.usage_rows(first_day, last_day, user, group)
         now = self.clock()
         for session in self.open_sessions():
@@ -219,6 +265,7 @@ class UsageLedger:
     def totals(self) -> dict[tuple[str, str, str, str, str], tuple[float, float]]:
         """All-time (GPU-seconds, idle GPU-seconds) per (user, profile, site, resource, mode),
         open sessions counted up to now: counters that only grow, across hub restarts."""
+        self.write()
         out = {tuple(row[:5]): (row[5] or 0.0, row[6] or 0.0) for row in self.store.totals()}
         now = self.clock()
         for session in self.open_sessions():

@@ -45,6 +45,10 @@ CREATE TABLE IF NOT EXISTS charges (
     PRIMARY KEY (uid, day)
 );
 CREATE INDEX IF NOT EXISTS charges_day ON charges (day);
+CREATE TABLE IF NOT EXISTS hub (
+    name TEXT PRIMARY KEY,
+    value REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS grants (
     who TEXT NOT NULL,
     period TEXT NOT NULL,
@@ -125,47 +129,75 @@ class UsageStore:
         row = self.db.execute("SELECT * FROM sessions WHERE uid = ?", (uid,)).fetchone()
         return _session(row) if row else None
 
+    def alive_until(self) -> float | None:
+        row = self.db.execute("SELECT value FROM hub WHERE name = 'alive_until'").fetchone()
+        return float(row[0]) if row else None
+
+    def save(self, new: Iterable[Session], items: Iterable[tuple[Session, float, float | None, float | None]], alive_until: float) -> None:
+        """New sessions, then charges (see ``charge``), and when the hub was last alive: at once."""
+        with self.transaction() as db:
+            for session in new:
+                self._insert(db, session)
+            done = self._charge(db, items)
+            db.execute("INSERT INTO hub VALUES ('alive_until', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value", (alive_until,))
+        _counted(done)
+
     def add_session(self, session: Session) -> None:
         with self.transaction() as db:
-            db.execute(
-                "INSERT OR IGNORE INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    session.uid,
-                    session.pod,
-                    session.key,
-                    session.user,
-                    json.dumps(list(session.groups)),
-                    session.profile,
-                    session.site,
-                    session.resource,
-                    session.count,
-                    session.mode,
-                    session.started,
-                    session.counted_until,
-                    session.ended,
-                ),
-            )
+            self._insert(db, session)
+
+    @staticmethod
+    def _insert(db: sqlite3.Connection, session: Session) -> None:
+        db.execute(
+            "INSERT OR IGNORE INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                session.uid,
+                session.pod,
+                session.key,
+                session.user,
+                json.dumps(list(session.groups)),
+                session.profile,
+                session.site,
+                session.resource,
+                session.count,
+                session.mode,
+                session.started,
+                session.counted_until,
+                session.ended,
+            ),
+        )
 
     def charge(self, items: Iterable[tuple[Session, float, float, float | None]]) -> None:
         """For each (session, until, idle_since, ended): count it from ``counted_until`` to
         ``until`` (idle from ``idle_since``, None for not idle), and end it when ``ended``."""
         with self.transaction() as db:
-            for session, until, idle_since, ended in items:
-                start = session.counted_until
-                for day, a, b in split_by_day(start, until):
-                    idle = 0.0 if idle_since is None else max(0.0, b - max(a, idle_since))
-                    db.execute(
-                        "INSERT INTO charges VALUES (?,?,?,?) ON CONFLICT (uid, day) DO UPDATE SET "
-                        "gpu_seconds = gpu_seconds + excluded.gpu_seconds, idle_seconds = idle_seconds + excluded.idle_seconds",
-                        (session.uid, day, (b - a) * session.count, idle * session.count),
-                    )
-                new_until = max(start, until)
+            done = self._charge(db, items)
+        _counted(done)
+
+    @staticmethod
+    def _charge(
+        db: sqlite3.Connection, items: Iterable[tuple[Session, float, float | None, float | None]]
+    ) -> list[tuple[Session, float, float | None]]:
+        """The charges' statements; the sessions in memory move on only once they committed."""
+        done = []
+        counted: dict[str, float] = {}
+        for session, until, idle_since, ended in items:
+            start = counted.get(session.uid, session.counted_until)
+            for day, a, b in split_by_day(start, until):
+                idle = 0.0 if idle_since is None else max(0.0, b - max(a, idle_since))
                 db.execute(
-                    "UPDATE sessions SET counted_until = ?, ended = ? WHERE uid = ?",
-                    (new_until, ended, session.uid),
+                    "INSERT INTO charges VALUES (?,?,?,?) ON CONFLICT (uid, day) DO UPDATE SET "
+                    "gpu_seconds = gpu_seconds + excluded.gpu_seconds, idle_seconds = idle_seconds + excluded.idle_seconds",
+                    (session.uid, day, (b - a) * session.count, idle * session.count),
                 )
-                session.counted_until = new_until
-                session.ended = ended
+            new_until = max(start, until)
+            db.execute(
+                "UPDATE sessions SET counted_until = ?, ended = ? WHERE uid = ?",
+                (new_until, ended, session.uid),
+            )
+            counted[session.uid] = new_until
+            done.append((session, new_until, ended))
+        return done
 
     # ---- reading -----------------------------------------------------------------------------
     def usage_rows(self, first_day: str, last_day: str, user: str | None = None, group: str | None = None) -> list[dict[str, Any]]:
@@ -221,6 +253,12 @@ class UsageStore:
     def granted(self, who: str, period: str) -> float:
         row = self.db.execute("SELECT SUM(hours) FROM grants WHERE who = ? AND period = ?", (who, period)).fetchone()
         return float(row[0] or 0.0)
+
+
+def _counted(done: list[tuple[Session, float, float | None]]) -> None:
+    for session, until, ended in done:
+        session.counted_until = until
+        session.ended = ended
 
 
 def _session(row: tuple) -> Session:
