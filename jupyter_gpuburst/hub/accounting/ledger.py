@@ -61,8 +61,8 @@ class UsageLedger:
         self.log = log or logging.getLogger(__name__)
         # open sessions by pod (namespace/name), each a list: one per GPU resource it requests
         self._open: dict[str, list[Session]] = {}
-        # pods seen before they were bound: their binding is the event we see
-        self._waiting: set[str] = set()
+        # pods seen before they were bound, and when: their binding came after that
+        self._waiting: dict[str, float] = {}
         self._task: asyncio.Task | None = None
         # sessions open on disk from before this hub started: resumed when their pod is seen
         self._resumable: dict[str, Session] = store.open_sessions()
@@ -78,7 +78,7 @@ class UsageLedger:
         """``pod``: the hub's own pod as last seen, or None when it is gone or not the hub's."""
         sessions = self._open.get(key)
         if pod is None or event_type == "DELETED" or _finished(pod):
-            self._waiting.discard(key)
+            self._waiting.pop(key, None)
             if sessions is not None:
                 self._end(key, sessions)
             return
@@ -89,16 +89,17 @@ class UsageLedger:
                 return  # the common case: a pod already counted changed (status, annotations)
             self._end(key, sessions)  # a new pod of the same name
         if not (pod.get("spec") or {}).get("nodeName"):
-            self._waiting.add(key)
+            self._waiting.setdefault(key, self.clock())
             return
         now = self.clock()
         scheduled = _scheduled_at(pod)
+        seen_unbound = self._waiting.pop(key, None)
         started = now
-        if scheduled is not None and (key not in self._waiting or now - scheduled > LATE_S):
+        if scheduled is not None and (seen_unbound is None or now - scheduled > LATE_S):
             # first seen bound (the hub started again), or the binding reached us late (a
-            # dropped watch, a relist): the scheduler's own time, which is to the second
-            started = min(now, scheduled)
-        self._waiting.discard(key)
+            # dropped watch, a relist): the scheduler's own time, which is to the second, but
+            # never before the pod was seen unbound
+            started = min(now, max(scheduled, seen_unbound or scheduled))
         opened = [
             self._open_session(key, uid, pod, resource, count, started)
             for resource, count in sorted(self.requests_of(pod).items())
