@@ -40,6 +40,7 @@ from tornado.log import access_log, app_log
 
 from jupyter_gpuburst.core import keys, names
 from jupyter_gpuburst.hub import metrics
+from jupyter_gpuburst.hub.accounting.dashboard import usage_panel
 from jupyter_gpuburst.hub.accounting.handlers import handlers as accounting_handlers
 from jupyter_gpuburst.hub.capacity.report import capacity_report
 from jupyter_gpuburst.hub.kernels.handlers import API_PATH as KERNELS_API_PATH
@@ -230,10 +231,12 @@ class CapacityPageHandler(_Authenticated):
 
     @web.authenticated
     async def get(self) -> None:
-        report = capacity_report(await self.tracker())
+        tracker = await self.tracker()
+        report = capacity_report(tracker)
         template = self.settings["templates"].get_template(PAGE_TEMPLATE)
         api_url = f"{self.hub_auth.base_url}{API_PATH}"
-        self.finish(template.render(report=report, api_url=api_url, hub_prefix=self.hub_auth.hub_prefix, gpu_name=names.gpu_name))
+        usage = usage_panel(tracker, self.hub_auth.base_url)
+        self.finish(template.render(report=report, api_url=api_url, hub_prefix=self.hub_auth.hub_prefix, gpu_name=names.gpu_name, usage=usage))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         # a person's page, with a way back; the reason only where it is meant for them

@@ -5,7 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 
+import aiohttp
 import pytest
 import pytest_asyncio
 from helpers.static_hub import HELPERS
@@ -128,3 +130,31 @@ async def test_counters_have_no_usernames(usage_hub, http):
     lines = [line for line in text.splitlines() if line.startswith("jupyterhub_gpuburst_gpu_seconds_total")]
     assert any('site="donor-1"' in line and line.endswith(" 21600.0") for line in lines), lines
     assert not any("alice" in line or "bob" in line for line in lines)
+
+
+async def _page(hub, user: str) -> tuple[int, str]:
+    session = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
+    try:
+        async with session.get(f"{hub.url}/hub/login") as resp:
+            page = await resp.text()
+        xsrf = re.search(r'name="_xsrf"\s+value="([^"]+)"', page)
+        data = {"username": user, "password": "any", **({"_xsrf": xsrf.group(1)} if xsrf else {})}
+        async with session.post(f"{hub.url}/hub/login", data=data, allow_redirects=False) as resp:
+            assert resp.status == 302, await resp.text()
+        async with session.get(f"{hub.url}/services/gpuburst/capacity") as resp:
+            return resp.status, await resp.text()
+    finally:
+        await session.close()
+
+
+async def test_the_capacity_page_shows_top_users_donors_and_budgets(usage_hub):
+    status, html = await _page(usage_hub, "admin")
+    assert status == 200, html[:500]
+    top = re.search(r'<table class="table table-sm" id="gpuburst-top-users">(.*?)</table>', html, re.S).group(1)
+    assert re.findall(r'data-user="([^"]+)"', top) == ["bob", "alice"]  # most GPU-hours first
+    donors = re.search(r'id="gpuburst-donor-hours">(.*?)</table>', html, re.S).group(1)
+    assert 'data-site="donor-1"' in donors and "6.00" in donors
+    budgets = re.search(r'id="gpuburst-budgets">(.*?)</table>', html, re.S).group(1)
+    alice = re.search(r'data-budget="user:alice"\s*>(.*?)</tr>', budgets, re.S).group(1)
+    assert re.findall(r"<td>([^<]*)</td>", alice) == ["alice", "4.00", "20", "16.00"]
+    assert "api/usage.csv?period=week" in html
