@@ -29,11 +29,13 @@ def _sections() -> list[tuple[str, str, type[HasTraits]]]:
     from jupyter_gpuburst.server.app import GPUBurstServerExtension
     from jupyter_gpuburst.hub.spawner import GPUBurstSpawner
     from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
+    from jupyter_gpuburst.hub.accounting.settings import GPUAccountingSettings
     from jupyter_gpuburst.server.kernels.provisioner import GPUBurstProvisioner
 
     return [
         ("GPUBurstSpawner", "the hub: placement policy and spawner behaviour (`jupyterhub_config.py`)", GPUBurstSpawner),
         ("GPUKernelSettings", "the hub: GPU kernels (kernel mode; `jupyterhub_config.py`)", GPUKernelSettings),
+        ("GPUAccountingSettings", "the hub: GPU-hours accounting and budgets (`jupyterhub_config.py`; docs/accounting.md)", GPUAccountingSettings),
         ("GPUBurstServerExtension", "the user's server: GPU telemetry (`jupyter_server_config.py`, or `--GPUBurstServerExtension.<name>=` in the single-user command)", GPUBurstServerExtension),
         ("GPUBurstProvisioner", "the user's server: how it waits for the hub's GPU kernels (`jupyter_server_config.py`; `profile` is set by each generated kernelspec)", GPUBurstProvisioner),
     ]

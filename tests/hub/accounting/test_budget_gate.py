@@ -90,3 +90,14 @@ def test_overlapping_semesters_are_refused():
     ]
     with pytest.raises(AccountingConfigError, match="overlap"):
         GPUAccountingSettings(config=config)
+
+
+def test_the_worked_example_in_hub_config_is_valid():
+    from pathlib import Path
+
+    config = Config()
+    source = Path(__file__).resolve().parents[3] / "hub_config" / "accounting.py"
+    exec(compile(source.read_text(), str(source), "exec"), {"get_config": lambda: config})
+    settings = GPUAccountingSettings(config=config)
+    assert settings.user_budgets == {"*": 20} and settings.group_budgets == {"ml101": 400}
+    assert [s["name"] for s in settings.semesters] == ["Fall 2026", "Spring 2027"]
