@@ -140,6 +140,8 @@ async def test_chaos_benchmark_short(tmp_path):
     assert result["leaked_reservations"] == 0 and result["wrong_placement"] == 0, result
     assert result["ready"] + result["refused"] == 12, result
     assert result["fault_free_ready"] == 12
+    # GPU-hours: each pod's ledger entry within 1 s of its real life, the hub killed or not
+    assert result["ledger"]["pods"] > 0 and result["ledger"]["off_by_more"] == 0, result["ledger"]
     assert result["checks"] == chaos.checks(result, 12) and result["ok"] is True
 
 

@@ -6,7 +6,7 @@ docs/accounting.md says what is counted and how; ``GPUAccountingSettings`` holds
 from jupyter_gpuburst.hub.accounting.budgets import BudgetStatus
 from jupyter_gpuburst.hub.accounting.ledger import IdleSource
 from jupyter_gpuburst.hub.accounting.settings import AccountingConfigError, GPUAccountingSettings
-from jupyter_gpuburst.hub.accounting.wiring import Accounting, from_config, ledger_path
+from jupyter_gpuburst.hub.accounting.wiring import Accounting, from_config, ledger_path, use_idle_source
 
 __all__ = [
     "Accounting",
@@ -16,4 +16,5 @@ __all__ = [
     "IdleSource",
     "from_config",
     "ledger_path",
+    "use_idle_source",
 ]

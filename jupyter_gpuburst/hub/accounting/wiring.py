@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from pathlib import Path
 
 from traitlets.config import Config
@@ -12,6 +13,19 @@ from jupyter_gpuburst.hub.accounting.budgets import Budgets
 from jupyter_gpuburst.hub.accounting.ledger import IdleSource, RequestsOf, UsageLedger
 from jupyter_gpuburst.hub.accounting.settings import LEDGER_FILE, GPUAccountingSettings
 from jupyter_gpuburst.hub.accounting.store import UsageStore
+
+# every ledger of this process, and the idle source they all use (``use_idle_source``)
+_ledgers: "weakref.WeakSet[UsageLedger]" = weakref.WeakSet()
+_idle_source: IdleSource | None = None
+
+
+def use_idle_source(source: IdleSource | None) -> None:
+    """Count "held idle" in every ledger of this hub process, now and later, from
+    ``source(user, server_name, target)`` (docs/accounting.md says how to wire GPU culling's)."""
+    global _idle_source
+    _idle_source = source
+    for ledger in list(_ledgers):
+        ledger.idle_source = source
 
 
 class Accounting:
@@ -50,6 +64,7 @@ def from_config(config: Config | None, requests_of: RequestsOf, log: logging.Log
     if not settings.enabled:
         return None
     path = ledger_path(config, settings)
-    ledger = UsageLedger(UsageStore(path), requests_of, flush_seconds=settings.flush_seconds, log=log)
+    ledger = UsageLedger(UsageStore(path), requests_of, idle_source=_idle_source, flush_seconds=settings.flush_seconds, log=log)
+    _ledgers.add(ledger)
     (log or logging.getLogger(__name__)).info("GPU usage is counted in %s", path)
     return Accounting(settings, ledger)

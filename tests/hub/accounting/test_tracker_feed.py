@@ -50,3 +50,21 @@ def test_accounting_can_be_turned_off() -> None:
     config.GPUAccountingSettings.enabled = False
     assert accounting.from_config(config, lambda pod: {}) is None
     assert accounting.from_config(None, lambda pod: {}) is None
+
+
+def test_an_idle_source_reaches_ledgers_made_before_and_after(tmp_path) -> None:
+    config = Config()
+    config.GPUAccountingSettings.ledger_path = str(tmp_path / "a.sqlite")
+    before = accounting.from_config(config, lambda pod: {})
+
+    def source(user, server, target):
+        return None
+
+    try:
+        accounting.use_idle_source(source)
+        config.GPUAccountingSettings.ledger_path = str(tmp_path / "b.sqlite")
+        after = accounting.from_config(config, lambda pod: {})
+        assert before.ledger.idle_source is source and after.ledger.idle_source is source
+        assert after.ledger.counts_idle
+    finally:
+        accounting.use_idle_source(None)
