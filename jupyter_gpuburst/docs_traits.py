@@ -26,10 +26,10 @@ PACKAGE = "jupyter_gpuburst"
 
 def _sections() -> list[tuple[str, str, type[HasTraits]]]:
     """(config section, what it configures, class) for every configurable class we ship."""
-    from jupyter_gpuburst.server.app import GPUBurstServerExtension
-    from jupyter_gpuburst.hub.spawner import GPUBurstSpawner
-    from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
     from jupyter_gpuburst.hub.accounting.settings import GPUAccountingSettings
+    from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
+    from jupyter_gpuburst.hub.spawner import GPUBurstSpawner
+    from jupyter_gpuburst.server.app import GPUBurstServerExtension
     from jupyter_gpuburst.server.kernels.provisioner import GPUBurstProvisioner
 
     return [

@@ -23,7 +23,6 @@ inventory equals a full recount at the end.
 from __future__ import annotations
 
 import argparse
-from array import array
 import gc
 import itertools
 import json
@@ -31,6 +30,7 @@ import os
 import random
 import sys
 import time
+from array import array
 from collections import deque
 from typing import Any
 
