@@ -151,9 +151,7 @@ class GCPauses:
         by_generation = [sum(1 for g, _ in self.pauses if g == n) for n in range(3)]
         return {
             "collections_by_generation": by_generation,
-            "max_pause_ms_by_generation": [
-                round(max((ms for g, ms in self.pauses if g == n), default=0.0), 3) for n in range(3)
-            ],
+            "max_pause_ms_by_generation": [round(max((ms for g, ms in self.pauses if g == n), default=0.0), 3) for n in range(3)],
             "max_pause_ms": round(max((ms for _, ms in self.pauses), default=0.0), 3),
             "total_pause_ms": round(sum(ms for _, ms in self.pauses), 3),
         }
@@ -251,7 +249,12 @@ async def run(
             live.append(next_churn)
             next_churn += 1
             timed(tracker._on_pod_event, "ADDED", synthetic.watch_pod(name, shape, None, phase="Pending", version=version), "pod_created")
-            timed(tracker._on_pod_event, "MODIFIED", synthetic.watch_pod(name, shape, plan.node_name(n), phase="Pending", version=version + 1), "pod_bound")
+            timed(
+                tracker._on_pod_event,
+                "MODIFIED",
+                synthetic.watch_pod(name, shape, plan.node_name(n), phase="Pending", version=version + 1),
+                "pod_bound",
+            )
         elif roll < 0.5 and live:  # a status update: ready, restarts, IPs
             i = live[rng.randrange(len(live))]
             timed(tracker._on_pod_event, "MODIFIED", _pod(plan, churn, i, version=version), "pod_status")
@@ -280,7 +283,9 @@ async def run(
         name, user = f"bench-acct-{i}", f"acct{i}"
         for event_type, node in (("ADDED", None), ("MODIFIED", plan.node_name(n)), ("DELETED", plan.node_name(n))):
             ledger_ns[0] = 0
-            _, callback_ns, _ = _deliver(tracker._on_pod_event, _wire(event_type, synthetic.watch_pod(name, 0, node, site="origin", user=user, version=version)))
+            _, callback_ns, _ = _deliver(
+                tracker._on_pod_event, _wire(event_type, synthetic.watch_pod(name, 0, node, site="origin", user=user, version=version))
+            )
             version += 1
             hub_pod_us.append(callback_ns / 1000)
             hub_pod_accounting_us.append(ledger_ns[0] / 1000)
@@ -341,7 +346,10 @@ async def run(
             bench_pods.append((name, node_index[placement.held_node], shape))
             if len(bench_pods) > outstanding:  # and an older server ends
                 name, n, shape = bench_pods.popleft()
-                _deliver(tracker._on_pod_event, _wire("DELETED", synthetic.watch_pod(name, shape, plan.node_name(n), user=name.removeprefix("bench-"))))
+                _deliver(
+                    tracker._on_pod_event,
+                    _wire("DELETED", synthetic.watch_pod(name, shape, plan.node_name(n), user=name.removeprefix("bench-"))),
+                )
     gc_decisions.__exit__()
     # what one full collection costs now, when it comes (the thresholds make it rare)
     started = time.perf_counter()
@@ -454,16 +462,22 @@ def _check(value: float, limit: float, *, at_least: bool = False) -> dict[str, A
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="gpuburst bench placement", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="gpuburst bench placement", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--nodes", type=int, default=5000, help="origin GPU nodes (default 5000)")
     parser.add_argument("--pods", type=int, default=50000, help="pods bound to those nodes (default 50000)")
     parser.add_argument("--donors", type=int, default=3, help="Liqo donors, one virtual node each (default 3)")
     parser.add_argument("--outstanding", type=int, default=2000, help="reservations held while decisions are timed (default 2000)")
-    parser.add_argument("--decisions", type=int, default=2000, help=f"timed decisions (default 2000; fewer than {MIN_SAMPLES} fails its check)")
+    parser.add_argument(
+        "--decisions", type=int, default=2000, help=f"timed decisions (default 2000; fewer than {MIN_SAMPLES} fails its check)"
+    )
     parser.add_argument("--events", type=int, default=20000, help="timed watch events under churn (default 20000)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
-        "--clock", choices=("wall", "cpu"), default="wall",
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
         help="what the latency checks judge: wall time (default) or the thread's CPU time, for a machine shared with other work",
     )
     parser.add_argument("--json", action="store_true", help="print the JSON on one line (default: indented)")
@@ -474,9 +488,7 @@ def main(argv: list[str]) -> int:
     for name in ("donors", "outstanding"):
         if getattr(args, name) < 0:
             parser.error(f"--{name} must not be negative")
-    result = stopping.run(
-        run(args.nodes, args.pods, args.donors, args.outstanding, args.decisions, args.events, args.seed, args.clock)
-    )
+    result = stopping.run(run(args.nodes, args.pods, args.donors, args.outstanding, args.decisions, args.events, args.seed, args.clock))
     json.dump(result, sys.stdout, indent=None if args.json else 2)
     sys.stdout.write("\n")
     return 0 if result["ok"] else 1

@@ -236,7 +236,9 @@ class CapacityPageHandler(_Authenticated):
         template = self.settings["templates"].get_template(PAGE_TEMPLATE)
         api_url = f"{self.hub_auth.base_url}{API_PATH}"
         usage = usage_panel(tracker, self.hub_auth.base_url)
-        self.finish(template.render(report=report, api_url=api_url, hub_prefix=self.hub_auth.hub_prefix, gpu_name=names.gpu_name, usage=usage))
+        self.finish(
+            template.render(report=report, api_url=api_url, hub_prefix=self.hub_auth.hub_prefix, gpu_name=names.gpu_name, usage=usage)
+        )
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         # a person's page, with a way back; the reason only where it is meant for them

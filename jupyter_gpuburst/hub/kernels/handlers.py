@@ -66,7 +66,7 @@ class KernelAPIHandler(web.RequestHandler):
     async def prepare(self) -> None:
         self.set_header("Content-Type", "application/json")
         header = self.request.headers.get("Authorization", "")
-        token = header[len(TOKEN_PREFIXES[0]):] if header.lower().startswith(TOKEN_PREFIXES) else ""
+        token = header[len(TOKEN_PREFIXES[0]) :] if header.lower().startswith(TOKEN_PREFIXES) else ""
         token = token.strip()
         if not token:
             raise web.HTTPError(403, "Missing or invalid credentials.")

@@ -74,8 +74,6 @@ class _Redirect(Exception):
     """The pod must move: raised inside the start loop, never outside it."""
 
 
-
-
 class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
     """KubeSpawner that checks live GPU capacity at spawn time and bursts to Liqo donors."""
 
@@ -682,9 +680,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             return status
         meta = pod.get("metadata") or {}
         if meta.get("deletionTimestamp") or not self.is_pod_running(pod):
-            self.log.warning(
-                "%s: pod %s was left starting by an earlier hub process; deleting it", self._log_name, self.pod_name
-            )
+            self.log.warning("%s: pod %s was left starting by an earlier hub process; deleting it", self._log_name, self.pod_name)
             await self.stop(now=True)
             self.clear_state()
             spawnstate.save_state(self)
@@ -784,7 +780,6 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         # the form is a template JupyterHub renders again: no braces of ours may reach it
         text = html.escape(note).replace("{", "&#123;").replace("}", "&#125;")
         return f'<p class="gpuburst-budget" id="gpuburst-budget">{text}</p>\n{form}'
-
 
     def _gb_annotate(self, profile: dict[str, Any], tracker: CapacityTracker | None) -> dict[str, Any]:
         # the configured base, not this spawner's traits: a refused profile's override stays on them
