@@ -26,7 +26,10 @@ for pod in pods():
         tracker.accounting.ledger.pod_event("ADDED", pod["metadata"]["name"], pending)
         if pod["status"]["phase"] == "Running":
             tracker.accounting.ledger.pod_event("MODIFIED", pod["metadata"]["name"], pod)
+tracker.accounting.ledger.snapshot = tracker.snapshot
+tracker.accounting.ledger.sample()
 now[0] += 2 * 3600.0
+tracker.accounting.ledger.sample()
 USAGE.add(tracker.accounting)
 install(c, tracker_source=lambda: tracker)
 """

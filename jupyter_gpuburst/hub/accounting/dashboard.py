@@ -11,6 +11,10 @@ from jupyter_gpuburst.hub.accounting.periods import period_of
 from jupyter_gpuburst.hub.accounting.report import usage_report
 
 TOP_USERS = 10
+DAY_S = 86400.0
+CHART_W, CHART_H = 300, 60
+PAD = 2  # keeps a line at 0 or at the top inside the box
+SERIES = ("total", "in_use", "reserved")
 log = logging.getLogger(__name__)
 
 
@@ -25,6 +29,8 @@ def usage_panel(tracker: Any, service_prefix: str) -> dict[str, Any] | None:
         rows = accounting.ledger.usage_rows(week.first.isoformat(), week.last.isoformat())
         report = usage_report(rows, week, ("user",), accounting.ledger.counts_idle)
         budgets = budgets_report(accounting) if accounting.settings.has_budgets else None
+        now = accounting.ledger.clock()
+        charts = day_charts(accounting.ledger.store.samples(now - DAY_S), now)
     except Exception:  # the page still shows capacity when the ledger cannot be read
         log.exception("Could not read GPU usage for the capacity page")
         return None
@@ -36,5 +42,36 @@ def usage_panel(tracker: Any, service_prefix: str) -> dict[str, Any] | None:
         "donors": report["donors"],
         "counts_idle": report["counts_idle"],
         "budgets": budgets,
+        "charts": charts,
         "csv": {kind: f"{csv}?period={kind}" for kind in ("day", "week", "month")},
     }
+
+
+def day_charts(samples: list[tuple[float, str, str, int, int, int]], now: float) -> list[dict[str, Any]]:
+    """Per site and GPU resource, the last 24 hours of total / in use / reserved as SVG
+    polyline points (x: time, y: GPUs, on a ``CHART_W`` x ``CHART_H`` box), and the latest."""
+    by_series: dict[tuple[str, str], list[tuple[float, int, int, int]]] = {}
+    for t, site, resource, total, in_use, reserved in samples:
+        by_series.setdefault((site, resource), []).append((t, total, in_use, reserved))
+    charts = []
+    for (site, resource), points in sorted(by_series.items(), key=lambda item: (item[0][0] != "origin", item[0])):
+        top = max(max(p[1:]) for p in points) or 1
+
+        def line(index: int, points: list[tuple[float, int, int, int]] = points, top: int = top) -> str:
+            return " ".join(
+                f"{CHART_W * max(0.0, (t - (now - DAY_S)) / DAY_S):.1f},{CHART_H - PAD - (CHART_H - 2 * PAD) * values[index - 1] / top:.1f}"
+                for t, *values in points
+            )
+
+        latest = points[-1]
+        charts.append(
+            {
+                "site": site,
+                "resource": resource,
+                "max": top,
+                "lines": {name: line(i) for i, name in enumerate(SERIES, start=1)},
+                "now": dict(zip(SERIES, latest[1:], strict=True)),
+                "samples": len(points),
+            }
+        )
+    return charts

@@ -27,6 +27,8 @@ from jupyter_gpuburst.hub.accounting.store import Session, UsageStore, split_by_
 SERVERNAME_ANNOTATION = "hub.jupyter.org/servername"
 SERVER_TARGET = "server"
 NO_PROFILE = "(none)"
+# capacity samples are kept a week (the page shows the last 24 hours)
+SAMPLES_KEPT_S = 7 * 86400.0
 # a binding seen this much after the scheduler's condition says it happened arrived late
 LATE_S = 2.0
 
@@ -49,6 +51,8 @@ class UsageLedger:
         flush_seconds: float = 60.0,
         write_delay: float = 0.5,
         heartbeat_seconds: float = 5.0,
+        snapshot: Callable[[], Any] | None = None,
+        sample_seconds: float = 300.0,
         log: logging.Logger | None = None,
     ) -> None:
         self.store = store
@@ -58,6 +62,9 @@ class UsageLedger:
         self.flush_seconds = flush_seconds
         self.write_delay = write_delay
         self.heartbeat_seconds = heartbeat_seconds
+        # the capacity snapshot, sampled for the capacity page's 24-hour chart
+        self.snapshot = snapshot
+        self.sample_seconds = sample_seconds
         self.log = log or logging.getLogger(__name__)
         # open sessions by pod (namespace/name), each a list: one per GPU resource it requests
         self._open: dict[str, list[Session]] = {}
@@ -216,10 +223,30 @@ class UsageLedger:
             self._task = None
         self.flush()
 
+    def sample(self) -> None:
+        """Note each site's GPUs now: total, in use (bound pods), reserved (spawns in flight)."""
+        snapshot = self.snapshot() if self.snapshot is not None else None
+        if snapshot is None:
+            return
+        now = self.clock()
+        rows = []
+        for name, site in snapshot.sites.items():
+            for resource in sorted(set(site.allocatable) | set(site.requested) | set(site.reserved)):
+                totals = site.total(resource)
+                rows.append((now, name, resource, totals.allocatable, totals.requested, totals.reserved))
+        try:
+            self.store.add_samples(rows, keep_after=now - SAMPLES_KEPT_S)
+        except Exception:  # noqa: BLE001 - a chart point is not worth failing anything for
+            self.log.warning("Could not keep a GPU capacity sample", exc_info=True)
+
     async def _run(self) -> None:
-        last_flush = self.clock()
+        last_flush = last_sample = self.clock()
+        self.sample()
         while True:
             await asyncio.sleep(self.heartbeat_seconds)
+            if self.clock() - last_sample >= self.sample_seconds:
+                last_sample = self.clock()
+                self.sample()
             if self.clock() - last_flush >= self.flush_seconds:
                 last_flush = self.clock()
                 self.flush()

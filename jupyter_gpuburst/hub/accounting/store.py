@@ -45,6 +45,15 @@ CREATE TABLE IF NOT EXISTS charges (
     PRIMARY KEY (uid, day)
 );
 CREATE INDEX IF NOT EXISTS charges_day ON charges (day);
+CREATE TABLE IF NOT EXISTS site_samples (
+    t REAL NOT NULL,
+    site TEXT NOT NULL,
+    resource TEXT NOT NULL,
+    total INTEGER NOT NULL,
+    in_use INTEGER NOT NULL,
+    reserved INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS site_samples_t ON site_samples (t);
 CREATE TABLE IF NOT EXISTS hub (
     name TEXT PRIMARY KEY,
     value REAL NOT NULL
@@ -128,6 +137,15 @@ class UsageStore:
     def session(self, uid: str) -> Session | None:
         row = self.db.execute("SELECT * FROM sessions WHERE uid = ?", (uid,)).fetchone()
         return _session(row) if row else None
+
+    def add_samples(self, samples: Iterable[tuple[float, str, str, int, int, int]], keep_after: float) -> None:
+        """GPUs per site and resource at one moment (total, in use, reserved); older ones go."""
+        with self.transaction() as db:
+            db.executemany("INSERT INTO site_samples VALUES (?,?,?,?,?,?)", samples)
+            db.execute("DELETE FROM site_samples WHERE t < ?", (keep_after,))
+
+    def samples(self, since: float) -> list[tuple[float, str, str, int, int, int]]:
+        return self.db.execute("SELECT * FROM site_samples WHERE t >= ? ORDER BY t", (since,)).fetchall()
 
     def alive_until(self) -> float | None:
         row = self.db.execute("SELECT value FROM hub WHERE name = 'alive_until'").fetchone()

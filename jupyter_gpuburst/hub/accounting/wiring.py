@@ -6,6 +6,7 @@ import logging
 import os
 import weakref
 from pathlib import Path
+from typing import Any
 
 from traitlets.config import Config
 
@@ -55,7 +56,9 @@ def ledger_path(config: Config | None, settings: GPUAccountingSettings) -> str:
     return os.path.join(os.getcwd(), LEDGER_FILE)
 
 
-def from_config(config: Config | None, requests_of: RequestsOf, log: logging.Logger | None = None) -> Accounting | None:
+def from_config(
+    config: Config | None, requests_of: RequestsOf, log: logging.Logger | None = None, snapshot: Any = None
+) -> Accounting | None:
     """The accounting of a hub with ``config``, or None when it is turned off (or there is no
     hub config: a tracker of a benchmark or a test)."""
     if config is None:
@@ -64,7 +67,9 @@ def from_config(config: Config | None, requests_of: RequestsOf, log: logging.Log
     if not settings.enabled:
         return None
     path = ledger_path(config, settings)
-    ledger = UsageLedger(UsageStore(path), requests_of, idle_source=_idle_source, flush_seconds=settings.flush_seconds, log=log)
+    ledger = UsageLedger(
+        UsageStore(path), requests_of, idle_source=_idle_source, flush_seconds=settings.flush_seconds, snapshot=snapshot, log=log
+    )
     _ledgers.add(ledger)
     (log or logging.getLogger(__name__)).info("GPU usage is counted in %s", path)
     return Accounting(settings, ledger)

@@ -129,7 +129,7 @@ class CapacityTracker:
             core_api = shared_client("CoreV1Api")
             retry.install(core_api.api_client, logger=log)
             tracker = cls(core_api, settings_from_config(config), log, PodOwnership.from_config(config))
-            tracker.accounting = accounting.from_config(config, tracker.inventory.pod_requests, log)
+            tracker.accounting = accounting.from_config(config, tracker.inventory.pod_requests, log, tracker.snapshot)
             await tracker.start()
         except BaseException as exc:
             future.set_exception(exc)

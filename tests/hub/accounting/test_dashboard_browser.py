@@ -48,6 +48,10 @@ def test_admin_reads_gpu_hours_on_the_capacity_page(page: Page, usage_hub: HubPr
     expect(top.first).to_contain_text("bob")
     expect(page.locator("#gpuburst-donor-hours tr[data-site='donor-1'] .gpuburst-hours")).to_have_text("6.00")
     expect(page.locator("#gpuburst-budgets tr[data-budget='user:alice']")).to_contain_text("16.00")
+    chart = page.locator("#gpuburst-day-charts tr[data-site='origin'][data-resource='nvidia.com/gpu']")
+    expect(chart.locator(".gpuburst-now")).to_have_text("6 / 3 / 0")
+    # two hours ago and now: 3 of 6 GPUs in use
+    expect(chart.locator("polyline.in-use")).to_have_attribute("points", "275.0,30.0 300.0,30.0")
     # readable in both themes: the table's text differs from the page behind it
     colors = page.evaluate(
         """() => [getComputedStyle(document.querySelector('#gpuburst-top-users td')).color,
