@@ -5,7 +5,9 @@ after a hub restart is the same row, never a second one) with who, where and wha
 ``counted_until``: the wall-clock time up to which its GPU-seconds are in ``charges``. ``charges``
 has the GPU-seconds per session and UTC day. Moving ``counted_until`` and adding the charge
 happen in one transaction, so a hub killed at any moment has counted each second once or not
-yet, never twice. ``grants`` keeps the extra GPU-hours admins gave for one budget period.
+yet, never twice. ``grants`` keeps the extra GPU-hours admins gave for one budget period,
+``hub`` when the hub last wrote (its heartbeat), ``site_samples`` each site's GPUs every few
+minutes for the capacity page's chart.
 """
 
 from __future__ import annotations
@@ -134,10 +136,6 @@ class UsageStore:
         rows = self.db.execute("SELECT * FROM sessions WHERE ended IS NULL").fetchall()
         return {row[0]: _session(row) for row in rows}
 
-    def session(self, uid: str) -> Session | None:
-        row = self.db.execute("SELECT * FROM sessions WHERE uid = ?", (uid,)).fetchone()
-        return _session(row) if row else None
-
     def add_samples(self, samples: Iterable[tuple[float, str, str, int, int, int]], keep_after: float) -> None:
         """GPUs per site and resource at one moment (total, in use, reserved); older ones go."""
         with self.transaction() as db:
@@ -152,17 +150,15 @@ class UsageStore:
         return float(row[0]) if row else None
 
     def save(self, new: Iterable[Session], items: Iterable[tuple[Session, float, float | None, float | None]], alive_until: float) -> None:
-        """New sessions, then charges (see ``charge``), and when the hub was last alive: at once."""
+        """New sessions, then for each (session, until, idle_since, ended) of ``items`` its
+        GPU-seconds from ``counted_until`` to ``until`` (idle from ``idle_since``, None for not
+        idle), ended when ``ended``, and when the hub was last alive: in one transaction."""
         with self.transaction() as db:
             for session in new:
                 self._insert(db, session)
             done = self._charge(db, items)
             db.execute("INSERT INTO hub VALUES ('alive_until', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value", (alive_until,))
         _counted(done)
-
-    def add_session(self, session: Session) -> None:
-        with self.transaction() as db:
-            self._insert(db, session)
 
     @staticmethod
     def _insert(db: sqlite3.Connection, session: Session) -> None:
@@ -184,13 +180,6 @@ class UsageStore:
                 session.ended,
             ),
         )
-
-    def charge(self, items: Iterable[tuple[Session, float, float, float | None]]) -> None:
-        """For each (session, until, idle_since, ended): count it from ``counted_until`` to
-        ``until`` (idle from ``idle_since``, None for not idle), and end it when ``ended``."""
-        with self.transaction() as db:
-            done = self._charge(db, items)
-        _counted(done)
 
     @staticmethod
     def _charge(
