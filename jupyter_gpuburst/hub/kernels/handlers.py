@@ -22,7 +22,7 @@ from typing import Any
 from jupyterhub.services.auth import check_scopes
 from tornado import web
 
-from jupyter_gpuburst.hub.accounting.gate import budget_refusal
+from jupyter_gpuburst.hub.accounting.gate import budget_note, budget_refusal
 from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRecord, KernelRegistry, record_json
 from jupyter_gpuburst.hub.kernels.service import LiveHub, default_registry
 
@@ -122,7 +122,9 @@ class KernelsHandler(KernelAPIHandler):
         kernels = [record_json(registry, r) for r in registry.list(self.user["name"], server)]
         groups = self.hub.groups(self.user["name"])
         profiles = [{**p.public(), "available": registry.availability(p, self.user["name"], groups)} for p in registry.profiles.values()]
-        self.write(json.dumps({"profiles": profiles, "kernels": kernels}))
+        # what is left of the user's GPU-hour budget, as the spawn form says it ("" without one)
+        budget = budget_note(registry.tracker, self.user["name"], groups, bool(self.user.get("admin")))
+        self.write(json.dumps({"profiles": profiles, "kernels": kernels, "budget": budget}))
 
     async def post(self) -> None:
         body = self.get_json()
