@@ -26,16 +26,18 @@ PACKAGE = "jupyter_gpuburst"
 
 def _sections() -> list[tuple[str, str, type[HasTraits]]]:
     """(config section, what it configures, class) for every configurable class we ship."""
-    from jupyter_gpuburst.server.app import GPUBurstServerExtension
-    from jupyter_gpuburst.hub.spawner import GPUBurstSpawner
+    from jupyter_gpuburst.hub.accounting.settings import GPUAccountingSettings
     from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
     from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
+    from jupyter_gpuburst.hub.spawner import GPUBurstSpawner
+    from jupyter_gpuburst.server.app import GPUBurstServerExtension
     from jupyter_gpuburst.server.kernels.provisioner import GPUBurstProvisioner
 
     return [
         ("GPUBurstSpawner", "the hub: placement policy and spawner behaviour (`jupyterhub_config.py`)", GPUBurstSpawner),
         ("GPUKernelSettings", "the hub: GPU kernels (kernel mode; `jupyterhub_config.py`)", GPUKernelSettings),
         ("GPUCullingSettings", "the hub: GPU idle culling of servers and GPU kernels (`jupyterhub_config.py`; docs/culling.md)", GPUCullingSettings),
+        ("GPUAccountingSettings", "the hub: GPU-hours accounting and budgets (`jupyterhub_config.py`; docs/accounting.md)", GPUAccountingSettings),
         ("GPUBurstServerExtension", "the user's server: GPU telemetry (`jupyter_server_config.py`, or `--GPUBurstServerExtension.<name>=` in the single-user command)", GPUBurstServerExtension),
         ("GPUBurstProvisioner", "the user's server: how it waits for the hub's GPU kernels (`jupyter_server_config.py`; `profile` is set by each generated kernelspec)", GPUBurstProvisioner),
     ]
@@ -112,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     updated = splice(current, generated)
     if args.check is not None:
         if updated != current:
-            print(f"{path}: the configuration reference is stale; run python -m jupyter_gpuburst.docs_traits --write {path}", file=sys.stderr)
+            print(
+                f"{path}: the configuration reference is stale; run python -m jupyter_gpuburst.docs_traits --write {path}", file=sys.stderr
+            )
             return 1
         return 0
     path.write_text(updated)

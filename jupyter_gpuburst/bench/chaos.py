@@ -46,6 +46,7 @@ import aiohttp
 
 from jupyter_gpuburst.bench import stopping
 from jupyter_gpuburst.bench.hubproc import HubProcess
+from jupyter_gpuburst.bench.ledger_check import LEDGER_FILE, PodLifetimes, compare
 from jupyter_gpuburst.bench.spawn import NAMESPACE, clear_pods, federation_config, hub_config, percentile
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.sim.faults import FaultSchedule, FaultStep
@@ -238,8 +239,7 @@ def hub_servers(workdir: Path) -> dict[str, dict[str, Any]]:
     db = sqlite3.connect(f"file:{workdir / 'jupyterhub.sqlite'}?mode=ro", uri=True, timeout=30)
     try:
         rows = db.execute(
-            "SELECT users.name, spawners.name, spawners.server_id, spawners.state FROM spawners "
-            "JOIN users ON users.id = spawners.user_id"
+            "SELECT users.name, spawners.name, spawners.server_id, spawners.state FROM spawners JOIN users ON users.id = spawners.user_id"
         ).fetchall()
     finally:
         db.close()
@@ -320,10 +320,15 @@ async def count(fed: Federation, hub: Hub, session: aiohttp.ClientSession, journ
 
     def why_lost(j: Journey, server: dict[str, Any], mine: list[dict[str, Any]]) -> None:
         # what a lost student saw and what was left, to tell a spawner bug from a harness one
-        lost_detail.append({
-            "user": j.user, "outcome": j.outcome, "message": (j.message or "")[:160], "hub_has_server": bool(server["server"]),
-            "pods": [f"{(p.get('status') or {}).get('phase')}{' ready' if _running_ready(p) else ''}" for p in mine],
-        })
+        lost_detail.append(
+            {
+                "user": j.user,
+                "outcome": j.outcome,
+                "message": (j.message or "")[:160],
+                "hub_has_server": bool(server["server"]),
+                "pods": [f"{(p.get('status') or {}).get('phase')}{' ready' if _running_ready(p) else ''}" for p in mine],
+            }
+        )
 
     for j in journeys:
         mine = pods.get(j.user, [])
@@ -407,11 +412,30 @@ def chaos_actions(fed: Federation, hub: Hub) -> dict[str, Any]:
     async def hub_kill(step: FaultStep) -> None:
         await hub.kill_and_restart()
 
-    return {"errors": errors, "watch_gone": watch_gone, "watch_drop": watch_drop, "api_down": api_down, "peering_lost": peering_lost, "hub_kill": hub_kill}
+    return {
+        "errors": errors,
+        "watch_gone": watch_gone,
+        "watch_drop": watch_drop,
+        "api_down": api_down,
+        "peering_lost": peering_lost,
+        "hub_kill": hub_kill,
+    }
 
 
-async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, name: str, users: list[str], arrivals: list[float], schedule: FaultSchedule | None, args: argparse.Namespace) -> tuple[Phase, dict[str, Any]]:
+async def run_phase(
+    fed: Federation,
+    workdir: Path,
+    kubeconfig: Path,
+    name: str,
+    users: list[str],
+    arrivals: list[float],
+    schedule: FaultSchedule | None,
+    args: argparse.Namespace,
+) -> tuple[Phase, dict[str, Any]]:
     phase = Phase(name)
+    # every GPU pod's real life, from the origin's store: what the hub's ledger must match
+    lifetimes = PodLifetimes(fed.origin.store, NAMESPACE)
+    lifetimes.start()
     hub = Hub(workdir, kubeconfig, args.start_timeout)
     await hub.start()
     connector = aiohttp.TCPConnector(limit=0)
@@ -437,9 +461,11 @@ async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, name: str,
             phase.hub_restarts = hub.restarts
             await _wait_hub(hub, time.monotonic() + 120)
             counts = await count(fed, hub, session, phase.journeys)
+            counts["ledger"] = compare(lifetimes, workdir / LEDGER_FILE)
             trace = [{"user": j.user, "outcome": j.outcome, "message": j.message[:300], "trace": j.trace} for j in phase.journeys]
             (workdir / "journeys.json").write_text(json.dumps({"faults": phase.faults_done, "journeys": trace}, indent=1))
     finally:
+        await lifetimes.stop()
         await hub.stop()
         await clear_pods(fed)
     return phase, counts
@@ -454,6 +480,8 @@ def checks(counts: dict[str, Any], requested: int) -> dict[str, bool]:
         "no_leaked_reservation": counts["leaked_reservations"] == 0,
         "none_on_a_site_its_placement_does_not_name": counts["wrong_placement"] == 0,
         "every_student_ready_or_refused": counts["ready"] + counts["refused"] == requested,
+        # GPU-hours: each pod's GPU-seconds in the hub's ledger within 1 s of its real life
+        "ledger_matches_pod_lifetimes": counts["ledger"]["off_by_more"] == 0 and counts["ledger"]["pods"] > 0,
     }
 
 
@@ -467,9 +495,13 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
     rng = random.Random(args.seed)
     arrivals = sorted(rng.uniform(0, span * 0.8) for _ in range(n))
     async with running_federation(config, state_dir=state_dir / "sim", kubeconfig=kubeconfig) as fed:
-        base, base_counts = await run_phase(fed, state_dir / "hub-fault-free", kubeconfig, "fault-free", [f"calm{i:03d}" for i in range(n)], arrivals, None, args)
+        base, base_counts = await run_phase(
+            fed, state_dir / "hub-fault-free", kubeconfig, "fault-free", [f"calm{i:03d}" for i in range(n)], arrivals, None, args
+        )
         schedule = FaultSchedule.chaos(span, donor=next(iter(fed.donors)))
-        chaos, counts = await run_phase(fed, state_dir / "hub-chaos", kubeconfig, "chaos", [f"storm{i:03d}" for i in range(n)], arrivals, schedule, args)
+        chaos, counts = await run_phase(
+            fed, state_dir / "hub-chaos", kubeconfig, "chaos", [f"storm{i:03d}" for i in range(n)], arrivals, schedule, args
+        )
     times = [j.seconds for j in chaos.journeys if j.outcome == "ready" and j.seconds is not None]
     base_times = [j.seconds for j in base.journeys if j.outcome == "ready" and j.seconds is not None]
     passed = checks(counts, n)
@@ -490,6 +522,7 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
         "fault_free_lost": base_counts["lost"],
         "fault_free_orphaned": base_counts["orphaned"],
         "fault_free_duplicated": base_counts["duplicated"],
+        "fault_free_ledger": base_counts["ledger"],
         "hub_restarts": chaos.hub_restarts,
         "faults": [f"{t:.0f}s {kind}" for t, kind in chaos.faults_done],
         "spawn_requests": sum(j.posts for j in chaos.journeys),
@@ -504,7 +537,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--spawns", type=int, default=200, help="students starting a 1-GPU server (default 200)")
     parser.add_argument("--local-gpus", type=int, default=None, help="GPUs on the origin (default: a quarter of --spawns)")
     parser.add_argument("--donor-gpus", type=int, default=None, help="GPUs the donor grants (default: the rest and a tenth more)")
-    parser.add_argument("--span", type=float, default=None, help="seconds the arrivals and the fault schedule span (default: 0.6 s per spawn, at least 45)")
+    parser.add_argument(
+        "--span", type=float, default=None, help="seconds the arrivals and the fault schedule span (default: 0.6 s per spawn, at least 45)"
+    )
     parser.add_argument("--attempts", type=int, default=4, help="times a student starts the server again after losing the hub (default 4)")
     parser.add_argument("--start-timeout", type=int, default=180, help="seconds one spawn may take before the hub gives up")
     parser.add_argument("--seed", type=int, default=1, help="arrival times' random seed")

@@ -13,6 +13,8 @@ URLs, under the hub's base URL:
 - ``/services/gpuburst/capacity``: the page (login cookie, through OAuth; scope ``admin:users``,
   as the report names users and their servers)
 - ``/services/gpuburst/api/capacity``: the JSON report (``Authorization: token ...``, same scope)
+- ``/services/gpuburst/api/usage``, ``api/usage.csv``, ``api/budgets``: GPU-hours and budgets
+  (``jupyter_gpuburst.hub.accounting.handlers``; same scope)
 - ``/services/gpuburst/api/kernels``: the GPU kernel API of users' servers (see
   ``jupyter_gpuburst.hub.kernels.handlers`` for its scopes). Servers call it directly at the
   service's own address (``url`` below, e.g. ``http://hub.jhub.svc.cluster.local:8082``), which
@@ -39,6 +41,8 @@ from tornado.log import access_log, app_log
 
 from jupyter_gpuburst.core import keys, names
 from jupyter_gpuburst.hub import metrics
+from jupyter_gpuburst.hub.accounting.dashboard import usage_panel
+from jupyter_gpuburst.hub.accounting.handlers import handlers as accounting_handlers
 from jupyter_gpuburst.hub.capacity.report import capacity_report
 from jupyter_gpuburst.hub.culling.handlers import handlers as activity_handlers
 from jupyter_gpuburst.hub.culling.live import hub_culler, refuses_start
@@ -132,6 +136,7 @@ class CapacityService:
                 (rf"{self.prefix}oauth_callback", OAuthCallbackHandler),
                 *kernel_handlers(self.prefix, self.registry_source),
                 *activity_handlers(self.prefix, self.culler_source or partial(hub_culler, self.token)),
+                *accounting_handlers(self.prefix, _Authenticated),
             ],
             service=self,
             kernel_start_refusal=refuses_start,
@@ -236,10 +241,14 @@ class CapacityPageHandler(_Authenticated):
 
     @web.authenticated
     async def get(self) -> None:
-        report = capacity_report(await self.tracker())
+        tracker = await self.tracker()
+        report = capacity_report(tracker)
         template = self.settings["templates"].get_template(PAGE_TEMPLATE)
         api_url = f"{self.hub_auth.base_url}{API_PATH}"
-        self.finish(template.render(report=report, api_url=api_url, hub_prefix=self.hub_auth.hub_prefix, gpu_name=names.gpu_name))
+        usage = usage_panel(tracker, self.hub_auth.base_url)
+        self.finish(
+            template.render(report=report, api_url=api_url, hub_prefix=self.hub_auth.hub_prefix, gpu_name=names.gpu_name, usage=usage)
+        )
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         # a person's page, with a way back; the reason only where it is meant for them

@@ -128,9 +128,7 @@ async def test_refused_options_do_not_stick_and_unlisted_choices_work(tmp_path):
 
 async def test_chaos_benchmark_short(tmp_path):
     """Faults of every kind, the hub killed twice: nothing lost, duplicated, orphaned or leaked."""
-    args = argparse.Namespace(
-        spawns=12, local_gpus=None, donor_gpus=None, span=45.0, attempts=4, start_timeout=90, seed=3
-    )
+    args = argparse.Namespace(spawns=12, local_gpus=None, donor_gpus=None, span=45.0, attempts=4, start_timeout=90, seed=3)
     result = await chaos.run(args, tmp_path)
     # whole, in the report of a failure (an assertion's own message is cut short)
     print(json.dumps(result, indent=1, default=str))
@@ -140,6 +138,8 @@ async def test_chaos_benchmark_short(tmp_path):
     assert result["leaked_reservations"] == 0 and result["wrong_placement"] == 0, result
     assert result["ready"] + result["refused"] == 12, result
     assert result["fault_free_ready"] == 12
+    # GPU-hours: each pod's ledger entry within 1 s of its real life, the hub killed or not
+    assert result["ledger"]["pods"] > 0 and result["ledger"]["off_by_more"] == 0, result["ledger"]
     assert result["checks"] == chaos.checks(result, 12) and result["ok"] is True
 
 
@@ -149,7 +149,11 @@ def test_counting_sees_what_the_hub_does_not_know(tmp_path):
 
     def pod(user, name, phase="Running"):
         return {
-            "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"component": "singleuser-server", chaos.USER_LABEL: user, keys.SITE_LABEL: "origin"}},
+            "metadata": {
+                "name": name,
+                "namespace": NAMESPACE,
+                "labels": {"component": "singleuser-server", chaos.USER_LABEL: user, keys.SITE_LABEL: "origin"},
+            },
             "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True"}]},
         }
 
@@ -174,14 +178,17 @@ def test_a_clear_reason_is_short_and_says_something():
     assert not chaos.is_clear("x" * 301)
 
 
-@pytest.mark.parametrize(("change", "check"), [
-    ({"lost": 1, "ready": 11}, "none_lost"),
-    ({"duplicated": 1}, "none_duplicated"),
-    ({"orphaned": 1}, "none_orphaned"),
-    ({"leaked_reservations": 1}, "no_leaked_reservation"),
-    ({"wrong_placement": 1}, "none_on_a_site_its_placement_does_not_name"),
-    ({"ready": 10}, "every_student_ready_or_refused"),
-])
+@pytest.mark.parametrize(
+    ("change", "check"),
+    [
+        ({"lost": 1, "ready": 11}, "none_lost"),
+        ({"duplicated": 1}, "none_duplicated"),
+        ({"orphaned": 1}, "none_orphaned"),
+        ({"leaked_reservations": 1}, "no_leaked_reservation"),
+        ({"wrong_placement": 1}, "none_on_a_site_its_placement_does_not_name"),
+        ({"ready": 10}, "every_student_ready_or_refused"),
+    ],
+)
 def test_each_chaos_check_fails_on_its_count(change, check):
     good = {"ready": 12, "refused": 0, "lost": 0, "duplicated": 0, "orphaned": 0, "leaked_reservations": 0, "wrong_placement": 0}
     assert all(chaos.checks(good, 12).values())

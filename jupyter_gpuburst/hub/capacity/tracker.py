@@ -24,10 +24,10 @@ from traitlets.config import Config
 from jupyter_gpuburst.core import heap, keys
 from jupyter_gpuburst.core.inventory import Inventory, Snapshot
 from jupyter_gpuburst.core.placement import Placement, Placer
-from jupyter_gpuburst.hub import retry
+from jupyter_gpuburst.hub import accounting, retry
 from jupyter_gpuburst.hub.capacity.ownership import PodOwnership
-from jupyter_gpuburst.hub.settings import GPUBurstSettings, api_settings_from_config, settings_from_config
 from jupyter_gpuburst.hub.capacity.watch import WatchFeed, object_key
+from jupyter_gpuburst.hub.settings import GPUBurstSettings, api_settings_from_config, settings_from_config
 
 # the garbage collector's thresholds: CPython's defaults, and the hub's once capacity is loaded
 CPYTHON_GC_THRESHOLDS = (700, 10, 10)
@@ -80,9 +80,7 @@ class CapacityTracker:
         self.settings = settings
         self.log = log or logging.getLogger(__name__)
         self.ownership = ownership or PodOwnership()
-        self.inventory = Inventory(
-            resource_names=settings.gpu_resource_names, resource_prefixes=settings.gpu_resource_prefixes
-        )
+        self.inventory = Inventory(resource_names=settings.gpu_resource_names, resource_prefixes=settings.gpu_resource_prefixes)
         self.placer = Placer(settings.policy(), self.inventory, ttl_s=settings.reservation_ttl_seconds)
         # pods carrying the site label, by namespace/name, whoever made them
         self._labelled: dict[str, dict[str, Any]] = {}
@@ -95,13 +93,13 @@ class CapacityTracker:
         self._changed: asyncio.Event | None = None
         self._queue: collections.OrderedDict[str, float] = collections.OrderedDict()
         self._feeds: list[WatchFeed] = []
+        # GPU-hours accounting (hub.accounting), fed by the same pod events; None when off
+        self.accounting: Any = None
         self.ready = False
 
     # ---- lifecycle ---------------------------------------------------------------------------
     @classmethod
-    async def ensure(
-        cls, config: Config | None, log: logging.Logger | None = None, namespace: str | None = None
-    ) -> "CapacityTracker":
+    async def ensure(cls, config: Config | None, log: logging.Logger | None = None, namespace: str | None = None) -> "CapacityTracker":
         """The tracker of this hub process for the API host ``config`` names; started once.
 
         ``namespace``: one the calling spawner puts its pods in (owned from now on).
@@ -131,6 +129,7 @@ class CapacityTracker:
             core_api = shared_client("CoreV1Api")
             retry.install(core_api.api_client, logger=log)
             tracker = cls(core_api, settings_from_config(config), log, PodOwnership.from_config(config))
+            tracker.accounting = accounting.from_config(config, tracker.inventory.pod_requests, log, tracker.snapshot)
             await tracker.start()
         except BaseException as exc:
             future.set_exception(exc)
@@ -163,12 +162,13 @@ class CapacityTracker:
             namespace = self._narrowed_namespace(exc)
             if namespace is None:
                 raise
-            pods = WatchFeed(
-                functools.partial(self.api.list_namespaced_pod, namespace), self._on_pod_event, kind="pods", log=self.log
-            )
+            pods = WatchFeed(functools.partial(self.api.list_namespaced_pod, namespace), self._on_pod_event, kind="pods", log=self.log)
             self._feeds = [nodes, pods]
             await pods.start()
         self.loaded()
+        if self.accounting is not None:
+            self.accounting.ledger.loaded()
+            self.accounting.ledger.start()
         self.ready = True
 
     def loaded(self) -> None:
@@ -225,6 +225,8 @@ class CapacityTracker:
         for feed in self._feeds:
             await feed.stop()
         self._feeds = []
+        if self.accounting is not None:
+            await self.accounting.ledger.stop()
 
     # ---- events ------------------------------------------------------------------------------
     def _notify(self) -> None:
@@ -247,6 +249,8 @@ class CapacityTracker:
         else:
             self._labelled[key] = kept = _kept(pod)
             self._classify(key, kept)
+        if self.accounting is not None:
+            self.accounting.ledger.pod_event(event_type, key, self._pods.get(key))
         if self._pod_events:
             event = self._pod_events.get(key)
             if event is not None:
@@ -274,6 +278,8 @@ class CapacityTracker:
             for key, pod in self._labelled.items():
                 if pod.get("metadata", {}).get("namespace") == namespace:
                     self._classify(key, pod)
+                    if self.accounting is not None:
+                        self.accounting.ledger.pod_event("MODIFIED", key, self._pods.get(key))
 
     # ---- reading -----------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -376,9 +382,7 @@ def _kept(pod: Mapping[str, Any]) -> dict[str, Any]:
     for field in ("containers", "initContainers"):
         containers = spec.get(field)
         if containers:
-            kept_spec[field] = [
-                {k: c[k] for k in ("name", "resources", "restartPolicy") if k in c} for c in containers
-            ]
+            kept_spec[field] = [{k: c[k] for k in ("name", "resources", "restartPolicy") if k in c} for c in containers]
     if spec.get("overhead"):
         kept_spec["overhead"] = spec["overhead"]
     return {**pod, "spec": kept_spec}

@@ -22,8 +22,9 @@ from typing import Any
 from jupyterhub.services.auth import check_scopes
 from tornado import web
 
-from jupyter_gpuburst.hub.kernels.service import LiveHub, default_registry
+from jupyter_gpuburst.hub.accounting.gate import budget_note, budget_refusal
 from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRecord, KernelRegistry, record_json
+from jupyter_gpuburst.hub.kernels.service import LiveHub, default_registry
 
 SCOPE = "custom:gpuburst:kernels"
 SCOPE_DESCRIPTION = "Start, list and stop your own GPU kernels (remote GPU kernels placed by jupyter-gpuburst)."
@@ -65,7 +66,7 @@ class KernelAPIHandler(web.RequestHandler):
     async def prepare(self) -> None:
         self.set_header("Content-Type", "application/json")
         header = self.request.headers.get("Authorization", "")
-        token = header[len(TOKEN_PREFIXES[0]):] if header.lower().startswith(TOKEN_PREFIXES) else ""
+        token = header[len(TOKEN_PREFIXES[0]) :] if header.lower().startswith(TOKEN_PREFIXES) else ""
         token = token.strip()
         if not token:
             raise web.HTTPError(403, "Missing or invalid credentials.")
@@ -121,7 +122,9 @@ class KernelsHandler(KernelAPIHandler):
         kernels = [record_json(registry, r) for r in registry.list(self.user["name"], server)]
         groups = self.hub.groups(self.user["name"])
         profiles = [{**p.public(), "available": registry.availability(p, self.user["name"], groups)} for p in registry.profiles.values()]
-        self.write(json.dumps({"profiles": profiles, "kernels": kernels}))
+        # what is left of the user's GPU-hour budget, as the spawn form says it ("" without one)
+        budget = budget_note(registry.tracker, self.user["name"], groups, bool(self.user.get("admin")))
+        self.write(json.dumps({"profiles": profiles, "kernels": kernels, "budget": budget}))
 
     async def post(self) -> None:
         body = self.get_json()
@@ -142,6 +145,9 @@ class KernelsHandler(KernelAPIHandler):
             # the culler stopped it and its server has not heard yet: a restarter's restart
             raise web.HTTPError(409, "%s", refused)
         registry = await self.registry()
+        refusal = budget_refusal(registry.tracker, name, self.hub.groups(name), bool(self.user.get("admin")))
+        if refusal:
+            raise web.HTTPError(403, "%s", refusal, reason="GPU kernel refused")
         server_pod = await _server_pod(registry, spawner)
         try:
             record = await registry.start(

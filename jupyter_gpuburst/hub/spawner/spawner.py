@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import html
 import json
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from jupyterhub.utils import maybe_future
 from kubernetes_asyncio.client import V1Affinity, V1EnvVar, V1NodeAffinity, V1Toleration, V1Volume
 from kubespawner import KubeSpawner
 from kubespawner.utils import get_k8s_model
@@ -31,9 +33,8 @@ from traitlets import TraitError, default
 from jupyter_gpuburst import __version__
 from jupyter_gpuburst.core import keys, names, release
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
-from jupyterhub.utils import maybe_future
-
 from jupyter_gpuburst.hub import metrics, retry
+from jupyter_gpuburst.hub.accounting.gate import budget_note, budget_refusal
 from jupyter_gpuburst.hub.capacity import watch
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker, server_key
 from jupyter_gpuburst.hub.kernels.service import stop_server_kernels
@@ -72,8 +73,6 @@ class SpawnRefused(web.HTTPError):
 
 class _Redirect(Exception):
     """The pod must move: raised inside the start loop, never outside it."""
-
-
 
 
 class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
@@ -236,6 +235,12 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         tracker = await self.gpuburst_tracker()
         key = self.gpuburst_key
         tried = [a["site"] for a in self._gb_attempts]
+        if not tried:
+            # before any placement: a student whose GPU-hours are used up holds nothing
+            refusal = budget_refusal(tracker, request.user, request.groups, bool(getattr(self.user, "admin", False)))
+            if refusal:
+                metrics.record_spawn("none", "failure")
+                raise SpawnRefused(403, refusal)
         if tried:
             sites = request.allowed_sites if request.allowed_sites is not None else tuple(tracker.snapshot().sites)
             request = replace(request, allowed_sites=tuple(s for s in sites if s not in tried))
@@ -390,6 +395,8 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             keys.USER_ANNOTATION: self.user.name,
             keys.GROUPS_ANNOTATION: json.dumps(groups),
             keys.ATTEMPTS_ANNOTATION: str(len(self._gb_attempts) + 1),
+            # GPU-hours are reported per profile (hub.accounting)
+            keys.PROFILE_ANNOTATION: (self._gb_profile or {}).get("slug", ""),
         }
         ours = placement.node_affinity()["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
         self._gb_narrow_affinity(pod.spec, ours)
@@ -677,9 +684,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             return status
         meta = pod.get("metadata") or {}
         if meta.get("deletionTimestamp") or not self.is_pod_running(pod):
-            self.log.warning(
-                "%s: pod %s was left starting by an earlier hub process; deleting it", self._log_name, self.pod_name
-            )
+            self.log.warning("%s: pod %s was left starting by an earlier hub process; deleting it", self._log_name, self.pod_name)
             await self.stop(now=True)
             self.clear_state()
             spawnstate.save_state(self)
@@ -771,7 +776,14 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             self.log.warning("No live GPU capacity for the spawn form: %s", exc)
             tracker = None
         annotated = [self._gb_annotate(p, tracker) for p in profile_list]
-        return self._render_options_form(annotated)
+        form = self._render_options_form(annotated)
+        groups = [getattr(g, "name", str(g)) for g in (getattr(self.user, "groups", None) or [])]
+        note = budget_note(tracker, self.user.name, groups, bool(getattr(self.user, "admin", False)))
+        if not note:
+            return form
+        # the form is a template JupyterHub renders again: no braces of ours may reach it
+        text = html.escape(note).replace("{", "&#123;").replace("}", "&#125;")
+        return f'<p class="gpuburst-budget" id="gpuburst-budget">{text}</p>\n{form}'
 
     def _gb_annotate(self, profile: dict[str, Any], tracker: CapacityTracker | None) -> dict[str, Any]:
         # the configured base, not this spawner's traits: a refused profile's override stays on them

@@ -1,0 +1,36 @@
+"""GPU-hours accounting and budgets: a worked example (docs/accounting.md).
+
+A department whose students each get 20 GPU-hours a week, whose course "ml101" shares 400 a
+week on top of nothing else, and whose staff are admins (exempt). Load it at the end of
+``jupyterhub_config.py``:
+
+    load_subconfig("/etc/jupyterhub/accounting.py")
+
+Reading the figures, as an admin (a token with the admin:users scope):
+
+    # this week's GPU-hours by user, then by donor and GPU resource
+    curl -H "Authorization: token $TOKEN" "$HUB/services/gpuburst/api/usage?by=user"
+    curl -H "Authorization: token $TOKEN" "$HUB/services/gpuburst/api/usage?by=site,resource"
+    # the semester's CSV for the department's report (one line per day, user, profile, site, resource, mode)
+    curl -H "Authorization: token $TOKEN" -o fall.csv "$HUB/services/gpuburst/api/usage.csv?period=semester&date=Fall%202026"
+    # five more hours for alice, this week only
+    curl -H "Authorization: token $TOKEN" -d '{"user": "alice", "hours": 5}' "$HUB/services/gpuburst/api/budgets/grants"
+
+What alice sees on the spawn form on Wednesday, after 12.5 GPU-hours since Monday:
+"7.5 of 20 GPU-hours left this week, resets Monday 00:00 UTC."
+"""
+
+c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
+
+# where the ledger lives: on the hub's persistent volume, beside jupyterhub.sqlite
+c.GPUAccountingSettings.ledger_path = "/srv/jupyterhub/gpuburst-usage.sqlite"
+c.GPUAccountingSettings.budget_period = "week"
+c.GPUAccountingSettings.user_budgets = {"*": 20}
+c.GPUAccountingSettings.group_budgets = {"ml101": 400}
+# reports by semester (and semester budgets, with budget_period = "semester")
+c.GPUAccountingSettings.semesters = [
+    {"name": "Fall 2026", "start": "2026-09-01", "end": "2027-01-31"},
+    {"name": "Spring 2027", "start": "2027-02-01", "end": "2027-07-31"},
+]
+# /hub/metrics without usernames (the default); True adds a user label to the GPU-seconds counters
+c.GPUAccountingSettings.metrics_usernames = False

@@ -1,0 +1,116 @@
+"""The chaos benchmark's accounting check: the hub's GPU-hours ledger against the pods' real lives.
+
+The real lifetimes come from the emulated origin API server's own store, watched in-process (the
+hub cannot see this watch, and nothing it counts comes from it): each pod's GPUs are held from
+the moment it is bound until it is removed or has finished. The ledger is the hub's SQLite file,
+read after the run: per pod, its GPU-seconds on disk plus the time since it was last written
+(what the hub counts for a pod still running). Each pod must agree within ``tolerance_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from jupyter_gpuburst.core.inventory import Inventory
+
+LEDGER_FILE = "gpuburst-usage.sqlite"
+
+
+class PodLifetimes:
+    """Bound and ended wall-clock times of every GPU pod in one namespace of a store."""
+
+    def __init__(self, store: Any, namespace: str) -> None:
+        self.store = store
+        self.namespace = namespace
+        self.pods: dict[str, dict[str, Any]] = {}
+        self._requests = Inventory().pod_requests
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        version: str | None = None
+        while True:
+            watch = self.store.watch("pods", self.namespace, resource_version=version, read_only=True)
+            try:
+                async for etype, pod in watch:
+                    version = (pod.get("metadata") or {}).get("resourceVersion") or version
+                    self._note(etype, pod, time.time())
+            finally:
+                watch.close()
+            await asyncio.sleep(0.05)  # the store closed its watches (an API server restart)
+
+    def _note(self, etype: str, pod: dict[str, Any], now: float) -> None:
+        meta = pod.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid:
+            return
+        record = self.pods.get(uid)
+        if record is None:
+            requests = self._requests(pod)
+            if not requests:
+                return
+            record = self.pods[uid] = {"name": meta.get("name"), "count": sum(requests.values()), "bound": None, "ended": None}
+        if record["bound"] is None and (pod.get("spec") or {}).get("nodeName"):
+            record["bound"] = now
+        finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        if record["ended"] is None and record["bound"] is not None and (etype == "DELETED" or finished):
+            record["ended"] = now
+
+
+def ledger_seconds(path: Path, now: float) -> dict[str, float]:
+    """GPU-seconds per pod uid as the hub counts them at ``now``."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    try:
+        rows = db.execute(
+            "SELECT s.uid, s.count, s.counted_until, s.ended, COALESCE(SUM(c.gpu_seconds), 0) FROM sessions s "
+            "LEFT JOIN charges c ON c.uid = s.uid GROUP BY s.uid"
+        ).fetchall()
+    finally:
+        db.close()
+    return {uid: charged + (0.0 if ended is not None else max(0.0, now - until) * count) for uid, count, until, ended, charged in rows}
+
+
+def compare(lifetimes: PodLifetimes, ledger: Path, tolerance_s: float = 1.0) -> dict[str, Any]:
+    """How far the ledger is from the pods' real GPU-seconds, pod by pod."""
+    now = time.time()
+    counted = ledger_seconds(ledger, now) if ledger.exists() else {}
+    worst = 0.0
+    off: list[dict[str, Any]] = []
+    missing = 0
+    real_total = 0.0
+    for uid, record in lifetimes.pods.items():
+        if record["bound"] is None:
+            continue
+        real = ((record["ended"] or now) - record["bound"]) * record["count"]
+        real_total += real
+        # a pod bound a moment ago may not be on disk yet (the hub writes half a second later)
+        error = abs(counted.get(uid, 0.0) - real) / record["count"]
+        if uid not in counted and error > tolerance_s:
+            missing += 1
+        worst = max(worst, error)
+        if error > tolerance_s:
+            off.append({"pod": record["name"], "real_s": round(real, 2), "ledger_s": round(counted[uid], 2) if uid in counted else None})
+    extra = len(set(counted) - set(lifetimes.pods))
+    return {
+        "pods": sum(1 for r in lifetimes.pods.values() if r["bound"] is not None),
+        "real_gpu_seconds": round(real_total, 1),
+        "ledger_gpu_seconds": round(sum(counted.values()), 1),
+        "worst_error_s": round(worst, 3),
+        "off_by_more": len(off),
+        "missing": missing,
+        "counted_but_never_bound": extra,
+        "detail": off[:5],
+    }

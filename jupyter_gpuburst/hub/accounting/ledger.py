@@ -1,0 +1,346 @@
+"""GPU-seconds per pod, from the capacity watch's pod events: no Kubernetes reads of its own.
+
+A pod holds GPUs from the moment it is bound to a node until it is deleted or has finished
+(Succeeded/Failed: the kubelet has freed its devices). The tracker hands every pod event here
+(``pod_event``); a pod seen binding is counted from that event, one first seen already bound (a
+hub that started again, a watch that missed the binding) from its ``PodScheduled`` condition.
+Open sessions are counted on disk every ``flush_seconds`` and when they end (see ``store``), so a
+hub that is killed and starts again resumes each pod where it was counted up to, and a pod that
+went away while the hub was down is ended at that point: nothing is counted twice, and at most
+one flush period of a pod deleted during the hub's downtime goes uncounted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.hub.accounting.store import Session, UsageStore, split_by_day
+
+SERVERNAME_ANNOTATION = "hub.jupyter.org/servername"
+SERVER_TARGET = "server"
+NO_PROFILE = "(none)"
+# capacity samples are kept a week (the page shows the last 24 hours)
+SAMPLES_KEPT_S = 7 * 86400.0
+# a binding seen this much after the scheduler's condition says it happened arrived late
+LATE_S = 2.0
+
+# (user, server name, target: "server" or the GPU kernel's record id) -> the wall-clock time
+# since which its GPUs have been idle, or None when busy or unknown
+IdleSource = Callable[[str, str, str], "float | None"]
+RequestsOf = Callable[[Mapping[str, Any]], Mapping[str, int]]
+
+
+class UsageLedger:
+    """GPU-seconds held (and held idle, where an idle source says) by every pod the hub placed."""
+
+    def __init__(
+        self,
+        store: UsageStore,
+        requests_of: RequestsOf,
+        *,
+        clock: Callable[[], float] = time.time,
+        idle_source: IdleSource | None = None,
+        flush_seconds: float = 60.0,
+        write_delay: float = 0.5,
+        heartbeat_seconds: float = 5.0,
+        snapshot: Callable[[], Any] | None = None,
+        sample_seconds: float = 300.0,
+        log: logging.Logger | None = None,
+    ) -> None:
+        self.store = store
+        self.requests_of = requests_of
+        self.clock = clock
+        self.idle_source = idle_source
+        self.flush_seconds = flush_seconds
+        self.write_delay = write_delay
+        self.heartbeat_seconds = heartbeat_seconds
+        # the capacity snapshot, sampled for the capacity page's 24-hour chart
+        self.snapshot = snapshot
+        self.sample_seconds = sample_seconds
+        self.log = log or logging.getLogger(__name__)
+        # open sessions by pod (namespace/name), each a list: one per GPU resource it requests
+        self._open: dict[str, list[Session]] = {}
+        # pods seen before they were bound, and when: their binding came after that
+        self._waiting: dict[str, float] = {}
+        self._task: asyncio.Task | None = None
+        # sessions open on disk from before this hub started: resumed when their pod is seen
+        self._resumable: dict[str, Session] = store.open_sessions()
+        # when the previous hub was last alive (its last write): where pods gone meanwhile end
+        self._last_alive = store.alive_until()
+        # what is not on disk yet: written together shortly after, off the watch event's path
+        self._new: list[Session] = []
+        self._pending: list[tuple[Session, float, float | None, float | None]] = []
+        self._write_handle: asyncio.Handle | None = None
+
+    # ---- the tracker's pod events -------------------------------------------------------------
+    def pod_event(self, event_type: str, key: str, pod: Mapping[str, Any] | None) -> None:
+        """``pod``: the hub's own pod as last seen, or None when it is gone or not the hub's."""
+        sessions = self._open.get(key)
+        if pod is None or event_type == "DELETED" or _finished(pod):
+            self._waiting.pop(key, None)
+            if sessions is not None:
+                self._end(key, sessions)
+            return
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or key)
+        if sessions is not None:
+            if sessions[0].extra.get("pod_uid") == uid:
+                return  # the common case: a pod already counted changed (status, annotations)
+            self._end(key, sessions)  # a new pod of the same name
+        if not (pod.get("spec") or {}).get("nodeName"):
+            self._waiting.setdefault(key, self.clock())
+            return
+        now = self.clock()
+        scheduled = _scheduled_at(pod)
+        seen_unbound = self._waiting.pop(key, None)
+        started = now
+        if scheduled is not None and (seen_unbound is None or now - scheduled > LATE_S):
+            # first seen bound (the hub started again), or the binding reached us late (a
+            # dropped watch, a relist): the scheduler's own time, which is to the second, but
+            # never before the pod was seen unbound
+            started = min(now, max(scheduled, seen_unbound or scheduled))
+        opened = [
+            self._open_session(key, uid, pod, resource, count, started)
+            for resource, count in sorted(self.requests_of(pod).items())
+            if count > 0
+        ]
+        if opened:
+            self._open[key] = opened
+
+    def _open_session(self, key: str, uid: str, pod: Mapping[str, Any], resource: str, count: int, started: float) -> Session:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        annotations = meta.get("annotations") or {}
+        kernel = annotations.get(keys.KERNEL_ANNOTATION)
+        server_name = annotations.get(keys.SERVER_ANNOTATION if kernel else SERVERNAME_ANNOTATION, "") or ""
+        # a pod that asks for two GPU resources (rare) is two sessions
+        resources = self.requests_of(pod)
+        session_uid = uid if len(resources) == 1 else f"{uid}/{resource}"
+        extra = {"pod_uid": uid, "server_name": server_name, "target": kernel or SERVER_TARGET}
+        known = self._resumable.pop(session_uid, None)
+        if known is not None:
+            # seen before this hub started (or ended at the first list while its namespace was
+            # not yet known to be the hub's): it held its GPUs all along, counted on from there
+            known.ended = None
+            known.extra = extra
+            return known
+        session = Session(
+            uid=session_uid,
+            pod=key,
+            key=_owner_key(annotations),
+            user=annotations.get(keys.USER_ANNOTATION) or annotations.get("hub.jupyter.org/username") or "",
+            groups=tuple(_groups(annotations.get(keys.GROUPS_ANNOTATION))),
+            profile=annotations.get(keys.PROFILE_ANNOTATION) or NO_PROFILE,
+            site=labels.get(keys.SITE_LABEL) or keys.ORIGIN_SITE,
+            resource=resource,
+            count=int(count),
+            mode="kernel" if kernel else "server",
+            started=started,
+            counted_until=started,
+            extra=extra,
+        )
+        self._new.append(session)
+        self._schedule_write()
+        return session
+
+    def _end(self, key: str, sessions: list[Session]) -> None:
+        self._open.pop(key, None)
+        now = self.clock()
+        self._pending.extend((s, now, self._idle_since(s), now) for s in sessions)
+        self._schedule_write()
+
+    def _schedule_write(self) -> None:
+        """Write soon, in one transaction with whatever else changed meanwhile: a commit on
+        every binding would cost each watch event more than the inventory's whole update."""
+        if self._write_handle is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.write()  # no loop (a script, a test): at once
+            return
+        self._write_handle = loop.call_later(self.write_delay, self.write)
+
+    def write(self) -> None:
+        """Put what changed on disk, with the time this hub was last alive."""
+        if self._write_handle is not None:
+            self._write_handle.cancel()
+            self._write_handle = None
+        new, pending = self._new, self._pending
+        self._new, self._pending = [], []
+        try:
+            self.store.save(new, pending, alive_until=self.clock())
+        except Exception:  # a full disk must not stop the watch: tried again at the next write
+            self.log.exception("Could not write GPU usage to %s", self.store.path)
+            self._new, self._pending = new + self._new, pending + self._pending
+
+    def _idle_since(self, session: Session) -> float | None:
+        if self.idle_source is None:
+            return None
+        try:
+            return self.idle_source(session.user, session.extra.get("server_name", ""), session.extra.get("target", SERVER_TARGET))
+        except Exception:  # noqa: BLE001 - an idle source that fails counts as not knowing
+            self.log.warning("The GPU idle source failed; counting as held", exc_info=True)
+            return None
+
+    # ---- after the first list, and periodically ------------------------------------------------
+    def loaded(self) -> None:
+        """The watch's first list is in: end the sessions of pods that went away meanwhile, at
+        the point they were counted up to (when the hub last saw them)."""
+        # kept resumable: a pod of a namespace the hub learns is its own only later counts on
+        gone = list(self._resumable.values())
+        if gone:
+            self.log.info("%d GPU session(s) ended while the hub was away", len(gone))
+            for session in gone:
+                # alive at the previous hub's last write at the latest; not after
+                end = max(session.counted_until, min(self._last_alive or 0.0, self.clock()))
+                self._pending.append((session, end, None, end))
+        self.write()
+
+    def flush(self) -> None:
+        """Count every open session up to now."""
+        now = self.clock()
+        self._pending.extend((s, now, self._idle_since(s), None) for sessions in self._open.values() for s in sessions)
+        self.write()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="gpuburst-accounting")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.flush()
+
+    def sample(self) -> None:
+        """Note each site's GPUs now: total, in use (bound pods), reserved (spawns in flight)."""
+        snapshot = self.snapshot() if self.snapshot is not None else None
+        if snapshot is None:
+            return
+        now = self.clock()
+        rows = []
+        for name, site in snapshot.sites.items():
+            for resource in sorted(set(site.allocatable) | set(site.requested) | set(site.reserved)):
+                totals = site.total(resource)
+                rows.append((now, name, resource, totals.allocatable, totals.requested, totals.reserved))
+        try:
+            self.store.add_samples(rows, keep_after=now - SAMPLES_KEPT_S)
+        except Exception:  # noqa: BLE001 - a chart point is not worth failing anything for
+            self.log.warning("Could not keep a GPU capacity sample", exc_info=True)
+
+    async def _run(self) -> None:
+        last_flush = last_sample = self.clock()
+        self.sample()
+        while True:
+            await asyncio.sleep(self.heartbeat_seconds)
+            if self.clock() - last_sample >= self.sample_seconds:
+                last_sample = self.clock()
+                self.sample()
+            if self.clock() - last_flush >= self.flush_seconds:
+                last_flush = self.clock()
+                self.flush()
+            else:
+                self.write()  # what is pending, and that this hub is alive
+
+    # ---- reading -----------------------------------------------------------------------------
+    def open_sessions(self) -> list[Session]:
+        return [s for sessions in self._open.values() for s in sessions]
+
+    def usage_rows(self, first_day: str, last_day: str, user: str | None = None, group: str | None = None) -> list[dict[str, Any]]:
+        """GPU-seconds per session and UTC day in ``[first_day, last_day]``, open sessions
+        counted up to now; only ``user``'s or ``group``'s, if given."""
+        self.write()
+        rows = self.store.usage_rows(first_day, last_day, user, group)
+        now = self.clock()
+        for session in self.open_sessions():
+            if (user is not None and session.user != user) or (group is not None and group not in session.groups):
+                continue
+            idle_since = self._idle_since(session)
+            for day, a, b in split_by_day(session.counted_until, now):
+                if first_day <= day <= last_day:
+                    idle = 0.0 if idle_since is None else max(0.0, b - max(a, idle_since))
+                    rows.append(
+                        {
+                            "uid": session.uid,
+                            "user": session.user,
+                            "groups": session.groups,
+                            "profile": session.profile,
+                            "site": session.site,
+                            "resource": session.resource,
+                            "count": session.count,
+                            "mode": session.mode,
+                            "key": session.key,
+                            "started": session.started,
+                            "ended": None,
+                            "day": day,
+                            "gpu_seconds": (b - a) * session.count,
+                            "idle_seconds": idle * session.count,
+                        }
+                    )
+        return rows
+
+    def totals(self) -> dict[tuple[str, str, str, str, str], tuple[float, float]]:
+        """All-time (GPU-seconds, idle GPU-seconds) per (user, profile, site, resource, mode),
+        open sessions counted up to now: counters that only grow, across hub restarts."""
+        self.write()
+        out = {tuple(row[:5]): (row[5] or 0.0, row[6] or 0.0) for row in self.store.totals()}
+        now = self.clock()
+        for session in self.open_sessions():
+            key = (session.user, session.profile, session.site, session.resource, session.mode)
+            held = max(0.0, now - session.counted_until)
+            idle_since = self._idle_since(session)
+            idle = 0.0 if idle_since is None else max(0.0, now - max(session.counted_until, idle_since))
+            gpu, was_idle = out.get(key, (0.0, 0.0))
+            out[key] = (gpu + held * session.count, was_idle + idle * session.count)
+        return out
+
+    @property
+    def counts_idle(self) -> bool:
+        return self.idle_source is not None
+
+
+def _finished(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _scheduled_at(pod: Mapping[str, Any]) -> float | None:
+    """When the scheduler bound the pod, from its PodScheduled condition (or its start time)."""
+    status = pod.get("status") or {}
+    stamps = [
+        c.get("lastTransitionTime") for c in status.get("conditions") or [] if c.get("type") == "PodScheduled" and c.get("status") == "True"
+    ]
+    stamps.append(status.get("startTime"))
+    for stamp in stamps:
+        if stamp:
+            try:
+                return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return None
+
+
+def _owner_key(annotations: Mapping[str, Any]) -> str:
+    user = annotations.get(keys.USER_ANNOTATION) or annotations.get("hub.jupyter.org/username") or ""
+    kernel = annotations.get(keys.KERNEL_ANNOTATION)
+    if kernel:
+        return f"{user}/kernel:{kernel}"
+    return f"{user}/{annotations.get(SERVERNAME_ANNOTATION, '') or ''}"
+
+
+def _groups(raw: Any) -> list[str]:
+    try:
+        value = json.loads(raw) if raw else []
+    except (TypeError, ValueError):
+        return []
+    return sorted(str(g) for g in value) if isinstance(value, list) else []

@@ -1,0 +1,87 @@
+"""The GPU-hours accounting and budget settings (``c.GPUAccountingSettings``), as traitlets."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from traitlets import Bool, Dict, Enum, Float, List, Unicode, validate
+from traitlets.config import Configurable
+
+from jupyter_gpuburst.hub.accounting.periods import KINDS, PeriodError, parse_semesters
+
+LEDGER_FILE = "gpuburst-usage.sqlite"
+EVERYONE = "*"
+
+
+class AccountingConfigError(ValueError):
+    """A budget or period setting that makes no sense; the hub does not start with it."""
+
+
+class GPUAccountingSettings(Configurable):
+    """Where GPU usage is kept, what Prometheus may see, and the GPU-hour budgets."""
+
+    enabled = Bool(True, config=True, help="Count GPU-hours of every GPU server and GPU kernel the hub places.")
+    ledger_path = Unicode(
+        "",
+        config=True,
+        help=f"""The ledger's SQLite file. Empty (default): {LEDGER_FILE} beside the hub's SQLite
+        database (JupyterHub.db_url), or in the hub's working directory when the hub's database
+        is not SQLite. Put it on the hub's persistent volume: it must survive hub restarts.""",
+    )
+    flush_seconds = Float(
+        60.0,
+        config=True,
+        help="How often running sessions are written to the ledger (a hub killed between two writes counts the time once it is back).",
+    )
+    metrics_usernames = Bool(
+        False,
+        config=True,
+        help="""Add a ``user`` label to the GPU-seconds counters at /hub/metrics. Off by default:
+        anyone who can scrape the metrics would see who used what.""",
+    )
+    budget_period = Enum(
+        list(KINDS), "week", config=True, help="The period GPU-hour budgets are for: day, week (Monday to Sunday, UTC), month or semester."
+    )
+    user_budgets = Dict(
+        value_trait=Float(),
+        config=True,
+        help=f"""Username -> GPU-hours each period; "{EVERYONE}" is everyone's unless named.
+        A GPU-hour is one GPU (or one MIG slice) held for an hour. Admins are exempt.""",
+    )
+    group_budgets = Dict(
+        value_trait=Float(),
+        config=True,
+        help="Group name -> GPU-hours each period for all of the group's members together.",
+    )
+    semesters = List(
+        Dict(),
+        config=True,
+        help="""Named semesters for reports and semester budgets:
+        ``[{"name": "Fall 2026", "start": "2026-09-01", "end": "2027-01-31"}]`` (dates inclusive).""",
+    )
+
+    @validate("user_budgets", "group_budgets")
+    def _hours(self, proposal: dict[str, Any]) -> dict[str, float]:
+        for who, hours in proposal["value"].items():
+            if not math.isfinite(hours) or hours < 0:
+                raise AccountingConfigError(f"{proposal['trait'].name}[{who!r}] must be a number of GPU-hours, 0 or more, not {hours!r}")
+        return proposal["value"]
+
+    @validate("semesters")
+    def _semesters(self, proposal: dict[str, Any]) -> list[dict[str, Any]]:
+        try:
+            parse_semesters(proposal["value"])
+        except PeriodError as exc:
+            raise AccountingConfigError(str(exc)) from None
+        return proposal["value"]
+
+    @validate("flush_seconds")
+    def _flush(self, proposal: dict[str, Any]) -> float:
+        if not 1.0 <= proposal["value"] <= 3600.0:
+            raise AccountingConfigError(f"flush_seconds must be between 1 and 3600, not {proposal['value']!r}")
+        return proposal["value"]
+
+    @property
+    def has_budgets(self) -> bool:
+        return bool(self.user_budgets or self.group_budgets)

@@ -1,0 +1,63 @@
+"""The capacity page's GPU-hours in chromium, behind a real hub: light and dark, as admins see it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers.browser import save_docs_screenshot
+from helpers.hubsite import LoopThread
+from helpers.usage_hub import CONFIG
+from playwright.sync_api import Page, expect
+
+from jupyter_gpuburst.bench.hubproc import HubProcess
+
+pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+@pytest.fixture(scope="module")
+def usage_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
+    loop = LoopThread()
+    hub = HubProcess(tmp_path_factory.mktemp("hub"), CONFIG)
+    try:
+        loop.run(hub.start())
+        yield hub
+    finally:
+        loop.run(hub.stop())
+        loop.close()
+
+
+def log_in_to_capacity(page: Page, hub: HubProcess, user: str) -> None:
+    page.goto(f"{hub.url}/hub/login?next=%2Fservices%2Fgpuburst%2Fcapacity")
+    page.locator("#username_input").fill(user)
+    page.locator("#password_input").fill("any password")
+    page.locator("#login_submit").click()
+    expect(page.locator("#gpuburst-capacity")).to_be_visible(timeout=30_000)
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_admin_reads_gpu_hours_on_the_capacity_page(page: Page, usage_hub: HubProcess, artifacts: Path, theme: str) -> None:
+    log_in_to_capacity(page, usage_hub, "admin")
+    # the hub's own theme toggle keeps its choice here; the capacity page follows it
+    page.evaluate("theme => localStorage.setItem('jupyterhub-bs-theme', theme)", theme)
+    page.reload()
+    expect(page.locator("html")).to_have_attribute("data-bs-theme", theme)
+    top = page.locator("#gpuburst-top-users tbody tr")
+    expect(top).to_have_count(2)
+    expect(top.first).to_contain_text("bob")
+    expect(page.locator("#gpuburst-donor-hours tr[data-site='donor-1'] .gpuburst-hours")).to_have_text("6.00")
+    expect(page.locator("#gpuburst-budgets tr[data-budget='user:alice']")).to_contain_text("16.00")
+    chart = page.locator("#gpuburst-day-charts tr[data-site='origin'][data-resource='nvidia.com/gpu']")
+    expect(chart.locator(".gpuburst-now")).to_have_text("6 / 3 / 0")
+    # two hours ago and now: 3 of 6 GPUs in use
+    expect(chart.locator("polyline.in-use")).to_have_attribute("points", "275.0,30.0 300.0,30.0")
+    # readable in both themes: the table's text differs from the page behind it
+    colors = page.evaluate(
+        """() => [getComputedStyle(document.querySelector('#gpuburst-top-users td')).color,
+                 getComputedStyle(document.body).backgroundColor]"""
+    )
+    assert colors[0] != colors[1], colors
+    shot = artifacts / f"capacity-usage-{theme}.png"
+    page.locator("#gpuburst-capacity").screenshot(path=str(shot))
+    save_docs_screenshot(shot, f"capacity-usage-{theme}.png")
