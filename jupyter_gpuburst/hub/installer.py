@@ -16,6 +16,8 @@ from jupyter_gpuburst.core.keys import SERVICE_PORT as DEFAULT_SERVICE_PORT
 from jupyter_gpuburst.hub import metrics  # noqa: F401 - /hub/metrics shows the series from hub start
 from jupyter_gpuburst.hub.accounting import counters  # noqa: F401 - and the GPU-seconds counters
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
+from jupyter_gpuburst.hub.accounting import use_idle_source
+from jupyter_gpuburst.hub.culling.live import idle_since
 from jupyter_gpuburst.hub.culling.live import install as install_culling
 from jupyter_gpuburst.hub.kernels.scopes import install as install_kernels
 from jupyter_gpuburst.hub.ports import free_port
@@ -66,6 +68,10 @@ def install(
     hub.template_paths = template_paths
     install_kernels(c, SERVICE_NAME)
     install_culling(c, SERVICE_NAME)
+    if "GPUCullingSettings" in c:
+        # servers report their GPU activity only where culling is configured: elsewhere idle
+        # time is unknown (null in the usage reports), never a guessed 0
+        use_idle_source(idle_since)
     services = list(hub.services) if "services" in hub else []
     if any(s.get("name") == SERVICE_NAME for s in services):
         return

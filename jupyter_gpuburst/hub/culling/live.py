@@ -3,6 +3,7 @@ through the hub's REST API, and what ``install(c)`` adds to the hub's config for
 
 from __future__ import annotations
 
+import time
 from functools import partial
 from typing import Any
 from urllib.parse import quote
@@ -61,6 +62,18 @@ def install(c: Any, service_name: str) -> None:
         }
     )
     hub.load_roles = roles
+
+
+def idle_since(user: str, server_name: str, target: str) -> float | None:
+    """Since when (hub clock) this server's (``target`` "server") or GPU kernel's GPUs have been
+    idle, for the GPU-hours ledger's "held idle"; None when busy, GPU-less or not heard from
+    lately: such time is counted as held, never as idle."""
+    if _culler is None:
+        return None
+    signal = _culler.store.get(user, server_name, target)
+    if signal is None or signal.last_busy is None or _culler.store.state(signal, time.time()) == "unknown":
+        return None
+    return max(signal.last_busy, signal.kept_at)
 
 
 def refuses_start(user: str, server_name: str, kernel_id: Any) -> str | None:
