@@ -12,6 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 BACKEND_NAMES = ("auto", "nvml", "simulated", "none")
+# memory in use changing by more than this between samples counts as activity where NVML reads
+# no utilization: allocator noise stays under it, a training step's tensors do not. A user's
+# server and a GPU kernel's pod judge their GPUs by the same rule.
+MEMORY_ACTIVITY_BYTES = 16 * 2**20
 
 
 class GPUUnavailable(Exception):

@@ -23,7 +23,7 @@ from typing import Any
 
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.keys import BACKEND_ENV, GPU_COUNT_ENV, KERNEL_ID_ENV, SIM_GPUS_ENV, SIM_MODEL_ENV
-from jupyter_gpuburst.gpu.backend import GPUBackend, KernelRef
+from jupyter_gpuburst.gpu.backend import MEMORY_ACTIVITY_BYTES, GPUBackend, KernelRef
 from jupyter_gpuburst.gpu.select import open_backend
 
 log = logging.getLogger(__name__)
@@ -101,8 +101,6 @@ class KernelGPUReporter:
             busy = busy or max(utilizations) >= self.threshold
         elif devices:
             # NVML reads no utilization (a MIG slice without GPM): memory activity decides
-            from jupyter_gpuburst.server.activity import MEMORY_ACTIVITY_BYTES
-
             self.busy_basis = "memory"
             used = sum(d["memory_used_bytes"] for d in devices)
             busy = busy or (self._memory_used is not None and abs(used - self._memory_used) > MEMORY_ACTIVITY_BYTES)

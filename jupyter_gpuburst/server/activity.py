@@ -20,12 +20,10 @@ from typing import Any
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.gpu.backend import MEMORY_ACTIVITY_BYTES
 
 log = logging.getLogger(__name__)
 
-# memory in use changing by more than this between samples counts as activity where NVML reads
-# no utilization: allocator noise stays under it, a training step's tensors do not
-MEMORY_ACTIVITY_BYTES = 16 * 2**20
 DEFAULT_PERIOD_S = 60.0
 SAMPLE_EVERY_S = 5.0
 
