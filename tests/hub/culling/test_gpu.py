@@ -55,7 +55,7 @@ def nvml_backend():
         pynvml.nvmlShutdown()
     except Exception as exc:  # noqa: BLE001 - no driver, no GPU, no pynvml
         pytest.skip(f"NVML finds no GPU here: {exc}")
-    from jupyter_gpuburst.server.gpu.nvml import NVMLBackend
+    from jupyter_gpuburst.gpu.nvml import NVMLBackend
 
     backend = NVMLBackend()
     backend.open()
@@ -82,15 +82,28 @@ def watch(mode: str) -> dict:
             report = reporter.sample()
             utilizations.append(report["utilization"])
             seq += 1
-            store.report("student", {"server_name": "", "boot": "gpu", "seq": seq, "gpu_idle_s": reporter.report()["busy_ago_s"], "basis": reporter.busy_basis}, lambda r, s: False)
+            store.report(
+                "student",
+                {"server_name": "", "boot": "gpu", "seq": seq, "gpu_idle_s": reporter.report()["busy_ago_s"], "basis": reporter.busy_basis},
+                lambda r, s: False,
+            )
             signal = store.get("student", "", "server")
-            decision = decide(signal, store.state(signal, time.time()), policy, time.time(), age_s=None, site_kind="origin", groups=frozenset())
+            decision = decide(
+                signal, store.state(signal, time.time()), policy, time.time(), age_s=None, site_kind="origin", groups=frozenset()
+            )
             actions.append(decision.action)
             if decision.action == "stop" and first_stop is None:
                 first_stop = time.monotonic() - start
             time.sleep(1)
         name = backend.read_devices([], time.time())[0].name
-        return {"mode": mode, "gpu": name, "basis": reporter.busy_basis, "actions": actions, "first_stop_s": first_stop, "utilization_max": max(u for u in utilizations if u is not None) if any(u is not None for u in utilizations) else None}
+        return {
+            "mode": mode,
+            "gpu": name,
+            "basis": reporter.busy_basis,
+            "actions": actions,
+            "first_stop_s": first_stop,
+            "utilization_max": max(u for u in utilizations if u is not None) if any(u is not None for u in utilizations) else None,
+        }
     finally:
         worker.stdin.close()
         worker.wait(timeout=30)

@@ -153,7 +153,9 @@ async def test_a_gpu_kernel_is_shut_down_by_its_server_first_and_by_the_hub_when
     c = culler(None)
     c.registry_source = source
     kernels = {"r1": {"idle_s": 95.0, "kernel_id": "k1"}}
-    c.store.report("alice", {"server_name": "", "boot": "b", "seq": 1, "gpu_idle_s": None, "kernels": kernels}, lambda r, s: r in registry.records, NOW)
+    c.store.report(
+        "alice", {"server_name": "", "boot": "b", "seq": 1, "gpu_idle_s": None, "kernels": kernels}, lambda r, s: r in registry.records, NOW
+    )
     await c.sweep(NOW)  # warned
     kernels["r1"]["idle_s"] = 200.0
     c.store.report("alice", {"server_name": "", "boot": "b", "seq": 2, "gpu_idle_s": None, "kernels": kernels}, lambda r, s: True, NOW + 10)

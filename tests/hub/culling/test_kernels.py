@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from helpers.kernel_client import execute
+from helpers.user_server import server_api
 
 from jupyter_gpuburst.core import keys
-from kernels.kernel_client import execute
-
-from .test_culling_hub import server_api, until
+from jupyter_gpuburst.sim.testing import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -52,10 +52,18 @@ async def test_idle_gpu_kernel_is_warned_then_stopped_and_a_computing_one_is_kep
     assert status == 201, busy
     assert (await execute(base, hub.token, idle["id"], "x = 1"))["error"] is None
     # the busy kernel computes for longer than the timeout
-    computing = asyncio.ensure_future(execute(base, hub.token, busy["id"], f"import time\nt = time.time()\nwhile time.time() - t < {TIMEOUT_S + 8}: pass\nprint('done')", timeout=120))
+    computing = asyncio.ensure_future(
+        execute(
+            base,
+            hub.token,
+            busy["id"],
+            f"import time\nt = time.time()\nwhile time.time() - t < {TIMEOUT_S + 8}: pass\nprint('done')",
+            timeout=120,
+        )
+    )
     assert len(kernel_pods(federation)) == 2
 
-    warned = await until(lambda: kernel_target(hub, idle["id"], "warn"), TIMEOUT_S + 15, "the idle kernel's warning")
+    warned = await wait_until(lambda: kernel_target(hub, idle["id"], "warn"), TIMEOUT_S + 15, "the idle kernel's warning", interval=0.2)
     assert warned["keepable"] and "GPU kernel" in warned["reason"] and warned["policy"]["timeout_s"] == TIMEOUT_S
 
     # the stop: its pod goes, the server shuts the kernel down and keeps the hub's sentence
@@ -63,9 +71,9 @@ async def test_idle_gpu_kernel_is_warned_then_stopped_and_a_computing_one_is_kep
         status, body = await server_api(hub, "alice", "GET", "/gpuburst/culling")
         return [s for s in body.get("stopped", []) if s["kernel_id"] == idle["id"]]
 
-    (note,) = await until(stopped, 20, "the idle kernel stopped")
+    (note,) = await wait_until(stopped, 20, "the idle kernel stopped", interval=0.2)
     assert "This GPU kernel was stopped because its GPU was idle" in note["reason"] and "Restart the kernel" in note["reason"]
-    await until(lambda: _kernel_gone(hub, idle["id"]), 20, "the kernel shut down in the server")
+    await wait_until(lambda: _kernel_gone(hub, idle["id"]), 20, "the kernel shut down in the server", interval=0.2)
     assert len(kernel_pods(federation)) == 1
     assert "GPU culling: stopping alice's GPU kernel" in hub.log()
 

@@ -10,14 +10,18 @@ import time
 
 import aiohttp
 import pytest
+from helpers.kernel_client import execute
+from helpers.user_server import server_api
 
-from kernels.kernel_client import execute
+from jupyter_gpuburst.sim.testing import wait_until
 
 pytestmark = pytest.mark.integration
 
 TIMEOUT_S = 10
 WARNING_S = 6
 PERIOD_S = 1
+# bob's cell: longer than alice's start, two warnings and her stop together
+COMPUTE_S = 4 * TIMEOUT_S
 
 CULLING_HUB = f"""
 c.KubeSpawner.environment = {{"JUPYTER_GPUBURST_BACKEND": "simulated"}}
@@ -32,29 +36,12 @@ install(c)
 """
 
 
-async def server_api(hub, user: str, method: str, path: str, body=None):
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
-        async with http.request(method, f"{hub.url}/user/{user}/api{path}", json=body, headers={"Authorization": f"token {hub.token}"}) as response:
-            text = await response.text()
-            return response.status, (json.loads(text) if text else None)
-
-
 async def activity_api(hub, token: str, body, path: str = ""):
     async with aiohttp.ClientSession() as http:
         url = f"{hub.url}/services/gpuburst/api/activity{path}"
         async with http.post(url, data=json.dumps(body), headers={"Authorization": f"token {token}"}) as response:
             text = await response.text()
             return response.status, (json.loads(text) if text.startswith("{") else text)
-
-
-async def until(probe, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = await probe()
-        if value:
-            return value
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def server_target(hub, user: str) -> dict | None:
@@ -72,39 +59,48 @@ async def running(hub, user: str) -> bool:
 
 async def test_idle_gpu_server_is_warned_kept_once_then_stopped_and_the_spawn_page_says_why(federation, start_hub):
     hub = await start_hub(CULLING_HUB)
-    for user in ("alice", "bob"):
-        status, body = await hub.spawn(user, {"profile": "gpu1"})
-        assert status in (201, 202), body
-    await hub.wait_ready("alice")
+    # bob works first: a cell that runs until after alice's server is stopped, typed and run
+    # at once; alice's idle time starts only when her server does, so a slow start of bob's
+    # cannot eat into it
+    status, body = await hub.spawn("bob", {"profile": "gpu1"})
+    assert status in (201, 202), body
     await hub.wait_ready("bob")
-
-    # bob computes: a cell that runs longer than the timeout, typed and run at once
     status, kernel = await server_api(hub, "bob", "POST", "/kernels", {"name": "python3"})
     assert status == 201, kernel
     computing = asyncio.ensure_future(
-        execute(f"{hub.url}/user/bob", hub.token, kernel["id"], f"import time\nt = time.time()\nwhile time.time() - t < {TIMEOUT_S + 6}: pass\nprint('done')", timeout=120)
+        execute(
+            f"{hub.url}/user/bob",
+            hub.token,
+            kernel["id"],
+            f"import time\nfor _ in range({COMPUTE_S}):\n    time.sleep(1)\nprint('done')",
+            timeout=120,
+        )
     )
+    status, body = await hub.spawn("alice", {"profile": "gpu1"})
+    assert status in (201, 202), body
+    await hub.wait_ready("alice")
 
     # alice's GPU sits idle: the panel's warning comes before the stop, with a Keep
-    warned = await until(lambda: _state(hub, "alice", "warn"), TIMEOUT_S + 10, "alice's warning")
+    warned = await wait_until(lambda: _state(hub, "alice", "warn"), TIMEOUT_S + 10, "alice's warning", interval=0.2)
     assert warned["keepable"] and warned["keeps_left"] == 1 and 0 < warned["stops_in_s"] <= WARNING_S
     assert warned["basis"] == "utilization" and "idle" in warned["reason"]
     status, kept = await server_api(hub, "alice", "POST", "/gpuburst/culling/keep", {"target": "server"})
     assert status == 200, kept
     assert (await server_target(hub, "alice"))["state"] == "active"
     # the second warning offers no Keep: one was allowed
-    again = await until(lambda: _state(hub, "alice", "warn"), TIMEOUT_S + 10, "alice's second warning")
+    again = await wait_until(lambda: _state(hub, "alice", "warn"), TIMEOUT_S + 10, "alice's second warning", interval=0.2)
     assert not again["keepable"] and again["keeps_left"] == 0
     status, refused = await server_api(hub, "alice", "POST", "/gpuburst/culling/keep", {"target": "server"})
     assert status == 409 and "1 times" in refused["message"], refused
 
     # the stop lands within one period (plus the report's own period) of the timeout
     warned_at = time.monotonic()
-    await until(lambda: _not(running(hub, "alice")), WARNING_S + 3 * PERIOD_S + 5, "alice's server stopped")
+    await wait_until(lambda: _not(running(hub, "alice")), WARNING_S + 3 * PERIOD_S + 5, "alice's server stopped", interval=0.2)
     assert time.monotonic() - warned_at <= again["stops_in_s"] + 2 * PERIOD_S + 3
     assert "GPU culling: stopping alice's server" in hub.log()
     page = await hub.spawn_page("alice")
     assert 'id="gpuburst-stopped"' in page and "its GPU was idle for" in page
+    assert not computing.done(), "bob's cell ended before alice's server was stopped: make COMPUTE_S longer"
 
     # bob's kernel computed through it all; his server still runs, the cell finished
     out = await computing

@@ -72,7 +72,9 @@ def test_bad_reports_get_a_short_reason_and_store_nothing(body):
 
 def test_kernels_of_another_server_or_user_are_ignored_not_stored():
     store = SignalStore()
-    _, ignored = report(store, 1.0, kernels={"mine": {"idle_s": 5, "kernel_id": "k1"}, "bobs": {"idle_s": 5}}, owns=lambda r, s: r == "mine")
+    _, ignored = report(
+        store, 1.0, kernels={"mine": {"idle_s": 5, "kernel_id": "k1"}, "bobs": {"idle_s": 5}}, owns=lambda r, s: r == "mine"
+    )
     assert ignored == ["bobs"]
     assert store.get("alice", "", "mine") is not None and store.get("alice", "", "bobs") is None
 
@@ -93,7 +95,9 @@ def test_no_gpu_readable_is_never_idle():
     store = SignalStore()
     report(store, None)
     signal = store.get("alice", "", "server")
-    decision = decide(signal, store.state(signal, NOW + 1000), s.policy("server", ""), NOW + 1000, age_s=None, site_kind="origin", groups=frozenset())
+    decision = decide(
+        signal, store.state(signal, NOW + 1000), s.policy("server", ""), NOW + 1000, age_s=None, site_kind="origin", groups=frozenset()
+    )
     assert decision.action != "stop"
 
 

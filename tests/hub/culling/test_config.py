@@ -13,7 +13,7 @@ from jupyter_gpuburst.hub import install
 from jupyter_gpuburst.hub.culling import ROLE_NAME, TEMPLATE_VAR
 from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
 
-EXAMPLE = Path(__file__).parents[2] / "hub_config" / "culling_config.py"
+EXAMPLE = Path(__file__).resolve().parents[3] / "hub_config" / "culling_config.py"
 
 
 def load_example() -> Config:

@@ -1,0 +1,55 @@
+"""Where a user's server's idle signal comes from: it measures its GPUs and kernels itself, reports
+an age rather than a time, numbers its reports, and says "no reading" rather than "idle" without
+a GPU."""
+
+from __future__ import annotations
+
+import time
+
+from jupyter_gpuburst.server.activity import ActivityReporter
+
+MiB = 2**20
+
+
+class Sampler:
+    def __init__(self, gpus):
+        self.gpus = gpus
+
+    async def current(self):
+        class S:
+            data = {"available": bool(self.gpus), "gpus": self.gpus}
+
+        return S()
+
+
+class Kernels:
+    def __init__(self, states):
+        self.kernels = {k: type("K", (), {"execution_state": s})() for k, s in states.items()}
+
+    def list_kernel_ids(self):
+        return list(self.kernels)
+
+    def get_kernel(self, kernel_id):
+        return self.kernels[kernel_id]
+
+
+async def test_a_server_reports_an_age_numbered_and_no_gpu_as_null():
+    gpus = [{"uuid": "GPU-0", "utilization": 0.0, "memory_used_bytes": MiB}]
+    reporter = ActivityReporter("http://hub/activity", "secret", "", Sampler(gpus), Kernels({"a": "idle"}))
+    await reporter.sample()
+    reporter.busy_at = time.monotonic() - 42
+    await reporter.sample()
+    first = await reporter.body()
+    assert 42 <= first["gpu_idle_s"] < 44 and first["basis"] == "utilization" and first["seq"] == 1
+    # a kernel executing is activity, an open panel is not
+    busy = ActivityReporter("http://hub/activity", "secret", "", Sampler(gpus), Kernels({"a": "busy"}))
+    busy.busy_at = time.monotonic() - 42
+    await busy.sample()
+    assert (await busy.body())["gpu_idle_s"] < 1
+    second = await reporter.body()
+    assert second["seq"] == 2 and second["boot"] == first["boot"]
+    # no GPU visible: "no reading", never "idle"
+    cpu = ActivityReporter("http://hub/activity", "secret", "", Sampler([]), Kernels({}))
+    await cpu.sample()
+    assert (await cpu.body())["gpu_idle_s"] is None
+    assert "secret" not in str(await reporter.body())
