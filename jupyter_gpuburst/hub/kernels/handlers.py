@@ -131,6 +131,8 @@ class KernelsHandler(KernelAPIHandler):
         unknown = set(body) - {"profile", "key", "signature_scheme", "kernel_id", "server_name", "notebook_dir", "prefer_site", "port_set"}
         if unknown:
             raise web.HTTPError(400, f"unknown field(s): {', '.join(sorted(map(str, unknown)))}")
+        # "prefer_site" is accepted from servers of earlier versions and ignored: where a
+        # restarted kernel goes is the hub's record's to say, never the server's
         server_name = body.get("server_name", "")
         if not isinstance(server_name, str):
             raise web.HTTPError(400, "server_name must be a string")
@@ -160,7 +162,6 @@ class KernelsHandler(KernelAPIHandler):
                 signature_scheme=body.get("signature_scheme", "hmac-sha256"),
                 kernel_id=body.get("kernel_id", ""),
                 notebook_dir=body.get("notebook_dir", ""),
-                prefer_site=body.get("prefer_site"),
                 port_set=body.get("port_set", 0),
             )
         except KernelError as exc:
