@@ -55,7 +55,8 @@ function runningCells(widget: IRunsCells): ICellLike[] {
 
 /** The error output a waiting cell gets: the reason as the hub gave it, nothing else. */
 export function startFailedOutput(reason: string): Record<string, unknown> {
-  return { output_type: 'error', ename: START_FAILED, evalue: reason, traceback: [] };
+  // the traceback is what JupyterLab shows of an error: here, the sentence alone
+  return { output_type: 'error', ename: START_FAILED, evalue: reason, traceback: [`${START_FAILED}: ${reason}`] };
 }
 
 /** Follows one notebook's or console's GPU kernels from their start. */

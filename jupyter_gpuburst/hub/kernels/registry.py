@@ -127,6 +127,21 @@ class KernelRegistry:
         pod = self.tracker.pod(record.namespace, record.pod_name) or {}
         return (pod.get("status") or {}).get("podIP")
 
+    def waiting(self, record: KernelRecord) -> str | None:
+        """What a starting kernel waits for, in a student's words; None once it runs."""
+        if record.state != "pending":
+            return None
+        pod = self.tracker.pod(record.namespace, record.pod_name) or {}
+        if not (pod.get("spec") or {}).get("nodeName"):
+            return "a GPU"
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            reason = ((status.get("state") or {}).get("waiting") or {}).get("reason") or ""
+            if "ImagePull" in reason or reason == "PullingImage":
+                return "its image to download"
+            if reason:
+                return "its container to start"
+        return "the kernel to answer"
+
     def node(self, record: KernelRecord) -> str | None:
         pod = self.tracker.pod(record.namespace, record.pod_name) or {}
         return (pod.get("spec") or {}).get("nodeName") or (record.placement.node if record.placement else None)
@@ -556,6 +571,7 @@ def record_json(registry: KernelRegistry, record: KernelRecord) -> dict[str, Any
         "resource": placement.resource if placement else None,
         "count": placement.count if placement else None,
         "reason": placement.reason if placement else None,
+        "waiting": registry.waiting(record),
         "relocated_from": record.relocated_from or None,
         "files": record.files,
         "attempts": len(record.attempts) + 1,
