@@ -4,7 +4,6 @@ the provisioner and ipykernel, against the local federation (origin: 2 GPUs; don
 from __future__ import annotations
 
 import asyncio
-
 import base64
 import json
 
