@@ -142,5 +142,5 @@ def test_a_gpu_kernel_that_cannot_start_says_why_in_the_waiting_cell(page: Page,
     output = page.locator(".jp-Notebook .jp-OutputArea-output").first
     expect(output).to_contain_text("GPU kernel not started", timeout=60_000)
     expect(output).to_contain_text("the kernel exited while starting (exit code 3)")
-    # the dialog says the same, for a student who ran no cell
+    # JupyterLab's own dialog says the same, for a student who ran no cell
     expect(page.locator(".jp-Dialog")).to_contain_text("the kernel exited while starting")

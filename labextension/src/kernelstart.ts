@@ -7,12 +7,11 @@
  * kernel's websocket opens (jupyter_server opens it when the kernel is ready). When the start
  * fails, jupyter_server closes that websocket and the kernel's model says it is dead and why
  * (the hub's reason); JupyterLab then cancels the queued requests, which would leave each cell
- * an unexplained `[ ]`. Here, the reason is written into those cells as an error output.
+ * an unexplained `[ ]`. Here, the reason is written into those cells as an error output
+ * (JupyterLab's own "Error Starting Kernel" dialog shows it too, from the same model).
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
-import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Kernel } from '@jupyterlab/services';
-import * as React from 'react';
 
 import { isGpuKernelName } from './kernelformat';
 
@@ -85,11 +84,6 @@ function follow(widget: IRunsCells, reported: WeakSet<object>): void {
           cell.model.outputs.add(startFailedOutput(reason));
         }
       }, 0);
-      void showDialog({
-        title: START_FAILED,
-        body: <pre className="jp-GpuBurst-startFailed">{reason}</pre>,
-        buttons: [Dialog.okButton()]
-      });
     });
   };
   session.kernelChanged.connect((_, change) => watch(change.newValue));
