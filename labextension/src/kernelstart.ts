@@ -32,13 +32,17 @@ interface ISessionContextLike {
     connect(fn: (sender: unknown, args: { newValue: Kernel.IKernelConnection | null }) => void): void;
   };
   session?: { kernel?: Kernel.IKernelConnection | null } | null;
+  isReady: boolean;
+  isDisposed: boolean;
+  ready: Promise<void>;
 }
 
 /** A notebook panel or a console panel: the session and the cells it runs. */
 interface IRunsCells {
   sessionContext?: ISessionContextLike;
   content?: { widgets?: readonly ICellLike[] };
-  console?: { cells?: Iterable<ICellLike> };
+  console?: { cells?: Iterable<ICellLike>; promptCell?: ICellLike | null };
+  context?: { ready: Promise<void> };
 }
 
 function runningCells(widget: IRunsCells): ICellLike[] {
@@ -50,6 +54,39 @@ function runningCells(widget: IRunsCells): ICellLike[] {
     }
   }
   return cells;
+}
+
+/** JupyterLab's `CodeCell` class, as its namespace function `execute` hangs on it. */
+interface ICodeCellClass {
+  execute?: (cell: ICellLike, sessionContext: ISessionContextLike, ...rest: unknown[]) => Promise<unknown>;
+}
+
+const patched = new WeakSet<object>();
+
+/**
+ * Make a run wait for the session being made. Between a notebook's (or console's) opening and
+ * its session's answer there is no kernel at all, not even a pending one, and JupyterLab's
+ * `CodeCell.execute` drops a run then (it clears the cell and returns). Notebooks and consoles
+ * call it through the class, so the class's function is wrapped: while the session context is
+ * not ready yet, the cell shows `[*]` and the run waits for it, then goes on as JupyterLab's.
+ */
+function waitForTheSession(cell: ICellLike): void {
+  let cls = Object.getPrototypeOf(cell)?.constructor as (ICodeCellClass & object) | undefined;
+  while (cls && !Object.prototype.hasOwnProperty.call(cls, 'execute')) {
+    cls = Object.getPrototypeOf(cls) as (ICodeCellClass & object) | undefined;
+  }
+  if (!cls || typeof cls.execute !== 'function' || patched.has(cls)) {
+    return;
+  }
+  patched.add(cls);
+  const execute = cls.execute;
+  cls.execute = async (target, sessionContext, ...rest) => {
+    if (sessionContext && !sessionContext.session?.kernel && !sessionContext.isReady && !sessionContext.isDisposed) {
+      target.model.executionState = 'running';
+      await sessionContext.ready;
+    }
+    return execute(target, sessionContext, ...rest);
+  };
 }
 
 /** The error output a waiting cell gets: the reason as the hub gave it, nothing else. */
@@ -86,7 +123,19 @@ function follow(widget: IRunsCells, reported: WeakSet<object>): void {
       }, 0);
     });
   };
-  session.kernelChanged.connect((_, change) => watch(change.newValue));
+  // the first code cell tells JupyterLab's CodeCell class (a notebook's once its model loaded)
+  const patch = (): void => {
+    const cell = widget.console?.promptCell ?? widget.content?.widgets?.find(c => c.model?.type === 'code');
+    if (cell) {
+      waitForTheSession(cell);
+    }
+  };
+  patch();
+  void widget.context?.ready.then(patch);
+  session.kernelChanged.connect((_, change) => {
+    patch();
+    watch(change.newValue);
+  });
   watch(session.session?.kernel);
 }
 

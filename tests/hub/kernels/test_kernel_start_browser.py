@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
+from helpers.browser import switch_theme
 from helpers.hub import Hub
 from helpers.hubsite import LoopThread, federation_and_hub
 from helpers.kernels import KERNEL_HUB
@@ -89,7 +90,23 @@ def type_and_run(page: Page, editor: str, code: str) -> None:
     page.keyboard.press("Shift+Enter")
 
 
+# the notebook's session answers late, as over a slow network: a run typed before it exists
+# must wait for it too, not only one typed while the kernel starts
+SLOW_SESSION = """
+const fetch0 = window.fetch;
+window.fetch = (input, init) => {
+  const url = typeof input === 'string' ? input : input.url;
+  const method = (init && init.method) || (typeof input === 'string' ? 'GET' : input.method);
+  if (method === 'POST' && /\\/api\\/sessions/.test(url)) {
+    return new Promise(resolve => setTimeout(resolve, 3000)).then(() => fetch0(input, init));
+  }
+  return fetch0(input, init);
+};
+"""
+
+
 def test_a_cell_run_while_the_gpu_kernel_starts_runs_once_it_is_ready(page: Page, slow_site: KernelSite, artifacts: Path) -> None:
+    page.add_init_script(SLOW_SESSION)
     log_in_to(page, slow_site, "lab?reset", landing="lab**")
 
     # each GPU kernel is offered once: in the GPU kernels section, with what is free and where
@@ -118,8 +135,10 @@ def test_a_cell_run_while_the_gpu_kernel_starts_runs_once_it_is_ready(page: Page
     expect(page.locator(".jp-GpuBurst-kernelStatusText")).to_have_text("GPU kernel: origin", timeout=20_000)
 
 
-def test_a_console_on_a_starting_gpu_kernel_runs_what_was_typed(page: Page, slow_site: KernelSite) -> None:
+def test_a_console_on_a_starting_gpu_kernel_runs_what_was_typed(page: Page, slow_site: KernelSite, artifacts: Path) -> None:
     log_in_to(page, slow_site, "lab?reset", landing="lab**")
+    switch_theme(page, "JupyterLab Dark")
+    expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "false", timeout=20_000)
     # a new console asks which kernel: the picker still lists the GPU kernels
     page.locator(".lm-MenuBar-itemLabel", has_text="File").click()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^New$")).hover()
@@ -128,6 +147,12 @@ def test_a_console_on_a_starting_gpu_kernel_runs_what_was_typed(page: Page, slow
     dialog.locator("select").select_option(label="Python 3 (1 GPU)")
     dialog.locator(".jp-mod-accept").click()
     type_and_run(page, ".jp-CodeConsole-promptCell .jp-InputArea-editor", CODE)
+    # the status bar says so in the dark theme too: light text on the dark bar
+    starting = page.locator(".jp-GpuBurst-kernelStarting")
+    expect(starting).to_have_text(re.compile(r"^Starting a GPU kernel on (origin|donor-1)…"), timeout=20_000)
+    color = starting.evaluate("e => getComputedStyle(e).color")
+    assert sum(int(v) for v in re.findall(r"\d+", color)[:3]) > 3 * 128, f"{color} is not light"
+    page.screenshot(path=str(artifacts / "kernel-starting-dark.png"))
     output = page.locator(".jp-CodeConsole .jp-OutputArea-output").first
     expect(output).to_have_text(re.compile(r"(^|\n)(origin|donor-1)\s*$"), timeout=(START_DELAY_S + 60) * 1000)
 
