@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import aiohttp
 import pytest
-
 from helpers.kernels import KERNEL_HUB
 
 pytestmark = pytest.mark.integration

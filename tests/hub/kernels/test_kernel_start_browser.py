@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect
-
 from helpers.browser import switch_theme
 from helpers.hub import Hub
 from helpers.hubsite import LoopThread, federation_and_hub
 from helpers.kernels import KERNEL_HUB
+from playwright.sync_api import Page, expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.server.kernels.specs import write_kernelspecs
 
-KERNELFORMAT = Path(__file__).parents[2] / "labextension" / "src" / "kernelformat.ts"
+KERNELFORMAT = Path(__file__).parents[3] / "labextension" / "src" / "kernelformat.ts"
 
 
 def test_the_lab_extension_reads_the_prefix_the_server_writes(tmp_path):
