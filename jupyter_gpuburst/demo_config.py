@@ -145,6 +145,8 @@ c.KubeSpawner.profile_list = [
         "kubespawner_override": {"extra_resource_limits": {"nvidia.com/mig-1g.10gb": "1"}, "environment": _simulated(1)},
     },
 ]
+# every profile but "CPU only" offers GPU kernels: a student who picked no GPU gets none
+c.GPUKernelSettings.server_profiles = {p["slug"]: ["*"] for p in c.KubeSpawner.profile_list if p["slug"] != "cpu"}
 # GPU kernels' pods measure their own GPU for the panel: simulated GPUs, as the servers' are
 c.GPUKernelSettings.extra_env = {"JUPYTER_GPUBURST_BACKEND": "simulated"}
 

@@ -70,3 +70,7 @@ ACTIVITY_URL_ENV = f"{ENV_PREFIX}ACTIVITY_URL"
 ACTIVITY_API_PATH = "api/activity"
 # what "busy" means for a GPU kernel's pod, sent with each usage_request (a fraction of 1)
 BUSY_THRESHOLD_FIELD = "gpu_busy_threshold"
+
+# Kernelspecs of the hub's GPU kernel profiles are named with this prefix and the profile's
+# slug; the lab extension tells a GPU kernel by it (labextension/src/kernelformat.ts)
+KERNELSPEC_PREFIX = "gpuburst-"

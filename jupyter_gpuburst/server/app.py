@@ -170,6 +170,11 @@ class GPUBurstServerExtension(ExtensionApp):
         names = install_kernelspecs(self.serverapp.kernel_spec_manager, self.serverapp.runtime_dir)
         if names:
             self.log.info("jupyter_gpuburst: GPU kernels offered: %s", ", ".join(names))
+            # A GPU kernel takes a pod's start (a pull, a queue, a donor's hop) to be ready. As a
+            # pending kernel, its session exists at once: JupyterLab queues a cell run meanwhile
+            # and sends it when the kernel's websocket opens (jupyter_server opens it once the
+            # kernel is ready, or closes it with the start's error), instead of dropping it.
+            self.serverapp.kernel_manager.use_pending_kernels = True
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(

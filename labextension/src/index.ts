@@ -12,6 +12,7 @@ import { GpuBurstClient } from './client';
 import { installGpuCulling } from './culling';
 import { gpuIcon } from './icon';
 import { installGpuKernels } from './kernels';
+import { followGpuKernelStarts } from './kernelstart';
 import { GpuKernelLauncher } from './launcher';
 import { GpuBurstModel } from './model';
 import { GpuBurstPanel } from './panel';
@@ -63,6 +64,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     statusBar: IStatusBar | null,
     launcher: ILauncher | null
   ): Promise<void> => {
+    // before anything awaits: notebooks that open meanwhile are followed from their start
+    followGpuKernelStarts(app);
     const client = new GpuBurstClient({ serverSettings: app.serviceManager.serverSettings });
     const model = new GpuBurstModel(DEFAULTS.historyMinutes);
     client.placementReceived.connect((_, placement) => model.setPlacement(placement));

@@ -3,6 +3,14 @@ import type { IKernelAvailability, IKernelGpuFigures } from './types';
 
 export type { IKernelAvailability, IKernelGpuFigures };
 
+/** Kernelspecs of GPU kernels are named so (core/keys.py KERNELSPEC_PREFIX, tested against it). */
+export const GPU_KERNEL_PREFIX = 'gpuburst-';
+
+/** Whether a kernel (by its kernelspec's name) is one of the hub's GPU kernels. */
+export function isGpuKernelName(name: string | null | undefined): boolean {
+  return !!name && name.startsWith(GPU_KERNEL_PREFIX);
+}
+
 /** What the formatting needs of one GPU kernel. */
 export interface IGpuKernelPlace {
   site: string | null;
@@ -103,4 +111,18 @@ export function remoteKernelCells(
     memory: used === null || used === undefined ? '—' : `${(used / 1024 ** 3).toFixed(1)} GiB`,
     title: `A GPU kernel in a pod of its own (${kernelSiteSentence(kernel)}); see GPU kernels`
   };
+}
+
+/** What the status bar needs of a GPU kernel that is starting (all unknown before the hub answers). */
+export interface IStartingKernel {
+  site: string | null;
+  /** What the start waits for now, in the hub's words ('a GPU', 'its image to download'). */
+  waiting?: string | null;
+}
+
+/** 'Starting a GPU kernel on donor-1… (waiting for a GPU)': the status bar while a GPU kernel starts. */
+export function startingText(kernel: IStartingKernel | null | undefined): string {
+  const where = kernel?.site ? ` on ${kernel.site}` : '';
+  const waiting = kernel?.waiting ? ` (waiting for ${kernel.waiting})` : '';
+  return `Starting a GPU kernel${where}…${waiting}`;
 }

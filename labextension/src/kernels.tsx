@@ -15,7 +15,7 @@ import * as React from 'react';
 
 import { GpuBurstClient } from './client';
 import { gpuAmount } from './format';
-import { kernelMemoryText, kernelSiteText, remoteKernelCells } from './kernelformat';
+import { isGpuKernelName, kernelMemoryText, kernelSiteText, remoteKernelCells, startingText } from './kernelformat';
 import { RemoteKernelLookup } from './panel';
 import { IGpuKernel, IGpuKernelsReply } from './types';
 
@@ -23,12 +23,27 @@ export type { IGpuKernel };
 
 
 const REFRESH_MS = 5000;
+// while a GPU kernel starts, its site and what it waits for change within seconds
+const STARTING_REFRESH_MS = 1000;
 
 /** The server's GPU kernels, refreshed while anything shows them. */
 export class GpuKernelsModel implements IDisposable {
   constructor(private readonly _client: GpuBurstClient) {
     void this.refresh();
     this._timer = window.setInterval(() => void this.refresh(), REFRESH_MS);
+  }
+
+  /** Refresh every second while ``starting`` says a kernel is starting, else every few. */
+  set starting(value: boolean) {
+    if (value === this._starting || this._timer === null) {
+      return;
+    }
+    this._starting = value;
+    window.clearInterval(this._timer);
+    this._timer = window.setInterval(() => void this.refresh(), value ? STARTING_REFRESH_MS : REFRESH_MS);
+    if (value) {
+      void this.refresh();
+    }
   }
 
   get kernels(): IGpuKernel[] {
@@ -66,6 +81,7 @@ export class GpuKernelsModel implements IDisposable {
   }
 
   private _kernels: IGpuKernel[] = [];
+  private _starting = false;
   private _timer: number | null;
   private _changed = new Signal<this, void>(this);
 }
@@ -93,7 +109,7 @@ export function GpuKernelsSection(props: { model: GpuKernelsModel }): JSX.Elemen
               <td>
                 {k.display_name ?? k.kernel_name}
                 <span className="jp-GpuBurst-sub">
-                  {k.state ?? ''}
+                  {k.state === 'pending' ? startingText(k) : (k.state ?? '')}
                   {k.files === 'scratch' ? ' · scratch files' : ''}
                 </span>
               </td>
@@ -120,15 +136,25 @@ export function GpuKernelsSection(props: { model: GpuKernelsModel }): JSX.Elemen
 
 /** What the status item needs of a notebook or console widget (no dependency on either). */
 interface IWithSession {
-  sessionContext?: { session?: { kernel?: { id: string } | null } | null };
+  sessionContext?: {
+    session?: { kernel?: { id: string; name: string; status: string; connectionStatus: string } | null } | null;
+    statusChanged: ISignal<unknown, unknown>;
+    connectionStatusChanged: ISignal<unknown, unknown>;
+  };
 }
 
-/** The active notebook's kernel id, read from whatever session the current widget has. */
-function activeKernelId(widget: Widget | null): string | null {
-  return (widget as IWithSession | null)?.sessionContext?.session?.kernel?.id ?? null;
+/** The active notebook's kernel, read from whatever session the current widget has. */
+function activeKernel(widget: Widget | null): { id: string; name: string; status: string; connectionStatus: string } | null {
+  return (widget as IWithSession | null)?.sessionContext?.session?.kernel ?? null;
 }
 
-/** Status bar item: where the active notebook's GPU kernel runs (hidden for other kernels). */
+/** Whether a kernel connection still waits for its kernel: JupyterLab has not reached it yet. */
+function isStarting(kernel: { status: string; connectionStatus: string }): boolean {
+  return kernel.connectionStatus !== 'connected' || kernel.status === 'unknown' || kernel.status === 'starting';
+}
+
+/** Status bar item: where the active notebook's GPU kernel runs, or where it is starting and
+ * what it waits for (hidden for other kernels). */
 export class GpuKernelStatus extends ReactWidget {
   constructor(
     private readonly _model: GpuKernelsModel,
@@ -136,26 +162,55 @@ export class GpuKernelStatus extends ReactWidget {
   ) {
     super();
     this.addClass('jp-GpuBurst-kernelStatus');
-    this._shell.currentChanged?.connect(() => this.update());
+    this._shell.currentChanged?.connect(this._onCurrent, this);
     this._model.changed.connect(() => this.update());
+    this._onCurrent();
   }
 
   get kernel(): IGpuKernel | undefined {
-    return this._model.byKernelId(activeKernelId(this._shell.currentWidget));
+    return this._model.byKernelId(activeKernel(this._shell.currentWidget)?.id);
+  }
+
+  /** Follow the current widget's kernel: its status says when it stopped starting. */
+  private _onCurrent(): void {
+    const context = (this._shell.currentWidget as IWithSession | null)?.sessionContext ?? null;
+    if (context !== this._context) {
+      this._context?.statusChanged.disconnect(this._onStatus, this);
+      this._context?.connectionStatusChanged.disconnect(this._onStatus, this);
+      this._context = context;
+      context?.statusChanged.connect(this._onStatus, this);
+      context?.connectionStatusChanged.connect(this._onStatus, this);
+    }
+    this._onStatus();
+  }
+
+  private _onStatus(): void {
+    const kernel = activeKernel(this._shell.currentWidget);
+    this._model.starting = !!kernel && isGpuKernelName(kernel.name) && isStarting(kernel);
+    this.update();
   }
 
   protected render(): JSX.Element {
     return (
       <UseSignal signal={this._model.changed}>
         {() => {
-          const kernel = this.kernel;
-          if (!kernel) {
+          const active = activeKernel(this._shell.currentWidget);
+          if (!active || !isGpuKernelName(active.name)) {
             return <span />;
           }
-          const text = `GPU kernel: ${kernelSiteText(kernel)}`;
+          const kernel = this._model.byKernelId(active.id);
+          const starting = isStarting(active) && active.status !== 'dead';
+          if (!starting && !kernel) {
+            return <span />;
+          }
+          const text = starting ? startingText(kernel) : `GPU kernel: ${kernelSiteText(kernel!)}`;
           return (
             // JupyterLab's own class for a status bar text: its height, font and baseline
-            <span className="jp-StatusBar-TextItem jp-GpuBurst-kernelStatusText" title={kernel.reason ?? text} aria-label={text}>
+            <span
+              className={`jp-StatusBar-TextItem jp-GpuBurst-kernelStatusText${starting ? ' jp-GpuBurst-kernelStarting' : ''}`}
+              title={kernel?.reason ?? text}
+              aria-label={text}
+            >
               {text}
             </span>
           );
@@ -163,6 +218,8 @@ export class GpuKernelStatus extends ReactWidget {
       </UseSignal>
     );
   }
+
+  private _context: IWithSession['sessionContext'] | null = null;
 }
 
 /** Wire GPU kernels into the panel (a section of its own) and the status bar. */

@@ -7,6 +7,9 @@
  * change, so the cards are registered again whenever a figure changes. A card opens a notebook
  * with that GPU kernel, as the Notebook section's card of the same kernel does. In a server with
  * GPUs of its own the section's title says its kernels take GPUs besides those.
+ *
+ * Each GPU kernel is offered there only: the Notebook and Console sections, which JupyterLab
+ * fills with every kernelspec, keep the server's own kernels (the kernel picker still lists all).
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
 import { ILauncher } from '@jupyterlab/launcher';
@@ -15,6 +18,7 @@ import { IDisposable } from '@lumino/disposable';
 import { GpuBurstClient } from './client';
 import { gpuIcon } from './icon';
 import {
+  isGpuKernelName,
   IServerGpus,
   availabilityText,
   launcherCaption,
@@ -29,12 +33,37 @@ const REFRESH_MS = 10000;
 
 
 
+/** Whether a launcher card is JupyterLab's own Notebook or Console card of a GPU kernel. */
+export function isPlainGpuKernelCard(item: ILauncher.IItemOptions): boolean {
+  if (item.command === CREATE_COMMAND) {
+    return false;
+  }
+  const args = (item.args ?? {}) as { kernelName?: unknown; kernelPreference?: { name?: unknown } };
+  const name = args.kernelName ?? args.kernelPreference?.name;
+  return typeof name === 'string' && isGpuKernelName(name);
+}
+
+/**
+ * Leave GPU kernels out of the Notebook and Console sections. JupyterLab adds a card per
+ * kernelspec there and has no filter, so the launcher's model is read through one: the cards
+ * stay registered (their owners dispose them as usual), the launcher just does not show them.
+ */
+export function offerGpuKernelsOnce(launcher: ILauncher): void {
+  const model = launcher as ILauncher & { items?: () => IterableIterator<ILauncher.IItemOptions> };
+  if (typeof model.items !== 'function') {
+    return;
+  }
+  const items = model.items.bind(model);
+  model.items = () => Array.from(items()).filter(item => !isPlainGpuKernelCard(item))[Symbol.iterator]();
+}
+
 export class GpuKernelLauncher implements IDisposable {
   constructor(
     private readonly _app: JupyterFrontEnd,
     private readonly _client: GpuBurstClient,
     private readonly _launcher: ILauncher
   ) {
+    offerGpuKernelsOnce(this._launcher);
     this._app.commands.addCommand(CREATE_COMMAND, {
       label: args => this._label(String(args['kernelName'] ?? '')),
       caption: args => this._caption(String(args['kernelName'] ?? '')),

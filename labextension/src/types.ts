@@ -133,6 +133,8 @@ export interface IGpuKernel {
   resource: string | null;
   count: number | null;
   reason: string | null;
+  /** While it starts: what it waits for, in the hub's words ('a GPU'); null once it runs. */
+  waiting: string | null;
   relocated_from: string | null;
   files: string | null;
   /** Measured in the kernel's pod; null while it starts or when it does not answer. */

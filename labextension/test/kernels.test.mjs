@@ -56,3 +56,12 @@ test('in a server with GPUs of its own, the launcher says GPU kernels take GPUs 
     /^New notebook with a Python 3 \(1 GPU\) kernel, which takes GPUs besides this server's 2 GPUs \(those serve the kernels that run in this server\); the hub places it where a GPU is free$/
   );
 });
+
+test('while a GPU kernel starts, the status bar says where and what it waits for', async () => {
+  const { startingText, isGpuKernelName } = await import('../lib/kernelformat.js');
+  assert.equal(startingText(undefined), 'Starting a GPU kernel…');
+  assert.equal(startingText({ site: 'donor-1' }), 'Starting a GPU kernel on donor-1…');
+  assert.equal(startingText({ site: 'origin', waiting: 'a GPU' }), 'Starting a GPU kernel on origin… (waiting for a GPU)');
+  assert.ok(isGpuKernelName('gpuburst-gpu-1'));
+  assert.ok(!isGpuKernelName('python3') && !isGpuKernelName(null));
+});

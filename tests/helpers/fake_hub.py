@@ -49,6 +49,7 @@ class FakeHub:
         self.deleted: list[str] = []
         self.full_reason: str | None = None
         self.full_sites: set[str] = set()
+        self.last_site: dict[str, str] = {}
         self.responses: list[str] = []
         self.server: HTTPServer | None = None
         self.port = 0
@@ -75,7 +76,9 @@ class FakeHub:
             self.server.stop()
 
     def launch(self, body: dict[str, Any]) -> dict[str, Any]:
-        site = body.get("prefer_site") if body.get("prefer_site") not in self.full_sites else None
+        # as the hub does: a restarted kernel goes back where its own record says it ran
+        site = self.last_site.get(body.get("kernel_id") or "")
+        site = site if site not in self.full_sites else None
         site = site or next(s for s in ("origin", "donor-1") if s not in self.full_sites)
         ports, ip = self.settings.ports(body.get("port_set", 0)), next(self.pod_ips)
         connection = {"transport": "tcp", "ip": ip, "key": body["key"], "signature_scheme": body["signature_scheme"], **ports}
@@ -90,6 +93,8 @@ class FakeHub:
         record_id = secrets.token_hex(6)
         with open(self.log_dir / f"pod-{record_id}.log", "wb") as log:
             process = subprocess.Popen([sys.executable, "-m", "jupyter_gpuburst.kernel.pod"], env=env, stdout=log, stderr=subprocess.STDOUT)
+        if body.get("kernel_id"):
+            self.last_site[body["kernel_id"]] = site
         record = {"id": record_id, "site": site, "ip": ip, "ports": ports, "process": process, "profile": body["profile"]}
         self.kernels[record["id"]] = record
         return record

@@ -42,6 +42,7 @@ class KernelAPIHandler(web.RequestHandler):
     """Token-authenticated JSON handler; ``self.user`` is the calling user's model."""
 
     user: dict[str, Any]
+    token_server: str | None = None
 
     def initialize(self, registry_source: Any = None, hub: Any = None) -> None:
         self.hub = hub or LiveHub()
@@ -83,6 +84,16 @@ class KernelAPIHandler(web.RequestHandler):
             self.log.info("GPU kernel API: a token of %s lacks %s", model["name"], ", ".join(missing))
             raise web.HTTPError(403, f"This server may not start GPU kernels (its token needs {' and '.join(missing)}; ask your admin).")
         self.user = model
+        # a server's own token speaks for that server only (the server's code can read it)
+        server_of_token = getattr(self.hub, "server_of_token", None)
+        self.token_server = server_of_token(model["name"], token) if server_of_token else None
+
+    def offered(self, registry: KernelRegistry, server_name: str | None) -> frozenset[str] | None:
+        """The GPU kernel profiles ``server_name`` offers (None: all), as its profile says."""
+        if server_name is None or not registry.settings.server_profiles:
+            return None
+        server_profile = getattr(self.hub, "server_profile", None)
+        return registry.settings.offered_by(server_profile(self.user["name"], server_name) if server_profile else None)
 
     @property
     def log(self) -> Any:
@@ -121,7 +132,12 @@ class KernelsHandler(KernelAPIHandler):
         server = self.get_argument("server", None)
         kernels = [record_json(registry, r) for r in registry.list(self.user["name"], server)]
         groups = self.hub.groups(self.user["name"])
-        profiles = [{**p.public(), "available": registry.availability(p, self.user["name"], groups)} for p in registry.profiles.values()]
+        offered = self.offered(registry, self.token_server if self.token_server is not None else server)
+        profiles = [
+            {**p.public(), "available": registry.availability(p, self.user["name"], groups)}
+            for p in registry.profiles.values()
+            if offered is None or p.slug in offered
+        ]
         # what is left of the user's GPU-hour budget, as the spawn form says it ("" without one)
         budget = budget_note(registry.tracker, self.user["name"], groups, bool(self.user.get("admin")))
         self.write(json.dumps({"profiles": profiles, "kernels": kernels, "budget": budget}))
@@ -131,10 +147,14 @@ class KernelsHandler(KernelAPIHandler):
         unknown = set(body) - {"profile", "key", "signature_scheme", "kernel_id", "server_name", "notebook_dir", "prefer_site", "port_set"}
         if unknown:
             raise web.HTTPError(400, f"unknown field(s): {', '.join(sorted(map(str, unknown)))}")
+        # "prefer_site" is accepted from servers of earlier versions and ignored: where a
+        # restarted kernel goes is the hub's record's to say, never the server's
         server_name = body.get("server_name", "")
         if not isinstance(server_name, str):
             raise web.HTTPError(400, "server_name must be a string")
         name = self.user["name"]
+        if self.token_server is not None and server_name != self.token_server:
+            raise web.HTTPError(403, "a server's token may start GPU kernels for that server only")
         spawner = self.hub.active_spawner(name, server_name)
         if spawner is None:
             raise web.HTTPError(409, f"the server {server_name!r} of {name} is not running")
@@ -145,6 +165,9 @@ class KernelsHandler(KernelAPIHandler):
             # the culler stopped it and its server has not heard yet: a restarter's restart
             raise web.HTTPError(409, "%s", refused)
         registry = await self.registry()
+        offered = self.offered(registry, server_name)
+        if offered is not None and body.get("profile") not in offered:
+            raise web.HTTPError(403, "This server's profile offers no such GPU kernel; start a server whose profile offers GPU kernels.")
         refusal = budget_refusal(registry.tracker, name, self.hub.groups(name), bool(self.user.get("admin")))
         if refusal:
             raise web.HTTPError(403, "%s", refusal, reason="GPU kernel refused")
@@ -160,7 +183,6 @@ class KernelsHandler(KernelAPIHandler):
                 signature_scheme=body.get("signature_scheme", "hmac-sha256"),
                 kernel_id=body.get("kernel_id", ""),
                 notebook_dir=body.get("notebook_dir", ""),
-                prefer_site=body.get("prefer_site"),
                 port_set=body.get("port_set", 0),
             )
         except KernelError as exc:

@@ -32,6 +32,7 @@ from jupyter_gpuburst.hub.sites.unschedulable import unschedulable_reason
 POD_PREFIX = "gpuburst-kernel-"
 SIGNATURE_SCHEMES = frozenset({"hmac-sha256"})
 MAX_REDIRECTS = 2
+LAST_SITES_KEPT = 10000  # restarts remembered; an old kernel id past it is placed as a new one
 
 
 class KernelError(Exception):
@@ -89,6 +90,8 @@ class KernelRegistry:
         self.records: dict[str, KernelRecord] = {}
         self.profiles = settings.kernel_profiles()
         self._reaper: asyncio.Task | None = None
+        # (user, server, kernel id) -> the site its last pod was placed on, oldest first
+        self._last_sites: dict[tuple[str, str, str], str] = {}
 
     @classmethod
     def for_tracker(cls, tracker: CapacityTracker, factory: Callable[[], "KernelRegistry"]) -> "KernelRegistry":
@@ -123,6 +126,21 @@ class KernelRegistry:
     def pod_ip(self, record: KernelRecord) -> str | None:
         pod = self.tracker.pod(record.namespace, record.pod_name) or {}
         return (pod.get("status") or {}).get("podIP")
+
+    def waiting(self, record: KernelRecord) -> str | None:
+        """What a starting kernel waits for, in a student's words; None once it runs."""
+        if record.state != "pending":
+            return None
+        pod = self.tracker.pod(record.namespace, record.pod_name) or {}
+        if not (pod.get("spec") or {}).get("nodeName"):
+            return "a GPU"
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            reason = ((status.get("state") or {}).get("waiting") or {}).get("reason") or ""
+            if "ImagePull" in reason or reason == "PullingImage":
+                return "its image to download"
+            if reason:
+                return "its container to start"
+        return "the kernel to answer"
 
     def node(self, record: KernelRecord) -> str | None:
         pod = self.tracker.pod(record.namespace, record.pod_name) or {}
@@ -203,7 +221,6 @@ class KernelRegistry:
         signature_scheme: Any,
         kernel_id: Any,
         notebook_dir: Any,
-        prefer_site: Any = None,
         port_set: Any = 0,
     ) -> KernelRecord:
         """Place a kernel and create its pod; raises KernelError (503 with the reason when full)."""
@@ -214,8 +231,6 @@ class KernelRegistry:
             raise KernelError(400, f"signature scheme must be one of: {', '.join(sorted(SIGNATURE_SCHEMES))}")
         if not isinstance(kernel_id, str) or len(kernel_id) > 64:
             raise KernelError(400, "kernel_id must be a string of at most 64 characters")
-        if prefer_site is not None and not isinstance(prefer_site, str):
-            raise KernelError(400, "prefer_site must be a site name")
         if type(port_set) is not int or not 0 <= port_set < PORT_SETS:
             raise KernelError(400, f"port_set must be an integer from 0 to {PORT_SETS - 1}")
         self._check_limit(user)
@@ -232,9 +247,17 @@ class KernelRegistry:
         # the tracker follows the kernel's pod only in a namespace it takes for the hub's own
         self.tracker.own_namespace(record.namespace)
         request = GPURequest(profile.resource, profile.count, user, groups, profile.slug, profile.allowed_sites)
-        placement = self._place(record, request, prefer_site)
+        # a restart goes back where this kernel ran, as the hub's own record says: a site the
+        # server names (its code can read its token) must never outrank the policy
+        ran_on = (user, server_name, kernel_id)
+        placement = self._place(record, request, self._last_sites.get(ran_on) if kernel_id else None)
         if isinstance(placement, NoCapacity):
             raise KernelError(503, placement.reason)
+        if kernel_id:
+            self._last_sites.pop(ran_on, None)
+            self._last_sites[ran_on] = placement.site
+            while len(self._last_sites) > LAST_SITES_KEPT:
+                self._last_sites.pop(next(iter(self._last_sites)))
         self.records[record.id] = record
         try:
             await self._create_pod(record, placement, server_pod, key, signature_scheme, clean_notebook_dir(notebook_dir))
@@ -548,6 +571,7 @@ def record_json(registry: KernelRegistry, record: KernelRecord) -> dict[str, Any
         "resource": placement.resource if placement else None,
         "count": placement.count if placement else None,
         "reason": placement.reason if placement else None,
+        "waiting": registry.waiting(record),
         "relocated_from": record.relocated_from or None,
         "files": record.files,
         "attempts": len(record.attempts) + 1,

@@ -50,6 +50,29 @@ class LiveHub:
         spawner = user.spawners[server_name]
         return spawner if spawner.active else None
 
+    def server_of_token(self, user_name: str, token: str) -> str | None:
+        """The name of the user's server whose own token ``token`` is; None for any other token.
+
+        JupyterHub notes each server's token "Server at <its URL>" when it starts the server.
+        """
+        from jupyterhub import orm
+        from jupyterhub.utils import url_escape_path, url_path_join
+
+        user = self._user(user_name)
+        orm_token = orm.APIToken.find(self.app.db, token) if user is not None else None
+        if orm_token is None:
+            return None
+        for server_name in user.orm_spawners:
+            if orm_token.note == f"Server at {url_path_join(user.base_url, url_escape_path(server_name), '/')}":
+                return server_name
+        return None
+
+    def server_profile(self, user_name: str, server_name: str) -> str | None:
+        """The slug of the profile the user picked for ``server_name`` (None when it has none)."""
+        spawner = self.active_spawner(user_name, server_name)
+        profile = (getattr(spawner, "user_options", None) or {}).get("profile") if spawner is not None else None
+        return profile if isinstance(profile, str) else None
+
     def groups(self, user_name: str) -> frozenset[str]:
         user = self._user(user_name)
         return frozenset(g.name for g in getattr(user, "groups", None) or []) if user is not None else frozenset()

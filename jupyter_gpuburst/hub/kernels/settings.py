@@ -153,6 +153,22 @@ class GPUKernelSettings(Configurable):
         hub's log says so at start.""",
     ).tag(config=True)
 
+    server_profiles = Dict(
+        key_trait=Unicode(),
+        value_trait=List(Unicode()),
+        help="""Which server profiles offer GPU kernels, and which: server profile slug -> GPU
+        kernel profile slugs (``["*"]``: all of them). A server whose profile is not listed offers
+        none: no GPU kernels in its launcher, and its token cannot start one. Empty (the
+        default): every server offers every GPU kernel. Example: ``{"cpu-gpu-kernels": ["*"]}``.""",
+    ).tag(config=True)
+
+    def offered_by(self, server_profile: str | None) -> frozenset[str] | None:
+        """The GPU kernel profiles a server of ``server_profile`` offers; None: all of them."""
+        if not self.server_profiles:
+            return None
+        slugs = self.server_profiles.get(server_profile or "", [])
+        return None if "*" in slugs else frozenset(slugs)
+
     image = Unicode(
         "",
         help="""Image of kernel pods (it needs ipykernel and jupyter-gpuburst). Default: the

@@ -109,7 +109,6 @@ class GPUBurstProvisioner(KernelProvisionerBase):
 
     placement: dict[str, Any] | None = None
     _hub: HubKernelClient | None = None
-    _previous_site: str | None = None
     _port_set: int | None = None  # the ports the kernel's current (or last) pod listens on
     _poll_at = float("-inf")
     _poll_value: int | None = None
@@ -155,6 +154,17 @@ class GPUBurstProvisioner(KernelProvisionerBase):
         return kwargs
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> dict[str, Any]:
+        try:
+            return await self._launch()
+        except KernelPlacementError as exc:
+            # A pending kernel's start fails after its session was made: the kernel's model
+            # (which JupyterLab reads when the websocket closes) says it is dead, and why
+            km = self.parent
+            km.execution_state = "dead"
+            km.reason = str(exc)
+            raise
+
+    async def _launch(self) -> dict[str, Any]:
         km = self.parent
         key = km.session.key.decode() if isinstance(km.session.key, bytes) else str(km.session.key)
         if not key:
@@ -167,8 +177,7 @@ class GPUBurstProvisioner(KernelProvisionerBase):
             "server_name": self.server_name,
             "notebook_dir": self._notebook_dir,
         }
-        if self._previous_site:
-            body["prefer_site"] = self._previous_site
+        # where a restarted kernel goes is the hub's to say, from its own record of where it ran
         if self._port_set is not None:
             body["port_set"] = self._next_port_set()
         code, data = await self.hub.request("POST", "", body)
@@ -190,7 +199,6 @@ class GPUBurstProvisioner(KernelProvisionerBase):
         if data.get("state") != "running" or not data.get("connection"):
             self.placement = None
             raise KernelPlacementError(f"No GPU kernel: {data.get('error') or 'it stopped while starting'}")
-        self._previous_site = data.get("site")
         self._port_set = body.get("port_set", 0)
         self._poll_at, self._poll_value = time.monotonic(), None
         connection = data["connection"]
@@ -273,7 +281,6 @@ class GPUBurstProvisioner(KernelProvisionerBase):
     async def cleanup(self, restart: bool = False) -> None:
         await self._delete()
         if not restart:
-            self._previous_site = None
             self._port_set = None
 
     async def _delete(self) -> None:
@@ -293,14 +300,13 @@ class GPUBurstProvisioner(KernelProvisionerBase):
     # ---- persistence and limits ---------------------------------------------------------------
     async def get_provisioner_info(self) -> dict[str, Any]:
         info = await super().get_provisioner_info()
-        info.update({"profile": self.profile, "placement": self.placement, "previous_site": self._previous_site, "port_set": self._port_set})
+        info.update({"profile": self.profile, "placement": self.placement, "port_set": self._port_set})
         return info
 
     async def load_provisioner_info(self, provisioner_info: dict) -> None:
         await super().load_provisioner_info(provisioner_info)
         self.profile = provisioner_info.get("profile", self.profile)
         self.placement = provisioner_info.get("placement")
-        self._previous_site = provisioner_info.get("previous_site")
         self._port_set = provisioner_info.get("port_set")
 
     def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
@@ -313,7 +319,7 @@ class GPUBurstProvisioner(KernelProvisionerBase):
         """Where the kernel runs, for the GPU panel (no address, no key)."""
         if self.placement is None:
             return None
-        fields = ("id", "profile", "display_name", "state", "site", "site_kind", "cluster_id", "node", "resource", "count", "reason", "relocated_from", "files")
+        fields = ("id", "profile", "display_name", "state", "site", "site_kind", "cluster_id", "node", "resource", "count", "reason", "waiting", "relocated_from", "files")
         return {k: self.placement.get(k) for k in fields}
 
 

@@ -18,12 +18,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from jupyter_gpuburst.core.keys import KERNELS_URL_ENV
+from jupyter_gpuburst.core.keys import KERNELS_URL_ENV, KERNELSPEC_PREFIX
 
 log = logging.getLogger(__name__)
 
 PROVISIONER = "gpuburst"
-PREFIX = "gpuburst-"
+PREFIX = KERNELSPEC_PREFIX
 SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 
 

@@ -3,6 +3,7 @@ the provisioner and ipykernel, against the local federation (origin: 2 GPUs; don
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 
@@ -156,7 +157,10 @@ async def test_cpu_server_runs_gpu_kernels_on_origin_then_donor(federation, star
     # shutting the origin kernel down frees its GPU at once: the next kernel gets it
     status, _ = await server_api(hub, "alice", "DELETE", f"/kernels/{first['id']}")
     assert status == 204
-    assert [p["metadata"]["labels"][keys.SITE_LABEL] for p in kernel_pods(federation)] == ["donor-1"]
+    # (a pending kernel's shutdown finishes after the answer, within a poll of the hub)
+    await wait_until(
+        lambda: [p["metadata"]["labels"][keys.SITE_LABEL] for p in kernel_pods(federation)] == ["donor-1"], timeout=10, what="origin kernel pod gone"
+    )
     status, third = await server_api(hub, "alice", "POST", "/kernels", {"name": "gpuburst-gpu-1"})
     assert status == 201, third
     out = await execute(f"{hub.url}/user/alice", hub.token, third["id"], WHERE)
@@ -178,8 +182,18 @@ async def test_kernel_that_cannot_be_placed_fails_fast_with_the_reason(federatio
     # the origin-only profile, with the origin full: no site may take it
     occupy_origin(federation, 2)
     status, body = await server_api(hub, "alice", "POST", "/kernels", {"name": "gpuburst-gpu-1-origin"})
-    assert status == 503
+    # a GPU kernel is a pending kernel: it exists at once (a cell run meanwhile waits for it),
+    # and its model turns dead with the hub's reason as soon as the hub refuses it
+    assert status == 201 and body["execution_state"] == "starting", body
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        status, model = await server_api(hub, "alice", "GET", f"/kernels/{body['id']}")
+        assert status == 200, model
+        if model["execution_state"] == "dead" or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    assert model["execution_state"] == "dead", model
     # placement reasons name the resource by its short name (nvidia.com/gpu: "GPU")
-    message = " ".join(body["message"].split())  # wrapped to fit JupyterLab's error dialog
+    message = " ".join(model["reason"].split())  # wrapped to fit JupyterLab's error dialog
     assert "No GPU kernel" in message and "1 GPU" in message and "origin 0 of 2 free" in message, body
     assert kernel_pods(federation) == []

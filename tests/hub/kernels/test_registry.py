@@ -84,7 +84,6 @@ async def test_bad_requests_are_refused_and_create_nothing(registry):
         ({"profile_slug": "gpu-99"}, 400, "unknown GPU kernel profile"),
         ({"key": "short"}, 400, "connection key"),
         ({"signature_scheme": "none"}, 400, "signature scheme"),
-        ({"prefer_site": 3}, 400, "prefer_site"),
         ({"port_set": 2}, 400, "port_set"),
         ({"port_set": True}, 400, "port_set"),
     ]:
@@ -138,22 +137,46 @@ async def test_kernels_whose_server_is_gone_are_reaped(registry):
 
 
 async def test_a_restart_returns_to_its_site_when_it_still_fits(registry):
-    record = await start(registry, prefer_site="donor-1")
+    tracker = registry.tracker
+    # the origin is full when the kernel first starts: it runs on the donor
+    held = tracker.placer.place("bob/", GPURequest(GPU, 2, "bob"), time.monotonic())
+    assert isinstance(held, Placement) and held.site == "origin"
+    first = await start(registry, kernel_id="k1")
+    assert first.placement.site == "donor-1"
+    await registry.stop(first, wait=5)
+    tracker.placer.release("bob/")
+    # restarted (same kernel, the old pod gone): back where the hub's record says it ran,
+    # though the origin has room now
+    record = await start(registry, kernel_id="k1", port_set=1)
     assert record.placement.site == "donor-1" and not record.relocated_from
     # not the profile's rule: it may run on the origin too
     assert record.placement.reason == "Restarted where it ran before; starting on donor-1 (8 of 8 GPUs free there)."
-    # the donor is not allowed for the next one: it is re-placed, and says so
+    # another kernel of the same server has no such record: the policy puts it on the origin
+    other = await start(registry, kernel_id="k2")
+    assert other.placement.site == "origin"
+    # the donor is not allowed for the next restart: it is re-placed, and says so
+    await registry.stop(record, wait=5)
     registry.profiles["gpu-1"] = registry.profiles["gpu-1"].__class__(**{**registry.profiles["gpu-1"].__dict__, "allowed_sites": ("origin",)})
-    moved = await start(registry, prefer_site="donor-1")
+    moved = await start(registry, kernel_id="k1")
     assert moved.placement.site == "origin" and moved.relocated_from == "donor-1"
     (pod,) = [p for p in kernel_pods(registry) if p["metadata"]["name"] == moved.pod_name]
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert "restarted on the origin" in env["JUPYTER_GPUBURST_KERNEL_NOTE"]
 
 
+async def test_a_site_the_server_names_does_not_outrank_the_policy(registry):
+    """The server's code can read its token: a kernel it has never started goes where the
+    policy says (the origin, which has room), whatever the server asks."""
+    import inspect
+
+    assert "prefer_site" not in inspect.signature(registry.start).parameters
+    record = await start(registry, kernel_id="new")
+    assert record.placement.site == "origin"
+
+
 async def test_a_restarted_kernels_pod_listens_on_the_other_ports_and_a_new_hub_reads_them(registry):
     first = await start(registry)
-    restarted = await start(registry, port_set=1, prefer_site=first.placement.site)
+    restarted = await start(registry, port_set=1)
     await wait_until(lambda: registry.state(first) == registry.state(restarted) == "running", timeout=30, what="both kernels running")
     base = registry.settings.base_port
     for record, ports in [(first, range(base, base + 5)), (restarted, range(base + 5, base + 10))]:

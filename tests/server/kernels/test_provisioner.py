@@ -73,12 +73,12 @@ async def test_gpu_kernel_lifecycle_through_the_hub_api(hub, specs):
         assert reply["parent_header"]["msg_id"] == msg_id
         assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
 
-        # restart: the old pod goes, and the hub is asked for the same site first
+        # restart: the old pod goes, and the hub (not the server) says where the new one goes
         old = km.provisioner.placement_id
         client.stop_channels()
         await km.restart_kernel()
         assert hub.deleted == [old]
-        assert hub.posts[-1]["prefer_site"] == "origin"
+        assert "prefer_site" not in hub.posts[-1] and hub.posts[-1]["kernel_id"] == hub.posts[0]["kernel_id"]
         client = km.client()
         client.start_channels()
         await client.wait_for_ready(timeout=60)

@@ -1,0 +1,159 @@
+/**
+ * A GPU kernel's start as a student meets it: a cell run while the kernel starts waits for it,
+ * and if the kernel cannot start, each waiting cell and a dialog say why.
+ *
+ * The waiting itself is JupyterLab's: the server makes GPU kernels pending kernels, so a
+ * notebook has its kernel at once and its `KernelConnection` queues an execute request until the
+ * kernel's websocket opens (jupyter_server opens it when the kernel is ready). When the start
+ * fails, jupyter_server closes that websocket and the kernel's model says it is dead and why
+ * (the hub's reason); JupyterLab then cancels the queued requests, which would leave each cell
+ * an unexplained `[ ]`. Here, the reason is written into those cells as an error output
+ * (JupyterLab's own "Error Starting Kernel" dialog shows it too, from the same model).
+ */
+import { JupyterFrontEnd } from '@jupyterlab/application';
+import { Kernel } from '@jupyterlab/services';
+
+import { isGpuKernelName } from './kernelformat';
+
+/** The ename of the error output a waiting cell gets when its GPU kernel cannot start. */
+export const START_FAILED = 'GPU kernel not started';
+
+/** What this module needs of a code cell (notebook or console), without depending on either. */
+interface ICellLike {
+  model: {
+    type: string;
+    executionState?: string;
+    outputs: { add(output: Record<string, unknown>): number };
+  };
+}
+
+interface ISessionContextLike {
+  kernelChanged: {
+    connect(fn: (sender: unknown, args: { newValue: Kernel.IKernelConnection | null }) => void): void;
+  };
+  session?: { kernel?: Kernel.IKernelConnection | null } | null;
+  isReady: boolean;
+  isDisposed: boolean;
+  ready: Promise<void>;
+}
+
+/** A notebook panel or a console panel: the session and the cells it runs. */
+interface IRunsCells {
+  sessionContext?: ISessionContextLike;
+  content?: { widgets?: readonly ICellLike[] };
+  console?: { cells?: Iterable<ICellLike>; promptCell?: ICellLike | null };
+  context?: { ready: Promise<void> };
+}
+
+function runningCells(widget: IRunsCells): ICellLike[] {
+  const cells: ICellLike[] = [];
+  const all = widget.content?.widgets ?? (widget.console?.cells ? Array.from(widget.console.cells) : []);
+  for (const cell of all) {
+    if (cell.model?.type === 'code' && cell.model.executionState === 'running') {
+      cells.push(cell);
+    }
+  }
+  return cells;
+}
+
+/** JupyterLab's `CodeCell` class, as its namespace function `execute` hangs on it. */
+interface ICodeCellClass {
+  execute?: (cell: ICellLike, sessionContext: ISessionContextLike, ...rest: unknown[]) => Promise<unknown>;
+}
+
+const patched = new WeakSet<object>();
+
+/**
+ * Make a run wait for the session being made. Between a notebook's (or console's) opening and
+ * its session's answer there is no kernel at all, not even a pending one, and JupyterLab's
+ * `CodeCell.execute` drops a run then (it clears the cell and returns). Notebooks and consoles
+ * call it through the class, so the class's function is wrapped: while the session context is
+ * not ready yet, the cell shows `[*]` and the run waits for it, then goes on as JupyterLab's.
+ */
+function waitForTheSession(cell: ICellLike): void {
+  let cls = Object.getPrototypeOf(cell)?.constructor as (ICodeCellClass & object) | undefined;
+  while (cls && !Object.prototype.hasOwnProperty.call(cls, 'execute')) {
+    cls = Object.getPrototypeOf(cls) as (ICodeCellClass & object) | undefined;
+  }
+  if (!cls || typeof cls.execute !== 'function' || patched.has(cls)) {
+    return;
+  }
+  patched.add(cls);
+  const execute = cls.execute;
+  cls.execute = async (target, sessionContext, ...rest) => {
+    if (sessionContext && !sessionContext.session?.kernel && !sessionContext.isReady && !sessionContext.isDisposed) {
+      target.model.executionState = 'running';
+      await sessionContext.ready;
+    }
+    return execute(target, sessionContext, ...rest);
+  };
+}
+
+/** The error output a waiting cell gets: the reason as the hub gave it, nothing else. */
+export function startFailedOutput(reason: string): Record<string, unknown> {
+  // the traceback is what JupyterLab shows of an error: here, the sentence alone
+  return { output_type: 'error', ename: START_FAILED, evalue: reason, traceback: [`${START_FAILED}: ${reason}`] };
+}
+
+/** Follows one notebook's or console's GPU kernels from their start. */
+function follow(widget: IRunsCells, reported: WeakSet<object>): void {
+  const session = widget.sessionContext;
+  if (!session) {
+    return;
+  }
+  const watch = (kernel: Kernel.IKernelConnection | null | undefined): void => {
+    if (!kernel || !isGpuKernelName(kernel.name)) {
+      return;
+    }
+    kernel.statusChanged.connect((_, status) => {
+      if (status !== 'dead' || reported.has(kernel)) {
+        return;
+      }
+      const reason = kernel.model.reason;
+      if (!reason) {
+        return; // shut down, not failed
+      }
+      reported.add(kernel);
+      // the cells still wait now; JupyterLab cancels their requests right after this signal
+      const waiting = runningCells(widget);
+      window.setTimeout(() => {
+        for (const cell of waiting) {
+          cell.model.outputs.add(startFailedOutput(reason));
+        }
+      }, 0);
+    });
+  };
+  // the first code cell tells JupyterLab's CodeCell class (a notebook's once its model loaded)
+  const patch = (): void => {
+    const cell = widget.console?.promptCell ?? widget.content?.widgets?.find(c => c.model?.type === 'code');
+    if (cell) {
+      waitForTheSession(cell);
+    }
+  };
+  patch();
+  void widget.context?.ready.then(patch);
+  session.kernelChanged.connect((_, change) => {
+    patch();
+    watch(change.newValue);
+  });
+  watch(session.session?.kernel);
+}
+
+/** Every notebook and console, as they open. */
+export function followGpuKernelStarts(app: JupyterFrontEnd): void {
+  const followed = new WeakSet<object>();
+  const reported = new WeakSet<object>();
+  const add = (widget: unknown): void => {
+    if (widget && typeof widget === 'object' && !followed.has(widget) && (widget as IRunsCells).sessionContext) {
+      followed.add(widget);
+      follow(widget as IRunsCells, reported);
+    }
+  };
+  app.docRegistry.addWidgetExtension('Notebook', {
+    createNew: panel => {
+      add(panel);
+    }
+  });
+  // consoles are no documents: take each as it becomes current (a console opens focused)
+  app.shell.currentChanged?.connect((_, change) => add(change.newValue));
+}
