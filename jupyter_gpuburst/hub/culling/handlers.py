@@ -24,44 +24,22 @@ from tornado import web
 
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub.culling.store import ReportError
+from jupyter_gpuburst.hub.tokenapi import UserTokenHandler
 
-TOKEN_PREFIXES = ("token ", "bearer ")
 MAX_BODY = 256 * 1024
 
 
-class ActivityAPIHandler(web.RequestHandler):
-    user: dict[str, Any]
-
+class ActivityAPIHandler(UserTokenHandler):
     def initialize(self, culler_source: Any) -> None:
         self.culler_source = culler_source
 
-    @property
-    def service(self) -> Any:
-        return self.settings["service"]
-
-    def check_xsrf_cookie(self) -> None:
-        return None  # tokens only
-
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc = kwargs.get("exc_info", (None, None, None))[1]
-        message = self._reason
-        if isinstance(exc, web.HTTPError) and exc.log_message:
-            message = exc.log_message % exc.args if exc.args else exc.log_message
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"status": status_code, "message": message}))
-
-    async def prepare(self) -> None:
-        self.set_header("Content-Type", "application/json")
-        header = self.request.headers.get("Authorization", "")
-        token = header.split(" ", 1)[1].strip() if header.lower().startswith(TOKEN_PREFIXES) else ""
-        model = await self.service.hub_auth().user_for_token(token, sync=False) if token else None
-        if not model or model.get("kind", "user") != "user":
+    def authorize(self, model: dict[str, Any]) -> None:
+        if model.get("kind", "user") != "user":
             raise web.HTTPError(403, "Missing or invalid credentials.")
         scope = f"users:activity!user={model['name']}"
         if not check_scopes({scope}, set(model.get("scopes") or ())):
             self.culler.log.warning("GPU activity: a token of %s without %s was refused", model["name"], scope)
             raise web.HTTPError(403, f"This token may not report activity (it needs {scope}).")
-        self.user = model
 
     @property
     def culler(self) -> Any:

@@ -25,55 +25,30 @@ from tornado import web
 from jupyter_gpuburst.hub.accounting.gate import budget_note, budget_refusal
 from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRecord, KernelRegistry, record_json
 from jupyter_gpuburst.hub.kernels.service import LiveHub, default_registry
+from jupyter_gpuburst.hub.tokenapi import UserTokenHandler
 
 SCOPE = "custom:gpuburst:kernels"
 SCOPE_DESCRIPTION = "Start, list and stop your own GPU kernels (remote GPU kernels placed by jupyter-gpuburst)."
 # relative to the service's prefix
 API_PATH = "api/kernels"
 MAX_WAIT_S = 30.0
-TOKEN_PREFIXES = ("token ", "bearer ")
 
 
 def access_scope(service_name: str) -> str:
     return f"access:services!service={service_name}"
 
 
-class KernelAPIHandler(web.RequestHandler):
-    """Token-authenticated JSON handler; ``self.user`` is the calling user's model."""
+class KernelAPIHandler(UserTokenHandler):
+    """``self.user`` is the calling user's model; ``self.token_server`` the server whose own
+    token called, if it is one."""
 
-    user: dict[str, Any]
     token_server: str | None = None
 
     def initialize(self, registry_source: Any = None, hub: Any = None) -> None:
         self.hub = hub or LiveHub()
         self.registry_source = registry_source or default_registry
 
-    @property
-    def service(self) -> Any:
-        return self.settings["service"]
-
-    def check_xsrf_cookie(self) -> None:
-        # tokens only, never cookies: a browser's ambient credentials cannot reach this API
-        return None
-
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc = kwargs.get("exc_info", (None, None, None))[1]
-        message = self._reason
-        if isinstance(exc, web.HTTPError) and exc.log_message:
-            message = exc.log_message % exc.args if exc.args else exc.log_message
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"status": status_code, "message": message}))
-
-    async def prepare(self) -> None:
-        self.set_header("Content-Type", "application/json")
-        header = self.request.headers.get("Authorization", "")
-        token = header[len(TOKEN_PREFIXES[0]) :] if header.lower().startswith(TOKEN_PREFIXES) else ""
-        token = token.strip()
-        if not token:
-            raise web.HTTPError(403, "Missing or invalid credentials.")
-        model = await self.service.hub_auth().user_for_token(token, sync=False)
-        if not model:
-            raise web.HTTPError(403, "Missing or invalid credentials.")
+    def authorize(self, model: dict[str, Any]) -> None:
         if model.get("kind", "user") != "user":
             raise web.HTTPError(403, "GPU kernels belong to users; services cannot start them")
         have = set(model.get("scopes") or ())
@@ -83,10 +58,9 @@ class KernelAPIHandler(web.RequestHandler):
             # expected for users the admin gave no GPU kernels: their servers ask once, at start
             self.log.info("GPU kernel API: a token of %s lacks %s", model["name"], ", ".join(missing))
             raise web.HTTPError(403, f"This server may not start GPU kernels (its token needs {' and '.join(missing)}; ask your admin).")
-        self.user = model
         # a server's own token speaks for that server only (the server's code can read it)
         server_of_token = getattr(self.hub, "server_of_token", None)
-        self.token_server = server_of_token(model["name"], token) if server_of_token else None
+        self.token_server = server_of_token(model["name"], self.token) if server_of_token else None
 
     def offered(self, registry: KernelRegistry, server_name: str | None) -> frozenset[str] | None:
         """The GPU kernel profiles ``server_name`` offers (None: all), as its profile says."""
