@@ -78,7 +78,10 @@ c.KubeSpawner.profile_list = [
         "slug": "gpu-1",
         "description": "One NVIDIA GPU, on campus when free, otherwise on a peered donor cluster.",
         "kubespawner_override": {
-            "cpu_guarantee": 4, "cpu_limit": 8, "mem_guarantee": "24G", "mem_limit": "32G",
+            "cpu_guarantee": 4,
+            "cpu_limit": 8,
+            "mem_guarantee": "24G",
+            "mem_limit": "32G",
             "extra_resource_limits": {"nvidia.com/gpu": "1"},
         },
     },
@@ -87,7 +90,10 @@ c.KubeSpawner.profile_list = [
         "slug": "gpu-2",
         "description": "Two NVIDIA GPUs on one node, on campus when free, otherwise on a donor.",
         "kubespawner_override": {
-            "cpu_guarantee": 8, "cpu_limit": 16, "mem_guarantee": "48G", "mem_limit": "64G",
+            "cpu_guarantee": 8,
+            "cpu_limit": 16,
+            "mem_guarantee": "48G",
+            "mem_limit": "64G",
             "extra_resource_limits": {"nvidia.com/gpu": "2"},
         },
     },
@@ -96,7 +102,10 @@ c.KubeSpawner.profile_list = [
         "slug": "mig-1g",
         "description": "A 1g.10gb slice of an A100/H100 (MIG), for small models and teaching.",
         "kubespawner_override": {
-            "cpu_guarantee": 2, "cpu_limit": 4, "mem_guarantee": "12G", "mem_limit": "16G",
+            "cpu_guarantee": 2,
+            "cpu_limit": 4,
+            "mem_guarantee": "12G",
+            "mem_limit": "16G",
             "extra_resource_limits": {"nvidia.com/mig-1g.10gb": "1"},
         },
     },
@@ -116,8 +125,12 @@ c.GPUBurstSpawner.storage_policy = "scratch-on-donor"
 # who may start GPU kernels: the custom scope, and access to the gpuburst service that serves them
 # (for a student whose server runs, from its next start)
 c.JupyterHub.load_roles.append(
-    {"name": "gpu-kernels", "description": "Start GPU kernels (kernel mode) from JupyterLab's launcher",
-     "groups": ["course-ml101"], "scopes": ["custom:gpuburst:kernels", "access:services!service=gpuburst"]},
+    {
+        "name": "gpu-kernels",
+        "description": "Start GPU kernels (kernel mode) from JupyterLab's launcher",
+        "groups": ["course-ml101"],
+        "scopes": ["custom:gpuburst:kernels", "access:services!service=gpuburst"],
+    },
 )
 # a kernel's first start on a donor's node may pull the image first, as a server's may
 c.GPUKernelSettings.start_timeout = 600

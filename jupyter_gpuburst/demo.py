@@ -84,27 +84,42 @@ def federation_config(opts: DemoOptions) -> dict[str, Any]:
     """The federation as `gpuburst sim` YAML data: A100s on the origin, H100s on the donors."""
     origin_nodes: list[dict[str, Any]] = [{"name": "origin-cpu", "cpu": "8", "memory": "32Gi"}]
     if opts.origin_gpus:
-        origin_nodes.insert(0, {
-            "name": "origin-gpu", "cpu": "16", "memory": "64Gi",
-            "resources": {"nvidia.com/gpu": opts.origin_gpus},
-            "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/gpu.memory": "40960"},
-        })
-    origin_nodes.append({
-        "name": "origin-mig", "cpu": "16", "memory": "64Gi",
-        "resources": {MIG_RESOURCE: MIG_SLICES},
-        "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", "nvidia.com/mig.strategy": "mixed"},
-    })
+        origin_nodes.insert(
+            0,
+            {
+                "name": "origin-gpu",
+                "cpu": "16",
+                "memory": "64Gi",
+                "resources": {"nvidia.com/gpu": opts.origin_gpus},
+                "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/gpu.memory": "40960"},
+            },
+        )
+    origin_nodes.append(
+        {
+            "name": "origin-mig",
+            "cpu": "16",
+            "memory": "64Gi",
+            "resources": {MIG_RESOURCE: MIG_SLICES},
+            "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", "nvidia.com/mig.strategy": "mixed"},
+        }
+    )
     donors = []
     for i in range(1, opts.donors + 1):
-        donors.append({
-            "name": f"donor-{i}",
-            "nodes": [{
-                "name": f"donor-{i}-gpu", "cpu": "64", "memory": "256Gi",
-                "resources": {"nvidia.com/gpu": opts.donor_gpus},
-                "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559"},
-            }],
-            "grant": {"cpu": "64", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": opts.donor_gpus},
-        })
+        donors.append(
+            {
+                "name": f"donor-{i}",
+                "nodes": [
+                    {
+                        "name": f"donor-{i}-gpu",
+                        "cpu": "64",
+                        "memory": "256Gi",
+                        "resources": {"nvidia.com/gpu": opts.donor_gpus},
+                        "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559"},
+                    }
+                ],
+                "grant": {"cpu": "64", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": opts.donor_gpus},
+            }
+        )
     return {"origin": {"name": "origin", "nodes": origin_nodes}, "donors": donors}
 
 
@@ -200,21 +215,26 @@ def banner(opts: DemoOptions, url: str, kubeconfig: Path, donor_names: list[str]
     from jupyter_gpuburst.core.names import plural
 
     donors = ", ".join(f"{name} ({plural(opts.donor_gpus, 'GPU')})" for name in donor_names) or "none"
-    return "\n".join([
-        "",
-        f"  jupyter-gpuburst demo is ready: {url}",
-        "",
-        f"  origin: {plural(opts.origin_gpus, 'GPU')} + 1 GPU as {MIG_SLICES} MIG 1g.10gb slices;  donors: {donors}",
-        f"  users:  {', '.join(STUDENTS)} (any other name works too), admin {ADMIN};  password: {opts.password}",
-        *([f"  pods:   each in a network namespace of its own, as on a cluster; the hub listens on {opts.hub_ip}"]
-          if opts.pod_network == "namespaces" else []),
-        "",
-        "  Try:",
-        *(f"    {step}" for step in try_steps(opts, donor_names, url, kubeconfig)),
-        "",
-        "  Ctrl-C stops everything.",
-        "",
-    ])
+    return "\n".join(
+        [
+            "",
+            f"  jupyter-gpuburst demo is ready: {url}",
+            "",
+            f"  origin: {plural(opts.origin_gpus, 'GPU')} + 1 GPU as {MIG_SLICES} MIG 1g.10gb slices;  donors: {donors}",
+            f"  users:  {', '.join(STUDENTS)} (any other name works too), admin {ADMIN};  password: {opts.password}",
+            *(
+                [f"  pods:   each in a network namespace of its own, as on a cluster; the hub listens on {opts.hub_ip}"]
+                if opts.pod_network == "namespaces"
+                else []
+            ),
+            "",
+            "  Try:",
+            *(f"    {step}" for step in try_steps(opts, donor_names, url, kubeconfig)),
+            "",
+            "  Ctrl-C stops everything.",
+            "",
+        ]
+    )
 
 
 @contextlib.contextmanager
@@ -276,8 +296,16 @@ class Demo:
         log = self.hub_log.open("ab")
         try:
             self.hub = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "jupyterhub", "-f", str(DEMO_CONFIG),
-                cwd=self.state, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
+                sys.executable,
+                "-m",
+                "jupyterhub",
+                "-f",
+                str(DEMO_CONFIG),
+                cwd=self.state,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
                 start_new_session=True,
             )
         finally:
@@ -383,15 +411,32 @@ def build_parser() -> argparse.ArgumentParser:
         "proxy, all on 127.0.0.1. Prints the URL and the demo users; Ctrl-C stops everything.",
     )
     parser.add_argument("--port", type=int, default=DemoOptions.port, help="public port of the hub (default: %(default)s)")
-    parser.add_argument("--origin-gpus", type=int, default=DemoOptions.origin_gpus, help="whole GPUs on the origin's GPU node (default: %(default)s; the origin also has one GPU split into 7 MIG slices)")
+    parser.add_argument(
+        "--origin-gpus",
+        type=int,
+        default=DemoOptions.origin_gpus,
+        help="whole GPUs on the origin's GPU node (default: %(default)s; the origin also has one GPU split into 7 MIG slices)",
+    )
     parser.add_argument("--donor-gpus", type=int, default=DemoOptions.donor_gpus, help="GPUs each donor grants (default: %(default)s)")
     parser.add_argument("--donors", type=int, default=DemoOptions.donors, help="number of donor clusters (default: %(default)s)")
-    parser.add_argument("--password", default=os.environ.get("GPUBURST_DEMO_PASSWORD", DEFAULT_PASSWORD),
-                        help="shared password of the demo users (default: $GPUBURST_DEMO_PASSWORD, else %(default)s)")
-    parser.add_argument("--state-dir", type=Path, default=None, help="keep the hub database, logs and pod directories here (default: a temp dir, removed on exit)")
-    parser.add_argument("--pod-network", choices=("shared", "namespaces"), default=os.environ.get("GPUBURST_SIM_NETWORK") or "shared",
-                        help="'namespaces': each pod a network namespace of its own, as on a cluster (root only; the hub then listens on 127.0.0.2); "
-                        "'shared': the host's (default: $GPUBURST_SIM_NETWORK, else %(default)s)")
+    parser.add_argument(
+        "--password",
+        default=os.environ.get("GPUBURST_DEMO_PASSWORD", DEFAULT_PASSWORD),
+        help="shared password of the demo users (default: $GPUBURST_DEMO_PASSWORD, else %(default)s)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="keep the hub database, logs and pod directories here (default: a temp dir, removed on exit)",
+    )
+    parser.add_argument(
+        "--pod-network",
+        choices=("shared", "namespaces"),
+        default=os.environ.get("GPUBURST_SIM_NETWORK") or "shared",
+        help="'namespaces': each pod a network namespace of its own, as on a cluster (root only; the hub then listens on 127.0.0.2); "
+        "'shared': the host's (default: $GPUBURST_SIM_NETWORK, else %(default)s)",
+    )
     return parser
 
 

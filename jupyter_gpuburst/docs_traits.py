@@ -36,10 +36,26 @@ def _sections() -> list[tuple[str, str, type[HasTraits]]]:
     return [
         ("GPUBurstSpawner", "the hub: placement policy and spawner behaviour (`jupyterhub_config.py`)", GPUBurstSpawner),
         ("GPUKernelSettings", "the hub: GPU kernels (kernel mode; `jupyterhub_config.py`)", GPUKernelSettings),
-        ("GPUCullingSettings", "the hub: GPU idle culling of servers and GPU kernels (`jupyterhub_config.py`; docs/culling.md)", GPUCullingSettings),
-        ("GPUAccountingSettings", "the hub: GPU-hours accounting and budgets (`jupyterhub_config.py`; docs/accounting.md)", GPUAccountingSettings),
-        ("GPUBurstServerExtension", "the user's server: GPU telemetry (`jupyter_server_config.py`, or `--GPUBurstServerExtension.<name>=` in the single-user command)", GPUBurstServerExtension),
-        ("GPUBurstProvisioner", "the user's server: how it waits for the hub's GPU kernels (`jupyter_server_config.py`; `profile` is set by each generated kernelspec)", GPUBurstProvisioner),
+        (
+            "GPUCullingSettings",
+            "the hub: GPU idle culling of servers and GPU kernels (`jupyterhub_config.py`; docs/culling.md)",
+            GPUCullingSettings,
+        ),
+        (
+            "GPUAccountingSettings",
+            "the hub: GPU-hours accounting and budgets (`jupyterhub_config.py`; docs/accounting.md)",
+            GPUAccountingSettings,
+        ),
+        (
+            "GPUBurstServerExtension",
+            "the user's server: GPU telemetry (`jupyter_server_config.py`, or `--GPUBurstServerExtension.<name>=` in the single-user command)",
+            GPUBurstServerExtension,
+        ),
+        (
+            "GPUBurstProvisioner",
+            "the user's server: how it waits for the hub's GPU kernels (`jupyter_server_config.py`; `profile` is set by each generated kernelspec)",
+            GPUBurstProvisioner,
+        ),
     ]
 
 

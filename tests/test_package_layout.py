@@ -54,7 +54,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         stack.pop()
@@ -102,12 +102,9 @@ def test_package_init_files_only_hand_names_on():
 def test_every_environment_name_that_crosses_a_process_is_defined_once_in_core_keys():
     assignment = re.compile(r'^\s*[A-Z_]+\s*=\s*f?"(JUPYTER_GPUBURST_[A-Z_]+|GPUBURST_SERVICE_[A-Z_]+)"', re.M)
     defined = {
-        str(path.relative_to(ROOT)): assignment.findall(path.read_text())
-        for path in PACKAGE.rglob("*.py")
-        if path.name != "keys.py"
+        str(path.relative_to(ROOT)): assignment.findall(path.read_text()) for path in PACKAGE.rglob("*.py") if path.name != "keys.py"
     }
     assert {k: v for k, v in defined.items() if v} == {}
-
 
 
 def test_no_module_is_longer_than_it_can_be_read_unless_it_says_why():

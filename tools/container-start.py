@@ -32,15 +32,27 @@ SLEEP = shutil.which("sleep") or "/bin/sleep"
 
 
 def spec(name: str, etc_dir: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
-        "terminationGracePeriodSeconds": 0,
-        "containers": [{"name": "c", "image": "busybox", "command": [SLEEP, "60"], "volumeMounts": [
-            {"name": "cfg", "mountPath": etc_dir},
-            {"name": "cfg", "mountPath": f"{etc_dir}.conf", "subPath": "a"},
-            {"name": "home", "mountPath": "/home/jovyan"},
-        ]}],
-        "volumes": [{"name": "cfg", "configMap": {"name": "cfg"}}, {"name": "home", "emptyDir": {}}],
-    }}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "command": [SLEEP, "60"],
+                    "volumeMounts": [
+                        {"name": "cfg", "mountPath": etc_dir},
+                        {"name": "cfg", "mountPath": f"{etc_dir}.conf", "subPath": "a"},
+                        {"name": "home", "mountPath": "/home/jovyan"},
+                    ],
+                }
+            ],
+            "volumes": [{"name": "cfg", "configMap": {"name": "cfg"}}, {"name": "home", "emptyDir": {}}],
+        },
+    }
 
 
 async def measure(pods: int) -> dict:
@@ -49,7 +61,9 @@ async def measure(pods: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         async with one_node_cluster(Path(tmp), 11) as cluster:
             store = cluster.store
-            store.create("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a": "1"}}, "default")
+            store.create(
+                "configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a": "1"}}, "default"
+            )
             mode = "rewrite" if mounts.unavailable(Path(tmp)) else "mount"
             for i in range(pods):
                 name = f"p{i}"
@@ -69,9 +83,13 @@ async def measure(pods: int) -> dict:
         return round(statistics.median(xs) * 1000, 1)
 
     return {
-        "pods": pods, "mode": mode, "pod_network": "namespaces" if netns.requested() else "shared",
-        "create_to_running_median_ms": ms(running), "create_to_program_median_ms": ms(started),
-        "create_to_running_max_ms": round(max(running) * 1000, 1), "create_to_program_max_ms": round(max(started) * 1000, 1),
+        "pods": pods,
+        "mode": mode,
+        "pod_network": "namespaces" if netns.requested() else "shared",
+        "create_to_running_median_ms": ms(running),
+        "create_to_program_median_ms": ms(started),
+        "create_to_running_max_ms": round(max(running) * 1000, 1),
+        "create_to_program_max_ms": round(max(started) * 1000, 1),
         "loadavg": os.getloadavg()[0],
     }
 

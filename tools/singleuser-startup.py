@@ -63,12 +63,22 @@ def main() -> int:
     hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
     threading.Thread(target=hub.serve_forever, daemon=True).start()
     env = {
-        "JUPYTERHUB_API_TOKEN": "t", "JUPYTERHUB_CLIENT_ID": "c", "JUPYTERHUB_USER": "u", "JUPYTERHUB_BASE_URL": "/", "JUPYTERHUB_HOST": "",
-        "JUPYTERHUB_API_URL": f"http://127.0.0.1:{hub.server_address[1]}/hub/api", "JUPYTERHUB_SERVICE_PREFIX": "/user/u/",
-        "JUPYTERHUB_OAUTH_CALLBACK_URL": "/user/u/oauth_callback", "JUPYTERHUB_SERVICE_URL": "http://0.0.0.0:8888/user/u/",
+        "JUPYTERHUB_API_TOKEN": "t",
+        "JUPYTERHUB_CLIENT_ID": "c",
+        "JUPYTERHUB_USER": "u",
+        "JUPYTERHUB_BASE_URL": "/",
+        "JUPYTERHUB_HOST": "",
+        "JUPYTERHUB_API_URL": f"http://127.0.0.1:{hub.server_address[1]}/hub/api",
+        "JUPYTERHUB_SERVICE_PREFIX": "/user/u/",
+        "JUPYTERHUB_OAUTH_CALLBACK_URL": "/user/u/oauth_callback",
+        "JUPYTERHUB_SERVICE_URL": "http://0.0.0.0:8888/user/u/",
     }
     gpuburst = Path(sys.executable).parent / "gpuburst"
-    sim = subprocess.Popen([str(gpuburst), "sim", "--state-dir", str(work / "state"), "--kubeconfig-out", str(work / "kubeconfig")], stdout=subprocess.PIPE, text=True)
+    sim = subprocess.Popen(
+        [str(gpuburst), "sim", "--state-dir", str(work / "state"), "--kubeconfig-out", str(work / "kubeconfig")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         for line in sim.stdout:
             if line.startswith("ready"):
@@ -78,10 +88,17 @@ def main() -> int:
 
         def in_pod(i: int) -> dict:
             name = f"startup-{i}"
-            container = {"name": "notebook", "image": "quay.io/jupyterhub/singleuser:latest", "args": ["jupyterhub-singleuser"],
-                         "ports": [{"containerPort": 8888, "name": "notebook-port"}], "env": [{"name": k, "value": v} for k, v in env.items()]}
+            container = {
+                "name": "notebook",
+                "image": "quay.io/jupyterhub/singleuser:latest",
+                "args": ["jupyterhub-singleuser"],
+                "ports": [{"containerPort": 8888, "name": "notebook-port"}],
+                "env": [{"name": k, "value": v} for k, v in env.items()],
+            }
             start = time.monotonic()
-            v1.create_namespaced_pod("default", {"metadata": {"name": name}, "spec": {"containers": [container], "restartPolicy": "OnFailure"}})
+            v1.create_namespaced_pod(
+                "default", {"metadata": {"name": name}, "spec": {"containers": [container], "restartPolicy": "OnFailure"}}
+            )
             w = watch.Watch()
             for event in w.stream(v1.list_namespaced_pod, "default", field_selector=f"metadata.name={name}", timeout_seconds=60):
                 pod = event["object"]
@@ -91,7 +108,10 @@ def main() -> int:
                     break
             listening = wait_listening(ip, 8888, start)
             v1.delete_namespaced_pod(name, "default", grace_period_seconds=0)
-            return {"create_to_running_s": round(running - start, 3), "running_to_listening_s": round(listening - running, 3) if listening else None}
+            return {
+                "create_to_running_s": round(running - start, 3),
+                "running_to_listening_s": round(listening - running, 3) if listening else None,
+            }
 
         def by_hand(i: int) -> dict:
             home = work / f"home-{i}"
@@ -101,9 +121,22 @@ def main() -> int:
             # the kubelet, running as root, adds the same (a container would run unprivileged)
             (conf / "jupyter_server_config.json").write_text('{"ServerApp": {"allow_root": true}}')
             ip = "127.0.0.77"
-            local = {**os.environ, **env, "HOME": str(home), "JUPYTER_CONFIG_PATH": str(conf), "JUPYTERHUB_SERVICE_URL": f"http://{ip}:8888/user/u/"}
+            local = {
+                **os.environ,
+                **env,
+                "HOME": str(home),
+                "JUPYTER_CONFIG_PATH": str(conf),
+                "JUPYTERHUB_SERVICE_URL": f"http://{ip}:8888/user/u/",
+            }
             start = time.monotonic()
-            proc = subprocess.Popen([str(Path(sys.executable).parent / "jupyterhub-singleuser")], env=local, cwd=home, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                [str(Path(sys.executable).parent / "jupyterhub-singleuser")],
+                env=local,
+                cwd=home,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             listening = wait_listening(ip, 8888, start)
             proc.terminate()
             proc.wait()
@@ -118,13 +151,21 @@ def main() -> int:
             print(json.dumps({"round": i, "pod": a, "by_hand": b, "load_average": [round(x, 2) for x in load]}), flush=True)
         ok_pod = [p["running_to_listening_s"] for p in pods if p["running_to_listening_s"] is not None]
         ok_hand = [h["start_to_listening_s"] for h in hands if h["start_to_listening_s"] is not None]
-        print(json.dumps({
-            "summary": True,
-            "pod_running_to_listening_s": {"mean": round(statistics.mean(ok_pod), 3), "min": min(ok_pod), "max": max(ok_pod)} if ok_pod else None,
-            "by_hand_start_to_listening_s": {"mean": round(statistics.mean(ok_hand), 3), "min": min(ok_hand), "max": max(ok_hand)} if ok_hand else None,
-            "create_to_running_s_max": max(p["create_to_running_s"] for p in pods),
-            "load_average": [round(x, 2) for x in os.getloadavg()],
-        }))
+        print(
+            json.dumps(
+                {
+                    "summary": True,
+                    "pod_running_to_listening_s": {"mean": round(statistics.mean(ok_pod), 3), "min": min(ok_pod), "max": max(ok_pod)}
+                    if ok_pod
+                    else None,
+                    "by_hand_start_to_listening_s": {"mean": round(statistics.mean(ok_hand), 3), "min": min(ok_hand), "max": max(ok_hand)}
+                    if ok_hand
+                    else None,
+                    "create_to_running_s_max": max(p["create_to_running_s"] for p in pods),
+                    "load_average": [round(x, 2) for x in os.getloadavg()],
+                }
+            )
+        )
     finally:
         sim.terminate()
         sim.wait()

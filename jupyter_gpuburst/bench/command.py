@@ -36,8 +36,10 @@ def main(argv: list[str]) -> int:
         if package is None:
             raise
         # a dependency of the benchmarks that a plain install leaves out
-        print(f"gpuburst bench {name}: needs {package}, which the 'bench' extra brings: "
-              "pip install 'jupyter-gpuburst[bench]'", file=sys.stderr)
+        print(
+            f"gpuburst bench {name}: needs {package}, which the 'bench' extra brings: pip install 'jupyter-gpuburst[bench]'",
+            file=sys.stderr,
+        )
         return 2
     # Ctrl-C, and SIGTERM through bench/stopping.py, unwind the benchmark: what it started stops
     try:

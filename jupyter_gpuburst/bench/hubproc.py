@@ -86,8 +86,13 @@ class HubProcess:
 
         chp = proxy_command()[0]
         base = BASE_CONFIG.format(
-            port=self.port, hub_port=self.hub_port, proxy_api_port=self.proxy_api_port, chp=chp,
-            workdir=self.workdir, service=ADMIN_SERVICE, token_env=ADMIN_TOKEN_ENV,
+            port=self.port,
+            hub_port=self.hub_port,
+            proxy_api_port=self.proxy_api_port,
+            chp=chp,
+            workdir=self.workdir,
+            service=ADMIN_SERVICE,
+            token_env=ADMIN_TOKEN_ENV,
         )
         return base + f"\nc.JupyterHub.base_url = {self.base_url!r}\n" + self.extra_config
 
@@ -100,8 +105,17 @@ class HubProcess:
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         log = self.log_path.open("ab")
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "jupyterhub", "-f", str(config), f"--log-level={self.log_level}",
-            cwd=self.workdir, env=env, stdout=log, stderr=log, start_new_session=True,
+            sys.executable,
+            "-m",
+            "jupyterhub",
+            "-f",
+            str(config),
+            f"--log-level={self.log_level}",
+            cwd=self.workdir,
+            env=env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
         )
         log.close()
         deadline = time.monotonic() + timeout
@@ -164,7 +178,9 @@ class HubProcess:
             except ValueError:
                 return resp.status, body
 
-    async def request(self, session: aiohttp.ClientSession, method: str, path: str, token: str | None = None, **kwargs: Any) -> tuple[int, Any]:
+    async def request(
+        self, session: aiohttp.ClientSession, method: str, path: str, token: str | None = None, **kwargs: Any
+    ) -> tuple[int, Any]:
         """One hub API call; returns (status, parsed JSON or text)."""
         async with session.request(method, f"{self.api}{path}", headers=self.headers(token), **kwargs) as resp:
             body = await resp.text()

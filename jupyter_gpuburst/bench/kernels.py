@@ -24,8 +24,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import logging
+import os
 import statistics
 import sys
 import tempfile
@@ -99,11 +99,13 @@ def federation(gpus: int, concurrent: int) -> Any:
     origin_nodes.append({"name": "origin-cpu", "cpu": "64", "memory": "512Gi", "pods": 110})
     data = {
         "origin": {"name": "origin", "nodes": origin_nodes},
-        "donors": [{
-            "name": DONOR,
-            "nodes": gpu_nodes(DONOR, donor, 8, cpu="256", memory="2Ti", pods=110),
-            "grant": {"cpu": "1000", "memory": "8Ti", "pods": str(concurrent + 110), GPU: donor},
-        }],
+        "donors": [
+            {
+                "name": DONOR,
+                "nodes": gpu_nodes(DONOR, donor, 8, cpu="256", memory="2Ti", pods=110),
+                "grant": {"cpu": "1000", "memory": "8Ti", "pods": str(concurrent + 110), GPU: donor},
+            }
+        ],
     }
     return parse_config(data, "<bench kernels>")
 
@@ -142,8 +144,17 @@ async def remote_start(registry: KernelRegistry, profile: str, user: str) -> flo
 
     key = secrets.token_hex(16)
     t0 = time.perf_counter()
-    record = await registry.start(user=user, groups=frozenset(), server_name="", server_pod=None, profile_slug=profile, key=key,
-                                  signature_scheme="hmac-sha256", kernel_id="", notebook_dir="")
+    record = await registry.start(
+        user=user,
+        groups=frozenset(),
+        server_name="",
+        server_pod=None,
+        profile_slug=profile,
+        key=key,
+        signature_scheme="hmac-sha256",
+        kernel_id="",
+        notebook_dir="",
+    )
     while record.state == "pending":
         await registry.wait(record, 5)
     if record.state != "running":
@@ -175,10 +186,12 @@ async def local_start() -> float:
 async def latency(rounds: int, state_dir: Path) -> dict[str, Any]:
     kubeconfig = state_dir / "kubeconfig-latency"
     async with running_federation(state_dir=state_dir / "sim-latency", kubeconfig=kubeconfig):
-        settings = GPUKernelSettings(profiles=[
-            {"slug": "origin", "resource": GPU, "count": 1, "allowed_sites": ["origin"]},
-            {"slug": "donor", "resource": GPU, "count": 1, "allowed_sites": [DONOR]},
-        ])
+        settings = GPUKernelSettings(
+            profiles=[
+                {"slug": "origin", "resource": GPU, "count": 1, "allowed_sites": ["origin"]},
+                {"slug": "donor", "resource": GPU, "count": 1, "allowed_sites": [DONOR]},
+            ]
+        )
         registry, api_client = await registry_on(kubeconfig, settings)
         times: dict[str, list[float]] = {"origin": [], "donor": [], "local": []}
         try:
@@ -218,11 +231,21 @@ async def concurrency(gpus: int, concurrent: int, state_dir: Path) -> dict[str, 
         settings.command = [sys.executable, "-I", "-S", "-c", STANDIN]
         registry, api_client = await registry_on(kubeconfig, settings)
         try:
+
             async def one(i: int) -> tuple[str, float]:
                 t0 = time.perf_counter()
                 try:
-                    record = await registry.start(user=f"u{i}", groups=frozenset(), server_name="", server_pod=None, profile_slug="gpu-1",
-                                                  key="k" * 32, signature_scheme="hmac-sha256", kernel_id="", notebook_dir="")
+                    record = await registry.start(
+                        user=f"u{i}",
+                        groups=frozenset(),
+                        server_name="",
+                        server_pod=None,
+                        profile_slug="gpu-1",
+                        key="k" * 32,
+                        signature_scheme="hmac-sha256",
+                        kernel_id="",
+                        notebook_dir="",
+                    )
                 except KernelError as exc:
                     return ("refused" if exc.status == 503 else "error", time.perf_counter() - t0)
                 while record.state == "pending":

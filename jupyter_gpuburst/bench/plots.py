@@ -85,9 +85,15 @@ def _wait_cdf(plt, directory, result, series, mode, timeout) -> Path:
         ys = [sum(1 for w in waits if w <= 0) / n, *[(k + 1) / n for k in range(n)], 1.0]
         lowest = min(lowest, ys[0])
         r = result["results"][label]
-        ax.step(xs, ys, where="post", linestyle=styles[i % len(styles)], linewidth=2,
-                label=f"{policy}: p95 {r['wait_s']['p95']:g} s, {r['refused']} refused",
-                color=POLICY_COLORS.get(policy))
+        ax.step(
+            xs,
+            ys,
+            where="post",
+            linestyle=styles[i % len(styles)],
+            linewidth=2,
+            label=f"{policy}: p95 {r['wait_s']['p95']:g} s, {r['refused']} refused",
+            color=POLICY_COLORS.get(policy),
+        )
     ax.axvline(timeout, color="grey", linestyle=":", linewidth=1)
     ax.text(timeout, lowest, f" refused after {timeout:g} s", color="grey", fontsize=8, va="bottom")
     ax.set_xscale("symlog", linthresh=1.0)
@@ -121,7 +127,7 @@ def _refused(plt, directory, result, modes) -> Path:
 
 def _week_slice(values: list[float], week: int) -> list[float]:
     start = week * 7 * 24
-    return values[start:start + 7 * 24]
+    return values[start : start + 7 * 24]
 
 
 def _week_axes(ax: Any, ylabel: str, title: str) -> None:
@@ -139,8 +145,7 @@ def _compared(result: dict[str, Any]) -> list[tuple[str, str]]:
 
     donor-first and loss use as many GPUs as local-first in total (they differ in where).
     """
-    wanted = [("server/local-only", "#c0392b", "-"), ("server/local-first", "#2471a3", "-"),
-              ("kernel/local-first", "#229954", "--")]
+    wanted = [("server/local-only", "#c0392b", "-"), ("server/local-first", "#2471a3", "-"), ("kernel/local-first", "#229954", "--")]
     return [(k, c, ls) for k, c, ls in wanted if k in result["results"]]
 
 
@@ -161,8 +166,14 @@ def _idle_memory(plt, directory, result, series, mode, week) -> Path:
     fig, ax = plt.subplots(figsize=(9, 4.2))
     hours = list(range(7 * 24))
     for label, color, style in _compared(result):
-        ax.plot(hours, _week_slice(series[label]["idle_memory_gib"], week), label=label.replace("/", " mode, "),
-                color=color, linestyle=style, linewidth=1.3)
+        ax.plot(
+            hours,
+            _week_slice(series[label]["idle_memory_gib"], week),
+            label=label.replace("/", " mode, "),
+            color=color,
+            linestyle=style,
+            linewidth=1.3,
+        )
     _week_axes(ax, "GPU memory held but unused (GiB, hourly mean)", f"Idle GPU memory (held, not used), week {week + 1}")
     return _save(plt, fig, directory / "trace-idle-memory.png")
 

@@ -33,11 +33,11 @@ from typing import Any
 import aiohttp
 
 from jupyter_gpuburst.bench import stopping
+from jupyter_gpuburst.bench.hubproc import HubProcess
+from jupyter_gpuburst.bench.spawn import GPU, clear_pods, hub_config, metric_sum, percentile
 from jupyter_gpuburst.core import keys, liqo
 from jupyter_gpuburst.sim.federation import Federation
 from jupyter_gpuburst.sim.testing import running_federation
-from jupyter_gpuburst.bench.hubproc import HubProcess
-from jupyter_gpuburst.bench.spawn import GPU, clear_pods, hub_config, metric_sum, percentile
 
 THIEF_LABEL = "gpuburst.bench/thief"
 
@@ -87,15 +87,26 @@ class Interposer:
             if not allocatable or liqo.is_virtual_node(node):
                 continue
             name = f"thief-{node['metadata']['name']}-{len(self.thieves)}"
-            self._create("pods", {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name, "namespace": namespace, "labels": {THIEF_LABEL: "1"}},
-                "spec": {
-                    "nodeName": node["metadata"]["name"],
-                    "containers": [{"name": "job", "image": "gpuburst/bench-thief:1", "command": ["sleep", "3600"], "resources": {"limits": {GPU: str(allocatable)}}}],
+            self._create(
+                "pods",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": name, "namespace": namespace, "labels": {THIEF_LABEL: "1"}},
+                    "spec": {
+                        "nodeName": node["metadata"]["name"],
+                        "containers": [
+                            {
+                                "name": "job",
+                                "image": "gpuburst/bench-thief:1",
+                                "command": ["sleep", "3600"],
+                                "resources": {"limits": {GPU: str(allocatable)}},
+                            }
+                        ],
+                    },
                 },
-            }, namespace)
+                namespace,
+            )
             self.thieves.append(f"{namespace}/{name}")
             self.stole += allocatable
 
@@ -125,8 +136,12 @@ async def run(runs: int, state_dir: Path) -> dict[str, Any]:
     async with running_federation(state_dir=state_dir / "sim", kubeconfig=kubeconfig) as fed:
         interposer = Interposer(fed)
         # an idle donor pod never gets rescheduled here; keep the grace long so it cannot interfere
-        hub = HubProcess(state_dir / "hub", hub_config("gpuburst", 120, "c.GPUBurstSpawner.donor_pending_grace_seconds = 60"),
-                         env={"KUBECONFIG": str(kubeconfig)}, log_level="WARN")
+        hub = HubProcess(
+            state_dir / "hub",
+            hub_config("gpuburst", 120, "c.GPUBurstSpawner.donor_pending_grace_seconds = 60"),
+            env={"KUBECONFIG": str(kubeconfig)},
+            log_level="WARN",
+        )
         await hub.start()
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
@@ -147,7 +162,9 @@ async def run(runs: int, state_dir: Path) -> dict[str, Any]:
                     if interposer.failed_at is not None and interposer.donor_created_at is not None:
                         redirect_s.append(interposer.donor_created_at - interposer.failed_at)
                     else:
-                        failures.append(f"{name}: no redirect seen (stole {interposer.stole} GPUs, FailedScheduling at {interposer.failed_at}, donor pod at {interposer.donor_created_at})")
+                        failures.append(
+                            f"{name}: no redirect seen (stole {interposer.stole} GPUs, FailedScheduling at {interposer.failed_at}, donor pod at {interposer.donor_created_at})"
+                        )
                     await hub.request(session, "DELETE", f"/users/{name}/server")
                     await wait_gone(fed, "default", pod_name)
                     interposer.release_gpus()

@@ -44,13 +44,12 @@ from typing import Any
 import aiohttp
 import psutil
 
-from jupyter_gpuburst.bench import stopping
+from jupyter_gpuburst.bench import stats, stopping
+from jupyter_gpuburst.bench.hubproc import HubProcess
 from jupyter_gpuburst.core import keys, liqo
 from jupyter_gpuburst.sim.config import FederationConfig, parse_config
 from jupyter_gpuburst.sim.federation import Federation
 from jupyter_gpuburst.sim.testing import running_federation
-from jupyter_gpuburst.bench import stats
-from jupyter_gpuburst.bench.hubproc import HubProcess
 
 GPU = "nvidia.com/gpu"
 DONOR = "donor-1"
@@ -100,11 +99,13 @@ def federation_config(local_gpus: int, donor_gpus: int, users: int) -> Federatio
     origin_nodes = _node_groups("origin-gpu", local_gpus, GPUS_PER_LOCAL_NODE, 110)
     data: dict[str, Any] = {"origin": {"name": "origin", "nodes": origin_nodes}, "donors": []}
     if donor_gpus:
-        data["donors"].append({
-            "name": DONOR,
-            "nodes": _node_groups(f"{DONOR}-gpu", donor_gpus, GPUS_PER_DONOR_NODE, 110),
-            "grant": {"cpu": "1000", "memory": "8Ti", "pods": str(users + 110), GPU: donor_gpus},
-        })
+        data["donors"].append(
+            {
+                "name": DONOR,
+                "nodes": _node_groups(f"{DONOR}-gpu", donor_gpus, GPUS_PER_DONOR_NODE, 110),
+                "grant": {"cpu": "1000", "memory": "8Ti", "pods": str(users + 110), GPU: donor_gpus},
+            }
+        )
     return parse_config(data, "<bench spawn>")
 
 
@@ -156,9 +157,9 @@ def failed_scheduling(fed: Federation, pod_prefix: str) -> int:
     """
     events, _ = fed.origin.store.list("events")
     return sum(
-        1 for e in events
-        if e.get("reason") == "FailedScheduling"
-        and str((e.get("involvedObject") or {}).get("name", "")).startswith(pod_prefix)
+        1
+        for e in events
+        if e.get("reason") == "FailedScheduling" and str((e.get("involvedObject") or {}).get("name", "")).startswith(pod_prefix)
     )
 
 
@@ -206,7 +207,9 @@ async def clear_pods(fed: Federation, timeout: float = 60.0) -> None:
                 pass
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not any(c.kubelet.processes() for c in fed.clusters.values()) and not any(c.store.list("pods")[0] for c in fed.clusters.values()):
+        if not any(c.kubelet.processes() for c in fed.clusters.values()) and not any(
+            c.store.list("pods")[0] for c in fed.clusters.values()
+        ):
             break
         await asyncio.sleep(0.1)
     clear_events(fed)
@@ -258,8 +261,10 @@ class PhaseResult:
             "redirects": int(self.redirects),
             "sites": self.sites,
             # where the tail is: the origin's spawns and the donor's apart
-            "spawn_s_by_site": {site: {"n": len(values), **{k: round(v, 3) for k, v in quantiles(values).items()}}
-                                for site, values in sorted(self.spawn_s_by_site.items())},
+            "spawn_s_by_site": {
+                site: {"n": len(values), **{k: round(v, 3) for k, v in quantiles(values).items()}}
+                for site, values in sorted(self.spawn_s_by_site.items())
+            },
             "events_left": self.events_left,
         }
 
@@ -285,8 +290,7 @@ async def spawn_all(hub: HubProcess, session: aiohttp.ClientSession, users: list
         return None, f"{name}: HTTP {status}: {str(body)[:300]}"
 
     outcomes = await asyncio.gather(*(one(u) for u in users))
-    return ({u: s for u, (s, _) in zip(users, outcomes, strict=True) if s is not None},
-            [f for _, f in outcomes if f is not None])
+    return ({u: s for u, (s, _) in zip(users, outcomes, strict=True) if s is not None}, [f for _, f in outcomes if f is not None])
 
 
 def pod_states(fed: Federation) -> dict[str, int]:
@@ -315,11 +319,26 @@ def pod_sites(fed: Federation, pod_prefix: str) -> dict[str, str]:
     return sites
 
 
-async def run_phase(fed: Federation, workdir: Path, kubeconfig: Path, spawner: str, users: int, prefix: str, start_timeout: int, api_timeout: int | None = None, hub_db: str = "tmpfs") -> PhaseResult:
+async def run_phase(
+    fed: Federation,
+    workdir: Path,
+    kubeconfig: Path,
+    spawner: str,
+    users: int,
+    prefix: str,
+    start_timeout: int,
+    api_timeout: int | None = None,
+    hub_db: str = "tmpfs",
+) -> PhaseResult:
     result = PhaseResult(spawner=spawner, requested=users)
     db_dir = tempfile.mkdtemp(prefix="gpuburst-bench-hub-db-", dir=SHM) if hub_db == "tmpfs" else None
     extra = f"c.JupyterHub.db_url = {f'sqlite:///{db_dir}/jupyterhub.sqlite'!r}\n" if db_dir else ""
-    hub = HubProcess(workdir, hub_config(spawner, start_timeout, extra, api_timeout=api_timeout), env={"KUBECONFIG": str(kubeconfig)}, log_level=HUB_LOG_LEVEL)
+    hub = HubProcess(
+        workdir,
+        hub_config(spawner, start_timeout, extra, api_timeout=api_timeout),
+        env={"KUBECONFIG": str(kubeconfig)},
+        log_level=HUB_LOG_LEVEL,
+    )
     try:
         return await _run_phase(fed, hub, result, spawner, users, prefix)
     finally:
@@ -406,12 +425,24 @@ def checks(result: dict[str, Any], ratio_goal: float = RATIO_GOAL) -> dict[str, 
         # a watch that reconnects re-lists once per hub, not per spawn: allow a few, never one per spawn
         "no_extra_api_reads": result["extra_api_reads_per_spawn"] < EXTRA_READS_PER_SPAWN_LIMIT,
         # both estimates, over rounds where each spawner went first equally often
-        "p95_ratio_within_goal": median is not None and median <= ratio_goal
-        and cancelled is not None and cancelled <= ratio_goal and result["p95_ratio"]["order_balanced"],
+        "p95_ratio_within_goal": median is not None
+        and median <= ratio_goal
+        and cancelled is not None
+        and cancelled <= ratio_goal
+        and result["p95_ratio"]["order_balanced"],
     }
 
 
-async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, start_timeout: int = 600, repeats: int = 6, api_timeout: int | None = None, hub_db: str | None = None) -> dict[str, Any]:
+async def run(
+    users: int,
+    local_gpus: int,
+    donor_gpus: int,
+    state_dir: Path,
+    start_timeout: int = 600,
+    repeats: int = 6,
+    api_timeout: int | None = None,
+    hub_db: str | None = None,
+) -> dict[str, Any]:
     hub_db = hub_db or ("tmpfs" if os.path.isdir(SHM) else "disk")
     kubeconfig = state_dir / "kubeconfig"
     config = federation_config(local_gpus, donor_gpus, users)
@@ -424,8 +455,9 @@ async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, sta
             # (AB, BA, AB, ...) so that whatever drifts during the run (the federation's store,
             # the page cache, the machine's other work) does not always fall on the same side
             async def phase(spawner: str, tag: str, r: int = r) -> PhaseResult:
-                return await run_phase(fed, state_dir / f"hub-{tag}{r}", kubeconfig, spawner, users, f"{tag}{r}u",
-                                       start_timeout, api_timeout, hub_db)
+                return await run_phase(
+                    fed, state_dir / f"hub-{tag}{r}", kubeconfig, spawner, users, f"{tag}{r}u", start_timeout, api_timeout, hub_db
+                )
 
             if r % 2 == 0:
                 base = await phase(BASELINE, "a")
@@ -496,18 +528,25 @@ async def run(users: int, local_gpus: int, donor_gpus: int, state_dir: Path, sta
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="gpuburst bench spawn", description=__doc__.splitlines()[0])
     parser.add_argument("--concurrent", type=int, default=200, help="users spawning at once (default 200)")
-    parser.add_argument("--repeats", type=int, default=6,
-                        help="A/B rounds, interleaved in alternating order (default 6; an even number, so that "
-                        "each spawner goes first equally often)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=6,
+        help="A/B rounds, interleaved in alternating order (default 6; an even number, so that each spawner goes first equally often)",
+    )
     parser.add_argument("--local-gpus", type=int, default=None, help="GPUs on the origin (default: a fifth of --concurrent, 40 for 200)")
     parser.add_argument("--donor-gpus", type=int, default=None, help="GPUs the donor grants (default: the rest, 160 for 200)")
     parser.add_argument("--start-timeout", type=int, default=600, help="seconds one spawn may take before the hub gives up")
     parser.add_argument(
-        "--api-request-timeout", type=int, default=None,
+        "--api-request-timeout",
+        type=int,
+        default=None,
         help="KubeSpawner's k8s_api_request_timeout for both spawners alike, seconds (default: KubeSpawner's, 3)",
     )
     parser.add_argument(
-        "--hub-db", choices=("tmpfs", "disk"), default="tmpfs" if os.path.isdir(SHM) else "disk",
+        "--hub-db",
+        choices=("tmpfs", "disk"),
+        default="tmpfs" if os.path.isdir(SHM) else "disk",
         help="where both hubs keep their SQLite database: tmpfs (default, /dev/shm) or disk (the state dir). "
         "JupyterHub commits it about 28 times per spawn, the same for both spawners; on a disk shared with "
         "other work those fsyncs, not the spawners, decide the spawn times",
@@ -525,10 +564,14 @@ def main(argv: list[str]) -> int:
         parser.error("--local-gpus and --donor-gpus must not be negative")
     if args.state_dir is not None:
         args.state_dir.mkdir(parents=True, exist_ok=True)
-        result = stopping.run(run(args.concurrent, local, donor, args.state_dir, args.start_timeout, args.repeats, args.api_request_timeout, args.hub_db))
+        result = stopping.run(
+            run(args.concurrent, local, donor, args.state_dir, args.start_timeout, args.repeats, args.api_request_timeout, args.hub_db)
+        )
     else:
         with tempfile.TemporaryDirectory(prefix="gpuburst-bench-spawn-") as tmp:
-            result = stopping.run(run(args.concurrent, local, donor, Path(tmp), args.start_timeout, args.repeats, args.api_request_timeout, args.hub_db))
+            result = stopping.run(
+                run(args.concurrent, local, donor, Path(tmp), args.start_timeout, args.repeats, args.api_request_timeout, args.hub_db)
+            )
     json.dump(result, sys.stdout, indent=None if args.json else 2)
     sys.stdout.write("\n")
     return 0 if result["ok"] else 1

@@ -14,8 +14,7 @@ import sys
 from urllib.parse import urlsplit
 
 RESPONSE = (
-    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 8\r\n"
-    b"X-JupyterHub-Version: %s\r\nConnection: close\r\n\r\nstand-in"
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 8\r\nX-JupyterHub-Version: %s\r\nConnection: close\r\n\r\nstand-in"
 )
 
 

@@ -62,8 +62,9 @@ class Connection:
             except OSError:
                 self.stamps = False
         path = parts.path + (f"?{parts.query}" if parts.query else "")
-        self.request = (f"GET {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nAuthorization: token {token}\r\n"
-                        "Accept: application/json\r\n\r\n").encode()
+        self.request = (
+            f"GET {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nAuthorization: token {token}\r\nAccept: application/json\r\n\r\n"
+        ).encode()
         self.buffer = b""
 
     def get(self) -> int | None:
@@ -78,8 +79,7 @@ class Connection:
         status = lines[0].split(" ", 2)
         if len(status) < 2 or status[1] != "200":
             raise ProbeError(f"the server answered {lines[0]!r}")
-        length = next((int(line.split(":", 1)[1]) for line in lines[1:]
-                       if line.lower().startswith("content-length:")), None)
+        length = next((int(line.split(":", 1)[1]) for line in lines[1:] if line.lower().startswith("content-length:")), None)
         if length is None:
             raise ProbeError("the response has no Content-Length")
         self.buffer = rest

@@ -106,10 +106,7 @@ def federation(n_nodes: int, n_donors: int = 3, mig_share: float = 0.2, seed: in
 def bound_pods(nodes: list[dict[str, Any]], n_pods: int, seed: int = 11) -> list[dict[str, Any]]:
     """``n_pods`` pods bound to ``nodes`` without over-committing any (the rest are CPU-only)."""
     rng = random.Random(seed)
-    free = {
-        n["metadata"]["name"]: {r: int(v) for r, v in n["status"]["allocatable"].items() if "/" in r}
-        for n in nodes
-    }
+    free = {n["metadata"]["name"]: {r: int(v) for r, v in n["status"]["allocatable"].items() if "/" in r} for n in nodes}
     names = list(free)
     donor_of = {n["metadata"]["name"]: liqo.remote_cluster_id(n) for n in nodes}
     pods = []
@@ -172,7 +169,11 @@ class ClusterPlan:
             grant = {"nvidia.com/gpu": 64, MIG_RESOURCE: 56}
             self._add(
                 node(f"liqo-donor-{d}", grant, cluster_id=f"donor-{d}", cpu="512", memory="4Ti", pods=2000),
-                "nvidia.com/gpu", 64, 512_000, 4096, 2000,
+                "nvidia.com/gpu",
+                64,
+                512_000,
+                4096,
+                2000,
             )
         self.n_local = n_nodes
         self.pod_node = array("i")
@@ -293,20 +294,24 @@ def watch_pod(
     status: dict[str, Any] = {"phase": phase, "conditions": conditions, "qosClass": "Burstable"}
     if phase == "Running":
         conditions += [
-            {"type": t, "status": "True", "lastTransitionTime": "2026-01-12T09:00:05Z"}
-            for t in ("Initialized", "ContainersReady", "Ready")
+            {"type": t, "status": "True", "lastTransitionTime": "2026-01-12T09:00:05Z"} for t in ("Initialized", "ContainersReady", "Ready")
         ]
         status.update(
             hostIP="10.0.12.7",
             podIP="10.244.3.17",
             startTime="2026-01-12T09:00:01Z",
-            containerStatuses=[{
-                "name": "main", "ready": True, "restartCount": 0, "started": True,
-                "image": "quay.io/jupyter/pytorch-notebook:cuda12-2024-10-07",
-                "imageID": "quay.io/jupyter/pytorch-notebook@sha256:" + "0" * 64,
-                "containerID": "containerd://" + "a" * 64,
-                "state": {"running": {"startedAt": "2026-01-12T09:00:04Z"}},
-            }],
+            containerStatuses=[
+                {
+                    "name": "main",
+                    "ready": True,
+                    "restartCount": 0,
+                    "started": True,
+                    "image": "quay.io/jupyter/pytorch-notebook:cuda12-2024-10-07",
+                    "imageID": "quay.io/jupyter/pytorch-notebook@sha256:" + "0" * 64,
+                    "containerID": "containerd://" + "a" * 64,
+                    "state": {"running": {"startedAt": "2026-01-12T09:00:04Z"}},
+                }
+            ],
         )
     return {
         "apiVersion": "v1",

@@ -174,8 +174,9 @@ class Server:
         self.token = token
         self.headers = {"Authorization": f"token {token}"}
 
-    async def stats(self, session: aiohttp.ClientSession, reset: bool = False, probe: str | None = None,
-                    timeline: bool = False, raw: bool = False) -> dict:
+    async def stats(
+        self, session: aiohttp.ClientSession, reset: bool = False, probe: str | None = None, timeline: bool = False, raw: bool = False
+    ) -> dict:
         params = {}
         if reset:
             params["reset"] = "1"
@@ -225,8 +226,9 @@ class StreamClient:
 
     async def _run(self) -> None:
         try:
-            async with self.session.get(f"{self.server.base}{self.path}", headers=self.server.headers,
-                                        timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as r:
+            async with self.session.get(
+                f"{self.server.base}{self.path}", headers=self.server.headers, timeout=aiohttp.ClientTimeout(total=None, sock_read=None)
+            ) as r:
                 r.raise_for_status()
                 reader = asyncio.ensure_future(self._read(r))
                 await self.leave.wait()
@@ -259,11 +261,17 @@ class StatusProbe:
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
-        config = json.dumps({"url": f"{self.server.base}/api/status", "token": self.server.token, "rate": self.rate,
-                             "until": time.monotonic() + PROBE_MAX_S})
+        config = json.dumps(
+            {
+                "url": f"{self.server.base}/api/status",
+                "token": self.server.token,
+                "rate": self.rate,
+                "until": time.monotonic() + PROBE_MAX_S,
+            }
+        )
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "jupyter_gpuburst.bench.status_probe",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+            sys.executable, "-m", "jupyter_gpuburst.bench.status_probe", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+        )
         if self.cpus:
             os.sched_setaffinity(self.proc.pid, self.cpus)
         self.proc.stdin.write(config.encode())
@@ -287,8 +295,15 @@ class StatusProbe:
             self.proc.kill()
 
 
-async def churn(server: Server, session: aiohttp.ClientSession, path: str, clients: list[StreamClient],
-                per_second: float, until: float, closed: list[StreamClient]) -> int:
+async def churn(
+    server: Server,
+    session: aiohttp.ClientSession,
+    path: str,
+    clients: list[StreamClient],
+    per_second: float,
+    until: float,
+    closed: list[StreamClient],
+) -> int:
     """Every 1/per_second s: the oldest client leaves and a new one connects. Returns the swaps."""
     swaps = 0
     if per_second <= 0:
@@ -331,20 +346,39 @@ def cpu_layout(pin: bool) -> dict[str, list[int]] | None:
 async def measure_server(args: argparse.Namespace) -> dict:
     port, token = free_port(), secrets.token_hex(16)
     root = tempfile.mkdtemp(prefix="gpuburst-bench-telemetry-")
-    options = {"port": port, "token": token, "root_dir": root, "backend": args.backend, "period_s": args.period,
-               "gpus": args.gpus, "kernels": args.kernels}
-    env = {**os.environ, "JUPYTER_CONFIG_DIR": os.path.join(root, ".jupyter"),
-           "JUPYTER_RUNTIME_DIR": os.path.join(root, ".runtime")}
-    proc = subprocess.Popen([sys.executable, "-m", "jupyter_gpuburst.bench.telemetry_server", json.dumps(options)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root)
+    options = {
+        "port": port,
+        "token": token,
+        "root_dir": root,
+        "backend": args.backend,
+        "period_s": args.period,
+        "gpus": args.gpus,
+        "kernels": args.kernels,
+    }
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": os.path.join(root, ".jupyter"), "JUPYTER_RUNTIME_DIR": os.path.join(root, ".runtime")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_gpuburst.bench.telemetry_server", json.dumps(options)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=root,
+    )
     server_ps = psutil.Process(proc.pid)
     server = Server(f"http://127.0.0.1:{port}", token)
     layout = cpu_layout(args.pin)
     own_cpus = os.sched_getaffinity(0) if layout else None
     cycles = cycles_per_round(args.seconds, args.block)
-    out: dict = {"clients": args.clients, "churn_per_s": args.churn, "seconds_per_phase_and_round": args.seconds,
-                 "rounds": args.rounds, "cycles_per_round": cycles, "block_s": round(args.seconds / cycles, 3),
-                 "status_rate_per_s": args.status_rate, "period_s": args.period, "cpu_layout": layout}
+    out: dict = {
+        "clients": args.clients,
+        "churn_per_s": args.churn,
+        "seconds_per_phase_and_round": args.seconds,
+        "rounds": args.rounds,
+        "cycles_per_round": cycles,
+        "block_s": round(args.seconds / cycles, 3),
+        "status_rate_per_s": args.status_rate,
+        "period_s": args.period,
+        "cpu_layout": layout,
+    }
     probe = StatusProbe(server, args.status_rate, set(layout["status_probe"]) if layout else None)
     try:
         if layout:
@@ -394,16 +428,22 @@ async def measure_server(args: argparse.Namespace) -> dict:
 
     for b in blocks:
         b["calls"] = calls_within(calls, b["t0"], b["t1"])
-    rounds = [{phase: merge_blocks([b for b in blocks if b["round"] == index and b["phase"] == phase], args)
-               for phase in PHASES} for index in range(args.rounds)]
+    rounds = [
+        {phase: merge_blocks([b for b in blocks if b["round"] == index and b["phase"] == phase], args) for phase in PHASES}
+        for index in range(args.rounds)
+    ]
     for index, r in enumerate(rounds):
         r["order"] = " ".join("".join(phase_order(index * cycles + cycle)) for cycle in range(cycles))
     # each phase's call times, cycle by cycle: the bootstrap draws whole cycles
-    by_cycle = {phase: [[c[1] for b in blocks if b["phase"] == phase and b["cycle"] == cycle for c in b["calls"]]
-                        for cycle in range(args.rounds * cycles)] for phase in PHASES}
+    by_cycle = {
+        phase: [
+            [c[1] for b in blocks if b["phase"] == phase and b["cycle"] == cycle for c in b["calls"]]
+            for cycle in range(args.rounds * cycles)
+        ]
+        for phase in PHASES
+    }
     seen = {phase: [v for calls in by_cycle[phase] for v in calls] for phase in PHASES}
-    wire = {phase: [c[2] for b in blocks if b["phase"] == phase for c in b["calls"] if c[2] is not None]
-            for phase in PHASES}
+    wire = {phase: [c[2] for b in blocks if b["phase"] == phase for c in b["calls"] if c[2] is not None] for phase in PHASES}
     out["rounds_detail"] = rounds
     for phase, name in PHASE_NAMES.items():
         for key in ("lag_ms", "lag_ms_less_cpu_wait", "cpu_wait_ms"):
@@ -413,20 +453,26 @@ async def measure_server(args: argparse.Namespace) -> dict:
         out[f"lag_max_split_{name}"] = max(splits, key=lambda split: split["lag_ms"], default=None)
         out[f"status_ms_{name}"] = summary(seen[phase], scale=1000)
         out[f"status_wire_ms_{name}"] = summary(wire[phase], scale=1000)
-        out[f"slowest_status_overlapped_{name}"] = pooled_overlaps([r[phase]["slowest_status_overlapped"]
-                                                                    for r in rounds])
+        out[f"slowest_status_overlapped_{name}"] = pooled_overlaps([r[phase]["slowest_status_overlapped"] for r in rounds])
     out["ramp_up_lag_ms_max"] = max(r["B"]["ramp_up_lag_ms"]["max"] or 0 for r in rounds)
-    out["status_p99_ratio"] = {**p99_ratios(rounds, "B", "A"), "pooled": pooled_p99_ratio(seen["B"], seen["A"]),
-                               "interval_90": bootstrap_p99_ratio(by_cycle["B"], by_cycle["A"]),
-                               "goal": STATUS_RATIO_GOAL}
-    out["status_p99_ratio_floor"] = {**p99_ratios(rounds, "C", "A"), "pooled": pooled_p99_ratio(seen["C"], seen["A"]),
-                                     "interval_90": bootstrap_p99_ratio(by_cycle["C"], by_cycle["A"])}
-    out["status_p99_ratio_over_floor"] = {**p99_ratios(rounds, "B", "C"),
-                                          "pooled": pooled_p99_ratio(seen["B"], seen["C"]),
-                                          "interval_90": bootstrap_p99_ratio(by_cycle["B"], by_cycle["C"]),
-                                          "goal": STATUS_RATIO_GOAL}
-    out["status_wire_p99_ratio"] = {**p99_ratios(rounds, "B", "A", "status_wire_ms"),
-                                    "pooled": pooled_p99_ratio(wire["B"], wire["A"])}
+    out["status_p99_ratio"] = {
+        **p99_ratios(rounds, "B", "A"),
+        "pooled": pooled_p99_ratio(seen["B"], seen["A"]),
+        "interval_90": bootstrap_p99_ratio(by_cycle["B"], by_cycle["A"]),
+        "goal": STATUS_RATIO_GOAL,
+    }
+    out["status_p99_ratio_floor"] = {
+        **p99_ratios(rounds, "C", "A"),
+        "pooled": pooled_p99_ratio(seen["C"], seen["A"]),
+        "interval_90": bootstrap_p99_ratio(by_cycle["C"], by_cycle["A"]),
+    }
+    out["status_p99_ratio_over_floor"] = {
+        **p99_ratios(rounds, "B", "C"),
+        "pooled": pooled_p99_ratio(seen["B"], seen["C"]),
+        "interval_90": bootstrap_p99_ratio(by_cycle["B"], by_cycle["C"]),
+        "goal": STATUS_RATIO_GOAL,
+    }
+    out["status_wire_p99_ratio"] = {**p99_ratios(rounds, "B", "A", "status_wire_ms"), "pooled": pooled_p99_ratio(wire["B"], wire["A"])}
     # A against A: its odd cycles' calls over its even cycles', the least difference this run can tell
     halves = [[v for calls in by_cycle["A"][parity::2] for v in calls] for parity in (1, 0)]
     out["status_p99_ratio_null"] = {"pooled": pooled_p99_ratio(*halves), "n": [len(h) for h in halves]}
@@ -451,8 +497,15 @@ def phase_order(index: int) -> list[str]:
     return phases[shift:] + phases[:shift]
 
 
-async def block(server: Server, session: aiohttp.ClientSession, args: argparse.Namespace, phase: str, cycle: int,
-                cycles: int, proc: psutil.Process | None = None) -> dict:
+async def block(
+    server: Server,
+    session: aiohttp.ClientSession,
+    args: argparse.Namespace,
+    phase: str,
+    cycle: int,
+    cycles: int,
+    proc: psutil.Process | None = None,
+) -> dict:
     """One block of ``phase`` in the run's ``cycle``-th cycle (``cycles`` a round): its clients
     connect (the ramp, reported apart), then the block's measured ``args.seconds / cycles``
     seconds with churn; the lag probe runs for it."""
@@ -477,11 +530,18 @@ async def block(server: Server, session: aiohttp.ClientSession, args: argparse.N
     await asyncio.gather(*(c.close() for c in streams + closed))
     everyone = streams + closed
     return {
-        "phase": phase, "round": cycle // cycles, "cycle": cycle, "t0": t0, "t1": t1,
-        "clients": len(streams), "swaps": swaps, "samples": stats["samples"] - ramp["samples"],
-        "stats": stats, "ramp": ramp, "everyone": everyone,
-        "cpu_s": ((cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system))
-        if cpu_before and cpu_after else None,
+        "phase": phase,
+        "round": cycle // cycles,
+        "cycle": cycle,
+        "t0": t0,
+        "t1": t1,
+        "clients": len(streams),
+        "swaps": swaps,
+        "samples": stats["samples"] - ramp["samples"],
+        "stats": stats,
+        "ramp": ramp,
+        "everyone": everyone,
+        "cpu_s": ((cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system)) if cpu_before and cpu_after else None,
         "cpu_wall_s": cpu_wall_s,
     }
 
@@ -501,8 +561,7 @@ def merge_blocks(blocks: list[dict], args: argparse.Namespace) -> dict:
     # one sample per period connected, give or take the one at each end of a client's stay
     connected_s = sum((c.left_at - c.connected_at) for c in everyone if c.connected_at and c.left_at)
     received = sum(c.samples for c in everyone)
-    starved = sum(1 for c in everyone if c.connected_at and c.left_at
-                  and c.left_at - c.connected_at >= 3 * args.period and c.samples == 0)
+    starved = sum(1 for c in everyone if c.connected_at and c.left_at and c.left_at - c.connected_at >= 3 * args.period and c.samples == 0)
     return {
         "blocks": len(blocks),
         "clients": max((b["clients"] for b in blocks), default=0),
@@ -525,11 +584,12 @@ def merge_blocks(blocks: list[dict], args: argparse.Namespace) -> dict:
         "status_wire_ms": summary(wire, scale=1000),
         "slowest_status_overlapped": slowest_status_overlapped([c[:2] for c in calls], timeline),
         # each block's status p99 and lag max (ms), in the order they ran: how far a run drifts
-        "per_block": [[b["cycle"], summary([c[1] for c in b["calls"]], scale=1000)["p99"],
-                       summary(b["stats"]["lags_s"], scale=1000)["max"]] for b in blocks],
+        "per_block": [
+            [b["cycle"], summary([c[1] for c in b["calls"]], scale=1000)["p99"], summary(b["stats"]["lags_s"], scale=1000)["max"]]
+            for b in blocks
+        ],
         "stream_errors": sum(1 for c in everyone if c.error),
-        "samples_per_connected_period": round(received * args.period / connected_s, 3)
-        if everyone and connected_s else None,
+        "samples_per_connected_period": round(received * args.period / connected_s, 3) if everyone and connected_s else None,
         "clients_without_samples": starved,
     }
 
@@ -559,22 +619,25 @@ def checks(result: dict) -> dict[str, bool]:
         ratio = server["status_p99_ratio"]["pooled"]
         over_floor = server["status_p99_ratio_over_floor"]["pooled"]
         null = server["status_p99_ratio_null"]["pooled"]
-        out.update({
-            "lag_samples_enough": lag["n"] >= MIN_TAIL_SAMPLES,
-            "lag_max_within_goal": lag["max"] is not None and lag["max"] <= LAG_MAX_GOAL_MS,
-            "baseline_undisturbed": baseline["max"] is not None and baseline["max"] <= BASELINE_LAG_MAX_MS,
-            "status_samples_enough": min(server["status_ms_with_clients"]["n"], server["status_ms_without_clients"]["n"],
-                                         server["status_ms_floor"]["n"]) >= MIN_TAIL_SAMPLES,
-            "status_p99_ratio_within_goal": ratio is not None and ratio <= STATUS_RATIO_GOAL,
-            # A against A: a run whose baseline differs from itself by more than the goal's margin
-            # cannot tell a ratio within the goal from one beyond it, whichever way it came out
-            "status_baseline_repeatable": null is not None and 1 / STATUS_RATIO_GOAL <= null <= STATUS_RATIO_GOAL,
-            # the same clients on the least stream jupyter_server can serve: what this project adds
-            "status_p99_within_goal_of_floor": over_floor is not None and over_floor <= STATUS_RATIO_GOAL,
-            "streams_without_errors": server["stream_errors"] == 0,
-            "every_client_got_samples": server["clients_without_samples"] == 0
-            and server["samples_per_connected_period_min"] >= 0.8,
-        })
+        out.update(
+            {
+                "lag_samples_enough": lag["n"] >= MIN_TAIL_SAMPLES,
+                "lag_max_within_goal": lag["max"] is not None and lag["max"] <= LAG_MAX_GOAL_MS,
+                "baseline_undisturbed": baseline["max"] is not None and baseline["max"] <= BASELINE_LAG_MAX_MS,
+                "status_samples_enough": min(
+                    server["status_ms_with_clients"]["n"], server["status_ms_without_clients"]["n"], server["status_ms_floor"]["n"]
+                )
+                >= MIN_TAIL_SAMPLES,
+                "status_p99_ratio_within_goal": ratio is not None and ratio <= STATUS_RATIO_GOAL,
+                # A against A: a run whose baseline differs from itself by more than the goal's margin
+                # cannot tell a ratio within the goal from one beyond it, whichever way it came out
+                "status_baseline_repeatable": null is not None and 1 / STATUS_RATIO_GOAL <= null <= STATUS_RATIO_GOAL,
+                # the same clients on the least stream jupyter_server can serve: what this project adds
+                "status_p99_within_goal_of_floor": over_floor is not None and over_floor <= STATUS_RATIO_GOAL,
+                "streams_without_errors": server["stream_errors"] == 0,
+                "every_client_got_samples": server["clients_without_samples"] == 0 and server["samples_per_connected_period_min"] >= 0.8,
+            }
+        )
     return out
 
 
@@ -591,35 +654,39 @@ async def run(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="gpuburst bench telemetry", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=["simulated", "nvml"], default="simulated",
-                        help="GPU backend of both parts (default simulated; nvml reads this host's GPUs)")
+    parser = argparse.ArgumentParser(
+        prog="gpuburst bench telemetry", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--backend",
+        choices=["simulated", "nvml"],
+        default="simulated",
+        help="GPU backend of both parts (default simulated; nvml reads this host's GPUs)",
+    )
     parser.add_argument("--gpus", type=int, default=8, help="simulated GPUs (default 8)")
     parser.add_argument("--kernels", type=int, default=50, help="kernel process trees (default 50)")
     parser.add_argument("--samples", type=int, default=1000, help="timed sampler cycles (default 1000)")
     parser.add_argument("--clients", type=int, default=50, help="stream clients in the B and C phases (default 50)")
     parser.add_argument("--churn", type=float, default=10.0, help="clients replaced per second in B and C (default 10)")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="rounds of cycles of A, B and C blocks, in an order rotated each cycle (default 3)")
-    parser.add_argument("--seconds", type=float, default=16.0,
-                        help="measured seconds of each phase in each round (default 16)")
-    parser.add_argument("--block", type=float, default=4.0,
-                        help="about how long each block lasts (default 4; --seconds is split evenly)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds of cycles of A, B and C blocks, in an order rotated each cycle (default 3)"
+    )
+    parser.add_argument("--seconds", type=float, default=16.0, help="measured seconds of each phase in each round (default 16)")
+    parser.add_argument("--block", type=float, default=4.0, help="about how long each block lasts (default 4; --seconds is split evenly)")
     parser.add_argument("--status-rate", type=float, default=200.0, help="GET /api/status per second (default 200)")
     parser.add_argument("--cpu-seconds", type=float, default=5.0, help="length of each idle-CPU phase (default 5)")
     parser.add_argument("--period", type=float, default=1.0, help="sampling period in seconds (default 1.0)")
     parser.add_argument("--cycle-only", action="store_true", help="time the sampler's cycle only, no server")
-    parser.add_argument("--no-pin", dest="pin", action="store_false",
-                        help="do not pin the server, the status probe and the stream clients to separate CPUs")
+    parser.add_argument(
+        "--no-pin", dest="pin", action="store_false", help="do not pin the server, the status probe and the stream clients to separate CPUs"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object on one line")
     args = parser.parse_args(argv)
     if min(args.gpus, args.samples, args.clients, args.rounds) < 1 or args.kernels < 0:
         parser.error("--gpus, --samples, --clients and --rounds must be >= 1; --kernels >= 0")
     if not 1 <= args.gpus <= 16:
         parser.error("--gpus must be 1-16 (the simulated backend's range)")
-    if (min(args.seconds, args.block, args.period, args.status_rate, args.cpu_seconds) <= 0
-            or args.churn < 0):
+    if min(args.seconds, args.block, args.period, args.status_rate, args.cpu_seconds) <= 0 or args.churn < 0:
         parser.error("--seconds, --block, --period, --status-rate and --cpu-seconds must be positive; --churn >= 0")
     result = stopping.run(run(args))
     print(json.dumps(result, indent=None if args.json else 2))

@@ -23,8 +23,7 @@ BOOTSTRAP_RESAMPLES = 400
 
 def p99_ratios(rounds: list[dict], over: str, under: str, key: str = "status_ms") -> dict:
     """``over``'s status p99 divided by ``under``'s, round by round: each, the median, the spread."""
-    ratios = [r[over][key]["p99"] / r[under][key]["p99"] for r in rounds
-              if r[under][key]["p99"] and r[over][key]["p99"]]
+    ratios = [r[over][key]["p99"] / r[under][key]["p99"] for r in rounds if r[under][key]["p99"] and r[over][key]["p99"]]
     return {
         "per_round": [round(v, 3) for v in ratios],
         "median": round(statistics.median(ratios), 3) if ratios else None,
@@ -39,8 +38,9 @@ def pooled_p99_ratio(over: list[float], under: list[float]) -> float | None:
     return round(top / bottom, 3) if top is not None and bottom else None
 
 
-def bootstrap_p99_ratio(over: list[list[float]], under: list[list[float]], resamples: int = BOOTSTRAP_RESAMPLES,
-                        seed: int = 0) -> list[float] | None:
+def bootstrap_p99_ratio(
+    over: list[list[float]], under: list[list[float]], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+) -> list[float] | None:
     """A 90 % interval of the pooled p99 ratio: the cycles (``over[i]`` and ``under[i]``, the
     calls of cycle ``i``) drawn again with replacement, ``resamples`` times. Whole cycles, not
     single calls: the tail comes in episodes of the machine's that span many calls in a row."""
@@ -75,14 +75,13 @@ def lag_max_split(lags: list[float], waits: list[float]) -> dict | None:
         return None
     worst = max(range(len(lags)), key=lags.__getitem__)
     lag, own = lags[worst], less[worst]
-    return {"lag_ms": round(lag * 1000, 4), "cpu_wait_ms": round((lag - own) * 1000, 4),
-            "less_cpu_wait_ms": round(own * 1000, 4)}
+    return {"lag_ms": round(lag * 1000, 4), "cpu_wait_ms": round((lag - own) * 1000, 4), "less_cpu_wait_ms": round(own * 1000, 4)}
 
 
 def calls_within(calls: list[tuple[float, float, float | None]], t0: float, t1: float) -> list:
     """The calls (in order of their start) that started in ``[t0, t1)``."""
     starts = [c[0] for c in calls]
-    return calls[bisect.bisect_left(starts, t0):bisect.bisect_left(starts, t1)]
+    return calls[bisect.bisect_left(starts, t0) : bisect.bisect_left(starts, t1)]
 
 
 def pooled_tail(rounds: list[dict], phase: str, key: str) -> dict:
@@ -92,12 +91,10 @@ def pooled_tail(rounds: list[dict], phase: str, key: str) -> dict:
     def worst(k: str) -> float | None:
         return max((p[k] for p in parts if p[k] is not None), default=None)
 
-    return {"n": sum(p["n"] for p in parts), "p50": worst("p50"), "p99": worst("p99"),
-            "p99_9": worst("p99_9"), "max": worst("max")}
+    return {"n": sum(p["n"] for p in parts), "p50": worst("p50"), "p99": worst("p99"), "p99_9": worst("p99_9"), "max": worst("max")}
 
 
-def slowest_status_overlapped(calls: list[tuple[float, float]], timeline: list[list],
-                              share: float = SLOWEST_SHARE) -> dict:
+def slowest_status_overlapped(calls: list[tuple[float, float]], timeline: list[list], share: float = SLOWEST_SHARE) -> dict:
     """What the server's loop, its sampler worker and the OS (the loop thread's waits for its
     CPU) did while the slowest ``share`` of the status ``calls`` (``(started, seconds)``) were in
     flight. ``timeline``: ``[started, seconds, what]`` on the same clock. Per name: the calls it
@@ -113,8 +110,7 @@ def slowest_status_overlapped(calls: list[tuple[float, float]], timeline: list[l
     for started, seconds in slowest:
         ended = started + seconds
         overlaps: dict[str, float] = {}
-        for step_start, step_s, what in steps[bisect.bisect_left(starts, started - longest):
-                                              bisect.bisect_right(starts, ended)]:
+        for step_start, step_s, what in steps[bisect.bisect_left(starts, started - longest) : bisect.bisect_right(starts, ended)]:
             overlap = min(ended, step_start + step_s) - max(started, step_start)
             if overlap > 0:
                 overlaps[what] = overlaps.get(what, 0.0) + overlap

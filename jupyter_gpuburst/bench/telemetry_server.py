@@ -270,13 +270,15 @@ class WhatRan:
 
 def standin_kernels(count: int) -> tuple[list[subprocess.Popen], list[KernelRef]]:
     """``count`` process trees that stand for kernels; every other one reports itself busy."""
-    procs = [
-        subprocess.Popen(["sh", "-c", "sleep 86400 & wait"], stdin=subprocess.DEVNULL, start_new_session=True)
-        for _ in range(count)
-    ]
+    procs = [subprocess.Popen(["sh", "-c", "sleep 86400 & wait"], stdin=subprocess.DEVNULL, start_new_session=True) for _ in range(count)]
     refs = [
-        KernelRef(kernel_id=f"bench-kernel-{i:03d}", name="python3", notebook=f"bench/notebook-{i:03d}.ipynb",
-                  pid=p.pid, execution_state="busy" if i % 2 else "idle")
+        KernelRef(
+            kernel_id=f"bench-kernel-{i:03d}",
+            name="python3",
+            notebook=f"bench/notebook-{i:03d}.ipynb",
+            pid=p.pid,
+            execution_state="busy" if i % 2 else "idle",
+        )
         for i, p in enumerate(procs)
     ]
     return procs, refs
@@ -387,8 +389,7 @@ class StatsHandler(APIHandler):
         if self.get_argument("reset", None):
             probe.clear()
             self.settings["bench_what_ran"].reset()
-            for series in (stats.device_read_s, stats.process_read_s, stats.loop_work_s, stats.cycle_s,
-                           stats.cycle_with_processes_s):
+            for series in (stats.device_read_s, stats.process_read_s, stats.loop_work_s, stats.cycle_s, stats.cycle_with_processes_s):
                 series.clear()
         self.finish(json.dumps(body))
 
@@ -419,10 +420,13 @@ def main(argv: list[str]) -> int:
     what_ran.install()
     app.web_app.settings["bench_what_ran"] = what_ran
     app.web_app.settings["bench_probe"] = LagProbe(what_ran)
-    app.web_app.add_handlers(".*$", [
-        (url_path_join(app.base_url, "/api/gpuburst-bench/stats"), StatsHandler),
-        (url_path_join(app.base_url, "/api/gpuburst-bench/floor-stream"), FloorStreamHandler),
-    ])
+    app.web_app.add_handlers(
+        ".*$",
+        [
+            (url_path_join(app.base_url, "/api/gpuburst-bench/stats"), StatsHandler),
+            (url_path_join(app.base_url, "/api/gpuburst-bench/floor-stream"), FloorStreamHandler),
+        ],
+    )
     procs, refs = standin_kernels(int(options.get("kernels", 0)))
     # the benchmark kills these even when the server itself had to be killed
     with open(os.path.join(options["root_dir"], "standin-pids.json"), "w") as f:

@@ -51,7 +51,6 @@ from jupyter_gpuburst.bench.trace_culling import CullRule, culling_summary, serv
 from jupyter_gpuburst.bench.trace_model import HOUR, WEEK, Session, TraceParams, generate
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.inventory import Inventory, Snapshot
-from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
 from jupyter_gpuburst.core.placement import (
     GPURequest,
     NoCapacity,
@@ -61,6 +60,7 @@ from jupyter_gpuburst.core.placement import (
     Strategy,
     decide,
 )
+from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
 
 GPU = "nvidia.com/gpu"
 ORIGIN = keys.ORIGIN_SITE
@@ -136,8 +136,7 @@ class KernelMode:
                 spans.append([s, e, length])
         end_of_session = session.start + session.length
         return [
-            Demand(first_id + i, session, s, min(self.released(e), end_of_session) - s, active)
-            for i, (s, e, active) in enumerate(spans)
+            Demand(first_id + i, session, s, min(self.released(e), end_of_session) - s, active) for i, (s, e, active) in enumerate(spans)
         ]
 
 
@@ -146,7 +145,9 @@ class KernelMode:
 DEFAULT_KERNEL_CULL_TIMEOUT = 1200.0
 
 
-def mode_factories(kernel_cull_timeout: float = DEFAULT_KERNEL_CULL_TIMEOUT, cull_timeout: float | None = None) -> dict[str, Callable[[], Mode]]:
+def mode_factories(
+    kernel_cull_timeout: float = DEFAULT_KERNEL_CULL_TIMEOUT, cull_timeout: float | None = None
+) -> dict[str, Callable[[], Mode]]:
     out: dict[str, Callable[[], Mode]] = {
         "server": ServerMode,
         "kernel": lambda: KernelMode(rule=CullRule.product_default(kernel_cull_timeout)),
@@ -189,8 +190,7 @@ def policy_for(name: str, gpu_memory_gib: float, donor_latency: float) -> Policy
         "donor-first": Strategy.DONOR_FIRST,
         "loss": Strategy.LOCAL_FIRST,  # each site is asked alone: the strategy's tiers do not matter
     }[name]
-    return Policy(strategy=strategy, donor_latency_penalty=donor_latency, idle_memory_weight=1.0,
-                  resource_memory_gib={GPU: gpu_memory_gib})
+    return Policy(strategy=strategy, donor_latency_penalty=donor_latency, idle_memory_weight=1.0, resource_memory_gib={GPU: gpu_memory_gib})
 
 
 # ---- the simulation ---------------------------------------------------------------------------
@@ -234,8 +234,9 @@ class Outcome:
 
 
 class Simulation:
-    def __init__(self, federation: Federation, policy_name: str, mode: Mode, params: TraceParams,
-                 donor_latency: float = DEFAULT_DONOR_LATENCY) -> None:
+    def __init__(
+        self, federation: Federation, policy_name: str, mode: Mode, params: TraceParams, donor_latency: float = DEFAULT_DONOR_LATENCY
+    ) -> None:
         self.federation = federation
         self.policy_name = policy_name
         self.mode = mode
@@ -298,8 +299,7 @@ class Simulation:
             node = self.inventory.snapshot().nodes.get(bound_to or "")
             if node is None or node.free(GPU) < d.session.gpus:
                 self.out.overcommitted += 1
-            pod = synthetic.pod(key, node_name=bound_to, gpus={GPU: d.session.gpus}, site=placement.site,
-                                user=d.session.user)
+            pod = synthetic.pod(key, node_name=bound_to, gpus={GPU: d.session.gpus}, site=placement.site, user=d.session.user)
             self.inventory.apply_pod_event("ADDED", pod)
             running[d.did] = (pod, placement)
             self.out.waits.append(now - d.start)
@@ -360,10 +360,17 @@ class Simulation:
 
 
 # ---- the study ------------------------------------------------------------------------------
-def run_study(params: TraceParams, federation: Federation, modes: list[str], policies: list[str],
-              donor_latency: float = DEFAULT_DONOR_LATENCY, *, cull_timeout: float | None = None,
-              kernel_cull_timeout: float = DEFAULT_KERNEL_CULL_TIMEOUT,
-              open_tab_share: float = 0.0) -> tuple[dict[str, Any], dict[str, Any]]:
+def run_study(
+    params: TraceParams,
+    federation: Federation,
+    modes: list[str],
+    policies: list[str],
+    donor_latency: float = DEFAULT_DONOR_LATENCY,
+    *,
+    cull_timeout: float | None = None,
+    kernel_cull_timeout: float = DEFAULT_KERNEL_CULL_TIMEOUT,
+    open_tab_share: float = 0.0,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the JSON result, the hourly series for the plots)."""
     sessions = with_open_tabs(generate(params), params, open_tab_share)
     factories = mode_factories(kernel_cull_timeout, cull_timeout)
@@ -407,9 +414,11 @@ def _summarise(out: Outcome, federation: Federation) -> dict[str, Any]:
         "placed": placed,
         "refused": out.refused,
         "refused_in_labs": out.refused_in_labs,
-        "wait_s": {**summary(out.waits, digits=1),
-                   "p95": round(percentile(out.waits, 95) or 0.0, 1),
-                   "waited_share": round(sum(1 for w in out.waits if w > 0) / max(1, len(out.waits)), 4)},
+        "wait_s": {
+            **summary(out.waits, digits=1),
+            "p95": round(percentile(out.waits, 95) or 0.0, 1),
+            "waited_share": round(sum(1 for w in out.waits if w > 0) / max(1, len(out.waits)), 4),
+        },
         "gpu_hours_held": round(out.held_gpu_s / hours, 1),
         "gpu_hours_active": round(out.active_gpu_s / hours, 1),
         "held_per_active_gpu_hour": round(out.held_gpu_s / out.active_gpu_s, 3) if out.active_gpu_s else None,
@@ -444,8 +453,7 @@ def checks(result: dict[str, Any]) -> dict[str, bool]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="gpuburst bench trace", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="gpuburst bench trace", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     d = TraceParams()
     parser.add_argument("--students", type=int, default=d.students, help=f"students in the course (default {d.students})")
     parser.add_argument("--weeks", type=int, default=d.weeks, help=f"teaching weeks (default {d.weeks})")
@@ -453,19 +461,41 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--local-gpus", type=int, default=16, help="GPUs on the origin, 4 per node (default 16)")
     parser.add_argument("--donor-gpus", type=int, default=64, help="GPUs granted by donors in all (default 64)")
     parser.add_argument("--donors", type=int, default=2, help="donor clusters sharing --donor-gpus (default 2)")
-    parser.add_argument("--donor-latency", type=float, default=DEFAULT_DONOR_LATENCY,
-                        help="the loss's latency term for a donor, in GiB of idle memory (default 40)")
+    parser.add_argument(
+        "--donor-latency",
+        type=float,
+        default=DEFAULT_DONOR_LATENCY,
+        help="the loss's latency term for a donor, in GiB of idle memory (default 40)",
+    )
     parser.add_argument("--start-timeout", type=float, default=d.start_timeout_s, help="queue wait before a refusal, s (default 300)")
-    parser.add_argument("--modes", default="server,kernel", help="comma-separated: server, kernel, server-culled (with --cull-timeout) (default server,kernel)")
-    parser.add_argument("--cull-timeout", type=float, default=None,
-                        help="GPU idle culling of servers after this many idle seconds: adds the culled server mode and the culling summary and checks")
-    parser.add_argument("--kernel-cull-timeout", type=float, default=DEFAULT_KERNEL_CULL_TIMEOUT,
-                        help=f"kernel mode: the GPU kernel profile's culling timeout, s (default {DEFAULT_KERNEL_CULL_TIMEOUT:g})")
-    parser.add_argument("--open-tab-share", type=float, default=0.0,
-                        help="share of sessions left open to the session cap after the student's last activity (default 0)")
+    parser.add_argument(
+        "--modes",
+        default="server,kernel",
+        help="comma-separated: server, kernel, server-culled (with --cull-timeout) (default server,kernel)",
+    )
+    parser.add_argument(
+        "--cull-timeout",
+        type=float,
+        default=None,
+        help="GPU idle culling of servers after this many idle seconds: adds the culled server mode and the culling summary and checks",
+    )
+    parser.add_argument(
+        "--kernel-cull-timeout",
+        type=float,
+        default=DEFAULT_KERNEL_CULL_TIMEOUT,
+        help=f"kernel mode: the GPU kernel profile's culling timeout, s (default {DEFAULT_KERNEL_CULL_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "--open-tab-share",
+        type=float,
+        default=0.0,
+        help="share of sessions left open to the session cap after the student's last activity (default 0)",
+    )
     parser.add_argument("--policies", default=",".join(POLICIES), help=f"comma-separated, from {', '.join(POLICIES)}")
     parser.add_argument("--plots", type=Path, default=None, help="write the PNG plots into this directory")
-    parser.add_argument("--plot-week", type=int, default=6, help="the week shown hour by hour, counted from 0 (default 6: the plots' week 7)")
+    parser.add_argument(
+        "--plot-week", type=int, default=6, help="the week shown hour by hour, counted from 0 (default 6: the plots' week 7)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object on one line")
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
@@ -488,8 +518,16 @@ def main(argv: list[str]) -> int:
     share, rest = divmod(args.donor_gpus, args.donors)
     donors = tuple((f"donor-{chr(ord('a') + i)}", share + (1 if i < rest else 0)) for i in range(args.donors))
     federation = Federation(local_gpus=args.local_gpus, donor_gpus=donors)
-    result, series = run_study(params, federation, modes, policies, args.donor_latency, cull_timeout=args.cull_timeout,
-                               kernel_cull_timeout=args.kernel_cull_timeout, open_tab_share=args.open_tab_share)
+    result, series = run_study(
+        params,
+        federation,
+        modes,
+        policies,
+        args.donor_latency,
+        cull_timeout=args.cull_timeout,
+        kernel_cull_timeout=args.kernel_cull_timeout,
+        open_tab_share=args.open_tab_share,
+    )
     if args.plots is not None:
         from jupyter_gpuburst.bench import plots
 

@@ -49,8 +49,30 @@ class TraceParams:
     weekday_weights: tuple[float, ...] = (1.0, 1.1, 1.2, 1.6, 1.4, 0.5, 0.8)
     # Hour of day: quiet at night and early morning, rising to a late-evening peak.
     hour_weights: tuple[float, ...] = (
-        0.6, 0.3, 0.15, 0.1, 0.05, 0.05, 0.05, 0.1, 0.3, 0.6, 0.8, 0.9,
-        0.9, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.1, 1.3, 1.5, 1.6, 1.2,
+        0.6,
+        0.3,
+        0.15,
+        0.1,
+        0.05,
+        0.05,
+        0.05,
+        0.1,
+        0.3,
+        0.6,
+        0.8,
+        0.9,
+        0.9,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        1.1,
+        1.3,
+        1.5,
+        1.6,
+        1.2,
     )
     # Session length: lognormal; median and spread in log space; capped like an idle culler's max age.
     session_median_min: float = 75.0
@@ -135,7 +157,7 @@ def generate(p: TraceParams) -> list[Session]:
     sections, at = [], 0
     for weekday, hour, share in p.lab_sections:
         n = round(share * p.students)
-        sections.append((weekday, hour, order[at:at + n]))
+        sections.append((weekday, hour, order[at : at + n]))
         at += n
     for week in range(p.weeks):
         for weekday, hour, members in sections:

@@ -325,7 +325,9 @@ class Inventory:
                     else:
                         totals.pop(resource, None)
         new_requested, new_held = (requested, counts) if reserved else (counts, held)
-        new = tuple.__new__(NodeCapacity, (name, site_name, _cluster, _present, _ready, eligible, allocatable, new_requested, new_held, gpus))
+        new = tuple.__new__(
+            NodeCapacity, (name, site_name, _cluster, _present, _ready, eligible, allocatable, new_requested, new_held, gpus)
+        )
         if frees and gpus:
             self._move_in_index(old, gpus, frees)
         if site is not None:
@@ -372,9 +374,7 @@ class Inventory:
         self._index = index
 
     # ---- the one place where node state changes ----------------------------------------
-    def _replace_node(
-        self, old: NodeCapacity | None, new: NodeCapacity, changed: Iterable[tuple[str, int]] | None
-    ) -> None:
+    def _replace_node(self, old: NodeCapacity | None, new: NodeCapacity, changed: Iterable[tuple[str, int]] | None) -> None:
         """Swap ``old`` for ``new``; move the index and the site totals by the difference.
 
         ``changed`` names the resources a pod or hold touched (None: any may have changed).

@@ -130,13 +130,10 @@ def namespace_offloading(
     labels); None means every peered donor.
     """
     if strategy not in POD_OFFLOADING_STRATEGIES:
-        raise ValueError(
-            f"unknown podOffloadingStrategy {strategy!r}; expected one of {', '.join(POD_OFFLOADING_STRATEGIES)}"
-        )
+        raise ValueError(f"unknown podOffloadingStrategy {strategy!r}; expected one of {', '.join(POD_OFFLOADING_STRATEGIES)}")
     if namespace_mapping_strategy not in NAMESPACE_MAPPING_STRATEGIES:
         raise ValueError(
-            f"unknown namespaceMappingStrategy {namespace_mapping_strategy!r}; "
-            f"expected one of {', '.join(NAMESPACE_MAPPING_STRATEGIES)}"
+            f"unknown namespaceMappingStrategy {namespace_mapping_strategy!r}; expected one of {', '.join(NAMESPACE_MAPPING_STRATEGIES)}"
         )
     if not namespace:
         raise ValueError("namespace must be a non-empty string")

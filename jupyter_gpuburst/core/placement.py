@@ -424,9 +424,7 @@ def _latency(site: SiteCapacity, policy: Policy) -> float:
     return policy.donor_latency.get(site.site, policy.donor_latency_penalty)
 
 
-def _best_fit(
-    site: SiteCapacity, request: GPURequest, demand: Mapping[str, int], snapshot: Snapshot, policy: Policy
-) -> _Candidate | None:
+def _best_fit(site: SiteCapacity, request: GPURequest, demand: Mapping[str, int], snapshot: Snapshot, policy: Policy) -> _Candidate | None:
     """The node of ``site`` that takes the whole pod and strands the fewest GPUs."""
     found = snapshot.best_fit(site.site, request.resource, demand)
     if found is None:

@@ -116,9 +116,7 @@ def _free_of(site: SiteCapacity | None, resource: str) -> tuple[int, int]:
     return totals.free, totals.allocatable
 
 
-def placed(
-    site: SiteCapacity, node: str, request: _Request, demand: Mapping[str, int], snapshot: Snapshot, strategy: str
-) -> str:
+def placed(site: SiteCapacity, node: str, request: _Request, demand: Mapping[str, int], snapshot: Snapshot, strategy: str) -> str:
     """Why the chosen site: free GPUs there and, for a donor, what kept the pod off the origin."""
     resource, count = request.resource, request.count
     free, total = _free_of(site, resource)

@@ -23,6 +23,7 @@ EMPTY: Map = Map()
 NO_COUNTS: Mapping[str, int] = {}
 _COMPUTE = frozenset(COMPUTE_RESOURCES)
 
+
 def is_gpu_resource(resource: str) -> bool:
     """Every counted resource that is not CPU, memory, ephemeral storage or pod slots."""
     return resource not in _COMPUTE

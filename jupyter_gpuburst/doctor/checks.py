@@ -34,13 +34,21 @@ from typing import Any
 
 from jupyter_gpuburst import __version__
 from jupyter_gpuburst.core import keys, liqo, release
-from jupyter_gpuburst.core.inventory import DEFAULT_RESOURCE_NAMES, DEFAULT_RESOURCE_PREFIXES, Inventory, Snapshot, node_is_ready, parse_count
+from jupyter_gpuburst.core.inventory import (
+    DEFAULT_RESOURCE_NAMES,
+    DEFAULT_RESOURCE_PREFIXES,
+    Inventory,
+    Snapshot,
+    node_is_ready,
+    parse_count,
+)
 from jupyter_gpuburst.core.nodeselector import selector_matches
 from jupyter_gpuburst.doctor.view import ClusterView, NotPermitted
 from jupyter_gpuburst.hub.sites.storage import StoragePolicy
 
 # KubeSpawner's component label on user servers (its component_label default)
 SERVER_COMPONENT = "singleuser-server"
+
 
 class Status(str, Enum):
     OK = "ok"
@@ -169,26 +177,46 @@ def check_nodes(nodes: Iterable[Mapping[str, Any]], inventory: Inventory) -> lis
             subject = f"donor {cluster_id} (node {name})"
             if cluster_id == "?":
                 findings.append(
-                    Finding("donors", subject, Status.FAIL, "virtual node has no remote cluster id label",
-                            f"kubectl describe node {shlex.quote(name)}   # re-create the peering: liqoctl unpeer/peer")
+                    Finding(
+                        "donors",
+                        subject,
+                        Status.FAIL,
+                        "virtual node has no remote cluster id label",
+                        f"kubectl describe node {shlex.quote(name)}   # re-create the peering: liqoctl unpeer/peer",
+                    )
                 )
             elif not node_is_ready(node):
                 findings.append(
-                    Finding("donors", subject, Status.FAIL, f"NotReady ({_ready_message(node)}); {_fmt_gpus(gpus)} unusable",
-                            f"liqoctl info peer {shlex.quote(cluster_id)}   # then fix the peering it reports, e.g. liqoctl peer --remote-kubeconfig <donor kubeconfig>")
+                    Finding(
+                        "donors",
+                        subject,
+                        Status.FAIL,
+                        f"NotReady ({_ready_message(node)}); {_fmt_gpus(gpus)} unusable",
+                        f"liqoctl info peer {shlex.quote(cluster_id)}   # then fix the peering it reports, e.g. liqoctl peer --remote-kubeconfig <donor kubeconfig>",
+                    )
                 )
             elif (node.get("spec") or {}).get("unschedulable"):
                 findings.append(
-                    Finding("donors", subject, Status.WARN, f"cordoned; {_fmt_gpus(gpus)} not offered to new servers",
-                            f"kubectl uncordon {shlex.quote(name)}")
+                    Finding(
+                        "donors",
+                        subject,
+                        Status.WARN,
+                        f"cordoned; {_fmt_gpus(gpus)} not offered to new servers",
+                        f"kubectl uncordon {shlex.quote(name)}",
+                    )
                 )
             elif not gpus:
                 findings.append(
-                    Finding("donors", subject, Status.FAIL, "Ready, but the donor grants no GPUs",
-                            # the peering's own slice and virtual node carry the grant: a second slice
-                            # would make a second virtual node for the same donor
-                            f"liqoctl unpeer --remote-kubeconfig <{cluster_id} kubeconfig> && liqoctl peer --remote-kubeconfig "
-                            f"<{cluster_id} kubeconfig> --cpu <C> --memory <M> --resource nvidia.com/gpu=<N>   # Liqo >= 1.0.2")
+                    Finding(
+                        "donors",
+                        subject,
+                        Status.FAIL,
+                        "Ready, but the donor grants no GPUs",
+                        # the peering's own slice and virtual node carry the grant: a second slice
+                        # would make a second virtual node for the same donor
+                        f"liqoctl unpeer --remote-kubeconfig <{cluster_id} kubeconfig> && liqoctl peer --remote-kubeconfig "
+                        f"<{cluster_id} kubeconfig> --cpu <C> --memory <M> --resource nvidia.com/gpu=<N>   # Liqo >= 1.0.2",
+                    )
                 )
             else:
                 findings.append(Finding("donors", subject, Status.OK, f"Ready, grants {_fmt_gpus(gpus)}"))
@@ -198,20 +226,33 @@ def check_nodes(nodes: Iterable[Mapping[str, Any]], inventory: Inventory) -> lis
             if ready:
                 local_ready_gpus += sum(gpus.values())
             findings.append(
-                Finding("origin", f"node {name}", Status.OK if ready else Status.WARN,
-                        f"{'Ready' if ready else 'NotReady (' + _ready_message(node) + ')'}, {_fmt_gpus(gpus)}",
-                        None if ready else f"kubectl describe node {shlex.quote(name)}")
+                Finding(
+                    "origin",
+                    f"node {name}",
+                    Status.OK if ready else Status.WARN,
+                    f"{'Ready' if ready else 'NotReady (' + _ready_message(node) + ')'}, {_fmt_gpus(gpus)}",
+                    None if ready else f"kubectl describe node {shlex.quote(name)}",
+                )
             )
     if donors == 0:
         findings.append(
-            Finding("donors", "virtual nodes", Status.FAIL, "no Liqo virtual node: no donor cluster is peered",
-                    "liqoctl peer --remote-kubeconfig <donor kubeconfig>   # run against the origin cluster")
+            Finding(
+                "donors",
+                "virtual nodes",
+                Status.FAIL,
+                "no Liqo virtual node: no donor cluster is peered",
+                "liqoctl peer --remote-kubeconfig <donor kubeconfig>   # run against the origin cluster",
+            )
         )
     if local_gpu_nodes == 0:
         findings.append(
-            Finding("origin", "GPU nodes", Status.WARN,
-                    "no local node advertises a GPU resource: every GPU server goes to a donor",
-                    "install the NVIDIA device plugin or GPU operator on the origin's GPU nodes")
+            Finding(
+                "origin",
+                "GPU nodes",
+                Status.WARN,
+                "no local node advertises a GPU resource: every GPU server goes to a donor",
+                "install the NVIDIA device plugin or GPU operator on the origin's GPU nodes",
+            )
         )
     return findings
 
@@ -293,41 +334,73 @@ def check_offloading(
         f"# or: kubectl create -f - <<< '{json.dumps(liqo.namespace_offloading(namespace))}'"
     )
     if offloading is None and spawner_offloads:
-        return [Finding("offloading", subject, Status.WARN,
-                        "not offloaded yet: the spawner creates the NamespaceOffloading before the first donor spawn "
-                        "(offloading it now lets you choose donors with a clusterSelector)",
-                        offload_fix)]
+        return [
+            Finding(
+                "offloading",
+                subject,
+                Status.WARN,
+                "not offloaded yet: the spawner creates the NamespaceOffloading before the first donor spawn "
+                "(offloading it now lets you choose donors with a clusterSelector)",
+                offload_fix,
+            )
+        ]
     if offloading is None:
-        return [Finding("offloading", subject, Status.FAIL,
-                        f"not offloaded (no NamespaceOffloading {liqo.NAMESPACE_OFFLOADING_NAME!r}): user pods can never reach a donor",
-                        offload_fix)]
+        return [
+            Finding(
+                "offloading",
+                subject,
+                Status.FAIL,
+                f"not offloaded (no NamespaceOffloading {liqo.NAMESPACE_OFFLOADING_NAME!r}): user pods can never reach a donor",
+                offload_fix,
+            )
+        ]
     spec = offloading.get("spec") or {}
     status = offloading.get("status") or {}
     findings: list[Finding] = []
     strategy = spec.get("podOffloadingStrategy", "LocalAndRemote")
     if strategy != "LocalAndRemote":
         where = "the origin's own GPUs" if strategy == "Remote" else "donors"
-        findings.append(Finding("offloading", subject, Status.WARN,
-                                f"podOffloadingStrategy is {strategy}: pods cannot use {where}",
-                                f"liqoctl unoffload namespace {ns} && {offload_fix}"))
+        findings.append(
+            Finding(
+                "offloading",
+                subject,
+                Status.WARN,
+                f"podOffloadingStrategy is {strategy}: pods cannot use {where}",
+                f"liqoctl unoffload namespace {ns} && {offload_fix}",
+            )
+        )
     phase = status.get("offloadingPhase")
     if phase in (None, "", "Ready"):
-        findings.append(Finding("offloading", subject, Status.OK,
-                                f"offloaded ({strategy}{', phase ' + phase if phase else ''})"))
+        findings.append(Finding("offloading", subject, Status.OK, f"offloaded ({strategy}{', phase ' + phase if phase else ''})"))
     elif phase == "InProgress":
-        findings.append(Finding("offloading", subject, Status.WARN, "offloading in progress", f"kubectl get namespaceoffloading -n {ns} -w"))
+        findings.append(
+            Finding("offloading", subject, Status.WARN, "offloading in progress", f"kubectl get namespaceoffloading -n {ns} -w")
+        )
     else:
-        findings.append(Finding("offloading", subject, Status.FAIL, f"offloading phase {phase}",
-                                f"kubectl describe namespaceoffloading {liqo.NAMESPACE_OFFLOADING_NAME} -n {ns}"))
+        findings.append(
+            Finding(
+                "offloading",
+                subject,
+                Status.FAIL,
+                f"offloading phase {phase}",
+                f"kubectl describe namespaceoffloading {liqo.NAMESPACE_OFFLOADING_NAME} -n {ns}",
+            )
+        )
     if strategy != "Local":
         selector = spec.get("clusterSelector")
         for node in donor_nodes:
             labels = (node.get("metadata") or {}).get("labels") or {}
             if not selects(selector, labels):
                 cid = liqo.remote_cluster_id(node)
-                findings.append(Finding("offloading", f"{subject} -> donor {cid}", Status.WARN,
-                                        "the NamespaceOffloading clusterSelector leaves this donor out",
-                                        f"kubectl edit namespaceoffloading {liqo.NAMESPACE_OFFLOADING_NAME} -n {ns}   # widen spec.clusterSelector"))
+                findings.append(
+                    Finding(
+                        "offloading",
+                        f"{subject} -> donor {cid}",
+                        Status.WARN,
+                        "the NamespaceOffloading clusterSelector leaves this donor out",
+                        f"kubectl edit namespaceoffloading {liqo.NAMESPACE_OFFLOADING_NAME} -n {ns}   # widen spec.clusterSelector",
+                    )
+                )
     return findings
 
 
@@ -370,30 +443,68 @@ def check_versions(pods: Iterable[Mapping[str, Any]], namespace: str, version: s
 def check_storage(classes: list[Mapping[str, Any]] | None) -> list[Finding]:
     """Which storage policies (``c.GPUBurstSpawner.storage_policy``) the cluster supports."""
     if classes is None:
-        return [Finding("storage", "storage classes", Status.WARN,
-                        "this identity may not list storage classes; storage policy support not checked",
-                        "run doctor as a cluster admin (without --as) to see them")]
+        return [
+            Finding(
+                "storage",
+                "storage classes",
+                Status.WARN,
+                "this identity may not list storage classes; storage policy support not checked",
+                "run doctor as a cluster admin (without --as) to see them",
+            )
+        ]
     policies = [StoragePolicy.PIN_TO_VOLUME.value, StoragePolicy.SCRATCH_ON_DONOR.value]
     findings = []
-    default = next((c for c in classes if ((c.get("metadata") or {}).get("annotations") or {}).get("storageclass.kubernetes.io/is-default-class") == "true"), None)
+    default = next(
+        (
+            c
+            for c in classes
+            if ((c.get("metadata") or {}).get("annotations") or {}).get("storageclass.kubernetes.io/is-default-class") == "true"
+        ),
+        None,
+    )
     names = {(c.get("metadata") or {}).get("name"): c for c in classes}
     if default is not None:
-        findings.append(Finding("storage", f"class {default['metadata']['name']} (default)", Status.OK,
-                                "home volumes of this class are bound on the origin and cannot follow a server to a donor: "
-                                "pin-to-volume keeps those servers on the origin, scratch-on-donor gives them scratch space on donors"))
+        findings.append(
+            Finding(
+                "storage",
+                f"class {default['metadata']['name']} (default)",
+                Status.OK,
+                "home volumes of this class are bound on the origin and cannot follow a server to a donor: "
+                "pin-to-volume keeps those servers on the origin, scratch-on-donor gives them scratch space on donors",
+            )
+        )
     if liqo.VIRTUAL_STORAGE_CLASS in names:
-        findings.append(Finding("storage", f"class {liqo.VIRTUAL_STORAGE_CLASS}", Status.OK,
-                                "Liqo's storage class: a home volume of this class binds where its first server lands "
-                                "(origin or donor) and pin-to-volume keeps later servers there"))
+        findings.append(
+            Finding(
+                "storage",
+                f"class {liqo.VIRTUAL_STORAGE_CLASS}",
+                Status.OK,
+                "Liqo's storage class: a home volume of this class binds where its first server lands "
+                "(origin or donor) and pin-to-volume keeps later servers there",
+            )
+        )
     shared = [n for n, c in names.items() if any(w in str(c.get("provisioner", "")).lower() for w in SHARED_FS_PROVISIONER_WORDS)]
     for name in shared:
-        findings.append(Finding("storage", f"class {name}", Status.OK,
-                                f"a network filesystem ({names[name].get('provisioner')}): 'shared' works if donors reach it "
-                                "over Liqo's network and mount the same claim"))
+        findings.append(
+            Finding(
+                "storage",
+                f"class {name}",
+                Status.OK,
+                f"a network filesystem ({names[name].get('provisioner')}): 'shared' works if donors reach it "
+                "over Liqo's network and mount the same claim",
+            )
+        )
     if shared:
         policies.append(StoragePolicy.SHARED.value)
-    findings.append(Finding("storage", "storage policies", Status.OK, f"supported here: {', '.join(policies)}",
-                            None if shared else "for 'shared', provision a network filesystem (e.g. NFS) that donors reach"))
+    findings.append(
+        Finding(
+            "storage",
+            "storage policies",
+            Status.OK,
+            f"supported here: {', '.join(policies)}",
+            None if shared else "for 'shared', provision a network filesystem (e.g. NFS) that donors reach",
+        )
+    )
     return findings
 
 
@@ -457,9 +568,7 @@ def diagnose(view: ClusterView, context: str, namespace: str, resources: Sequenc
     if liqo.OFFLOADING_GROUP in view.api_groups() and nodes is not None:
         donors = [n for n in nodes if liqo.is_virtual_node(n)]
         # get and create are checked together; both allowed means the spawner offloads itself
-        may_offload = any(
-            f.status is Status.OK and f.subject.startswith(f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.") for f in permissions
-        )
+        may_offload = any(f.status is Status.OK and f.subject.startswith(f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.") for f in permissions)
         try:
             offloading = view.namespace_offloading(namespace)
         except NotPermitted as exc:

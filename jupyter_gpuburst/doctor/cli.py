@@ -22,13 +22,17 @@ def _common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
     parser.add_argument("--context", help="kubeconfig context (default: the current one)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--resource", action="append", dest="resources", metavar="NAME",
-                        help="GPU resource name to count (repeatable; default: nvidia.com/gpu, amd.com/gpu and nvidia.com/mig-*)")
+    parser.add_argument(
+        "--resource",
+        action="append",
+        dest="resources",
+        metavar="NAME",
+        help="GPU resource name to count (repeatable; default: nvidia.com/gpu, amd.com/gpu and nvidia.com/mig-*)",
+    )
 
 
 def _connect(args: argparse.Namespace, namespace: str | None = None) -> Connection:
-    return connect(args.kubeconfig, args.context, namespace,
-                   getattr(args, "impersonate", None), getattr(args, "impersonate_group", None))
+    return connect(args.kubeconfig, args.context, namespace, getattr(args, "impersonate", None), getattr(args, "impersonate_group", None))
 
 
 def main(argv: list[str]) -> int:
@@ -40,12 +44,15 @@ def main(argv: list[str]) -> int:
     )
     _common_args(parser)
     parser.add_argument("-n", "--namespace", help="the namespace user servers run in (default: the context's)")
-    parser.add_argument("--as", dest="impersonate", metavar="USER",
-                        help="check permissions as this identity, e.g. system:serviceaccount:jhub:hub")
-    parser.add_argument("--as-group", dest="impersonate_group", metavar="GROUP",
-                        help="a group to impersonate along with --as")
-    parser.add_argument("--kernels", action="store_true",
-                        help=f"GPU kernels are in use: their permissions ({KERNELS_RBAC_MANIFEST}) are needed, not a warning")
+    parser.add_argument(
+        "--as", dest="impersonate", metavar="USER", help="check permissions as this identity, e.g. system:serviceaccount:jhub:hub"
+    )
+    parser.add_argument("--as-group", dest="impersonate_group", metavar="GROUP", help="a group to impersonate along with --as")
+    parser.add_argument(
+        "--kernels",
+        action="store_true",
+        help=f"GPU kernels are in use: their permissions ({KERNELS_RBAC_MANIFEST}) are needed, not a warning",
+    )
     args = parser.parse_args(argv)
     try:
         conn = _connect(args, args.namespace)
@@ -76,4 +83,3 @@ def capacity_main(argv: list[str]) -> int:
         return 2
     print(json.dumps({"context": conn.context, "sites": capacity_rows(snapshot)}, indent=2) if args.json else render_capacity(snapshot))
     return 0
-

@@ -89,7 +89,6 @@ class KubernetesCluster:
                 return None
             raise
 
-
     def list_storage_classes(self) -> list[dict[str, Any]]:
         return self._call("list storage classes", self._storage.list_storage_class).get("items") or []
 

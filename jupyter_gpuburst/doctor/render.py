@@ -8,7 +8,6 @@ from typing import Any
 from jupyter_gpuburst.core.inventory import Snapshot
 from jupyter_gpuburst.doctor.checks import Report, Status
 
-
 _MARK = {Status.OK: "ok", Status.WARN: "WARN", Status.FAIL: "FAIL"}
 
 
@@ -46,15 +45,17 @@ def capacity_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
     for site in sorted(snapshot.sites.values(), key=lambda s: (s.is_donor, s.site)):
         resources = sorted(set(site.allocatable) | set(site.requested)) or ["-"]
         for resource in resources:
-            rows.append({
-                "site": site.site,
-                "kind": "donor" if site.is_donor else "origin",
-                "ready": site.ready,
-                "resource": resource,
-                "free": site.free.get(resource, 0),
-                "total": site.allocatable.get(resource, 0),
-                "requested": site.requested.get(resource, 0),
-            })
+            rows.append(
+                {
+                    "site": site.site,
+                    "kind": "donor" if site.is_donor else "origin",
+                    "ready": site.ready,
+                    "resource": resource,
+                    "free": site.free.get(resource, 0),
+                    "total": site.allocatable.get(resource, 0),
+                    "requested": site.requested.get(resource, 0),
+                }
+            )
     return rows
 
 

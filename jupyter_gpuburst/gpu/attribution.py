@@ -101,9 +101,7 @@ def attribute(
             if owner is None:
                 owner = aliased.get(proc.pid)
         if owner is None:
-            unattributed.append(
-                {"pid": proc.pid, "gpu_uuid": proc.gpu_uuid, "memory_used_bytes": proc.memory_used_bytes}
-            )
+            unattributed.append({"pid": proc.pid, "gpu_uuid": proc.gpu_uuid, "memory_used_bytes": proc.memory_used_bytes})
             continue
         gpus = per_kernel[owner]
         first = proc.gpu_uuid not in gpus

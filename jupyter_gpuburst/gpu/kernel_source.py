@@ -42,9 +42,7 @@ class ServerKernelSource:
             log.debug("GPU telemetry: listing sessions failed", exc_info=True)
             return
         self._paths = {
-            s["kernel"]["id"]: s["path"]
-            for s in sessions
-            if s.get("kernel") and s.get("type", "notebook") == "notebook" and s.get("path")
+            s["kernel"]["id"]: s["path"] for s in sessions if s.get("kernel") and s.get("type", "notebook") == "notebook" and s.get("path")
         }
 
     async def __call__(self) -> Sequence[KernelRef]:

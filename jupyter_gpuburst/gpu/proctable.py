@@ -112,4 +112,3 @@ class ProcessTable:
         if cached is None:
             cached = self._aliases[key] = frozenset(namespace_aliases(pid, self.proc_root))
         return set(cached)
-

@@ -119,10 +119,7 @@ class Sampler:
         if period_s <= 0:
             raise ValueError(f"sampling period must be positive, got {period_s}")
         if process_period_s < period_s:
-            raise ValueError(
-                f"process sampling period ({process_period_s} s) must not be shorter than "
-                f"the sampling period ({period_s} s)"
-            )
+            raise ValueError(f"process sampling period ({process_period_s} s) must not be shorter than the sampling period ({period_s} s)")
         if history_length < 1:
             raise ValueError(f"history length must be at least 1, got {history_length}")
         self.period_s = period_s
@@ -313,9 +310,7 @@ class Sampler:
             "timestamp": now,
             "period_s": self.period_s,
             "gpus": [],
-            "kernels": [
-                {"kernel_id": k.kernel_id, "name": k.name, "notebook": k.notebook, "gpus": []} for k in kernels
-            ],
+            "kernels": [{"kernel_id": k.kernel_id, "name": k.name, "notebook": k.notebook, "gpus": []} for k in kernels],
             "unattributed": [],
         }
 
@@ -347,9 +342,7 @@ class Sampler:
             self._processes_at = now
             self.stats.process_samples += 1
             self.stats.process_read_s.append(time.perf_counter() - t1)
-        current = [
-            KernelPids(k, self._resolved[k.kernel_id].pids, self._resolved[k.kernel_id].aliases) for k in kernels
-        ]
+        current = [KernelPids(k, self._resolved[k.kernel_id].pids, self._resolved[k.kernel_id].aliases) for k in kernels]
         kernels_json, unattributed = attribute(current, self._processes, backend.verify_pid)
 
         data = self._base(backend, now)

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from jupyter_gpuburst.core.keys import SIM_GPUS_ENV, SIM_MODEL_ENV
 from jupyter_gpuburst.gpu.backend import GPUBackend, GPUProcess, GPUReading, KernelRef
 
-
 MiB = 1024**2
 GiB = 1024**3
 

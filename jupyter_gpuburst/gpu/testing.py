@@ -121,9 +121,7 @@ class FakeNVML:
 
     def nvmlDeviceGetMemoryInfo(self, handle):
         self._called("nvmlDeviceGetMemoryInfo")
-        return SimpleNamespace(
-            used=handle.memory_used, total=handle.memory_total, free=handle.memory_total - handle.memory_used
-        )
+        return SimpleNamespace(used=handle.memory_used, total=handle.memory_total, free=handle.memory_total - handle.memory_used)
 
     def nvmlDeviceGetUtilizationRates(self, handle):
         self._called("nvmlDeviceGetUtilizationRates")

@@ -14,9 +14,11 @@ from jupyterhub.app import JupyterHub
 from jupyter_gpuburst.core.keys import SERVICE_HOST_ENV, SERVICE_PORT_ENV
 from jupyter_gpuburst.core.keys import SERVICE_PORT as DEFAULT_SERVICE_PORT
 from jupyter_gpuburst.hub import metrics  # noqa: F401 - /hub/metrics shows the series from hub start
-from jupyter_gpuburst.hub.accounting import counters  # noqa: F401 - and the GPU-seconds counters
+from jupyter_gpuburst.hub.accounting import (
+    counters,  # noqa: F401 - and the GPU-seconds counters
+    use_idle_source,
+)
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
-from jupyter_gpuburst.hub.accounting import use_idle_source
 from jupyter_gpuburst.hub.culling.live import idle_since
 from jupyter_gpuburst.hub.culling.live import install as install_culling
 from jupyter_gpuburst.hub.kernels.scopes import install as install_kernels

@@ -39,7 +39,19 @@ NO_SITE = "none"
 
 # A decision is an in-memory snapshot read plus the policy: microseconds to milliseconds.
 DECISION_BUCKETS: tuple[float, ...] = (
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, float("inf"),
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    1.0,
+    float("inf"),
 )
 
 
@@ -199,9 +211,17 @@ class CapacityCollector(Collector):
     def _families(self) -> list[GaugeMetricFamily]:
         return [
             GaugeMetricFamily(metric_name("gpus_free"), "GPUs free for new servers, per site and resource", labels=["site", "resource"]),
-            GaugeMetricFamily(metric_name("gpus_allocatable"), "GPUs a site offers in all (for a donor: what it grants through Liqo), per resource", labels=["site", "resource"]),
+            GaugeMetricFamily(
+                metric_name("gpus_allocatable"),
+                "GPUs a site offers in all (for a donor: what it grants through Liqo), per resource",
+                labels=["site", "resource"],
+            ),
             GaugeMetricFamily(metric_name("gpus_requested"), "GPUs held by pods, per site and resource", labels=["site", "resource"]),
-            GaugeMetricFamily(metric_name("site_ready"), "1 when a site has at least one node that can take new pods (for a donor: peering healthy)", labels=["site", "kind"]),
+            GaugeMetricFamily(
+                metric_name("site_ready"),
+                "1 when a site has at least one node that can take new pods (for a donor: peering healthy)",
+                labels=["site", "kind"],
+            ),
         ]
 
     def collect(self) -> Iterable[Any]:

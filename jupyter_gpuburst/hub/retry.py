@@ -294,6 +294,7 @@ def is_api_failure(exc: BaseException) -> bool:
         return True
     return isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError))
 
+
 # What a student reads when the server could not be created for a reason an admin must fix.
 ADMIN_MESSAGE = "The server could not be created; an administrator has been told."
 

@@ -14,7 +14,7 @@ from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode, Union, valida
 from traitlets.config import Config, Configurable
 
 from jupyter_gpuburst.core.inventory import DEFAULT_RESOURCE_NAMES, DEFAULT_RESOURCE_PREFIXES
-from jupyter_gpuburst.core.placement import Policy, PlacementInputError, Strategy
+from jupyter_gpuburst.core.placement import PlacementInputError, Policy, Strategy
 from jupyter_gpuburst.hub.sites.storage import POLICY_HELP, StoragePolicy
 
 SPAWNER_SECTION = "GPUBurstSpawner"
@@ -141,9 +141,7 @@ class GPUBurstSettings(Configurable):
         try:
             return Strategy(value).value
         except ValueError:
-            raise PlacementInputError(
-                f"unknown strategy {value!r}; expected one of {', '.join(s.value for s in Strategy)}"
-            ) from None
+            raise PlacementInputError(f"unknown strategy {value!r}; expected one of {', '.join(s.value for s in Strategy)}") from None
 
     @validate("max_redirects", "max_gpus_per_server")
     def _non_negative(self, proposal: dict[str, Any]) -> int:

@@ -185,7 +185,13 @@ class ActivityReporter:
 
     def state(self) -> dict[str, Any]:
         """What the panel shows: the hub's last reply, and the GPU kernels it stopped."""
-        return {"reporting": True, "error": self.error, "basis": self.basis if self.gpu_visible else None, "culling": self.latest, "stopped": self.stopped}
+        return {
+            "reporting": True,
+            "error": self.error,
+            "basis": self.basis if self.gpu_visible else None,
+            "culling": self.latest,
+            "stopped": self.stopped,
+        }
 
     # ---- the loop -------------------------------------------------------------------------
     def start(self) -> None:

@@ -12,12 +12,11 @@ from jupyter_gpuburst.core import heap
 from jupyter_gpuburst.core.keys import BACKEND_ENV
 from jupyter_gpuburst.gpu import simulated
 from jupyter_gpuburst.gpu.backend import BACKEND_NAMES
+from jupyter_gpuburst.gpu.kernel_source import ServerKernelSource
 from jupyter_gpuburst.gpu.sampler import Sampler
 from jupyter_gpuburst.server import handlers
 from jupyter_gpuburst.server.kernels.handlers import GPUKernelProfilesHandler, GPUKernelsHandler
-from jupyter_gpuburst.gpu.kernel_source import ServerKernelSource
 from jupyter_gpuburst.server.placement import placement_from_env
-
 
 
 class GPUBurstServerExtension(ExtensionApp):
@@ -69,8 +68,7 @@ class GPUBurstServerExtension(ExtensionApp):
     sim_gpus = Int(config=True, help="Number of simulated GPUs (default: $JUPYTER_GPUBURST_SIM_GPUS, else 1).")
     sim_model = Unicode(
         config=True,
-        help=f"Simulated GPU model, one of: {', '.join(simulated.MODELS)} "
-        "(default: $JUPYTER_GPUBURST_SIM_MODEL, else the first).",
+        help=f"Simulated GPU model, one of: {', '.join(simulated.MODELS)} (default: $JUPYTER_GPUBURST_SIM_MODEL, else the first).",
     )
 
     @default("sim_gpus")
@@ -108,10 +106,7 @@ class GPUBurstServerExtension(ExtensionApp):
     @validate("sim_model")
     def _sim_model_known(self, proposal):
         if simulated.model_name(proposal.value) not in simulated.MODELS:
-            raise TraitError(
-                f"GPUBurstServerExtension.sim_model {proposal.value!r} unknown; "
-                f"choose from {', '.join(simulated.MODELS)}"
-            )
+            raise TraitError(f"GPUBurstServerExtension.sim_model {proposal.value!r} unknown; choose from {', '.join(simulated.MODELS)}")
         return proposal.value
 
     sampler: Sampler | None = None
@@ -195,4 +190,3 @@ class GPUBurstServerExtension(ExtensionApp):
             await self.activity.close()
         if self.sampler is not None:
             await self.sampler.close()
-

@@ -116,7 +116,17 @@ def _int_param(query: Any, name: str) -> int | None:
 class ApiServer:
     """One cluster's API endpoint on ``http://host:port``."""
 
-    def __init__(self, store: Store, *, host: str = "127.0.0.1", port: int = 0, faults: Faults | None = None, log_reader: LogReader | None = None, git_version: str = DEFAULT_GIT_VERSION, exec_opener: exec_stream.Opener | None = None):
+    def __init__(
+        self,
+        store: Store,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        faults: Faults | None = None,
+        log_reader: LogReader | None = None,
+        git_version: str = DEFAULT_GIT_VERSION,
+        exec_opener: exec_stream.Opener | None = None,
+    ):
         self.store = store
         self.exec_opener = exec_opener  # the kubelet's: starts a command in a running container
         self.host = host
@@ -205,7 +215,13 @@ class ApiServer:
             return self._openapi(parts[1:])
         if head == "api":
             if len(parts) == 1:
-                return _json({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}]})
+                return _json(
+                    {
+                        "kind": "APIVersions",
+                        "versions": ["v1"],
+                        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}],
+                    }
+                )
             if parts[1] != "v1":
                 raise not_found_path()
             return await self._resource(request, "", "v1", parts[2:])
@@ -222,9 +238,15 @@ class ApiServer:
     def _version(self) -> Obj:
         major, minor = self.git_version.lstrip("v").split(".")[:2]
         return {
-            "major": major, "minor": minor, "gitVersion": self.git_version,
-            "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
-            "buildDate": "2024-08-13T07:28:49Z", "goVersion": "go1.22.5", "compiler": "gc", "platform": "linux/amd64",
+            "major": major,
+            "minor": minor,
+            "gitVersion": self.git_version,
+            "gitCommit": "0000000000000000000000000000000000000000",
+            "gitTreeState": "clean",
+            "buildDate": "2024-08-13T07:28:49Z",
+            "goVersion": "go1.22.5",
+            "compiler": "gc",
+            "platform": "linux/amd64",
         }
 
     def _group(self, group: str) -> Obj:
@@ -245,15 +267,28 @@ class ApiServer:
         for rt in RESOURCES.values():
             if rt.group != group or rt.version != version:
                 continue
-            entry: Obj = {"name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced, "kind": rt.kind, "verbs": list(rt.verbs)}
+            entry: Obj = {
+                "name": rt.plural,
+                "singularName": rt.singular,
+                "namespaced": rt.namespaced,
+                "kind": rt.kind,
+                "verbs": list(rt.verbs),
+            }
             if rt.short_names:
                 entry["shortNames"] = list(rt.short_names)
             if rt.categories:
                 entry["categories"] = list(rt.categories)
             resources.append(entry)
             for sub in rt.subresources:
-                kind, verbs = {"status": (rt.kind, ["get", "patch", "update"]), "binding": ("Binding", ["create"]), "log": ("Pod", ["get"]), "exec": ("PodExecOptions", ["create", "get"])}[sub]
-                resources.append({"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced, "kind": kind, "verbs": verbs})
+                kind, verbs = {
+                    "status": (rt.kind, ["get", "patch", "update"]),
+                    "binding": ("Binding", ["create"]),
+                    "log": ("Pod", ["get"]),
+                    "exec": ("PodExecOptions", ["create", "get"]),
+                }[sub]
+                resources.append(
+                    {"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced, "kind": kind, "verbs": verbs}
+                )
         if not resources:
             raise not_found_path()
         gv = f"{group}/{version}" if group else version
@@ -352,7 +387,11 @@ class ApiServer:
             self.stats["get"] += 1
             obj = self.store.get(rt.key, ns, name)
             if self._wants_table(request):
-                return _json(tables.table(rt, [obj], obj["metadata"]["resourceVersion"], include_object=request.query.get("includeObject", "Metadata")))
+                return _json(
+                    tables.table(
+                        rt, [obj], obj["metadata"]["resourceVersion"], include_object=request.query.get("includeObject", "Metadata")
+                    )
+                )
             return _json(obj)
         if method == "PUT":
             body = await self._body(request)
@@ -395,7 +434,9 @@ class ApiServer:
         self.stats["list"] += 1
         list_meta: Obj
         if limit or token:
-            items, list_rv, next_token, remaining = self.store.list_page(rt.key, ns, q.get("labelSelector"), q.get("fieldSelector"), limit if limit and limit > 0 else None, token)
+            items, list_rv, next_token, remaining = self.store.list_page(
+                rt.key, ns, q.get("labelSelector"), q.get("fieldSelector"), limit if limit and limit > 0 else None, token
+            )
             list_meta = {"resourceVersion": list_rv}
             if next_token:
                 list_meta["continue"] = next_token
@@ -410,7 +451,16 @@ class ApiServer:
             return _json(table)
         return _json({"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": list_meta, "items": items})
 
-    async def _watch(self, request: web.Request, rt: ResourceType, ns: str | None, *, store_key: str | None = None, field_selector: str | None = None, convert: Callable[[Obj], Obj] | None = None) -> web.StreamResponse:
+    async def _watch(
+        self,
+        request: web.Request,
+        rt: ResourceType,
+        ns: str | None,
+        *,
+        store_key: str | None = None,
+        field_selector: str | None = None,
+        convert: Callable[[Obj], Obj] | None = None,
+    ) -> web.StreamResponse:
         """A watch stream; ``store_key``/``field_selector``/``convert`` serve one stored type in
         another API's shape (events.k8s.io/v1 Events from the core Events)."""
         q = request.query
@@ -423,7 +473,15 @@ class ApiServer:
                 raise ApiError(410, "Expired", f"too old resource version: {q.get('resourceVersion')} ({self.faults.expired_below})")
             # a plain watch only serializes what it is given: the stored objects, shared and encoded once
             plain = convert is None and not table
-            watch = self.store.watch(store_key or rt.key, ns, q.get("resourceVersion"), q.get("labelSelector"), field_selector if store_key else q.get("fieldSelector"), allow_bookmarks=bookmarks, read_only=plain)
+            watch = self.store.watch(
+                store_key or rt.key,
+                ns,
+                q.get("resourceVersion"),
+                q.get("labelSelector"),
+                field_selector if store_key else q.get("fieldSelector"),
+                allow_bookmarks=bookmarks,
+                read_only=plain,
+            )
         except ApiError as err:
             if err.code != 410:
                 raise
@@ -492,7 +550,9 @@ class ApiServer:
         force = _truthy(request.query.get("force"))
         body = apply.parse_body(await request.read())
         if body.get("kind") != rt.kind or body.get("apiVersion") != rt.api_version:
-            raise bad_request(f"the applied object must be a {rt.kind} of {rt.api_version} (got kind {body.get('kind')!r}, apiVersion {body.get('apiVersion')!r})")
+            raise bad_request(
+                f"the applied object must be a {rt.kind} of {rt.api_version} (got kind {body.get('kind')!r}, apiVersion {body.get('apiVersion')!r})"
+            )
         meta = body.get("metadata")
         if not isinstance(meta, dict) or meta.get("name") != name:
             raise bad_request("the name of the object does not match the name on the URL")
@@ -521,7 +581,9 @@ class ApiServer:
             raise bad_request("the name of the object does not match the name on the URL")
         # A patch conflicts only when it names a resourceVersion itself.
         patch_meta = patch.get("metadata") if isinstance(patch, dict) else None
-        names_rv = (isinstance(patch_meta, dict) and "resourceVersion" in patch_meta) or (isinstance(patch, list) and any(op.get("path") == "/metadata/resourceVersion" for op in patch if isinstance(op, dict)))
+        names_rv = (isinstance(patch_meta, dict) and "resourceVersion" in patch_meta) or (
+            isinstance(patch, list) and any(op.get("path") == "/metadata/resourceVersion" for op in patch if isinstance(op, dict))
+        )
         if not names_rv:
             meta["resourceVersion"] = current["metadata"]["resourceVersion"]
         return self.store.replace(rt.key, patched, subresource=sub, dry_run=_dry_run(request))
@@ -558,13 +620,29 @@ class ApiServer:
             except ApiError as err:
                 if err.code != 404:  # already gone through a cascade
                     raise
-        return _json({"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": {"resourceVersion": str(self.store.resource_version)}, "items": deleted})
+        return _json(
+            {
+                "kind": f"{rt.kind}List",
+                "apiVersion": rt.api_version,
+                "metadata": {"resourceVersion": str(self.store.resource_version)},
+                "items": deleted,
+            }
+        )
 
     async def _binding(self, request: web.Request, ns: str, name: str) -> web.Response:
         body = await self._body(request) or {}
         target = body.get("target") if isinstance(body, dict) else None
         if not isinstance(target, dict) or not target.get("name"):
-            raise ApiError(422, "Invalid", f'Binding.meta.k8s.io "{name}" is invalid: target.name: Required value', {"name": name, "kind": "Binding", "causes": [{"reason": "FieldValueRequired", "message": "Required value", "field": "target.name"}]})
+            raise ApiError(
+                422,
+                "Invalid",
+                f'Binding.meta.k8s.io "{name}" is invalid: target.name: Required value',
+                {
+                    "name": name,
+                    "kind": "Binding",
+                    "causes": [{"reason": "FieldValueRequired", "message": "Required value", "field": "target.name"}],
+                },
+            )
         self.store.bind_pod(ns, name, target["name"])
         return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
 
@@ -575,7 +653,11 @@ class ApiServer:
         container = request.query.get("container")
         if not container:
             if len(containers) > 1:
-                raise bad_request(f"a container name must be specified for pod {name}, choose one of: [{' '.join(containers)}] or one of the init containers: [{' '.join(init)}]" if init else f"a container name must be specified for pod {name}, choose one of: [{' '.join(containers)}]")
+                raise bad_request(
+                    f"a container name must be specified for pod {name}, choose one of: [{' '.join(containers)}] or one of the init containers: [{' '.join(init)}]"
+                    if init
+                    else f"a container name must be specified for pod {name}, choose one of: [{' '.join(containers)}]"
+                )
             container = containers[0]
         if container not in containers + init:
             raise bad_request(f"container {container} is not valid for pod {name}")
@@ -619,8 +701,7 @@ class ApiServer:
     def _identity(request: web.Request) -> rbac.Identity | None:
         """Whom a request acts as: an impersonated identity, or None for the emulator's admin."""
         try:
-            return rbac.impersonated(request.headers.get("Impersonate-User"),
-                                     request.headers.getall("Impersonate-Group", []))
+            return rbac.impersonated(request.headers.get("Impersonate-User"), request.headers.getall("Impersonate-Group", []))
         except ValueError as err:
             raise bad_request(str(err)) from err
 
@@ -629,9 +710,7 @@ class ApiServer:
             raise bad_request("SelfSubjectAccessReview needs a spec")
         attrs = body["spec"].get("resourceAttributes") or {}
         key = (attrs.get("verb", ""), attrs.get("group", ""), attrs.get("resource", ""))
-        denied = bool(attrs) and any(
-            all(want in ("*", have) for want, have in zip(rule, key, strict=True)) for rule in self.denied
-        )
+        denied = bool(attrs) and any(all(want in ("*", have) for want, have in zip(rule, key, strict=True)) for rule in self.denied)
         status: Obj = {"allowed": not denied}
         if denied:
             status["reason"] = f"denied by the emulator's deny rules for {key[0]} {key[2]}"
@@ -642,7 +721,13 @@ class ApiServer:
             status["allowed"], reason = rbac.authorize(self.store, who, asked)
             if reason:
                 status["reason"] = reason
-        return {"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1", "metadata": {}, "spec": body["spec"], "status": status}
+        return {
+            "kind": "SelfSubjectAccessReview",
+            "apiVersion": "authorization.k8s.io/v1",
+            "metadata": {},
+            "spec": body["spec"],
+            "status": status,
+        }
 
     async def _events_v1(self, request: web.Request, ns: str | None, name: str | None) -> web.StreamResponse:
         """events.k8s.io/v1: the core Events converted, read-only."""
@@ -655,7 +740,14 @@ class ApiServer:
             return await self._watch(request, rt, ns, store_key="events", field_selector=field_selector, convert=event_v1)
         matcher(request.query.get("labelSelector"), request.query.get("fieldSelector"), rt.selectable_fields)
         items, rv = self.store.list("events", ns, request.query.get("labelSelector"), field_selector)
-        return _json({"kind": "EventList", "apiVersion": "events.k8s.io/v1", "metadata": {"resourceVersion": rv}, "items": [event_v1(e) for e in items]})
+        return _json(
+            {
+                "kind": "EventList",
+                "apiVersion": "events.k8s.io/v1",
+                "metadata": {"resourceVersion": rv},
+                "items": [event_v1(e) for e in items],
+            }
+        )
 
 
 def _instance_ended(pod: Obj, container: str) -> bool:
@@ -693,7 +785,11 @@ def event_v1(ev: Obj) -> Obj:
     }
     if ev.get("source"):
         out["deprecatedSource"] = ev["source"]
-    for old, new in (("firstTimestamp", "deprecatedFirstTimestamp"), ("lastTimestamp", "deprecatedLastTimestamp"), ("count", "deprecatedCount")):
+    for old, new in (
+        ("firstTimestamp", "deprecatedFirstTimestamp"),
+        ("lastTimestamp", "deprecatedLastTimestamp"),
+        ("count", "deprecatedCount"),
+    ):
         if ev.get(old) is not None:
             out[new] = ev[old]
     return out
@@ -719,9 +815,20 @@ def core_event(ev: Obj) -> Obj:
     if not isinstance(ev, dict):
         raise bad_request("the body of the request is not an Event object")
     if ev.get("apiVersion") not in (None, "events.k8s.io/v1") or ev.get("kind") not in (None, "Event"):
-        raise bad_request(f"the API version in the data ({ev.get('apiVersion')}) does not match the expected API version (events.k8s.io/v1)")
+        raise bad_request(
+            f"the API version in the data ({ev.get('apiVersion')}) does not match the expected API version (events.k8s.io/v1)"
+        )
     if not ev.get("eventTime"):
-        raise ApiError(422, "Invalid", 'Event.events.k8s.io "" is invalid: eventTime: Required value', {"kind": "Event", "group": "events.k8s.io", "causes": [{"reason": "FieldValueRequired", "message": "Required value", "field": "eventTime"}]})
+        raise ApiError(
+            422,
+            "Invalid",
+            'Event.events.k8s.io "" is invalid: eventTime: Required value',
+            {
+                "kind": "Event",
+                "group": "events.k8s.io",
+                "causes": [{"reason": "FieldValueRequired", "message": "Required value", "field": "eventTime"}],
+            },
+        )
     out: Obj = {
         "metadata": ev.get("metadata") or {},
         "eventTime": ev.get("eventTime"),

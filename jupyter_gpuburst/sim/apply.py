@@ -33,7 +33,20 @@ BEFORE_FIRST_APPLY = "before-first-apply"
 Obj = dict[str, Any]
 Path = tuple[str, ...]
 # Parts of metadata the server owns; never a manager's field.
-_SERVER_META = frozenset({"name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields", "selfLink"})
+_SERVER_META = frozenset(
+    {
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "managedFields",
+        "selfLink",
+    }
+)
 
 
 def parse_body(raw: bytes) -> Obj:
@@ -184,7 +197,12 @@ def merge(current: Any, applied: Any, name: str = "") -> Any:
         for key, value in applied.items():
             out[key] = merge(current.get(key), value, key) if key in current else copy.deepcopy(value)
         return out
-    if isinstance(current, list) and isinstance(applied, list) and _is_keyed(name, applied) and all(_list_key(name, i) is not None for i in current):
+    if (
+        isinstance(current, list)
+        and isinstance(applied, list)
+        and _is_keyed(name, applied)
+        and all(_list_key(name, i) is not None for i in current)
+    ):
         by_key = {_list_key(name, i): i for i in applied}
         out_list = []
         for item in current:
@@ -200,7 +218,11 @@ def _owner_sets(meta: Obj, current: Obj) -> list[tuple[Obj, set[Path]]]:
     if not entries:
         # Objects written without apply: one owner of everything, as kube-apiserver assumes.
         fields = field_set(current)
-        return [({"manager": BEFORE_FIRST_APPLY, "operation": "Update", "apiVersion": current.get("apiVersion")}, leaves(fields))] if fields else []
+        return (
+            [({"manager": BEFORE_FIRST_APPLY, "operation": "Update", "apiVersion": current.get("apiVersion")}, leaves(fields))]
+            if fields
+            else []
+        )
     return [(entry, leaves(entry.get("fieldsV1") or {})) for entry in entries]
 
 
@@ -252,7 +274,10 @@ def apply(current: Obj | None, applied: Obj, manager: str, *, force: bool, now: 
         raise _conflict(conflicts)
     taken = {c[2] for c in conflicts}
     previous = next((paths for owner, paths in owners if owner.get("manager") == manager and owner.get("operation") == "Apply"), set())
-    others = set().union(*(paths for owner, paths in owners if not (owner.get("manager") == manager and owner.get("operation") == "Apply"))) - taken
+    others = (
+        set().union(*(paths for owner, paths in owners if not (owner.get("manager") == manager and owner.get("operation") == "Apply")))
+        - taken
+    )
     result = merge(copy.deepcopy(current), {k: v for k, v in applied.items() if k != "status"})
     for path in sorted(previous - new_paths - others, key=len, reverse=True):
         _remove(result, path)

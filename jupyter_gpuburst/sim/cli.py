@@ -16,12 +16,23 @@ from jupyter_gpuburst.sim.kubelet import netns
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpuburst sim", description="Run an origin cluster and its Liqo-peered donors locally (Kubernetes API emulators on 127.0.0.1).")
+    parser = argparse.ArgumentParser(
+        prog="gpuburst sim", description="Run an origin cluster and its Liqo-peered donors locally (Kubernetes API emulators on 127.0.0.1)."
+    )
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="federation YAML (default: the shipped default.yaml)")
-    parser.add_argument("--kubeconfig-out", type=Path, default=Path("gpuburst-sim.kubeconfig"), help="where to write the kubeconfig with a context per cluster (default: %(default)s)")
-    parser.add_argument("--state-dir", type=Path, default=None, help="pod working directories and logs (default: a temp dir, removed on exit)")
     parser.add_argument(
-        "--pod-network", choices=("shared", "namespaces"), default=None,
+        "--kubeconfig-out",
+        type=Path,
+        default=Path("gpuburst-sim.kubeconfig"),
+        help="where to write the kubeconfig with a context per cluster (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--state-dir", type=Path, default=None, help="pod working directories and logs (default: a temp dir, removed on exit)"
+    )
+    parser.add_argument(
+        "--pod-network",
+        choices=("shared", "namespaces"),
+        default=None,
         help=f"'namespaces': each pod a network namespace of its own, as on a cluster (root only; pods then reach the host at loopback addresses other than 127.0.0.1); 'shared': the host's (default: ${netns.MODE_ENV}, else shared)",
     )
     parser.add_argument("--check", action="store_true", help="only check the config and exit")

@@ -76,21 +76,25 @@ def ready_conditions(ready: bool, now: str, reason: str | None = None, message: 
             ("PIDPressure", "SufficientPID", "kubelet has sufficient PID available"),
         )
     ]
-    conds.append({
-        "type": "Ready",
-        "status": "True" if ready else "False",
-        "reason": reason or ("KubeletReady" if ready else "KubeletNotReady"),
-        "message": message or ("kubelet is posting ready status" if ready else "kubelet stopped posting node status"),
-        "lastHeartbeatTime": now,
-        "lastTransitionTime": now,
-    })
+    conds.append(
+        {
+            "type": "Ready",
+            "status": "True" if ready else "False",
+            "reason": reason or ("KubeletReady" if ready else "KubeletNotReady"),
+            "message": message or ("kubelet is posting ready status" if ready else "kubelet stopped posting node status"),
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+    )
     return conds
 
 
 class Cluster:
     """A cluster with its own API endpoint. ``index`` picks its pod network 127.(10+index).0.0/16."""
 
-    def __init__(self, config: ClusterConfig, index: int, state_dir: Path, *, faults: Faults | None = None, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self, config: ClusterConfig, index: int, state_dir: Path, *, faults: Faults | None = None, host: str = "127.0.0.1", port: int = 0
+    ):
         if not 0 <= index < 200:
             raise ValueError(f"cluster index must be in [0, 200), got {index}")
         self.config = config

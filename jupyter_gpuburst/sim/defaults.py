@@ -9,7 +9,6 @@ and the required fields whose absence would break the scheduler or the kubelet.
 from __future__ import annotations
 
 import base64
-
 import itertools
 import re
 from datetime import datetime, timezone
@@ -47,7 +46,13 @@ def validate_name(kind: str, name: str, namespaced_kind_is_label: bool = False, 
         raise invalid(
             kind,
             name,
-            [{"field": "metadata.name", "reason": "FieldValueInvalid", "message": f'Invalid value: "{name}": a {what} must consist of lower case alphanumeric characters, \'-\' or \'.\', and must start and end with an alphanumeric character'}],
+            [
+                {
+                    "field": "metadata.name",
+                    "reason": "FieldValueInvalid",
+                    "message": f"Invalid value: \"{name}\": a {what} must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+                }
+            ],
             group,
         )
 
@@ -66,7 +71,9 @@ def validate_pod(pod: dict[str, Any]) -> None:
             if not c.get("name"):
                 causes.append({"field": f"spec.containers[{i}].name", "reason": "FieldValueRequired", "message": "Required value"})
             elif c["name"] in seen:
-                causes.append({"field": f"spec.containers[{i}].name", "reason": "FieldValueDuplicate", "message": f'Duplicate value: "{c["name"]}"'})
+                causes.append(
+                    {"field": f"spec.containers[{i}].name", "reason": "FieldValueDuplicate", "message": f'Duplicate value: "{c["name"]}"'}
+                )
             seen.add(c.get("name"))
             if not c.get("image"):
                 causes.append({"field": f"spec.containers[{i}].image", "reason": "FieldValueRequired", "message": "Required value"})
@@ -75,7 +82,13 @@ def validate_pod(pod: dict[str, Any]) -> None:
                     try:
                         parse_quantity(qty)
                     except (ValueError, TypeError, ArithmeticError):
-                        causes.append({"field": f"spec.containers[{i}].resources.{kind}[{res}]", "reason": "FieldValueInvalid", "message": f'Invalid value: "{qty}": quantities must match the regular expression \'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$\''})
+                        causes.append(
+                            {
+                                "field": f"spec.containers[{i}].resources.{kind}[{res}]",
+                                "reason": "FieldValueInvalid",
+                                "message": f"Invalid value: \"{qty}\": quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+                            }
+                        )
     if causes:
         raise invalid("Pod", name, causes)
 

@@ -93,9 +93,7 @@ def invalid(kind: str, name: str, causes: list[dict[str, str]], group: str = "")
     if group:
         details["group"] = group
     details["kind"] = kind
-    details["causes"] = [
-        {k: c[k] for k in ("reason", "message", "field") if c.get(k)} for c in causes
-    ]
+    details["causes"] = [{k: c[k] for k in ("reason", "message", "field") if c.get(k)} for c in causes]
     return ApiError(422, "Invalid", f'{qualified_kind} "{name}" is invalid: {summary}', details)
 
 
@@ -121,4 +119,8 @@ def forbidden(message: str) -> ApiError:
 
 def unsupported_media_type(content_type: str) -> ApiError:
     """415 for a PATCH with a content type the server does not know."""
-    return ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {content_type!r})")
+    return ApiError(
+        415,
+        "UnsupportedMediaType",
+        f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {content_type!r})",
+    )

@@ -122,19 +122,21 @@ class FaultSchedule:
         the rest is spread between them.
         """
         t = max(span_s, 30.0) / 10
-        return cls([
-            FaultStep(0.0, "errors", 2 * t, {"rate_429": 0.15, "rate_500": 0.10}),
-            FaultStep(1.0 * t, "watch_drop"),
-            FaultStep(1.5 * t, "hub_kill"),
-            FaultStep(2.5 * t, "watch_gone"),
-            FaultStep(3.0 * t, "api_down", 10.0),
-            FaultStep(4.5 * t, "errors", 2 * t, {"rate_429": 0.20, "rate_500": 0.05}),
-            FaultStep(5.0 * t, "peering_lost", 10.0, {"donor": donor}),
-            FaultStep(6.5 * t, "watch_drop"),
-            FaultStep(7.0 * t, "hub_kill"),
-            FaultStep(8.0 * t, "watch_gone"),
-            FaultStep(8.5 * t, "errors", 1 * t, {"rate_429": 0.25, "rate_500": 0.0}),
-        ])
+        return cls(
+            [
+                FaultStep(0.0, "errors", 2 * t, {"rate_429": 0.15, "rate_500": 0.10}),
+                FaultStep(1.0 * t, "watch_drop"),
+                FaultStep(1.5 * t, "hub_kill"),
+                FaultStep(2.5 * t, "watch_gone"),
+                FaultStep(3.0 * t, "api_down", 10.0),
+                FaultStep(4.5 * t, "errors", 2 * t, {"rate_429": 0.20, "rate_500": 0.05}),
+                FaultStep(5.0 * t, "peering_lost", 10.0, {"donor": donor}),
+                FaultStep(6.5 * t, "watch_drop"),
+                FaultStep(7.0 * t, "hub_kill"),
+                FaultStep(8.0 * t, "watch_gone"),
+                FaultStep(8.5 * t, "errors", 1 * t, {"rate_429": 0.25, "rate_500": 0.0}),
+            ]
+        )
 
     async def run(self, actions: Mapping[str, Action], clock: Callable[[], float] = time.monotonic) -> None:
         """Start each step at its time (steps with a duration run concurrently with later ones)."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from types import TracebackType
 
 from jupyter_gpuburst.sim.cluster import Cluster
@@ -23,7 +23,9 @@ class Federation:
     not given). ``faults`` injects API faults per cluster name (reliability tests).
     """
 
-    def __init__(self, config: FederationConfig | None = None, state_dir: str | Path | None = None, faults: Mapping[str, Faults] | None = None):
+    def __init__(
+        self, config: FederationConfig | None = None, state_dir: str | Path | None = None, faults: Mapping[str, Faults] | None = None
+    ):
         self.config = config or load_config()
         faults = dict(faults or {})
         unknown = set(faults) - {self.config.origin.name, *(d.cluster.name for d in self.config.donors)}

@@ -28,9 +28,7 @@ def kubeconfig_dict(contexts: Mapping[str, str], current: str, namespace: str = 
         # An empty user: the emulator does no authentication, and kubectl and the Python
         # clients accept `user: {}` over plain http.
         "users": [{"name": name, "user": {}} for name in contexts],
-        "contexts": [
-            {"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}} for name in contexts
-        ],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}} for name in contexts],
         "current-context": current,
     }
 

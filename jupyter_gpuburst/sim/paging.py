@@ -43,7 +43,8 @@ def decode_continue(token: str) -> tuple[int, str]:
 def expired(fresh_token: str) -> ApiError:
     """410 for a token older than the history, with the inconsistent token to go on with."""
     err = ApiError(
-        410, "Expired",
+        410,
+        "Expired",
         "The provided continue parameter is too old to display a consistent list result. You can start a new list "
         "without the continue parameter, or use the continue token in this response to retrieve the remainder of the "
         "results. Continuing with the provided token results in an inconsistent list - objects that were created, "

@@ -409,8 +409,14 @@ class Peering:
                     continue
                 component = event.get("reportingComponent") or (event.get("source") or {}).get("component") or "kubelet"
                 self.origin.store.record_event(
-                    pod, event["reason"], event.get("message", ""), type=event.get("type", "Normal"), component=component,
-                    scheduler_style=bool(event.get("eventTime")), host=self.node_name, field_path=inv.get("fieldPath"),
+                    pod,
+                    event["reason"],
+                    event.get("message", ""),
+                    type=event.get("type", "Normal"),
+                    component=component,
+                    scheduler_style=bool(event.get("eventTime")),
+                    host=self.node_name,
+                    field_path=inv.get("fieldPath"),
                     action=event.get("action"),
                 )
         finally:

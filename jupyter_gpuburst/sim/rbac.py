@@ -58,7 +58,7 @@ def impersonated(user: str | None, groups: Iterable[str]) -> Identity | None:
             raise ValueError(f"requested groups {groups} without impersonating a user")
         return None
     if user.startswith(SERVICE_ACCOUNT_PREFIX) and not groups:
-        namespace = user[len(SERVICE_ACCOUNT_PREFIX):].split(":", 1)[0]
+        namespace = user[len(SERVICE_ACCOUNT_PREFIX) :].split(":", 1)[0]
         groups = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
     if user != ANONYMOUS and AUTHENTICATED not in groups and UNAUTHENTICATED not in groups:
         groups.append(AUTHENTICATED)
@@ -93,8 +93,7 @@ def forbidden_message(who: Identity, asked: Request) -> str:
     qualified = f"{asked.resource}.{asked.group}" if asked.group else asked.resource
     target = f'{qualified} "{asked.name}"' if asked.name else qualified
     scope = f'in the namespace "{asked.namespace}"' if asked.namespace else "at the cluster scope"
-    return (f'{target} is forbidden: User "{who.user}" cannot {asked.verb} resource "{resource}" '
-            f'in API group "{asked.group}" {scope}')
+    return f'{target} is forbidden: User "{who.user}" cannot {asked.verb} resource "{resource}" in API group "{asked.group}" {scope}'
 
 
 def _subject_matching(binding: Obj, namespace: str | None, who: Identity) -> str | None:

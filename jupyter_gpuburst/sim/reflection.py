@@ -91,10 +91,16 @@ class ConfigurationReflector:
                 self.donor.create(rtype, twin, remote_ns)
             elif self.reflected(current):
                 twin["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-                if any(current.get(k) != twin.get(k) for k in ("data", "binaryData", "type", "immutable")) or current["metadata"].get("labels") != twin["metadata"]["labels"] or (current["metadata"].get("annotations") or {}) != twin["metadata"]["annotations"]:
+                if (
+                    any(current.get(k) != twin.get(k) for k in ("data", "binaryData", "type", "immutable"))
+                    or current["metadata"].get("labels") != twin["metadata"]["labels"]
+                    or (current["metadata"].get("annotations") or {}) != twin["metadata"]["annotations"]
+                ):
                     self.donor.replace(rtype, twin)
             else:
-                log.info("not reflecting %s %s/%s: the remote object exists and is not reflected", rtype, remote_ns, twin["metadata"]["name"])
+                log.info(
+                    "not reflecting %s %s/%s: the remote object exists and is not reflected", rtype, remote_ns, twin["metadata"]["name"]
+                )
         except ApiError as exc:
             if exc.code != 409:
                 log.warning("reflecting %s %s/%s failed: %s", rtype, obj["metadata"]["namespace"], obj["metadata"]["name"], exc.message)

@@ -169,8 +169,9 @@ def failure_message(total: int, reasons: Counter[str]) -> str:
     return f"0/{total} nodes are available: {', '.join(parts)}. preemption: 0/{total} nodes are available: {', '.join(post)}."
 
 
-def schedule_one(pod: Obj, nodes: list[Obj], pods: list[Obj], volumes: VolumeBinding | None = None,
-                 usage: dict[str, NodeUsage] | None = None) -> tuple[str | None, str]:
+def schedule_one(
+    pod: Obj, nodes: list[Obj], pods: list[Obj], volumes: VolumeBinding | None = None, usage: dict[str, NodeUsage] | None = None
+) -> tuple[str | None, str]:
     """(node name, "") when the pod fits somewhere, else (None, FailedScheduling message).
 
     With several reasons on one node (only resources give several), each one counts, as in
@@ -181,7 +182,10 @@ def schedule_one(pod: Obj, nodes: list[Obj], pods: list[Obj], volumes: VolumeBin
         if why:
             # a PreFilter rejection: every node at once, and preemption cannot help
             n = len(nodes)
-            return None, f"0/{n} nodes are available: {why}. preemption: 0/{n} nodes are available: {n} Preemption is not helpful for scheduling."
+            return (
+                None,
+                f"0/{n} nodes are available: {why}. preemption: 0/{n} nodes are available: {n} Preemption is not helpful for scheduling.",
+            )
     if usage is None:
         usage = usage_by_node(pods)
     requests = pod_requests(pod)
@@ -205,7 +209,15 @@ def schedule_one(pod: Obj, nodes: list[Obj], pods: list[Obj], volumes: VolumeBin
 class Scheduler:
     """Binds this cluster's pending pods (schedulerName default-scheduler) as they appear."""
 
-    def __init__(self, store: Store, *, backoff_initial_s: float = 1.0, backoff_max_s: float = 10.0, host: str = "sim", volumes: VolumeBinding | None = None):
+    def __init__(
+        self,
+        store: Store,
+        *,
+        backoff_initial_s: float = 1.0,
+        backoff_max_s: float = 10.0,
+        host: str = "sim",
+        volumes: VolumeBinding | None = None,
+    ):
         self.store = store
         self.volumes = volumes
         if volumes is not None:
@@ -301,7 +313,8 @@ class Scheduler:
         pods = list(self.store.iter_objects("pods"))
         nodes = sorted(self.store.iter_objects("nodes"), key=lambda n: n["metadata"]["name"])
         pending = [
-            p for p in pods
+            p
+            for p in pods
             if not (p.get("spec") or {}).get("nodeName")
             and not p["metadata"].get("deletionTimestamp")
             and (p.get("spec") or {}).get("schedulerName", SCHEDULER_NAME) == SCHEDULER_NAME
@@ -331,8 +344,9 @@ class Scheduler:
         if waiting:
             self._changed = True  # the change still owes those pods a try when their backoff ends
 
-    def _attempt(self, pod: Obj, nodes: list[Obj], pods: list[Obj], backoff: tuple[str, int, float] | None, now: float,
-                 usage: dict[str, NodeUsage]) -> None:
+    def _attempt(
+        self, pod: Obj, nodes: list[Obj], pods: list[Obj], backoff: tuple[str, int, float] | None, now: float, usage: dict[str, NodeUsage]
+    ) -> None:
         meta = pod["metadata"]
         key = (meta["namespace"], meta["name"])
         node, message = schedule_one(pod, nodes, pods, self.volumes, usage)
@@ -365,12 +379,20 @@ class Scheduler:
             status = p.setdefault("status", {})
             conditions = status.get("conditions") or []
             old = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
-            cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastProbeTime": None,
-                    "lastTransitionTime": old["lastTransitionTime"] if old and old.get("status") == "False" else stamp}
+            cond = {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+                "lastProbeTime": None,
+                "lastTransitionTime": old["lastTransitionTime"] if old and old.get("status") == "False" else stamp,
+            }
             status["conditions"] = [cond] + [c for c in conditions if c.get("type") != "PodScheduled"]
 
         try:
             updated = self.store.mutate("pods", meta["namespace"], meta["name"], set_condition)
-            self.store.record_event(updated, "FailedScheduling", message, type="Warning", component=SCHEDULER_NAME, scheduler_style=True, host=self.host)
+            self.store.record_event(
+                updated, "FailedScheduling", message, type="Warning", component=SCHEDULER_NAME, scheduler_style=True, host=self.host
+            )
         except ApiError:
             pass  # deleted meanwhile

@@ -136,9 +136,7 @@ def fields_match(reqs: tuple[FieldRequirement, ...], obj: Mapping[str, Any]) -> 
     return all((field_value(obj, r.path) == r.value) == r.equal for r in reqs)
 
 
-def matcher(
-    label_selector: str | None, field_selector: str | None, allowed_fields: tuple[str, ...]
-) -> Callable[[Mapping[str, Any]], bool]:
+def matcher(label_selector: str | None, field_selector: str | None, allowed_fields: tuple[str, ...]) -> Callable[[Mapping[str, Any]], bool]:
     """One predicate for both selectors; raises 400 on a bad selector before any I/O."""
     lreqs = parse_label_selector(label_selector)
     freqs = parse_field_selector(field_selector, allowed_fields)

@@ -136,7 +136,9 @@ class VolumeBinding:
             return  # stays Pending, as with a class nobody provisions
         if sc.get("volumeBindingMode", "Immediate") != "Immediate":
             self.store.record_event(
-                pvc, "WaitForFirstConsumer", "waiting for first consumer to be created before binding",
+                pvc,
+                "WaitForFirstConsumer",
+                "waiting for first consumer to be created before binding",
                 component="persistentvolume-controller",
             )
             return
@@ -155,7 +157,13 @@ class VolumeBinding:
                 "accessModes": list(spec.get("accessModes") or ["ReadWriteOnce"]),
                 "persistentVolumeReclaimPolicy": sc.get("reclaimPolicy", "Delete"),
                 "storageClassName": sc["metadata"]["name"],
-                "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]},
+                "claimRef": {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "namespace": meta["namespace"],
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                },
                 "csi": {"driver": sc["provisioner"], "volumeHandle": volume_name},
             },
         }

@@ -55,8 +55,15 @@ class Watch:
     ends the iteration; the store closes watches only on :meth:`Store.close_watches`.
     """
 
-    def __init__(self, store: Store, rtype: ResourceType, namespace: str | None, match: Callable[[Obj], bool], allow_bookmarks: bool,
-                 read_only: bool = False):
+    def __init__(
+        self,
+        store: Store,
+        rtype: ResourceType,
+        namespace: str | None,
+        match: Callable[[Obj], bool],
+        allow_bookmarks: bool,
+        read_only: bool = False,
+    ):
         self._store = store
         self._read_only = read_only
         self.rtype = rtype
@@ -86,7 +93,11 @@ class Watch:
     def bookmark(self) -> tuple[str, Obj]:
         """A BOOKMARK event at the store's current version (send only when the client asked)."""
         rt = self.rtype
-        return "BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": {"resourceVersion": str(self._store.resource_version)}}
+        return "BOOKMARK", {
+            "kind": rt.kind,
+            "apiVersion": rt.api_version,
+            "metadata": {"resourceVersion": str(self._store.resource_version)},
+        }
 
     async def next(self, timeout: float | None = None) -> tuple[str, Obj] | None:
         """The next event, or None on timeout or when closed."""
@@ -186,7 +197,9 @@ class Store:
         """A deep copy of the object; ``ApiError`` 404 when absent."""
         return copy.deepcopy(self._current(self._rt(rtype), namespace, name))
 
-    def list(self, rtype: str, namespace: str | None = None, label_selector: str | None = None, field_selector: str | None = None) -> tuple[list[Obj], str]:
+    def list(
+        self, rtype: str, namespace: str | None = None, label_selector: str | None = None, field_selector: str | None = None
+    ) -> tuple[list[Obj], str]:
         """Matching objects sorted by namespace/name, and the current resourceVersion."""
         rt = self._rt(rtype)
         match = matcher(label_selector, field_selector, rt.selectable_fields)
@@ -197,7 +210,15 @@ class Store:
         ]
         return items, str(self.resource_version)
 
-    def list_page(self, rtype: str, namespace: str | None, label_selector: str | None, field_selector: str | None, limit: int | None, continue_token: str | None) -> tuple[list[Obj], str, str | None, int | None]:
+    def list_page(
+        self,
+        rtype: str,
+        namespace: str | None,
+        label_selector: str | None,
+        field_selector: str | None,
+        limit: int | None,
+        continue_token: str | None,
+    ) -> tuple[list[Obj], str, str | None, int | None]:
         """One chunk of a paged list: (items, resourceVersion, continue token, remainingItemCount).
 
         Like kube-apiserver, the token carries the version of the first chunk and the key after
@@ -251,7 +272,12 @@ class Store:
         if not name and meta.get("generateName"):
             name = meta["generateName"] + "".join(secrets.choice(_NAME_SUFFIX_ALPHABET) for _ in range(5))
         if not name:
-            raise invalid(rt.kind, "", [{"field": "metadata.name", "reason": "FieldValueRequired", "message": "Required value: name or generateName is required"}], rt.group)
+            raise invalid(
+                rt.kind,
+                "",
+                [{"field": "metadata.name", "reason": "FieldValueRequired", "message": "Required value: name or generateName is required"}],
+                rt.group,
+            )
         defaults.validate_name(rt.kind, name, rt.kind == "Namespace", rt.group)
         meta["name"] = name
         if rt.namespaced:
@@ -280,7 +306,11 @@ class Store:
     def _check_type(self, rt: ResourceType, obj: Obj) -> None:
         kind, api_version = obj.get("kind"), obj.get("apiVersion")
         if (kind and kind != rt.kind) or (api_version and api_version != rt.api_version):
-            raise bad_request(f"the API version in the data ({api_version}) does not match the expected API version ({rt.api_version})" if api_version != rt.api_version else f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})")
+            raise bad_request(
+                f"the API version in the data ({api_version}) does not match the expected API version ({rt.api_version})"
+                if api_version != rt.api_version
+                else f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})"
+            )
         obj["kind"] = rt.kind
         obj["apiVersion"] = rt.api_version
 
@@ -293,7 +323,9 @@ class Store:
         if ns_obj is None:
             raise not_found("namespaces", ns)
         if ns_obj["metadata"].get("deletionTimestamp"):
-            raise forbidden(f"{rt.plural} \"{meta.get('name', '')}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated")
+            raise forbidden(
+                f'{rt.plural} "{meta.get("name", "")}" is forbidden: unable to create new content in namespace {ns} because it is being terminated'
+            )
         return ns
 
     def _apply_defaults(self, rt: ResourceType, obj: Obj) -> None:
@@ -390,7 +422,9 @@ class Store:
                 new["metadata"][kept] = current["metadata"][kept]
         return self._update(rt, current, new)
 
-    def delete(self, rtype: str, namespace: str | None, name: str, grace_period_seconds: int | None = None, propagation_policy: str | None = None) -> Obj:
+    def delete(
+        self, rtype: str, namespace: str | None, name: str, grace_period_seconds: int | None = None, propagation_policy: str | None = None
+    ) -> Obj:
         """Delete with kube-apiserver's rules; returns the object as last stored.
 
         Pods: the grace period comes from the argument, else ``spec.terminationGracePeriodSeconds``.
@@ -447,7 +481,7 @@ class Store:
             current = self._commit(rt, "MODIFIED", new, current)
             for key, other in RESOURCES.items():
                 if other.namespaced and key in self._objects:
-                    for (ns, obj_name) in [k for k in self._objects[key] if k[0] == name]:
+                    for ns, obj_name in [k for k in self._objects[key] if k[0] == name]:
                         if self._key(other, ns, obj_name) in self._objects[key]:
                             self.delete(key, ns, obj_name)
         self._maybe_finish_namespace(name)
@@ -498,8 +532,16 @@ class Store:
 
     # ---- watch -------------------------------------------------------------------------------
 
-    def watch(self, rtype: str, namespace: str | None = None, resource_version: str | int | None = None, label_selector: str | None = None, field_selector: str | None = None, allow_bookmarks: bool = False,
-              read_only: bool = False) -> Watch:
+    def watch(
+        self,
+        rtype: str,
+        namespace: str | None = None,
+        resource_version: str | int | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        allow_bookmarks: bool = False,
+        read_only: bool = False,
+    ) -> Watch:
         """Open a watch. No version (or "0"): synthetic ADDED for every matching object, then
         live events. A version: every later event from the history ring, then live events;
         410 Expired when the ring no longer reaches back that far.
@@ -552,10 +594,29 @@ class Store:
             status["conditions"] = conditions
 
         pod = self.mutate("pods", namespace, name, bind)
-        self.record_event(pod, "Scheduled", f"Successfully assigned {namespace}/{name} to {node_name}", component="default-scheduler", scheduler_style=True, action="Binding")
+        self.record_event(
+            pod,
+            "Scheduled",
+            f"Successfully assigned {namespace}/{name} to {node_name}",
+            component="default-scheduler",
+            scheduler_style=True,
+            action="Binding",
+        )
         return pod
 
-    def record_event(self, involved: Obj, reason: str, message: str, type: str = "Normal", component: str = "kubelet", *, scheduler_style: bool = False, host: str | None = None, field_path: str | None = None, action: str | None = None) -> Obj:
+    def record_event(
+        self,
+        involved: Obj,
+        reason: str,
+        message: str,
+        type: str = "Normal",
+        component: str = "kubelet",
+        *,
+        scheduler_style: bool = False,
+        host: str | None = None,
+        field_path: str | None = None,
+        action: str | None = None,
+    ) -> Obj:
         """Create a core/v1 Event about ``involved``.
 
         Kubelet style (default): ``source`` set, first/lastTimestamp set, ``eventTime`` null.
@@ -583,29 +644,33 @@ class Store:
             "type": type,
         }
         if scheduler_style:
-            event.update({
-                "source": {},
-                "firstTimestamp": None,
-                "lastTimestamp": None,
-                "eventTime": defaults.micro_timestamp(now),
-                "action": action or "Scheduling",
-                "reportingComponent": component,
-                "reportingInstance": f"{component}-{host or 'sim'}",
-            })
+            event.update(
+                {
+                    "source": {},
+                    "firstTimestamp": None,
+                    "lastTimestamp": None,
+                    "eventTime": defaults.micro_timestamp(now),
+                    "action": action or "Scheduling",
+                    "reportingComponent": component,
+                    "reportingInstance": f"{component}-{host or 'sim'}",
+                }
+            )
         else:
             stamp = defaults.timestamp(now)
             source = {"component": component}
             if host:
                 source["host"] = host
-            event.update({
-                "source": source,
-                "firstTimestamp": stamp,
-                "lastTimestamp": stamp,
-                "count": 1,
-                "eventTime": None,
-                "reportingComponent": component,
-                "reportingInstance": host or "",
-            })
+            event.update(
+                {
+                    "source": source,
+                    "firstTimestamp": stamp,
+                    "lastTimestamp": stamp,
+                    "count": 1,
+                    "eventTime": None,
+                    "reportingComponent": component,
+                    "reportingInstance": host or "",
+                }
+            )
         return self.create("events", event, namespace)
 
 

@@ -139,7 +139,15 @@ def _service_cells(svc: Obj, now: datetime) -> list[Any]:
     spec = svc.get("spec") or {}
     ports = ",".join(f"{p.get('port')}/{p.get('protocol', 'TCP')}" for p in spec.get("ports") or []) or "<none>"
     selector = ",".join(f"{k}={v}" for k, v in sorted((spec.get("selector") or {}).items())) or "<none>"
-    return [svc["metadata"]["name"], spec.get("type", "ClusterIP"), spec.get("clusterIP", "<none>"), "<none>", ports, _age(svc["metadata"].get("creationTimestamp"), now), selector]
+    return [
+        svc["metadata"]["name"],
+        spec.get("type", "ClusterIP"),
+        spec.get("clusterIP", "<none>"),
+        "<none>",
+        ports,
+        _age(svc["metadata"].get("creationTimestamp"), now),
+        selector,
+    ]
 
 
 def _default_cells(obj: Obj, now: datetime) -> list[Any]:
@@ -222,7 +230,7 @@ def json_path(obj: Any, path: str) -> Any:
             current = [e for c in current if isinstance(c, list) for e in c if isinstance(e, dict) and str(e.get(m.group(1))) == m.group(2)]
         else:
             raise ValueError(f"unsupported JSONPath {path!r} at {rest!r}")
-        rest = rest[m.end():]
+        rest = rest[m.end() :]
     return current[0] if current else None
 
 
@@ -273,8 +281,9 @@ def table(rtype: ResourceType, objects: list[Obj], resource_version: str, *, inc
         "apiVersion": "meta.k8s.io/v1",
         "metadata": {"resourceVersion": resource_version},
         "columnDefinitions": [
-            {"name": n, "type": t, "format": "name" if n == "Name" else "", "description": d, "priority": p}
-            for n, t, p, d in columns
-        ] if headers else [],
+            {"name": n, "type": t, "format": "name" if n == "Name" else "", "description": d, "priority": p} for n, t, p, d in columns
+        ]
+        if headers
+        else [],
         "rows": rows,
     }

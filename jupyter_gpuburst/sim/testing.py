@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import contextlib
+import inspect
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -18,7 +18,12 @@ from jupyter_gpuburst.sim.store import Store
 
 
 @contextlib.asynccontextmanager
-async def running_federation(config: FederationConfig | dict | str | Path | None = None, state_dir: str | Path | None = None, kubeconfig: str | Path | None = None, faults: dict[str, Faults] | None = None) -> AsyncIterator[Federation]:
+async def running_federation(
+    config: FederationConfig | dict | str | Path | None = None,
+    state_dir: str | Path | None = None,
+    kubeconfig: str | Path | None = None,
+    faults: dict[str, Faults] | None = None,
+) -> AsyncIterator[Federation]:
     """A started Federation (default config unless given a config, a dict or a YAML path);
     with ``kubeconfig``, writes one there (contexts: origin and one per donor)."""
     if isinstance(config, dict):
@@ -36,7 +41,9 @@ async def running_federation(config: FederationConfig | dict | str | Path | None
 
 
 @contextlib.asynccontextmanager
-async def one_node_cluster(state_dir: Path, index: int, resources: dict[str, int] | None = None, backoff_initial_s: float | None = None) -> AsyncIterator[Cluster]:
+async def one_node_cluster(
+    state_dir: Path, index: int, resources: dict[str, int] | None = None, backoff_initial_s: float | None = None
+) -> AsyncIterator[Cluster]:
     """A started cluster ``c`` with one node ``n`` (``resources``) and its kubelet, for kubelet
     tests. ``index`` picks its pod network: test files that may run at once each take their own.
     ``backoff_initial_s`` shortens the kubelet's restart back-off (10 s)."""
@@ -50,7 +57,9 @@ async def one_node_cluster(state_dir: Path, index: int, resources: dict[str, int
         await cluster.stop()
 
 
-async def wait_for_pod(store: Store, namespace: str, name: str, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0) -> dict[str, Any]:
+async def wait_for_pod(
+    store: Store, namespace: str, name: str, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0
+) -> dict[str, Any]:
     """Poll the store until the pod satisfies ``predicate``; AssertionError with its last state on timeout."""
     deadline = time.monotonic() + timeout
     last: Any = None
@@ -66,9 +75,7 @@ async def wait_for_pod(store: Store, namespace: str, name: str, predicate: Calla
     raise AssertionError(f"pod {namespace}/{name} did not reach the expected state in {timeout}s; last: {last!r}")
 
 
-async def wait_until(
-    condition: Callable[[], Any], timeout: float = 10.0, what: str = "condition", interval: float = 0.02
-) -> Any:
+async def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "condition", interval: float = 0.02) -> Any:
     """Poll ``condition`` (a function, or a coroutine function) until it returns something true,
     and return that; fail with ``what`` after ``timeout`` seconds. Tests wait with this, never
     with a fixed sleep: it is as fast as the event allows and as patient as ``timeout``."""
@@ -86,4 +93,6 @@ async def wait_until(
 
 def is_running_ready(pod: dict[str, Any]) -> bool:
     status = pod.get("status") or {}
-    return status.get("phase") == "Running" and any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )

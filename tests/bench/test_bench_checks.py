@@ -56,8 +56,10 @@ def test_trace_study_json_shape_and_checks_pass_when_donors_suffice():
         "server_burst_refuses_none": True,
     }
     # kernel mode holds GPUs for less time per computing hour than server mode
-    assert (result["results"]["kernel/local-first"]["held_per_active_gpu_hour"]
-            < result["results"]["server/local-first"]["held_per_active_gpu_hour"])
+    assert (
+        result["results"]["kernel/local-first"]["held_per_active_gpu_hour"]
+        < result["results"]["server/local-first"]["held_per_active_gpu_hour"]
+    )
     assert len(series["server/local-first"]["in_use"]["origin"]) >= 2 * 7 * 24
 
 
@@ -102,8 +104,12 @@ def test_trace_plots_are_written(tmp_path):
     result, series = trace.run_study(SMALL, small_federation(), ["server", "kernel"], ["local-only", "local-first"])
     paths = plots.write_all(tmp_path, result, series, week=1)
     assert {p.name for p in paths} == {
-        "trace-wait-cdf.png", "trace-refused.png", "trace-gpus-in-use.png", "trace-idle-memory.png",
-        "trace-borrowed.png", "trace-held-per-active.png",
+        "trace-wait-cdf.png",
+        "trace-refused.png",
+        "trace-gpus-in-use.png",
+        "trace-idle-memory.png",
+        "trace-borrowed.png",
+        "trace-held-per-active.png",
     }
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
@@ -120,7 +126,11 @@ def test_trace_cli_refuses_bad_options(capsys):
 def spawn_result(**changes) -> dict:
     phase = {"spawner": spawn.GPUBURST, "requested": 3, "ready": 3, "failed_scheduling": 0, "redirects": 0}
     base = {**phase, "spawner": spawn.BASELINE}
-    result = {"phases": [base, phase] * 3, "p95_ratio": {"median": 1.01, "order_balanced": True, "by_order": {"order_cancelled": 1.02}}, "extra_api_reads_per_spawn": 0.0}
+    result = {
+        "phases": [base, phase] * 3,
+        "p95_ratio": {"median": 1.01, "order_balanced": True, "by_order": {"order_cancelled": 1.02}},
+        "extra_api_reads_per_spawn": 0.0,
+    }
     result.update(changes)
     return result
 
@@ -198,20 +208,30 @@ def test_redirect_checks_fail_on_bad_results():
 
 
 # ---- kernels ----------------------------------------------------------------------------------
-KERNELS_GOOD = {"gpus": 6, "concurrent": 10, "running": 6, "refused_no_capacity": 4, "failed": 0,
-                "double_bookings_api_server": 0, "double_bookings_ledger": 0}
+KERNELS_GOOD = {
+    "gpus": 6,
+    "concurrent": 10,
+    "running": 6,
+    "refused_no_capacity": 4,
+    "failed": 0,
+    "double_bookings_api_server": 0,
+    "double_bookings_ledger": 0,
+}
 
 
-@pytest.mark.parametrize(("change", "check"), [
-    ({"double_bookings_api_server": 1}, "no_double_booking_api_server"),
-    ({"double_bookings_ledger": 1}, "no_double_booking_ledger"),
-    ({"failed": 1, "refused_no_capacity": 3}, "no_failed_start"),
-    # a GPU left idle while a request was refused
-    ({"running": 5, "refused_no_capacity": 5}, "every_gpu_used"),
-    ({"running": 5, "refused_no_capacity": 5}, "refused_only_beyond_capacity"),
-    # fewer requests than GPUs: nobody may be refused
-    ({"concurrent": 4, "running": 3, "refused_no_capacity": 1}, "refused_only_beyond_capacity"),
-])
+@pytest.mark.parametrize(
+    ("change", "check"),
+    [
+        ({"double_bookings_api_server": 1}, "no_double_booking_api_server"),
+        ({"double_bookings_ledger": 1}, "no_double_booking_ledger"),
+        ({"failed": 1, "refused_no_capacity": 3}, "no_failed_start"),
+        # a GPU left idle while a request was refused
+        ({"running": 5, "refused_no_capacity": 5}, "every_gpu_used"),
+        ({"running": 5, "refused_no_capacity": 5}, "refused_only_beyond_capacity"),
+        # fewer requests than GPUs: nobody may be refused
+        ({"concurrent": 4, "running": 3, "refused_no_capacity": 1}, "refused_only_beyond_capacity"),
+    ],
+)
 def test_kernels_checks_fail_on_bad_results(change, check):
     assert all(kernels.checks(KERNELS_GOOD).values())
     assert all(kernels.checks({**KERNELS_GOOD, "concurrent": 4, "running": 4, "refused_no_capacity": 0}).values())
@@ -349,9 +369,11 @@ def test_p99_ratios_are_taken_round_by_round():
     def window(p99):
         return {"status_ms": {"p99": p99}}
 
-    rounds = [{"A": window(2.0), "B": window(2.4), "C": window(2.2)},
-              {"A": window(1.0), "B": window(1.0), "C": window(0.8)},
-              {"A": window(2.0), "B": window(None), "C": window(2.0)}]  # a window without calls is left out
+    rounds = [
+        {"A": window(2.0), "B": window(2.4), "C": window(2.2)},
+        {"A": window(1.0), "B": window(1.0), "C": window(0.8)},
+        {"A": window(2.0), "B": window(None), "C": window(2.0)},
+    ]  # a window without calls is left out
     assert telemetry_figures.p99_ratios(rounds, "B", "A") == {"per_round": [1.2, 1.0], "median": 1.1, "min": 1.0, "max": 1.2}
     assert telemetry_figures.p99_ratios(rounds, "C", "A")["per_round"] == [1.1, 0.8, 1.0]
     assert telemetry_figures.p99_ratios(rounds[2:], "B", "C") == {"per_round": [], "median": None, "min": None, "max": None}
@@ -397,8 +419,10 @@ def test_blocks_split_each_phases_seconds_evenly():
 
 def test_what_ran_pools_over_blocks():
     one = {"slow_callbacks": [{"ms": 3.0, "what": "a"}], "gc": {"0": {"n": 2, "max_ms": 0.4, "total_ms": 0.7}}}
-    two = {"slow_callbacks": [{"ms": 5.0, "what": "b"}, {"ms": 2.0, "what": "c"}],
-           "gc": {"0": {"n": 1, "max_ms": 0.5, "total_ms": 0.5}, "1": {"n": 1, "max_ms": 1.5, "total_ms": 1.5}}}
+    two = {
+        "slow_callbacks": [{"ms": 5.0, "what": "b"}, {"ms": 2.0, "what": "c"}],
+        "gc": {"0": {"n": 1, "max_ms": 0.5, "total_ms": 0.5}, "1": {"n": 1, "max_ms": 1.5, "total_ms": 1.5}},
+    }
     pooled = telemetry_figures.merge_what_ran([one, two], keep=2)
     assert [s["what"] for s in pooled["slow_callbacks"]] == ["b", "a"]
     assert pooled["gc"] == {"0": {"n": 3, "max_ms": 0.5, "total_ms": 1.2}, "1": {"n": 1, "max_ms": 1.5, "total_ms": 1.5}}
@@ -422,8 +446,7 @@ def test_the_largest_lag_is_split_into_its_cpu_wait_and_the_rest():
 
 def test_overlaps_pool_over_windows():
     one = {"calls": 30, "overlapping_nothing": 20, "by_what": {"a": {"calls": 4, "overlap_ms": 1.0}}}
-    two = {"calls": 30, "overlapping_nothing": 25, "by_what": {"a": {"calls": 1, "overlap_ms": 0.5},
-                                                               "b": {"calls": 3, "overlap_ms": 2.0}}}
+    two = {"calls": 30, "overlapping_nothing": 25, "by_what": {"a": {"calls": 1, "overlap_ms": 0.5}, "b": {"calls": 3, "overlap_ms": 2.0}}}
     pooled = telemetry_figures.pooled_overlaps([one, two])
     assert pooled["calls"] == 60 and pooled["overlapping_nothing"] == 45
     assert list(pooled["by_what"].items()) == [("a", {"calls": 5, "overlap_ms": 1.5}), ("b", {"calls": 3, "overlap_ms": 2.0})]

@@ -15,9 +15,26 @@ pytestmark = pytest.mark.integration
 
 def test_bench_kernels_small_run_reports_ratios_and_no_double_booking(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "jupyter_gpuburst.cli", "bench", "kernels", "--rounds", "1", "--gpus", "6", "--concurrent", "10",
-         "--state-dir", str(tmp_path), "--json"],
-        capture_output=True, text=True, timeout=280, check=True,
+        [
+            sys.executable,
+            "-m",
+            "jupyter_gpuburst.cli",
+            "bench",
+            "kernels",
+            "--rounds",
+            "1",
+            "--gpus",
+            "6",
+            "--concurrent",
+            "10",
+            "--state-dir",
+            str(tmp_path),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=True,
     )
     result = json.loads(out.stdout)
     latency, concurrency = result["latency"], result["concurrency"]

@@ -26,8 +26,13 @@ async def test_spawn_benchmark_small(tmp_path):
     assert result["extra_api_reads_per_spawn"] <= 0
     assert 0 < gpu["p50_spawn_s"] <= gpu["p95_spawn_s"] <= gpu["max_spawn_s"]
     assert result["p95_ratio"]["per_round"] and result["p95_ratio"]["median"] > 0
-    assert set(result["checks"]) == {"all_ready", "no_failed_scheduling_of_pinned_pods", "no_redirects",
-                                     "no_extra_api_reads", "p95_ratio_within_goal"}
+    assert set(result["checks"]) == {
+        "all_ready",
+        "no_failed_scheduling_of_pinned_pods",
+        "no_redirects",
+        "no_extra_api_reads",
+        "p95_ratio_within_goal",
+    }
 
 
 async def test_redirect_benchmark_small(tmp_path):

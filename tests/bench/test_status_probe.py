@@ -71,8 +71,13 @@ def test_a_refused_call_is_an_error_not_a_timing(url):
 
 
 def test_the_process_stops_on_sigterm_and_prints_its_calls(url):
-    proc = subprocess.Popen([sys.executable, "-m", "jupyter_gpuburst.bench.status_probe"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_gpuburst.bench.status_probe"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     proc.stdin.write(json.dumps({"url": url, "token": TOKEN, "rate": 50, "until": time.monotonic() + 600}))
     proc.stdin.close()
     deadline = time.monotonic() + 30

@@ -28,9 +28,27 @@ def test_unknown_command_is_an_error(capsys):
 
 def test_bench_placement_prints_the_named_figures():
     proc = subprocess.run(
-        [sys.executable, "-m", "jupyter_gpuburst.cli", "bench", "placement", "--nodes", "200", "--pods", "2000",
-         "--outstanding", "50", "--decisions", "200", "--events", "300", "--json"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "jupyter_gpuburst.cli",
+            "bench",
+            "placement",
+            "--nodes",
+            "200",
+            "--pods",
+            "2000",
+            "--outstanding",
+            "50",
+            "--decisions",
+            "200",
+            "--events",
+            "300",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     result = json.loads(proc.stdout)
     for key in ("nodes", "pods", "outstanding", "decision_ms", "event_changed_us", "event_noop_us", "memory_mib", "checks"):
@@ -56,7 +74,9 @@ def test_bench_placement_prints_the_named_figures():
 def test_bench_rejects_bad_sizes():
     proc = subprocess.run(
         [sys.executable, "-m", "jupyter_gpuburst.cli", "bench", "placement", "--nodes", "0"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 2 and "--nodes must be at least 1" in proc.stderr
 
@@ -72,8 +92,7 @@ def test_bench_without_its_dependencies_says_which_extra(monkeypatch, capsys):
     monkeypatch.setattr(importlib, "import_module", missing)
     assert bench.main(["telemetry", "--json"]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == ("gpuburst bench telemetry: needs aiohttp, which the 'bench' extra brings: "
-                           "pip install 'jupyter-gpuburst[bench]'")
+    assert err.strip() == ("gpuburst bench telemetry: needs aiohttp, which the 'bench' extra brings: pip install 'jupyter-gpuburst[bench]'")
     assert "Traceback" not in err
 
 

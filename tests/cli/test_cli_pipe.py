@@ -6,12 +6,14 @@ import textwrap
 
 
 def test_output_piped_into_head_ends_quietly(tmp_path) -> None:
-    (tmp_path / "chatty.py").write_text(textwrap.dedent("""
+    (tmp_path / "chatty.py").write_text(
+        textwrap.dedent("""
         def main(argv):
             for i in range(200_000):
                 print(f"line {i}: a report longer than anyone reads")
             return 0
-    """))
+    """)
+    )
     code = (
         "import sys; from jupyter_gpuburst import cli; "
         "cli.SUBCOMMANDS['chatty'] = ('chatty', 'main', 'prints a lot'); "

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.bench import synthetic
+from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.inventory import Inventory, full_recount, parse_count, summarize
 
 GPU = "nvidia.com/gpu"

@@ -9,8 +9,8 @@ import jsonschema
 import pytest
 import yaml
 
-from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.bench import synthetic
+from jupyter_gpuburst.core import liqo
 
 PACKAGE = Path(liqo.__file__).parent.parent
 
@@ -104,7 +104,23 @@ def test_core_modules_are_pure(module):
             imported.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             imported.add(node.module.split(".")[0])
-    forbidden = {"kubernetes", "kubernetes_asyncio", "kubespawner", "jupyterhub", "jupyter_server", "socket",
-                 "asyncio", "aiohttp", "tornado", "requests", "subprocess", "os", "io", "pathlib", "urllib", "http",
-                 "jupyter_gpuburst"}
+    forbidden = {
+        "kubernetes",
+        "kubernetes_asyncio",
+        "kubespawner",
+        "jupyterhub",
+        "jupyter_server",
+        "socket",
+        "asyncio",
+        "aiohttp",
+        "tornado",
+        "requests",
+        "subprocess",
+        "os",
+        "io",
+        "pathlib",
+        "urllib",
+        "http",
+        "jupyter_gpuburst",
+    }
     assert not imported & forbidden, imported & forbidden

@@ -50,9 +50,18 @@ def test_match_fields_read_the_node_name():
 
 def test_a_pod_needs_its_node_selector_and_one_required_term():
     node = {"metadata": {"name": "node-a", "labels": LABELS}}
-    required = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["west"]}]},
-                                      {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["east"]}]}]}
-    pod = {"spec": {"nodeSelector": {"gpu": "a100"}, "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}}}
+    required = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["west"]}]},
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["east"]}]},
+        ]
+    }
+    pod = {
+        "spec": {
+            "nodeSelector": {"gpu": "a100"},
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}},
+        }
+    }
     assert matches_node_affinity(pod, node)
     assert not matches_node_affinity({"spec": {**pod["spec"], "nodeSelector": {"gpu": "h100"}}}, node)
     assert matches_node_affinity({"spec": {}}, node)  # no constraint: any node

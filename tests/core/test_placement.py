@@ -162,8 +162,11 @@ def test_bigger_than_any_node_is_never_not_full():
     out = decide(req(8), inv.snapshot(), Policy())
     assert isinstance(out, NoCapacity) and out.never
     assert out.reason == "No site can ever start 8 GPUs: the largest node has 4. Choose a smaller profile."
-    full = decide(req(4), inventory(local=(1,), donors={"donor-1": 4}, pods=[
-        synthetic.pod("held", node_name="liqo-donor-1", gpus={GPU: 4})]).snapshot(), Policy())
+    full = decide(
+        req(4),
+        inventory(local=(1,), donors={"donor-1": 4}, pods=[synthetic.pod("held", node_name="liqo-donor-1", gpus={GPU: 4})]).snapshot(),
+        Policy(),
+    )
     assert isinstance(full, NoCapacity) and not full.never
 
 
@@ -172,7 +175,10 @@ def test_not_ready_donor_is_said():
     inv.apply_node_event("MODIFIED", synthetic.node("liqo-down", {GPU: 8}, cluster_id="down", ready=False))
     out = decide(req(1), inv.snapshot(), Policy())
     assert isinstance(out, NoCapacity) and not out.never
-    assert out.reason == "No site can start 1 GPU now (the origin has no GPUs; down is unreachable). It frees up when down is back or servers stop."
+    assert (
+        out.reason
+        == "No site can start 1 GPU now (the origin has no GPUs; down is unreachable). It frees up when down is back or servers stop."
+    )
 
 
 @pytest.mark.parametrize(
@@ -200,8 +206,13 @@ def test_bad_input_raises_typed_errors(request_, error, message):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"strategy": "sideways"}, {"max_count": 0}, {"user_donor_cap": -1}, {"donor_latency_penalty": float("nan")},
-     {"group_donor_caps": {"g": -2}}],
+    [
+        {"strategy": "sideways"},
+        {"max_count": 0},
+        {"user_donor_cap": -1},
+        {"donor_latency_penalty": float("nan")},
+        {"group_donor_caps": {"g": -2}},
+    ],
 )
 def test_bad_policy_is_refused(kwargs):
     with pytest.raises(ValueError):

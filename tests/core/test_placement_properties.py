@@ -154,11 +154,16 @@ class Federation(RuleBasedStateMachine):
         key = data.draw(st.sampled_from(sorted(self.pending)))
         placement, request = self.pending.pop(key)
         pod = synthetic.pod(
-            key.replace("/", "-"), node_name=placement.held_node, gpus={GPU: placement.count},
-            site=placement.site, user=request.user, groups=sorted(request.groups),
+            key.replace("/", "-"),
+            node_name=placement.held_node,
+            gpus={GPU: placement.count},
+            site=placement.site,
+            user=request.user,
+            groups=sorted(request.groups),
         )
         pod["spec"]["containers"][0]["resources"]["requests"] = {
-            "cpu": f"{request.resources['cpu']}m", "memory": str(request.resources["memory"]),
+            "cpu": f"{request.resources['cpu']}m",
+            "memory": str(request.resources["memory"]),
         }
         self.inventory.apply_pod_event("ADDED", pod)
         self.placer.release(key)

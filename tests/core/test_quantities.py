@@ -25,10 +25,20 @@ def container(requests=None, limits=None, **extra):
 @pytest.mark.parametrize(
     "resource, value, expected",
     [
-        ("cpu", "500m", 500), ("cpu", "2", 2000), ("cpu", 0.5, 500), ("cpu", "0.1", 100), ("cpu", "1001u", 2),
-        ("memory", "8Gi", 8 * 2**30), ("memory", "1.5Gi", 3 * 2**29), ("memory", "129e6", 129_000_000),
-        ("memory", "128974848", 128974848), ("memory", "1k", 1000), ("ephemeral-storage", "10Gi", 10 * 2**30),
-        ("pods", "110", 110), (GPU, "4", 4), (GPU, 2, 2),
+        ("cpu", "500m", 500),
+        ("cpu", "2", 2000),
+        ("cpu", 0.5, 500),
+        ("cpu", "0.1", 100),
+        ("cpu", "1001u", 2),
+        ("memory", "8Gi", 8 * 2**30),
+        ("memory", "1.5Gi", 3 * 2**29),
+        ("memory", "129e6", 129_000_000),
+        ("memory", "128974848", 128974848),
+        ("memory", "1k", 1000),
+        ("ephemeral-storage", "10Gi", 10 * 2**30),
+        ("pods", "110", 110),
+        (GPU, "4", 4),
+        (GPU, 2, 2),
     ],
 )
 def test_canonical_units_round_up_like_kubernetes(resource, value, expected):

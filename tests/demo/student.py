@@ -133,9 +133,9 @@ class Student:
                 async for raw in resp.content:
                     line = raw.decode().rstrip("\n")
                     if line.startswith("event: "):
-                        name = line[len("event: "):]
+                        name = line[len("event: ") :]
                     elif line.startswith("data: "):
-                        events.append((name, json.loads(line[len("data: "):])))
+                        events.append((name, json.loads(line[len("data: ") :])))
                         if len(events) == count:
                             return events
         return events
@@ -154,8 +154,17 @@ class Student:
         ws_url = f"{self.base}{prefix}/api/kernels/{kernel['id']}/channels".replace("http", "ws", 1)
         msg_id = uuid.uuid4().hex
         request = {
-            "header": {"msg_id": msg_id, "username": self.name, "session": uuid.uuid4().hex, "msg_type": "execute_request", "version": "5.3", "date": ""},
-            "parent_header": {}, "metadata": {}, "channel": "shell",
+            "header": {
+                "msg_id": msg_id,
+                "username": self.name,
+                "session": uuid.uuid4().hex,
+                "msg_type": "execute_request",
+                "version": "5.3",
+                "date": "",
+            },
+            "parent_header": {},
+            "metadata": {},
+            "channel": "shell",
             "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {}, "allow_stdin": False},
         }
         out: list[str] = []

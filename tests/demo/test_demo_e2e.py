@@ -44,8 +44,18 @@ class DemoProcess:
 
     async def start(self, timeout: float = 60) -> None:
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "jupyter_gpuburst.cli", "demo", "--port", str(self.port), "--state-dir", str(self.state), *self.extra,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            sys.executable,
+            "-m",
+            "jupyter_gpuburst.cli",
+            "demo",
+            "--port",
+            str(self.port),
+            "--state-dir",
+            str(self.state),
+            *self.extra,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -70,7 +80,7 @@ class DemoProcess:
         """Every process the demo started, the hub's own session included."""
         assert self.proc is not None
         found = {p.pid: p for p in psutil.Process(self.proc.pid).children(recursive=True)}
-        hub_pid = (self.state / "jupyterhub.pid")
+        hub_pid = self.state / "jupyterhub.pid"
         if hub_pid.exists():
             try:
                 hub = psutil.Process(int(hub_pid.read_text()))
@@ -243,12 +253,24 @@ async def test_busy_port_and_bad_knobs_are_refused(tmp_path):
         sock.listen()
         busy = sock.getsockname()[1]
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "jupyter_gpuburst.cli", "demo", "--port", str(busy), stderr=asyncio.subprocess.PIPE,
+            sys.executable,
+            "-m",
+            "jupyter_gpuburst.cli",
+            "demo",
+            "--port",
+            str(busy),
+            stderr=asyncio.subprocess.PIPE,
         )
         _, err = await proc.communicate()
         assert proc.returncode == 2 and f"port {busy} is in use" in err.decode()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "jupyter_gpuburst.cli", "demo", "--donor-gpus", "0", stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "jupyter_gpuburst.cli",
+        "demo",
+        "--donor-gpus",
+        "0",
+        stderr=asyncio.subprocess.PIPE,
     )
     _, err = await proc.communicate()
     assert proc.returncode == 2 and "--donor-gpus must be 1-64" in err.decode()

@@ -35,13 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers.browser import save_docs_screenshot, switch_theme
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from jupyter_gpuburst.demo import DEFAULT_PASSWORD, free_port
 from jupyter_gpuburst.sim.kubelet import netns
-
-from helpers.browser import save_docs_screenshot, switch_theme
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.timeout(420)]
 

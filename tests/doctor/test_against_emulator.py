@@ -6,6 +6,7 @@ import asyncio
 import json
 
 import pytest
+from helpers.doctor import gpu_pod, node
 from hub_config.readme import apply_rbac_manifest
 
 from jupyter_gpuburst import doctor
@@ -13,8 +14,6 @@ from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim.apiserver import ApiServer
 from jupyter_gpuburst.sim.kubeconfig import write_kubeconfig
 from jupyter_gpuburst.sim.store import Store
-
-from helpers.doctor import gpu_pod, node
 
 NSO = f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}"
 

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.integration
 async def demo_federation(tmp_path):
     kubeconfig = tmp_path / "kubeconfig"
     async with running_federation(federation_config(DemoOptions()), tmp_path / "sim", kubeconfig) as fed:
-        fed.origin.store.create(f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}", liqo.namespace_offloading(NAMESPACE), NAMESPACE)
+        fed.origin.store.create(
+            f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}", liqo.namespace_offloading(NAMESPACE), NAMESPACE
+        )
         yield fed, str(kubeconfig)
 
 

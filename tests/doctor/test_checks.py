@@ -6,12 +6,11 @@ import json
 import re
 
 import pytest
+from helpers.doctor import FakeCluster, healthy, node
 
 from jupyter_gpuburst import doctor
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.doctor import Status
-
-from helpers.doctor import FakeCluster, healthy, node
 
 
 def failed(report: doctor.Report) -> list[doctor.Finding]:
@@ -101,7 +100,9 @@ def test_namespace_not_offloaded_fails_with_liqoctl_and_manifest_fix_when_the_sp
     assert manifest == liqo.namespace_offloading("jhub")
 
 
-@pytest.mark.parametrize("phase,status", [("Ready", Status.OK), ("InProgress", Status.WARN), ("AllFailed", Status.FAIL), ("SomeFailed", Status.FAIL)])
+@pytest.mark.parametrize(
+    "phase,status", [("Ready", Status.OK), ("InProgress", Status.WARN), ("AllFailed", Status.FAIL), ("SomeFailed", Status.FAIL)]
+)
 def test_offloading_phase(phase, status):
     offloading = liqo.namespace_offloading("jhub")
     offloading["status"] = {"offloadingPhase": phase}
@@ -126,11 +127,13 @@ def test_denied_permissions_fail_with_one_minimal_grant():
     cluster = healthy(denied={("watch", "nodes"), ("create", "namespaceoffloadings"), ("delete", "pods")})
     report = doctor.diagnose(cluster, "ctx", "jhub")
     bad = failed(report)
-    assert sorted((f.subject, f.detail.split(" (")[0]) for f in bad) == sorted([
-        ("nodes cluster-wide", "denied watch"),
-        (f"namespaceoffloadings.{liqo.OFFLOADING_GROUP} in jhub", "denied create"),
-        ("pods in jhub", "denied delete"),
-    ])
+    assert sorted((f.subject, f.detail.split(" (")[0]) for f in bad) == sorted(
+        [
+            ("nodes cluster-wide", "denied watch"),
+            (f"namespaceoffloadings.{liqo.OFFLOADING_GROUP} in jhub", "denied create"),
+            ("pods in jhub", "denied delete"),
+        ]
+    )
     fix = bad[0].fix
     assert all(f.fix == fix for f in bad)
     assert "kubectl create clusterrole gpuburst-nodes-all --verb=watch --resource=nodes" in fix
@@ -164,7 +167,10 @@ def test_resource_flag_limits_what_counts():
 
 
 def test_storage_report_names_the_policies_the_classes_allow():
-    standard = {"metadata": {"name": "standard", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}}, "provisioner": "rancher.io/local-path"}
+    standard = {
+        "metadata": {"name": "standard", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": "rancher.io/local-path",
+    }
     liqo_class = {"metadata": {"name": "liqo"}, "provisioner": liqo.STORAGE_PROVISIONER}
     nfs = {"metadata": {"name": "homes"}, "provisioner": "nfs.csi.k8s.io"}
     plain = doctor.check_storage([standard, liqo_class])

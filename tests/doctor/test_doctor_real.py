@@ -16,8 +16,17 @@ STATUSES = {"ok", "warn", "fail"}
 
 
 def run_doctor(real_cluster, namespace: str) -> tuple[int, dict, str]:
-    argv = [str(GPUBURST), "doctor", "--json", "--kubeconfig", str(real_cluster.kubeconfig), "-n", namespace,
-            "--resource", real_cluster.gpu_resource]
+    argv = [
+        str(GPUBURST),
+        "doctor",
+        "--json",
+        "--kubeconfig",
+        str(real_cluster.kubeconfig),
+        "-n",
+        namespace,
+        "--resource",
+        real_cluster.gpu_resource,
+    ]
     if real_cluster.context:
         argv += ["--context", real_cluster.context]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)

@@ -80,9 +80,7 @@ def test_two_gpus_readings(monkeypatch):
 
 
 def test_utilization_not_supported_is_none_with_note(monkeypatch):
-    FakeNVML(gpus=[FakeGPU("GPU-x", utilization_percent=None, power_mw=None, temperature_c=None)]).install(
-        monkeypatch.setattr
-    )
+    FakeNVML(gpus=[FakeGPU("GPU-x", utilization_percent=None, power_mw=None, temperature_c=None)]).install(monkeypatch.setattr)
     backend = open_backend("auto")
     (reading,) = backend.read_devices([], 0.0)
     assert reading.utilization is None

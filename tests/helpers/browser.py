@@ -170,9 +170,7 @@ def start_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[...
         for folder in (root, settings, user_settings, base / "workspaces", base / "runtime"):
             folder.mkdir()
         # The news pop-up would cover the panel in screenshots.
-        (settings / "overrides.json").write_text(
-            json.dumps({"@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}})
-        )
+        (settings / "overrides.json").write_text(json.dumps({"@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}}))
         token, port = secrets.token_hex(16), free_port()
         clean = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_GPUBURST_")}
         full_env = {

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from jupyter_gpuburst.bench import synthetic
 from jupyter_gpuburst import doctor
+from jupyter_gpuburst.bench import synthetic
 from jupyter_gpuburst.core import liqo
 
 
-def node(name: str, gpus: int = 0, *, ready: bool = True, donor: str | None = None, resource: str = "nvidia.com/gpu", unschedulable: bool = False) -> dict[str, Any]:
+def node(
+    name: str, gpus: int = 0, *, ready: bool = True, donor: str | None = None, resource: str = "nvidia.com/gpu", unschedulable: bool = False
+) -> dict[str, Any]:
     """A node (a Liqo virtual node with ``donor``) whose Ready condition says why, as doctor reports it."""
     obj = synthetic.node(name, {resource: gpus} if gpus else {}, cluster_id=donor, ready=ready, unschedulable=unschedulable)
-    obj["status"]["conditions"][0].update(
-        reason="KubeletReady" if ready else "PeeringDown", message="" if ready else "peering lost"
-    )
+    obj["status"]["conditions"][0].update(reason="KubeletReady" if ready else "PeeringDown", message="" if ready else "peering lost")
     return obj
 
 

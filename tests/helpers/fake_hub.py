@@ -62,7 +62,9 @@ class FakeHub:
         return f"http://127.0.0.1:{self.port}/services/gpuburst/api/kernels"
 
     def start(self) -> None:
-        app = web.Application([(r"/services/gpuburst/api/kernels", Kernels, {"hub": self}), (r"/services/gpuburst/api/kernels/(\w+)", Kernel, {"hub": self})])
+        app = web.Application(
+            [(r"/services/gpuburst/api/kernels", Kernels, {"hub": self}), (r"/services/gpuburst/api/kernels/(\w+)", Kernel, {"hub": self})]
+        )
         self.server = HTTPServer(app)
         (self.port,) = free_ports(1)
         self.server.listen(self.port, "127.0.0.1")
@@ -113,7 +115,14 @@ class FakeHub:
                 state = "running"
             except OSError:
                 state = "pending"
-        out = {"id": record["id"], "state": state, "site": record["site"], "site_kind": "origin" if record["site"] == "origin" else "donor", "profile": record["profile"], "node": "gpu-0"}
+        out = {
+            "id": record["id"],
+            "state": state,
+            "site": record["site"],
+            "site_kind": "origin" if record["site"] == "origin" else "donor",
+            "profile": record["profile"],
+            "node": "gpu-0",
+        }
         if state == "running":
             out["connection"] = {"transport": "tcp", "ip": record["ip"], **record["ports"]}
         return out

@@ -10,10 +10,10 @@ import json
 import os
 from typing import Any
 
-from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.bench import synthetic
-from jupyter_gpuburst.hub.capacity.tracker import pod_server_key
+from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.inventory import Inventory, Snapshot
+from jupyter_gpuburst.hub.capacity.tracker import pod_server_key
 
 GPU = "nvidia.com/gpu"
 SECRET_ENV = "GPUBURST_TEST_SECRET"

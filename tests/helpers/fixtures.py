@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 from kubernetes_asyncio import client, config
 
+from helpers.hub import Hub
 from jupyter_gpuburst.sim.apiserver import ApiServer
 from jupyter_gpuburst.sim.kubeconfig import write_kubeconfig
 from jupyter_gpuburst.sim.store import Store
 from jupyter_gpuburst.sim.testing import running_federation
-
-from helpers.hub import Hub
 
 
 @pytest.fixture

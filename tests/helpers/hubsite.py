@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from jupyter_gpuburst.sim.testing import running_federation
 from helpers.hub import Hub
+from jupyter_gpuburst.sim.testing import running_federation
 
 T = TypeVar("T")
 

@@ -23,7 +23,14 @@ def execute_request(code: str, session: str) -> dict[str, Any]:
         },
         "parent_header": {},
         "metadata": {},
-        "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False, "stop_on_error": True},
+        "content": {
+            "code": code,
+            "silent": False,
+            "store_history": True,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": True,
+        },
         "channel": "shell",
         "buffers": [],
     }

@@ -125,7 +125,13 @@ def test_namespace(real_cluster: RealCluster, core_v1: Any) -> Iterator[str]:
         yield real_cluster.namespace
         return
     name = NAMESPACE_PREFIX + secrets.token_hex(3)
-    core_v1.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "jupyter-gpuburst-tests"}}})
+    core_v1.create_namespace(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "jupyter-gpuburst-tests"}},
+        }
+    )
     try:
         yield name
     finally:

@@ -59,7 +59,9 @@ def make_tracker(local_free_nodes=({"origin-gpu": 2},), donor_gpus: int = 8, con
     return tracker
 
 
-def make_spawner(tracker: CapacityTracker, options: dict | None = None, offloader: NamespaceOffloader | None = None, **traits) -> GPUBurstSpawner:
+def make_spawner(
+    tracker: CapacityTracker, options: dict | None = None, offloader: NamespaceOffloader | None = None, **traits
+) -> GPUBurstSpawner:
     config = Config()
     config.GPUBurstSpawner.profile_list = PROFILES
     for name, value in traits.items():

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import aiohttp
 import pytest_asyncio
+from helpers.static_hub import STATIC_HUB_CONFIG
 
 from jupyter_gpuburst.bench.hubproc import HubProcess
-
-from helpers.static_hub import STATIC_HUB_CONFIG
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

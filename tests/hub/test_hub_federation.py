@@ -30,11 +30,7 @@ async def scrape(hub: HubProcess, session: aiohttp.ClientSession) -> dict:
     async with session.get(f"{hub.url}/hub/metrics", headers=hub.headers()) as resp:
         assert resp.status == 200
         text = await resp.text()
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
+    return {(s.name, frozenset(s.labels.items())): s.value for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def get(series: dict, name: str, **labels: str) -> float | None:
@@ -83,7 +79,8 @@ async def test_metrics_and_capacity_after_spawns(tmp_path):
                 assert get(series, "jupyterhub_gpuburst_spawns_total", site="origin", outcome="success") == 2
                 assert get(series, "jupyterhub_gpuburst_spawns_total", site="donor-1", outcome="success") == 1
                 refused = sum(
-                    v for (n, labels), v in series.items()
+                    v
+                    for (n, labels), v in series.items()
                     if n == "jupyterhub_gpuburst_spawns_total" and ("outcome", "no_capacity") in labels
                 )
                 assert refused == 1

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from helpers.fakes import GPU, StaticTracker
 from prometheus_client.parser import text_string_to_metric_families
 
 from jupyter_gpuburst.hub import metrics
-
-from helpers.fakes import GPU, StaticTracker
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

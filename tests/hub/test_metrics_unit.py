@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from helpers.fakes import GPU, StaticTracker
 from prometheus_client import REGISTRY
 
-from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub import metrics
-
-from helpers.fakes import GPU, StaticTracker
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 
 
 def sample(name: str, **labels: str) -> float | None:

@@ -59,7 +59,9 @@ async def test_the_default_policy_rides_out_a_ten_second_outage_and_gives_up_at_
     for seed in range(200):  # the jitter's draws
         policy = retry.RetryPolicy(rng=random.Random(seed))
         clock[0] = 0.0
-        result = await retry.call_with_retry(away_until(10.0), what="GET /pods", policy=policy, sleep=advancing_sleep, clock=lambda: clock[0])
+        result = await retry.call_with_retry(
+            away_until(10.0), what="GET /pods", policy=policy, sleep=advancing_sleep, clock=lambda: clock[0]
+        )
         assert result == "ok" and 10.0 <= clock[0] <= 10.0 + policy.max_delay_s, seed
 
         clock[0] = 0.0

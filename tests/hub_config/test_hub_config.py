@@ -20,10 +20,9 @@ import yaml
 from kubernetes.utils.quantity import parse_quantity
 from traitlets.config.loader import PyFileConfigLoader
 
+from hub_config.readme import command, guide_commands
 from jupyter_gpuburst import doctor
 from jupyter_gpuburst.core import liqo
-
-from hub_config.readme import command, guide_commands
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -302,7 +301,9 @@ def test_both_configs_offer_gpu_kernels_with_resources_and_time_for_a_cold_pull(
     # kernel profiles derived from the GPU profiles, each with its server profile's CPU and memory
     profiles = kernel_settings_from_config(plain_config).kernel_profiles()
     assert {(p.resource, p.count) for p in profiles.values()} == {
-        ("nvidia.com/gpu", 1), ("nvidia.com/gpu", 2), ("nvidia.com/mig-1g.10gb", 1)
+        ("nvidia.com/gpu", 1),
+        ("nvidia.com/gpu", 2),
+        ("nvidia.com/mig-1g.10gb", 1),
     }
     assert all(p.cpu and p.memory and p.cpu_limit and p.memory_limit for p in profiles.values())
 

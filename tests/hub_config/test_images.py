@@ -38,7 +38,15 @@ def test_lint_catches_the_mistakes_that_broke_the_images():
         "RUN python -m pip install --user /tmp/jupyter_gpuburst-*.whl && rm /tmp/jupyter_gpuburst-*.whl\n"
     )
     found = " | ".join(dockerfile_lint.problems(broken))
-    for expected in ("not pinned", "end as the notebook user", "switch to USER root", "--no-cache-dir", "--user", "rm as", "COPY leaves root-owned"):
+    for expected in (
+        "not pinned",
+        "end as the notebook user",
+        "switch to USER root",
+        "--no-cache-dir",
+        "--user",
+        "rm as",
+        "COPY leaves root-owned",
+    ):
         assert expected in found
 
 
@@ -125,7 +133,14 @@ def test_run_step_installs_the_wheel_as_a_non_root_user(dockerfile, built_wheel)
             env=env, cwd=home, capture_output=True, text=True, timeout=240,
         )  # fmt: skip
         assert done.returncode == 0, f"{dockerfile} RUN step failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        installed = subprocess.run([bin_dir / "python", "-c", "import jupyter_gpuburst; print(jupyter_gpuburst.__file__)"], env=env, cwd=home, capture_output=True, text=True, check=True)
+        installed = subprocess.run(
+            [bin_dir / "python", "-c", "import jupyter_gpuburst; print(jupyter_gpuburst.__file__)"],
+            env=env,
+            cwd=home,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert installed.stdout.startswith(str(env_dir))
         if dockerfile == "hub.Dockerfile":
             assert (bin_dir / "gpuburst").exists()  # on PATH in the image: `kubectl exec deploy/hub -- gpuburst doctor`

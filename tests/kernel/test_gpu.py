@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from jupyter_client.manager import AsyncKernelManager
 
-from jupyter_gpuburst.kernel.gpu import KernelGPUReporter, reporter_from_env
 from jupyter_gpuburst.gpu.simulated import KERNEL_BASE_MEMORY, SimulatedBackend
+from jupyter_gpuburst.kernel.gpu import KernelGPUReporter, reporter_from_env
 from jupyter_gpuburst.server.kernels.usage import KernelUsageCache, ask_usage, gpu_figures
 
 GiB = 1024**3

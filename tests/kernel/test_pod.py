@@ -14,8 +14,17 @@ import pytest
 
 from jupyter_gpuburst.kernel import pod as kernel_pod
 
-CONNECTION = {"key": "k" * 64, "signature_scheme": "hmac-sha256", "transport": "tcp", "ip": "0.0.0.0",
-              "shell_port": 50001, "iopub_port": 50002, "stdin_port": 50003, "control_port": 50004, "hb_port": 50005}
+CONNECTION = {
+    "key": "k" * 64,
+    "signature_scheme": "hmac-sha256",
+    "transport": "tcp",
+    "ip": "0.0.0.0",
+    "shell_port": 50001,
+    "iopub_port": 50002,
+    "stdin_port": 50003,
+    "control_port": 50004,
+    "hb_port": 50005,
+}
 
 
 def test_the_connection_leaves_the_environment_for_a_file_only_its_user_reads(tmp_path, monkeypatch):

@@ -6,9 +6,8 @@ import re
 import time
 
 import pytest
-from playwright.sync_api import Page, expect
-
 from helpers.browser import LabServer
+from playwright.sync_api import Page, expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 

@@ -22,7 +22,16 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 REPO = Path(__file__).resolve().parents[2]
 # What only the hub, the emulator or the demo need: none of it may reach a user image.
-HUB_SIDE = ("jupyterhub", "jupyterhub-kubespawner", "kubernetes", "kubernetes-asyncio", "prometheus-client", "aiohttp", "jupyterlab", "immutables")
+HUB_SIDE = (
+    "jupyterhub",
+    "jupyterhub-kubespawner",
+    "kubernetes",
+    "kubernetes-asyncio",
+    "prometheus-client",
+    "aiohttp",
+    "jupyterlab",
+    "immutables",
+)
 # (not yaml or prometheus_client: jupyter_server itself needs those)
 HUB_MODULES = ("jupyterhub", "kubespawner", "kubernetes", "kubernetes_asyncio", "aiohttp", "immutables", "jsonpatch")
 
@@ -47,7 +56,13 @@ def test_sdist_and_wheel_build_without_node_and_ship_the_license(sdist_and_wheel
     sdist, wheel = sdist_and_wheel
     with tarfile.open(sdist) as tf:
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
-    for required in ("LICENSE", "jupyter_gpuburst/labextension/package.json", "jupyter_gpuburst/_version.py", "jupyter_gpuburst/demo_config.py", "tests/reference/liqo-crds/PROVENANCE"):
+    for required in (
+        "LICENSE",
+        "jupyter_gpuburst/labextension/package.json",
+        "jupyter_gpuburst/_version.py",
+        "jupyter_gpuburst/demo_config.py",
+        "tests/reference/liqo-crds/PROVENANCE",
+    ):
         assert required in names, required
     with zipfile.ZipFile(wheel) as zf:
         licenses = [n for n in zf.namelist() if re.search(r"\.dist-info/licen[cs]es/LICENSE$", n)]
@@ -81,7 +96,7 @@ def test_base_install_carries_no_hub_kubernetes_or_emulator_packages(sdist_and_w
     base = [requirement_name(r) for r in metadata(wheel).get_all("Requires-Dist") if "extra ==" not in r]
     assert set(base) == {"jupyter-server", "traitlets", "tornado", "nvidia-ml-py", "psutil"}
     assert not set(base) & set(HUB_SIDE)
-    hub = [requirement_name(r) for r in metadata(wheel).get_all("Requires-Dist") if "extra == \"hub\"" in r or "extra == 'hub'" in r]
+    hub = [requirement_name(r) for r in metadata(wheel).get_all("Requires-Dist") if 'extra == "hub"' in r or "extra == 'hub'" in r]
     assert {"jupyterhub", "jupyterhub-kubespawner", "kubernetes", "kubernetes-asyncio", "prometheus-client"} <= set(hub)
 
 
@@ -100,7 +115,22 @@ def installed(sdist_and_wheel, tmp_path_factory: pytest.TempPathFactory) -> Path
     venv.create(env_dir, with_pip=False)
     site = next(env_dir.glob("lib/python*/site-packages"))
     (site / "test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install", "--quiet", "--no-deps", "--no-index", str(wheel)], check=True, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(env_dir / "bin" / "python"),
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
+        check=True,
+        timeout=120,
+    )
     return env_dir
 
 
@@ -142,8 +172,12 @@ def test_gpuburst_demo_help_and_its_config_load_from_the_installed_wheel(install
     )
     env = {
         "KUBECONFIG": str(tmp_path / "kubeconfig"),
-        "GPUBURST_DEMO_PORT": "1", "GPUBURST_DEMO_HUB_PORT": "2", "GPUBURST_DEMO_PROXY_API_PORT": "3",
-        "GPUBURST_DEMO_STATE_DIR": str(tmp_path), "GPUBURST_DEMO_PASSWORD": "x", "GPUBURST_DEMO_NAMESPACE": "jhub",
+        "GPUBURST_DEMO_PORT": "1",
+        "GPUBURST_DEMO_HUB_PORT": "2",
+        "GPUBURST_DEMO_PROXY_API_PORT": "3",
+        "GPUBURST_DEMO_STATE_DIR": str(tmp_path),
+        "GPUBURST_DEMO_PASSWORD": "x",
+        "GPUBURST_DEMO_NAMESPACE": "jhub",
     }
     done = run_installed(installed, [str(installed / "bin" / "python"), "-c", load], tmp_path, **env)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -45,9 +45,7 @@ def test_installed_wheel_enables_both_extensions(wheel: Path, tmp_path: Path) ->
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
-    site = Path(
-        subprocess.check_output([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip()
-    )
+    site = Path(subprocess.check_output([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())
     # Dependencies come from the test environment (no download); its .pth files, including the
     # editable install of this package, are not processed from a path entry, so the wheel's copy wins.
     (site / "test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
@@ -66,9 +64,7 @@ def test_installed_wheel_enables_both_extensions(wheel: Path, tmp_path: Path) ->
     assert str(env_dir / LABEXT).rsplit("/", 1)[0] in listing, listing
     assert re.search(r"jupyter-gpuburst v[\d.]+\s+\S*enabled\S*\s+\S*OK", listing), listing
 
-    server = subprocess.run(
-        [python, "-m", "jupyter_server.extension.serverextension", "list"], capture_output=True, timeout=60, **run
-    )
+    server = subprocess.run([python, "-m", "jupyter_server.extension.serverextension", "list"], capture_output=True, timeout=60, **run)
     listing = server.stdout + server.stderr
     assert str(env_dir / "etc" / "jupyter") in listing, listing
     assert re.search(r"jupyter_gpuburst\s+\S*enabled", listing), listing

@@ -32,11 +32,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.hub import Hub, free_port
+from hub_config.readme import command
 
 from jupyter_gpuburst.core import keys
-
-from hub_config.readme import command
-from helpers.hub import Hub, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -51,21 +50,27 @@ def federation_config_from_the_peer_command() -> dict:
     flag = {name: peer[peer.index(name) + 1] for name in ("--cpu", "--memory", "--resource")}
     resource, gpus = flag["--resource"].split("=")
     return {
-        "origin": {"name": "origin", "nodes": [
-            {"name": "origin-gpu", "cpu": "16", "memory": "64Gi", "resources": {resource: 2}},
-            {"name": "origin-cpu", "cpu": "8", "memory": "32Gi"},
-        ]},
-        "donors": [{
-            "name": "polito-hpc",
-            "nodes": [{"name": "polito-hpc-gpu", "count": 2, "cpu": "64", "memory": "256Gi", "resources": {resource: int(gpus)}}],
-            "grant": {"cpu": flag["--cpu"], "memory": flag["--memory"], "pods": "110", resource: int(gpus)},
-        }],
+        "origin": {
+            "name": "origin",
+            "nodes": [
+                {"name": "origin-gpu", "cpu": "16", "memory": "64Gi", "resources": {resource: 2}},
+                {"name": "origin-cpu", "cpu": "8", "memory": "32Gi"},
+            ],
+        },
+        "donors": [
+            {
+                "name": "polito-hpc",
+                "nodes": [{"name": "polito-hpc-gpu", "count": 2, "cpu": "64", "memory": "256Gi", "resources": {resource: int(gpus)}}],
+                "grant": {"cpu": flag["--cpu"], "memory": flag["--memory"], "pods": "110", resource: int(gpus)},
+            }
+        ],
     }
 
 
 async def run(args: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return await asyncio.to_thread(subprocess.run, args, env=env, capture_output=True, text=True, timeout=timeout,
-                                   cwd=REPO)  # the guide's paths are the checkout's
+    return await asyncio.to_thread(
+        subprocess.run, args, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )  # the guide's paths are the checkout's
 
 
 @pytest.fixture
@@ -117,7 +122,8 @@ def env_of(pod: dict) -> dict:
 
 async def test_the_real_cluster_guide_works_as_written(sim, tmp_path):
     env = {**os.environ, "KUBECONFIG": str(sim), "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
-    from kubernetes import client, config as kube_config
+    from kubernetes import client
+    from kubernetes import config as kube_config
 
     kube_config.load_kube_config(str(sim), context="origin")
     core = client.CoreV1Api()

@@ -34,7 +34,13 @@ def gpuburst_env() -> dict[str, str]:
 def gpuburst_config() -> dict:
     """GPUBurstServerExtension config; override like gpuburst_env. The servers here run inside
     the test process, whose heap is not theirs to freeze."""
-    return {"backend": "simulated", "sim_gpus": 2, "sampling_period_s": 0.1, "process_sampling_period_s": 0.2, "freeze_heap_at_start": False}
+    return {
+        "backend": "simulated",
+        "sim_gpus": 2,
+        "sampling_period_s": 0.1,
+        "process_sampling_period_s": 0.2,
+        "freeze_heap_at_start": False,
+    }
 
 
 @pytest.fixture

@@ -54,11 +54,7 @@ async def read_sse(port: int, path: str, headers: dict[str, str], events: int, t
         chunked = "transfer-encoding: chunked" in header_text.lower()
         if " 200 " not in status:
             length = next(
-                (
-                    int(line.split(":")[1])
-                    for line in header_text.lower().splitlines()
-                    if line.startswith("content-length:")
-                ),
+                (int(line.split(":")[1]) for line in header_text.lower().splitlines() if line.startswith("content-length:")),
                 0,
             )
             body = await asyncio.wait_for(reader.readexactly(length), timeout) if length else b""

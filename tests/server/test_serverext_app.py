@@ -10,8 +10,8 @@ import pytest
 from traitlets import TraitError
 
 import jupyter_gpuburst
-from jupyter_gpuburst.server import GPUBurstServerExtension
 from jupyter_gpuburst.core import heap
+from jupyter_gpuburst.server import GPUBurstServerExtension
 from jupyter_gpuburst.server import app as app_module
 
 REPO = Path(__file__).resolve().parents[2]

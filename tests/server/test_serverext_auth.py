@@ -51,9 +51,7 @@ async def test_kernels_hidden_from_users_who_may_not_read_kernels(jp_fetch, jp_s
 @pytest.mark.parametrize("gpuburst_env", [MANAGED_ENV])
 async def test_no_secret_in_any_response(jp_fetch, jp_http_port, jp_base_url, jp_auth_header):
     bodies = [(await jp_fetch("api", "gpuburst", e)).body for e in ("placement", "gpus", "history")]
-    _status, headers, events, raw = await read_sse(
-        jp_http_port, url(jp_base_url, "api", "gpuburst", "stream"), jp_auth_header, events=2
-    )
+    _status, headers, events, raw = await read_sse(jp_http_port, url(jp_base_url, "api", "gpuburst", "stream"), jp_auth_header, events=2)
     assert len(events) == 2
     for body in [*bodies, raw, headers.encode()]:
         assert SECRET.encode() not in body
@@ -62,12 +60,8 @@ async def test_no_secret_in_any_response(jp_fetch, jp_http_port, jp_base_url, jp
 
 async def test_stream_accepts_token_in_query(http_server, jp_http_port, jp_base_url, jp_serverapp):
     token = jp_serverapp.identity_provider.token
-    status, _h, events, _raw = await read_sse(
-        jp_http_port, url(jp_base_url, "api", "gpuburst", "stream", token=token), {}, events=1
-    )
+    status, _h, events, _raw = await read_sse(jp_http_port, url(jp_base_url, "api", "gpuburst", "stream", token=token), {}, events=1)
     assert " 200 " in status and events[0][0] == "placement"
-    status, _h, events, raw = await read_sse(
-        jp_http_port, url(jp_base_url, "api", "gpuburst", "stream", token="wrong"), {}, events=1
-    )
+    status, _h, events, raw = await read_sse(jp_http_port, url(jp_base_url, "api", "gpuburst", "stream", token="wrong"), {}, events=1)
     assert " 403 " in status and events == [] and b"placement" not in raw
     await asyncio.sleep(0)

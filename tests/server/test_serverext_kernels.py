@@ -49,6 +49,7 @@ async def test_running_kernel_is_attributed(jp_fetch, jp_serverapp):
         assert pid in {p.pid for p in sampler._processes}
     finally:
         await jp_fetch("api", "kernels", kernel_id, method="DELETE")
+
     async def kernel_gone() -> dict | None:
         sample = await sample_of(jp_fetch)
         return None if any(k["kernel_id"] == kernel_id for k in sample["kernels"]) else sample
@@ -73,12 +74,14 @@ async def test_busy_kernel_drives_its_simulated_gpu(jp_fetch, jp_serverapp):
 
         assert utilization(sample) == 0.0  # idle kernel: memory held, GPU not busy
         client.execute("import time; time.sleep(2.5)")
+
         async def busy() -> bool:
             return utilization(await sample_of(jp_fetch)) >= 0.6
 
         await wait_until(busy, 4, "the busy kernel to drive its GPU", interval=0.1)
         reply = await client.get_shell_msg(timeout=10)
         assert reply["content"]["status"] == "ok"
+
         async def idle() -> bool:
             return utilization(await sample_of(jp_fetch)) == 0.0
 

@@ -84,8 +84,13 @@ async def test_managed_on_the_origin_with_bad_count(jp_fetch):
 
 @pytest.mark.parametrize(
     "gpuburst_env",
-    [{"JUPYTER_GPUBURST_SITE": "origin", "JUPYTER_GPUBURST_NODE": "origin-cpu",
-      "JUPYTER_GPUBURST_REASON": "No GPU requested: the server runs on the origin, on a CPU node."}],
+    [
+        {
+            "JUPYTER_GPUBURST_SITE": "origin",
+            "JUPYTER_GPUBURST_NODE": "origin-cpu",
+            "JUPYTER_GPUBURST_REASON": "No GPU requested: the server runs on the origin, on a CPU node.",
+        }
+    ],
 )
 async def test_cpu_only_server_started_by_the_hub_is_on_the_origin(jp_fetch):
     body = json.loads((await jp_fetch("api", "gpuburst", "placement")).body)
@@ -95,8 +100,7 @@ async def test_cpu_only_server_started_by_the_hub_is_on_the_origin(jp_fetch):
 
 @pytest.mark.parametrize(
     "gpuburst_env",
-    [{"JUPYTER_GPUBURST_SITE": "origin", "JUPYTER_GPUBURST_GPU_RESOURCE": "nvidia.com/mig-1g.10gb",
-      "JUPYTER_GPUBURST_GPU_COUNT": "1"}],
+    [{"JUPYTER_GPUBURST_SITE": "origin", "JUPYTER_GPUBURST_GPU_RESOURCE": "nvidia.com/mig-1g.10gb", "JUPYTER_GPUBURST_GPU_COUNT": "1"}],
 )
 async def test_mig_slice_is_named_for_people(jp_fetch):
     body = json.loads((await jp_fetch("api", "gpuburst", "placement")).body)

@@ -8,12 +8,8 @@ import pytest
 from sse_client import read_sse, url
 
 
-async def test_stream_sends_placement_then_samples(
-    http_server, jp_http_port, jp_base_url, jp_auth_header, jp_serverapp
-):
-    status, headers, events, raw = await read_sse(
-        jp_http_port, url(jp_base_url, "api", "gpuburst", "stream"), jp_auth_header, events=3
-    )
+async def test_stream_sends_placement_then_samples(http_server, jp_http_port, jp_base_url, jp_auth_header, jp_serverapp):
+    status, headers, events, raw = await read_sse(jp_http_port, url(jp_base_url, "api", "gpuburst", "stream"), jp_auth_header, events=3)
     assert " 200 " in status
     assert "content-type: text/event-stream" in headers.lower()
     assert [name for name, _ in events] == ["placement", "sample", "sample"]
@@ -28,9 +24,7 @@ async def test_stream_sends_placement_then_samples(
     "gpuburst_config",
     [{"backend": "simulated", "sampling_period_s": 0.05, "process_sampling_period_s": 0.05, "keepalive_s": 0.05}],
 )
-async def test_stream_keepalive_and_sampling_stops_after_disconnect(
-    http_server, jp_http_port, jp_base_url, jp_auth_header, jp_serverapp
-):
+async def test_stream_keepalive_and_sampling_stops_after_disconnect(http_server, jp_http_port, jp_base_url, jp_auth_header, jp_serverapp):
     sampler = jp_serverapp.web_app.settings["gpuburst_sampler"]
     path = url(jp_base_url, "api", "gpuburst", "stream")
     clients = [read_sse(jp_http_port, path, jp_auth_header, events=3) for _ in range(10)]
@@ -52,9 +46,7 @@ async def test_keepalive_comment_when_no_sample(http_server, jp_http_port, jp_ba
     reader, writer = await asyncio.open_connection("127.0.0.1", jp_http_port)
     try:
         head = "".join(f"{k}: {v}\r\n" for k, v in jp_auth_header.items())
-        writer.write(
-            f"GET {url(jp_base_url, 'api', 'gpuburst', 'stream')} HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}\r\n".encode()
-        )
+        writer.write(f"GET {url(jp_base_url, 'api', 'gpuburst', 'stream')} HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}\r\n".encode())
         await writer.drain()
         raw = b""
         while b": keepalive\n\n" not in raw:

@@ -54,8 +54,18 @@ def type_errors(tmp_path: Path, replies: dict[str, tuple[str, object]]) -> str:
 
 
 def test_a_reply_the_types_do_not_describe_fails(tmp_path):
-    placement = {"managed": False, "site": "standalone", "site_kind": "standalone", "cluster": None, "node": "n",
-                 "reason": None, "gpu_resource": None, "gpu_count": None, "gpu_label": None, "storage": None}
+    placement = {
+        "managed": False,
+        "site": "standalone",
+        "site_kind": "standalone",
+        "cluster": None,
+        "node": "n",
+        "reason": None,
+        "gpu_resource": None,
+        "gpu_count": None,
+        "gpu_label": None,
+        "storage": None,
+    }
     assert type_errors(tmp_path, {"placement": ("IPlacement", placement)}) == ""
     assert "surprise" in type_errors(tmp_path, {"placement": ("IPlacement", {**placement, "surprise": 1})})
     assert '"moon"' in type_errors(tmp_path, {"placement": ("IPlacement", {**placement, "site_kind": "moon"})})

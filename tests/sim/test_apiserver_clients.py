@@ -7,7 +7,6 @@ import json
 import threading
 
 import aiohttp
-
 import kubernetes
 import kubernetes_asyncio
 import pytest
@@ -28,7 +27,16 @@ def pod_manifest(name: str, labels: dict | None = None) -> dict:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": labels or {"app": "nb"}},
-        "spec": {"containers": [{"name": "notebook", "image": "jupyter/base:1.0", "env": [{"name": "A", "value": "1"}], "ports": [{"name": "notebook-port", "containerPort": 8888}]}]},
+        "spec": {
+            "containers": [
+                {
+                    "name": "notebook",
+                    "image": "jupyter/base:1.0",
+                    "env": [{"name": "A", "value": "1"}],
+                    "ports": [{"name": "notebook-port", "containerPort": 8888}],
+                }
+            ]
+        },
     }
 
 
@@ -59,14 +67,29 @@ async def test_crud_patch_and_status_bodies(apiserver):
             assert err.value.status == 400 and status_of(err.value)["message"] == "field label not supported: spec.bogus"
 
             # Strategic merge (the client's default for dict bodies): env merges by name.
-            patched = core.patch_namespaced_pod("nb", "default", {"metadata": {"labels": {"tier": "gpu"}}, "spec": {"containers": [{"name": "notebook", "env": [{"name": "B", "value": "2"}]}]}}, _content_type="application/strategic-merge-patch+json")
+            patched = core.patch_namespaced_pod(
+                "nb",
+                "default",
+                {
+                    "metadata": {"labels": {"tier": "gpu"}},
+                    "spec": {"containers": [{"name": "notebook", "env": [{"name": "B", "value": "2"}]}]},
+                },
+                _content_type="application/strategic-merge-patch+json",
+            )
             assert [e.name for e in patched.spec.containers[0].env] == ["A", "B"]
             assert patched.metadata.labels == {"app": "nb", "tier": "gpu"}
             # JSON merge patch: lists replaced whole, null deletes.
-            merged = core.patch_namespaced_pod("nb", "default", {"metadata": {"labels": {"tier": None}}}, _content_type="application/merge-patch+json")
+            merged = core.patch_namespaced_pod(
+                "nb", "default", {"metadata": {"labels": {"tier": None}}}, _content_type="application/merge-patch+json"
+            )
             assert merged.metadata.labels == {"app": "nb"}
             # JSON patch (a list body).
-            jp = core.patch_namespaced_pod("nb", "default", [{"op": "add", "path": "/metadata/annotations", "value": {"k": "v"}}], _content_type="application/json-patch+json")
+            jp = core.patch_namespaced_pod(
+                "nb",
+                "default",
+                [{"op": "add", "path": "/metadata/annotations", "value": {"k": "v"}}],
+                _content_type="application/json-patch+json",
+            )
             assert jp.metadata.annotations == {"k": "v"}
             assert int(jp.metadata.resource_version) > int(created.metadata.resource_version)
 
@@ -91,7 +114,9 @@ async def test_binding_subresource_and_events(apiserver):
     def run():
         with sync_client(apiserver.url) as api_client:
             core = kubernetes.client.CoreV1Api(api_client)
-            binding = kubernetes.client.V1Binding(metadata=kubernetes.client.V1ObjectMeta(name="nb"), target=kubernetes.client.V1ObjectReference(kind="Node", name="gpu-1"))
+            binding = kubernetes.client.V1Binding(
+                metadata=kubernetes.client.V1ObjectMeta(name="nb"), target=kubernetes.client.V1ObjectReference(kind="Node", name="gpu-1")
+            )
             reply = core.create_namespaced_pod_binding("nb", "default", binding, _preload_content=False)
             assert reply.status == 201 and json.loads(reply.data)["status"] == "Success"
             pod = core.read_namespaced_pod("nb", "default")
@@ -143,7 +168,9 @@ async def test_watch_timeout_and_410(apiserver):
         small.create("configmaps", {"metadata": {"name": f"c{i}"}})
 
     async with aiohttp.ClientSession() as session:
-        async with session.get(f"{apiserver.url}/api/v1/namespaces/default/configmaps", params={"watch": "True", "resourceVersion": "1"}) as resp:
+        async with session.get(
+            f"{apiserver.url}/api/v1/namespaces/default/configmaps", params={"watch": "True", "resourceVersion": "1"}
+        ) as resp:
             assert resp.status == 200
             events = [json.loads(line) for line in (await resp.text()).splitlines()]
     assert len(events) == 1 and events[0]["type"] == "ERROR"
@@ -168,7 +195,13 @@ async def test_kubernetes_asyncio_reflector_pattern(apiserver):
     config = kubernetes_asyncio.client.Configuration(host=apiserver.url)
     async with kubernetes_asyncio.client.ApiClient(config) as api_client:
         core = kubernetes_asyncio.client.CoreV1Api(api_client)
-        listed = await core.list_namespaced_pod("default", label_selector="component=singleuser-server", resource_version="0", resource_version_match="NotOlderThan", _request_timeout=5)
+        listed = await core.list_namespaced_pod(
+            "default",
+            label_selector="component=singleuser-server",
+            resource_version="0",
+            resource_version_match="NotOlderThan",
+            _request_timeout=5,
+        )
         assert [p.metadata.name for p in listed.items] == ["before"]
 
         async def later():
@@ -180,7 +213,13 @@ async def test_kubernetes_asyncio_reflector_pattern(apiserver):
         seen = []
         watch = kubernetes_asyncio.watch.Watch()
         t0 = asyncio.get_running_loop().time()
-        async with watch.stream(core.list_namespaced_pod, "default", label_selector="component=singleuser-server", resource_version=listed.metadata.resource_version, timeout_seconds=2) as stream:
+        async with watch.stream(
+            core.list_namespaced_pod,
+            "default",
+            label_selector="component=singleuser-server",
+            resource_version=listed.metadata.resource_version,
+            timeout_seconds=2,
+        ) as stream:
             async for event in stream:
                 seen.append((event["type"], event["object"].metadata.name))
         await writer
@@ -209,12 +248,27 @@ async def test_discovery_and_access_review(apiserver):
             assert allowed("create", "pods") is True
             assert allowed("create", "namespaces") is False
             custom = kubernetes.client.CustomObjectsApi(api_client)
-            nso = custom.create_namespaced_custom_object(liqo.OFFLOADING_GROUP, liqo.OFFLOADING_VERSION, "default", liqo.NAMESPACE_OFFLOADING_PLURAL, {
-                "apiVersion": liqo.OFFLOADING_API_VERSION, "kind": liqo.NAMESPACE_OFFLOADING_KIND,
-                "metadata": {"name": "offloading"}, "spec": {"podOffloadingStrategy": "Remote"},
-            })
+            nso = custom.create_namespaced_custom_object(
+                liqo.OFFLOADING_GROUP,
+                liqo.OFFLOADING_VERSION,
+                "default",
+                liqo.NAMESPACE_OFFLOADING_PLURAL,
+                {
+                    "apiVersion": liqo.OFFLOADING_API_VERSION,
+                    "kind": liqo.NAMESPACE_OFFLOADING_KIND,
+                    "metadata": {"name": "offloading"},
+                    "spec": {"podOffloadingStrategy": "Remote"},
+                },
+            )
             assert nso["metadata"]["generation"] == 1
-            patched = custom.patch_namespaced_custom_object(liqo.OFFLOADING_GROUP, liqo.OFFLOADING_VERSION, "default", liqo.NAMESPACE_OFFLOADING_PLURAL, liqo.NAMESPACE_OFFLOADING_NAME, {"spec": {"podOffloadingStrategy": "Local"}})
+            patched = custom.patch_namespaced_custom_object(
+                liqo.OFFLOADING_GROUP,
+                liqo.OFFLOADING_VERSION,
+                "default",
+                liqo.NAMESPACE_OFFLOADING_PLURAL,
+                liqo.NAMESPACE_OFFLOADING_NAME,
+                {"spec": {"podOffloadingStrategy": "Local"}},
+            )
             assert patched["spec"]["podOffloadingStrategy"] == "Local" and patched["metadata"]["generation"] == 2
 
     await asyncio.to_thread(run)
@@ -239,7 +293,9 @@ async def test_bookmarks_only_when_asked(apiserver):
     async def collect(params: dict) -> list[dict]:
         async with aiohttp.ClientSession() as session:
             url = f"{apiserver.url}/api/v1/namespaces/default/pods"
-            async with session.get(url, params={"watch": "true", "timeoutSeconds": "1", "resourceVersion": str(apiserver.store.resource_version), **params}) as resp:
+            async with session.get(
+                url, params={"watch": "true", "timeoutSeconds": "1", "resourceVersion": str(apiserver.store.resource_version), **params}
+            ) as resp:
                 return [json.loads(line) for line in (await resp.text()).splitlines()]
 
     plain = await collect({})
@@ -258,7 +314,9 @@ async def test_status_subresource_and_dry_run(apiserver):
             # Status written through the main resource is ignored, through /status it lands.
             core.patch_namespaced_pod("nb", "default", {"status": {"phase": "Running"}}, _content_type="application/merge-patch+json")
             assert core.read_namespaced_pod("nb", "default").status.phase == "Pending"
-            core.patch_namespaced_pod_status("nb", "default", {"status": {"phase": "Running", "podIP": "127.0.0.5"}}, _content_type="application/merge-patch+json")
+            core.patch_namespaced_pod_status(
+                "nb", "default", {"status": {"phase": "Running", "podIP": "127.0.0.5"}}, _content_type="application/merge-patch+json"
+            )
             pod = core.read_namespaced_pod("nb", "default")
             assert (pod.status.phase, pod.status.pod_ip) == ("Running", "127.0.0.5")
             dry = core.create_namespaced_pod("default", pod_manifest("ghost"), dry_run="All")
@@ -283,7 +341,12 @@ async def test_log_subresource_delete_collection_and_quantities(apiserver, tmp_p
             with pytest.raises(ApiException) as err:
                 core.read_namespaced_pod_log("waiting", "default")
             assert err.value.status == 400 and "is waiting to start" in status_of(err.value)["message"]
-            patched = core.patch_namespaced_pod("nb", "default", {"spec": {"containers": [{"name": "notebook", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}, _content_type="application/strategic-merge-patch+json")
+            patched = core.patch_namespaced_pod(
+                "nb",
+                "default",
+                {"spec": {"containers": [{"name": "notebook", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}},
+                _content_type="application/strategic-merge-patch+json",
+            )
             assert patched.spec.containers[0].resources.limits == {"nvidia.com/gpu": "1"}
             core.delete_collection_namespaced_pod("default", label_selector="app=nb")
             return core.list_namespaced_pod("default").items
@@ -311,7 +374,9 @@ async def test_http_edge_cases(apiserver):
             assert resp.status == 410 and (await resp.json())["reason"] == "Expired"
         async with session.get(base, params={"resourceVersion": "0", "resourceVersionMatch": "Newest"}) as resp:
             assert resp.status == 400
-        async with session.get(base, params={"resourceVersion": "0", "resourceVersionMatch": "NotOlderThan", "labelSelector": "", "fieldSelector": ""}) as resp:
+        async with session.get(
+            base, params={"resourceVersion": "0", "resourceVersionMatch": "NotOlderThan", "labelSelector": "", "fieldSelector": ""}
+        ) as resp:
             listed = await resp.json()
             assert listed["kind"] == "PodList" and [p["metadata"]["name"] for p in listed["items"]] == ["nb"]
             assert listed["metadata"]["resourceVersion"] == str(apiserver.store.resource_version)

@@ -27,7 +27,10 @@ async def small_history():
 
 async def call(server: ApiServer, method: str, path: str, body=None, content_type: str = "application/json", **query) -> tuple[int, dict]:
     data = body if isinstance(body, (str, bytes)) or body is None else json.dumps(body)
-    async with aiohttp.ClientSession() as http, http.request(method, server.url + path, data=data, params=query, headers={"Content-Type": content_type}) as r:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.request(method, server.url + path, data=data, params=query, headers={"Content-Type": content_type}) as r,
+    ):
         return r.status, await r.json(content_type=None)
 
 
@@ -53,7 +56,9 @@ async def test_paging_tokens_and_expiry(small_history):
         server.store.create("configmaps", configmap(f"later-{i}"), "default")
     code, expired = await call(server, "GET", "/api/v1/namespaces/default/configmaps", limit="2", **{"continue": token})
     assert code == 410 and expired["reason"] == "Expired" and expired["metadata"]["continue"]
-    code, resumed = await call(server, "GET", "/api/v1/namespaces/default/configmaps", limit="100", **{"continue": expired["metadata"]["continue"]})
+    code, resumed = await call(
+        server, "GET", "/api/v1/namespaces/default/configmaps", limit="100", **{"continue": expired["metadata"]["continue"]}
+    )
     assert code == 200 and resumed["items"][0]["metadata"]["name"] == "cm-2"
     code, bad = await call(server, "GET", "/api/v1/namespaces/default/configmaps", limit="2", **{"continue": "garbage"})
     assert code == 400 and bad["message"].startswith("continue key is not valid")
@@ -72,7 +77,12 @@ async def test_delete_answers_per_registry(apiserver):
 
 
 async def test_secret_string_data_on_create_and_replace(apiserver):
-    code, created = await call(apiserver, "POST", "/api/v1/namespaces/default/secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "stringData": {"k": "v"}})
+    code, created = await call(
+        apiserver,
+        "POST",
+        "/api/v1/namespaces/default/secrets",
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "stringData": {"k": "v"}},
+    )
     assert code == 201 and created["data"] == {"k": base64.b64encode(b"v").decode()} and "stringData" not in created
     created["stringData"] = {"k": "w"}
     code, replaced = await call(apiserver, "PUT", "/api/v1/namespaces/default/secrets/s", created)
@@ -87,24 +97,68 @@ async def test_apply_create_conflict_force_and_shared_values(apiserver):
     code, created = await call(apiserver, "PATCH", path, yaml_body, "application/apply-patch+yaml", fieldManager="one")
     assert code == 201 and created["metadata"]["managedFields"][0]["fieldsV1"] == {"f:data": {"f:x": {}, "f:y": {}}}
     # the same value is shared ownership, not a conflict
-    code, shared = await call(apiserver, "PATCH", path, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": "1"}}, "application/apply-patch+yaml", fieldManager="two")
+    code, shared = await call(
+        apiserver,
+        "PATCH",
+        path,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": "1"}},
+        "application/apply-patch+yaml",
+        fieldManager="two",
+    )
     assert code == 200 and {m["manager"] for m in shared["metadata"]["managedFields"]} == {"one", "two"}
-    code, conflict = await call(apiserver, "PATCH", path, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"y": "3"}}, "application/apply-patch+yaml", fieldManager="two")
-    assert code == 409 and conflict["details"]["causes"] == [{"reason": "FieldManagerConflict", "message": 'conflict with "one" using v1', "field": ".data.y"}]
+    code, conflict = await call(
+        apiserver,
+        "PATCH",
+        path,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"y": "3"}},
+        "application/apply-patch+yaml",
+        fieldManager="two",
+    )
+    assert code == 409 and conflict["details"]["causes"] == [
+        {"reason": "FieldManagerConflict", "message": 'conflict with "one" using v1', "field": ".data.y"}
+    ]
     # objects written without apply belong to before-first-apply
     apiserver.store.create("configmaps", configmap("plain", k="v"), "default")
-    code, conflict = await call(apiserver, "PATCH", "/api/v1/namespaces/default/configmaps/plain", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain"}, "data": {"k": "w"}}, "application/apply-patch+yaml", fieldManager="three")
+    code, conflict = await call(
+        apiserver,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/plain",
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain"}, "data": {"k": "w"}},
+        "application/apply-patch+yaml",
+        fieldManager="three",
+    )
     assert code == 409 and 'conflict with "before-first-apply"' in conflict["message"]
-    code, forced = await call(apiserver, "PATCH", "/api/v1/namespaces/default/configmaps/plain", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain"}, "data": {"k": "w"}}, "application/apply-patch+yaml", fieldManager="three", force="true")
+    code, forced = await call(
+        apiserver,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/plain",
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain"}, "data": {"k": "w"}},
+        "application/apply-patch+yaml",
+        fieldManager="three",
+        force="true",
+    )
     assert code == 200 and forced["data"] == {"k": "w"}
-    code, wrong = await call(apiserver, "PATCH", path, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a"}}, "application/apply-patch+yaml", fieldManager="one")
+    code, wrong = await call(
+        apiserver,
+        "PATCH",
+        path,
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a"}},
+        "application/apply-patch+yaml",
+        fieldManager="one",
+    )
     assert code == 400
 
 
 async def test_events_v1_watch_converts_core_events(apiserver):
     store = apiserver.store
     rv = str(store.resource_version)
-    async with aiohttp.ClientSession() as http, http.get(apiserver.url + "/apis/events.k8s.io/v1/namespaces/default/events", params={"watch": "true", "resourceVersion": rv, "timeoutSeconds": "5"}) as r:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(
+            apiserver.url + "/apis/events.k8s.io/v1/namespaces/default/events",
+            params={"watch": "true", "resourceVersion": rv, "timeoutSeconds": "5"},
+        ) as r,
+    ):
         assert r.status == 200
         pod = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p", "namespace": "default", "uid": "u"}}
         store.record_event(pod, "Started", "Started container c", host="n")

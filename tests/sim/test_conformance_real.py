@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
 from helpers.programs import FETCH, NETWORK_SERVER
 
 pytestmark = pytest.mark.realcluster
@@ -85,7 +84,9 @@ def test_namespace_with_running_pod_is_deleted(core_v1, real_cluster):
     ns = name("gpuburst-test-nsdel")
     core_v1.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     try:
-        make_pod(core_v1, ns, "sleeper", {"containers": [sh(real_cluster.test_image, "exec sleep 3600")], "terminationGracePeriodSeconds": 5})
+        make_pod(
+            core_v1, ns, "sleeper", {"containers": [sh(real_cluster.test_image, "exec sleep 3600")], "terminationGracePeriodSeconds": 5}
+        )
         wait("pod running", lambda: read_pod(core_v1, ns, "sleeper")["status"].get("phase") == "Running", real_cluster.start_timeout)
         # the answer to the DELETE is the namespace, Terminating while its pods are killed (read
         # afterwards, it may already be gone: `sleep` ends at once on SIGTERM)
@@ -113,12 +114,36 @@ def test_namespace_with_running_pod_is_deleted(core_v1, real_cluster):
 def test_readiness_probes_drive_ready(core_v1, test_namespace, real_cluster, cleanup):
     closed, flag = name("closed-port"), name("flag")
     cleanup += [closed, flag]
-    make_pod(core_v1, test_namespace, closed, {"containers": [sh(real_cluster.test_image, "exec sleep 3600", readinessProbe={"tcpSocket": {"port": 8081}, "periodSeconds": 1, "failureThreshold": 1})]})
-    make_pod(core_v1, test_namespace, flag, {
-        "containers": [sh(real_cluster.test_image, "sleep 3; touch /flags/ready; exec sleep 3600", readinessProbe={"exec": {"command": ["test", "-f", "/flags/ready"]}, "periodSeconds": 1},
-                          volumeMounts=[{"name": "flags", "mountPath": "/flags"}])],
-        "volumes": [{"name": "flags", "emptyDir": {}}],
-    })
+    make_pod(
+        core_v1,
+        test_namespace,
+        closed,
+        {
+            "containers": [
+                sh(
+                    real_cluster.test_image,
+                    "exec sleep 3600",
+                    readinessProbe={"tcpSocket": {"port": 8081}, "periodSeconds": 1, "failureThreshold": 1},
+                )
+            ]
+        },
+    )
+    make_pod(
+        core_v1,
+        test_namespace,
+        flag,
+        {
+            "containers": [
+                sh(
+                    real_cluster.test_image,
+                    "sleep 3; touch /flags/ready; exec sleep 3600",
+                    readinessProbe={"exec": {"command": ["test", "-f", "/flags/ready"]}, "periodSeconds": 1},
+                    volumeMounts=[{"name": "flags", "mountPath": "/flags"}],
+                )
+            ],
+            "volumes": [{"name": "flags", "emptyDir": {}}],
+        },
+    )
     wait("flag pod ready", lambda: condition(read_pod(core_v1, test_namespace, flag), "Ready") == "True", real_cluster.start_timeout)
     pod = read_pod(core_v1, test_namespace, closed)
     assert pod["status"]["phase"] == "Running"
@@ -132,14 +157,26 @@ def test_restart_policy_and_every_container(core_v1, test_namespace, real_cluste
     crash, ordered, once = name("crash"), name("ordered"), name("once")
     cleanup += [crash, ordered, once]
     image = real_cluster.test_image
-    make_pod(core_v1, test_namespace, crash, {"restartPolicy": "Always", "containers": [sh(image, "echo crashing; exit 3"), sh(image, "exec sleep 3600", "sidecar")]})
-    make_pod(core_v1, test_namespace, ordered, {
-        "restartPolicy": "Never",
-        "initContainers": [sh(image, "echo first >> /work/order", "init-a", volumeMounts=[{"name": "w", "mountPath": "/work"}]),
-                           sh(image, "echo second >> /work/order", "init-b", volumeMounts=[{"name": "w", "mountPath": "/work"}])],
-        "containers": [sh(image, "cat /work/order", volumeMounts=[{"name": "w", "mountPath": "/work"}])],
-        "volumes": [{"name": "w", "emptyDir": {}}],
-    })
+    make_pod(
+        core_v1,
+        test_namespace,
+        crash,
+        {"restartPolicy": "Always", "containers": [sh(image, "echo crashing; exit 3"), sh(image, "exec sleep 3600", "sidecar")]},
+    )
+    make_pod(
+        core_v1,
+        test_namespace,
+        ordered,
+        {
+            "restartPolicy": "Never",
+            "initContainers": [
+                sh(image, "echo first >> /work/order", "init-a", volumeMounts=[{"name": "w", "mountPath": "/work"}]),
+                sh(image, "echo second >> /work/order", "init-b", volumeMounts=[{"name": "w", "mountPath": "/work"}]),
+            ],
+            "containers": [sh(image, "cat /work/order", volumeMounts=[{"name": "w", "mountPath": "/work"}])],
+            "volumes": [{"name": "w", "emptyDir": {}}],
+        },
+    )
     make_pod(core_v1, test_namespace, once, {"restartPolicy": "OnFailure", "containers": [sh(image, "exit 0")]})
 
     def crash_looping() -> dict | None:
@@ -153,11 +190,19 @@ def test_restart_policy_and_every_container(core_v1, test_namespace, real_cluste
     assert main["lastState"]["terminated"]["exitCode"] == 3 and main["lastState"]["terminated"]["reason"] == "Error"
     assert "running" in container_status(pod, "sidecar")["state"]
     assert pod["status"]["phase"] == "Running"
-    done = wait("ordered pod done", lambda: (p := read_pod(core_v1, test_namespace, ordered))["status"].get("phase") in ("Succeeded", "Failed") and p, real_cluster.start_timeout)
+    done = wait(
+        "ordered pod done",
+        lambda: (p := read_pod(core_v1, test_namespace, ordered))["status"].get("phase") in ("Succeeded", "Failed") and p,
+        real_cluster.start_timeout,
+    )
     assert done["status"]["phase"] == "Succeeded"
     assert [c["state"]["terminated"]["exitCode"] for c in done["status"]["initContainerStatuses"]] == [0, 0]
     assert logs(core_v1, test_namespace, ordered).split() == ["first", "second"]
-    finished = wait("OnFailure pod done", lambda: (p := read_pod(core_v1, test_namespace, once))["status"].get("phase") in ("Succeeded", "Failed") and p, real_cluster.start_timeout)
+    finished = wait(
+        "OnFailure pod done",
+        lambda: (p := read_pod(core_v1, test_namespace, once))["status"].get("phase") in ("Succeeded", "Failed") and p,
+        real_cluster.start_timeout,
+    )
     assert finished["status"]["phase"] == "Succeeded" and container_status(finished, "main")["restartCount"] == 0
 
 
@@ -167,10 +212,24 @@ def test_exec_streams_and_exit_code(core_v1, test_namespace, real_cluster, clean
 
     pod_name = name("exec")
     cleanup.append(pod_name)
-    make_pod(core_v1, test_namespace, pod_name, {"containers": [sh(real_cluster.test_image, "exec sleep 3600", env=[{"name": "GREETING", "value": "hello"}])]})
+    make_pod(
+        core_v1,
+        test_namespace,
+        pod_name,
+        {"containers": [sh(real_cluster.test_image, "exec sleep 3600", env=[{"name": "GREETING", "value": "hello"}])]},
+    )
     wait("pod running", lambda: read_pod(core_v1, test_namespace, pod_name)["status"].get("phase") == "Running", real_cluster.start_timeout)
-    resp = stream(core_v1.connect_get_namespaced_pod_exec, pod_name, test_namespace, command=["sh", "-c", 'echo "$GREETING"; echo oops >&2; read line; echo "got $line"; exit 3'],
-                  stdin=True, stdout=True, stderr=True, tty=False, _preload_content=False)
+    resp = stream(
+        core_v1.connect_get_namespaced_pod_exec,
+        pod_name,
+        test_namespace,
+        command=["sh", "-c", 'echo "$GREETING"; echo oops >&2; read line; echo "got $line"; exit 3'],
+        stdin=True,
+        stdout=True,
+        stderr=True,
+        tty=False,
+        _preload_content=False,
+    )
     resp.write_stdin("ping\n")
     out, err = "", ""
     deadline = time.monotonic() + 30
@@ -182,7 +241,19 @@ def test_exec_streams_and_exit_code(core_v1, test_namespace, real_cluster, clean
     assert out.split("\n")[:2] == ["hello", "got ping"]
     assert err.strip() == "oops"
     assert resp.returncode == 3
-    assert stream(core_v1.connect_get_namespaced_pod_exec, pod_name, test_namespace, command=["hostname"], stdout=True, stderr=True, stdin=False, tty=False).strip() == pod_name
+    assert (
+        stream(
+            core_v1.connect_get_namespaced_pod_exec,
+            pod_name,
+            test_namespace,
+            command=["hostname"],
+            stdout=True,
+            stderr=True,
+            stdin=False,
+            tty=False,
+        ).strip()
+        == pod_name
+    )
 
 
 # 5. Volumes appear as directories; the hostname is the pod name; claims keep their data.
@@ -191,21 +262,46 @@ def test_volumes_and_hostname(core_v1, test_namespace, real_cluster, cleanup):
     cleanup.append(pod_name)
     core_v1.create_namespaced_config_map(test_namespace, {"metadata": {"name": pod_name}, "data": {"greeting": "hi from a configmap"}})
     core_v1.create_namespaced_secret(test_namespace, {"metadata": {"name": pod_name}, "stringData": {"token": "s3cret"}})
-    script = ("cat /cfg/greeting; echo; cat /sec/token; echo; cat /meta/name; echo; cat /proj/greeting; echo; cat /proj/labels; echo; "
-              "test -d /scratch && echo scratch-ok; hostname")
-    mounts = [{"name": "cfg", "mountPath": "/cfg"}, {"name": "sec", "mountPath": "/sec"}, {"name": "meta", "mountPath": "/meta"}, {"name": "proj", "mountPath": "/proj"}, {"name": "scratch", "mountPath": "/scratch"}]
-    make_pod(core_v1, test_namespace, pod_name, {
-        "restartPolicy": "Never",
-        "containers": [sh(real_cluster.test_image, script, volumeMounts=mounts)],
-        "volumes": [
-            {"name": "cfg", "configMap": {"name": pod_name}},
-            {"name": "sec", "secret": {"secretName": pod_name}},
-            {"name": "meta", "downwardAPI": {"items": [{"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}},
-            {"name": "proj", "projected": {"sources": [{"configMap": {"name": pod_name}}, {"downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}]}},
-            {"name": "scratch", "emptyDir": {}},
-        ],
-    })
-    done = wait("pod done", lambda: (p := read_pod(core_v1, test_namespace, pod_name))["status"].get("phase") in ("Succeeded", "Failed") and p, real_cluster.start_timeout)
+    script = (
+        "cat /cfg/greeting; echo; cat /sec/token; echo; cat /meta/name; echo; cat /proj/greeting; echo; cat /proj/labels; echo; "
+        "test -d /scratch && echo scratch-ok; hostname"
+    )
+    mounts = [
+        {"name": "cfg", "mountPath": "/cfg"},
+        {"name": "sec", "mountPath": "/sec"},
+        {"name": "meta", "mountPath": "/meta"},
+        {"name": "proj", "mountPath": "/proj"},
+        {"name": "scratch", "mountPath": "/scratch"},
+    ]
+    make_pod(
+        core_v1,
+        test_namespace,
+        pod_name,
+        {
+            "restartPolicy": "Never",
+            "containers": [sh(real_cluster.test_image, script, volumeMounts=mounts)],
+            "volumes": [
+                {"name": "cfg", "configMap": {"name": pod_name}},
+                {"name": "sec", "secret": {"secretName": pod_name}},
+                {"name": "meta", "downwardAPI": {"items": [{"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}},
+                {
+                    "name": "proj",
+                    "projected": {
+                        "sources": [
+                            {"configMap": {"name": pod_name}},
+                            {"downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+                        ]
+                    },
+                },
+                {"name": "scratch", "emptyDir": {}},
+            ],
+        },
+    )
+    done = wait(
+        "pod done",
+        lambda: (p := read_pod(core_v1, test_namespace, pod_name))["status"].get("phase") in ("Succeeded", "Failed") and p,
+        real_cluster.start_timeout,
+    )
     assert done["status"]["phase"] == "Succeeded", logs(core_v1, test_namespace, pod_name)
     lines = logs(core_v1, test_namespace, pod_name).splitlines()
     assert lines == ["hi from a configmap", "s3cret", pod_name, "hi from a configmap", "", "scratch-ok", pod_name]
@@ -216,16 +312,32 @@ def test_a_path_written_in_a_file_finds_its_volume(core_v1, test_namespace, real
     it: mounts are at their mountPath, whatever way the program learns it."""
     pod_name = name("abspath")
     cleanup.append(pod_name)
-    core_v1.create_namespaced_config_map(test_namespace, {"metadata": {"name": pod_name}, "data": {"where": "/etc/gpuburst-app/secret/token"}})
+    core_v1.create_namespaced_config_map(
+        test_namespace, {"metadata": {"name": pod_name}, "data": {"where": "/etc/gpuburst-app/secret/token"}}
+    )
     core_v1.create_namespaced_secret(test_namespace, {"metadata": {"name": pod_name}, "stringData": {"token": "found"}})
-    mounts = [{"name": "cfg", "mountPath": "/etc/gpuburst-app/where", "subPath": "where"}, {"name": "sec", "mountPath": "/etc/gpuburst-app/secret", "readOnly": True}]
-    script = "cat \"$(cat \"$WHERE\")\"; echo; touch /etc/gpuburst-app/secret/new 2>/dev/null && echo writable || echo read-only"
-    make_pod(core_v1, test_namespace, pod_name, {
-        "restartPolicy": "Never",
-        "containers": [sh(real_cluster.test_image, script, env=[{"name": "WHERE", "value": "/etc/gpuburst-app/where"}], volumeMounts=mounts)],
-        "volumes": [{"name": "cfg", "configMap": {"name": pod_name}}, {"name": "sec", "secret": {"secretName": pod_name}}],
-    })
-    done = wait("pod done", lambda: (p := read_pod(core_v1, test_namespace, pod_name))["status"].get("phase") in ("Succeeded", "Failed") and p, real_cluster.start_timeout)
+    mounts = [
+        {"name": "cfg", "mountPath": "/etc/gpuburst-app/where", "subPath": "where"},
+        {"name": "sec", "mountPath": "/etc/gpuburst-app/secret", "readOnly": True},
+    ]
+    script = 'cat "$(cat "$WHERE")"; echo; touch /etc/gpuburst-app/secret/new 2>/dev/null && echo writable || echo read-only'
+    make_pod(
+        core_v1,
+        test_namespace,
+        pod_name,
+        {
+            "restartPolicy": "Never",
+            "containers": [
+                sh(real_cluster.test_image, script, env=[{"name": "WHERE", "value": "/etc/gpuburst-app/where"}], volumeMounts=mounts)
+            ],
+            "volumes": [{"name": "cfg", "configMap": {"name": pod_name}}, {"name": "sec", "secret": {"secretName": pod_name}}],
+        },
+    )
+    done = wait(
+        "pod done",
+        lambda: (p := read_pod(core_v1, test_namespace, pod_name))["status"].get("phase") in ("Succeeded", "Failed") and p,
+        real_cluster.start_timeout,
+    )
     assert done["status"]["phase"] == "Succeeded", logs(core_v1, test_namespace, pod_name)
     assert logs(core_v1, test_namespace, pod_name).splitlines() == ["found", "read-only"]
 
@@ -233,13 +345,30 @@ def test_a_path_written_in_a_file_finds_its_volume(core_v1, test_namespace, real
 def test_claim_data_outlives_the_pod(core_v1, test_namespace, real_cluster, cleanup):
     claim, writer, reader = name("claim"), name("writer"), name("reader")
     cleanup += [writer, reader]
-    core_v1.create_namespaced_persistent_volume_claim(test_namespace, {"metadata": {"name": claim}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Mi"}}}})
+    core_v1.create_namespaced_persistent_volume_claim(
+        test_namespace,
+        {"metadata": {"name": claim}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Mi"}}}},
+    )
     volume = [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
     mount = [{"name": "data", "mountPath": "/data"}]
-    make_pod(core_v1, test_namespace, writer, {"restartPolicy": "Never", "containers": [sh(real_cluster.test_image, "echo kept > /data/file", volumeMounts=mount)], "volumes": volume})
+    make_pod(
+        core_v1,
+        test_namespace,
+        writer,
+        {
+            "restartPolicy": "Never",
+            "containers": [sh(real_cluster.test_image, "echo kept > /data/file", volumeMounts=mount)],
+            "volumes": volume,
+        },
+    )
     wait("writer done", lambda: read_pod(core_v1, test_namespace, writer)["status"].get("phase") == "Succeeded", real_cluster.start_timeout)
     core_v1.delete_namespaced_pod(writer, test_namespace)
-    make_pod(core_v1, test_namespace, reader, {"restartPolicy": "Never", "containers": [sh(real_cluster.test_image, "cat /data/file", volumeMounts=mount)], "volumes": volume})
+    make_pod(
+        core_v1,
+        test_namespace,
+        reader,
+        {"restartPolicy": "Never", "containers": [sh(real_cluster.test_image, "cat /data/file", volumeMounts=mount)], "volumes": volume},
+    )
     wait("reader done", lambda: read_pod(core_v1, test_namespace, reader)["status"].get("phase") == "Succeeded", real_cluster.start_timeout)
     assert logs(core_v1, test_namespace, reader).strip() == "kept"
 
@@ -247,10 +376,18 @@ def test_claim_data_outlives_the_pod(core_v1, test_namespace, real_cluster, clea
 # 6. Secret stringData is write-only: encoded into data.
 def test_secret_string_data_is_encoded_into_data(core_v1, test_namespace):
     secret = name("sd")
-    created = json.loads(core_v1.create_namespaced_secret(test_namespace, {"metadata": {"name": secret}, "data": {"a": base64.b64encode(b"old").decode()}, "stringData": {"a": "new", "b": "plain"}}, _preload_content=False).data)
+    created = json.loads(
+        core_v1.create_namespaced_secret(
+            test_namespace,
+            {"metadata": {"name": secret}, "data": {"a": base64.b64encode(b"old").decode()}, "stringData": {"a": "new", "b": "plain"}},
+            _preload_content=False,
+        ).data
+    )
     assert "stringData" not in created
     assert {k: base64.b64decode(v).decode() for k, v in created["data"].items()} == {"a": "new", "b": "plain"}
-    replaced = json.loads(core_v1.patch_namespaced_secret(secret, test_namespace, {"stringData": {"c": "more"}}, _preload_content=False).data)
+    replaced = json.loads(
+        core_v1.patch_namespaced_secret(secret, test_namespace, {"stringData": {"c": "more"}}, _preload_content=False).data
+    )
     assert "stringData" not in replaced and base64.b64decode(replaced["data"]["c"]) == b"more"
     core_v1.delete_namespaced_secret(secret, test_namespace)
 
@@ -276,13 +413,25 @@ def test_server_side_apply(core_v1, test_namespace):
         from kubernetes.client.exceptions import ApiException
 
         try:
-            resp = core_v1.patch_namespaced_config_map(cm, test_namespace, body, field_manager=manager, force=force or None,
-                                                       _content_type="application/apply-patch+yaml", _preload_content=False)
+            resp = core_v1.patch_namespaced_config_map(
+                cm,
+                test_namespace,
+                body,
+                field_manager=manager,
+                force=force or None,
+                _content_type="application/apply-patch+yaml",
+                _preload_content=False,
+            )
         except ApiException as exc:
             return exc.status, json.loads(exc.body)
         return resp.status, json.loads(resp.data)
 
-    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm, "labels": {"owner": "a"}}, "data": {"shared": "1", "a-only": "x"}}
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": cm, "labels": {"owner": "a"}},
+        "data": {"shared": "1", "a-only": "x"},
+    }
     code, created = apply(config, "manager-a")
     assert code == 201 and created["data"] == {"shared": "1", "a-only": "x"}
     entry = next(m for m in created["metadata"]["managedFields"] if m["manager"] == "manager-a")
@@ -290,10 +439,14 @@ def test_server_side_apply(core_v1, test_namespace):
     code, conflict = apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm}, "data": {"shared": "2"}}, "manager-b")
     assert code == 409 and conflict["reason"] == "Conflict" and "manager-a" in conflict["message"]
     assert json.loads(core_v1.read_namespaced_config_map(cm, test_namespace, _preload_content=False).data)["data"]["shared"] == "1"
-    code, forced = apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm}, "data": {"shared": "2"}}, "manager-b", force=True)
+    code, forced = apply(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm}, "data": {"shared": "2"}}, "manager-b", force=True
+    )
     assert code == 200 and forced["data"] == {"shared": "2", "a-only": "x"}
     # manager-a drops a field it alone owns: it goes; the field it lost stays with manager-b
-    code, pruned = apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm, "labels": {"owner": "a"}}, "data": {}}, "manager-a")
+    code, pruned = apply(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm, "labels": {"owner": "a"}}, "data": {}}, "manager-a"
+    )
     assert code == 200 and pruned["data"] == {"shared": "2"}
     core_v1.delete_namespaced_config_map(cm, test_namespace)
 
@@ -306,15 +459,27 @@ def test_events_v1_watch_sees_new_event(kube_client, core_v1, test_namespace):
     rv = json.loads(events_v1.list_namespaced_event(test_namespace, _preload_content=False).data)["metadata"]["resourceVersion"]
     ev_name = name("ev")
     now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
-    events_v1.create_namespaced_event(test_namespace, {
-        "apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": ev_name},
-        "eventTime": now, "reportingController": "gpuburst.io/tests", "reportingInstance": "tests", "action": "Testing",
-        "reason": "Conformance", "note": "watched", "type": "Normal",
-        "regarding": {"kind": "Namespace", "name": test_namespace, "apiVersion": "v1"},
-    })
+    events_v1.create_namespaced_event(
+        test_namespace,
+        {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"name": ev_name},
+            "eventTime": now,
+            "reportingController": "gpuburst.io/tests",
+            "reportingInstance": "tests",
+            "action": "Testing",
+            "reason": "Conformance",
+            "note": "watched",
+            "type": "Normal",
+            "regarding": {"kind": "Namespace", "name": test_namespace, "apiVersion": "v1"},
+        },
+    )
     # raw JSON: the client's model rejects kubelet events, whose eventTime is null in this API
     seen = None
-    resp = events_v1.list_namespaced_event(test_namespace, watch=True, resource_version=rv, timeout_seconds=20, _preload_content=False, _request_timeout=30)
+    resp = events_v1.list_namespaced_event(
+        test_namespace, watch=True, resource_version=rv, timeout_seconds=20, _preload_content=False, _request_timeout=30
+    )
     try:
         for line in _lines(resp):
             event = json.loads(line)
@@ -374,16 +539,54 @@ def test_post_start_hook_runs_before_running_and_its_failure_kills(core_v1, test
     good, bad = name("poststart"), name("poststart-fails")
     cleanup += [good, bad]
     mount = [{"name": "w", "mountPath": "/w"}]
-    make_pod(core_v1, test_namespace, good, {
-        "containers": [sh(real_cluster.test_image, "exec sleep 3600", volumeMounts=mount, lifecycle={"postStart": {"exec": {"command": ["sh", "-c", "sleep 2; echo hooked > /w/post"]}}})],
-        "volumes": [{"name": "w", "emptyDir": {}}],
-    })
-    make_pod(core_v1, test_namespace, bad, {"containers": [sh(real_cluster.test_image, "exec sleep 3600", lifecycle={"postStart": {"exec": {"command": ["sh", "-c", "exit 3"]}}})]})
-    wait("hooked pod running", lambda: "running" in (container_status(read_pod(core_v1, test_namespace, good), "main").get("state") or {}), real_cluster.start_timeout)
+    make_pod(
+        core_v1,
+        test_namespace,
+        good,
+        {
+            "containers": [
+                sh(
+                    real_cluster.test_image,
+                    "exec sleep 3600",
+                    volumeMounts=mount,
+                    lifecycle={"postStart": {"exec": {"command": ["sh", "-c", "sleep 2; echo hooked > /w/post"]}}},
+                )
+            ],
+            "volumes": [{"name": "w", "emptyDir": {}}],
+        },
+    )
+    make_pod(
+        core_v1,
+        test_namespace,
+        bad,
+        {
+            "containers": [
+                sh(real_cluster.test_image, "exec sleep 3600", lifecycle={"postStart": {"exec": {"command": ["sh", "-c", "exit 3"]}}})
+            ]
+        },
+    )
+    wait(
+        "hooked pod running",
+        lambda: "running" in (container_status(read_pod(core_v1, test_namespace, good), "main").get("state") or {}),
+        real_cluster.start_timeout,
+    )
     # the container is Running only once its postStart hook has returned: the hook's file is there
-    out = stream(core_v1.connect_get_namespaced_pod_exec, good, test_namespace, command=["cat", "/w/post"], stdout=True, stderr=True, stdin=False, tty=False)
+    out = stream(
+        core_v1.connect_get_namespaced_pod_exec,
+        good,
+        test_namespace,
+        command=["cat", "/w/post"],
+        stdout=True,
+        stderr=True,
+        stdin=False,
+        tty=False,
+    )
     assert out.strip() == "hooked"
-    wait("failing hook restarts the container", lambda: container_status(read_pod(core_v1, test_namespace, bad), "main").get("restartCount", 0) >= 1, real_cluster.start_timeout + 30)
+    wait(
+        "failing hook restarts the container",
+        lambda: container_status(read_pod(core_v1, test_namespace, bad), "main").get("restartCount", 0) >= 1,
+        real_cluster.start_timeout + 30,
+    )
     reasons = {e.reason for e in core_v1.list_namespaced_event(test_namespace, field_selector=f"involvedObject.name={bad}").items}
     assert "FailedPostStartHook" in reasons
 
@@ -398,14 +601,29 @@ def test_pre_stop_hook_runs_before_sigterm(core_v1, test_namespace, real_cluster
         "trap 'if [ -f /w/prestop ]; then echo hook-first > /w/at-term; else echo term-first > /w/at-term; fi; exit 0' TERM; "
         "sleep 1; touch /w/sick; while true; do sleep 1; done"
     )
-    make_pod(core_v1, test_namespace, pod_name, {
-        "terminationGracePeriodSeconds": 10,
-        "containers": [sh(real_cluster.test_image, script, volumeMounts=[{"name": "w", "mountPath": "/w"}],
-                          livenessProbe={"exec": {"command": ["sh", "-c", "test ! -f /w/sick"]}, "periodSeconds": 1, "failureThreshold": 1},
-                          lifecycle={"preStop": {"exec": {"command": ["touch", "/w/prestop"]}}})],
-        "volumes": [{"name": "w", "emptyDir": {}}],
-    })
-    wait("container restarted after the liveness kill", lambda: container_status(read_pod(core_v1, test_namespace, pod_name), "main").get("restartCount", 0) >= 1, real_cluster.start_timeout + 30)
+    make_pod(
+        core_v1,
+        test_namespace,
+        pod_name,
+        {
+            "terminationGracePeriodSeconds": 10,
+            "containers": [
+                sh(
+                    real_cluster.test_image,
+                    script,
+                    volumeMounts=[{"name": "w", "mountPath": "/w"}],
+                    livenessProbe={"exec": {"command": ["sh", "-c", "test ! -f /w/sick"]}, "periodSeconds": 1, "failureThreshold": 1},
+                    lifecycle={"preStop": {"exec": {"command": ["touch", "/w/prestop"]}}},
+                )
+            ],
+            "volumes": [{"name": "w", "emptyDir": {}}],
+        },
+    )
+    wait(
+        "container restarted after the liveness kill",
+        lambda: container_status(read_pod(core_v1, test_namespace, pod_name), "main").get("restartCount", 0) >= 1,
+        real_cluster.start_timeout + 30,
+    )
     assert wait("restarted instance's note", lambda: logs(core_v1, test_namespace, pod_name).strip(), 30) == "hook-first"
 
 
@@ -419,19 +637,42 @@ def test_each_pod_has_a_network_of_its_own(core_v1, test_namespace, real_cluster
     pods = {who: name(f"net{who}") for who in ("a", "b")}
     for who, pod_name in pods.items():
         cleanup.append(pod_name)
-        make_pod(core_v1, test_namespace, pod_name, {"containers": [{
-            "name": "main", "image": real_cluster.python_image, "command": ["python3", "-c", NETWORK_SERVER],
-            "env": [{"name": "WHO", "value": who}],
-            "readinessProbe": {"tcpSocket": {"port": 8000}, "periodSeconds": 1},
-        }]})
+        make_pod(
+            core_v1,
+            test_namespace,
+            pod_name,
+            {
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": real_cluster.python_image,
+                        "command": ["python3", "-c", NETWORK_SERVER],
+                        "env": [{"name": "WHO", "value": who}],
+                        "readinessProbe": {"tcpSocket": {"port": 8000}, "periodSeconds": 1},
+                    }
+                ]
+            },
+        )
     ips = {}
     for who, pod_name in pods.items():
-        ready = wait(f"pod {who} ready", lambda pod_name=pod_name: condition(p := read_pod(core_v1, test_namespace, pod_name), "Ready") == "True" and p, real_cluster.start_timeout)
+        ready = wait(
+            f"pod {who} ready",
+            lambda pod_name=pod_name: condition(p := read_pod(core_v1, test_namespace, pod_name), "Ready") == "True" and p,
+            real_cluster.start_timeout,
+        )
         ips[who] = ready["status"]["podIP"]
 
     def fetch(pod_name: str, url: str) -> str:
-        return stream(core_v1.connect_get_namespaced_pod_exec, pod_name, test_namespace, command=["python3", "-c", FETCH, url],
-                      stdout=True, stderr=True, stdin=False, tty=False).strip()
+        return stream(
+            core_v1.connect_get_namespaced_pod_exec,
+            pod_name,
+            test_namespace,
+            command=["python3", "-c", FETCH, url],
+            stdout=True,
+            stderr=True,
+            stdin=False,
+            tty=False,
+        ).strip()
 
     assert fetch(pods["a"], "http://127.0.0.1:8001/") == "private-a"
     assert fetch(pods["b"], "http://127.0.0.1:8001/") == "private-b"

@@ -17,8 +17,22 @@ from jupyter_gpuburst.sim.testing import wait_for_pod
 async def running_pod(tmp_path):
     cluster = Cluster(ClusterConfig(name="c", nodes=(NodeConfig(name="n", resources={}),)), 8, tmp_path)
     await cluster.start()
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "box"}, "spec": {"terminationGracePeriodSeconds": 1, "containers": [
-        {"name": "main", "image": "busybox", "command": [sys.executable, "-c", "import time;time.sleep(60)"], "env": [{"name": "WHO", "value": "box"}]}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "box"},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "command": [sys.executable, "-c", "import time;time.sleep(60)"],
+                    "env": [{"name": "WHO", "value": "box"}],
+                }
+            ],
+        },
+    }
     cluster.store.create("pods", pod, "default")
     await wait_for_pod(cluster.store, "default", "box", lambda p: p["status"].get("phase") == "Running")
     try:
@@ -27,10 +41,20 @@ async def running_pod(tmp_path):
         await cluster.stop()
 
 
-async def exec_ws(cluster: Cluster, protocol: str, command: list[str], stdin: bytes | None = None, *, tty: bool = False, close_stdin: bool = False) -> dict[int, bytes]:
-    params = [("command", c) for c in command] + [("stdout", "true"), ("stderr", "false" if tty else "true"), ("stdin", "true" if stdin is not None else "false"), ("tty", "true" if tty else "false")]
+async def exec_ws(
+    cluster: Cluster, protocol: str, command: list[str], stdin: bytes | None = None, *, tty: bool = False, close_stdin: bool = False
+) -> dict[int, bytes]:
+    params = [("command", c) for c in command] + [
+        ("stdout", "true"),
+        ("stderr", "false" if tty else "true"),
+        ("stdin", "true" if stdin is not None else "false"),
+        ("tty", "true" if tty else "false"),
+    ]
     channels: dict[int, bytes] = {}
-    async with aiohttp.ClientSession() as http, http.ws_connect(f"{cluster.url}/api/v1/namespaces/default/pods/box/exec", params=params, protocols=[protocol]) as ws:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.ws_connect(f"{cluster.url}/api/v1/namespaces/default/pods/box/exec", params=params, protocols=[protocol]) as ws,
+    ):
         assert ws.protocol == protocol
         if stdin is not None:
             await ws.send_bytes(b"\x00" + stdin)
@@ -68,5 +92,7 @@ async def test_refusals_before_the_upgrade(running_pod):
         async with http.get(f"{base}/absent/exec", params={"command": "true", "stdout": "true"}) as r:
             assert r.status == 404
         with pytest.raises(aiohttp.WSServerHandshakeError) as err:
-            await http.ws_connect(f"{base}/box/exec", params={"command": "no-such-binary-anywhere", "stdout": "true"}, protocols=["v4.channel.k8s.io"])
+            await http.ws_connect(
+                f"{base}/box/exec", params={"command": "no-such-binary-anywhere", "stdout": "true"}, protocols=["v4.channel.k8s.io"]
+            )
         assert err.value.status == 400

@@ -14,9 +14,7 @@ from jupyter_gpuburst.core import liqo
 KUBECTL = "/usr/bin/kubectl"
 RBAC = Path(__file__).resolve().parents[2] / "hub_config" / "rbac.yaml"
 
-pytestmark = pytest.mark.skipif(
-    not os.access(KUBECTL, os.X_OK), reason=f"{KUBECTL} is not installed on this machine"
-)
+pytestmark = pytest.mark.skipif(not os.access(KUBECTL, os.X_OK), reason=f"{KUBECTL} is not installed on this machine")
 
 
 @pytest.fixture
@@ -45,8 +43,18 @@ def gpu_node(name: str, ip: str) -> dict:
             "allocatable": {"nvidia.com/gpu": "2", "cpu": "8", "memory": "32Gi", "pods": "110"},
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready"}],
             "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
-            "nodeInfo": {"kubeletVersion": "v1.31.0", "osImage": "Debian GNU/Linux 12", "kernelVersion": "6.1.0", "containerRuntimeVersion": "process://1.0",
-                         "machineID": "m", "systemUUID": "s", "bootID": "b", "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"},
+            "nodeInfo": {
+                "kubeletVersion": "v1.31.0",
+                "osImage": "Debian GNU/Linux 12",
+                "kernelVersion": "6.1.0",
+                "containerRuntimeVersion": "process://1.0",
+                "machineID": "m",
+                "systemUUID": "s",
+                "bootID": "b",
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
         },
     }
 
@@ -63,10 +71,14 @@ async def test_get_nodes_wide_has_real_columns(apiserver, kubectl_env):
 
 
 async def test_get_pods_all_namespaces_watch_sees_new_pod(apiserver, kubectl_env):
-    proc = await asyncio.create_subprocess_exec(KUBECTL, "get", "pods", "-A", "-w", env=kubectl_env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        KUBECTL, "get", "pods", "-A", "-w", env=kubectl_env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
     try:
         await asyncio.sleep(1.0)  # let kubectl list and open its watch
-        apiserver.store.create("pods", {"metadata": {"name": "watched"}, "spec": {"containers": [{"name": "notebook", "image": "x:1"}]}}, "kube-public")
+        apiserver.store.create(
+            "pods", {"metadata": {"name": "watched"}, "spec": {"containers": [{"name": "notebook", "image": "x:1"}]}}, "kube-public"
+        )
         lines = []
         while True:
             line = (await asyncio.wait_for(proc.stdout.readline(), 15)).decode()
@@ -82,7 +94,8 @@ async def test_get_pods_all_namespaces_watch_sees_new_pod(apiserver, kubectl_env
 
 async def test_create_events_and_delete(apiserver, kubectl_env, tmp_path):
     manifest = tmp_path / "objects.yaml"
-    manifest.write_text(textwrap.dedent(f"""\
+    manifest.write_text(
+        textwrap.dedent(f"""\
         apiVersion: v1
         kind: Pod
         metadata:
@@ -101,15 +114,30 @@ async def test_create_events_and_delete(apiserver, kubectl_env, tmp_path):
         spec:
           podOffloadingStrategy: LocalAndRemote
           namespaceMappingStrategy: DefaultName
-        """))
+        """)
+    )
     out = await kubectl(kubectl_env, "create", "-f", str(manifest))
     assert "pod/nb created" in out and f"{liqo.NAMESPACE_OFFLOADING_PLURAL[:-1]}.{liqo.OFFLOADING_GROUP}/offloading created" in out
     pod = apiserver.store.get("pods", "default", "nb")
     assert pod["spec"]["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu": "1"}
-    assert apiserver.store.get(f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}", "default", "offloading")["spec"]["podOffloadingStrategy"] == "LocalAndRemote"
+    assert (
+        apiserver.store.get(f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}", "default", "offloading")["spec"][
+            "podOffloadingStrategy"
+        ]
+        == "LocalAndRemote"
+    )
 
-    apiserver.store.record_event(pod, "FailedScheduling", "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.", "Warning", "default-scheduler", scheduler_style=True)
-    apiserver.store.record_event({"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "other", "namespace": "default", "uid": "u"}}, "Pulled", "pulled", host="n")
+    apiserver.store.record_event(
+        pod,
+        "FailedScheduling",
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+        "Warning",
+        "default-scheduler",
+        scheduler_style=True,
+    )
+    apiserver.store.record_event(
+        {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "other", "namespace": "default", "uid": "u"}}, "Pulled", "pulled", host="n"
+    )
     rows = table_rows(await kubectl(kubectl_env, "get", "events", "--field-selector", "involvedObject.name=nb"))
     assert rows[0][:4] == ["LAST", "SEEN", "TYPE", "REASON"]
     assert len(rows) == 2 and rows[1][1:4] == ["Warning", "FailedScheduling", "pod/nb"]
@@ -140,7 +168,9 @@ async def pod_cluster(tmp_path):
 
 
 async def run_kubectl(env: dict, *args: str, stdin: bytes | None = None, timeout: float = 30) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(KUBECTL, *args, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        KUBECTL, *args, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
     out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
     return proc.returncode, out.decode(), err.decode()
 
@@ -170,8 +200,9 @@ async def test_kubectl_as_the_hub_is_refused_until_the_rbac_manifest_grants_it(a
     await kubectl(kubectl_env, "create", "namespace", "jhub")
     code, _, err = await run_kubectl(kubectl_env, *hub, "get", "pods", "-n", "jhub")
     assert code == 1
-    assert ('pods is forbidden: User "system:serviceaccount:jhub:hub" cannot list resource "pods" '
-            'in API group "" in the namespace "jhub"') in err
+    assert (
+        'pods is forbidden: User "system:serviceaccount:jhub:hub" cannot list resource "pods" in API group "" in the namespace "jhub"'
+    ) in err
     code, out, _ = await run_kubectl(kubectl_env, *hub, "auth", "can-i", "watch", "nodes")
     assert (code, out.strip()) == (1, "no")
 
@@ -193,7 +224,8 @@ async def test_exec_logs_follow_and_server_side_apply(pod_cluster, tmp_path):
     cluster, env = pod_cluster
     script = "for i in 1 2 3; do echo line$i; sleep 0.3; done; exec sleep 60"
     manifest = tmp_path / "pod.yaml"
-    manifest.write_text(textwrap.dedent(f"""\
+    manifest.write_text(
+        textwrap.dedent(f"""\
         apiVersion: v1
         kind: Pod
         metadata: {{name: talk, labels: {{app: talk}}}}
@@ -201,23 +233,28 @@ async def test_exec_logs_follow_and_server_side_apply(pod_cluster, tmp_path):
           terminationGracePeriodSeconds: 1
           containers:
           - {{name: main, image: busybox, command: [sh, -c, "{script}"], env: [{{name: WHO, value: pod}}]}}
-        """))
+        """)
+    )
     code, out, err = await run_kubectl(env, "apply", "--server-side", "-f", str(manifest))
     assert code == 0, err
     assert "serverside-applied" in out
     await wait_for_pod(cluster.store, "default", "talk", lambda p: p["status"].get("phase") == "Running")
     # exec (WebSocket, v5.channel.k8s.io): stdin, stdout, stderr and the exit code
-    code, out, err = await run_kubectl(env, "exec", "-i", "talk", "--", "sh", "-c", 'read x; echo "$WHO got $x"; echo warn >&2; exit 7', stdin=b"hello\n")
+    code, out, err = await run_kubectl(
+        env, "exec", "-i", "talk", "--", "sh", "-c", 'read x; echo "$WHO got $x"; echo warn >&2; exit 7', stdin=b"hello\n"
+    )
     assert code == 7 and out == "pod got hello\n" and "warn" in err
     # logs -f: everything so far, then new lines as they come; ends when the container stops
-    follow = await asyncio.create_subprocess_exec(KUBECTL, "logs", "-f", "talk", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    follow = await asyncio.create_subprocess_exec(
+        KUBECTL, "logs", "-f", "talk", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
     lines = [await asyncio.wait_for(follow.stdout.readline(), 10) for _ in range(3)]
     assert lines == [b"line1\n", b"line2\n", b"line3\n"]
     # a second apply by another manager that changes a field the first owns: a conflict
     manifest.write_text(manifest.read_text().replace("value: pod", "value: other"))
     code, out, err = await run_kubectl(env, "apply", "--server-side", "--field-manager", "someone-else", "-f", str(manifest))
     assert code != 0 and "conflict" in err.lower()
-    assert 'conflict with "kubectl"' in err and ".spec.containers[name=\"main\"].env[name=\"WHO\"].value" in err
+    assert 'conflict with "kubectl"' in err and '.spec.containers[name="main"].env[name="WHO"].value' in err
     cluster.store.delete("pods", "default", "talk")
     assert await asyncio.wait_for(follow.stdout.read(), 15) == b""
     assert await follow.wait() == 0

@@ -20,11 +20,21 @@ PY = sys.executable
 
 def pod(name: str, command: list[str], **container) -> dict:
     c = {"name": "main", "image": "python:3.11", "command": command, **container}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "x"}, "annotations": {"note": "hi"}}, "spec": {"containers": [c], "terminationGracePeriodSeconds": 1, "restartPolicy": "Never"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "x"}, "annotations": {"note": "hi"}},
+        "spec": {"containers": [c], "terminationGracePeriodSeconds": 1, "restartPolicy": "Never"},
+    }
 
 
 def server(name: str) -> dict:
-    return pod(name, [PY, "-m", "http.server", "--bind", "0.0.0.0", "8888"], ports=[{"containerPort": 8888}], readinessProbe={"tcpSocket": {"port": 8888}, "periodSeconds": 1})
+    return pod(
+        name,
+        [PY, "-m", "http.server", "--bind", "0.0.0.0", "8888"],
+        ports=[{"containerPort": 8888}],
+        readinessProbe={"tcpSocket": {"port": 8888}, "periodSeconds": 1},
+    )
 
 
 @pytest.fixture
@@ -91,7 +101,6 @@ async def test_env_field_refs_and_zero_address_replacement(cluster):
     done = await wait_for_pod(store, "default", "env", phase_is("Succeeded", "Failed"))
     assert done["status"]["phase"] == "Succeeded"
     assert done["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
-
 
     out = cluster.kubelet.log_path("default", "env").read_text().splitlines()
     values = json.loads(out[0])

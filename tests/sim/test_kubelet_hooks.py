@@ -21,13 +21,22 @@ async def cluster(tmp_path):
 
 def pod(name: str, container: dict, **spec) -> dict:
     return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {"containers": [{"volumeMounts": [{"name": "w", "mountPath": "/w"}], **container}], "volumes": [{"name": "w", "emptyDir": {}}], "terminationGracePeriodSeconds": 5, **spec},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [{"volumeMounts": [{"name": "w", "mountPath": "/w"}], **container}],
+            "volumes": [{"name": "w", "emptyDir": {}}],
+            "terminationGracePeriodSeconds": 5,
+            **spec,
+        },
     }
 
 
 def events(store, name: str) -> list[tuple[str, str, str]]:
-    return [(e["type"], e["reason"], e["message"]) for e in store.list("events", "default", field_selector=f"involvedObject.name={name}")[0]]
+    return [
+        (e["type"], e["reason"], e["message"]) for e in store.list("events", "default", field_selector=f"involvedObject.name={name}")[0]
+    ]
 
 
 def state_of(p: dict) -> dict:
@@ -78,7 +87,11 @@ async def delete_when_handler_set(cluster: Cluster, name: str, pre_stop: dict):
 async def test_post_start_holds_the_container_from_running(cluster):
     store = cluster.store
     hook = {"exec": {"command": ["sh", "-c", "sleep 1; touch /w/post-start-done"]}}
-    store.create("pods", pod("hold", {"name": "main", "image": "busybox", "command": ["sh", "-c", "exec sleep 3600"], "lifecycle": {"postStart": hook}}), "default")
+    store.create(
+        "pods",
+        pod("hold", {"name": "main", "image": "busybox", "command": ["sh", "-c", "exec sleep 3600"], "lifecycle": {"postStart": hook}}),
+        "default",
+    )
     running = await wait_for_pod(store, "default", "hold", lambda p: "running" in state_of(p), timeout=15)
     # Running comes only once the hook is done: the file it writes is there by then
     assert (workdir(cluster, "hold") / "post-start-done").exists()
@@ -89,8 +102,14 @@ async def test_post_start_holds_the_container_from_running(cluster):
 async def test_failed_post_start_kills_and_restarts_the_container(cluster):
     store = cluster.store
     hook = {"exec": {"command": ["sh", "-c", "echo no-such-config >&2; exit 3"]}}
-    store.create("pods", pod("bad-hook", {"name": "main", "image": "busybox", "command": ["sh", "-c", "exec sleep 3600"], "lifecycle": {"postStart": hook}}), "default")
-    restarted = await wait_for_pod(store, "default", "bad-hook", lambda p: (p["status"].get("containerStatuses") or [{}])[0].get("restartCount", 0) >= 1, timeout=20)
+    store.create(
+        "pods",
+        pod("bad-hook", {"name": "main", "image": "busybox", "command": ["sh", "-c", "exec sleep 3600"], "lifecycle": {"postStart": hook}}),
+        "default",
+    )
+    restarted = await wait_for_pod(
+        store, "default", "bad-hook", lambda p: (p["status"].get("containerStatuses") or [{}])[0].get("restartCount", 0) >= 1, timeout=20
+    )
     assert restarted["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] != 0
     seen = events(store, "bad-hook")
     assert ("Warning", "FailedPostStartHook", "PostStartHook failed") in seen
@@ -103,7 +122,15 @@ async def test_failed_post_start_kills_and_restarts_the_container(cluster):
 async def test_failed_post_start_under_never_fails_the_pod(cluster):
     store = cluster.store
     hook = {"httpGet": {"path": "/started", "port": 1}}  # nothing listens: the request fails
-    store.create("pods", pod("never", {"name": "main", "image": "busybox", "command": ["sh", "-c", "exec sleep 3600"], "lifecycle": {"postStart": hook}}, restartPolicy="Never"), "default")
+    store.create(
+        "pods",
+        pod(
+            "never",
+            {"name": "main", "image": "busybox", "command": ["sh", "-c", "exec sleep 3600"], "lifecycle": {"postStart": hook}},
+            restartPolicy="Never",
+        ),
+        "default",
+    )
     failed = await wait_for_pod(store, "default", "never", lambda p: p["status"].get("phase") == "Failed", timeout=20)
     assert failed["status"]["containerStatuses"][0]["restartCount"] == 0
     assert ("Warning", "FailedPostStartHook", "PostStartHook failed") in events(store, "never")
@@ -130,10 +157,18 @@ async def test_pre_stop_http_get_reaches_the_container_before_sigterm(cluster):
         "http.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()\n"
     )
     hook = {"httpGet": {"path": "/drain", "port": "http"}}
-    c = {"name": "web", "image": "python:3.11", "command": [PY, "-c", server], "ports": [{"name": "http", "containerPort": 8080}],
-         "lifecycle": {"preStop": hook}, "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}
+    c = {
+        "name": "web",
+        "image": "python:3.11",
+        "command": [PY, "-c", server],
+        "ports": [{"name": "http", "containerPort": 8080}],
+        "lifecycle": {"preStop": hook},
+        "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+    }
     store.create("pods", pod("drain", c), "default")
-    await wait_for_pod(store, "default", "drain", lambda p: (p["status"].get("containerStatuses") or [{}])[0].get("ready") is True, timeout=15)
+    await wait_for_pod(
+        store, "default", "drain", lambda p: (p["status"].get("containerStatuses") or [{}])[0].get("ready") is True, timeout=15
+    )
     w = workdir(cluster, "drain")
     store.delete("pods", "default", "drain")
     await wait_until(lambda: written(w / "at-term"), 15, "the container saw SIGTERM")
@@ -147,13 +182,23 @@ async def test_failed_pre_stop_is_an_event_and_the_container_still_stops(cluster
     store = cluster.store
     w = await delete_when_handler_set(cluster, "badstop", {"exec": {"command": ["sh", "-c", "exit 7"]}})
     assert (w / "at-term").read_text() == "term-first"
-    await wait_until(lambda: ("Warning", "FailedPreStopHook", "PreStopHook failed") in events(store, "badstop"), 5, "FailedPreStopHook event")
+    await wait_until(
+        lambda: ("Warning", "FailedPreStopHook", "PreStopHook failed") in events(store, "badstop"), 5, "FailedPreStopHook event"
+    )
 
 
 async def test_pre_stop_longer_than_the_grace_period_is_cut_short(cluster):
     store = cluster.store
     hook = {"sleep": {"seconds": 30}}
-    store.create("pods", pod("slow", {"name": "main", "image": "python:3.11", "command": [PY, "-c", ON_TERM], "lifecycle": {"preStop": hook}}, terminationGracePeriodSeconds=1), "default")
+    store.create(
+        "pods",
+        pod(
+            "slow",
+            {"name": "main", "image": "python:3.11", "command": [PY, "-c", ON_TERM], "lifecycle": {"preStop": hook}},
+            terminationGracePeriodSeconds=1,
+        ),
+        "default",
+    )
     await wait_for_pod(store, "default", "slow", lambda p: "running" in state_of(p))
     w = await wait_handler_set(cluster, "slow")
     store.delete("pods", "default", "slow")

@@ -25,7 +25,12 @@ async def cluster(tmp_path):
 
 
 def pod(name: str, *containers: dict, **spec) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": list(containers), "terminationGracePeriodSeconds": 1, **spec}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": list(containers), "terminationGracePeriodSeconds": 1, **spec},
+    }
 
 
 def py(name: str, code: str, **extra) -> dict:
@@ -52,7 +57,15 @@ async def test_http_readiness_and_liveness_restart(cluster):
         "http.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()\n"
     )
     probe = {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 1, "failureThreshold": 1}
-    c = py("web", server, ports=[{"name": "http", "containerPort": 8080}], readinessProbe=probe, livenessProbe={**probe, "failureThreshold": 2}, workingDir="/srv", volumeMounts=[{"name": "w", "mountPath": "/srv"}])
+    c = py(
+        "web",
+        server,
+        ports=[{"name": "http", "containerPort": 8080}],
+        readinessProbe=probe,
+        livenessProbe={**probe, "failureThreshold": 2},
+        workingDir="/srv",
+        volumeMounts=[{"name": "w", "mountPath": "/srv"}],
+    )
     store.create("pods", pod("web", c, volumes=[{"name": "w", "emptyDir": {}}]), "default")
     up = await wait_for_pod(store, "default", "web", ready)
     assert status_of(up, "web")["restartCount"] == 0
@@ -78,7 +91,9 @@ async def test_startup_probe_holds_started_and_ready(cluster):
 async def test_crash_loop_back_off_grows(cluster):
     store = cluster.store
     store.create("pods", pod("crash", py("c", "raise SystemExit(3)"), restartPolicy="Always"), "default")
-    looping = await wait_for_pod(store, "default", "crash", lambda p: (status_of(p, "c").get("state") or {}).get("waiting", {}).get("reason") == "CrashLoopBackOff")
+    looping = await wait_for_pod(
+        store, "default", "crash", lambda p: (status_of(p, "c").get("state") or {}).get("waiting", {}).get("reason") == "CrashLoopBackOff"
+    )
     cs = status_of(looping, "c")
     assert cs["restartCount"] == 1 and cs["lastState"]["terminated"]["exitCode"] == 3
     assert cs["state"]["waiting"]["message"].startswith("back-off 500ms restarting failed container=c pod=crash_default(")
@@ -137,7 +152,11 @@ async def test_deletion_also_ends_children_that_left_the_process_group(cluster):
 
 async def test_hostname_is_the_pod_name(cluster):
     store = cluster.store
-    store.create("pods", pod("host-a", py("c", "import socket,os;print(socket.gethostname(), os.environ['HOSTNAME'])"), restartPolicy="Never"), "default")
+    store.create(
+        "pods",
+        pod("host-a", py("c", "import socket,os;print(socket.gethostname(), os.environ['HOSTNAME'])"), restartPolicy="Never"),
+        "default",
+    )
     await wait_for_pod(store, "default", "host-a", lambda p: p["status"].get("phase") == "Succeeded")
     assert cluster.kubelet.log_path("default", "host-a").read_text().split() == ["host-a", "host-a"]
     if uts_namespaces():  # its own UTS namespace: non-Python programs see it too
@@ -147,18 +166,38 @@ async def test_hostname_is_the_pod_name(cluster):
         assert socket.gethostname() != "host-b"
         # the pod's hosts file names it at its pod IP, as the kubelet's managed /etc/hosts does
         code = "import socket;print(socket.gethostbyname(socket.gethostname()))"
-        store.create("pods", pod("host-c", py("c", code), restartPolicy="Never", hostAliases=[{"ip": "127.0.0.9", "hostnames": ["alias.example"]}]), "default")
+        store.create(
+            "pods",
+            pod("host-c", py("c", code), restartPolicy="Never", hostAliases=[{"ip": "127.0.0.9", "hostnames": ["alias.example"]}]),
+            "default",
+        )
         done = await wait_for_pod(store, "default", "host-c", lambda p: p["status"].get("phase") == "Succeeded")
         assert cluster.kubelet.log_path("default", "host-c").read_text().strip() == done["status"]["podIP"]
-        assert "127.0.0.9\talias.example" in (cluster.kubelet._finished.get(("default", "host-c")) or cluster.kubelet._pods[("default", "host-c")]).hosts_file.read_text()
+        assert (
+            "127.0.0.9\talias.example"
+            in (cluster.kubelet._finished.get(("default", "host-c")) or cluster.kubelet._pods[("default", "host-c")]).hosts_file.read_text()
+        )
 
 
 async def test_volume_sources_items_modes_and_missing_configmap(cluster):
     store = cluster.store
-    store.create("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"a.json": "{}", "b": "bee"}, "binaryData": {"bin": base64.b64encode(b"\x00\x01").decode()}}, "default")
+    store.create(
+        "configmaps",
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "cfg"},
+            "data": {"a.json": "{}", "b": "bee"},
+            "binaryData": {"bin": base64.b64encode(b"\x00\x01").decode()},
+        },
+        "default",
+    )
     code = "import os,json,stat\nprint(json.dumps({'cfg': sorted(os.listdir('/etc/cfg')), 'only': open('/etc/only/renamed').read(), 'mode': oct(stat.S_IMODE(os.stat('/etc/only/renamed').st_mode)), 'bin': list(open('/etc/cfg/bin','rb').read())}))"
     c = py("c", code, volumeMounts=[{"name": "cfg", "mountPath": "/etc/cfg"}, {"name": "only", "mountPath": "/etc/only"}])
-    vols = [{"name": "cfg", "configMap": {"name": "cfg"}}, {"name": "only", "configMap": {"name": "cfg", "items": [{"key": "b", "path": "renamed"}], "defaultMode": 0o600}}]
+    vols = [
+        {"name": "cfg", "configMap": {"name": "cfg"}},
+        {"name": "only", "configMap": {"name": "cfg", "items": [{"key": "b", "path": "renamed"}], "defaultMode": 0o600}},
+    ]
     # the paths reach the program in its args (here, the -c program text), which are mapped
     store.create("pods", pod("vols", c, restartPolicy="Never", volumes=vols), "default")
     done = await wait_for_pod(store, "default", "vols", lambda p: p["status"].get("phase") in ("Succeeded", "Failed"))
@@ -225,7 +264,13 @@ async def test_pod_recreated_under_the_name_of_a_force_deleted_one_starts(cluste
     old = await wait_for_pod(store, "default", "same", lambda p: p["status"].get("phase") == "Running")
     store.delete("pods", "default", "same", grace_period_seconds=0)
     store.create("pods", pod("same", py("main", "import time; time.sleep(60)")), "default")
-    new = await wait_for_pod(store, "default", "same", lambda p: p["status"].get("phase") == "Running" and p["metadata"]["uid"] != old["metadata"]["uid"], timeout=20)
+    new = await wait_for_pod(
+        store,
+        "default",
+        "same",
+        lambda p: p["status"].get("phase") == "Running" and p["metadata"]["uid"] != old["metadata"]["uid"],
+        timeout=20,
+    )
     assert new["status"]["podIP"]
 
 
@@ -239,7 +284,10 @@ async def test_grpc_probe_is_reported_unsupported_and_never_passes(cluster):
     message = f"Readiness probe failed: {GRPC_UNSUPPORTED}"
 
     def unhealthy() -> bool:
-        return any(e["reason"] == "Unhealthy" and e["message"] == message for e in store.list("events", "default", field_selector="involvedObject.name=grpc")[0])
+        return any(
+            e["reason"] == "Unhealthy" and e["message"] == message
+            for e in store.list("events", "default", field_selector="involvedObject.name=grpc")[0]
+        )
 
     for _ in range(250):
         if unhealthy():

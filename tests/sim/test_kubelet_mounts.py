@@ -18,7 +18,9 @@ from jupyter_gpuburst.sim.kubelet.pods import uts_namespaces
 from jupyter_gpuburst.sim.testing import one_node_cluster, wait_for_pod, wait_until
 
 PY = sys.executable
-WHY_NOT = "no UTS and mount namespaces (not root, or no util-linux)" if not uts_namespaces() else mounts.unavailable(Path(tempfile.gettempdir()))
+WHY_NOT = (
+    "no UTS and mount namespaces (not root, or no util-linux)" if not uts_namespaces() else mounts.unavailable(Path(tempfile.gettempdir()))
+)
 needs_mounts = pytest.mark.skipif(WHY_NOT is not None, reason=f"volumes cannot be mounted for real here: {WHY_NOT}")
 
 
@@ -29,7 +31,12 @@ async def cluster(tmp_path):
 
 
 def pod(name: str, *containers: dict, **spec) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": list(containers), "terminationGracePeriodSeconds": 1, **spec}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": list(containers), "terminationGracePeriodSeconds": 1, **spec},
+    }
 
 
 def py(name: str, code: str, **extra) -> dict:
@@ -68,8 +75,16 @@ async def test_a_path_written_in_a_configmap_file_finds_its_volume(cluster):
     store = cluster.store
     base, where = fresh_dir_under("/etc"), fresh_dir_under("/var")
     config = f"import json\nCERT = open('{base}/secret/internal-ssl.tar').read()\n"
-    store.create("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "hub-config"}, "data": {"hub_config.py": config, "other": "x"}}, "default")
-    store.create("secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hub-secret"}, "stringData": {"internal-ssl.tar": "certs"}}, "default")
+    store.create(
+        "configmaps",
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "hub-config"}, "data": {"hub_config.py": config, "other": "x"}},
+        "default",
+    )
+    store.create(
+        "secrets",
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hub-secret"}, "stringData": {"internal-ssl.tar": "certs"}},
+        "default",
+    )
     # the program learns the config path from a file of its own, so nothing can be rewritten
     program = (
         "import json,os\n"
@@ -78,13 +93,27 @@ async def test_a_path_written_in_a_configmap_file_finds_its_volume(cluster):
         "try:\n    open(os.path.dirname(path)+'/secret/new','w'); ro=False\nexcept OSError as e:\n    ro=e.errno\n"
         "print(json.dumps({'cert': ns['CERT'], 'listing': sorted(os.listdir(os.path.dirname(path))), 'ro': ro, 'env': os.environ['WHERE_FILE'], 'cwd': os.getcwd(), 'oldpwd': 'OLDPWD' in os.environ}))\n"
     )
-    store.create("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "where"}, "data": {"where": f"{base}/hub_config.py"}}, "default")
-    c = py("hub", program, env=[{"name": "WHERE_FILE", "value": f"{where}/where"}], workingDir=f"{base}/secret", volumeMounts=[
-        {"name": "config", "mountPath": f"{base}/hub_config.py", "subPath": "hub_config.py"},
-        {"name": "secret", "mountPath": f"{base}/secret", "readOnly": True},
-        {"name": "where", "mountPath": where},
-    ])
-    vols = [{"name": "config", "configMap": {"name": "hub-config"}}, {"name": "secret", "secret": {"secretName": "hub-secret"}}, {"name": "where", "configMap": {"name": "where"}}]
+    store.create(
+        "configmaps",
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "where"}, "data": {"where": f"{base}/hub_config.py"}},
+        "default",
+    )
+    c = py(
+        "hub",
+        program,
+        env=[{"name": "WHERE_FILE", "value": f"{where}/where"}],
+        workingDir=f"{base}/secret",
+        volumeMounts=[
+            {"name": "config", "mountPath": f"{base}/hub_config.py", "subPath": "hub_config.py"},
+            {"name": "secret", "mountPath": f"{base}/secret", "readOnly": True},
+            {"name": "where", "mountPath": where},
+        ],
+    )
+    vols = [
+        {"name": "config", "configMap": {"name": "hub-config"}},
+        {"name": "secret", "secret": {"secretName": "hub-secret"}},
+        {"name": "where", "configMap": {"name": "where"}},
+    ]
     store.create("pods", pod("hub", c, restartPolicy="Never", volumes=vols), "default")
     done, out = await finished(cluster, "hub")
     assert done["status"]["phase"] == "Succeeded", out
@@ -102,21 +131,33 @@ async def test_a_path_written_in_a_configmap_file_finds_its_volume(cluster):
 async def test_emptydir_is_shared_between_containers_and_writes_outside_volumes_stay_private(cluster):
     store = cluster.store
     a, b = fresh_dir_under("/etc"), fresh_dir_under("/var")
-    writer = py("writer", f"import time\nopen('{a}/shared/f','w').write('from writer')\nopen('/etc/{Path(a).name}-outside','w').write('x')\ntime.sleep(60)",
-                workingDir=f"{a}/shared", volumeMounts=[{"name": "scratch", "mountPath": f"{a}/shared"}])
-    reader = py("reader", f"import os,time\nwhile not os.path.exists('{b}/in/f'): time.sleep(0.02)\nprint(open('{b}/in/f').read(), flush=True)\ntime.sleep(60)",
-                volumeMounts=[{"name": "scratch", "mountPath": f"{b}/in"}])
+    writer = py(
+        "writer",
+        f"import time\nopen('{a}/shared/f','w').write('from writer')\nopen('/etc/{Path(a).name}-outside','w').write('x')\ntime.sleep(60)",
+        workingDir=f"{a}/shared",
+        volumeMounts=[{"name": "scratch", "mountPath": f"{a}/shared"}],
+    )
+    reader = py(
+        "reader",
+        f"import os,time\nwhile not os.path.exists('{b}/in/f'): time.sleep(0.02)\nprint(open('{b}/in/f').read(), flush=True)\ntime.sleep(60)",
+        volumeMounts=[{"name": "scratch", "mountPath": f"{b}/in"}],
+    )
     store.create("pods", pod("pair", writer, reader, volumes=[{"name": "scratch", "emptyDir": {}}]), "default")
     try:
-        await wait_until(lambda: (p := cluster.kubelet.log_path("default", "pair", "reader")) is not None
-                         and "from writer" in p.read_text(), timeout=30, what="reader sees the writer's file")
+        await wait_until(
+            lambda: (p := cluster.kubelet.log_path("default", "pair", "reader")) is not None and "from writer" in p.read_text(),
+            timeout=30,
+            what="reader sees the writer's file",
+        )
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{pod_story(cluster, 'pair')}") from None
     # a file written beside the volume, in /etc, went to the container's private layer
     assert not os.path.lexists(f"/etc/{Path(a).name}-outside")
     # exec runs in the container's view, in its working directory (which only exists there):
     # the volume at its mountPath, the private file there too
-    proc, _ = await cluster.kubelet.open_exec("default", "pair", "writer", ["sh", "-c", f"pwd; cat f /etc/{Path(a).name}-outside"], stdin=False, tty=False)
+    proc, _ = await cluster.kubelet.open_exec(
+        "default", "pair", "writer", ["sh", "-c", f"pwd; cat f /etc/{Path(a).name}-outside"], stdin=False, tty=False
+    )
     out, err = await proc.communicate()
     assert (proc.returncode, out) == (0, f"{a}/shared\nfrom writerx".encode()), err
     store.delete("pods", "default", "pair")
@@ -128,11 +169,20 @@ async def test_emptydir_is_shared_between_containers_and_writes_outside_volumes_
 async def test_exec_probe_and_hook_see_the_mounts(cluster):
     store = cluster.store
     base = fresh_dir_under("/etc")
-    c = py("c", "import time; time.sleep(60)", volumeMounts=[{"name": "w", "mountPath": base}],
-           lifecycle={"postStart": {"exec": {"command": ["touch", f"{base}/started"]}}},
-           readinessProbe={"exec": {"command": ["test", "-f", f"{base}/started"]}, "periodSeconds": 1})
+    c = py(
+        "c",
+        "import time; time.sleep(60)",
+        volumeMounts=[{"name": "w", "mountPath": base}],
+        lifecycle={"postStart": {"exec": {"command": ["touch", f"{base}/started"]}}},
+        readinessProbe={"exec": {"command": ["test", "-f", f"{base}/started"]}, "periodSeconds": 1},
+    )
     store.create("pods", pod("probed", c, volumes=[{"name": "w", "emptyDir": {}}]), "default")
-    ready = await wait_for_pod(store, "default", "probed", lambda p: any(x["type"] == "Ready" and x["status"] == "True" for x in p["status"].get("conditions") or []))
+    ready = await wait_for_pod(
+        store,
+        "default",
+        "probed",
+        lambda p: any(x["type"] == "Ready" and x["status"] == "True" for x in p["status"].get("conditions") or []),
+    )
     assert ready["status"]["phase"] == "Running"
     # the hook's file is in the volume's directory, not on the host at the mountPath
     assert (cluster.kubelet._pods[("default", "probed")].volumes["w"] / "started").exists()
@@ -143,13 +193,28 @@ async def test_exec_probe_and_hook_see_the_mounts(cluster):
 async def test_claim_data_persists_across_pods_at_the_mount_path(cluster):
     store = cluster.store
     base = fresh_dir_under("/var")
-    store.create("persistentvolumeclaims", {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "home"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}, "default")
+    store.create(
+        "persistentvolumeclaims",
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "home"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        },
+        "default",
+    )
     vols = [{"name": "home", "persistentVolumeClaim": {"claimName": "home"}}]
     mount = [{"name": "home", "mountPath": base}]
-    store.create("pods", pod("w", py("c", f"open('{base}/kept','w').write('kept')", volumeMounts=mount), restartPolicy="Never", volumes=vols), "default")
+    store.create(
+        "pods",
+        pod("w", py("c", f"open('{base}/kept','w').write('kept')", volumeMounts=mount), restartPolicy="Never", volumes=vols),
+        "default",
+    )
     done, out = await finished(cluster, "w")
     assert done["status"]["phase"] == "Succeeded", out
-    store.create("pods", pod("r", py("c", f"print(open('{base}/kept').read())", volumeMounts=mount), restartPolicy="Never", volumes=vols), "default")
+    store.create(
+        "pods", pod("r", py("c", f"print(open('{base}/kept').read())", volumeMounts=mount), restartPolicy="Never", volumes=vols), "default"
+    )
     done, out = await finished(cluster, "r")
     assert done["status"]["phase"] == "Succeeded" and out.strip() == "kept", out
     assert not os.path.lexists(base)
@@ -159,7 +224,11 @@ async def test_forced_rewriting_maps_the_paths_a_program_is_handed(cluster, monk
     monkeypatch.setenv(mounts.MODE_ENV, "rewrite")
     store = cluster.store
     store.create("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"k": "v"}}, "default")
-    c = py("c", "import sys; print(sys.argv[1]); print(open(sys.argv[1] + '/k').read())", volumeMounts=[{"name": "cfg", "mountPath": "/etc/gpuburst-rewritten"}])
+    c = py(
+        "c",
+        "import sys; print(sys.argv[1]); print(open(sys.argv[1] + '/k').read())",
+        volumeMounts=[{"name": "cfg", "mountPath": "/etc/gpuburst-rewritten"}],
+    )
     c["args"] = ["/etc/gpuburst-rewritten"]
     store.create("pods", pod("rw", c, restartPolicy="Never", volumes=[{"name": "cfg", "configMap": {"name": "cfg"}}]), "default")
     done, out = await finished(cluster, "rw")
@@ -176,7 +245,9 @@ def test_plan_never_overlays_the_root_or_the_kubelet_state(tmp_path):
     vol.mkdir()
     top = f"/gpuburst-test-{secrets.token_hex(4)}"  # its only existing ancestor is /
     beside_state = tmp_path / "not-yet" / "x"  # its nearest existing ancestor holds the state
-    plan = mounts.plan([mounts.Mount(top, vol), mounts.Mount(str(beside_state), vol), mounts.Mount(f"{top}/child", vol)], [], state / "layers", [state])
+    plan = mounts.plan(
+        [mounts.Mount(top, vol), mounts.Mount(str(beside_state), vol), mounts.Mount(f"{top}/child", vol)], [], state / "layers", [state]
+    )
     assert plan.rewritten == {top: vol, str(beside_state): vol, f"{top}/child": vol}
     assert plan.fstab == [] and not (state / "layers").exists()
 
@@ -247,7 +318,16 @@ async def test_service_names_resolve_to_a_selected_pod_and_follow_changes(cluste
 
     names = ("web", "web.default", "web.default.svc", "web.default.svc.cluster.local")
     assert await resolve(*names) == ["-"] * 4  # no Service yet
-    store.create("services", {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 8888}]}}, "default")
+    store.create(
+        "services",
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 8888}]},
+        },
+        "default",
+    )
     ip = web["status"]["podIP"]
     deadline = asyncio.get_running_loop().time() + 5
     while (seen := await resolve(*names)) != [ip] * 4 and asyncio.get_running_loop().time() < deadline:

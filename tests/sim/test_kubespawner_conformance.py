@@ -58,19 +58,35 @@ def process_alive(pid: int) -> bool:
 async def test_unmodified_kubespawner_through_jupyterhub(federation, tmp_path):
     hub_port, proxy_port, proxy_api_port = free_port(), free_port(), free_port()
     token = secrets.token_hex(16)
-    (tmp_path / "jupyterhub_config.py").write_text(HUB_CONFIG.format(
-        proxy_port=proxy_port, hub_port=hub_port, proxy_api_port=proxy_api_port, tmp=tmp_path,
-        proxy_cmd=proxy_command()[0], token=token,
-    ))
+    (tmp_path / "jupyterhub_config.py").write_text(
+        HUB_CONFIG.format(
+            proxy_port=proxy_port,
+            hub_port=hub_port,
+            proxy_api_port=proxy_api_port,
+            tmp=tmp_path,
+            proxy_cmd=proxy_command()[0],
+            token=token,
+        )
+    )
     env = {**os.environ, "KUBECONFIG": str(federation.kubeconfig), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("KUBERNETES_SERVICE_HOST", None)
     log = open(tmp_path / "hub.log", "wb")
-    hub = await asyncio.create_subprocess_exec(str(BIN / "jupyterhub"), "-f", str(tmp_path / "jupyterhub_config.py"), cwd=tmp_path, env=env, stdout=log, stderr=log, start_new_session=True)
+    hub = await asyncio.create_subprocess_exec(
+        str(BIN / "jupyterhub"),
+        "-f",
+        str(tmp_path / "jupyterhub_config.py"),
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
     api = f"http://127.0.0.1:{hub_port}/hub/api"
     headers = {"Authorization": f"token {token}"}
     store = federation.origin.store
     try:
         async with aiohttp.ClientSession(headers=headers, timeout=aiohttp.ClientTimeout(total=30)) as http:
+
             async def hub_up():
                 try:
                     async with http.get(f"{api}/") as r:
@@ -141,15 +157,21 @@ async def test_gpu_pod_pinned_to_donor_runs_there_and_is_reachable_from_origin(f
         "metadata": {"name": "gpu-nb"},
         "spec": {
             "tolerations": [liqo.virtual_node_toleration()],
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [liqo.donor_node_affinity_term("donor-1")]}}},
-            "containers": [{
-                "name": "notebook",
-                "image": "python",
-                "command": [sys.executable, "-m", "http.server", "--bind", "0.0.0.0", "8888"],
-                "ports": [{"containerPort": 8888}],
-                "readinessProbe": {"tcpSocket": {"port": 8888}, "periodSeconds": 1},
-                "resources": {"limits": {"nvidia.com/gpu": "2"}},
-            }],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [liqo.donor_node_affinity_term("donor-1")]}
+                }
+            },
+            "containers": [
+                {
+                    "name": "notebook",
+                    "image": "python",
+                    "command": [sys.executable, "-m", "http.server", "--bind", "0.0.0.0", "8888"],
+                    "ports": [{"containerPort": 8888}],
+                    "readinessProbe": {"tcpSocket": {"port": 8888}, "periodSeconds": 1},
+                    "resources": {"limits": {"nvidia.com/gpu": "2"}},
+                }
+            ],
         },
     }
     origin.create("pods", pod, "default")

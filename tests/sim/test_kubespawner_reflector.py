@@ -32,7 +32,13 @@ def kubespawner_client_config(apiserver):
 
 async def test_pod_and_event_reflectors(apiserver, kubespawner_client_config):
     store = apiserver.store
-    store.create("pods", {"metadata": {"name": "jupyter-old", "labels": {"component": "singleuser-server"}}, "spec": {"containers": [{"name": "notebook", "image": "x:1"}]}})
+    store.create(
+        "pods",
+        {
+            "metadata": {"name": "jupyter-old", "labels": {"component": "singleuser-server"}},
+            "spec": {"containers": [{"name": "notebook", "image": "x:1"}]},
+        },
+    )
     pods = NamespacedPodReflector(namespace="default", labels={"component": "singleuser-server"})
     events = NamespacedEventReflector(namespace="default", fields={"involvedObject.kind": "Pod"})
     await pods.start()
@@ -40,7 +46,13 @@ async def test_pod_and_event_reflectors(apiserver, kubespawner_client_config):
     try:
         await asyncio.wait_for(pods.first_load_future, 5)
         assert set(pods.pods) == {"default/jupyter-old"}
-        new = store.create("pods", {"metadata": {"name": "jupyter-new", "labels": {"component": "singleuser-server"}}, "spec": {"containers": [{"name": "notebook", "image": "x:1"}]}})
+        new = store.create(
+            "pods",
+            {
+                "metadata": {"name": "jupyter-new", "labels": {"component": "singleuser-server"}},
+                "spec": {"containers": [{"name": "notebook", "image": "x:1"}]},
+            },
+        )
         store.create("pods", {"metadata": {"name": "unrelated"}, "spec": {"containers": [{"name": "c", "image": "x:1"}]}})
         store.bind_pod("default", "jupyter-new", "gpu-1")
         await wait_until(lambda: pods.pods.get("default/jupyter-new", {}).get("spec", {}).get("nodeName") == "gpu-1", 5.0)

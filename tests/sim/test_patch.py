@@ -13,7 +13,12 @@ POD = {
     "metadata": {"name": "nb", "finalizers": ["a"], "labels": {"x": "1"}},
     "spec": {
         "containers": [
-            {"name": "notebook", "image": "i:1", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}], "ports": [{"containerPort": 8888, "name": "notebook-port"}]},
+            {
+                "name": "notebook",
+                "image": "i:1",
+                "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+                "ports": [{"containerPort": 8888, "name": "notebook-port"}],
+            },
             {"name": "sidecar", "image": "s:1"},
         ],
         "tolerations": [{"key": "k1", "operator": "Exists"}],
@@ -22,17 +27,25 @@ POD = {
 
 
 def test_strategic_merge_by_key_and_directives():
-    out = apply_patch(POD, {
-        "metadata": {"finalizers": ["b"], "labels": {"x": None}},
-        "spec": {
-            "containers": [
-                {"name": "notebook", "env": [{"name": "B", "value": "3"}, {"name": "A", "$patch": "delete"}], "ports": [{"containerPort": 9999}]},
-                {"name": "sidecar", "$patch": "delete"},
-            ],
-            "tolerations": [{"key": "k2", "operator": "Exists"}],
-            "$setElementOrder/containers": [{"name": "notebook"}],
+    out = apply_patch(
+        POD,
+        {
+            "metadata": {"finalizers": ["b"], "labels": {"x": None}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "notebook",
+                        "env": [{"name": "B", "value": "3"}, {"name": "A", "$patch": "delete"}],
+                        "ports": [{"containerPort": 9999}],
+                    },
+                    {"name": "sidecar", "$patch": "delete"},
+                ],
+                "tolerations": [{"key": "k2", "operator": "Exists"}],
+                "$setElementOrder/containers": [{"name": "notebook"}],
+            },
         },
-    }, SMP)
+        SMP,
+    )
     nb = out["spec"]["containers"]
     assert [c["name"] for c in nb] == ["notebook"]
     assert nb[0]["env"] == [{"name": "B", "value": "3"}]
@@ -45,7 +58,14 @@ def test_strategic_merge_by_key_and_directives():
 
 
 def test_strategic_replace_directive_and_primitive_delete():
-    out = apply_patch(POD, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}, "spec": {"containers": [{"$patch": "replace"}, {"name": "only", "image": "o:1"}]}}, SMP)
+    out = apply_patch(
+        POD,
+        {
+            "metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]},
+            "spec": {"containers": [{"$patch": "replace"}, {"name": "only", "image": "o:1"}]},
+        },
+        SMP,
+    )
     assert out["metadata"]["finalizers"] == []
     assert out["spec"]["containers"] == [{"name": "only", "image": "o:1"}]
 

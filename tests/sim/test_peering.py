@@ -26,8 +26,19 @@ def gpu_pod(name: str, gpus: int, donor: str = "donor-1") -> dict:
         "spec": {
             "terminationGracePeriodSeconds": 1,
             "tolerations": [liqo.virtual_node_toleration()],
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [liqo.donor_node_affinity_term(donor)]}}},
-            "containers": [{"name": "nb", "image": "python", "command": [sys.executable, "-c", "import time; time.sleep(60)"], "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [liqo.donor_node_affinity_term(donor)]}
+                }
+            },
+            "containers": [
+                {
+                    "name": "nb",
+                    "image": "python",
+                    "command": [sys.executable, "-c", "import time; time.sleep(60)"],
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                }
+            ],
         },
     }
 
@@ -61,7 +72,9 @@ async def test_virtual_node_has_liqo_labels_taint_and_grant(federation, liqo_crd
 async def test_offloaded_pod_runs_on_donor_and_status_is_reflected(federation, liqo_crd_dir):
     origin, donor = federation.origin.store, federation.donors["donor-1"].store
     offload_default(federation)
-    await wait_until(lambda: (origin.get(NSOFF, "default", "offloading").get("status") or {}).get("offloadingPhase") == "Ready", what="offloading ready")
+    await wait_until(
+        lambda: (origin.get(NSOFF, "default", "offloading").get("status") or {}).get("offloadingPhase") == "Ready", what="offloading ready"
+    )
     nso = origin.get(NSOFF, "default", "offloading")
     assert nso["status"]["remoteNamespaceName"] == REMOTE_NS
     jsonschema.validate(nso, crd_schema(liqo_crd_dir, f"{liqo.OFFLOADING_GROUP}_{liqo.NAMESPACE_OFFLOADING_PLURAL}.yaml"))
@@ -90,7 +103,10 @@ async def test_donor_without_room_leaves_origin_pod_pending_with_warning(federat
     offload_default(federation)
     # the grant says 8, but each donor node has 4: a 6-GPU pod fits the virtual node, not the donor
     origin.create("pods", gpu_pod("huge", 6), "default")
-    await wait_until(lambda: origin.list("events", "default", field_selector="involvedObject.name=huge,reason=FailedScheduling")[0], what="reflected FailedScheduling")
+    await wait_until(
+        lambda: origin.list("events", "default", field_selector="involvedObject.name=huge,reason=FailedScheduling")[0],
+        what="reflected FailedScheduling",
+    )
     warning = origin.list("events", "default", field_selector="involvedObject.name=huge,reason=FailedScheduling")[0][0]
     assert warning["type"] == "Warning"
     kubernetes_validate.validate(warning, "1.31", strict=True)
@@ -154,7 +170,16 @@ async def test_two_donors_get_distinct_virtual_nodes_and_pod_networks(tmp_path):
 async def kubectl(kubeconfig: Path, *args: str) -> tuple[int, str, str]:
     import asyncio
 
-    proc = await asyncio.create_subprocess_exec("kubectl", "--kubeconfig", str(kubeconfig), "--context", "origin", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--context",
+        "origin",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 30)
     return proc.returncode, out.decode(), err.decode()
 
@@ -196,7 +221,16 @@ async def test_exec_and_logs_of_an_offloaded_pod_reach_the_donor_pod(federation)
 
     def python_client() -> tuple[str, str]:
         api = client.CoreV1Api(config.new_client_from_config(str(federation.kubeconfig), context="origin"))
-        out = stream(api.connect_get_namespaced_pod_exec, "remote-shell", "default", command=["sh", "-c", "echo $POD_NS"], stdout=True, stderr=True, stdin=False, tty=False)
+        out = stream(
+            api.connect_get_namespaced_pod_exec,
+            "remote-shell",
+            "default",
+            command=["sh", "-c", "echo $POD_NS"],
+            stdout=True,
+            stderr=True,
+            stdin=False,
+            tty=False,
+        )
         return out, api.read_namespaced_pod_log("remote-shell", "default")
 
     out, log = await asyncio.to_thread(python_client)
@@ -224,10 +258,14 @@ async def test_reflected_configmaps_and_secrets_follow_the_origin_and_go_with_it
     assert copy["metadata"]["labels"][ORIGIN_LABEL] == "origin" and copy["metadata"]["labels"][DESTINATION_LABEL] == "donor-1"
 
     origin.create("secrets", {"metadata": {"name": "token"}, "stringData": {"t": "one"}}, "default")
-    await wait_until(lambda: (remote("secrets", "token") or {}).get("data") == {"t": base64.b64encode(b"one").decode()}, what="secret reflected")
+    await wait_until(
+        lambda: (remote("secrets", "token") or {}).get("data") == {"t": base64.b64encode(b"one").decode()}, what="secret reflected"
+    )
     current = origin.get("secrets", "default", "token")
     origin.replace("secrets", {**current, "data": {"t": base64.b64encode(b"two").decode()}})
-    await wait_until(lambda: (remote("secrets", "token") or {}).get("data") == {"t": base64.b64encode(b"two").decode()}, what="secret update reflected")
+    await wait_until(
+        lambda: (remote("secrets", "token") or {}).get("data") == {"t": base64.b64encode(b"two").decode()}, what="secret update reflected"
+    )
 
     # deleted at the origin: the copies go
     origin.delete("configmaps", "default", "settings")
@@ -240,7 +278,9 @@ async def test_reflected_configmaps_and_secrets_follow_the_origin_and_go_with_it
     origin.create("secrets", {"metadata": {"name": "owned", "ownerReferences": [ref]}, "stringData": {"k": "v"}}, "default")
     await wait_until(lambda: remote("secrets", "owned") is not None, what="owned secret reflected")
     origin.delete("configmaps", "default", "owner")
-    await wait_until(lambda: remote("secrets", "owned") is None and remote("configmaps", "owner") is None, what="collected secret's copy deleted")
+    await wait_until(
+        lambda: remote("secrets", "owned") is None and remote("configmaps", "owner") is None, what="collected secret's copy deleted"
+    )
 
     # a donor object that is not a reflected copy is not the reflector's to delete
     donor.create("secrets", {"metadata": {"name": "donor-own"}, "stringData": {"k": "v"}}, REMOTE_NS)

@@ -10,24 +10,32 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpuburst.sim.kubelet import netns
-from jupyter_gpuburst.sim.testing import one_node_cluster, wait_for_pod
 # The real-cluster tier's own programs, so that both tiers test one thing: all addresses' 8000
 # answers the pod's name, 127.0.0.1:8001 a private reply (the two ports a JupyterHub pod's proxy
 # takes); FETCH prints what a URL answers.
 from helpers.programs import FETCH
 from helpers.programs import NETWORK_SERVER as SERVER
 
+from jupyter_gpuburst.sim.kubelet import netns
+from jupyter_gpuburst.sim.testing import one_node_cluster, wait_for_pod
+
 pytestmark = pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))
 
 
 def server_pod(name: str) -> dict:
     container = {
-        "name": "web", "image": "python:3.12", "command": [sys.executable, "-c", SERVER],
+        "name": "web",
+        "image": "python:3.12",
+        "command": [sys.executable, "-c", SERVER],
         "env": [{"name": "WHO", "value": name}],
         "readinessProbe": {"tcpSocket": {"port": 8000}, "periodSeconds": 1},
     }
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": [container], "terminationGracePeriodSeconds": 1}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [container], "terminationGracePeriodSeconds": 1},
+    }
 
 
 def ready(p: dict) -> bool:

@@ -13,8 +13,12 @@ G = rbac.RBAC_GROUP
 
 
 def keyed(kind: str) -> str:
-    return {"ClusterRole": f"clusterroles.{G}", "ClusterRoleBinding": f"clusterrolebindings.{G}",
-            "Role": f"roles.{G}", "RoleBinding": f"rolebindings.{G}"}[kind]
+    return {
+        "ClusterRole": f"clusterroles.{G}",
+        "ClusterRoleBinding": f"clusterrolebindings.{G}",
+        "Role": f"roles.{G}",
+        "RoleBinding": f"rolebindings.{G}",
+    }[kind]
 
 
 @pytest.fixture
@@ -86,17 +90,27 @@ def test_other_identities_and_missing_roles_get_nothing(store):
 
 
 def test_subjects_subresources_and_resource_names_match_as_in_kubernetes(store):
-    store.create(keyed("Role"), {
-        "metadata": {"name": "exec-one", "namespace": "jhub"},
-        "rules": [{"apiGroups": [""], "resources": ["*/exec"], "verbs": ["create"]},
-                  {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": ["settings"]}],
-    }, "jhub")
-    store.create(keyed("RoleBinding"), {
-        "metadata": {"name": "exec-one", "namespace": "jhub"},
-        "roleRef": {"apiGroup": G, "kind": "Role", "name": "exec-one"},
-        # a service account named without a namespace is the binding's; a group matches by name
-        "subjects": [{"kind": "ServiceAccount", "name": "tester"}, {"kind": "Group", "name": "graders"}],
-    }, "jhub")
+    store.create(
+        keyed("Role"),
+        {
+            "metadata": {"name": "exec-one", "namespace": "jhub"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["*/exec"], "verbs": ["create"]},
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": ["settings"]},
+            ],
+        },
+        "jhub",
+    )
+    store.create(
+        keyed("RoleBinding"),
+        {
+            "metadata": {"name": "exec-one", "namespace": "jhub"},
+            "roleRef": {"apiGroup": G, "kind": "Role", "name": "exec-one"},
+            # a service account named without a namespace is the binding's; a group matches by name
+            "subjects": [{"kind": "ServiceAccount", "name": "tester"}, {"kind": "Group", "name": "graders"}],
+        },
+        "jhub",
+    )
     tester = rbac.impersonated("system:serviceaccount:jhub:tester", [])
     grader = rbac.impersonated("kim", ["graders"])
     for who in (tester, grader):
@@ -110,10 +124,12 @@ def test_subjects_subresources_and_resource_names_match_as_in_kubernetes(store):
 def test_a_refusal_reads_as_kube_apiservers():
     who = hub()
     assert rbac.forbidden_message(who, rbac.Request("list", "", "nodes")) == (
-        'nodes is forbidden: User "system:serviceaccount:jhub:hub" cannot list resource "nodes" '
-        'in API group "" at the cluster scope')
+        'nodes is forbidden: User "system:serviceaccount:jhub:hub" cannot list resource "nodes" in API group "" at the cluster scope'
+    )
     assert rbac.forbidden_message(who, rbac.Request("create", "", "pods", "exec", "jhub", "p")) == (
         'pods "p" is forbidden: User "system:serviceaccount:jhub:hub" cannot create resource "pods/exec" '
-        'in API group "" in the namespace "jhub"')
+        'in API group "" in the namespace "jhub"'
+    )
     assert rbac.forbidden_message(who, rbac.Request("get", "storage.k8s.io", "storageclasses", name="x")).startswith(
-        'storageclasses.storage.k8s.io "x" is forbidden')
+        'storageclasses.storage.k8s.io "x" is forbidden'
+    )

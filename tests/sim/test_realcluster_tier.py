@@ -18,9 +18,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers.hub import free_port
 
 from jupyter_gpuburst.sim.config import DEFAULT_CONFIG
-from helpers.hub import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -63,8 +63,20 @@ def start_sim(workdir: Path) -> tuple[subprocess.Popen, Path, Path]:
     env = {**os.environ, "GPUBURST_SIM_NETWORK": "namespaces" if pod_networks() else "shared"}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [str(GPUBURST), "sim", "--config", str(DEFAULT_CONFIG), "--kubeconfig-out", str(kubeconfig), "--state-dir", str(workdir / "sim-state")],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+            [
+                str(GPUBURST),
+                "sim",
+                "--config",
+                str(DEFAULT_CONFIG),
+                "--kubeconfig-out",
+                str(kubeconfig),
+                "--state-dir",
+                str(workdir / "sim-state"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
         )
     return proc, kubeconfig, log_path
 
@@ -146,9 +158,28 @@ def test_realcluster_tier_passes_against_gpuburst_sim(tmp_path):
         wait_ready(proc, kubeconfig, log_path)
         report = tmp_path / "tier.xml"
         run = subprocess.run(
-            [sys.executable, "-m", "pytest", "tests", "-m", "realcluster", "-q", "-rs",
-             "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "tier"), "--junitxml", str(report), *deselected(tmp_path / "sim-state")],
-            cwd=REPO, env=tier_env(kubeconfig), capture_output=True, text=True, timeout=480,
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "tests",
+                "-m",
+                "realcluster",
+                "-q",
+                "-rs",
+                "-p",
+                "no:cacheprovider",
+                "--basetemp",
+                str(tmp_path / "tier"),
+                "--junitxml",
+                str(report),
+                *deselected(tmp_path / "sim-state"),
+            ],
+            cwd=REPO,
+            env=tier_env(kubeconfig),
+            capture_output=True,
+            text=True,
+            timeout=480,
         )
         pods = psutil.Process(proc.pid).children(recursive=True)
     finally:

@@ -8,8 +8,8 @@ import kubernetes_validate
 import pytest
 
 from jupyter_gpuburst.core import liqo
-from jupyter_gpuburst.sim.config import NodeConfig
 from jupyter_gpuburst.sim.cluster import node_object
+from jupyter_gpuburst.sim.config import NodeConfig
 from jupyter_gpuburst.sim.peering import virtual_node_object
 from jupyter_gpuburst.sim.scheduler import Scheduler, schedule_one
 from jupyter_gpuburst.sim.store import Store
@@ -19,7 +19,9 @@ NOW = "2026-01-01T00:00:00Z"
 
 
 def node(name: str, gpus: int = 0, cpu: str = "8", labels: dict | None = None, ip: str = "127.10.0.9") -> dict:
-    return node_object(name, NodeConfig(name=name, cpu=cpu, resources={"nvidia.com/gpu": gpus} if gpus else {}, labels=labels or {}), ip, NOW)
+    return node_object(
+        name, NodeConfig(name=name, cpu=cpu, resources={"nvidia.com/gpu": gpus} if gpus else {}, labels=labels or {}), ip, NOW
+    )
 
 
 def pod(name: str = "p", gpus: int = 0, cpu: str | None = None, **spec) -> dict:
@@ -29,7 +31,12 @@ def pod(name: str = "p", gpus: int = 0, cpu: str | None = None, **spec) -> dict:
     if cpu:
         limits["cpu"] = cpu
     container = {"name": "c", "image": "busybox", "command": ["sleep", "1000"], "resources": {"limits": limits, "requests": dict(limits)}}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": {"containers": [container], **spec}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": [container], **spec},
+    }
 
 
 def affinity(*exprs: dict) -> dict:
@@ -49,9 +56,23 @@ def test_issue_example_wording_with_virtual_node_and_insufficient_gpus():
 
 def test_toleration_lets_pod_onto_virtual_node_and_affinity_pins_it():
     nodes = [node("gpu", 2), virtual_node_object("donor-1", {"nvidia.com/gpu": "8"}, "127.10.0.50", NOW)]
-    p = pod(gpus=4, tolerations=[liqo.virtual_node_toleration()], affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [liqo.donor_node_affinity_term("donor-1")]}}})
+    p = pod(
+        gpus=4,
+        tolerations=[liqo.virtual_node_toleration()],
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [liqo.donor_node_affinity_term("donor-1")]}
+            }
+        },
+    )
     assert schedule_one(p, nodes, [])[0] == "donor-1"
-    local = pod(gpus=1, tolerations=[liqo.virtual_node_toleration()], affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [liqo.local_node_affinity_term()]}}})
+    local = pod(
+        gpus=1,
+        tolerations=[liqo.virtual_node_toleration()],
+        affinity={
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [liqo.local_node_affinity_term()]}}
+        },
+    )
     assert schedule_one(local, nodes, [])[0] == "gpu"
 
 
@@ -128,7 +149,11 @@ async def test_binds_promptly_and_records_scheduled(cluster_store):
     store.create("pods", pod("fast", gpus=1), "default")
     bound = await wait_for_pod(store, "default", "fast", lambda p: p["spec"].get("nodeName"), timeout=2)
     assert time.monotonic() - t0 < 0.1
-    assert bound["status"]["conditions"][0] == {"type": "PodScheduled", "status": "True", "lastTransitionTime": bound["status"]["conditions"][0]["lastTransitionTime"]}
+    assert bound["status"]["conditions"][0] == {
+        "type": "PodScheduled",
+        "status": "True",
+        "lastTransitionTime": bound["status"]["conditions"][0]["lastTransitionTime"],
+    }
     events, _ = store.list("events", "default", field_selector="involvedObject.name=fast")
     assert [e["reason"] for e in events] == ["Scheduled"]
 
@@ -139,7 +164,9 @@ async def test_unschedulable_condition_event_and_retry_when_capacity_frees(clust
     store.create("pods", pod("first", gpus=1), "default")
     await wait_for_pod(store, "default", "first", lambda p: p["spec"].get("nodeName"), timeout=2)
     store.create("pods", pod("second", gpus=1), "default")
-    waiting = await wait_for_pod(store, "default", "second", lambda p: any(c.get("reason") == "Unschedulable" for c in p["status"].get("conditions", [])), timeout=2)
+    waiting = await wait_for_pod(
+        store, "default", "second", lambda p: any(c.get("reason") == "Unschedulable" for c in p["status"].get("conditions", [])), timeout=2
+    )
     cond = waiting["status"]["conditions"][0]
     assert cond["type"] == "PodScheduled" and cond["status"] == "False"
     assert cond["message"].startswith("0/1 nodes are available: 1 Insufficient nvidia.com/gpu.")

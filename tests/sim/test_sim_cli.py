@@ -44,7 +44,11 @@ def test_mig_layout_parses():
         (lambda c: c["donors"][0].update({"name": "Bad_Name"}), "donors[0].name", "DNS label"),
         (lambda c: c["donors"][0].update({"name": "origin"}), "donors[0].name", "used twice"),
         (lambda c: c["origin"].update({"nodes": []}), "origin.nodes", "non-empty"),
-        (lambda c: c["origin"]["nodes"][0]["resources"].update({"nvidia.com/gpu": -1}), "origin.nodes[0].resources.nvidia.com/gpu", "integer >= 0"),
+        (
+            lambda c: c["origin"]["nodes"][0]["resources"].update({"nvidia.com/gpu": -1}),
+            "origin.nodes[0].resources.nvidia.com/gpu",
+            "integer >= 0",
+        ),
     ],
 )
 def test_bad_config_errors_name_file_and_field(mutate, field, why):
@@ -94,8 +98,16 @@ async def test_gpuburst_sim_runs_in_foreground_and_stops_on_ctrl_c(tmp_path):
 
     kc = tmp_path / "sim.kubeconfig"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "jupyter_gpuburst.cli", "sim", "--kubeconfig-out", str(kc), "--state-dir", str(tmp_path / "state"),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "jupyter_gpuburst.cli",
+        "sim",
+        "--kubeconfig-out",
+        str(kc),
+        "--state-dir",
+        str(tmp_path / "state"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         deadline = time.monotonic() + 30

@@ -27,24 +27,35 @@ def pod_with_home(name: str, claim_name: str, donor: str | None) -> dict:
     spec = {
         "terminationGracePeriodSeconds": 1,
         "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": claim_name}}],
-        "containers": [{
-            "name": "nb", "image": "python",
-            "command": [sys.executable, "-c", "import time; time.sleep(60)"],
-            "volumeMounts": [{"name": "home", "mountPath": "/home/jovyan"}],
-        }],
+        "containers": [
+            {
+                "name": "nb",
+                "image": "python",
+                "command": [sys.executable, "-c", "import time; time.sleep(60)"],
+                "volumeMounts": [{"name": "home", "mountPath": "/home/jovyan"}],
+            }
+        ],
     }
     if donor:
         spec["tolerations"] = [liqo.virtual_node_toleration()]
-        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [liqo.donor_node_affinity_term(donor)]}}}
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [liqo.donor_node_affinity_term(donor)]}
+            }
+        }
     else:
-        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [liqo.local_node_affinity_term()]}}}
+        spec["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [liqo.local_node_affinity_term()]}}
+        }
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
 async def offload(federation) -> None:
     origin = federation.origin.store
     origin.create(NSOFF, liqo.namespace_offloading("default"), "default")
-    await wait_until(lambda: (origin.get(NSOFF, "default", "offloading").get("status") or {}).get("offloadingPhase") == "Ready", what="offloading ready")
+    await wait_until(
+        lambda: (origin.get(NSOFF, "default", "offloading").get("status") or {}).get("offloadingPhase") == "Ready", what="offloading ready"
+    )
 
 
 def phase(store, name: str, namespace: str = "default") -> str:
@@ -80,7 +91,9 @@ async def test_an_origin_claim_does_not_follow_its_pod_to_a_donor(federation):
     await wait_until(lambda: phase(origin, "claim-bob") == "Bound", what="claim bound")
     origin.create("pods", pod_with_home("jupyter-bob", "claim-bob", "donor-1"), "default")
     # the origin binds it to the virtual node (a network volume has no node affinity) ...
-    await wait_until(lambda: origin.get("pods", "default", "jupyter-bob")["spec"].get("nodeName") == "donor-1", what="bound to the virtual node")
+    await wait_until(
+        lambda: origin.get("pods", "default", "jupyter-bob")["spec"].get("nodeName") == "donor-1", what="bound to the virtual node"
+    )
 
     # ... and the donor cannot schedule it: its twin names a claim the donor does not have
     def donor_failed() -> list:
@@ -97,7 +110,9 @@ async def test_a_liqo_claim_binds_where_its_first_pod_lands_and_pins_later_pods(
     origin, donor = federation.origin.store, federation.donors["donor-1"].store
     await offload(federation)
     origin.create("persistentvolumeclaims", claim("claim-carol", "liqo"), "default")
-    await wait_until(lambda: any(e["reason"] == "WaitForFirstConsumer" for e in origin.list("events", "default")[0]), what="waiting for a consumer")
+    await wait_until(
+        lambda: any(e["reason"] == "WaitForFirstConsumer" for e in origin.list("events", "default")[0]), what="waiting for a consumer"
+    )
     assert phase(origin, "claim-carol") == "Pending"
     origin.create("pods", pod_with_home("jupyter-carol", "claim-carol", "donor-1"), "default")
     await wait_for_pod(origin, "default", "jupyter-carol", is_running_ready)
@@ -110,7 +125,9 @@ async def test_a_liqo_claim_binds_where_its_first_pod_lands_and_pins_later_pods(
 
     # a later pod of the same claim that asks for the origin: volume node affinity conflict
     origin.delete("pods", "default", "jupyter-carol", grace_period_seconds=0)
-    await wait_until(lambda: not [p for p in origin.list("pods", "default")[0] if p["metadata"]["name"] == "jupyter-carol"], what="pod gone")
+    await wait_until(
+        lambda: not [p for p in origin.list("pods", "default")[0] if p["metadata"]["name"] == "jupyter-carol"], what="pod gone"
+    )
     await wait_until(lambda: not donor.list("pods", REMOTE_NS)[0], what="donor pod gone")
     origin.create("pods", pod_with_home("jupyter-carol", "claim-carol", None), "default")
 
@@ -131,4 +148,4 @@ async def test_a_pod_of_a_missing_claim_is_unschedulable_everywhere(federation):
         return next((c["message"] for c in (pod.get("status") or {}).get("conditions") or [] if c.get("reason") == "Unschedulable"), None)
 
     await wait_until(message, what="unschedulable")
-    assert message().startswith('0/') and 'persistentvolumeclaim "claim-dan" not found' in message()
+    assert message().startswith("0/") and 'persistentvolumeclaim "claim-dan" not found' in message()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import json
 
 import kubernetes_validate
@@ -37,7 +36,13 @@ def test_resource_version_is_global_and_monotonic():
     store = Store()
     seen = [int(store.create("pods", pod(f"p{i}"))["metadata"]["resourceVersion"]) for i in range(3)]
     seen.append(int(store.create("configmaps", {"metadata": {"name": "c"}})["metadata"]["resourceVersion"]))
-    seen.append(int(store.mutate("pods", "default", "p0", lambda o: o["metadata"].setdefault("labels", {}).update(a="b"))["metadata"]["resourceVersion"]))
+    seen.append(
+        int(
+            store.mutate("pods", "default", "p0", lambda o: o["metadata"].setdefault("labels", {}).update(a="b"))["metadata"][
+                "resourceVersion"
+            ]
+        )
+    )
     assert seen == sorted(seen) and len(set(seen)) == len(seen)
     _items, rv = store.list("pods")
     assert rv == str(store.resource_version) == str(seen[-1])
@@ -65,9 +70,14 @@ def test_pod_defaults_and_errors():
     with pytest.raises(ApiError) as err:
         store.get("pods", "default", "missing")
     assert err.value.status() == {
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": 'pods "missing" not found', "reason": "NotFound",
-        "details": {"name": "missing", "kind": "pods"}, "code": 404,
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'pods "missing" not found',
+        "reason": "NotFound",
+        "details": {"name": "missing", "kind": "pods"},
+        "code": 404,
     }
 
 
@@ -167,7 +177,11 @@ async def test_field_selected_watch_on_node_name():
     store.bind_pod("default", "a", "n1")
     etype, obj = await watch.next(1)
     assert etype == "ADDED" and obj["spec"]["nodeName"] == "n1"
-    assert obj["status"]["conditions"][0] == {"type": "PodScheduled", "status": "True", "lastTransitionTime": obj["status"]["conditions"][0]["lastTransitionTime"]}
+    assert obj["status"]["conditions"][0] == {
+        "type": "PodScheduled",
+        "status": "True",
+        "lastTransitionTime": obj["status"]["conditions"][0]["lastTransitionTime"],
+    }
     watch.close()
 
 
@@ -202,7 +216,9 @@ def test_owner_references_cascade_and_orphan():
     assert "ownerReferences" not in store.get("secrets", "default", "kept")["metadata"]
     assert store.get("services", "default", "svc")  # orphaned too
     owner2 = store.create("pods", pod("owner2"))
-    store.create("configmaps", {"metadata": {"name": "dep", "ownerReferences": [{**ref, "name": "owner2", "uid": owner2["metadata"]["uid"]}]}})
+    store.create(
+        "configmaps", {"metadata": {"name": "dep", "ownerReferences": [{**ref, "name": "owner2", "uid": owner2["metadata"]["uid"]}]}}
+    )
     store.delete("pods", "default", "owner2")
     with pytest.raises(ApiError):
         store.get("configmaps", "default", "dep")
@@ -219,17 +235,33 @@ def test_namespace_deletion_removes_contents():
 
 def test_created_objects_validate_against_kubernetes_schema():
     store = Store()
-    objs = [
-        store.create("pods", pod("gpu", resources={"limits": {"nvidia.com/gpu": 2}}, ports=[{"name": "notebook-port", "containerPort": 8888}])),
-        store.bind_pod("default", "gpu", "node-1"),
-        store.record_event(store.get("pods", "default", "gpu"), "Pulled", "Container image already present", host="node-1"),
-        store.record_event(store.get("pods", "default", "gpu"), "FailedScheduling", "0/1 nodes are available", "Warning", "default-scheduler", scheduler_style=True),
-        store.create("namespaces", {"metadata": {"name": "tenant"}}),
-        store.create("services", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 8888}]}}),
-        store.create("persistentvolumeclaims", {"metadata": {"name": "c"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
-        store.create("secrets", {"metadata": {"name": "s"}, "stringData": {"a": "b"}}),
-        store.create("nodes", {"metadata": {"name": "n"}, "status": {"allocatable": {"nvidia.com/gpu": "2"}}}),
-    ] + store.list("namespaces")[0] + store.list("events")[0]
+    objs = (
+        [
+            store.create(
+                "pods", pod("gpu", resources={"limits": {"nvidia.com/gpu": 2}}, ports=[{"name": "notebook-port", "containerPort": 8888}])
+            ),
+            store.bind_pod("default", "gpu", "node-1"),
+            store.record_event(store.get("pods", "default", "gpu"), "Pulled", "Container image already present", host="node-1"),
+            store.record_event(
+                store.get("pods", "default", "gpu"),
+                "FailedScheduling",
+                "0/1 nodes are available",
+                "Warning",
+                "default-scheduler",
+                scheduler_style=True,
+            ),
+            store.create("namespaces", {"metadata": {"name": "tenant"}}),
+            store.create("services", {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 8888}]}}),
+            store.create(
+                "persistentvolumeclaims",
+                {"metadata": {"name": "c"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}},
+            ),
+            store.create("secrets", {"metadata": {"name": "s"}, "stringData": {"a": "b"}}),
+            store.create("nodes", {"metadata": {"name": "n"}, "status": {"allocatable": {"nvidia.com/gpu": "2"}}}),
+        ]
+        + store.list("namespaces")[0]
+        + store.list("events")[0]
+    )
     for obj in objs:
         assert kubernetes_validate.validate(obj, "1.31", strict=True) == "1.31", obj
 

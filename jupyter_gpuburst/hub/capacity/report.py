@@ -13,7 +13,16 @@ from jupyter_gpuburst.core import keys
 
 # What an admin may see about one placement; anything else in a tracker's record is dropped.
 PLACEMENT_FIELDS: tuple[str, ...] = (
-    "site", "cluster_id", "node", "resource", "count", "reason", "state", "attempts", "namespace", "pod",
+    "site",
+    "cluster_id",
+    "node",
+    "resource",
+    "count",
+    "reason",
+    "state",
+    "attempts",
+    "namespace",
+    "pod",
 )
 
 

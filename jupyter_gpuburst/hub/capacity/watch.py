@@ -93,9 +93,7 @@ class WatchFeed:
             self.log.exception("Ignoring %s event the inventory could not apply", self.kind)
 
     async def _relist(self) -> str:
-        response = await self.list_method(
-            _preload_content=False, _request_timeout=self.request_timeout, **self.list_kwargs
-        )
+        response = await self.list_method(_preload_content=False, _request_timeout=self.request_timeout, **self.list_kwargs)
         raw = await response.read()
         if getattr(response, "status", 200) >= 400:
             # kubernetes_asyncio raises only for preloaded responses; this one is read raw

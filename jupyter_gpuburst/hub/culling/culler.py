@@ -146,7 +146,9 @@ class Culler:
                 self._silent.add(key)
                 self.log.warning(
                     "GPU culling: no GPU activity report for %s's %s for %.0f s; its GPU state is unknown, so it is kept",
-                    signal.user, _what(signal), now - signal.reported_at,
+                    signal.user,
+                    _what(signal),
+                    now - signal.reported_at,
                 )
             elif decision.action != "unknown":
                 self._silent.discard(key)
@@ -154,15 +156,21 @@ class Culler:
                 signal.warned_at = None  # busy again: the next stop needs a warning of its own
             if decision.action == "warn" and signal.warned_at is None:
                 signal.warned_at = now
-                self.log.info("GPU culling: warning %s: %s stops in %.0f s (%s)", signal.user, _what(signal), decision.stops_in_s, decision.reason)
+                self.log.info(
+                    "GPU culling: warning %s: %s stops in %.0f s (%s)", signal.user, _what(signal), decision.stops_in_s, decision.reason
+                )
             elif decision.action == "stop":
                 policy = self.settings.policy(signal.kind, target.profile)
-                if policy.warning_s > 0 and (signal.warned_at is None or now - signal.warned_at < min(policy.warning_s, self.settings.period_seconds)):
+                if policy.warning_s > 0 and (
+                    signal.warned_at is None or now - signal.warned_at < min(policy.warning_s, self.settings.period_seconds)
+                ):
                     # never stop what the student could not have been warned about (a first
                     # report that is already past the timeout, after a hub restart)
                     if signal.warned_at is None:
                         signal.warned_at = now
-                        self.log.info("GPU culling: warning %s first: %s is past its limit (%s)", signal.user, _what(signal), decision.reason)
+                        self.log.info(
+                            "GPU culling: warning %s first: %s is past its limit (%s)", signal.user, _what(signal), decision.reason
+                        )
                     continue
                 try:
                     done = await self.cull(target, decision.reason, now)
@@ -175,10 +183,20 @@ class Culler:
 
     async def cull(self, target: Target, reason: str, now: float) -> dict[str, Any] | None:
         signal = target.signal
-        entry = {"user": signal.user, "server_name": signal.server_name, "target": signal.target, "site_kind": target.site_kind, "reason": reason, "at": now}
+        entry = {
+            "user": signal.user,
+            "server_name": signal.server_name,
+            "target": signal.target,
+            "site_kind": target.site_kind,
+            "reason": reason,
+            "at": now,
+        }
         if signal.kind == SERVER:
             # JupyterHub drops a stopped server's spawner: the note is kept here for the spawn page
-            self.stopped_servers[(signal.user, signal.server_name)] = (f"Your server was stopped because {reason}. Start it again when you need a GPU.", now)
+            self.stopped_servers[(signal.user, signal.server_name)] = (
+                f"Your server was stopped because {reason}. Start it again when you need a GPU.",
+                now,
+            )
             self.log.info("GPU culling: stopping %s's server %r: %s", signal.user, signal.server_name, reason)
             outcome = await self._stop_server(signal.user, signal.server_name)
             self.store.forget(signal)
@@ -251,7 +269,9 @@ class Culler:
         return {
             "period_s": self.settings.period_seconds,
             "threshold": self.settings.threshold,
-            "threshold_by_kernel": {t.signal.target: self.settings.policy("kernel", t.profile).threshold for t in targets if t.signal.kind != SERVER},
+            "threshold_by_kernel": {
+                t.signal.target: self.settings.policy("kernel", t.profile).threshold for t in targets if t.signal.kind != SERVER
+            },
             "targets": items,
             "stopped": stopped,
         }

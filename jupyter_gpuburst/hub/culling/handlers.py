@@ -74,7 +74,12 @@ class ActivityHandler(ActivityAPIHandler):
             culler.log.warning("GPU activity: a report of %s was refused: %s", name, exc.message)
             raise web.HTTPError(exc.status, "%s", exc.message) from None
         if ignored:
-            culler.log.warning("GPU activity: %s's server %r reported kernels that are not its own: %s (ignored)", name, server_name, ", ".join(ignored[:5]))
+            culler.log.warning(
+                "GPU activity: %s's server %r reported kernels that are not its own: %s (ignored)",
+                name,
+                server_name,
+                ", ".join(ignored[:5]),
+            )
         reply = await culler.reply(name, server_name)
         reply["ignored"] = ignored
         self.write(json.dumps(reply))
@@ -84,7 +89,7 @@ class KeepHandler(ActivityAPIHandler):
     async def post(self) -> None:
         body = self.body()
         if not isinstance(body, dict) or not isinstance(body.get("server_name", ""), str) or not isinstance(body.get("target"), str):
-            raise web.HTTPError(400, "a keep is {\"server_name\": ..., \"target\": \"server\" or a GPU kernel's id}")
+            raise web.HTTPError(400, 'a keep is {"server_name": ..., "target": "server" or a GPU kernel\'s id}')
         status, message = await self.culler.keep(self.user["name"], body.get("server_name", ""), body["target"])
         if status != 200:
             raise web.HTTPError(status, "%s", message)

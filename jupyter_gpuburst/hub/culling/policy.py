@@ -21,7 +21,9 @@ class Decision:
     keepable: bool = False  # a Keep helps: the stop comes from idleness, not the maximum age
 
 
-def decide(signal: Signal, state: str, policy: CullPolicy, now: float, *, age_s: float | None, site_kind: str, groups: frozenset[str]) -> Decision:
+def decide(
+    signal: Signal, state: str, policy: CullPolicy, now: float, *, age_s: float | None, site_kind: str, groups: frozenset[str]
+) -> Decision:
     """``state`` is the store's (``unknown``, ``no-gpu``, ``reported``); ``age_s`` how long the
     server or kernel has run (None: not known, so no maximum age applies)."""
     what = "server" if signal.kind == "server" else "GPU kernel"

@@ -10,7 +10,16 @@ from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, validat
 from traitlets.config import Config, Configurable
 
 # the keys a per-profile override may set, and the trait each one overrides
-OVERRIDES = ("timeout_seconds", "donor_timeout_seconds", "threshold", "warning_seconds", "max_age_seconds", "keep_limit", "exempt_groups", "enabled")
+OVERRIDES = (
+    "timeout_seconds",
+    "donor_timeout_seconds",
+    "threshold",
+    "warning_seconds",
+    "max_age_seconds",
+    "keep_limit",
+    "exempt_groups",
+    "enabled",
+)
 
 
 @dataclass(frozen=True)

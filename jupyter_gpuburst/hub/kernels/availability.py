@@ -36,4 +36,3 @@ def availability(snapshot: Any, policy: Policy, request: GPURequest) -> dict[str
 def _fits_on_site(snapshot: Any, site: str, request: GPURequest) -> int:
     """Kernels of ``request.count`` units that fit on the site's eligible nodes, node by node."""
     return sum(node.free(request.resource) // request.count for node in snapshot.nodes.values() if node.site == site)
-

@@ -58,9 +58,7 @@ def shared_storage(request: KernelFilesRequest) -> KernelFiles | None:
     to one node cannot also be mounted by a pod on another node or site.
     """
     spec = (request.server_pod or {}).get("spec") or {}
-    claims = {
-        v["name"]: v for v in spec.get("volumes") or [] if (v.get("persistentVolumeClaim") or {}).get("claimName")
-    }
+    claims = {v["name"]: v for v in spec.get("volumes") or [] if (v.get("persistentVolumeClaim") or {}).get("claimName")}
     containers = spec.get("containers") or []
     notebook = next((c for c in containers if c.get("name") == "notebook"), containers[0] if containers else {})
     mounts = [m for m in notebook.get("volumeMounts") or [] if m.get("name") in claims]

@@ -79,7 +79,16 @@ class KernelRegistry:
 
     _instances: dict[int, "KernelRegistry"] = {}
 
-    def __init__(self, tracker: CapacityTracker, settings: GPUKernelSettings, core_api: Any, custom_api: Any, image: str, namespace: str, log: logging.Logger | None = None) -> None:
+    def __init__(
+        self,
+        tracker: CapacityTracker,
+        settings: GPUKernelSettings,
+        core_api: Any,
+        custom_api: Any,
+        image: str,
+        namespace: str,
+        log: logging.Logger | None = None,
+    ) -> None:
         self.tracker = tracker
         self.settings = settings
         self.api = core_api
@@ -111,9 +120,7 @@ class KernelRegistry:
 
     def list(self, user: str, server_name: str | None = None) -> list[KernelRecord]:
         self._adopt()
-        return [
-            r for r in self.records.values() if r.user == user and (server_name is None or r.server_name == server_name)
-        ]
+        return [r for r in self.records.values() if r.user == user and (server_name is None or r.server_name == server_name)]
 
     def state(self, record: KernelRecord) -> str:
         if record.state != "running":
@@ -375,7 +382,9 @@ class KernelRegistry:
         )
         self.log.info("GPU kernel %s of %s: pod %s on %s (%s)", record.id, record.user, record.pod_name, placement.site, placement.reason)
 
-    async def _watch_start(self, record: KernelRecord, request: GPURequest, server_pod: Any = None, key: Any = None, scheme: Any = None, notebook_dir: Any = "") -> None:
+    async def _watch_start(
+        self, record: KernelRecord, request: GPURequest, server_pod: Any = None, key: Any = None, scheme: Any = None, notebook_dir: Any = ""
+    ) -> None:
         """Follow the pod until it is ready; move it when the scheduler cannot place it."""
         deadline = time.monotonic() + self.settings.start_timeout
         grace = float(getattr(self.tracker.settings, "donor_pending_grace_seconds", 30.0))
@@ -389,7 +398,13 @@ class KernelRegistry:
                     phase = (pod.get("status") or {}).get("phase")
                     why = unschedulable_reason(pod, record.profile.resource)
                     placement = record.placement
-                    if why is None and placement is not None and placement.is_donor and phase == "Pending" and (pod.get("spec") or {}).get("nodeName"):
+                    if (
+                        why is None
+                        and placement is not None
+                        and placement.is_donor
+                        and phase == "Pending"
+                        and (pod.get("spec") or {}).get("nodeName")
+                    ):
                         # the donor's own scheduler failing shows on the origin only as a pod
                         # that stays Pending: past the grace period, the kernel moves
                         pending_since = pending_since or time.monotonic()
@@ -412,7 +427,10 @@ class KernelRegistry:
                 elif seen:
                     await self._fail(record, "the kernel's pod was deleted while starting")
                 if record.state == "pending" and time.monotonic() > deadline:
-                    await self._fail(record, f"the kernel did not start within {self.settings.start_timeout:g} s on {record.placement.site if record.placement else '?'}")
+                    await self._fail(
+                        record,
+                        f"the kernel did not start within {self.settings.start_timeout:g} s on {record.placement.site if record.placement else '?'}",
+                    )
                 if record.state == "pending":
                     await self.tracker.wait_pod_change(record.namespace, record.pod_name, 0.5)
         except asyncio.CancelledError:
@@ -421,7 +439,9 @@ class KernelRegistry:
             self.log.exception("GPU kernel %s: start failed", record.id)
             await self._fail(record, f"could not start the kernel ({exc.__class__.__name__})")
 
-    async def _redirect(self, record: KernelRecord, request: GPURequest, why: str, server_pod: Any, key: str, scheme: str, notebook_dir: str) -> None:
+    async def _redirect(
+        self, record: KernelRecord, request: GPURequest, why: str, server_pod: Any, key: str, scheme: str, notebook_dir: str
+    ) -> None:
         assert record.placement is not None
         record.attempts.append({"site": record.placement.site, "outcome": why})
         self.log.info("GPU kernel %s: moving off %s: %s", record.id, record.placement.site, why)

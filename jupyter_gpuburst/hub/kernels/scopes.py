@@ -69,6 +69,7 @@ def _explain_profiles_at_start(c: Any) -> None:
 
 def _with_scopes(value: Any, ours: list[str]) -> Any:
     if callable(value):
+
         async def scopes(spawner: Any) -> list[str]:
             theirs = await maybe_future(value(spawner))
             return _with_scopes(list(theirs or []), ours)
@@ -79,4 +80,3 @@ def _with_scopes(value: Any, ours: list[str]) -> Any:
         # empty means "the server role" to JupyterHub: keep that meaning
         theirs = list(next(r for r in get_default_roles() if r["name"] == "server")["scopes"])
     return theirs + [s for s in ours if s not in theirs]
-

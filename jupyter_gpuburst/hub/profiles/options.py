@@ -134,7 +134,9 @@ def _check_option(name: str, option: Mapping[str, Any], user_options: Mapping[st
         label = unlisted_config.get("display_name_in_choices") or "Other..."
         raise UserOptionsError(f"option {shorten(name)}: {label!r} was chosen without a value")
     if choice not in choices:
-        raise UserOptionsError(f"unknown choice {shorten(choice)} for option {shorten(name)} of {where}; offered: {_names(choices, 10) or 'none'}")
+        raise UserOptionsError(
+            f"unknown choice {shorten(choice)} for option {shorten(name)} of {where}; offered: {_names(choices, 10) or 'none'}"
+        )
 
 
 @dataclass(frozen=True)
@@ -172,9 +174,7 @@ def profile_block(profile: Mapping[str, Any] | None) -> ProfileGPU | None:
     return ProfileGPU(resource=resource, count=count, allowed_sites=sites)
 
 
-def gpu_from_resources(
-    limits: Mapping[str, Any], guarantees: Mapping[str, Any], is_gpu: Callable[[str], bool]
-) -> ProfileGPU | None:
+def gpu_from_resources(limits: Mapping[str, Any], guarantees: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> ProfileGPU | None:
     """The GPU request a spawner's extra resource limits/guarantees make, or None (CPU only).
 
     Kubernetes requires extended-resource requests to equal limits; the larger is taken so a

@@ -195,7 +195,9 @@ def outcome(policy: StoragePolicy | str, claims: Sequence[Claim], site: str, sit
     raise ValueError(f"storage policy {policy.value!r} cannot place a server on {site} away from its volumes")
 
 
-def scratch_volumes(volumes: Iterable[Any], scratch_claims: Sequence[str], to_dict: Callable[[Any], Mapping[str, Any]]) -> list[dict[str, Any]]:
+def scratch_volumes(
+    volumes: Iterable[Any], scratch_claims: Sequence[str], to_dict: Callable[[Any], Mapping[str, Any]]
+) -> list[dict[str, Any]]:
     """A pod's volumes with each claim in ``scratch_claims`` replaced by an emptyDir of the same
     name, so every volumeMount still resolves."""
     out = []

@@ -44,18 +44,16 @@ def unschedulable_reason(pod: Mapping[str, Any], resource: str | None = None) ->
     ``resource`` (the placed GPU resource) counts as requested even if the pod as read lacks it.
     """
     for condition in (pod.get("status") or {}).get("conditions") or []:
-        if (
-            condition.get("type") == "PodScheduled"
-            and condition.get("status") == "False"
-            and condition.get("reason") == "Unschedulable"
-        ):
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False" and condition.get("reason") == "Unschedulable":
             message = condition.get("message") or ""
             if shortage(message, _wanted(pod, resource)):
                 return message
     return None
 
 
-def failed_scheduling_reason(events: Iterable[Mapping[str, Any]], pod: Mapping[str, Any] | None, uid: str | None, resource: str | None = None) -> str | None:
+def failed_scheduling_reason(
+    events: Iterable[Mapping[str, Any]], pod: Mapping[str, Any] | None, uid: str | None, resource: str | None = None
+) -> str | None:
     """The message of a ``FailedScheduling`` event about this pod (its name, and ``uid``: not an
     earlier pod of that name) that names a shortage.
 

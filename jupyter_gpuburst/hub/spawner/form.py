@@ -14,8 +14,8 @@ from traitlets.config import Config
 from jupyter_gpuburst.core import keys, names
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError, Policy, decide
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
-from jupyter_gpuburst.hub.spawner.podrequest import RESOURCE_TRAITS, pod_spec_from_traits, request_of_pod
 from jupyter_gpuburst.hub.profiles.options import ProfileGPU, gpu_from_resources, profile_block
+from jupyter_gpuburst.hub.spawner.podrequest import RESOURCE_TRAITS, pod_spec_from_traits, request_of_pod
 
 # Most specific last: traitlets lets a subclass's section override its parents'.
 CONFIG_SECTIONS = ("Spawner", "KubeSpawner", "GPUBurstSpawner")
@@ -88,9 +88,7 @@ def availability(
         # free already leaves out what spawns in flight hold
         sites.append({"site": name, "free": totals.free, "total": totals.allocatable})
     groups = frozenset(getattr(g, "name", str(g)) for g in (getattr(user, "groups", None) or []))
-    request = GPURequest(
-        gpu.resource, gpu.count, user.name, groups, slug, gpu.allowed_sites, resources=dict(resources or {})
-    )
+    request = GPURequest(gpu.resource, gpu.count, user.name, groups, slug, gpu.allowed_sites, resources=dict(resources or {}))
     try:
         outcome: Placement | NoCapacity = decide(request, snapshot, policy or tracker.placer.policy)
     except PlacementInputError as exc:

@@ -85,6 +85,6 @@ def request_of_pod(spec: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> Po
         return None
     if len(gpus) > 1:
         raise ValueError(f"a server may request one GPU resource, not {', '.join(sorted(gpus))}")
-    (resource, count), = gpus.items()
+    ((resource, count),) = gpus.items()
     resources = {r: v for r, v in total.items() if r != PODS}
     return PodDemand(resource, count, resources)

@@ -319,7 +319,22 @@ class GPUBurstProvisioner(KernelProvisionerBase):
         """Where the kernel runs, for the GPU panel (no address, no key)."""
         if self.placement is None:
             return None
-        fields = ("id", "profile", "display_name", "state", "site", "site_kind", "cluster_id", "node", "resource", "count", "reason", "waiting", "relocated_from", "files")
+        fields = (
+            "id",
+            "profile",
+            "display_name",
+            "state",
+            "site",
+            "site_kind",
+            "cluster_id",
+            "node",
+            "resource",
+            "count",
+            "reason",
+            "waiting",
+            "relocated_from",
+            "files",
+        )
         return {k: self.placement.get(k) for k in fields}
 
 

@@ -32,7 +32,8 @@ def _status(code: int, command: list[str]) -> dict[str, Any]:
     if code == 0:
         return {"metadata": {}, "status": "Success"}
     return {
-        "metadata": {}, "status": "Failure",
+        "metadata": {},
+        "status": "Failure",
         "message": f"command terminated with non-zero exit code: error executing command {json.dumps(command)}, exit code {code}",
         "reason": "NonZeroExitCode",
         "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
@@ -77,7 +78,17 @@ async def serve(request: web.Request, namespace: str, name: str, opener: Opener 
     return ws
 
 
-async def _pump(ws: web.WebSocketResponse, proc: asyncio.subprocess.Process, master: int | None, *, stdin: bool, stdout: bool, stderr: bool, v5: bool, command: list[str]) -> None:
+async def _pump(
+    ws: web.WebSocketResponse,
+    proc: asyncio.subprocess.Process,
+    master: int | None,
+    *,
+    stdin: bool,
+    stdout: bool,
+    stderr: bool,
+    v5: bool,
+    command: list[str],
+) -> None:
     loop = asyncio.get_running_loop()
     send_lock = asyncio.Lock()
 

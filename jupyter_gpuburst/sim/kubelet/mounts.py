@@ -228,7 +228,9 @@ def _try_mounts(scratch_parent: str) -> str | None:
         script = 'mount --all --fstab "$1/fstab" && ! touch "$1/lower/made/g" 2>/dev/null && test "$(cat "$1/lower/made/f")" = x'
 
         try:
-            probe = subprocess.run([UNSHARE, "--mount", "--", "/bin/sh", "-c", script, "probe", tmp], timeout=10, capture_output=True, text=True)
+            probe = subprocess.run(
+                [UNSHARE, "--mount", "--", "/bin/sh", "-c", script, "probe", tmp], timeout=10, capture_output=True, text=True
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             return f"the mount probe did not run: {exc}"
         if probe.returncode != 0:
@@ -252,7 +254,11 @@ def real_mounts(state_dir: Path) -> bool:
     """Whether volumes are mounted for real in containers started under ``state_dir``; the mode
     is logged once."""
     why = unavailable(state_dir)
-    message = "volumes are bind-mounted at their mountPath in each container's mount namespace" if why is None else f"volumes are served by path rewriting ({why})"
+    message = (
+        "volumes are bind-mounted at their mountPath in each container's mount namespace"
+        if why is None
+        else f"volumes are served by path rewriting ({why})"
+    )
     if message not in _logged:
         _logged.add(message)
         log.info("emulated kubelet: %s", message)

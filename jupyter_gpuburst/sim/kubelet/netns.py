@@ -79,7 +79,12 @@ def unavailable() -> str | None:
         if not os.access(tool, os.X_OK):
             return f"pod network namespaces need {tool} (util-linux)"
     try:
-        probe = subprocess.run([UNSHARE, "--net", "--", "ip", "link", "add", "gbprobe0", "type", "veth", "peer", "name", "gbprobe1"], timeout=10, capture_output=True, text=True)
+        probe = subprocess.run(
+            [UNSHARE, "--net", "--", "ip", "link", "add", "gbprobe0", "type", "veth", "peer", "name", "gbprobe1"],
+            timeout=10,
+            capture_output=True,
+            text=True,
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         return f"cannot make a network namespace ({exc})"
     if probe.returncode != 0:
@@ -112,8 +117,17 @@ class PodNetwork:
     async def create(cls, pod_uid: str, pod_ip: str, node_ip: str) -> PodNetwork:
         interface = host_interface(pod_uid)
         sandbox = await asyncio.create_subprocess_exec(
-            UNSHARE, "--net", "--", "/bin/sh", "-c", _SANDBOX_SCRIPT, pod_ip, node_ip,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            UNSHARE,
+            "--net",
+            "--",
+            "/bin/sh",
+            "-c",
+            _SANDBOX_SCRIPT,
+            pod_ip,
+            node_ip,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
             start_new_session=True,  # out of reach of signals to the containers' groups
         )
         network = cls(sandbox, interface, pod_ip)
@@ -132,12 +146,16 @@ class PodNetwork:
             raise NetworkError(f"the sandbox did not start: {await self._stderr()}")
         # one ip process for the host's end (each costs a few ms); the settings matter only
         # once packets flow, after "go"
-        await _ip("-batch", "-", stdin=(
-            f"link add {self.interface} type veth peer name {POD_INTERFACE} netns {self.sandbox.pid}\n"
-            f"address add {node_ip}/32 dev {self.interface}\n"
-            f"link set {self.interface} up\n"
-            f"route replace {self.pod_ip}/32 dev {self.interface} table local src {node_ip}\n"
-        ))
+        await _ip(
+            "-batch",
+            "-",
+            stdin=(
+                f"link add {self.interface} type veth peer name {POD_INTERFACE} netns {self.sandbox.pid}\n"
+                f"address add {node_ip}/32 dev {self.interface}\n"
+                f"link set {self.interface} up\n"
+                f"route replace {self.pod_ip}/32 dev {self.interface} table local src {node_ip}\n"
+            ),
+        )
         for setting in ("route_localnet", "forwarding"):
             Path(f"/proc/sys/net/ipv4/conf/{self.interface}/{setting}").write_text("1")
         self.sandbox.stdin.write(b"go\n")
@@ -172,8 +190,11 @@ class PodNetwork:
 
 async def _ip(*args: str, stdin: str | None = None) -> None:
     proc = await asyncio.create_subprocess_exec(
-        "ip", *args, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        "ip",
+        *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
     )
     _, err = await proc.communicate(stdin.encode() if stdin is not None else None)
     if proc.returncode != 0:

@@ -126,7 +126,15 @@ def _host_entries() -> str:
         return "127.0.0.1\tlocalhost\n"
 
 
-def write_hosts_file(path: Path, pod_ip: str, hostname: str, subdomain: str | None, namespace: str, aliases: list[Obj], services: tuple[str, ...] | list[str] = ()) -> Path:
+def write_hosts_file(
+    path: Path,
+    pod_ip: str,
+    hostname: str,
+    subdomain: str | None,
+    namespace: str,
+    aliases: list[Obj],
+    services: tuple[str, ...] | list[str] = (),
+) -> Path:
     """The kubelet's managed hosts file: the host's entries, then the pod's own name and
     ``hostAliases`` (the host's are kept: here the pod shares the host's network), then the
     Services' names (``servicenames``). Rewritten in place, so a bind of it sees each update."""
@@ -174,7 +182,9 @@ class PodRun:
 class Kubelet:
     """Runs every pod bound to a non-virtual node of this cluster."""
 
-    def __init__(self, store: Store, pool: AddressPool, *, state_dir: Path, stop_grace_s: float = 2.0, backoff_initial_s: float = BACKOFF_INITIAL_S):
+    def __init__(
+        self, store: Store, pool: AddressPool, *, state_dir: Path, stop_grace_s: float = 2.0, backoff_initial_s: float = BACKOFF_INITIAL_S
+    ):
         self.store = store
         self.stop_grace_s = stop_grace_s
         self.pool = pool
@@ -214,7 +224,9 @@ class Kubelet:
                     break
         return out
 
-    async def open_exec(self, namespace: str, name: str, container: str | None, command: list[str], *, stdin: bool, tty: bool) -> tuple[asyncio.subprocess.Process, int | None]:
+    async def open_exec(
+        self, namespace: str, name: str, container: str | None, command: list[str], *, stdin: bool, tty: bool
+    ) -> tuple[asyncio.subprocess.Process, int | None]:
         """Start ``command`` in a running container: (process, pty master fd when ``tty``)."""
         pr = self._pods.get((namespace, name))
         if pr is None:
@@ -286,7 +298,15 @@ class Kubelet:
     def _write_hosts(self, pr: PodRun) -> Path:
         spec = pr.pod["spec"]
         ns = pr.key[0]
-        return write_hosts_file(pr.dir / "etc-hosts", pr.ip, pr.hostname, spec.get("subdomain"), ns, spec.get("hostAliases") or [], servicenames.hosts_lines(self._service_table, ns))
+        return write_hosts_file(
+            pr.dir / "etc-hosts",
+            pr.ip,
+            pr.hostname,
+            spec.get("subdomain"),
+            ns,
+            spec.get("hostAliases") or [],
+            servicenames.hosts_lines(self._service_table, ns),
+        )
 
     def _is_ours(self, node_name: str) -> bool:
         if node_name in self._virtual_nodes:
@@ -338,7 +358,9 @@ class Kubelet:
         if container is not None:
             field_path = f"spec.{'initContainers' if container.init else 'containers'}{{{container.name}}}"
         try:
-            self.store.record_event(pr.pod, reason, message, type="Warning" if warning else "Normal", host=pr.pod["spec"]["nodeName"], field_path=field_path)
+            self.store.record_event(
+                pr.pod, reason, message, type="Warning" if warning else "Normal", host=pr.pod["spec"]["nodeName"], field_path=field_path
+            )
         except ApiError as err:
             log.debug("event %s for %s/%s dropped: %s", reason, *pr.key, err.message)
 
@@ -365,8 +387,13 @@ class Kubelet:
             return cr
 
         pr = PodRun(
-            key, pod["metadata"]["uid"], ip, pod_dir, pod,
-            [run(c, True) for c in spec.get("initContainers") or []], [run(c, False) for c in spec["containers"]],
+            key,
+            pod["metadata"]["uid"],
+            ip,
+            pod_dir,
+            pod,
+            [run(c, True) for c in spec.get("initContainers") or []],
+            [run(c, False) for c in spec["containers"]],
             hostname=spec.get("hostname") or pod["metadata"]["name"],
         )
         self._pods[key] = pr
@@ -503,7 +530,12 @@ class Kubelet:
         c.last_state = {"terminated": c.state.get("terminated", {})}
         if delay:
             podref = f"{pr.key[1]}_{pr.key[0]}({pr.uid})"
-            c.state = {"waiting": {"reason": "CrashLoopBackOff", "message": f"back-off {go_duration(delay)} restarting failed container={c.name} pod={podref}"}}
+            c.state = {
+                "waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off {go_duration(delay)} restarting failed container={c.name} pod={podref}",
+                }
+            }
             c.ready = False
             self._event(pr, "BackOff", f"Back-off restarting failed container {c.name} in pod {podref}", container=c, warning=True)
             self._publish(pr)
@@ -551,8 +583,14 @@ class Kubelet:
         if pr.real_mounts:
             home = _home_path(spec, runtime.pod_env(pr.pod, spec, self.store, pr.ip))
             return volumes.namespace_view(
-                pr.dir, spec, pr.volumes, home=home, hosts_file=pr.hosts_file, instance=c.restart_count,
-                keep_visible=[self.state_dir], keep_home_off=[self.state_dir, Path(sys.prefix), Path(sys.base_prefix)],
+                pr.dir,
+                spec,
+                pr.volumes,
+                home=home,
+                hosts_file=pr.hosts_file,
+                instance=c.restart_count,
+                keep_visible=[self.state_dir],
+                keep_home_off=[self.state_dir, Path(sys.prefix), Path(sys.base_prefix)],
             )
         view = volumes.container_view(pr.dir, spec, pr.volumes)
         if uts_namespaces() and pr.hosts_file is not None:
@@ -561,16 +599,31 @@ class Kubelet:
                 view.fstab.write_text(mounts.plan([mounts.Mount("/etc/hosts", pr.hosts_file)], [], pr.dir, []).fstab[0] + "\n")
         return view
 
-    async def _spawn(self, pr: PodRun, view: volumes.PathMap, argv: list[str], env: dict[str, str], workdir: str, *, stdout: Any, stderr: Any, stdin: Any = asyncio.subprocess.DEVNULL) -> asyncio.subprocess.Process:
+    async def _spawn(
+        self,
+        pr: PodRun,
+        view: volumes.PathMap,
+        argv: list[str],
+        env: dict[str, str],
+        workdir: str,
+        *,
+        stdout: Any,
+        stderr: Any,
+        stdin: Any = asyncio.subprocess.DEVNULL,
+    ) -> asyncio.subprocess.Process:
         cwd: str | Path = workdir
         if uts_namespaces():
             argv = enter_pod_argv(argv, pr.hostname, view.fstab, workdir)
             cwd = pr.dir  # the working directory may exist only in the new mount namespace
         if pr.network is not None:
             argv = pr.network.enter_argv(argv)
-        return await asyncio.create_subprocess_exec(*argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr, stdin=stdin, start_new_session=True)
+        return await asyncio.create_subprocess_exec(
+            *argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr, stdin=stdin, start_new_session=True
+        )
 
-    async def _spawn_in(self, pr: PodRun, c: ContainerRun, command: list[str], *, stdin: bool, tty: bool) -> tuple[asyncio.subprocess.Process, int | None]:
+    async def _spawn_in(
+        self, pr: PodRun, c: ContainerRun, command: list[str], *, stdin: bool, tty: bool
+    ) -> tuple[asyncio.subprocess.Process, int | None]:
         """A process beside the container's (exec, exec probes, hooks): same env, cwd, hostname
         and, where volumes are mounted for real, the container's own mount namespace."""
         view = c.view
@@ -650,7 +703,9 @@ class Kubelet:
         self._publish(pr)
         probe_tasks = []
         if startup:
-            probe_tasks.append(asyncio.create_task(self._probe_loop(pr, c, "Startup", probes.ProbeSpec.of(startup), readiness, liveness, probe_tasks)))
+            probe_tasks.append(
+                asyncio.create_task(self._probe_loop(pr, c, "Startup", probes.ProbeSpec.of(startup), readiness, liveness, probe_tasks))
+            )
         else:
             probe_tasks.extend(self._after_startup(pr, c, readiness, liveness))
         try:
@@ -667,7 +722,15 @@ class Kubelet:
         _signal_group(c.process.pid, signal.SIGKILL)  # the container ends with its main process
         if not pr.killing:
             reason = "Completed" if exit_code == 0 else "Error"
-            c.state = {"terminated": {"exitCode": exit_code, "reason": reason, "startedAt": since, "finishedAt": defaults.timestamp(self.store.now()), "containerID": f"sim://{pr.uid}-{c.name}-{c.restart_count}"}}
+            c.state = {
+                "terminated": {
+                    "exitCode": exit_code,
+                    "reason": reason,
+                    "startedAt": since,
+                    "finishedAt": defaults.timestamp(self.store.now()),
+                    "containerID": f"sim://{pr.uid}-{c.name}-{c.restart_count}",
+                }
+            }
             c.ready = False
             c.started = False
             c.kill_reason = None
@@ -702,7 +765,9 @@ class Kubelet:
         if proc is not None and proc.returncode is None and handler is not None and grace > 0:
             started = time.monotonic()
             try:
-                failure = await asyncio.wait_for(hooks.run_hook(handler, c.spec, pr.ip, self._podref(pr), lambda cmd: self._exec_hook(pr, c, cmd)), grace)
+                failure = await asyncio.wait_for(
+                    hooks.run_hook(handler, c.spec, pr.ip, self._podref(pr), lambda cmd: self._exec_hook(pr, c, cmd)), grace
+                )
             except TimeoutError:
                 failure = None
                 log.info("PreStop hook for container %s in pod %s did not complete in %ss", c.name, self._podref(pr), grace)
@@ -736,7 +801,16 @@ class Kubelet:
             tasks.append(asyncio.create_task(self._probe_loop(pr, c, "Liveness", probes.ProbeSpec.of(liveness), None, None, tasks)))
         return tasks
 
-    async def _probe_loop(self, pr: PodRun, c: ContainerRun, kind: str, spec: probes.ProbeSpec, readiness: Obj | None, liveness: Obj | None, siblings: list[asyncio.Task]) -> None:
+    async def _probe_loop(
+        self,
+        pr: PodRun,
+        c: ContainerRun,
+        kind: str,
+        spec: probes.ProbeSpec,
+        readiness: Obj | None,
+        liveness: Obj | None,
+        siblings: list[asyncio.Task],
+    ) -> None:
         proc = c.process
 
         def failed_attempt(why: str) -> None:
@@ -758,7 +832,11 @@ class Kubelet:
             elif not ok:  # liveness, or startup past its failure threshold
                 c.kill_reason = kind.lower()
                 self._event(pr, "Killing", f"Container {c.name} failed {kind.lower()} probe, will be restarted", container=c)
-                grace = spec.termination_grace_s if spec.termination_grace_s is not None else pr.pod["spec"].get("terminationGracePeriodSeconds", 30)
+                grace = (
+                    spec.termination_grace_s
+                    if spec.termination_grace_s is not None
+                    else pr.pod["spec"].get("terminationGracePeriodSeconds", 30)
+                )
                 siblings.append(asyncio.create_task(self._stop_container(pr, c, float(grace))))
                 raise _ProbeDone
 
@@ -776,7 +854,15 @@ class Kubelet:
         with open(c.log_path(), "a") as fh:
             fh.write(message + "\n")
         now = defaults.timestamp(self.store.now())
-        c.state = {"terminated": {"exitCode": 128, "reason": "StartError", "message": message, "startedAt": "1970-01-01T00:00:00Z", "finishedAt": now}}
+        c.state = {
+            "terminated": {
+                "exitCode": 128,
+                "reason": "StartError",
+                "message": message,
+                "startedAt": "1970-01-01T00:00:00Z",
+                "finishedAt": now,
+            }
+        }
         c.ready = c.started = False
         self._publish(pr)
         return 128
@@ -882,4 +968,3 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-

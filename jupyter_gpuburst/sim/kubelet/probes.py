@@ -80,14 +80,19 @@ async def run_probe(spec: ProbeSpec, container: Obj, pod_ip: str, exec_runner: E
             headers.setdefault("User-Agent", "kube-probe/1.31")
             try:
                 timeout = aiohttp.ClientTimeout(total=spec.timeout_s)
-                async with aiohttp.ClientSession(timeout=timeout) as http, http.get(url, headers=headers, ssl=False, allow_redirects=False) as r:
+                async with (
+                    aiohttp.ClientSession(timeout=timeout) as http,
+                    http.get(url, headers=headers, ssl=False, allow_redirects=False) as r,
+                ):
                     if 200 <= r.status < 400:
                         return True, ""
                     return False, f"HTTP probe failed with statuscode: {r.status}"
             except TimeoutError:
                 return False, f'Get "{url}": context deadline exceeded (Client.Timeout exceeded while awaiting headers)'
             except aiohttp.ClientError as exc:
-                return False, f'Get "{url}": dial tcp {host}:{port}: connect: connection refused' if isinstance(exc, aiohttp.ClientConnectorError) else f'Get "{url}": {exc}'
+                return False, f'Get "{url}": dial tcp {host}:{port}: connect: connection refused' if isinstance(
+                    exc, aiohttp.ClientConnectorError
+                ) else f'Get "{url}": {exc}'
         if "grpc" in h:
             # Not emulated: such a probe fails every time, saying why, so a container relying
             # on it never turns Ready (or is restarted) instead of passing unchecked.
@@ -104,7 +109,13 @@ class ProbeWorker:
     at the first decision), as the kubelet's prober manager updates its result cache.
     """
 
-    def __init__(self, spec: ProbeSpec, attempt: Callable[[], Awaitable[tuple[bool, str]]], on_result: Callable[[bool, str], None], on_failed_attempt: Callable[[str], None]):
+    def __init__(
+        self,
+        spec: ProbeSpec,
+        attempt: Callable[[], Awaitable[tuple[bool, str]]],
+        on_result: Callable[[bool, str], None],
+        on_failed_attempt: Callable[[str], None],
+    ):
         self.spec = spec
         self._attempt = attempt
         self._on_result = on_result

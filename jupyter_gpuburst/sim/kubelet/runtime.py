@@ -14,13 +14,21 @@ from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.store import Store
 
 Obj = dict[str, Any]
-_FIELD_REF = ("metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName", "spec.serviceAccountName", "status.podIP", "status.hostIP")
+_FIELD_REF = (
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "spec.nodeName",
+    "spec.serviceAccountName",
+    "status.podIP",
+    "status.hostIP",
+)
 
 
 def _subscript(path: str, prefix: str) -> str | None:
     """``metadata.labels['x']`` -> ``x``."""
     if path.startswith(prefix + "['") and path.endswith("']"):
-        return path[len(prefix) + 2:-2]
+        return path[len(prefix) + 2 : -2]
     return None
 
 

@@ -38,8 +38,11 @@ def addresses(store: Store) -> list[tuple[str, str, str]]:
         if not selector:
             continue
         ns = svc["metadata"]["namespace"]
-        selected = (p for p in pods if p["metadata"].get("namespace") == ns
-                    and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items()))
+        selected = (
+            p
+            for p in pods
+            if p["metadata"].get("namespace") == ns and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
+        )
         serving = sorted((p for p in selected if _serving(p)), key=lambda p: (not _ready(p), p["metadata"]["name"]))
         if serving:
             out.append((ns, svc["metadata"]["name"], serving[0]["status"]["podIP"]))

@@ -43,7 +43,16 @@ class ContainerRun:
 
     def status(self, uid: str) -> Obj:
         image = self.spec.get("image", "")
-        out: Obj = {"name": self.name, "image": image, "imageID": f"sim://{image}" if self.ran else "", "ready": self.ready, "started": self.started, "restartCount": self.restart_count, "state": self.state, "lastState": self.last_state}
+        out: Obj = {
+            "name": self.name,
+            "image": image,
+            "imageID": f"sim://{image}" if self.ran else "",
+            "ready": self.ready,
+            "started": self.started,
+            "restartCount": self.restart_count,
+            "state": self.state,
+            "lastState": self.last_state,
+        }
         if self.ran:
             out["containerID"] = f"sim://{uid}-{self.name}-{self.restart_count}"
         return out
@@ -108,7 +117,12 @@ def conditions(old: list[Obj], phase: str, init: list[ContainerRun], main: list[
         not_ready_reason, message = "ContainersNotReady", f"containers with unready status: [{' '.join(unready)}]" if unready else None
     out = [
         cond("PodReadyToStartContainers", sandbox and phase in ("Pending", "Running")),
-        cond("Initialized", initialized, None if initialized else "ContainersNotInitialized", None if initialized else f"containers with incomplete status: [{' '.join(pending_init)}]"),
+        cond(
+            "Initialized",
+            initialized,
+            None if initialized else "ContainersNotInitialized",
+            None if initialized else f"containers with incomplete status: [{' '.join(pending_init)}]",
+        ),
         cond("Ready", ready, None if ready else not_ready_reason, None if ready else message),
         cond("ContainersReady", ready, None if ready else not_ready_reason, None if ready else message),
     ]

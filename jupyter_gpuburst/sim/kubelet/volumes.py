@@ -54,7 +54,11 @@ def _keyed(data: dict[str, bytes], items: list[Obj] | None, what: str, optional:
         if item["key"] not in data:
             if optional:
                 continue
-            raise VolumeError(f"configmap references non-existent config key: {item['key']}" if what == "configmap" else f"references non-existent secret key: {item['key']}")
+            raise VolumeError(
+                f"configmap references non-existent config key: {item['key']}"
+                if what == "configmap"
+                else f"references non-existent secret key: {item['key']}"
+            )
         out[item.get("path") or item["key"]] = data[item["key"]]
     return out
 
@@ -97,7 +101,7 @@ def _downward_files(pod: Obj, items: list[Obj]) -> dict[str, bytes]:
         if "fieldRef" in item:
             path = item["fieldRef"]["fieldPath"]
             if path in ("metadata.labels", "metadata.annotations"):
-                values = (pod["metadata"].get(path.split(".")[1]) or {})
+                values = pod["metadata"].get(path.split(".")[1]) or {}
                 value = "\n".join(f'{k}="{v}"' for k, v in sorted(values.items()))
             else:
                 value = resolve_field_ref(pod, path)
@@ -190,7 +194,7 @@ class PathMap:
         """Where the container's ``path`` is on the host."""
         for mount, target in self.mounts.items():
             if path == mount or path.startswith(mount.rstrip("/") + "/"):
-                return str(target) + path[len(mount.rstrip("/")):]
+                return str(target) + path[len(mount.rstrip("/")) :]
         return path
 
     def rewrite(self, value: str) -> str:
@@ -253,7 +257,17 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def namespace_view(pod_dir: Path, container: Obj, volumes: dict[str, Path], *, home: str, hosts_file: Path | None, instance: int, keep_visible: list[Path], keep_home_off: list[Path]) -> PathMap:
+def namespace_view(
+    pod_dir: Path,
+    container: Obj,
+    volumes: dict[str, Path],
+    *,
+    home: str,
+    hosts_file: Path | None,
+    instance: int,
+    keep_visible: list[Path],
+    keep_home_off: list[Path],
+) -> PathMap:
     """The view of a container started in a mount namespace of its own: each volumeMount bound
     at its mountPath (``mounts.plan``), a private home bound at ``home`` unless a volume holds it
     or it would cover one of ``keep_home_off`` (the interpreter's prefix, the kubelet's state),
@@ -275,7 +289,11 @@ def namespace_view(pod_dir: Path, container: Obj, volumes: dict[str, Path], *, h
     tag = f"{container['name']}-{instance}"
     plan = mounts.plan(listed, directories, pod_dir / f"layers-{tag}", keep_visible)
     if plan.rewritten:
-        log.debug("container %s: %s not mountable here (no overlay over / or the kubelet's state), paths mapped instead", container["name"], ", ".join(sorted(plan.rewritten)))
+        log.debug(
+            "container %s: %s not mountable here (no overlay over / or the kubelet's state), paths mapped instead",
+            container["name"],
+            ", ".join(sorted(plan.rewritten)),
+        )
     view = PathMap(root, plan.rewritten)
     if plan.fstab:
         view.fstab = pod_dir / f"fstab-{tag}"

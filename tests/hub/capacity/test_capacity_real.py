@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.core.inventory import full_recount, summarize
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
 
 pytestmark = pytest.mark.realcluster
@@ -25,7 +25,9 @@ async def tracker(real_cluster):
     from kubernetes_asyncio import client, config
 
     configuration = client.Configuration()
-    await config.load_kube_config(config_file=str(real_cluster.kubeconfig), context=real_cluster.context, client_configuration=configuration)
+    await config.load_kube_config(
+        config_file=str(real_cluster.kubeconfig), context=real_cluster.context, client_configuration=configuration
+    )
     async with client.ApiClient(configuration) as api_client:
         settings = GPUBurstSettings()
         if real_cluster.gpu_resource not in settings.gpu_resource_names:
@@ -66,8 +68,14 @@ def gpu_pod(name: str, real_cluster) -> dict:
         "spec": {
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "hold", "image": real_cluster.test_image, "command": ["sleep", "600"],
-                            "resources": {"limits": limits, "requests": limits}}],
+            "containers": [
+                {
+                    "name": "hold",
+                    "image": real_cluster.test_image,
+                    "command": ["sleep", "600"],
+                    "resources": {"limits": limits, "requests": limits},
+                }
+            ],
         },
     }
 
@@ -125,4 +133,3 @@ async def test_inventory_follows_a_gpu_pod_through_its_life(tracker, core_v1, te
         await asyncio.to_thread(core_v1.delete_namespaced_pod, name, test_namespace, grace_period_seconds=0)
     await wait_pod_gone(core_v1, test_namespace, name)
     await assert_agrees(tracker, core_v1)
-

@@ -7,12 +7,11 @@ import re
 
 import aiohttp
 import pytest
+from helpers.fakes import GPU, StaticTracker
+from helpers.static_hub import STATIC_HUB_CONFIG
 
 from jupyter_gpuburst.bench.hubproc import HubProcess
 from jupyter_gpuburst.core.inventory import summarize
-
-from helpers.fakes import GPU, StaticTracker
-from helpers.static_hub import STATIC_HUB_CONFIG
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

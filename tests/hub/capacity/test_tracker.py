@@ -6,17 +6,16 @@ import asyncio
 
 import pytest
 
-from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.bench import synthetic
-from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker, server_key
-from jupyter_gpuburst.hub.capacity.ownership import PodOwnership
+from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.placement import GPURequest, Placement
+from jupyter_gpuburst.hub.capacity.ownership import PodOwnership
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker, server_key
+from jupyter_gpuburst.hub.capacity.watch import WatchFeed
 from jupyter_gpuburst.hub.settings import settings_from_config
 from jupyter_gpuburst.sim.testing import wait_until
-from jupyter_gpuburst.hub.capacity.watch import WatchFeed
 
 GPU = "nvidia.com/gpu"
-
 
 
 # what KubeSpawner labels its user pods with, and the tracker takes for one of the hub's servers
@@ -130,8 +129,16 @@ def test_placements_of_pods_from_before_a_restart():
     tracker._on_pod_event("ADDED", pod)
     shown = tracker.placements()["zoe/"]
     assert shown == {
-        "site": "donor-1", "cluster_id": "donor-1", "node": "donor-1", "resource": GPU, "count": 1,
-        "reason": "busy", "attempts": 1, "pod": "jupyter-zoe", "namespace": "jupyter", "state": "running",
+        "site": "donor-1",
+        "cluster_id": "donor-1",
+        "node": "donor-1",
+        "resource": GPU,
+        "count": 1,
+        "reason": "busy",
+        "attempts": 1,
+        "pod": "jupyter-zoe",
+        "namespace": "jupyter",
+        "state": "running",
     }
 
 
@@ -189,7 +196,14 @@ def test_ownership_follows_the_spawner_config():
     assert not owner.owns(pod("jhub", **{"app.kubernetes.io/managed-by": "helm"}))
     # a Liqo donor's copy of an offloaded pod, in the remapped namespace
     donor_view = PodOwnership(["jhub"], origin_cluster_id="origin-1")
-    assert donor_view.owns({"metadata": {"namespace": "jhub-origin-1", "labels": {"component": "singleuser-server", "app.kubernetes.io/managed-by": "kubespawner"}}})
+    assert donor_view.owns(
+        {
+            "metadata": {
+                "namespace": "jhub-origin-1",
+                "labels": {"component": "singleuser-server", "app.kubernetes.io/managed-by": "kubespawner"},
+            }
+        }
+    )
 
 
 async def test_without_cluster_wide_pod_read_it_counts_its_namespace_only(api_server):

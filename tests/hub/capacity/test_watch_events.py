@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from jupyter_gpuburst.hub.sites.unschedulable import failed_scheduling_reason
 from jupyter_gpuburst.hub.capacity.watch import NewEvents
+from jupyter_gpuburst.hub.sites.unschedulable import failed_scheduling_reason
 
 GPU = "nvidia.com/gpu"
 
 
 def _event(name: str, reason: str, pod: str, uid: str, message: str = "") -> dict:
-    return {"metadata": {"name": name}, "reason": reason, "message": message,
-            "involvedObject": {"kind": "Pod", "name": pod, "uid": uid}}
+    return {"metadata": {"name": name}, "reason": reason, "message": message, "involvedObject": {"kind": "Pod", "name": pod, "uid": uid}}
 
 
 def test_each_event_is_read_once_and_a_new_dict_is_read_again() -> None:

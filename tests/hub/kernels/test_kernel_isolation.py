@@ -112,9 +112,7 @@ def test_only_user_servers_reach_the_kernels_and_only_on_their_ports():
     selectors = [peer["podSelector"]["matchLabels"] for peer in rule["from"] if "podSelector" in peer]
     assert selectors and all(s.items() <= server.items() for s in selectors)
     # servers on donors come from the donors' remapped pod CIDRs, the same the hub admits
-    donors = {
-        peer["ipBlock"]["cidr"] for r in VALUES["hub"]["networkPolicy"]["ingress"] for peer in r["from"] if "ipBlock" in peer
-    }
+    donors = {peer["ipBlock"]["cidr"] for r in VALUES["hub"]["networkPolicy"]["ingress"] for peer in r["from"] if "ipBlock" in peer}
     assert donors and {peer["ipBlock"]["cidr"] for peer in rule["from"] if "ipBlock" in peer} == donors
 
 
@@ -189,9 +187,11 @@ def qos(pod: dict[str, Any]) -> str:
     containers = pod["spec"]["containers"]
     requests = [c["resources"].get("requests", {}) for c in containers]
     limits = [c["resources"].get("limits", {}) for c in containers]
-    if not any(r.get(k) or lim.get(k) for r, lim in zip(requests, limits) for k in ("cpu", "memory")):
+    if not any(r.get(k) or lim.get(k) for r, lim in zip(requests, limits, strict=True) for k in ("cpu", "memory")):
         return "BestEffort"
-    guaranteed = all(lim.get(k) and r.get(k, lim.get(k)) == lim[k] for r, lim in zip(requests, limits) for k in ("cpu", "memory"))
+    guaranteed = all(
+        lim.get(k) and r.get(k, lim.get(k)) == lim[k] for r, lim in zip(requests, limits, strict=True) for k in ("cpu", "memory")
+    )
     return "Guaranteed" if guaranteed else "Burstable"
 
 
@@ -215,8 +215,15 @@ def test_derived_kernel_profiles_take_the_server_profiles_cpu_and_memory():
     gpu_1 = profiles["gpu-1"]
     assert (gpu_1.cpu, gpu_1.cpu_limit, gpu_1.memory, gpu_1.memory_limit) == ("4", "8", "24Gi", "32Gi")
     for profile in profiles.values():
-        pod = kernel_pod({"resource": profile.resource, "cpu": profile.cpu, "cpu_limit": profile.cpu_limit,
-                          "memory": profile.memory, "memory_limit": profile.memory_limit})
+        pod = kernel_pod(
+            {
+                "resource": profile.resource,
+                "cpu": profile.cpu,
+                "cpu_limit": profile.cpu_limit,
+                "memory": profile.memory,
+                "memory_limit": profile.memory_limit,
+            }
+        )
         assert qos(pod) != "BestEffort"
         kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
 

@@ -18,12 +18,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from playwright.sync_api import Page, expect
-
 from helpers.browser import save_docs_screenshot, switch_theme
 from helpers.hub import Hub
 from helpers.hubsite import LoopThread, federation_and_hub
 from helpers.kernels import KERNEL_HUB
+from playwright.sync_api import Page, expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -9,13 +9,12 @@ import json
 
 import aiohttp
 import pytest
+from helpers.kernel_client import execute
+from helpers.kernels import KERNEL_HUB, KERNEL_SCOPES
 
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.testing import wait_until
-
-from helpers.kernel_client import execute
-from helpers.kernels import KERNEL_HUB, KERNEL_SCOPES
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +41,9 @@ def occupy_origin(federation, count: int) -> None:
             "metadata": {"name": "someone-else", "namespace": "others"},
             "spec": {
                 "nodeName": "origin-gpu",
-                "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "600"], "resources": {"limits": {"nvidia.com/gpu": str(count)}}}],
+                "containers": [
+                    {"name": "c", "image": "busybox", "command": ["sleep", "600"], "resources": {"limits": {"nvidia.com/gpu": str(count)}}}
+                ],
             },
         },
     )
@@ -65,7 +66,9 @@ async def server_api(hub, user: str, method: str, path: str, body=None, timeout:
 async def kernel_api(hub, token: str, method: str, path: str = ""):
     async with aiohttp.ClientSession() as http:
         # through the hub's proxy, as any service (servers call the service's own address)
-        async with http.request(method, f"{hub.url}/services/gpuburst/api/kernels{path}", headers={"Authorization": f"token {token}"}) as response:
+        async with http.request(
+            method, f"{hub.url}/services/gpuburst/api/kernels{path}", headers={"Authorization": f"token {token}"}
+        ) as response:
             text = await response.text()
             return response.status, (json.loads(text) if text and text.startswith("{") else text)
 
@@ -159,7 +162,9 @@ async def test_cpu_server_runs_gpu_kernels_on_origin_then_donor(federation, star
     assert status == 204
     # (a pending kernel's shutdown finishes after the answer, within a poll of the hub)
     await wait_until(
-        lambda: [p["metadata"]["labels"][keys.SITE_LABEL] for p in kernel_pods(federation)] == ["donor-1"], timeout=10, what="origin kernel pod gone"
+        lambda: [p["metadata"]["labels"][keys.SITE_LABEL] for p in kernel_pods(federation)] == ["donor-1"],
+        timeout=10,
+        what="origin kernel pod gone",
     )
     status, third = await server_api(hub, "alice", "POST", "/kernels", {"name": "gpuburst-gpu-1"})
     assert status == 201, third

@@ -97,13 +97,15 @@ def server_pod_with_home() -> dict:
                 {"name": "home", "persistentVolumeClaim": {"claimName": "claim-ann"}},
                 {"name": "tokens", "secret": {"secretName": "not-for-kernels"}},
             ],
-            "containers": [{
-                "name": "notebook",
-                "volumeMounts": [
-                    {"name": "home", "mountPath": "/home/jovyan"},
-                    {"name": "tokens", "mountPath": "/etc/tokens"},
-                ],
-            }],
+            "containers": [
+                {
+                    "name": "notebook",
+                    "volumeMounts": [
+                        {"name": "home", "mountPath": "/home/jovyan"},
+                        {"name": "tokens", "mountPath": "/etc/tokens"},
+                    ],
+                }
+            ],
         },
     }
 
@@ -149,7 +151,12 @@ def test_kernel_profiles_default_to_the_gpu_server_profiles():
 
 @pytest.mark.parametrize(
     "raw, message",
-    [({"count": 0}, "at least 1"), ({"slug": "Bad Slug"}, "lowercase"), ({"gpus": 1}, "unknown key"), ({"allowed_sites": "origin"}, "list of site")],
+    [
+        ({"count": 0}, "at least 1"),
+        ({"slug": "Bad Slug"}, "lowercase"),
+        ({"gpus": 1}, "unknown key"),
+        ({"allowed_sites": "origin"}, "list of site"),
+    ],
 )
 def test_bad_kernel_profiles_are_refused_with_the_reason(raw, message):
     with pytest.raises(ValueError, match=message):

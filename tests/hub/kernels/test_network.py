@@ -49,12 +49,7 @@ def test_origin_servers_may_reach_the_service():
 
 def test_donor_servers_may_reach_the_hub_api_and_the_service():
     ingress = VALUES["hub"]["networkPolicy"]["ingress"]
-    blocks = [
-        (ports(rule), ipaddress.ip_network(src["ipBlock"]["cidr"]))
-        for rule in ingress
-        for src in rule["from"]
-        if "ipBlock" in src
-    ]
+    blocks = [(ports(rule), ipaddress.ip_network(src["ipBlock"]["cidr"])) for rule in ingress for src in rule["from"] if "ipBlock" in src]
     assert blocks and all({HUB_API_PORT, DEFAULT_SERVICE_PORT} <= p for p, _ in blocks)
     # a remapped pod CIDR is a private range, as Liqo's IPAM chooses them
     assert all(net.is_private for _, net in blocks)

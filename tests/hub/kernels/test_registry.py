@@ -37,7 +37,9 @@ async def registry(tmp_path):
             tracker = CapacityTracker(client.CoreV1Api(api_client), GPUBurstSettings(), log)
             await tracker.start()
             settings = GPUKernelSettings(profiles=[{"slug": "gpu-1", "resource": GPU, "count": 1}])
-            reg = KernelRegistry(tracker, settings, client.CoreV1Api(api_client), client.CustomObjectsApi(api_client), "img", "default", log)
+            reg = KernelRegistry(
+                tracker, settings, client.CoreV1Api(api_client), client.CustomObjectsApi(api_client), "img", "default", log
+            )
             reg.federation = fed
             try:
                 yield reg
@@ -53,8 +55,17 @@ def kernel_pods(registry) -> list[dict]:
 
 
 async def start(registry, user: str = "alice", **overrides):
-    args = dict(user=user, groups=frozenset(), server_name="", server_pod=None, profile_slug="gpu-1", key=KEY,
-                signature_scheme="hmac-sha256", kernel_id="k1", notebook_dir="")
+    args = dict(
+        user=user,
+        groups=frozenset(),
+        server_name="",
+        server_pod=None,
+        profile_slug="gpu-1",
+        key=KEY,
+        signature_scheme="hmac-sha256",
+        kernel_id="k1",
+        notebook_dir="",
+    )
     args.update(overrides)
     return await registry.start(**args)
 
@@ -66,6 +77,7 @@ async def test_a_gpu_promised_to_a_spawning_server_is_never_given_to_a_kernel(re
     assert isinstance(held, Placement) and held.site == "origin"
     record = await start(registry)
     assert record.placement.site == "donor-1"
+
     # held by its reservation until bound, then by its pod in the inventory: never by neither
     def donor_held() -> int:
         reserved = tracker.placer.reservations.on_site("donor-1", GPU)
@@ -102,7 +114,6 @@ async def test_another_users_kernel_reads_as_missing(registry):
     assert [r.id for r in registry.list("alice")] == [record.id]
 
 
-
 async def test_a_user_at_the_kernel_limit_is_told_and_nothing_is_made(registry):
     registry.settings.max_kernels_per_user = 2
     first = await start(registry, kernel_id="k1")
@@ -126,12 +137,15 @@ def test_the_kernel_limit_is_not_negative():
     with pytest.raises(TraitError, match="0 \\(no limit\\) or more"):
         GPUKernelSettings(max_kernels_per_user=-1)
 
+
 async def test_kernels_whose_server_is_gone_are_reaped(registry):
     kept = await start(registry, user="alice")
     orphan = await start(registry, user="carol")
     reaped = await registry.reap(lambda user, server: user == "alice")
     assert reaped == 1
-    await wait_until(lambda: [p["metadata"]["name"] for p in kernel_pods(registry)] == [kept.pod_name], timeout=20, what="orphan pod deleted")
+    await wait_until(
+        lambda: [p["metadata"]["name"] for p in kernel_pods(registry)] == [kept.pod_name], timeout=20, what="orphan pod deleted"
+    )
     assert registry.tracker.placer.reservations.get(orphan.key) is None
     assert orphan.id not in registry.records and kept.id in registry.records
 
@@ -156,7 +170,9 @@ async def test_a_restart_returns_to_its_site_when_it_still_fits(registry):
     assert other.placement.site == "origin"
     # the donor is not allowed for the next restart: it is re-placed, and says so
     await registry.stop(record, wait=5)
-    registry.profiles["gpu-1"] = registry.profiles["gpu-1"].__class__(**{**registry.profiles["gpu-1"].__dict__, "allowed_sites": ("origin",)})
+    registry.profiles["gpu-1"] = registry.profiles["gpu-1"].__class__(
+        **{**registry.profiles["gpu-1"].__dict__, "allowed_sites": ("origin",)}
+    )
     moved = await start(registry, kernel_id="k1")
     assert moved.placement.site == "origin" and moved.relocated_from == "donor-1"
     (pod,) = [p for p in kernel_pods(registry) if p["metadata"]["name"] == moved.pod_name]
@@ -250,7 +266,10 @@ def hold(store, node: str, count: int, name: str) -> None:
         store.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "others"}})
     except Exception:  # noqa: BLE001 - already there
         pass
-    spec = {"nodeName": node, "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "600"], "resources": {"limits": {GPU: str(count)}}}]}
+    spec = {
+        "nodeName": node,
+        "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "600"], "resources": {"limits": {GPU: str(count)}}}],
+    }
     store.create("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "others"}, "spec": spec})
 
 

@@ -20,7 +20,13 @@ LIQO_ON_ORIGIN = Claim("claim-alice", storage_class="liqo", phase="Bound", selec
 
 @pytest.mark.parametrize(
     "claim, site",
-    [(ORIGIN_CLAIM, ORIGIN_SITE), (NEW_CLAIM, ORIGIN_SITE), (LIQO_UNBOUND, None), (LIQO_ON_DONOR, "donor-1"), (LIQO_ON_ORIGIN, ORIGIN_SITE)],
+    [
+        (ORIGIN_CLAIM, ORIGIN_SITE),
+        (NEW_CLAIM, ORIGIN_SITE),
+        (LIQO_UNBOUND, None),
+        (LIQO_ON_DONOR, "donor-1"),
+        (LIQO_ON_ORIGIN, ORIGIN_SITE),
+    ],
 )
 def test_a_claim_lives_where_liqo_semantics_put_it(claim, site):
     assert storage.claim_site(claim, site_of_node) == site

@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Locator, Page, expect
-
-from jupyter_gpuburst.core import keys
 from helpers.browser import save_docs_screenshot
 from helpers.hub import Hub
 from helpers.hubsite import LoopThread, federation_and_hub
+from playwright.sync_api import Browser, Locator, Page, expect
 
+from jupyter_gpuburst.core import keys
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.timeout(180)]
 

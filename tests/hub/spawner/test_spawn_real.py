@@ -16,10 +16,10 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+from helpers.hub import Hub
 
 from jupyter_gpuburst.core import keys, liqo
 from jupyter_gpuburst.core.inventory import full_recount
-from helpers.hub import Hub
 
 pytestmark = pytest.mark.realcluster
 
@@ -28,7 +28,16 @@ NO_CONNECT_URL = (
     "(and run where pod IPs are reachable) to run the spawn tests"
 )
 # What the API server adds to a pod it stores; the rest is what the spawner wrote.
-SERVER_SET_METADATA = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds")
+SERVER_SET_METADATA = (
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "managedFields",
+    "generation",
+    "selfLink",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+)
 
 
 def hub_config(real_cluster, namespace: str, profiles: list[dict[str, Any]]) -> str:

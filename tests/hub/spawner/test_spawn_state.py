@@ -7,13 +7,12 @@ from types import SimpleNamespace
 from unittest.mock import patch
 
 import pytest
+from helpers.spawner import KUBESPAWNER_LABELS, FakeCustomApi, make_spawner, make_tracker, manifest_of
 from jupyterhub import orm
 
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub.profiles.options import UserOptionsError
 from jupyter_gpuburst.hub.spawner import GPUBurstSpawner
-
-from helpers.spawner import KUBESPAWNER_LABELS, FakeCustomApi, make_spawner, make_tracker, manifest_of
 
 
 @pytest.fixture
@@ -79,9 +78,18 @@ async def test_refused_options_are_put_back(no_cluster, hub_db):
 
 def pod(phase: str, site: str, ready: bool = True) -> dict:
     return {
-        "metadata": {"name": "jupyter-mock", "namespace": "default", "labels": {**KUBESPAWNER_LABELS, keys.SITE_LABEL: site, keys.CLUSTER_LABEL: site}, "annotations": {}},
+        "metadata": {
+            "name": "jupyter-mock",
+            "namespace": "default",
+            "labels": {**KUBESPAWNER_LABELS, keys.SITE_LABEL: site, keys.CLUSTER_LABEL: site},
+            "annotations": {},
+        },
         "spec": {"nodeName": site},
-        "status": {"phase": phase, "podIP": "10.0.0.9" if phase == "Running" else None, "containerStatuses": [{"name": "notebook", "ready": ready, "state": {"running": {}}}]},
+        "status": {
+            "phase": phase,
+            "podIP": "10.0.0.9" if phase == "Running" else None,
+            "containerStatuses": [{"name": "notebook", "ready": ready, "state": {"running": {}}}],
+        },
     }
 
 
@@ -95,7 +103,11 @@ async def inherited_poll(spawner: GPUBurstSpawner, the_pod: dict) -> tuple[int |
         return None
 
     reflector = SimpleNamespace(pods={f"{spawner.namespace}/{spawner.pod_name}": the_pod})
-    with patch.object(GPUBurstSpawner, "pod_reflector", reflector), patch.object(spawner, "_start_watching_pods", no_watch), patch.object(spawner, "stop", stop):
+    with (
+        patch.object(GPUBurstSpawner, "pod_reflector", reflector),
+        patch.object(spawner, "_start_watching_pods", no_watch),
+        patch.object(spawner, "stop", stop),
+    ):
         return await spawner.poll(), stopped
 
 
@@ -131,7 +143,6 @@ async def test_a_429_that_outlasts_the_retries_reaches_the_student_as_one_senten
 
     from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader
     from jupyter_gpuburst.hub.spawner import SpawnRefused
-
 
     tracker = make_tracker(({"origin-gpu": 0},))
     spawner = make_spawner(tracker, {"profile": "gpu1"}, NamespaceOffloader(FakeCustomApi(status=429)))
@@ -212,7 +223,9 @@ async def test_a_pod_created_after_its_spawn_failed_is_deleted():
         p["metadata"]["annotations"][keys.USER_ANNOTATION] = "late"
         return p
 
-    sweep = asyncio.ensure_future(spawnstate.delete_if_it_appears(tracker, "default", "jupyter-late", lambda: not wanted["again"], delete, 1.5))
+    sweep = asyncio.ensure_future(
+        spawnstate.delete_if_it_appears(tracker, "default", "jupyter-late", lambda: not wanted["again"], delete, 1.5)
+    )
     await asyncio.sleep(0.2)
     tracker._on_pod_event("ADDED", late_pod())
     await asyncio.sleep(0.2)

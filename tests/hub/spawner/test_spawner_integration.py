@@ -6,14 +6,12 @@ import asyncio
 import time
 
 import pytest
+from helpers.federation import DONOR, SLEEPER, env_of, messages, occupy, pod_of, release
 
 from jupyter_gpuburst.core import keys, liqo
 from jupyter_gpuburst.sim.testing import wait_until
 
-from helpers.federation import DONOR, SLEEPER, env_of, messages, occupy, pod_of, release
-
 pytestmark = pytest.mark.integration
-
 
 
 def steal_hook(limits: dict[str, str]) -> str:
@@ -91,7 +89,9 @@ async def test_local_full_bursts_to_donor_and_is_reachable(federation, start_hub
     assert pod["metadata"]["labels"][keys.CLUSTER_LABEL] == DONOR
     assert "All 2 GPUs on the origin are busy" in pod["metadata"]["annotations"][keys.REASON_ANNOTATION]
     assert any(t["key"] == liqo.VIRTUAL_NODE_TAINT_KEY for t in pod["spec"]["tolerations"])
-    offloading = federation.origin.store.get(f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}", "default", liqo.NAMESPACE_OFFLOADING_NAME)
+    offloading = federation.origin.store.get(
+        f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}", "default", liqo.NAMESPACE_OFFLOADING_NAME
+    )
     assert offloading["spec"]["podOffloadingStrategy"] == "LocalAndRemote"
     assert env_of(pod)["JUPYTER_GPUBURST_CLUSTER"]["value"] == DONOR
     code, text = await hub.get_via_proxy("bob")
@@ -179,7 +179,7 @@ async def test_nothing_free_fails_fast_with_the_reason(federation, start_hub):
 async def test_nothing_free_queues_when_configured(federation, start_hub):
     occupy(federation, "origin-gpu", 2, "hog")
     occupy(federation, DONOR, 8, "donor-hog")
-    hub = await start_hub("c.GPUBurstSpawner.queue_when_full = True\nc.JupyterHub.tornado_settings = {\"slow_spawn_timeout\": 0.5}")
+    hub = await start_hub('c.GPUBurstSpawner.queue_when_full = True\nc.JupyterHub.tornado_settings = {"slow_spawn_timeout": 0.5}')
     status, body = await hub.spawn("frank", {"profile": "gpu1"})
     assert status == 202, body
     progress = asyncio.ensure_future(hub.progress("frank"))

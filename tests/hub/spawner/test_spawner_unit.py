@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import json
+import logging
 from types import SimpleNamespace
 from typing import Any
 from unittest.mock import patch
@@ -13,18 +13,6 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from kubespawner import KubeSpawner
-from traitlets.config import Config
-
-from jupyter_gpuburst.core import keys, liqo
-from jupyter_gpuburst.sim.testing import wait_until
-from jupyter_gpuburst.bench import synthetic
-from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader, OffloadingPermissionError
-from jupyter_gpuburst.core.placement import PlacementInputError, Strategy
-from jupyter_gpuburst.hub.settings import GPUBurstSettings, settings_from_config
-from jupyter_gpuburst.hub.sites.unschedulable import unschedulable_reason
-from jupyter_gpuburst.hub.spawner import GPUBurstSpawner, SpawnRefused
-
 from helpers.spawner import (
     KUBESPAWNER_LABELS,
     PROFILES,
@@ -35,8 +23,21 @@ from helpers.spawner import (
     manifest_of,
     required_terms,
 )
+from kubespawner import KubeSpawner
+from traitlets.config import Config
+
+from jupyter_gpuburst.bench import synthetic
+from jupyter_gpuburst.core import keys, liqo
+from jupyter_gpuburst.core.placement import PlacementInputError, Strategy
+from jupyter_gpuburst.hub.settings import GPUBurstSettings, settings_from_config
+from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader, OffloadingPermissionError
+from jupyter_gpuburst.hub.sites.unschedulable import unschedulable_reason
+from jupyter_gpuburst.hub.spawner import GPUBurstSpawner, SpawnRefused
+from jupyter_gpuburst.sim.testing import wait_until
 
 K8S = kubernetes_validate.latest_version()
+
+
 async def test_local_pod_is_pinned_labelled_and_valid(no_cluster):
     tracker = make_tracker()
     spawner = make_spawner(tracker, {"profile": "gpu1"})
@@ -216,7 +217,9 @@ def test_unschedulable_reason_for_any_resource_the_pod_requests():
         }
 
     assert unschedulable_reason(pod("0/3 nodes are available: 1 Insufficient nvidia.com/gpu."))
-    assert unschedulable_reason(pod("0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector.", {"cpu": "2"}))
+    assert unschedulable_reason(
+        pod("0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector.", {"cpu": "2"})
+    )
     assert unschedulable_reason(pod("0/3 nodes are available: 1 Insufficient memory.", {"memory": "1Gi"}))
     assert unschedulable_reason(pod("0/3 nodes are available: 1 Too many pods."))
     # a resource the pod does not ask for, or a refusal another site would not cure: no move
@@ -298,7 +301,9 @@ def test_every_policy_knob_has_help():
 
 
 def donor_pod(spawner, phase="Pending", conditions=None) -> dict[str, Any]:
-    pod = synthetic.pod(spawner.pod_name, namespace=spawner.namespace, node_name="donor-1", gpus={"nvidia.com/gpu": 1}, phase=phase, site="donor-1")
+    pod = synthetic.pod(
+        spawner.pod_name, namespace=spawner.namespace, node_name="donor-1", gpus={"nvidia.com/gpu": 1}, phase=phase, site="donor-1"
+    )
     pod["metadata"]["uid"] = "uid-1"
     pod["metadata"]["labels"].update(KUBESPAWNER_LABELS)
     pod["status"]["conditions"] = conditions or []
@@ -330,7 +335,11 @@ async def test_failed_scheduling_event_for_the_gpu_triggers_a_move(no_cluster, m
     await manifest_of(spawner)
     tracker._on_pod_event("ADDED", donor_pod(spawner))
     pod = {"kind": "Pod", "name": spawner.pod_name}
-    event = {"reason": "FailedScheduling", "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.", "involvedObject": {**pod, "uid": "uid-1"}}
+    event = {
+        "reason": "FailedScheduling",
+        "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+        "involvedObject": {**pod, "uid": "uid-1"},
+    }
     stale = {**event, "involvedObject": {**pod, "uid": "an-earlier-pod"}}
     # KubeSpawner's event reflector: events of the namespace by key, in the order they arrived
     reflector = SimpleNamespace(resources={"default/stale": stale})

@@ -57,9 +57,7 @@ async def test_a_failed_commit_reaches_every_waiter(tmp_path, monkeypatch) -> No
         raise RuntimeError("database is locked")
 
     monkeypatch.setattr(session, "commit", broken)
-    results = await asyncio.gather(
-        *(spawnstate.save_state_together(_Spawner(row, {})) for row in rows), return_exceptions=True
-    )
+    results = await asyncio.gather(*(spawnstate.save_state_together(_Spawner(row, {})) for row in rows), return_exceptions=True)
     assert [str(r) for r in results] == ["database is locked", "database is locked"]
     session.rollback()
     session.close()

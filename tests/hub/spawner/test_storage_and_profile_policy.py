@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
-from jupyter_gpuburst.core import keys
-
 from helpers.federation import DONOR, env_of, messages, occupy, pod_of
 from helpers.hub import GPU_PROFILES
+
+from jupyter_gpuburst.core import keys
 
 pytestmark = pytest.mark.integration
 
@@ -27,8 +26,7 @@ def volumes(pod) -> dict:
 async def test_scratch_on_donor_mounts_home_on_the_origin_and_scratch_on_the_donor(federation, start_hub):
     # a slow spawn (202) streams its progress events; one already ready shows only "Server ready"
     hub = await start_hub(
-        HOME + 'c.GPUBurstSpawner.storage_policy = "scratch-on-donor"\n'
-        'c.JupyterHub.tornado_settings = {"slow_spawn_timeout": 0.2}'
+        HOME + 'c.GPUBurstSpawner.storage_policy = "scratch-on-donor"\nc.JupyterHub.tornado_settings = {"slow_spawn_timeout": 0.2}'
     )
     status, body = await hub.spawn("alice", {"profile": "gpu2"})
     assert status in (201, 202), body
@@ -68,10 +66,13 @@ async def test_pin_to_volume_keeps_servers_with_their_home_and_says_why(federati
 
 async def test_storage_policy_set_per_profile(federation, start_hub):
     occupy(federation, "origin-gpu", 2, "hog")
-    profiles = GPU_PROFILES + [{
-        "display_name": "One GPU anywhere, scratch on donors", "slug": "gpu1-scratch",
-        "kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": "1"}, "storage_policy": "scratch-on-donor"},
-    }]
+    profiles = GPU_PROFILES + [
+        {
+            "display_name": "One GPU anywhere, scratch on donors",
+            "slug": "gpu1-scratch",
+            "kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": "1"}, "storage_policy": "scratch-on-donor"},
+        }
+    ]
     hub = await start_hub(HOME + f"c.KubeSpawner.profile_list = {profiles!r}")
     status, body = await hub.spawn("dan", {"profile": "gpu1-scratch"})
     assert status in (201, 202), body
@@ -80,10 +81,13 @@ async def test_storage_policy_set_per_profile(federation, start_hub):
 
 
 async def test_placement_strategy_set_per_profile(federation, start_hub):
-    profiles = GPU_PROFILES + [{
-        "display_name": "One GPU, donors first", "slug": "gpu1-donor",
-        "kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": "1"}, "strategy": "donor-first"},
-    }]
+    profiles = GPU_PROFILES + [
+        {
+            "display_name": "One GPU, donors first",
+            "slug": "gpu1-donor",
+            "kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": "1"}, "strategy": "donor-first"},
+        }
+    ]
     hub = await start_hub(f"c.KubeSpawner.profile_list = {profiles!r}")
     status, body = await hub.spawn("erin", {"profile": "gpu1-donor"})
     assert status in (201, 202), body

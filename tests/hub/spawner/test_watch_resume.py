@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-
 from jupyter_gpuburst.bench import synthetic
 from jupyter_gpuburst.hub.capacity.watch import WatchFeed, object_key
 from jupyter_gpuburst.sim.store import Store
 from jupyter_gpuburst.sim.testing import wait_until
-
 
 
 class Seen:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from helpers.spawner import env, make_spawner, make_tracker, manifest_of
 
 from jupyter_gpuburst.bench import synthetic
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub.spawner import SpawnRefused
-
-from helpers.spawner import env, make_spawner, make_tracker, manifest_of
 
 GPU = "nvidia.com/gpu"
 GIB = 2**30

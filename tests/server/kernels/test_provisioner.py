@@ -6,14 +6,12 @@ import asyncio
 import queue
 
 import pytest
+from helpers.fake_hub import TOKEN
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 
-from jupyter_gpuburst.server.kernels.specs import install_kernelspecs
 from jupyter_gpuburst.server.kernels.provisioner import DIALOG_COLUMNS, GPUBurstProvisioner, KernelPlacementError
-
-from helpers.fake_hub import TOKEN
-
+from jupyter_gpuburst.server.kernels.specs import install_kernelspecs
 
 
 async def run(client, code: str) -> dict:
@@ -51,9 +49,12 @@ async def test_gpu_kernel_lifecycle_through_the_hub_api(hub, specs):
         second = await run(client, "1 + 1")
         assert second["stdout"] == "" and second["result"] == "2"  # ...and only then
         # the key is in no file the kernel left behind, nor in its environment
-        leftover = await run(client, "import os, ipykernel.kernelapp as k; "
-                                     "(os.path.exists(k.IPKernelApp.instance().abs_connection_file), "
-                                     "'JUPYTER_GPUBURST_KERNEL_CONNECTION' in os.environ)")
+        leftover = await run(
+            client,
+            "import os, ipykernel.kernelapp as k; "
+            "(os.path.exists(k.IPKernelApp.instance().abs_connection_file), "
+            "'JUPYTER_GPUBURST_KERNEL_CONNECTION' in os.environ)",
+        )
         assert leftover["result"] == "(False, False)"
         assert await km.is_alive()
 
