@@ -15,6 +15,7 @@ from jupyter_gpuburst.gpu.backend import BACKEND_NAMES
 from jupyter_gpuburst.gpu.kernel_source import ServerKernelSource
 from jupyter_gpuburst.gpu.sampler import Sampler
 from jupyter_gpuburst.server import handlers
+from jupyter_gpuburst.server.activity import reporter_from_env
 from jupyter_gpuburst.server.kernels.handlers import GPUKernelProfilesHandler, GPUKernelsHandler
 from jupyter_gpuburst.server.placement import placement_from_env
 
@@ -143,8 +144,6 @@ class GPUBurstServerExtension(ExtensionApp):
             }
         )
         self._install_gpu_kernels()
-        from jupyter_gpuburst.server.activity import reporter_from_env
-
         self.activity = reporter_from_env(self.sampler, serverapp.kernel_manager)
         self.settings[handlers.ACTIVITY_SETTING] = self.activity
         if self.activity is not None:

@@ -187,10 +187,13 @@ def test_a_clear_reason_is_short_and_says_something():
         ({"leaked_reservations": 1}, "no_leaked_reservation"),
         ({"wrong_placement": 1}, "none_on_a_site_its_placement_does_not_name"),
         ({"ready": 10}, "every_student_ready_or_refused"),
+        ({"ledger": {"off_by_more": 1, "pods": 12}}, "ledger_matches_pod_lifetimes"),
+        ({"ledger": {"off_by_more": 0, "pods": 0}}, "ledger_matches_pod_lifetimes"),
     ],
 )
 def test_each_chaos_check_fails_on_its_count(change, check):
     good = {"ready": 12, "refused": 0, "lost": 0, "duplicated": 0, "orphaned": 0, "leaked_reservations": 0, "wrong_placement": 0}
+    good["ledger"] = {"off_by_more": 0, "pods": 12}
     assert all(chaos.checks(good, 12).values())
     failed = chaos.checks({**good, **change}, 12)
     assert failed[check] is False

@@ -23,7 +23,7 @@ from jupyterhub.services.auth import check_scopes
 from tornado import web
 
 from jupyter_gpuburst.hub.accounting.gate import budget_note, budget_refusal
-from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRecord, KernelRegistry, record_json
+from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRecord, KernelRegistry
 from jupyter_gpuburst.hub.kernels.service import LiveHub, default_registry
 from jupyter_gpuburst.hub.tokenapi import UserTokenHandler
 
@@ -214,3 +214,33 @@ def handlers(prefix: str, registry_source: Any = None, hub: Any = None) -> list[
         (rf"{prefix}{API_PATH}/?", KernelsHandler, kwargs),
         (rf"{prefix}{API_PATH}/([0-9a-f]{{1,32}})", KernelHandler, kwargs),
     ]
+
+
+def record_json(registry: KernelRegistry, record: KernelRecord) -> dict[str, Any]:
+    """What the API shows about a kernel: placement and address, never its key."""
+    placement = record.placement
+    state = registry.state(record)
+    out: dict[str, Any] = {
+        "id": record.id,
+        "kernel_id": record.kernel_id,
+        "server_name": record.server_name,
+        "profile": record.profile.slug,
+        "display_name": record.profile.display_name,
+        "state": state,
+        "error": record.error or None,
+        "site": placement.site if placement else None,
+        "site_kind": (("donor" if placement.is_donor else "origin") if placement else None),
+        "cluster_id": placement.cluster_id if placement else None,
+        "node": registry.node(record),
+        "resource": placement.resource if placement else None,
+        "count": placement.count if placement else None,
+        "reason": placement.reason if placement else None,
+        "waiting": registry.waiting(record),
+        "relocated_from": record.relocated_from or None,
+        "files": record.files,
+        "attempts": len(record.attempts) + 1,
+        "pod": record.pod_name,
+    }
+    if state == "running":
+        out["connection"] = {"transport": "tcp", "ip": registry.pod_ip(record), **record.ports}
+    return out

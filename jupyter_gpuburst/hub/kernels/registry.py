@@ -570,37 +570,3 @@ def _exit_message(pod: dict[str, Any]) -> str:
 
 def _where(placement: Placement) -> str:
     return f"donor {placement.site}" if placement.is_donor else f"the origin (node {placement.node})" if placement.node else "the origin"
-
-
-def record_json(registry: KernelRegistry, record: KernelRecord) -> dict[str, Any]:
-    """What the API shows about a kernel: placement and address, never its key."""
-    placement = record.placement
-    state = registry.state(record)
-    out: dict[str, Any] = {
-        "id": record.id,
-        "kernel_id": record.kernel_id,
-        "server_name": record.server_name,
-        "profile": record.profile.slug,
-        "display_name": record.profile.display_name,
-        "state": state,
-        "error": record.error or None,
-        "site": placement.site if placement else None,
-        "site_kind": (("donor" if placement.is_donor else "origin") if placement else None),
-        "cluster_id": placement.cluster_id if placement else None,
-        "node": registry.node(record),
-        "resource": placement.resource if placement else None,
-        "count": placement.count if placement else None,
-        "reason": placement.reason if placement else None,
-        "waiting": registry.waiting(record),
-        "relocated_from": record.relocated_from or None,
-        "files": record.files,
-        "attempts": len(record.attempts) + 1,
-        "pod": record.pod_name,
-    }
-    if state == "running":
-        out["connection"] = {"transport": "tcp", "ip": registry.pod_ip(record), **record.ports}
-    return out
-
-
-def dumps(data: Any) -> str:
-    return json.dumps(data)

@@ -13,7 +13,8 @@ from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.placement import GPURequest, Placement
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.kernels import manifests
-from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRegistry, record_json
+from jupyter_gpuburst.hub.kernels.handlers import record_json
+from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRegistry
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
 from jupyter_gpuburst.sim.testing import running_federation, wait_until
