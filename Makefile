@@ -65,12 +65,14 @@ demo: demo-setup
 	$(BIN)/gpuburst demo
 
 # Most tests wait on processes (hubs, servers, kubelets), not on the CPU: they run in parallel,
-# a file per worker. Browser tests drive one chromium and run after them, in order.
+# a file per worker. Browser tests run after them, two files at a time (each worker drives a
+# chromium of its own): they mostly wait too (a GPU kernel's delayed start, a culling timeout).
 TEST_WORKERS ?= 3
+BROWSER_WORKERS ?= 2
 
 test: setup lint-py lint-ts
 	$(BIN)/python -m pytest -q -ra -m "not browser" -n $(TEST_WORKERS) --dist loadfile
-	$(BIN)/python -m pytest -q -ra -m browser
+	$(BIN)/python -m pytest -q -ra -m browser -n $(BROWSER_WORKERS) --dist loadfile
 
 test-unit: setup
 	$(BIN)/python -m pytest -q -ra -m "not integration and not browser"
