@@ -226,3 +226,23 @@ def switch_theme(page: Page, theme: str) -> None:
     page.locator(".lm-MenuBar-itemLabel", has_text="Settings").click()
     page.locator(".lm-Menu-itemLabel", has_text="Theme").first.hover()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(rf"^{re.escape(theme)}$")).click()
+
+
+def dismiss_news(page: Page) -> None:
+    """JupyterLab asks once whether to fetch its news; a student says no."""
+    try:
+        page.get_by_role("button", name="No", exact=True).click(timeout=3_000)
+    except Exception:  # noqa: BLE001 - not asked (yet): nothing covers the launcher
+        pass
+
+
+def log_in_to_lab(page: Page, hub_url: str, user: str, lab_path: str, landing: str) -> None:
+    """``user`` logs in at the hub (any password: the test hubs' authenticator), asking for
+    ``lab_path`` of their JupyterLab, and lands where the glob ``landing`` says."""
+    page.set_default_timeout(60_000)
+    page.goto(f"{hub_url}/hub/login?next=/user/{user}/{lab_path}")
+    page.locator("#username_input").fill(user)
+    page.locator("#password_input").fill("any password")
+    page.locator("#login_submit").click()
+    page.wait_for_url(f"**/user/{user}/{landing}")
+    dismiss_news(page)

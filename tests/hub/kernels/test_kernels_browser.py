@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from helpers.browser import save_docs_screenshot, switch_theme
+from helpers.browser import dismiss_news, log_in_to_lab, save_docs_screenshot, switch_theme
 from helpers.hub import Hub
 from helpers.hubsite import LoopThread, federation_and_hub
 from helpers.kernels import KERNEL_HUB
@@ -72,24 +72,8 @@ def kernel_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSite
         yield site
 
 
-def dismiss_news(page: Page) -> None:
-    """JupyterLab asks once whether to fetch its news; a student says no."""
-    try:
-        page.get_by_role("button", name="No", exact=True).click(timeout=3_000)
-    except Exception:  # noqa: BLE001 - not asked (yet): nothing covers the launcher
-        pass
-
-
 def log_in_to(page: Page, site: KernelSite, lab_path: str, landing: str) -> None:
-    """The student logs in at the hub, asking for ``lab_path`` of their JupyterLab, and lands
-    where the glob ``landing`` says."""
-    page.set_default_timeout(60_000)
-    page.goto(f"{site.hub.url}/hub/login?next=/user/{STUDENT}/{lab_path}")
-    page.locator("#username_input").fill(STUDENT)
-    page.locator("#password_input").fill("any password")
-    page.locator("#login_submit").click()
-    page.wait_for_url(f"**/user/{STUDENT}/{landing}")
-    dismiss_news(page)
+    log_in_to_lab(page, site.hub.url, STUDENT, lab_path, landing)
 
 
 def test_lab_shows_gpu_kernels_where_they_run(page: Page, kernel_site: KernelSite, artifacts: Path) -> None:
