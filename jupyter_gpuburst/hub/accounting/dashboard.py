@@ -30,7 +30,8 @@ def usage_panel(tracker: Any, service_prefix: str) -> dict[str, Any] | None:
         report = usage_report(rows, week, ("user",), accounting.ledger.counts_idle)
         budgets = budgets_report(accounting) if accounting.settings.has_budgets else None
         now = accounting.ledger.clock()
-        charts = day_charts(accounting.ledger.store.samples(now - DAY_S), now)
+        # the stored samples (every 5 minutes), then this moment's: "now" is now, not the last sample
+        charts = day_charts(accounting.ledger.store.samples(now - DAY_S) + accounting.ledger.capacity_now(), now)
     except Exception:  # the page still shows capacity when the ledger cannot be read
         log.exception("Could not read GPU usage for the capacity page")
         return None
@@ -52,7 +53,10 @@ def day_charts(samples: list[tuple[float, str, str, int, int, int]], now: float)
     polyline points (x: time, y: GPUs, on a ``CHART_W`` x ``CHART_H`` box), and the latest."""
     by_series: dict[tuple[str, str], list[tuple[float, int, int, int]]] = {}
     for t, site, resource, total, in_use, reserved in samples:
-        by_series.setdefault((site, resource), []).append((t, total, in_use, reserved))
+        points = by_series.setdefault((site, resource), [])
+        if points and points[-1][0] >= t:
+            points.pop()  # one point per moment: the later reading of it wins
+        points.append((t, total, in_use, reserved))
     charts = []
     for (site, resource), points in sorted(by_series.items(), key=lambda item: (item[0][0] != "origin", item[0])):
         top = max(max(p[1:]) for p in points) or 1

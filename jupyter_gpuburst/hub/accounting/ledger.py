@@ -223,19 +223,27 @@ class UsageLedger:
             self._task = None
         self.flush()
 
-    def sample(self) -> None:
-        """Note each site's GPUs now: total, in use (bound pods), reserved (spawns in flight)."""
+    def capacity_now(self) -> list[tuple[float, str, str, int, int, int]]:
+        """Each site's GPUs now, per resource: (time, site, resource, total, in use (bound pods),
+        reserved (spawns in flight)); empty without a capacity snapshot."""
         snapshot = self.snapshot() if self.snapshot is not None else None
         if snapshot is None:
-            return
+            return []
         now = self.clock()
         rows = []
         for name, site in snapshot.sites.items():
             for resource in sorted(set(site.allocatable) | set(site.requested) | set(site.reserved)):
                 totals = site.total(resource)
                 rows.append((now, name, resource, totals.allocatable, totals.requested, totals.reserved))
+        return rows
+
+    def sample(self) -> None:
+        """Keep each site's GPUs now as a point of the capacity page's chart."""
+        rows = self.capacity_now()
+        if not rows:
+            return
         try:
-            self.store.add_samples(rows, keep_after=now - SAMPLES_KEPT_S)
+            self.store.add_samples(rows, keep_after=rows[0][0] - SAMPLES_KEPT_S)
         except Exception:  # noqa: BLE001 - a chart point is not worth failing anything for
             self.log.warning("Could not keep a GPU capacity sample", exc_info=True)
 

@@ -9,6 +9,7 @@ import pytest
 
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.inventory import Inventory
+from jupyter_gpuburst.hub.accounting.dashboard import day_charts
 from jupyter_gpuburst.hub.accounting.ledger import UsageLedger
 from jupyter_gpuburst.hub.accounting.store import UsageStore
 
@@ -159,3 +160,15 @@ def test_pods_without_gpus_and_pods_not_the_hubs_are_not_counted(tmp_path) -> No
     clock.t += 100
     assert ledger.usage_rows("2000-01-01", "2100-01-01") == []
     assert ledger.open_sessions() == []
+
+
+def test_the_capacity_chart_ends_at_this_moment_not_at_the_last_sample():
+    now = 1_800_000_000.0
+    stored = [(now - 240.0, "origin", "nvidia.com/gpu", 2, 0, 0)]  # sampled 4 minutes ago: all free
+    reading = [(now, "origin", "nvidia.com/gpu", 2, 2, 0)]  # both GPUs taken since
+    [chart] = day_charts(stored + reading, now)
+    assert chart["now"] == {"total": 2, "in_use": 2, "reserved": 0}
+    assert chart["samples"] == 2
+    # a reading at the same moment as a stored sample replaces it: one point per moment
+    [chart] = day_charts(reading + [(now, "origin", "nvidia.com/gpu", 2, 1, 0)], now)
+    assert chart["now"]["in_use"] == 1 and chart["samples"] == 1
