@@ -6,15 +6,7 @@ import json
 import socket
 
 import pytest
-
-DONOR_ENV = {
-    "JUPYTER_GPUBURST_SITE": "polito-hpc",
-    "JUPYTER_GPUBURST_CLUSTER": "c0ffee-0000-4a4a",
-    "JUPYTER_GPUBURST_REASON": "all 8 local A100s busy; 3 of 16 free on donor polito-hpc",
-    "JUPYTER_GPUBURST_NODE": "liqo-polito-hpc",
-    "JUPYTER_GPUBURST_GPU_RESOURCE": "nvidia.com/gpu",
-    "JUPYTER_GPUBURST_GPU_COUNT": "2",
-}
+from serverext_env import DONOR_ENV
 
 
 async def test_standalone_without_spawner_env(jp_fetch):

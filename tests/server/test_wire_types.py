@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 from jupyter_client.manager import AsyncKernelManager
+from serverext_env import DONOR_ENV as SERVER_ON_DONOR
 
 from jupyter_gpuburst.server.kernels.handlers import fetch_profiles_now
 from jupyter_gpuburst.server.kernels.provisioner import remote_kernels
@@ -24,12 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 TYPES = REPO / "labextension" / "src" / "types"
 TSC = REPO / "node_modules" / ".bin" / "tsc"
 DONOR_ENV = {
-    "JUPYTER_GPUBURST_SITE": "polito-hpc",
-    "JUPYTER_GPUBURST_CLUSTER": "c0ffee-0000-4a4a",
-    "JUPYTER_GPUBURST_REASON": "all 8 local A100s busy; 3 of 16 free on donor polito-hpc",
-    "JUPYTER_GPUBURST_NODE": "liqo-polito-hpc",
-    "JUPYTER_GPUBURST_GPU_RESOURCE": "nvidia.com/gpu",
-    "JUPYTER_GPUBURST_GPU_COUNT": "2",
+    **SERVER_ON_DONOR,
     "JUPYTER_GPUBURST_STORAGE": "scratch",
     "JUPYTER_GPUBURST_STORAGE_MESSAGE": "Files saved here are lost when the server stops.",
 }
