@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from functools import partial
 
 import aiohttp
 import pytest
+from helpers import user_server
 from helpers.kernel_client import execute
 from helpers.kernels import KERNEL_HUB, KERNEL_SCOPES
 
@@ -55,12 +57,8 @@ async def user_token(hub, user: str, scopes: list[str]) -> str:
     return data["token"]
 
 
-async def server_api(hub, user: str, method: str, path: str, body=None, timeout: float = 120):
-    url = f"{hub.url}/user/{user}/api{path}"
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as http:
-        async with http.request(method, url, json=body, headers={"Authorization": f"token {hub.token}"}) as response:
-            text = await response.text()
-            return response.status, (json.loads(text) if text else None)
+# a kernel's first start may wait for its pod: longer than the helper's default
+server_api = partial(user_server.server_api, timeout=120)
 
 
 async def kernel_api(hub, token: str, method: str, path: str = ""):
