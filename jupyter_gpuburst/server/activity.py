@@ -43,6 +43,7 @@ class ActivityReporter:
         self.boot = secrets.token_hex(8)
         self.seq = 0
         self.busy_at: float | None = None  # monotonic; None until a GPU has been read
+        self._busy_last_sample = False
         self.gpu_visible = False
         self.basis = "utilization"
         self._memory: dict[str, int] = {}
@@ -84,8 +85,12 @@ class ActivityReporter:
                 else:
                     busy = busy or util >= self.threshold
             self.basis = basis
-        if busy or self.busy_at is None:
+        # the first idle sample after a busy one also counts as busy: the GPU went idle somewhere
+        # since the last sample, and counting from here makes a stop at most one sample late,
+        # never before its timeout
+        if busy or self.busy_at is None or self._busy_last_sample:
             self.busy_at = now
+        self._busy_last_sample = busy
 
     async def kernel_entries(self) -> dict[str, dict[str, Any]]:
         """Each GPU kernel's idle age: its pod measures its own GPU (see kernel/gpu.py)."""

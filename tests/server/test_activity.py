@@ -53,3 +53,18 @@ async def test_a_server_reports_an_age_numbered_and_no_gpu_as_null():
     await cpu.sample()
     assert (await cpu.body())["gpu_idle_s"] is None
     assert "secret" not in str(await reporter.body())
+
+
+async def test_idleness_counts_from_the_first_sample_that_finds_the_gpu_idle_never_earlier():
+    # the GPU went idle somewhere between two samples: counting from the last busy one would let a
+    # stop come up to a sample before its timeout; counting from the first idle one makes it late
+    gpus = [{"uuid": "GPU-0", "utilization": 0.9, "memory_used_bytes": MiB}]
+    reporter = ActivityReporter("http://hub/activity", "secret", "", Sampler(gpus), Kernels({}))
+    await reporter.sample()
+    reporter.busy_at = time.monotonic() - 5  # the busy sample was taken 5 s ago
+    gpus[0]["utilization"] = 0.0
+    await reporter.sample()
+    assert (await reporter.body())["gpu_idle_s"] < 1
+    reporter.busy_at = time.monotonic() - 5
+    await reporter.sample()  # idle twice running: the age grows from the first idle sample
+    assert 5 <= (await reporter.body())["gpu_idle_s"] < 7
