@@ -63,6 +63,7 @@ class Culler:
         self.log = log or logging.getLogger(__name__)
         self._task: asyncio.Task | None = None
         self._silent: set[tuple[str, str, str]] = set()
+        self._culling: dict[tuple[str, str, str], asyncio.Task] = {}  # stops under way
         self.stops: list[dict[str, Any]] = []  # for benchmarks and tests: what was stopped when
         # a sweep runs once a period, and also when the next warning or stop falls due, so a
         # stop lands within one of the server's samples after its timeout, not a period later
@@ -127,26 +128,29 @@ class Culler:
             self._task = asyncio.ensure_future(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        tasks = [t for t in (self._task, *self._culling.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.next_sweep_s)
             try:
-                await self.sweep()
+                await self.sweep(wait=False)
             except Exception:  # noqa: BLE001 - a bad sweep must not end culling for good
                 self.next_sweep_s = self.settings.period_seconds
                 self.log.exception("GPU culling: a sweep failed; the next one runs in %s s", self.settings.period_seconds)
 
-    async def sweep(self, now: float | None = None) -> list[dict[str, Any]]:
-        """One pass; returns what it stopped. Donors' targets go first, so that when the hub is
-        stopped mid-sweep, borrowed GPUs are the ones already back."""
+    async def sweep(self, now: float | None = None, wait: bool = True) -> list[dict[str, Any]]:
+        """One pass; with ``wait``, returns what it stopped once every stop it began has ended
+        (the loop does not wait). Donors' stops begin first, so that when the hub is stopped
+        mid-sweep, borrowed GPUs are the ones already on their way back."""
         now = time.time() if now is None else now
         targets = await self.targets()
         targets.sort(key=lambda t: t.site_kind != "donor")
-        stopped = []
+        stopped: list[dict[str, Any]] = []
+        started: list[asyncio.Task] = []
         due: list[float] = [self.settings.period_seconds]
         for target in targets:
             decision = self.decision(target, now)
@@ -183,15 +187,27 @@ class Culler:
                             "GPU culling: warning %s first: %s is past its limit (%s)", signal.user, _what(signal), decision.reason
                         )
                     continue
-                try:
-                    done = await self.cull(target, decision.reason, now)
-                except Exception:  # noqa: BLE001 - one failed stop must not keep the others
-                    self.log.exception("GPU culling: stopping %s's %s failed; it is tried again next sweep", signal.user, _what(signal))
-                    continue
-                if done is not None:
-                    stopped.append(done)
+                if key in self._culling:
+                    continue  # its stop is under way
+                # stops run side by side: JupyterHub answers a stop only once the server is
+                # gone (up to its slow_stop_timeout), and one slow stop must not make the
+                # others, or the next sweep, late; they start in this order, donors first
+                task = asyncio.ensure_future(self._cull_logged(target, decision.reason, now))
+                self._culling[key] = task
+                task.add_done_callback(lambda _, key=key: self._culling.pop(key, None))
+                started.append(task)
         self.next_sweep_s = max(MIN_SWEEP_S, min(due))
+        if wait:
+            stopped = [done for done in await asyncio.gather(*started) if done is not None]
         return stopped
+
+    async def _cull_logged(self, target: Target, reason: str, now: float) -> dict[str, Any] | None:
+        try:
+            return await self.cull(target, reason, now)
+        except Exception:  # noqa: BLE001 - one failed stop must not keep the others
+            signal = target.signal
+            self.log.exception("GPU culling: stopping %s's %s failed; it is tried again next sweep", signal.user, _what(signal))
+            return None
 
     def _due_in(self, target: Target, decision: Decision, now: float) -> float:
         """Seconds until this target's next warning or stop, if it stays as idle as reported."""

@@ -110,7 +110,7 @@ class GPUCullingSettings(Configurable):
         60.0,
         help="""Seconds between users' servers' activity reports, and between culling sweeps
         (a sweep also runs when a warning or stop falls due, so a stop lands within one of the
-        server's 5 s samples after its timeout).""",
+        server's 5 s samples, and its 1 s GPU reading, after its timeout).""",
     ).tag(config=True)
 
     server_profiles = Dict(

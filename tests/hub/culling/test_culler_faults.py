@@ -190,3 +190,31 @@ async def test_the_next_sweep_comes_when_the_next_warning_or_stop_falls_due_not_
     assert [s["user"] for s in await c.sweep(NOW + 12.02)] == ["alice"]
     # asked for: retried once a period, never spun on
     assert c.next_sweep_s == 5
+
+
+async def test_stops_run_side_by_side_and_a_stop_under_way_is_not_asked_for_again():
+    import asyncio
+
+    began: list[str] = []
+    release = asyncio.Event()
+
+    async def stop(user, server):
+        began.append(user)
+        await release.wait()  # JupyterHub answers once the server is gone: slow under load
+        return "stopped"
+
+    c = culler(stop)
+    for user in ("alice", "bob"):
+        report(c, user, 91.0, NOW)
+    await c.sweep(NOW)  # both warned
+    for user in ("alice", "bob"):
+        report(c, user, 100.0, NOW + 11, seq=2)
+    first = asyncio.ensure_future(c.sweep(NOW + 11))
+    for _ in range(50):
+        if len(began) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert began == ["bob", "alice"]  # both begun before either ended; the donor's first
+    assert await c.sweep(NOW + 12, wait=False) == [] and began == ["bob", "alice"]
+    release.set()
+    assert sorted(s["user"] for s in await first) == ["alice", "bob"]
