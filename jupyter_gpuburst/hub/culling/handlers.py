@@ -4,7 +4,8 @@ busy, and hears back what the culler plans for it; the student's Keep comes in h
 URLs, under the service's prefix ``/services/gpuburst/``:
 
 - ``api/activity``: ``POST`` a report (see ``jupyter_gpuburst.hub.culling.store``); the reply is
-  the culling state of the server and its GPU kernels
+  the culling state of the server and its GPU kernels, and whether the hub keeps what their GPUs
+  use (``measure_use``: the report's ``use`` goes to the GPU-hours ledger)
 - ``api/activity/keep``: ``POST {"server_name", "target"}``: Keep one server or GPU kernel
 
 A report is accepted only with a token carrying ``users:activity!user=<its owner>``: the scope
@@ -23,6 +24,7 @@ from jupyterhub.services.auth import check_scopes
 from tornado import web
 
 from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.hub.accounting import counts_use, record_use
 from jupyter_gpuburst.hub.culling.store import ReportError
 from jupyter_gpuburst.hub.tokenapi import UserTokenHandler
 
@@ -68,8 +70,12 @@ class ActivityHandler(ActivityAPIHandler):
             record = culler.kernel_record(registry, name, record_id)
             return record is not None and record.server_name == server
 
+        def used(server: str, target: str, figures: dict[str, Any]) -> None:
+            # what its GPUs used, for the GPU-hours ledger's right-sizing
+            record_use(name, server, target, figures)
+
         try:
-            server_name, ignored = culler.store.report(name, body, owns)
+            server_name, ignored = culler.store.report(name, body, owns, on_use=used)
         except ReportError as exc:
             culler.log.warning("GPU activity: a report of %s was refused: %s", name, exc.message)
             raise web.HTTPError(exc.status, "%s", exc.message) from None
@@ -82,6 +88,8 @@ class ActivityHandler(ActivityAPIHandler):
             )
         reply = await culler.reply(name, server_name)
         reply["ignored"] = ignored
+        # measure GPU use even where nothing is culled: the ledger keeps it for right-sizing
+        reply["measure_use"] = counts_use()
         self.write(json.dumps(reply))
 
 
