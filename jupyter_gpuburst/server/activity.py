@@ -192,6 +192,8 @@ class ActivityReporter:
         except HTTPClientError as exc:
             self.error = _message(exc)
             log.warning("GPU activity: the hub refused a report: %s", self.error)
+            if exc.code >= 500:  # the hub or its proxy is away, not a report it refused
+                self.use.give_back(body.get("use"))
             return None
         except Exception as exc:  # noqa: BLE001 - the hub restarting: try again next period
             self.error = f"the hub cannot be reached ({exc.__class__.__name__})"

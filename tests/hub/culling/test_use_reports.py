@@ -8,7 +8,13 @@ import pytest
 from jupyter_gpuburst.hub.culling.store import ReportError, SignalStore
 
 GIB = 2**30
-USE = {"peak_memory_bytes": 6 * GIB, "memory_total_bytes": 40 * GIB, "peak_utilization": 0.5, "utilization_sum": 1.0, "utilization_samples": 4}
+USE = {
+    "peak_memory_bytes": 6 * GIB,
+    "memory_total_bytes": 40 * GIB,
+    "peak_utilization": 0.5,
+    "utilization_sum": 1.0,
+    "utilization_samples": 4,
+}
 
 
 def owns(record_id: str, server_name: str) -> bool:
