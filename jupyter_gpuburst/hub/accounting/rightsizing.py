@@ -58,11 +58,11 @@ def unit_memory_bytes(resource: str, configured_gib: Mapping[str, float], sessio
 
 
 def held_bytes(session: Session, unit: Callable[[str], float | None]) -> float | None:
-    """GPU memory a session held: as its devices measured it, else its profile's."""
-    if session.use.memory_total_bytes:
-        return session.use.memory_total_bytes
+    """GPU memory a session held: its GPUs' memory, or what its devices measured where that is
+    more (or the only figure); a server that sees fewer GPUs than it was given held them all."""
     per_unit = unit(session.resource)
-    return per_unit * session.count if per_unit else None
+    held = [v for v in (per_unit * session.count if per_unit else None, session.use.memory_total_bytes) if v]
+    return max(held) if held else None
 
 
 def gib(value: float) -> str:
