@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import time
+
 from helpers.static_hub import HELPERS
+from jupyter_gpuburst.hub.accounting.store import Session, UsageStore, Use
+
+GIB = 2**30
+# GPU kernels of a whole GPU and of a 1g.10gb MIG slice: what right-sizing's launcher sentence picks from
+SLICE_KERNELS = """
+c.GPUKernelSettings.profiles = [
+    {"slug": "gpu-1", "display_name": "1 GPU", "resource": "nvidia.com/gpu", "count": 1},
+    {"slug": "mig-1g", "display_name": "MIG 1g.10gb", "resource": "nvidia.com/mig-1g.10gb", "count": 1},
+]
+"""
 
 # alice holds 2 GPUs on the origin and bob 3 on donor-1 for two hours; carol's pod never binds.
 # Their servers reported what their GPUs used: alice's 2 GPUs (80 GiB) peaked at 6 GiB, bob's 3
@@ -51,3 +63,31 @@ tracker.accounting.ledger.sample()
 USAGE.add(tracker.accounting)
 install(c, tracker_source=lambda: tracker)
 """
+
+
+def earlier_sessions(path, user: str, count: int) -> None:
+    """``count`` finished 2-GPU sessions of ``user`` in the last weeks, each peaking at 5 GiB."""
+    store = UsageStore(path)
+    now = time.time()
+    sessions = []
+    for i in range(count):
+        started = now - (i + 2) * 86400
+        sessions.append(
+            Session(
+                uid=f"earlier-{i}",
+                pod=f"default/jupyter-{user}",
+                key=f"{user}/",
+                user=user,
+                groups=(),
+                profile="gpu2",
+                site="origin",
+                resource="nvidia.com/gpu",
+                count=2,
+                mode="server",
+                started=started,
+                counted_until=started,
+                use=Use(peak_memory_bytes=5 * GIB, memory_total_bytes=80 * GIB),
+            )
+        )
+    store.save(sessions, [(s, s.started + 3600, None, s.started + 3600) for s in sessions], alive_until=now)
+    store.close()
