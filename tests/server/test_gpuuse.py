@@ -67,3 +67,11 @@ def test_a_gpu_kernels_figures_are_its_pods_latest_reading():
 
 def test_nothing_sampled_is_none_not_zero():
     assert UseSince().take() is None
+
+
+def test_a_server_whose_gpus_nothing_culls_still_measures_where_the_hub_keeps_their_use():
+    reporter = ActivityReporter("http://hub/activity", "t", "", Sampler([gpu(1, 0.1)]), Kernels({}))
+    reporter.latest = {"targets": [{"target": "server", "state": "off"}], "measure_use": False}
+    assert reporter.culling_off  # accounting off too: report once a period, sample nothing
+    reporter.latest["measure_use"] = True
+    assert not reporter.culling_off
