@@ -31,6 +31,7 @@ NO_PROFILE = "(none)"
 SAMPLES_KEPT_S = 7 * 86400.0
 # a binding seen this much after the scheduler's condition says it happened arrived late
 LATE_S = 2.0
+UNIT_MEMORY_TTL_S = 600.0
 
 # (user, server name, target: "server" or the GPU kernel's record id) -> the wall-clock time
 # since which its GPUs have been idle, or None when busy or unknown
@@ -80,6 +81,8 @@ class UsageLedger:
         self._pending: list[tuple[Session, float, float | None, float | None]] = []
         # sessions whose use figures changed since the last write, by session uid
         self._used: dict[str, Session] = {}
+        # GPU memory per unit of each resource as sessions measured it: (when read, bytes)
+        self._unit_memory: dict[str, tuple[float, float | None]] = {}
         self._write_handle: asyncio.Handle | None = None
 
     # ---- the tracker's pod events -------------------------------------------------------------
@@ -220,8 +223,18 @@ class UsageLedger:
     def measured_sessions(self, user: str | None = None, since: float | None = None, limit: int | None = None) -> list[Session]:
         """Sessions whose GPU memory use is known, latest first (open ones with their figures
         as of now): ``user``'s only, or those that ran after ``since``, at most ``limit``."""
-        self.write()
+        if self._new or self._pending or self._used:
+            self.write()  # only then: the launcher asks every few seconds, and a write is a commit
         return self.store.measured_sessions(user, since, limit)
+
+    def unit_memory(self, resource: str) -> float | None:
+        """The most GPU memory one unit of ``resource`` measured in any session (bytes), or
+        None; kept ``UNIT_MEMORY_TTL_S``, since it reads every session of that resource."""
+        now = self.clock()
+        known = self._unit_memory.get(resource)
+        if known is None or now - known[0] > UNIT_MEMORY_TTL_S:
+            known = self._unit_memory[resource] = (now, self.store.unit_memory(resource))
+        return known[1]
 
     # ---- after the first list, and periodically ------------------------------------------------
     def loaded(self) -> None:

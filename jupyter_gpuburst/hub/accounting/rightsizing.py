@@ -168,14 +168,19 @@ def _configured_gib(tracker: Any) -> Mapping[str, float]:
     return dict(getattr(settings, "resource_memory_gib", None) or {})
 
 
-def _unit(tracker: Any, sessions: Iterable[Session]) -> Callable[[str], float | None]:
+def _unit(tracker: Any, sessions: Iterable[Session], ledger: Any = None) -> Callable[[str], float | None]:
+    """A profile's GPU memory per unit: its MIG name, the admin's figure, ``sessions``' own
+    measurements, else (asked only then) what any session of the ledger measured."""
     configured = _configured_gib(tracker)
     known = list(sessions)
     cache: dict[str, float | None] = {}
 
     def unit(resource: str) -> float | None:
         if resource not in cache:
-            cache[resource] = unit_memory_bytes(resource, configured, known)
+            found = unit_memory_bytes(resource, configured, known)
+            if found is None and ledger is not None:
+                found = ledger.unit_memory(resource)
+            cache[resource] = found
         return cache[resource]
 
     return unit
@@ -194,9 +199,9 @@ def suggestion_for(tracker: Any, user: str, offers: Iterable[Offer]) -> str:
     try:
         ledger = accounting.ledger
         recent = ledger.measured_sessions(user=user, limit=wanted)
-        # whole GPUs' memory as any session measured it (a user's first whole-GPU profile)
-        others = ledger.measured_sessions(since=ledger.clock() - settings.right_sizing_days * DAY_S, limit=500)
-        return suggestion(recent, offers, _unit(tracker, [*recent, *others]), wanted, settings.right_sizing_headroom)
+        if len(recent) < wanted:
+            return ""
+        return suggestion(recent, offers, _unit(tracker, recent, ledger), wanted, settings.right_sizing_headroom)
     except Exception:  # a ledger that cannot be read must not stop the spawn form
         log.exception("Could not read the GPU sessions of %s for right-sizing", user)
         return ""
@@ -210,4 +215,6 @@ def oversized_for(tracker: Any) -> list[dict[str, Any]] | None:
     settings = accounting.settings
     ledger = accounting.ledger
     sessions = ledger.measured_sessions(since=ledger.clock() - settings.right_sizing_days * DAY_S)
-    return oversized_profiles(sessions, _unit(tracker, sessions), settings.right_sizing_small_share, max(1, settings.right_sizing_sessions))
+    return oversized_profiles(
+        sessions, _unit(tracker, sessions, ledger), settings.right_sizing_small_share, max(1, settings.right_sizing_sessions)
+    )

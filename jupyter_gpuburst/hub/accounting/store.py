@@ -359,6 +359,14 @@ class UsageStore:
             sql, args = sql + " LIMIT ?", [*args, limit]
         return [_session(row) for row in self.db.execute(sql, args).fetchall()]
 
+    def unit_memory(self, resource: str) -> float | None:
+        """The most GPU memory per unit any session of ``resource`` measured (bytes), or None."""
+        row = self.db.execute(
+            "SELECT MAX(memory_total_bytes / count) FROM sessions WHERE resource = ? AND memory_total_bytes IS NOT NULL AND count > 0",
+            (resource,),
+        ).fetchone()
+        return float(row[0]) if row and row[0] else None
+
     def totals(self) -> list[tuple[str, str, str, str, str, float, float]]:
         """All-time GPU-seconds per (user, profile, site, resource, mode), for counters."""
         return self.db.execute(

@@ -130,5 +130,8 @@ def test_use_figures_fold_across_reports_and_survive_a_restart(tmp_path):
     server = next(s for s in restarted.measured_sessions(user="alice") if s.mode == "server")
     assert server.use.peak_memory_bytes == 6 * GIB and server.use.peak_utilization == 0.9
     assert server.use.mean_utilization == pytest.approx(0.25)
+    # a whole GPU's memory, as the 2-GPU server measured it, for profiles nobody configured
+    assert restarted.unit_memory("nvidia.com/gpu") == 40 * GIB
+    assert restarted.unit_memory("nvidia.com/mig-1g.10gb") is None
     rows = restarted.usage_rows("2000-01-01", "2100-01-01", user="alice")
     assert {r["mode"]: r["peak_memory_bytes"] for r in rows} == {"server": 6 * GIB, "kernel": 1 * GIB}
