@@ -86,3 +86,26 @@ async def test_a_gpu_servers_use_reaches_the_ledger_and_the_launcher_and_form_su
 async def _stopped(hub, user: str) -> bool:
     status, model = await hub.api("GET", f"/users/{user}")
     return status == 200 and "" not in (model.get("servers") or {})
+
+
+async def test_a_gpu_kernels_use_reaches_the_ledger_through_its_server(federation, start_hub, tmp_path):
+    hub = await start_hub(hub_config(str(tmp_path / "usage.sqlite")))
+    status, body = await hub.spawn("alice", {"profile": "cpu"})
+    assert status in (201, 202), body
+    await hub.wait_ready("alice")
+    status, kernel = await server_api(hub, "alice", "POST", "/kernels", {"name": "gpuburst-gpu-1"}, timeout=120)
+    assert status == 201, kernel
+
+    async def kernel_row() -> dict | None:
+        async with aiohttp.ClientSession() as http:
+            url = f"{hub.url}/services/gpuburst/api/usage?period=week&by=user,mode"
+            async with http.get(url, headers={"Authorization": f"token {hub.token}"}) as response:
+                rows = (await response.json())["rows"]
+        row = next((r for r in rows if r["user"] == "alice" and r["mode"] == "kernel"), None)
+        return row if row and row["peak_gpu_memory_gib"] is not None else None
+
+    # the kernel's pod reads its own (simulated) GPU; its server passes the figures on
+    row = await wait_until(kernel_row, 90, "alice's GPU kernel's GPU use in the ledger", interval=0.5)
+    assert 0 < row["peak_gpu_memory_gib"] < 40 and row["mean_gpu_utilization"] is not None
+    status, _ = await server_api(hub, "alice", "DELETE", f"/kernels/{kernel['id']}")
+    assert status == 204
