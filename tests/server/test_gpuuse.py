@@ -4,7 +4,7 @@ samples, kept for the next report when the hub could not be reached, nothing wit
 from __future__ import annotations
 
 import pytest
-from test_activity import Kernels, Sampler
+from helpers.activity import Kernels, Sampler
 
 from jupyter_gpuburst.server.activity import ActivityReporter
 from jupyter_gpuburst.server.gpuuse import UseSince, kernel_use

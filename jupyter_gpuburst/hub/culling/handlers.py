@@ -24,7 +24,6 @@ from jupyterhub.services.auth import check_scopes
 from tornado import web
 
 from jupyter_gpuburst.core import keys
-from jupyter_gpuburst.hub.accounting import counts_use, record_use
 from jupyter_gpuburst.hub.culling.store import ReportError
 from jupyter_gpuburst.hub.tokenapi import UserTokenHandler
 
@@ -70,9 +69,12 @@ class ActivityHandler(ActivityAPIHandler):
             record = culler.kernel_record(registry, name, record_id)
             return record is not None and record.server_name == server
 
+        sink = self.settings.get("gpu_use_sink")
+
         def used(server: str, target: str, figures: dict[str, Any]) -> None:
-            # what its GPUs used, for the GPU-hours ledger's right-sizing
-            record_use(name, server, target, figures)
+            # what its GPUs used, for the GPU-hours ledger's right-sizing (the service wires it)
+            if sink is not None:
+                sink(name, server, target, figures)
 
         try:
             server_name, ignored = culler.store.report(name, body, owns, on_use=used)
@@ -89,7 +91,8 @@ class ActivityHandler(ActivityAPIHandler):
         reply = await culler.reply(name, server_name)
         reply["ignored"] = ignored
         # measure GPU use even where nothing is culled: the ledger keeps it for right-sizing
-        reply["measure_use"] = counts_use()
+        wanted = self.settings.get("gpu_use_wanted")
+        reply["measure_use"] = bool(wanted()) if wanted is not None else False
         self.write(json.dumps(reply))
 
 

@@ -7,10 +7,9 @@ import json
 import sqlite3
 
 import pytest
+from helpers.ledger import DAY0, Clock, ledger_at, pod, seconds
 
 from jupyter_gpuburst.hub.accounting.store import SCHEMA_VERSION, UsageStore
-
-from .test_ledger import DAY0, Clock, ledger_at, pod, seconds
 
 GIB = 2**30
 
