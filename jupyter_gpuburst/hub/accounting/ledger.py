@@ -228,7 +228,7 @@ class UsageLedger:
         return self.store.measured_sessions(user, since, limit)
 
     def unit_memory(self, resource: str) -> float | None:
-        """The most GPU memory one unit of ``resource`` measured in any session (bytes), or
+        """The least GPU memory one unit of ``resource`` measured in any session (bytes), or
         None; kept ``UNIT_MEMORY_TTL_S``, since it reads every session of that resource."""
         now = self.clock()
         known = self._unit_memory.get(resource)

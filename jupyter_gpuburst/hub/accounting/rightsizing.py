@@ -5,7 +5,7 @@ It reads what the ledger keeps of each session (its peak GPU memory, the devices
 utilization; see ``store.Use``), never Kubernetes. A profile's GPU memory is what its GPU
 resource holds per unit times its count: a MIG slice says it in its name (``1g.10gb``: 10 GB),
 a whole GPU from ``GPUBurstSettings.resource_memory_gib`` or, without it, from what sessions on
-that resource measured.
+that resource measured (the least, so that what is suggested fits the smallest GPU of that name).
 """
 
 from __future__ import annotations
@@ -47,14 +47,15 @@ def mig_slice(resource: str) -> str | None:
 
 def unit_memory_bytes(resource: str, configured_gib: Mapping[str, float], sessions: Iterable[Session] = ()) -> float | None:
     """GPU memory of one unit of ``resource``: the MIG slice's name, the admin's
-    ``resource_memory_gib``, else the most any session on it measured per unit; None if unknown."""
+    ``resource_memory_gib``, else the least any session on it measured per unit (sites may have
+    GPUs of different sizes under one name: a suggestion must fit the smallest); None if unknown."""
     match = MIG.match(resource)
     if match:
         return float(match.group("gb")) * GB
     if resource in configured_gib:
         return float(configured_gib[resource]) * GIB
     measured = [s.use.memory_total_bytes / s.count for s in sessions if s.resource == resource and s.use.memory_total_bytes and s.count]
-    return max(measured) if measured else None
+    return min(measured) if measured else None
 
 
 def held_bytes(session: Session, unit: Callable[[str], float | None]) -> float | None:

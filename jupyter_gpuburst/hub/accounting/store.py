@@ -360,9 +360,9 @@ class UsageStore:
         return [_session(row) for row in self.db.execute(sql, args).fetchall()]
 
     def unit_memory(self, resource: str) -> float | None:
-        """The most GPU memory per unit any session of ``resource`` measured (bytes), or None."""
+        """The least GPU memory per unit any session of ``resource`` measured (bytes), or None."""
         row = self.db.execute(
-            "SELECT MAX(memory_total_bytes / count) FROM sessions WHERE resource = ? AND memory_total_bytes IS NOT NULL AND count > 0",
+            "SELECT MIN(memory_total_bytes / count) FROM sessions WHERE resource = ? AND memory_total_bytes IS NOT NULL AND count > 0",
             (resource,),
         ).fetchone()
         return float(row[0]) if row and row[0] else None

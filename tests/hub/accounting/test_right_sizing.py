@@ -122,6 +122,10 @@ def test_a_whole_gpus_memory_is_what_sessions_measured_without_config():
     measured[0].use.memory_total_bytes = 80 * GIB
     assert unit_memory_bytes(GPU, {}, measured) == 40 * GIB
     assert unit_memory_bytes(GPU, {}, []) is None
+    # a donor's 80 GiB GPUs under the same name: what is suggested must fit the origin's 40 GiB
+    bigger = session(2)
+    bigger.use.memory_total_bytes = 80 * GIB
+    assert unit_memory_bytes(GPU, {}, [*measured, bigger]) == 40 * GIB
 
 
 def test_the_admin_list_has_the_profiles_whose_sessions_use_a_small_share():
