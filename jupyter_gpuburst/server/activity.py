@@ -5,6 +5,10 @@ Only GPUs and kernels count: a GPU's utilization over the hub's threshold, a ker
 or, where NVML reads no utilization (some MIG slices), the GPU's memory in use changing. HTTP
 requests, an open panel or an open tab never do. Ages, not timestamps, go to the hub (its clock
 may differ from this pod's), and every report is numbered, so the hub can refuse a replayed one.
+
+Each report also says what the GPUs used since the previous one (``use``: peak memory and
+utilization, see ``gpuuse``), for the GPU-hours ledger's right-sizing; the hub's reply says
+whether it keeps them (``measure_use``), and then the GPUs are sampled even where nothing is culled.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.gpu.backend import MEMORY_ACTIVITY_BYTES
+from jupyter_gpuburst.server.gpuuse import UseSince, kernel_use
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +55,7 @@ class ActivityReporter:
         self.gpu_visible = False
         self.basis = "utilization"
         self._memory: dict[str, int] = {}
+        self.use = UseSince()
         self.latest: dict[str, Any] | None = None
         self.error: str | None = None
         self.stopped: list[dict[str, Any]] = []  # GPU kernels the hub stopped, for the panel
@@ -92,6 +98,7 @@ class ActivityReporter:
                 else:
                     gpu_busy = gpu_busy or util >= self.threshold
             self.basis = basis
+            self.use.add_devices(data["gpus"])
         # the first reading that finds the GPU idle after a busy one also counts as busy: it went
         # idle somewhere since the last sample, and counting from here makes a stop at most one
         # sample late, never before its timeout
@@ -145,6 +152,9 @@ class ActivityReporter:
             if not isinstance(idle, int | float) or isinstance(idle, bool) or idle < 0:
                 return  # no answer: the hub hears nothing of it, and treats it as unknown
             entries[record_id] = {"kernel_id": kernel_id, "idle_s": round(float(idle), 1), "basis": gpu.get("busy_basis") or "utilization"}
+            figures = kernel_use(gpu)
+            if figures is not None:
+                entries[record_id]["use"] = figures
 
         await asyncio.gather(*(one(kid, k) for kid, k in self._kernels()))
         return entries
@@ -161,6 +171,7 @@ class ActivityReporter:
             "gpu_idle_s": idle,
             "basis": self.basis,
             "kernels": await self.kernel_entries(),
+            "use": self.use.take(),
         }
 
     # ---- talking to the hub -----------------------------------------------------------------
@@ -175,15 +186,19 @@ class ActivityReporter:
         return json.loads(response.body or b"{}")
 
     async def report(self) -> dict[str, Any] | None:
+        body = await self.body()
         try:
-            reply = await self._post("", await self.body())
+            reply = await self._post("", body)
         except HTTPClientError as exc:
             self.error = _message(exc)
             log.warning("GPU activity: the hub refused a report: %s", self.error)
+            if exc.code >= 500:  # the hub or its proxy is away, not a report it refused
+                self.use.give_back(body.get("use"))
             return None
         except Exception as exc:  # noqa: BLE001 - the hub restarting: try again next period
             self.error = f"the hub cannot be reached ({exc.__class__.__name__})"
             log.info("GPU activity: %s", self.error)
+            self.use.give_back(body.get("use"))
             return None
         self.error = None
         self.latest = reply
@@ -247,7 +262,10 @@ class ActivityReporter:
 
     @property
     def culling_off(self) -> bool:
-        """The hub culls nothing of this server: report once a period, sample nothing."""
+        """The hub culls nothing of this server and keeps no GPU use: report once a period,
+        sample nothing."""
+        if (self.latest or {}).get("measure_use"):
+            return False
         targets = (self.latest or {}).get("targets") or []
         return bool(targets) and all(t.get("state") == "off" for t in targets)
 

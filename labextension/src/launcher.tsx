@@ -17,6 +17,7 @@ import { IDisposable } from '@lumino/disposable';
 
 import { GpuBurstClient } from './client';
 import { gpuIcon } from './icon';
+import { LauncherNote } from './launchernote';
 import {
   isGpuKernelName,
   IServerGpus,
@@ -30,7 +31,8 @@ export const CREATE_COMMAND = 'gpuburst:new-gpu-kernel-notebook';
 // right after the Notebook section (0), before Console (20): the GPU kernels are notebooks too
 const CATEGORY_RANK = 10;
 const REFRESH_MS = 10000;
-
+// the right-sizing note under the GPU kernels heading (launchernote.ts)
+export const SUGGESTION_NOTE = 'suggestion';
 
 
 /** Whether a launcher card is JupyterLab's own Notebook or Console card of a GPU kernel. */
@@ -63,6 +65,7 @@ export class GpuKernelLauncher implements IDisposable {
     private readonly _client: GpuBurstClient,
     private readonly _launcher: ILauncher
   ) {
+    this._suggestionNote = new LauncherNote(this._app.shell.node, SUGGESTION_NOTE);
     offerGpuKernelsOnce(this._launcher);
     this._app.commands.addCommand(CREATE_COMMAND, {
       label: args => this._label(String(args['kernelName'] ?? '')),
@@ -95,6 +98,7 @@ export class GpuKernelLauncher implements IDisposable {
       // a server without kernel mode, or a blip: keep what the cards say until the next try
       return;
     }
+    this._showSuggestion(reply.suggestion ?? '');
     const profiles = reply.profiles ?? [];
     const key = JSON.stringify(profiles);
     if (key === this._shown) {
@@ -111,7 +115,14 @@ export class GpuKernelLauncher implements IDisposable {
     this._server = { gpu_count: placement.gpu_count, gpu_label: placement.gpu_label ?? null };
     if (launcherCategory(this._server) !== before) {
       this._register();
+      this._showSuggestion(this._suggestion);
     }
+  }
+
+  /** The hub's right-sizing sentence, under the GPU kernels heading ('' removes it). */
+  private _showSuggestion(text: string): void {
+    this._suggestion = text;
+    this._suggestionNote.show(launcherCategory(this._server), text);
   }
 
   /** The launcher re-renders when its items change: register the cards again. */
@@ -137,6 +148,7 @@ export class GpuKernelLauncher implements IDisposable {
     }
     this._items.forEach(item => item.dispose());
     this._items = [];
+    this._suggestionNote.dispose();
   }
 
   private _label(kernelName: string): string {
@@ -157,6 +169,8 @@ export class GpuKernelLauncher implements IDisposable {
   }
 
   private _profiles = new Map<string, IKernelProfile>();
+  private _suggestion = '';
+  private readonly _suggestionNote: LauncherNote;
   private _server: IServerGpus | null = null;
   private _items: IDisposable[] = [];
   private _shown = '';

@@ -103,6 +103,8 @@ export interface IKernelProfile {
 export interface IProfilesReply {
   profiles: IKernelProfile[];
   error: string | null;
+  /** The hub's right-sizing sentence ('' or absent when it has none). */
+  suggestion?: string;
 }
 
 /** What the panel shows of a GPU kernel's own GPU figures (measured in its pod). */

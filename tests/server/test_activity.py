@@ -6,31 +6,11 @@ from __future__ import annotations
 
 import time
 
+from helpers.activity import Kernels, Sampler
+
 from jupyter_gpuburst.server.activity import ActivityReporter
 
 MiB = 2**20
-
-
-class Sampler:
-    def __init__(self, gpus):
-        self.gpus = gpus
-
-    async def current(self):
-        class S:
-            data = {"available": bool(self.gpus), "gpus": self.gpus}
-
-        return S()
-
-
-class Kernels:
-    def __init__(self, states):
-        self.kernels = {k: type("K", (), {"execution_state": s})() for k, s in states.items()}
-
-    def list_kernel_ids(self):
-        return list(self.kernels)
-
-    def get_kernel(self, kernel_id):
-        return self.kernels[kernel_id]
 
 
 async def test_a_server_reports_an_age_numbered_and_no_gpu_as_null():

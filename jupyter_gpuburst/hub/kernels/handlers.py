@@ -23,6 +23,7 @@ from jupyterhub.services.auth import check_scopes
 from tornado import web
 
 from jupyter_gpuburst.hub.accounting.gate import budget_note, budget_refusal
+from jupyter_gpuburst.hub.accounting.rightsizing import Offer, suggestion_for
 from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRecord, KernelRegistry
 from jupyter_gpuburst.hub.kernels.service import LiveHub, default_registry
 from jupyter_gpuburst.hub.tokenapi import UserTokenHandler
@@ -114,7 +115,17 @@ class KernelsHandler(KernelAPIHandler):
         ]
         # what is left of the user's GPU-hour budget, as the spawn form says it ("" without one)
         budget = budget_note(registry.tracker, self.user["name"], groups, bool(self.user.get("admin")))
-        self.write(json.dumps({"profiles": profiles, "kernels": kernels, "budget": budget}))
+        # the smallest GPU kernel the user's past GPU sessions would have fitted ("" if none)
+        suggestion = suggestion_for(
+            registry.tracker,
+            self.user["name"],
+            [
+                Offer(p.slug, p.display_name, p.resource, p.count)
+                for p in registry.profiles.values()
+                if offered is None or p.slug in offered
+            ],
+        )
+        self.write(json.dumps({"profiles": profiles, "kernels": kernels, "budget": budget, "suggestion": suggestion}))
 
     async def post(self) -> None:
         body = self.get_json()

@@ -74,7 +74,7 @@ class ProfilesCache:
 
 
 async def fetch_profiles_now() -> dict:
-    """``{"profiles": [{slug, display_name, kernel_name, available}], "error"}``."""
+    """``{"profiles": [{slug, display_name, kernel_name, available}], "error", "suggestion"}``."""
     client = client_from_env()
     if client is None:
         return {"profiles": [], "error": None}
@@ -97,4 +97,7 @@ async def fetch_profiles_now() -> dict:
                 "available": available,
             }
         )
-    return {"profiles": profiles, "error": None}
+    reply: dict = {"profiles": profiles, "error": None}
+    # the hub's right-sizing sentence for the launcher ("" when it has none to say)
+    reply["suggestion"] = data["suggestion"] if isinstance(data.get("suggestion"), str) else ""
+    return reply
