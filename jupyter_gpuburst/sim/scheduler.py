@@ -6,7 +6,9 @@ affinity), NodeResourcesFit (pod count, cpu, memory, every extended resource). A
 counts as tainted ``node.kubernetes.io/not-ready`` (``unreachable`` when its status is Unknown), as
 the node lifecycle controller would taint it. The scheduler is event-driven: a new pending pod is
 tried at once; a pod that did not fit is retried on the next node change or freed capacity, no
-sooner than its backoff (1 s doubling to 10 s) allows.
+sooner than its backoff (1 s doubling to 10 s) allows. Pending pods are tried in priority order
+(higher ``spec.priority`` first, then the older), and one that fits nowhere may preempt
+lower-priority pods (``sim/preemption.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 from kubernetes.utils.quantity import parse_quantity
 
 from jupyter_gpuburst.core.nodeselector import matches_node_affinity
-from jupyter_gpuburst.sim import defaults
+from jupyter_gpuburst.sim import defaults, preemption
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.storage import VOLUME_NODE_CONFLICT, VolumeBinding
 from jupyter_gpuburst.sim.store import TERMINAL_PHASES, Store
@@ -39,6 +41,11 @@ _UNREACHABLE_TAINT = {"key": "node.kubernetes.io/unreachable", "effect": "NoSche
 UNSCHEDULABLE = "node(s) were unschedulable"
 AFFINITY_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
 TOO_MANY_PODS = "Too many pods"
+
+
+def resolvable(reason: str) -> bool:
+    """Whether evicting pods could remove this reason (kube-scheduler: not UnschedulableAndUnresolvable)."""
+    return reason not in (UNSCHEDULABLE, AFFINITY_MISMATCH, VOLUME_NODE_CONFLICT) and not reason.startswith("node(s) had untolerated taint")
 
 
 def untolerated_taint_reason(taint: Mapping[str, Any]) -> str:
@@ -152,15 +159,19 @@ def _score(node: Obj, usage: NodeUsage, requests: Mapping[str, Any]) -> float:
     return -sum(fractions) / len(fractions) if fractions else 0.0
 
 
-def failure_message(total: int, reasons: Counter[str]) -> str:
-    """kube-scheduler's FitError text, including the preemption postfilter's summary."""
+def failure_message(total: int, reasons: Counter[str], post_filter: str | None = None) -> str:
+    """kube-scheduler's FitError text, including the preemption postfilter's summary.
+
+    ``post_filter``: the postfilter's own message instead of "no victims" (empty when preemption
+    nominated a node: kube-scheduler then adds nothing)."""
     if total == 0:
         return "no nodes available to schedule pods"
     parts = sorted(f"{n} {r}" for r, n in reasons.items())
-    unresolvable = {UNSCHEDULABLE, AFFINITY_MISMATCH, VOLUME_NODE_CONFLICT}
+    if post_filter is not None:
+        return f"0/{total} nodes are available: {', '.join(parts)}." + (f" {post_filter}" if post_filter else "")
     preempt: Counter[str] = Counter()
     for node_reason, n in reasons.items():
-        if node_reason in unresolvable or node_reason.startswith("node(s) had untolerated taint"):
+        if not resolvable(node_reason):
             preempt["Preemption is not helpful for scheduling"] += n
     resolvable_nodes = total - sum(preempt.values())
     if resolvable_nodes > 0:
@@ -170,13 +181,22 @@ def failure_message(total: int, reasons: Counter[str]) -> str:
 
 
 def schedule_one(
-    pod: Obj, nodes: list[Obj], pods: list[Obj], volumes: VolumeBinding | None = None, usage: dict[str, NodeUsage] | None = None
+    pod: Obj,
+    nodes: list[Obj],
+    pods: list[Obj],
+    volumes: VolumeBinding | None = None,
+    usage: dict[str, NodeUsage] | None = None,
+    *,
+    held: Mapping[str, Counter[str]] | None = None,
+    failed: dict[str, list[str]] | None = None,
 ) -> tuple[str | None, str]:
     """(node name, "") when the pod fits somewhere, else (None, FailedScheduling message).
 
     With several reasons on one node (only resources give several), each one counts, as in
     kube-scheduler's diagnosis. ``volumes`` adds the volume steps (sim/storage.py). ``usage``,
-    when given, is what ``pods`` request per node, already counted (kube-scheduler's cache)."""
+    when given, is what ``pods`` request per node, already counted (kube-scheduler's cache).
+    ``held``: per node, what pods nominated there by preemption still need (kept free for them).
+    ``failed`` collects each node's reasons (the preemption step reads them)."""
     if volumes is not None and nodes:
         why = volumes.prefilter(pod)
         if why:
@@ -194,11 +214,16 @@ def schedule_one(
     for node in nodes:
         name = node["metadata"]["name"]
         u = usage.get(name, NodeUsage())
+        if held and name in held:
+            reserved = held[name]
+            u = NodeUsage(u.requested + Counter({k: v for k, v in reserved.items() if k != "pods"}), u.pods + reserved["pods"])
         why = filter_node(pod, node, u, requests)
         if not why and volumes is not None:
             why = [w for w in (volumes.filter(pod, node),) if w]
         if why:
             reasons.update(why)
+            if failed is not None:
+                failed[name] = why
         else:
             feasible.append((-_score(node, u, requests), name))
     if feasible:
@@ -320,7 +345,15 @@ class Scheduler:
             and (p.get("spec") or {}).get("schedulerName", SCHEDULER_NAME) == SCHEDULER_NAME
             and (p.get("status") or {}).get("phase", "Pending") == "Pending"
         ]
-        pending.sort(key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"].get("namespace", ""), p["metadata"]["name"]))
+        # kube-scheduler's PrioritySort queue: higher priority first, then the older
+        pending.sort(
+            key=lambda p: (
+                -preemption.priority_of(p),
+                p["metadata"].get("creationTimestamp", ""),
+                p["metadata"].get("namespace", ""),
+                p["metadata"]["name"],
+            )
+        )
         usage: dict[str, NodeUsage] | None = None  # counted once per pass, at the first attempt
         waiting = False
         for pod in pending:
@@ -340,16 +373,25 @@ class Scheduler:
                 continue
             if usage is None:
                 usage = usage_by_node(pods)
-            self._attempt(pod, nodes, pods, backoff, now, usage)
+            self._attempt(pod, nodes, pods, backoff, now, usage, pending)
         if waiting:
             self._changed = True  # the change still owes those pods a try when their backoff ends
 
     def _attempt(
-        self, pod: Obj, nodes: list[Obj], pods: list[Obj], backoff: tuple[str, int, float] | None, now: float, usage: dict[str, NodeUsage]
+        self,
+        pod: Obj,
+        nodes: list[Obj],
+        pods: list[Obj],
+        backoff: tuple[str, int, float] | None,
+        now: float,
+        usage: dict[str, NodeUsage],
+        pending: list[Obj],
     ) -> None:
         meta = pod["metadata"]
         key = (meta["namespace"], meta["name"])
-        node, message = schedule_one(pod, nodes, pods, self.volumes, usage)
+        held = preemption.nominated_usage(pod, pending)
+        failed: dict[str, list[str]] = {}
+        node, message = schedule_one(pod, nodes, pods, self.volumes, usage, held=held, failed=failed)
         if node is not None:
             try:
                 if self.volumes is not None:
@@ -366,10 +408,34 @@ class Scheduler:
             counted.pods += 1
             counted.requested.update(pod_requests(bound))
             return
+        if failed:
+            message = self._preempt(pod, nodes, pods, usage, failed, message)
         attempts = (backoff[1] if backoff else 0) + 1
         delay = min(self.backoff_initial_s * 2 ** (attempts - 1), self.backoff_max_s)
         self._backoff[key] = (meta.get("uid", ""), attempts, now + delay)
         self._mark_unschedulable(pod, message)
+
+    def _preempt(
+        self, pod: Obj, nodes: list[Obj], pods: list[Obj], usage: dict[str, NodeUsage], failed: dict[str, list[str]], message: str
+    ) -> str:
+        """The PostFilter step: nominate a node and evict victims when that helps; the FailedScheduling text."""
+        reasons: Counter[str] = Counter(r for why in failed.values() for r in why)
+        total = len(nodes)
+        if len(failed) < total:  # a PreFilter (volume) rejection: the message is already final
+            return message
+        why_not = preemption.not_eligible(pod, pods)
+        if why_not:
+            return failure_message(total, reasons, why_not)
+        candidate = preemption.select_candidate(pod, nodes, pods, usage, failed)
+        if candidate is None:
+            return message
+        try:
+            preemption.preempt(self.store, pod, candidate, self.host)
+        except ApiError as exc:
+            log.info("preemption for %s/%s failed: %s", pod["metadata"]["namespace"], pod["metadata"]["name"], exc.message)
+            return message
+        self._changed = True  # victims' deletions free the room
+        return failure_message(total, reasons, "")
 
     def _mark_unschedulable(self, pod: Obj, message: str) -> None:
         meta = pod["metadata"]
