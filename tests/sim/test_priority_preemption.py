@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+from pathlib import Path
 
 import kubernetes
 import kubernetes_validate
@@ -13,6 +15,7 @@ from kubernetes.client.rest import ApiException
 from jupyter_gpuburst.sim.testing import one_node_cluster, wait_for_pod, wait_until
 
 SLEEP = ["sleep", "1000"]
+KUBECTL = "/usr/bin/kubectl"
 
 
 def client(url: str) -> kubernetes.client.ApiClient:
@@ -166,3 +169,22 @@ async def test_freed_room_is_held_for_the_nominated_pod(cluster):
     bound = await wait_for_pod(store, "default", "student", lambda p: p["spec"].get("nodeName") == "n", timeout=15)
     assert bound["spec"]["nodeName"] == "n"
     assert not store.get("pods", "default", "late")["spec"].get("nodeName")
+
+
+@pytest.mark.skipif(not os.access(KUBECTL, os.X_OK), reason=f"{KUBECTL} is not installed on this machine")
+async def test_kubectl_applies_and_lists_priority_classes(apiserver, apiserver_kubeconfig, tmp_path):
+    env = {**os.environ, "KUBECONFIG": str(apiserver_kubeconfig), "KUBECACHEDIR": str(tmp_path / "cache"), "HOME": str(tmp_path)}
+
+    async def kubectl(*args: str) -> str:
+        proc = await asyncio.create_subprocess_exec(KUBECTL, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, err.decode()
+        return out.decode()
+
+    manifest = Path(__file__).resolve().parents[2] / "hub_config" / "warm-pools.yaml"
+    assert "priorityclass.scheduling.k8s.io/gpuburst-warm-pool created" in await kubectl("apply", "-f", str(manifest))
+    rows = [line.split() for line in (await kubectl("get", "pc")).strip().splitlines()]
+    assert rows[0] == ["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"]
+    mine = next(r for r in rows if r[0] == "gpuburst-warm-pool")
+    assert mine[1:3] == ["-10", "false"] and mine[4] == "Never"
+    assert any(r[:3] == ["system-node-critical", "2000001000", "false"] for r in rows)
