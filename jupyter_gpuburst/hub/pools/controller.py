@@ -37,8 +37,8 @@ class PoolState:
     """What the capacity page and metrics show of one pool."""
 
     pool: Pool
-    ready: int = 0  # bound and running: the room is held, the image is on the node
-    pending: int = 0
+    ready: int = 0  # running: the room is held, the image is on the node
+    pending: int = 0  # not placed yet, or pulling the image
     gpus: dict[str, int] = field(default_factory=dict)  # GPU units the bound placeholders hold
     gpu_seconds: float = 0.0  # GPU-seconds held since the hub started (the pool's, nobody's)
     created: int = 0
@@ -172,12 +172,13 @@ class PoolController:
         state.ready = state.pending = 0
         gpus: Counter[str] = Counter()
         for pod in pods:
-            if (pod.get("spec") or {}).get("nodeName"):
+            if (pod.get("status") or {}).get("phase") == "Running":
                 state.ready += 1
+            else:
+                state.pending += 1  # not placed yet, or pulling its image
+            if (pod.get("spec") or {}).get("nodeName"):
                 for resource, units in self.tracker.inventory.pod_requests(pod).items():
                     gpus[resource] += units
-            else:
-                state.pending += 1
         state.gpus = dict(gpus)
         state.gpu_seconds += elapsed * sum(gpus.values())
         metrics.record_pool(state.pool.site, state.pool.profile, state.ready, state.pending, elapsed * sum(gpus.values()))

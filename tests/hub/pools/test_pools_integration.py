@@ -8,7 +8,7 @@ import dataclasses
 import aiohttp
 import kubernetes_validate
 import pytest
-from helpers.federation import DONOR, pod_of
+from helpers.federation import DONOR, occupy, pod_of
 
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub.pools.manifests import priority_class
@@ -99,3 +99,18 @@ async def _metrics(hub) -> str:
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{hub.url}/hub/metrics", headers={"Authorization": f"token {hub.token}"}) as resp:
             return await resp.text()
+
+
+async def test_a_donor_pool_gives_way_to_a_spawn_that_needs_its_room(federation, start_hub):
+    federation.donors[DONOR].store.create(PC, priority_class("gpuburst-warm-pool", -10))
+    occupy(federation, "origin-gpu", 2, "hog")  # the origin is full
+    occupy(federation, DONOR, 6, "others-on-donor")  # 2 of the donor's 8 granted GPUs are left
+    hub = await start_hub(POOLS)
+    await wait_until(lambda: len(placeholders(federation, DONOR)) == 2, timeout=30, what="donor pool ready")
+    status, body = await hub.spawn("carol", {"profile": "gpu1"})
+    assert status in (201, 202), body
+    await hub.wait_ready("carol")
+    pod = pod_of(federation, "carol")
+    assert pod["spec"]["nodeName"] == DONOR
+    # one placeholder made room; the other still holds the last granted GPU
+    await wait_until(lambda: len(placeholders(federation, DONOR, bound=False)) == 1, timeout=30, what="donor pool shrunk to its room")
