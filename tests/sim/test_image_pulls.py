@@ -198,3 +198,16 @@ def test_config_errors_name_the_field():
         parse_config({"origin": {"nodes": [{"name": "n"}], "preloaded_images": "all"}}, "<t>")
     with pytest.raises(ValueError, match=r"images.sizes.x:1: must be a non-negative quantity"):
         parse_config({"images": {"sizes": {"x:1": "big"}}, "origin": {"nodes": [{"name": "n"}]}}, "<t>")
+
+
+def test_the_rush_config_pulls_a_cuda_image_in_realistic_time():
+    from jupyter_gpuburst.sim.config import DEFAULT_CONFIG, load_config
+
+    config = load_config(DEFAULT_CONFIG.with_name("rush.yaml"))
+    image = "quay.io/jupyter/pytorch-notebook:cuda12-2024-10-07"
+    assert config.origin.images.preloaded == () and config.donors[0].cluster.images.preloaded == ()
+    assert 25 <= config.origin.images.pull_seconds(image) <= 40  # campus mirror
+    assert 120 <= config.donors[0].cluster.images.pull_seconds(image) <= 180  # over the WAN
+    # the shipped default keeps every image present and pulls instant
+    default = load_config()
+    assert default.origin.images.preloaded is None and default.origin.images.pull_seconds(image) == 0
