@@ -22,6 +22,7 @@ from typing import Any
 
 from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.errors import ApiError
+from jupyter_gpuburst.sim.fit import NodeUsage, filter_node, pod_requests, resolvable
 from jupyter_gpuburst.sim.priority import priority_of
 from jupyter_gpuburst.sim.store import TERMINAL_PHASES, Store
 
@@ -64,8 +65,6 @@ def not_eligible(pod: Obj, pods: list[Obj]) -> str:
 
 def nominated_usage(pod: Obj, pending: list[Obj]) -> dict[str, Counter[str]]:
     """Requests of pods nominated to each node that ``pod`` must leave room for (priority >= its own)."""
-    from jupyter_gpuburst.sim.scheduler import pod_requests
-
     mine, uid = priority_of(pod), pod["metadata"].get("uid")
     held: dict[str, Counter[str]] = {}
     for other in pending:
@@ -83,8 +82,6 @@ def select_candidate(
     """The best node and its victims, or None when evicting lower-priority pods helps nowhere.
 
     ``failed``: node name -> why the pod did not fit there; only resolvable reasons make a candidate."""
-    from jupyter_gpuburst.sim.scheduler import NodeUsage, filter_node, pod_requests, resolvable
-
     mine = priority_of(pod)
     requests = pod_requests(pod)
     candidates = []

@@ -11,14 +11,22 @@ agree with its class.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 from jupyter_gpuburst.sim.errors import forbidden, invalid
 
-if TYPE_CHECKING:
-    from jupyter_gpuburst.sim.store import Store
-
 Obj = dict[str, Any]
+
+
+class Store(Protocol):
+    """What admission reads and writes of the object store (``sim/store.py``, which calls in here)."""
+
+    def iter_objects(self, rtype: str) -> Iterator[Obj]: ...
+
+    def create(self, rtype: str, obj: Obj) -> Obj: ...
+
+
 GROUP = "scheduling.k8s.io"
 KEY = f"priorityclasses.{GROUP}"
 HIGHEST_USER_DEFINABLE = 1_000_000_000
