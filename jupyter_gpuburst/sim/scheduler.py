@@ -1,6 +1,8 @@
 """A kube-scheduler for one emulated cluster: filters, scoring, binding, FailedScheduling.
 
-The filters (``sim/fit.py``) run in kube-scheduler's default order. The scheduler is event-driven: a new pending pod is
+The filters (``sim/fit.py``) run in kube-scheduler's default order; feasible nodes are scored by
+LeastAllocated and ImageLocality (a node that has the pod's image wins over an emptier one
+without it, as a pull costs more). The scheduler is event-driven: a new pending pod is
 tried at once; a pod that did not fit is retried on the next node change or freed capacity, no
 sooner than its backoff (1 s doubling to 10 s) allows. Pending pods are tried in priority order
 (higher ``spec.priority`` first, then the older), and one that fits nowhere may preempt
@@ -39,15 +41,46 @@ Obj = dict[str, Any]
 SCHEDULER_NAME = "default-scheduler"
 
 
+# ImageLocality (pkg/scheduler/framework/plugins/imagelocality): image sizes count between these
+MIN_IMAGE_THRESHOLD = 23 * 1024 * 1024
+MAX_CONTAINER_IMAGE_THRESHOLD = 1000 * 1024 * 1024
+MAX_NODE_SCORE = 100
+
+
 def _score(node: Obj, usage: NodeUsage, requests: Mapping[str, Any]) -> float:
-    """LeastAllocated over cpu and memory: the emptier node wins, as kube-scheduler's default."""
+    """LeastAllocated over cpu and memory (0-100): the emptier node wins, as kube-scheduler's default."""
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     fractions = []
     for res in ("cpu", "memory"):
         cap = parse_quantity(allocatable.get(res, "0"))
         if cap > 0:
-            fractions.append(float((usage.requested[res] + requests.get(res, 0)) / cap))
-    return -sum(fractions) / len(fractions) if fractions else 0.0
+            fractions.append(min(1.0, float((usage.requested[res] + requests.get(res, 0)) / cap)))
+    return MAX_NODE_SCORE * (1 - sum(fractions) / len(fractions)) if fractions else 0.0
+
+
+def image_spread(nodes: list[Obj]) -> Counter[str]:
+    """How many of ``nodes`` report each image in ``status.images`` (ImageLocality's spread)."""
+    spread: Counter[str] = Counter()
+    for node in nodes:
+        for image in (node.get("status") or {}).get("images") or []:
+            spread.update(set(image.get("names") or []))
+    return spread
+
+
+def image_locality(pod: Obj, node: Obj, spread: Counter[str], total_nodes: int) -> float:
+    """kube-scheduler's ImageLocality score (0-100): the pod's images already on the node, by size,
+    scaled by how many nodes have them (an image everywhere favours no node)."""
+    if not spread or total_nodes == 0:
+        return 0.0
+    sizes = {
+        name: image.get("sizeBytes", 0) for image in (node.get("status") or {}).get("images") or [] for name in image.get("names") or []
+    }
+    spec = pod.get("spec") or {}
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    total = sum(sizes[c["image"]] * spread[c["image"]] / total_nodes for c in containers if c.get("image") in sizes)
+    top = MAX_CONTAINER_IMAGE_THRESHOLD * max(1, len(containers))
+    total = min(max(total, MIN_IMAGE_THRESHOLD), top)
+    return MAX_NODE_SCORE * (total - MIN_IMAGE_THRESHOLD) / (top - MIN_IMAGE_THRESHOLD)
 
 
 def failure_message(total: int, reasons: Counter[str], post_filter: str | None = None) -> str:
@@ -100,6 +133,7 @@ def schedule_one(
     if usage is None:
         usage = usage_by_node(pods)
     requests = pod_requests(pod)
+    spread = image_spread(nodes)
     reasons: Counter[str] = Counter()
     feasible: list[tuple[float, str]] = []
     for node in nodes:
@@ -116,7 +150,8 @@ def schedule_one(
             if failed is not None:
                 failed[name] = why
         else:
-            feasible.append((-_score(node, u, requests), name))
+            score = _score(node, u, requests) + image_locality(pod, node, spread, len(nodes))
+            feasible.append((-score, name))
     if feasible:
         return min(feasible)[1], ""
     return None, failure_message(len(nodes), reasons)

@@ -211,3 +211,22 @@ def test_the_rush_config_pulls_a_cuda_image_in_realistic_time():
     # the shipped default keeps every image present and pulls instant
     default = load_config()
     assert default.origin.images.preloaded is None and default.origin.images.pull_seconds(image) == 0
+
+
+def test_scheduler_prefers_the_node_that_has_the_image():
+    from jupyter_gpuburst.sim.cluster import node_object
+    from jupyter_gpuburst.sim.scheduler import image_locality, image_spread, schedule_one
+
+    warm = node_object("warm", NodeConfig(name="warm", cpu="8", resources={"nvidia.com/gpu": 2}), "127.0.0.1", "t")
+    cold = node_object("cold", NodeConfig(name="cold", cpu="8", resources={"nvidia.com/gpu": 2}), "127.0.0.2", "t")
+    warm["status"]["images"] = [{"names": [BIG], "sizeBytes": 6 * 1024**3}]
+    busy = {"metadata": {"name": "b"}, "spec": {"nodeName": "warm", "containers": [{"name": "c", "resources": {"requests": {"cpu": "4"}}}]}}
+    pod = {"spec": {"containers": [{"name": "c", "image": BIG, "resources": {"requests": {"cpu": "1"}}}]}}
+    # the warm node is half full, the cold one empty: the image wins, as with kube-scheduler
+    assert schedule_one(pod, [cold, warm], [busy])[0] == "warm"
+    spread = image_spread([cold, warm])
+    assert image_locality(pod, warm, spread, 2) == 100.0  # 6 GiB on half the nodes: past the 1000 MiB cap
+    assert image_locality(pod, cold, spread, 2) == 0.0
+    # without the image anywhere, the emptier node wins as before
+    warm["status"]["images"] = []
+    assert schedule_one(pod, [cold, warm], [busy])[0] == "cold"
