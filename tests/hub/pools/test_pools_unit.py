@@ -235,3 +235,24 @@ def test_a_pod_preempting_placeholders_is_not_moved_to_another_site():
     pod["status"]["nominatedNodeName"] = "origin-gpu"
     assert unschedulable_reason(pod, "nvidia.com/gpu") is None
     assert failed_scheduling_reason([event], pod, None, "nvidia.com/gpu") is None
+
+
+def test_the_ledger_counts_placeholders_as_the_pools(tmp_path):
+    from jupyter_gpuburst.hub.accounting.ledger import POOL_USER, UsageLedger
+    from jupyter_gpuburst.hub.accounting.store import UsageStore
+
+    now = [1_795_000_000.0]
+    inv = Inventory()
+    ledger = UsageLedger(UsageStore(tmp_path / "u.sqlite"), inv.pod_requests, clock=lambda: now[0])
+    pod = placeholder_pod(Pool("donor-1", "gpu-1", 1), profile_shape("gpu-1", {}, PROFILES), "jhub", "pc")
+    pod["metadata"].update(name="p1", uid="u1")
+    pod["spec"]["nodeName"] = "donor-1"
+    pod["status"] = {"phase": "Running"}
+    ledger.pod_event("ADDED", "jhub/p1", pod)
+    now[0] += 1800
+    ledger.pod_event("DELETED", "jhub/p1", None)
+    rows = ledger.usage_rows("2000-01-01", "2100-01-01")
+    assert [(r["user"], r["mode"], r["site"], r["profile"], r["gpu_seconds"]) for r in rows] == [
+        (POOL_USER, "pool", "donor-1", "gpu-1", 1800.0)
+    ]
+    assert ledger.usage_rows("2000-01-01", "2100-01-01", user="alice") == []
