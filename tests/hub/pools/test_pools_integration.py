@@ -114,3 +114,23 @@ async def test_a_donor_pool_gives_way_to_a_spawn_that_needs_its_room(federation,
     assert pod["spec"]["nodeName"] == DONOR
     # one placeholder made room; the other still holds the last granted GPU
     await wait_until(lambda: len(placeholders(federation, DONOR, bound=False)) == 1, timeout=30, what="donor pool shrunk to its room")
+
+
+async def test_a_restarted_hub_adopts_its_pools_placeholders(federation, start_hub):
+    federation.donors[DONOR].store.create(PC, priority_class("gpuburst-warm-pool", -10))
+    hub = await start_hub(POOLS)
+    await wait_until(lambda: len(placeholders(federation, "origin")) == 1, timeout=30, what="origin pool ready")
+    await wait_until(lambda: len(placeholders(federation, DONOR)) == 2, timeout=30, what="donor pool ready")
+    before = {p["metadata"]["uid"] for p in placeholders(federation)}
+    await hub.stop()
+    hub.start()
+    await hub.wait_up()
+
+    async def counted() -> dict | None:
+        report = await capacity(hub)
+        pools = {(p["site"], p["profile"]): p["ready"] for p in report.get("pools") or []}
+        return pools if pools.get(("origin", "gpu1")) == 1 and pools.get((DONOR, "gpu1")) == 2 else None
+
+    await wait_until(counted, timeout=30, what="the restarted hub's first pass")
+    # the same placeholders, none added: a restart neither leaks nor double-books GPUs
+    assert {p["metadata"]["uid"] for p in placeholders(federation, bound=False)} == before

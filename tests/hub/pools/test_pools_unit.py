@@ -256,3 +256,16 @@ def test_the_ledger_counts_placeholders_as_the_pools(tmp_path):
         (POOL_USER, "pool", "donor-1", "gpu-1", 1800.0)
     ]
     assert ledger.usage_rows("2000-01-01", "2100-01-01", user="alice") == []
+
+
+def test_pool_metrics_are_exported():
+    from prometheus_client import REGISTRY
+
+    from jupyter_gpuburst.hub import metrics
+
+    before = REGISTRY.get_sample_value(metrics.metric_name("pool_gpu_seconds_total"), {"site": "origin", "profile": "m-test"}) or 0.0
+    metrics.record_pool("origin", "m-test", 3, 1, 12.5)
+    labels = {"site": "origin", "profile": "m-test"}
+    assert REGISTRY.get_sample_value(metrics.metric_name("pool_placeholders"), {**labels, "state": "ready"}) == 3
+    assert REGISTRY.get_sample_value(metrics.metric_name("pool_placeholders"), {**labels, "state": "pending"}) == 1
+    assert REGISTRY.get_sample_value(metrics.metric_name("pool_gpu_seconds_total"), labels) == before + 12.5
