@@ -93,6 +93,8 @@ class WarmPools(Configurable):
                 raise TraitError(f"WarmPools.pools[{i}]: 'site' and 'profile' must be non-empty strings")
             if isinstance(count, bool) or not isinstance(count, int) or count < 0:
                 raise TraitError(f"WarmPools.pools[{i}]: 'count' must be an integer >= 0, got {count!r}")
+            if len(f"{site}.{profile}") > 63:
+                raise TraitError(f"WarmPools.pools[{i}]: '{site}.{profile}' names the pool in a label: at most 63 characters")
             if (site, profile) in seen:
                 raise TraitError(f"WarmPools.pools[{i}]: a second pool for {profile} on {site}")
             seen.add((site, profile))

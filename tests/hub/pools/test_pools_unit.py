@@ -42,6 +42,8 @@ def test_pool_settings_refuse_bad_entries():
         WarmPools(pools=[{"site": "origin", "profile": "gpu-1", "size": 2}])
     with pytest.raises(TraitError, match=r"'count' must be an integer >= 0"):
         WarmPools(pools=[{"site": "origin", "profile": "gpu-1", "count": -1}])
+    with pytest.raises(TraitError, match="at most 63 characters"):
+        WarmPools(pools=[{"site": "origin", "profile": "g" * 60, "count": 1}])
     with pytest.raises(TraitError, match="a second pool for gpu-1 on origin"):
         WarmPools(pools=[{"site": "origin", "profile": "gpu-1", "count": 1}] * 2)
     c = Config()
