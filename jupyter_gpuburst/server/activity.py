@@ -10,6 +10,7 @@ may differ from this pod's), and every report is numbered, so the hub can refuse
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ import secrets
 import time
 from typing import Any
 
+from jupyter_client.session import Session
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from jupyter_gpuburst.core import keys
@@ -43,6 +45,8 @@ class ActivityReporter:
         self.boot = secrets.token_hex(8)
         self.seq = 0
         self.busy_at: float | None = None  # monotonic; None until a GPU has been read
+        self._gpu_busy_last_sample = False
+        self._cell_streams: dict[str, Any] = {}  # kernel id -> its IOPub stream, watched for cells
         self.gpu_visible = False
         self.basis = "utilization"
         self._memory: dict[str, int] = {}
@@ -64,13 +68,17 @@ class ActivityReporter:
     async def sample(self) -> None:
         """One look at this server's GPUs and kernels (not its GPU kernels' pods)."""
         now = time.monotonic()
-        busy = any(getattr(k, "execution_state", "") == "busy" and not _remote(k) for _, k in self._kernels())
+        kernels = self._kernels()
+        self._watch_cells(kernels)
+        if self.busy_at is None or any(getattr(k, "execution_state", "") == "busy" and not _remote(k) for _, k in kernels):
+            self.busy_at = now
         try:
             data = (await self.sampler.current()).data if self.sampler is not None else {"available": False}
         except Exception:  # noqa: BLE001 - telemetry failing is "no reading", never "idle"
             log.debug("GPU activity: sampling failed", exc_info=True)
             data = {"available": False}
         self.gpu_visible = bool(data.get("available")) and bool(data.get("gpus"))
+        gpu_busy = False
         if self.gpu_visible:
             basis = "utilization"
             for gpu in data["gpus"]:
@@ -80,12 +88,43 @@ class ActivityReporter:
                 self._memory[gpu.get("uuid", "")] = used
                 if util is None:
                     basis = "memory"
-                    busy = busy or abs(used - before) > MEMORY_ACTIVITY_BYTES
+                    gpu_busy = gpu_busy or abs(used - before) > MEMORY_ACTIVITY_BYTES
                 else:
-                    busy = busy or util >= self.threshold
+                    gpu_busy = gpu_busy or util >= self.threshold
             self.basis = basis
-        if busy or self.busy_at is None:
+        # the first reading that finds the GPU idle after a busy one also counts as busy: it went
+        # idle somewhere since the last sample, and counting from here makes a stop at most one
+        # sample late, never before its timeout
+        if gpu_busy or self._gpu_busy_last_sample:
             self.busy_at = now
+        self._gpu_busy_last_sample = gpu_busy
+
+    # A cell shorter than a sample would fall between two samples of the kernels' execution
+    # state, so each local kernel's IOPub is watched for execute_request status messages (as
+    # jupyter_server watches it for its own activity); the start and end of every cell count.
+    def _watch_cells(self, kernels: list[tuple[str, Any]]) -> None:
+        for kernel_id in set(self._cell_streams) - {kernel_id for kernel_id, _ in kernels}:
+            self._cell_streams.pop(kernel_id).close()
+        for kernel_id, kernel in kernels:
+            if kernel_id in self._cell_streams or _remote(kernel) or not _ready(kernel):
+                continue
+            try:
+                stream = kernel.connect_iopub()
+                session = Session(config=kernel.session.config, key=kernel.session.key)
+            except Exception:  # noqa: BLE001 - not connectable yet: its execution state still counts
+                log.debug("GPU activity: cannot watch kernel %s yet", kernel_id, exc_info=True)
+                continue
+            stream.on_recv(functools.partial(self._on_iopub, session))
+            self._cell_streams[kernel_id] = stream
+
+    def _on_iopub(self, session: Any, parts: list[bytes]) -> None:
+        try:
+            _, message = session.feed_identities(parts)
+            msg = session.deserialize(message, content=False)
+        except Exception:  # noqa: BLE001 - a message we cannot read says nothing either way
+            return
+        if msg["header"].get("msg_type") == "status" and (msg.get("parent_header") or {}).get("msg_type") == "execute_request":
+            self.busy_at = time.monotonic()
 
     async def kernel_entries(self) -> dict[str, dict[str, Any]]:
         """Each GPU kernel's idle age: its pod measures its own GPU (see kernel/gpu.py)."""
@@ -202,6 +241,9 @@ class ActivityReporter:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        for stream in self._cell_streams.values():
+            stream.close()
+        self._cell_streams.clear()
 
     @property
     def culling_off(self) -> bool:
@@ -231,6 +273,12 @@ def _remote(kernel: Any) -> dict[str, Any] | None:
     provisioner = getattr(kernel, "provisioner", None)
     placement = getattr(provisioner, "public_placement", None)
     return placement() if callable(placement) else None
+
+
+def _ready(kernel: Any) -> bool:
+    """A pending kernel (jupyter_server's use_pending_kernels) has no channels until it is ready."""
+    ready = getattr(kernel, "ready", None)
+    return ready is None or (ready.done() and not ready.cancelled() and ready.exception() is None)
 
 
 def _message(exc: HTTPClientError) -> str:

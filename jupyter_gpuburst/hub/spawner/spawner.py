@@ -168,8 +168,10 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         except UserOptionsError:
             self._gb_restore_options()
             raise
+        # without an admin's apply_user_options hook JupyterHub would log the profile as
+        # "unhandled"; KubeSpawner applies it at start (load_user_options), as it always has
         parent = getattr(super(), "_run_apply_user_options", None)
-        result = await parent(user_options) if parent is not None else None
+        result = await parent(user_options) if parent is not None and self.apply_user_options else None
         self._gb_saved_options = copy.deepcopy(dict(user_options or {}))
         return result
 
