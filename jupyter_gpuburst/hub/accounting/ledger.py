@@ -26,6 +26,8 @@ from jupyter_gpuburst.hub.accounting.store import USE_COLUMNS, Session, UsageSto
 
 SERVERNAME_ANNOTATION = "hub.jupyter.org/servername"
 SERVER_TARGET = "server"
+POOL_TARGET = "pool"  # the mode of a warm pool placeholder's sessions
+POOL_USER = "(warm pool)"  # whom reports by user show them under: no student, no budget
 NO_PROFILE = "(none)"
 # capacity samples are kept a week (the page shows the last 24 hours)
 SAMPLES_KEPT_S = 7 * 86400.0
@@ -87,7 +89,8 @@ class UsageLedger:
 
     # ---- the tracker's pod events -------------------------------------------------------------
     def pod_event(self, event_type: str, key: str, pod: Mapping[str, Any] | None) -> None:
-        """``pod``: the hub's own pod as last seen, or None when it is gone or not the hub's."""
+        """``pod``: the hub's own pod (a server's, a kernel's, a warm pool's placeholder) as last
+        seen, or None when it is gone or not the hub's."""
         sessions = self._open.get(key)
         if pod is None or event_type == "DELETED" or _finished(pod):
             self._waiting.pop(key, None)
@@ -129,7 +132,8 @@ class UsageLedger:
         # a pod that asks for two GPU resources (rare) is two sessions
         resources = self.requests_of(pod)
         session_uid = uid if len(resources) == 1 else f"{uid}/{resource}"
-        extra = {"pod_uid": uid, "server_name": server_name, "target": kernel or SERVER_TARGET}
+        pool = labels.get(keys.POOL_LABEL)
+        extra = {"pod_uid": uid, "server_name": server_name, "target": POOL_TARGET if pool else kernel or SERVER_TARGET}
         known = self._resumable.pop(session_uid, None)
         if known is not None:
             # seen before this hub started (or ended at the first list while its namespace was
@@ -137,17 +141,26 @@ class UsageLedger:
             known.ended = None
             known.extra = extra
             return known
+        if pool:
+            # a warm pool's placeholder: its GPUs are the pool's cost, nobody's usage or budget
+            owner, user, groups, mode = f"{POOL_TARGET}/{pool}", POOL_USER, (), POOL_TARGET
+            profile, site = labels.get(keys.POOL_PROFILE_LABEL), labels.get(keys.POOL_SITE_LABEL)
+        else:
+            owner, mode = _owner_key(annotations), "kernel" if kernel else "server"
+            user = annotations.get(keys.USER_ANNOTATION) or annotations.get("hub.jupyter.org/username") or ""
+            groups = tuple(_groups(annotations.get(keys.GROUPS_ANNOTATION)))
+            profile, site = annotations.get(keys.PROFILE_ANNOTATION), labels.get(keys.SITE_LABEL)
         session = Session(
             uid=session_uid,
             pod=key,
-            key=_owner_key(annotations),
-            user=annotations.get(keys.USER_ANNOTATION) or annotations.get("hub.jupyter.org/username") or "",
-            groups=tuple(_groups(annotations.get(keys.GROUPS_ANNOTATION))),
-            profile=annotations.get(keys.PROFILE_ANNOTATION) or NO_PROFILE,
-            site=labels.get(keys.SITE_LABEL) or keys.ORIGIN_SITE,
+            key=owner,
+            user=user,
+            groups=groups,
+            profile=profile or NO_PROFILE,
+            site=site or keys.ORIGIN_SITE,
             resource=resource,
             count=int(count),
-            mode="kernel" if kernel else "server",
+            mode=mode,
             started=started,
             counted_until=started,
             extra=extra,
