@@ -10,20 +10,28 @@
  *
  * Each GPU kernel is offered there only: the Notebook and Console sections, which JupyterLab
  * fills with every kernelspec, keep the server's own kernels (the kernel picker still lists all).
+ *
+ * With a GPU-hour budget, the hub's sentence on what is left stands under the section's title;
+ * with it used up, each card says so and a click tells why instead of starting a kernel the hub
+ * would refuse.
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
+import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { ILauncher } from '@jupyterlab/launcher';
 import { IDisposable } from '@lumino/disposable';
 
 import { GpuBurstClient } from './client';
 import { gpuIcon } from './icon';
 import {
+  ILauncherBudget,
   isGpuKernelName,
   IServerGpus,
-  availabilityText,
+  launcherBudgetText,
   launcherCaption,
-  launcherCategory
+  launcherCategory,
+  launcherLabel
 } from './kernelformat';
+import { LauncherBudgetNote } from './launcherbudget';
 import { IKernelProfile, IPlacement, IProfilesReply } from './types';
 
 export const CREATE_COMMAND = 'gpuburst:new-gpu-kernel-notebook';
@@ -68,12 +76,22 @@ export class GpuKernelLauncher implements IDisposable {
       label: args => this._label(String(args['kernelName'] ?? '')),
       caption: args => this._caption(String(args['kernelName'] ?? '')),
       icon: gpuIcon,
-      execute: args =>
-        this._app.commands.execute('notebook:create-new', {
+      execute: args => {
+        if (this._budget.budget_used_up) {
+          // the hub refuses every GPU kernel now: say why rather than open a notebook that fails
+          return showDialog({
+            title: 'No GPU kernel',
+            body: this._budget.budget,
+            buttons: [Dialog.okButton()]
+          });
+        }
+        return this._app.commands.execute('notebook:create-new', {
           kernelName: args['kernelName'],
           cwd: args['cwd']
-        })
+        });
+      }
     });
+    this._note = new LauncherBudgetNote(this._app.shell.node);
     this._client.placementReceived.connect(this._onPlacement, this);
     void this.refresh();
     this._timer = window.setInterval(() => {
@@ -96,12 +114,14 @@ export class GpuKernelLauncher implements IDisposable {
       return;
     }
     const profiles = reply.profiles ?? [];
-    const key = JSON.stringify(profiles);
+    const budget = { budget: reply.budget ?? '', budget_used_up: reply.budget_used_up === true };
+    const key = JSON.stringify([profiles, budget]);
     if (key === this._shown) {
       return;
     }
     this._shown = key;
     this._profiles = new Map(profiles.map(p => [p.kernel_name, p]));
+    this._budget = budget;
     this._app.commands.notifyCommandChanged(CREATE_COMMAND);
     this._register();
   }
@@ -127,6 +147,7 @@ export class GpuKernelLauncher implements IDisposable {
         rank
       })
     );
+    this._note.update(category, launcherBudgetText(this._budget), this._budget.budget_used_up);
   }
 
   dispose(): void {
@@ -137,6 +158,7 @@ export class GpuKernelLauncher implements IDisposable {
     }
     this._items.forEach(item => item.dispose());
     this._items = [];
+    this._note.dispose();
   }
 
   private _label(kernelName: string): string {
@@ -144,8 +166,7 @@ export class GpuKernelLauncher implements IDisposable {
     if (!profile) {
       return 'GPU kernel';
     }
-    const free = availabilityText(profile.available);
-    return free ? `${profile.display_name} · ${free}` : profile.display_name;
+    return launcherLabel(profile.display_name, profile.available, this._budget);
   }
 
   private _caption(kernelName: string): string {
@@ -153,12 +174,14 @@ export class GpuKernelLauncher implements IDisposable {
     if (!profile) {
       return '';
     }
-    return launcherCaption(profile.display_name, profile.available, this._server);
+    return launcherCaption(profile.display_name, profile.available, this._server, this._budget);
   }
 
   private _profiles = new Map<string, IKernelProfile>();
   private _server: IServerGpus | null = null;
   private _items: IDisposable[] = [];
   private _shown = '';
+  private _budget: ILauncherBudget = { budget: '', budget_used_up: false };
+  private _note: LauncherBudgetNote;
   private _timer: number | null;
 }
