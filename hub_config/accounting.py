@@ -16,8 +16,11 @@ Reading the figures, as an admin (a token with the admin:users scope):
     # five more hours for alice, this week only
     curl -H "Authorization: token $TOKEN" -d '{"user": "alice", "hours": 5}' "$HUB/services/gpuburst/api/budgets/grants"
 
-What alice sees on the spawn form on Wednesday, after 12.5 GPU-hours since Monday:
-"7.5 of 20 GPU-hours left this week, resets Monday 00:00 UTC."
+What alice sees on the spawn form and under the launcher's GPU kernels on Wednesday, after
+12.5 GPU-hours since Monday: "7.5 of 20 GPU-hours left this week, resets Monday 00:00 UTC."
+When her hours run out while a GPU server or GPU kernel of hers runs, its Lab panel and status
+bar warn "GPU-hour budget used up: this server stops in 10 min. Ask the hub's admins for more
+hours.", and it is stopped 10 min later unless an admin grants her more hours first.
 """
 
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
@@ -27,6 +30,9 @@ c.GPUAccountingSettings.ledger_path = "/srv/jupyterhub/gpuburst-usage.sqlite"
 c.GPUAccountingSettings.budget_period = "week"
 c.GPUAccountingSettings.user_budgets = {"*": 20}
 c.GPUAccountingSettings.group_budgets = {"ml101": 400}
+# a session running when its budget runs out: warned, then stopped 10 min later (False: warn only)
+c.GPUAccountingSettings.budget_stop = True
+c.GPUAccountingSettings.budget_grace_seconds = 600
 # reports by semester (and semester budgets, with budget_period = "semester")
 c.GPUAccountingSettings.semesters = [
     {"name": "Fall 2026", "start": "2026-09-01", "end": "2027-01-31"},
