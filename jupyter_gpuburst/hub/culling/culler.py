@@ -253,6 +253,18 @@ class Culler:
         self.stops.append(entry)
         return entry
 
+    async def stop_kernel(self, registry: Any, record: Any, message: str, now: float | None = None) -> None:
+        """Stop a GPU kernel now (an admin's stop): as for a culled one, its server hears
+        ``message`` in its next reply and shuts the kernel down, and until then the hub refuses
+        to start it again; its pod is deleted at once."""
+        now = time.time() if now is None else now
+        if record.kernel_id:
+            self.store.stopped.append(Stopped(record.user, record.server_name, record.kernel_id, message, now))
+        await registry.stop(record, wait=0)
+        signal = self.store.get(record.user, record.server_name, record.id)
+        if signal is not None:
+            self.store.forget(signal)
+
     # ---- what a server's report gets back ---------------------------------------------------
     async def reply(self, user: str, server_name: str, now: float | None = None) -> dict[str, Any]:
         """The culling state of one server and its GPU kernels, for its Lab panel."""
