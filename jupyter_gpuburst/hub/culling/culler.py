@@ -104,7 +104,9 @@ class Culler:
                 started = _started(spawner)
                 age = None if started is None else now - started
                 profile = str((getattr(spawner, "user_options", None) or {}).get("profile") or "")
-                gpus = bool(getattr(placement, "count", 0))
+                # after a hub restart only the saved placement says it (gpuburst_placement)
+                restored = getattr(spawner, "gpuburst_placement", None)
+                gpus = bool(getattr(placement, "count", 0)) or bool(isinstance(restored, dict) and restored.get("count"))
                 out.append(Target(signal, profile, "origin" if site == "origin" else "donor", groups, age, spawner, admin, gpus))
                 continue
             if registry is None:

@@ -34,7 +34,10 @@ class FakeHub:
             ("alice", ""): FakeSpawner(1),
             ("carol", ""): FakeSpawner(0),  # a CPU server: no GPU-hours to stop
             ("root", ""): FakeSpawner(1, admin=True),
+            ("dave", ""): FakeSpawner(0),
         }
+        # dave's GPU server from before a hub restart: only its saved placement says it has a GPU
+        self.spawners[("dave", "")].gpuburst_placement = {"site": "donor-1", "count": 2}
 
     def active_spawner(self, user, server):
         return self.spawners.get((user, server))
@@ -78,8 +81,8 @@ def report(c: Culler, user: str, now: float, seq: int, idle: float | None = None
 @pytest.mark.parametrize("culling", [False, True], ids=["culling-off", "culling-on"])
 async def test_over_budget_a_gpu_server_is_warned_then_stopped(culling):
     stops: list[str] = []
-    c = culler(Budgets("alice", "carol", "root"), stops, culling=culling)
-    for user in ("alice", "carol", "root"):
+    c = culler(Budgets("alice", "carol", "root", "dave"), stops, culling=culling)
+    for user in ("alice", "carol", "root", "dave"):
         report(c, user, NOW, 1, idle=0.0 if culling else None)
     assert await c.sweep(NOW) == []
     (item,) = (await c.reply("alice", "", NOW + 1))["targets"]
@@ -87,6 +90,8 @@ async def test_over_budget_a_gpu_server_is_warned_then_stopped(culling):
     assert item["stops_in_s"] == pytest.approx(GRACE - 1)
     assert not item["keepable"]  # no Keep: only hours help
     assert item["reason"] == f"your GPU-hour budget is used up ({SENTENCE})"
+    (restored,) = (await c.reply("dave", "", NOW + 1))["targets"]
+    assert restored["state"] == "warn" and restored["cause"] == "budget"
     # the admin and the CPU server are not even warned
     for user in ("carol", "root"):
         (other,) = (await c.reply(user, "", NOW + 1))["targets"]
@@ -96,9 +101,10 @@ async def test_over_budget_a_gpu_server_is_warned_then_stopped(culling):
         report(c, "alice", t, seq, idle=0.0 if culling else None)
         assert await c.sweep(t) == []
     report(c, "alice", NOW + GRACE, 99, idle=0.0 if culling else None)
-    (done,) = await c.sweep(NOW + GRACE)
-    assert done["user"] == "alice" and done["cause"] == "budget"
-    assert stops == ["alice"]
+    done = await c.sweep(NOW + GRACE)
+    assert {d["user"] for d in done} == {"alice", "dave"} and {d["cause"] for d in done} == {"budget"}
+    # dave's server went silent after its warning: its idleness is unknown, its GPU-hours are not
+    assert sorted(stops) == ["alice", "dave"]
     note = c.stopped_servers[("alice", "")][0]
     assert note == f"Your server was stopped because your GPU-hour budget is used up ({SENTENCE}). Ask the hub's admins for more hours."
 
