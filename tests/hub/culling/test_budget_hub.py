@@ -1,7 +1,8 @@
 """GPU-hour budgets with a real JupyterHub, KubeSpawner and jupyter_server against the local
 federation, idle culling off: a GPU server whose student uses up their hours is warned in the
 Lab's culling state, then stopped, and its spawn page says why; an admin's grant before the stop
-cancels it; an admin over "their" budget is never warned."""
+cancels it; an admin over "their" budget is never warned. A GPU kernel over budget is warned and
+stopped the same way, and its notebook's server hears why; its CPU server runs on."""
 
 from __future__ import annotations
 
@@ -103,3 +104,46 @@ async def test_a_server_over_budget_is_warned_then_stopped_unless_an_admin_grant
 async def _no_warning(hub, user: str) -> bool:
     target = await server_target(hub, user)
     return target is not None and target["state"] != "warn"
+
+
+KERNEL_BUDGET_HUB = f"""
+c.GPUCullingSettings.period_seconds = {PERIOD_S}  # idle culling itself stays off
+c.GPUAccountingSettings.user_budgets = {{"*": 20.0, "bob": 0.0}}
+c.GPUAccountingSettings.budget_grace_seconds = {GRACE_S}
+from jupyter_gpuburst.hub import install
+install(c)
+c.JupyterHub.load_roles.append({{"name": "gpu-kernels", "scopes": ["custom:gpuburst:kernels", "access:services!service=gpuburst"], "users": ["bob"]}})
+c.GPUKernelSettings.extra_env = {{"JUPYTER_GPUBURST_BACKEND": "simulated"}}
+"""
+
+
+async def test_a_gpu_kernel_over_budget_is_warned_then_stopped_and_its_notebook_hears_why(federation, start_hub):
+    hub = await start_hub(KERNEL_BUDGET_HUB)
+    status, body = await hub.spawn("bob", {"profile": "cpu"})
+    assert status in (201, 202), body
+    await hub.wait_ready("bob")
+    await grant(hub, "bob", START_HOURS)
+    status, kernel = await server_api(hub, "bob", "POST", "/kernels", {"name": "gpuburst-gpu-1"})
+    assert status == 201, (kernel, hub.log())
+
+    async def kernel_target():
+        status, state = await server_api(hub, "bob", "GET", "/gpuburst/culling")
+        targets = ((state or {}).get("culling") or {}).get("targets") or []
+        found = next((t for t in targets if t["kernel_id"] == kernel["id"]), None)
+        return found if found and found["state"] == "warn" and found["cause"] == "budget" else None
+
+    warned = await wait_until(kernel_target, 60, "bob's GPU kernel's budget warning", interval=0.2)
+    assert not warned["keepable"] and 0 < warned["stops_in_s"] <= GRACE_S
+    # his CPU server holds no GPU-hours: it is not warned
+    assert (await server_target(hub, "bob"))["state"] != "warn"
+
+    async def kernel_stops():
+        status, state = await server_api(hub, "bob", "GET", "/gpuburst/culling")
+        return [s for s in (state or {}).get("stopped", []) if s["kernel_id"] == kernel["id"]]
+
+    (note,) = await wait_until(kernel_stops, GRACE_S + 3 * PERIOD_S + 10, "bob's GPU kernel stopped", interval=0.2)
+    assert note["reason"].startswith("This GPU kernel was stopped because your GPU-hour budget is used up (0 of 0 GPU-hours left this week")
+    assert note["reason"].endswith("Ask the hub's admins for more hours.")
+    assert "GPU culling: stopping bob's GPU kernel" in hub.log()
+    # his server runs on
+    assert not await stopped(hub, "bob")
