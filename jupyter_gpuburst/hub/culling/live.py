@@ -65,16 +65,17 @@ def _enabled_anywhere(settings: GPUCullingSettings) -> bool:
 
 
 def install(c: Any, service_name: str) -> None:
-    """Let the service stop servers, where culling or budgets that stop sessions are configured
-    (before ``install(c)``), and the spawn page say why the culler stopped one."""
+    """Let the spawn page say why a server was stopped (by the culler, or by an admin on the
+    capacity page), and the service stop servers where culling or budgets that stop sessions
+    are configured (before ``install(c)``)."""
     # a wrong key or value stops the hub here, at start, with the reason (TraitError)
     culling = "GPUCullingSettings" in c and GPUCullingSettings(config=c) is not None
-    if not culling and not GPUAccountingSettings(config=c).stops_over_budget:
-        return
     hub = c.JupyterHub
     template_vars = dict(hub.template_vars) if "template_vars" in hub else {}
     template_vars.setdefault(TEMPLATE_VAR, stopped_note)
     hub.template_vars = template_vars
+    if not culling and not GPUAccountingSettings(config=c).stops_over_budget:
+        return
     roles = list(hub.load_roles) if "load_roles" in hub else []
     if any(r.get("name") == ROLE_NAME for r in roles):
         return

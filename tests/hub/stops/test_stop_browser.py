@@ -132,6 +132,9 @@ def test_an_admin_stops_a_server_and_a_gpu_kernel(page: Page, stop_site: StopSit
     assert "Stop: admin stops alice's server from the capacity page" in site.hub.log()
     # on behalf of the admin who clicked: the hub's own API saw the admin's token, not the service's
     assert re.search(r"DELETE /hub/api/users/alice/server \(admin@", site.hub.log())
+    # her spawn page says why
+    page_html = site.loop.run(site.hub.spawn_page("alice"))
+    assert 'id="gpuburst-stopped"' in page_html and "Your server was stopped by the hub" in page_html
 
     # bob's GPU kernel, in the dark theme: its pod goes, bob's CPU server stays
     use_theme(page, "dark")
