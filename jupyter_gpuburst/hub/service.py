@@ -41,6 +41,7 @@ from tornado.log import access_log, app_log
 
 from jupyter_gpuburst.core import keys, names
 from jupyter_gpuburst.hub import metrics
+from jupyter_gpuburst.hub.accounting import counts_use, record_use
 from jupyter_gpuburst.hub.accounting.dashboard import donor_rows, usage_panel
 from jupyter_gpuburst.hub.accounting.handlers import handlers as accounting_handlers
 from jupyter_gpuburst.hub.capacity.report import capacity_report
@@ -145,6 +146,9 @@ class CapacityService:
             ],
             service=self,
             kernel_start_refusal=refuses_start,
+            # what servers report of their GPUs' use goes to the GPU-hours ledger (right-sizing)
+            gpu_use_sink=record_use,
+            gpu_use_wanted=counts_use,
             cookie_secret=secrets.token_bytes(32),
             templates=Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape()),
             log_function=log_request,

@@ -22,6 +22,7 @@ import { IDisposable } from '@lumino/disposable';
 
 import { GpuBurstClient } from './client';
 import { gpuIcon } from './icon';
+import { LauncherNote } from './launchernote';
 import {
   ILauncherBudget,
   isGpuKernelName,
@@ -31,14 +32,17 @@ import {
   launcherCategory,
   launcherLabel
 } from './kernelformat';
-import { LauncherBudgetNote } from './launcherbudget';
 import { IKernelProfile, IPlacement, IProfilesReply } from './types';
 
 export const CREATE_COMMAND = 'gpuburst:new-gpu-kernel-notebook';
 // right after the Notebook section (0), before Console (20): the GPU kernels are notebooks too
 const CATEGORY_RANK = 10;
 const REFRESH_MS = 10000;
-
+// the right-sizing note under the GPU kernels heading (launchernote.ts)
+export const SUGGESTION_NOTE = 'suggestion';
+// the GPU-hour budget's sentence; used up, under a note id of its own that dims the cards (base.css)
+export const BUDGET_NOTE = 'budget';
+export const BUDGET_USED_UP_NOTE = 'budget-used-up';
 
 
 /** Whether a launcher card is JupyterLab's own Notebook or Console card of a GPU kernel. */
@@ -71,6 +75,7 @@ export class GpuKernelLauncher implements IDisposable {
     private readonly _client: GpuBurstClient,
     private readonly _launcher: ILauncher
   ) {
+    this._suggestionNote = new LauncherNote(this._app.shell.node, SUGGESTION_NOTE);
     offerGpuKernelsOnce(this._launcher);
     this._app.commands.addCommand(CREATE_COMMAND, {
       label: args => this._label(String(args['kernelName'] ?? '')),
@@ -91,7 +96,8 @@ export class GpuKernelLauncher implements IDisposable {
         });
       }
     });
-    this._note = new LauncherBudgetNote(this._app.shell.node);
+    this._budgetNote = new LauncherNote(this._app.shell.node, BUDGET_NOTE);
+    this._usedUpNote = new LauncherNote(this._app.shell.node, BUDGET_USED_UP_NOTE);
     this._client.placementReceived.connect(this._onPlacement, this);
     void this.refresh();
     this._timer = window.setInterval(() => {
@@ -113,6 +119,7 @@ export class GpuKernelLauncher implements IDisposable {
       // a server without kernel mode, or a blip: keep what the cards say until the next try
       return;
     }
+    this._showSuggestion(reply.suggestion ?? '');
     const profiles = reply.profiles ?? [];
     const budget = { budget: reply.budget ?? '', budget_used_up: reply.budget_used_up === true };
     const key = JSON.stringify([profiles, budget]);
@@ -131,7 +138,14 @@ export class GpuKernelLauncher implements IDisposable {
     this._server = { gpu_count: placement.gpu_count, gpu_label: placement.gpu_label ?? null };
     if (launcherCategory(this._server) !== before) {
       this._register();
+      this._showSuggestion(this._suggestion);
     }
+  }
+
+  /** The hub's right-sizing sentence, under the GPU kernels heading ('' removes it). */
+  private _showSuggestion(text: string): void {
+    this._suggestion = text;
+    this._suggestionNote.show(launcherCategory(this._server), text);
   }
 
   /** The launcher re-renders when its items change: register the cards again. */
@@ -147,7 +161,9 @@ export class GpuKernelLauncher implements IDisposable {
         rank
       })
     );
-    this._note.update(category, launcherBudgetText(this._budget), this._budget.budget_used_up);
+    const budget = launcherBudgetText(this._budget);
+    this._budgetNote.show(category, this._budget.budget_used_up ? '' : budget);
+    this._usedUpNote.show(category, this._budget.budget_used_up ? budget : '');
   }
 
   dispose(): void {
@@ -158,7 +174,9 @@ export class GpuKernelLauncher implements IDisposable {
     }
     this._items.forEach(item => item.dispose());
     this._items = [];
-    this._note.dispose();
+    this._suggestionNote.dispose();
+    this._budgetNote.dispose();
+    this._usedUpNote.dispose();
   }
 
   private _label(kernelName: string): string {
@@ -178,10 +196,13 @@ export class GpuKernelLauncher implements IDisposable {
   }
 
   private _profiles = new Map<string, IKernelProfile>();
+  private _suggestion = '';
+  private readonly _suggestionNote: LauncherNote;
   private _server: IServerGpus | null = null;
   private _items: IDisposable[] = [];
   private _shown = '';
   private _budget: ILauncherBudget = { budget: '', budget_used_up: false };
-  private _note: LauncherBudgetNote;
+  private readonly _budgetNote: LauncherNote;
+  private readonly _usedUpNote: LauncherNote;
   private _timer: number | null;
 }

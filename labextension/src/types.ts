@@ -107,6 +107,8 @@ export interface IProfilesReply {
   /** The budget is used up: the hub refuses every GPU kernel start until it resets or an admin grants more. */
   budget_used_up: boolean;
   error: string | null;
+  /** The hub's right-sizing sentence ('' or absent when it has none). */
+  suggestion?: string;
 }
 
 /** What the panel shows of a GPU kernel's own GPU figures (measured in its pod). */

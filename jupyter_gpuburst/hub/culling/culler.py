@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -24,6 +25,10 @@ from jupyter_gpuburst.hub.culling.budget import MORE_HOURS, BudgetWatch, sooner
 from jupyter_gpuburst.hub.culling.policy import Decision, decide
 from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
 from jupyter_gpuburst.hub.culling.store import SERVER, Signal, SignalStore, Stopped
+
+# the quickest a sweep follows the last one, and how far past a due time it wakes (float rounding)
+MIN_SWEEP_S = 0.1
+SWEEP_MARGIN_S = 0.02
 
 # the spawn page's template variable: why the culler stopped the user's server, or ""
 TEMPLATE_VAR = "gpuburst_stopped"
@@ -65,7 +70,11 @@ class Culler:
         self.budgets = budgets  # None: no budget stops (no budgets, or accounting off)
         self._task: asyncio.Task | None = None
         self._silent: set[tuple[str, str, str]] = set()
+        self._culling: dict[tuple[str, str, str], asyncio.Task] = {}  # stops under way
         self.stops: list[dict[str, Any]] = []  # for benchmarks and tests: what was stopped when
+        # a sweep runs once a period, and also when the next warning or stop falls due, so a
+        # stop lands within one of the server's samples after its timeout, not a period later
+        self.next_sweep_s = settings.period_seconds
         self.stopped_servers: dict[tuple[str, str], tuple[str, float]] = {}
 
     # ---- what the hub knows ---------------------------------------------------------------
@@ -141,28 +150,34 @@ class Culler:
             self._task = asyncio.ensure_future(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        tasks = [t for t in (self._task, *self._culling.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.settings.period_seconds)
+            await asyncio.sleep(self.next_sweep_s)
             try:
-                await self.sweep()
+                await self.sweep(wait=False)
             except Exception:  # noqa: BLE001 - a bad sweep must not end culling for good
+                self.next_sweep_s = self.settings.period_seconds
                 self.log.exception("GPU culling: a sweep failed; the next one runs in %s s", self.settings.period_seconds)
 
-    async def sweep(self, now: float | None = None) -> list[dict[str, Any]]:
-        """One pass; returns what it stopped. Donors' targets go first, so that when the hub is
-        stopped mid-sweep, borrowed GPUs are the ones already back."""
+    async def sweep(self, now: float | None = None, wait: bool = True) -> list[dict[str, Any]]:
+        """One pass; with ``wait``, returns what it stopped once every stop it began has ended
+        (the loop does not wait). Donors' stops begin first, so that when the hub is stopped
+        mid-sweep, borrowed GPUs are the ones already on their way back."""
         now = time.time() if now is None else now
         targets = await self.targets()
         await self.refresh_budgets(targets, now)
         targets.sort(key=lambda t: t.site_kind != "donor")
-        stopped = []
+        stopped: list[dict[str, Any]] = []
+        started: list[asyncio.Task] = []
+        due: list[float] = [self.settings.period_seconds]
         for target in targets:
             decision = self.decision(target, now)
+            due.append(self._due_in(target, decision, now))
             signal = target.signal
             key = (signal.user, signal.server_name, signal.target)
             if decision.action == "unknown" and key not in self._silent:
@@ -183,8 +198,7 @@ class Culler:
                 stops = "runs on (warned only)" if decision.stops_in_s is None else f"stops in {decision.stops_in_s:.0f} s"
                 self.log.info("GPU culling: warning %s: %s %s (%s)", signal.user, _what(signal), stops, decision.reason)
             elif decision.action == "stop":
-                policy = self.settings.policy(signal.kind, target.profile)
-                warning_s = self.budgets.rule.grace_s if decision.cause == "budget" and self.budgets is not None else policy.warning_s
+                warning_s = self.warning_s(target, decision)
                 if warning_s > 0 and (signal.warned_at is None or now - signal.warned_at < min(warning_s, self.settings.period_seconds)):
                     # never stop what the student could not have been warned about (a first
                     # report that is already past the timeout, after a hub restart)
@@ -194,14 +208,48 @@ class Culler:
                             "GPU culling: warning %s first: %s is past its limit (%s)", signal.user, _what(signal), decision.reason
                         )
                     continue
-                try:
-                    done = await self.cull(target, decision.reason, now, decision.cause)
-                except Exception:  # noqa: BLE001 - one failed stop must not keep the others
-                    self.log.exception("GPU culling: stopping %s's %s failed; it is tried again next sweep", signal.user, _what(signal))
-                    continue
-                if done is not None:
-                    stopped.append(done)
+                if key in self._culling:
+                    continue  # its stop is under way
+                # stops run side by side: JupyterHub answers a stop only once the server is
+                # gone (up to its slow_stop_timeout), and one slow stop must not make the
+                # others, or the next sweep, late; they start in this order, donors first
+                task = asyncio.ensure_future(self._cull_logged(target, decision.reason, now, decision.cause))
+                self._culling[key] = task
+                task.add_done_callback(lambda _, key=key: self._culling.pop(key, None))
+                started.append(task)
+        self.next_sweep_s = max(MIN_SWEEP_S, min(due))
+        if wait:
+            stopped = [done for done in await asyncio.gather(*started) if done is not None]
         return stopped
+
+    async def _cull_logged(self, target: Target, reason: str, now: float, cause: str) -> dict[str, Any] | None:
+        try:
+            return await self.cull(target, reason, now, cause)
+        except Exception:  # noqa: BLE001 - one failed stop must not keep the others
+            signal = target.signal
+            self.log.exception("GPU culling: stopping %s's %s failed; it is tried again next sweep", signal.user, _what(signal))
+            return None
+
+    def _due_in(self, target: Target, decision: Decision, now: float) -> float:
+        """Seconds until this target's next warning or stop, if it stays as idle as reported."""
+        if decision.stops_in_s is None:
+            return math.inf
+        warning_s = self.warning_s(target, decision)
+        if decision.action == "stop":
+            # a stop that waits for its warning to have been seen (the sweep's rule above) is due
+            # when that wait ends; one already asked for is retried once a period
+            warned_at = target.signal.warned_at if target.signal.warned_at is not None else now
+            waits_s = min(warning_s, self.settings.period_seconds) - (now - warned_at)
+            return waits_s + SWEEP_MARGIN_S if waits_s > 0 else math.inf
+        if decision.stops_in_s > warning_s:
+            return decision.stops_in_s - warning_s + SWEEP_MARGIN_S
+        return decision.stops_in_s + SWEEP_MARGIN_S
+
+    def warning_s(self, target: Target, decision: Decision) -> float:
+        """How long before its stop a target is warned: its profile's, or the budget's grace."""
+        if decision.cause == "budget" and self.budgets is not None:
+            return self.budgets.rule.grace_s
+        return self.settings.policy(target.signal.kind, target.profile).warning_s
 
     async def cull(self, target: Target, reason: str, now: float, cause: str = "idle") -> dict[str, Any] | None:
         signal = target.signal

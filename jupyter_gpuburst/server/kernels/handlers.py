@@ -75,7 +75,7 @@ class ProfilesCache:
 
 async def fetch_profiles_now() -> dict:
     """``{"profiles": [{slug, display_name, kernel_name, available}], "budget", "budget_used_up",
-    "error"}``: ``budget`` is the hub's sentence on the user's GPU-hour budget ("" without one)."""
+    "error", "suggestion"}``: ``budget`` is the hub's sentence on the user's GPU-hour budget ("" without one)."""
     client = client_from_env()
     if client is None:
         return {"profiles": [], "budget": "", "budget_used_up": False, "error": None}
@@ -98,5 +98,10 @@ async def fetch_profiles_now() -> dict:
                 "available": available,
             }
         )
-    budget = data.get("budget") if isinstance(data.get("budget"), str) else ""
-    return {"profiles": profiles, "budget": budget, "budget_used_up": bool(budget and data.get("budget_used_up") is True), "error": None}
+    reply: dict = {"profiles": profiles, "error": None}
+    # the hub's sentence on the user's GPU-hour budget ("" without one), and whether it is used up
+    reply["budget"] = data["budget"] if isinstance(data.get("budget"), str) else ""
+    reply["budget_used_up"] = bool(reply["budget"] and data.get("budget_used_up") is True)
+    # the hub's right-sizing sentence for the launcher ("" when it has none to say)
+    reply["suggestion"] = data["suggestion"] if isinstance(data.get("suggestion"), str) else ""
+    return reply

@@ -14,6 +14,7 @@ from jupyter_gpuburst.hub.accounting import Accounting, AccountingConfigError, G
 from jupyter_gpuburst.hub.accounting.gate import budget_state
 from jupyter_gpuburst.hub.accounting.ledger import UsageLedger
 from jupyter_gpuburst.hub.accounting.store import UsageStore
+from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
 from jupyter_gpuburst.hub.spawner import SpawnRefused
 
 MONDAY = 1_795_000_000.0 - (1_795_000_000.0 % 86400) - 4 * 86400  # a UTC Monday 00:00 (1 Nov 2026 is a Sunday)
@@ -115,3 +116,22 @@ def test_the_worked_example_in_hub_config_is_valid():
     settings = GPUAccountingSettings(config=config)
     assert settings.user_budgets == {"*": 20} and settings.group_budgets == {"ml101": 400}
     assert [s["name"] for s in settings.semesters] == ["Fall 2026", "Spring 2027"]
+    assert settings.right_sizing_sessions == 5 and settings.right_sizing_small_share == 0.5
+    # right-sizing's figures come from servers' reports: culling configured, and off
+    assert GPUCullingSettings(config=config).enabled is False
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("right_sizing_sessions", -1),
+        ("right_sizing_headroom", float("nan")),
+        ("right_sizing_small_share", 2.0),
+        ("right_sizing_days", -3.0),
+    ],
+)
+def test_a_nonsense_right_sizing_setting_stops_the_hub_with_the_reason(name, value):
+    config = Config()
+    config.GPUAccountingSettings[name] = value
+    with pytest.raises(AccountingConfigError, match=f"{name} must be from 0 to"):
+        GPUAccountingSettings(config=config)

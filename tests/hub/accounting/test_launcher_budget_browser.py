@@ -20,7 +20,8 @@ from playwright.sync_api import Page, expect
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.timeout(240)]
 
 GPU_SECTION = ".jp-Launcher-section:has(.jp-LauncherCard[data-category='GPU kernels'])"
-NOTE = f"{GPU_SECTION} .jp-GpuBurst-launcherBudget"
+NOTE = f"{GPU_SECTION} .jp-GpuBurst-launcherNote[data-note^='budget']"
+USED_UP = f"{GPU_SECTION} .jp-GpuBurst-launcherNote[data-note='budget-used-up']"
 CARD = ".jp-LauncherCard[data-category='GPU kernels']"
 # alice has 20 GPU-hours a week like everyone; bob's week is used up (0 hours)
 BUDGET_HUB = KERNEL_HUB + '\nc.Spawner.default_url = "/lab"\nc.GPUAccountingSettings.user_budgets = {"*": 20.0, "bob": 0.0}\n'
@@ -59,7 +60,7 @@ def test_the_launcher_says_what_is_left(page: Page, budget_site: tuple[LoopThrea
     expect(note).to_have_text(re.compile(r"^20 of 20 GPU-hours left this week, resets Monday 00:00 UTC\.$"), timeout=90_000)
     # the cards still offer their kernels, with what is free now
     expect(page.locator(CARD, has_text="Python 3 (1 GPU) ·").first).to_contain_text("free on origin")
-    expect(page.locator(GPU_SECTION)).not_to_have_class(re.compile("jp-GpuBurst-budgetUsedUp"))
+    expect(page.locator(USED_UP)).to_have_count(0)
     # under the section's title, not beside the cards
     title = page.locator(f"{GPU_SECTION} .jp-Launcher-sectionTitle").bounding_box()
     assert note.bounding_box()["y"] > title["y"] + title["height"] - 1
@@ -78,7 +79,9 @@ def test_used_up_the_cards_say_why_and_a_grant_gives_them_back(page: Page, budge
     card = page.locator(CARD, has_text=re.compile(r"^Python 3 \(1 GPU\) ·"))
     expect(card).to_have_text("Python 3 (1 GPU) · GPU-hour budget used up")
     expect(card).to_have_attribute("title", f"A Python 3 (1 GPU) kernel cannot start now. {used_up}")
-    expect(page.locator(GPU_SECTION)).to_have_class(re.compile("jp-GpuBurst-budgetUsedUp"))
+    expect(page.locator(USED_UP)).to_have_count(1)
+    # dimmed: they cannot start now
+    assert float(card.evaluate("e => getComputedStyle(e).opacity")) < 1
     # the sentence is readable on the dark background: a light colour, not the light theme's
     color = note.evaluate("e => getComputedStyle(e).color")
     assert sum(int(v) for v in re.findall(r"\d+", color)[:3]) > 3 * 96, f"{color} is not readable on dark"
@@ -97,4 +100,4 @@ def test_used_up_the_cards_say_why_and_a_grant_gives_them_back(page: Page, budge
     grant(loop, hub, "bob", 2)
     expect(note).to_have_text(re.compile(r"^2 of 2 GPU-hours left this week, resets Monday 00:00 UTC\.$"), timeout=60_000)
     expect(card).to_contain_text("free on origin")
-    expect(page.locator(GPU_SECTION)).not_to_have_class(re.compile("jp-GpuBurst-budgetUsedUp"))
+    expect(page.locator(USED_UP)).to_have_count(0)

@@ -58,6 +58,8 @@ async def test_local_free_lands_on_origin_gpu_node(federation, start_hub):
     assert env["JUPYTER_GPUBURST_NODE"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     code, _ = await hub.get_via_proxy("alice")
     assert code == 200
+    # the profile is ours to apply: JupyterHub does not call it unhandled
+    assert "unhandled user_options" not in hub.log_path.read_text()
 
 
 async def test_cpu_profile_stays_on_the_origin(federation, start_hub):
