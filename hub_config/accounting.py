@@ -16,8 +16,11 @@ Reading the figures, as an admin (a token with the admin:users scope):
     # five more hours for alice, this week only
     curl -H "Authorization: token $TOKEN" -d '{"user": "alice", "hours": 5}' "$HUB/services/gpuburst/api/budgets/grants"
 
-What alice sees on the spawn form on Wednesday, after 12.5 GPU-hours since Monday:
-"7.5 of 20 GPU-hours left this week, resets Monday 00:00 UTC."
+What alice sees on the spawn form and under the launcher's GPU kernels on Wednesday, after
+12.5 GPU-hours since Monday: "7.5 of 20 GPU-hours left this week, resets Monday 00:00 UTC."
+When her hours run out while a GPU server or GPU kernel of hers runs, its Lab panel and status
+bar warn "GPU-hour budget used up: this server stops in 10 min. Ask the hub's admins for more
+hours.", and it is stopped 10 min later unless an admin grants her more hours first.
 
 Right-sizing: alice's last five sessions on "2 GPUs" (80 GiB) peaked at 6 GiB; the spawn form
 and her launcher add "Your last 5 GPU sessions peaked at 6 GiB of GPU memory: a MIG 1g.10gb
@@ -33,6 +36,9 @@ c.GPUAccountingSettings.ledger_path = "/srv/jupyterhub/gpuburst-usage.sqlite"
 c.GPUAccountingSettings.budget_period = "week"
 c.GPUAccountingSettings.user_budgets = {"*": 20}
 c.GPUAccountingSettings.group_budgets = {"ml101": 400}
+# a session running when its budget runs out: warned, then stopped 10 min later (False: warn only)
+c.GPUAccountingSettings.budget_stop = True
+c.GPUAccountingSettings.budget_grace_seconds = 600
 # reports by semester (and semester budgets, with budget_period = "semester")
 c.GPUAccountingSettings.semesters = [
     {"name": "Fall 2026", "start": "2026-09-01", "end": "2027-01-31"},

@@ -10,8 +10,13 @@
  *
  * Each GPU kernel is offered there only: the Notebook and Console sections, which JupyterLab
  * fills with every kernelspec, keep the server's own kernels (the kernel picker still lists all).
+ *
+ * With a GPU-hour budget, the hub's sentence on what is left stands under the section's title;
+ * with it used up, each card says so and a click tells why instead of starting a kernel the hub
+ * would refuse.
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
+import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { ILauncher } from '@jupyterlab/launcher';
 import { IDisposable } from '@lumino/disposable';
 
@@ -19,11 +24,13 @@ import { GpuBurstClient } from './client';
 import { gpuIcon } from './icon';
 import { LauncherNote } from './launchernote';
 import {
+  ILauncherBudget,
   isGpuKernelName,
   IServerGpus,
-  availabilityText,
+  launcherBudgetText,
   launcherCaption,
-  launcherCategory
+  launcherCategory,
+  launcherLabel
 } from './kernelformat';
 import { IKernelProfile, IPlacement, IProfilesReply } from './types';
 
@@ -33,6 +40,9 @@ const CATEGORY_RANK = 10;
 const REFRESH_MS = 10000;
 // the right-sizing note under the GPU kernels heading (launchernote.ts)
 export const SUGGESTION_NOTE = 'suggestion';
+// the GPU-hour budget's sentence; used up, under a note id of its own that dims the cards (base.css)
+export const BUDGET_NOTE = 'budget';
+export const BUDGET_USED_UP_NOTE = 'budget-used-up';
 
 
 /** Whether a launcher card is JupyterLab's own Notebook or Console card of a GPU kernel. */
@@ -71,12 +81,23 @@ export class GpuKernelLauncher implements IDisposable {
       label: args => this._label(String(args['kernelName'] ?? '')),
       caption: args => this._caption(String(args['kernelName'] ?? '')),
       icon: gpuIcon,
-      execute: args =>
-        this._app.commands.execute('notebook:create-new', {
+      execute: args => {
+        if (this._budget.budget_used_up) {
+          // the hub refuses every GPU kernel now: say why rather than open a notebook that fails
+          return showDialog({
+            title: 'No GPU kernel',
+            body: this._budget.budget,
+            buttons: [Dialog.okButton()]
+          });
+        }
+        return this._app.commands.execute('notebook:create-new', {
           kernelName: args['kernelName'],
           cwd: args['cwd']
-        })
+        });
+      }
     });
+    this._budgetNote = new LauncherNote(this._app.shell.node, BUDGET_NOTE);
+    this._usedUpNote = new LauncherNote(this._app.shell.node, BUDGET_USED_UP_NOTE);
     this._client.placementReceived.connect(this._onPlacement, this);
     void this.refresh();
     this._timer = window.setInterval(() => {
@@ -100,12 +121,14 @@ export class GpuKernelLauncher implements IDisposable {
     }
     this._showSuggestion(reply.suggestion ?? '');
     const profiles = reply.profiles ?? [];
-    const key = JSON.stringify(profiles);
+    const budget = { budget: reply.budget ?? '', budget_used_up: reply.budget_used_up === true };
+    const key = JSON.stringify([profiles, budget]);
     if (key === this._shown) {
       return;
     }
     this._shown = key;
     this._profiles = new Map(profiles.map(p => [p.kernel_name, p]));
+    this._budget = budget;
     this._app.commands.notifyCommandChanged(CREATE_COMMAND);
     this._register();
   }
@@ -138,6 +161,9 @@ export class GpuKernelLauncher implements IDisposable {
         rank
       })
     );
+    const budget = launcherBudgetText(this._budget);
+    this._budgetNote.show(category, this._budget.budget_used_up ? '' : budget);
+    this._usedUpNote.show(category, this._budget.budget_used_up ? budget : '');
   }
 
   dispose(): void {
@@ -149,6 +175,8 @@ export class GpuKernelLauncher implements IDisposable {
     this._items.forEach(item => item.dispose());
     this._items = [];
     this._suggestionNote.dispose();
+    this._budgetNote.dispose();
+    this._usedUpNote.dispose();
   }
 
   private _label(kernelName: string): string {
@@ -156,8 +184,7 @@ export class GpuKernelLauncher implements IDisposable {
     if (!profile) {
       return 'GPU kernel';
     }
-    const free = availabilityText(profile.available);
-    return free ? `${profile.display_name} · ${free}` : profile.display_name;
+    return launcherLabel(profile.display_name, profile.available, this._budget);
   }
 
   private _caption(kernelName: string): string {
@@ -165,7 +192,7 @@ export class GpuKernelLauncher implements IDisposable {
     if (!profile) {
       return '';
     }
-    return launcherCaption(profile.display_name, profile.available, this._server);
+    return launcherCaption(profile.display_name, profile.available, this._server, this._budget);
   }
 
   private _profiles = new Map<string, IKernelProfile>();
@@ -174,5 +201,8 @@ export class GpuKernelLauncher implements IDisposable {
   private _server: IServerGpus | null = null;
   private _items: IDisposable[] = [];
   private _shown = '';
+  private _budget: ILauncherBudget = { budget: '', budget_used_up: false };
+  private readonly _budgetNote: LauncherNote;
+  private readonly _usedUpNote: LauncherNote;
   private _timer: number | null;
 }

@@ -59,3 +59,27 @@ def right_sizing_panel(tracker: Any) -> dict[str, Any]:
         "days": settings.right_sizing_days,
         "min_sessions": max(1, settings.right_sizing_sessions),
     }
+
+
+def donor_rows(lent: list[dict[str, Any]], peered: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each donor's lent GPU-hours this week (``lent``: the usage report's donors) beside its
+    health now as the capacity tracker sees it (``peered``: the capacity report's donors: its
+    Liqo virtual node Ready and eligible), with no Kubernetes read of its own. A donor that
+    lent nothing is listed with 0; one that lent but is no longer peered says so."""
+    health = {d["site"]: d for d in peered}
+    rows = []
+    for site in sorted({*(r["site"] for r in lent), *health}):
+        row = next((r for r in lent if r["site"] == site), None)
+        known = health.get(site)
+        rows.append(
+            {
+                "site": site,
+                "gpu_hours": row["gpu_hours"] if row else 0.0,
+                "sessions": row["sessions"] if row else 0,
+                "peered": known is not None,
+                "ready": bool(known and known["ready"]),
+                "nodes_eligible": known["nodes_eligible"] if known else 0,
+                "nodes_present": known["nodes_present"] if known else 0,
+            }
+        )
+    return rows

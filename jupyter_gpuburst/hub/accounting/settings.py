@@ -78,6 +78,20 @@ class GPUAccountingSettings(Configurable):
         config=True,
         help="Group name -> GPU-hours each period for all of the group's members together.",
     )
+    budget_stop = Bool(
+        True,
+        config=True,
+        help="""Stop a running GPU server or GPU kernel whose user's budget is used up,
+        ``budget_grace_seconds`` after the Lab panel and status bar warn of it, as GPU idle
+        culling stops one (an admin's grant before then cancels the stop; admins are exempt).
+        False: warn only; the session runs on, and the next GPU request is refused.""",
+    )
+    budget_grace_seconds = Float(
+        600.0,
+        config=True,
+        help="""Seconds from the warning that a running session's budget is used up to its stop
+        (``budget_stop``). Checked every ``GPUCullingSettings.period_seconds``.""",
+    )
     semesters = List(
         Dict(),
         config=True,
@@ -100,6 +114,12 @@ class GPUAccountingSettings(Configurable):
             raise AccountingConfigError(str(exc)) from None
         return proposal["value"]
 
+    @validate("budget_grace_seconds")
+    def _grace(self, proposal: dict[str, Any]) -> float:
+        if not math.isfinite(proposal["value"]) or proposal["value"] < 0:
+            raise AccountingConfigError(f"budget_grace_seconds must be a number of seconds, 0 or more, not {proposal['value']!r}")
+        return proposal["value"]
+
     @validate("right_sizing_sessions", "right_sizing_headroom", "right_sizing_small_share", "right_sizing_days")
     def _right_sizing(self, proposal: dict[str, Any]) -> Any:
         name, value = proposal["trait"].name, proposal["value"]
@@ -119,3 +139,8 @@ class GPUAccountingSettings(Configurable):
     @property
     def has_budgets(self) -> bool:
         return bool(self.user_budgets or self.group_budgets)
+
+    @property
+    def stops_over_budget(self) -> bool:
+        """Running sessions of users over budget are stopped (not only warned)."""
+        return self.enabled and self.has_budgets and self.budget_stop

@@ -11,6 +11,7 @@ from traitlets.config import Config
 from jupyter_gpuburst.bench import synthetic
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub.accounting import Accounting, AccountingConfigError, GPUAccountingSettings
+from jupyter_gpuburst.hub.accounting.gate import budget_state
 from jupyter_gpuburst.hub.accounting.ledger import UsageLedger
 from jupyter_gpuburst.hub.accounting.store import UsageStore
 from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
@@ -73,6 +74,19 @@ async def test_admins_are_exempt(no_cluster, tmp_path):
     manifest = await manifest_of(spawner)
     assert manifest["metadata"]["labels"][keys.SITE_LABEL] == "origin"
     assert "GPU-hour" not in await spawner.options_form(spawner)
+
+
+def test_the_launcher_hears_the_same_sentence_and_whether_it_is_used_up(tmp_path):
+    """What the hub's kernel API tells the GPU kernel launcher (hub/kernels/handlers.py)."""
+    tracker = make_tracker()
+    assert budget_state(tracker, "alice", []) == ("", False)  # no accounting, no budget
+    with_budget(tracker, tmp_path, "alice", used_hours=0.25)
+    assert budget_state(tracker, "alice", []) == ("0.8 of 1 GPU-hours left this week, resets Monday 00:00 UTC.", False)
+    assert budget_state(tracker, "alice", [], admin=True) == ("", False)
+    (tmp_path / "used").mkdir()
+    used = with_budget(make_tracker(), tmp_path / "used", "alice", used_hours=1.0)
+    sentence, used_up = budget_state(used, "alice", [])
+    assert used_up and sentence.startswith("Your GPU-hour budget is used up: 0 of 1 GPU-hours left this week")
 
 
 @pytest.mark.parametrize("budgets", [{"students": -1.0}, {"students": float("nan")}, {"students": float("inf")}])
