@@ -156,6 +156,10 @@ class ImageCache:
         self._publish(node)
 
     def _publish(self, node: str) -> None:
+        if self.settings.preloaded is None:
+            # every image is on every node: listing only the ones pulled here would make
+            # ImageLocality favour the nodes that happened to run a pod, which no node is
+            return
         images = sorted(self._present.get(node, {}).items(), key=lambda kv: (-kv[1], kv[0]))[:NODE_STATUS_MAX_IMAGES]
         listed = [{"names": [name], "sizeBytes": size} for name, size in images]
 
