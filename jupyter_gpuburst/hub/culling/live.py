@@ -14,6 +14,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from jupyter_gpuburst.hub.culling.culler import TEMPLATE_VAR, Culler
 from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
 from jupyter_gpuburst.hub.kernels.service import LiveHub, default_registry
+from jupyter_gpuburst.hub.queue import ends as queue_ends
 
 ROLE_NAME = "gpuburst-gpu-culler"
 _culler: Culler | None = None
@@ -27,6 +28,7 @@ def hub_culler(service_token: str) -> Culler:
         hub = LiveHub()
         settings = GPUCullingSettings(config=hub.config)
         _culler = Culler(settings, hub, default_registry, stop_server=partial(hub_api_stop, service_token), log=hub.log)
+        queue_ends.provide(_culler.session_ends)
         if _enabled_anywhere(settings):
             _culler.start()
             hub.log.info("GPU culling on: GPUs idle for %.0f s are given back, after a warning", settings.timeout_seconds)

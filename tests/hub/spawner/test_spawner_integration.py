@@ -188,7 +188,7 @@ async def test_nothing_free_queues_when_configured(federation, start_hub):
     release(federation, "hog")
     await hub.wait_ready("frank")
     events = await asyncio.wait_for(progress, 30)
-    assert any("queue (position 1)" in m for m in messages(events)), messages(events)
+    assert "You are next in line for a GPU (wait time unknown)." in messages(events), messages(events)
     assert pod_of(federation, "frank")["spec"]["nodeName"] == "origin-gpu"
 
 

@@ -166,11 +166,18 @@ async def test_queue_waits_in_order_and_shows_position(no_cluster):
     await wait_until(lambda: tracker.queue_length == 1, 5, "the first spawn to queue")
     task2 = asyncio.ensure_future(manifest_of(second))
     await wait_until(lambda: tracker.queue_length == 2, 5, "the second spawn to queue")
-    assert "position 2" in second._gb_messages[-1]["message"]
+    await wait_until(lambda: second._gb_messages, 5, "the second spawn to say its place")
+    # nobody has waited yet and no session's end is known: no made-up figure
+    assert second._gb_messages[-1]["message"] == "You are 2nd in line for a GPU (wait time unknown)."
+    assert 'data-kind="queue" data-headline="true"' in second._gb_messages[-1]["html_message"]
     tracker._on_pod_event("DELETED", synthetic.pod("hog", node_name="origin-gpu", gpus={"nvidia.com/gpu": 1}))
     manifest = await asyncio.wait_for(task1, 5)
     assert manifest["metadata"]["labels"][keys.SITE_LABEL] == "origin"
     await wait_until(lambda: tracker.queue_position("second/") == 1, 5, "the second spawn to move up")
+    # the first one's wait is now history: the second one's estimate is based on it
+    await wait_until(
+        lambda: second._gb_messages[-1]["message"].startswith("You are next in line for a GPU (less than a minute"), 5, "the update"
+    )
     assert not task2.done()
     task2.cancel()
     await asyncio.gather(task2, return_exceptions=True)

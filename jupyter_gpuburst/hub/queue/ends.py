@@ -1,0 +1,35 @@
+"""When the running GPU sessions will end, as far as this hub knows, for the queue's estimate.
+
+Whatever knows an end provides it here: the GPU culler (``hub.culling.live``) knows when it will
+take back a server's or a kernel's GPUs (idle past its limit, or at its maximum age). Sessions
+with no known end (culling off, never reported, exempt) are left out, so the estimate falls back
+to recent waits or says "unknown".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger(__name__)
+
+# resource -> (seconds until it ends, GPUs of that resource it holds) per session with a known end
+EndsSource = Callable[[str], Awaitable[list[tuple[float, int]]]]
+_source: EndsSource | None = None
+
+
+def provide(source: EndsSource | None) -> None:
+    """Make ``source`` the one that tells sessions' ends (None: none is known)."""
+    global _source
+    _source = source
+
+
+async def known_ends(resource: str | None) -> list[tuple[float, int]]:
+    """(seconds until it ends, GPUs of ``resource`` it holds) for each session with a known end."""
+    if _source is None or resource is None:
+        return []
+    try:
+        return await _source(resource)
+    except Exception:  # noqa: BLE001 - an estimate must never break the wait it describes
+        log.warning("No session ends for the queue's estimate", exc_info=True)
+        return []
