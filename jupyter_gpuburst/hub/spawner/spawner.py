@@ -828,7 +828,9 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                 )
             except (ValueError, TraitError) as exc:
                 return {**profile, "gpuburst_status": {"full": True, "never": True, "summary": f"Misconfigured: {exc}"}}
-        return spawn_form.annotate(profile, base, self._gb_tracks, self.user, tracker, policy)
+        # a profile may turn the queue on or off for itself, like any spawner trait
+        queues = bool((profile.get("kubespawner_override") or {}).get("queue_when_full", self.queue_when_full))
+        return spawn_form.annotate(profile, base, self._gb_tracks, self.user, tracker, policy, queues)
 
 
 def placement_env(placement: Placement) -> dict[str, Any]:

@@ -248,6 +248,20 @@ async def test_form_shows_availability_and_marks_full_profiles(no_cluster):
     assert 'name="profile"' in form  # KubeSpawner's own form is still there
 
 
+async def test_with_the_queue_on_a_full_profile_can_be_started_and_says_it_will_wait(no_cluster):
+    tracker = make_tracker(({"origin-gpu": 1},), donor_gpus=0)
+    tracker._on_pod_event("ADDED", synthetic.pod("hog", node_name="origin-gpu", gpus={"nvidia.com/gpu": 1}))
+    tracker.enqueue("someone/", "nvidia.com/gpu", 1)
+    queued = await make_spawner(tracker, queue_when_full=True).options_form(None)
+    assert 'data-profile="gpu1"\n     data-full="true"\n     data-never="false"\n     data-queues="true">Full now:' in queued
+    assert "Start waits in line for a GPU (1 waiting now)." in queued
+    # waiting does not help a profile no site can ever take: it stays closed
+    assert 'data-profile="gpu4"\n     data-full="true"\n     data-never="true"\n     data-queues="false">Never fits' in queued
+    refused = await make_spawner(tracker).options_form(None)
+    assert 'data-profile="gpu1"\n     data-full="true"\n     data-never="false"\n     data-queues="false">Full now:' in refused
+    assert "Start waits in line" not in refused
+
+
 async def test_callable_profile_list_keeps_working(no_cluster):
     tracker = make_tracker()
     spawner = make_spawner(tracker, {"profile": "gpu1"})
