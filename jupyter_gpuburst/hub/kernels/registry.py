@@ -64,6 +64,8 @@ class KernelRecord:
     ports: dict[str, int] = field(default_factory=dict)  # its pod's five, as the pod spec names them
     attempts: list[dict[str, str]] = field(default_factory=list)
     created: float = field(default_factory=time.time)
+    # when the start was asked for (monotonic): a wait in the queue counts against start_timeout
+    accepted: float = field(default_factory=time.monotonic)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task | None = None
     # while it waits in the hub's queue for a GPU: its place and the expected wait
@@ -409,7 +411,7 @@ class KernelRegistry:
         self, record: KernelRecord, request: GPURequest, server_pod: Any = None, key: Any = None, scheme: Any = None, notebook_dir: Any = ""
     ) -> None:
         """Follow the pod until it is ready; move it when the scheduler cannot place it."""
-        deadline = time.monotonic() + self.settings.start_timeout
+        deadline = record.accepted + self.settings.start_timeout
         grace = float(getattr(self.tracker.settings, "donor_pending_grace_seconds", 30.0))
         seen = False
         pending_since: float | None = None

@@ -382,3 +382,19 @@ async def test_a_kernel_that_waits_past_the_start_timeout_fails_with_the_reason(
     assert record_json(registry, record)["error"] == record.error
     assert registry.tracker.queue_length == 0 and len(registry.tracker.placer.reservations) == 0
     assert kernel_pods(registry) == []
+
+
+async def test_a_kernel_placed_late_in_its_wait_has_only_the_rest_of_the_start_timeout(registry):
+    # the user's server gives up a little after the hub's start_timeout: the hub's own reason
+    # must come first, so the wait in line and the pod's start share one start_timeout
+    registry.settings.queue_when_full = True
+    registry.settings.start_timeout = 4.0
+    fill_every_site(registry)
+    await sites_seen_full(registry)
+    record = await start(registry)
+    await wait_until(lambda: time.monotonic() - record.accepted >= 3.5, timeout=10, what="most of the start timeout")
+    registry.federation.origin.store.delete("pods", "others", "origin-hog", grace_period_seconds=0)
+    await registry.wait(record, 20)
+    assert record.state == "failed", record.state
+    assert record.placement is not None and "did not start within 4 s on origin" in record.error
+    assert time.monotonic() - record.accepted < 4 + 2
