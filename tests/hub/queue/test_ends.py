@@ -62,6 +62,28 @@ async def test_the_cullers_foreseen_stops_are_the_known_ends_of_that_gpu_type(cu
     assert await ends.known_ends(None) == []
 
 
+async def test_many_waiting_requests_share_one_look_a_second():
+    looks = []
+
+    async def source(resource):
+        looks.append(resource)
+        return [(100.0, 1)]
+
+    ends.provide(source)
+    try:
+        for _ in range(50):
+            found = await ends.known_ends("nvidia.com/gpu")
+        assert looks == ["nvidia.com/gpu"]
+        assert len(found) == 1 and 99.0 < found[0][0] <= 100.0
+        await ends.known_ends("nvidia.com/mig-1g.10gb")
+        assert looks == ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"]
+        ends._looked["nvidia.com/gpu"] = (time.monotonic() - ends.FRESH_S, [(100.0, 1)])
+        await ends.known_ends("nvidia.com/gpu")  # a second later: looked at again
+        assert looks.count("nvidia.com/gpu") == 2
+    finally:
+        ends.provide(None)
+
+
 async def test_a_failing_source_gives_no_ends_and_the_wait_goes_on(caplog):
     async def broken(resource):
         raise RuntimeError("the culler is gone")
