@@ -29,6 +29,7 @@ def _sections() -> list[tuple[str, str, type[HasTraits]]]:
     from jupyter_gpuburst.hub.accounting.settings import GPUAccountingSettings
     from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
     from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
+    from jupyter_gpuburst.hub.pools.settings import WarmPools
     from jupyter_gpuburst.hub.spawner import GPUBurstSpawner
     from jupyter_gpuburst.server.app import GPUBurstServerExtension
     from jupyter_gpuburst.server.kernels.provisioner import GPUBurstProvisioner
@@ -45,6 +46,11 @@ def _sections() -> list[tuple[str, str, type[HasTraits]]]:
             "GPUAccountingSettings",
             "the hub: GPU-hours accounting and budgets (`jupyterhub_config.py`; docs/accounting.md)",
             GPUAccountingSettings,
+        ),
+        (
+            "WarmPools",
+            "the hub: warm pools of placeholder pods per site and profile (`jupyterhub_config.py`; docs/warm-pools.md)",
+            WarmPools,
         ),
         (
             "GPUBurstServerExtension",

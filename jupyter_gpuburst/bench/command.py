@@ -15,6 +15,7 @@ BENCHMARKS = {
     "chaos": "jupyter_gpuburst.bench.chaos",
     "trace": "jupyter_gpuburst.bench.trace",
     "kernels": "jupyter_gpuburst.bench.kernels",
+    "culling": "jupyter_gpuburst.bench.culling",
 }
 
 

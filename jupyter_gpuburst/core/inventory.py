@@ -181,6 +181,8 @@ class Inventory:
         spec = pod.get("spec") or {}
         node = spec.get("nodeName") or None
         labels = meta.get("labels") or {}
+        if keys.POOL_LABEL in labels:
+            return None  # a warm pool's placeholder: real pods preempt it, so its room is free to them
         site = labels.get(keys.SITE_LABEL)
         donor_site = site if site and site != keys.ORIGIN_SITE else None
         if node is None and donor_site is None:

@@ -25,6 +25,13 @@ SERVER_ANNOTATION = f"{GROUP}/server"
 COMPONENT_LABEL = "component"
 KERNEL_COMPONENT = "gpuburst-kernel"
 
+# Warm pools (hub/pools): placeholder pods that hold a site's capacity and pull a profile's image
+# for the next spawns. The placement inventory counts a pod with POOL_LABEL as free capacity.
+POOL_LABEL = f"{GROUP}/pool"  # the pool's name, "<site>.<profile>"
+POOL_SITE_LABEL = f"{GROUP}/pool-site"
+POOL_PROFILE_LABEL = f"{GROUP}/pool-profile"
+POOL_COMPONENT = "gpuburst-warm-pool"
+
 # The release of the hub that created a server's or a kernel's pod (images are tagged alike):
 # `gpuburst doctor` warns about pods of another release than its own after an upgrade.
 VERSION_LABEL = f"{GROUP}/version"

@@ -22,6 +22,7 @@ from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.culling.live import idle_since
 from jupyter_gpuburst.hub.culling.live import install as install_culling
 from jupyter_gpuburst.hub.kernels.scopes import install as install_kernels
+from jupyter_gpuburst.hub.pools.live import install as install_pools
 from jupyter_gpuburst.hub.ports import free_port
 from jupyter_gpuburst.hub.profiles.policy import check_profiles
 from jupyter_gpuburst.hub.service import SERVICE_NAME, CapacityService
@@ -77,6 +78,7 @@ def install(
     services = list(hub.services) if "services" in hub else []
     if any(s.get("name") == SERVICE_NAME for s in services):
         return
+    install_pools(c, tracker_source or _hub_tracker)
     host = service_host or os.environ.get(SERVICE_HOST_ENV) or urlparse(hub.get("hub_connect_url") or "").hostname or "127.0.0.1"
     bind = _bind_address(host)
     local = bind != "0.0.0.0"

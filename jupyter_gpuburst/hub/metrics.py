@@ -87,6 +87,20 @@ QUEUE_LENGTH = Gauge(
     namespace=METRICS_PREFIX,
     subsystem=SUBSYSTEM,
 )
+POOL_PLACEHOLDERS = Gauge(
+    "pool_placeholders",
+    "Warm pool placeholder pods by site, profile and state (ready: placed, holding room and the image)",
+    ["site", "profile", "state"],
+    namespace=METRICS_PREFIX,
+    subsystem=SUBSYSTEM,
+)
+POOL_GPU_SECONDS = Counter(
+    "pool_gpu_seconds",
+    "GPU-seconds held by warm pool placeholders (the pool's cost, counted for no user)",
+    ["site", "profile"],
+    namespace=METRICS_PREFIX,
+    subsystem=SUBSYSTEM,
+)
 
 # Pre-create the series every deployment has, so dashboards and alerts see zeros, not gaps.
 for _outcome in SPAWN_OUTCOMES:
@@ -149,6 +163,16 @@ def set_queue_length(n: int) -> None:
         QUEUE_LENGTH.set(max(0, int(n)))
     except Exception:  # noqa: BLE001
         _record_failed("queue length", "a queue length of %r", n)
+
+
+def record_pool(site: str, profile: str, ready: int, pending: int, gpu_seconds: float) -> None:
+    """One warm pool's placeholders now, and the GPU-seconds they held since the last count."""
+    try:
+        POOL_PLACEHOLDERS.labels(site=site, profile=profile, state="ready").set(max(0, int(ready)))
+        POOL_PLACEHOLDERS.labels(site=site, profile=profile, state="pending").set(max(0, int(pending)))
+        POOL_GPU_SECONDS.labels(site=site, profile=profile).inc(max(0.0, float(gpu_seconds)))
+    except Exception:  # noqa: BLE001
+        _record_failed("pools", "warm pool %r/%r", site, profile)
 
 
 # ---- capacity gauges, read at scrape time ---------------------------------------------------

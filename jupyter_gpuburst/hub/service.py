@@ -34,20 +34,23 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
+from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed, check_scopes
 from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.log import access_log, app_log
 
 from jupyter_gpuburst.core import keys, names
 from jupyter_gpuburst.hub import metrics
-from jupyter_gpuburst.hub.accounting.dashboard import usage_panel
+from jupyter_gpuburst.hub.accounting import counts_use, record_use
+from jupyter_gpuburst.hub.accounting.dashboard import donor_rows, usage_panel
 from jupyter_gpuburst.hub.accounting.handlers import handlers as accounting_handlers
 from jupyter_gpuburst.hub.capacity.report import capacity_report
 from jupyter_gpuburst.hub.culling.handlers import handlers as activity_handlers
 from jupyter_gpuburst.hub.culling.live import hub_culler, refuses_start
 from jupyter_gpuburst.hub.kernels.handlers import API_PATH as KERNELS_API_PATH
 from jupyter_gpuburst.hub.kernels.handlers import handlers as kernel_handlers
+from jupyter_gpuburst.hub.stops import STOP_PATH, STOP_SCOPE
+from jupyter_gpuburst.hub.stops import handlers as stop_handlers
 
 SERVICE_NAME = "gpuburst"
 # The scope both URLs need; admins have it, and OAuth tokens of this service carry it for them.
@@ -120,7 +123,9 @@ class CapacityService:
             "url": self.url,
             "api_token": self.token,
             "oauth_no_confirm": True,
-            "oauth_client_allowed_scopes": [REQUIRED_SCOPE],
+            # the page's own scope, and the admin's admin:servers for its stop buttons (dropped
+            # by the hub for whoever lacks it: they read the page and cannot stop)
+            "oauth_client_allowed_scopes": [REQUIRED_SCOPE, STOP_SCOPE],
         }
 
     def start(self) -> None:
@@ -137,9 +142,13 @@ class CapacityService:
                 *kernel_handlers(self.prefix, self.registry_source),
                 *activity_handlers(self.prefix, self.culler_source or partial(hub_culler, self.token)),
                 *accounting_handlers(self.prefix, _Authenticated),
+                *stop_handlers(self.prefix, _Authenticated, self),
             ],
             service=self,
             kernel_start_refusal=refuses_start,
+            # what servers report of their GPUs' use goes to the GPU-hours ledger (right-sizing)
+            gpu_use_sink=record_use,
+            gpu_use_wanted=counts_use,
             cookie_secret=secrets.token_bytes(32),
             templates=Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape()),
             log_function=log_request,
@@ -246,8 +255,19 @@ class CapacityPageHandler(_Authenticated):
         template = self.settings["templates"].get_template(PAGE_TEMPLATE)
         api_url = f"{self.hub_auth.base_url}{API_PATH}"
         usage = usage_panel(tracker, self.hub_auth.base_url)
+        # the stop buttons, for admins whose login may stop servers (hub/stops)
+        may_stop = check_scopes({STOP_SCOPE}, set((self.current_user or {}).get("scopes") or ()))
+        stop = {"url": f"{self.hub_auth.base_url}{STOP_PATH}", "xsrf": self.xsrf_token.decode()} if may_stop else None
         self.finish(
-            template.render(report=report, api_url=api_url, hub_prefix=self.hub_auth.hub_prefix, gpu_name=names.gpu_name, usage=usage)
+            template.render(
+                report=report,
+                api_url=api_url,
+                hub_prefix=self.hub_auth.hub_prefix,
+                gpu_name=names.gpu_name,
+                usage=usage,
+                stop=stop,
+                donors=donor_rows(usage["donors"] if usage else [], report["donors"]),
+            )
         )
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:

@@ -75,7 +75,9 @@ class GPUBurstSettings(Configurable):
     resource_memory_gib = Dict(
         value_trait=Float(),
         config=True,
-        help="GPU resource name -> GiB of GPU memory per unit, for the idle-memory term (default 1).",
+        help="""GPU resource name -> GiB of GPU memory per unit, for the idle-memory term
+        (default 1), and for right-sizing's comparison of whole GPUs with MIG slices (default:
+        what sessions on it measured; a MIG slice's name says its own).""",
     )
     max_gpus_per_server = Int(
         8,

@@ -44,6 +44,7 @@ class KernelGPUReporter:
         self.threshold = 0.05
         self.busy_at = time.monotonic()
         self.busy_basis = "utilization"
+        self._busy_last_sample = False
         self._memory_used: int | None = None
         self._latest: dict[str, Any] = self._empty(getattr(backend, "reason", None))
         self._stop = threading.Event()
@@ -107,8 +108,12 @@ class KernelGPUReporter:
             self._memory_used = used
         else:
             self.busy_basis = "kernel"
-        if busy:
+        # the first idle sample after a busy one also counts as busy: the GPU went idle somewhere
+        # since the last sample, and counting from here makes a stop at most one sample late,
+        # never before its timeout
+        if busy or self._busy_last_sample:
             self.busy_at = time.monotonic()
+        self._busy_last_sample = busy
 
     def report(self) -> dict[str, Any]:
         report = dict(self._latest)

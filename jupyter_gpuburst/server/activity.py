@@ -5,11 +5,16 @@ Only GPUs and kernels count: a GPU's utilization over the hub's threshold, a ker
 or, where NVML reads no utilization (some MIG slices), the GPU's memory in use changing. HTTP
 requests, an open panel or an open tab never do. Ages, not timestamps, go to the hub (its clock
 may differ from this pod's), and every report is numbered, so the hub can refuse a replayed one.
+
+Each report also says what the GPUs used since the previous one (``use``: peak memory and
+utilization, see ``gpuuse``), for the GPU-hours ledger's right-sizing; the hub's reply says
+whether it keeps them (``measure_use``), and then the GPUs are sampled even where nothing is culled.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -17,10 +22,12 @@ import secrets
 import time
 from typing import Any
 
+from jupyter_client.session import Session
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.gpu.backend import MEMORY_ACTIVITY_BYTES
+from jupyter_gpuburst.server.gpuuse import UseSince, kernel_use
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +50,12 @@ class ActivityReporter:
         self.boot = secrets.token_hex(8)
         self.seq = 0
         self.busy_at: float | None = None  # monotonic; None until a GPU has been read
+        self._gpu_busy_last_sample = False
+        self._cell_streams: dict[str, Any] = {}  # kernel id -> its IOPub stream, watched for cells
         self.gpu_visible = False
         self.basis = "utilization"
         self._memory: dict[str, int] = {}
+        self.use = UseSince()
         self.latest: dict[str, Any] | None = None
         self.error: str | None = None
         self.stopped: list[dict[str, Any]] = []  # GPU kernels the hub stopped, for the panel
@@ -64,13 +74,17 @@ class ActivityReporter:
     async def sample(self) -> None:
         """One look at this server's GPUs and kernels (not its GPU kernels' pods)."""
         now = time.monotonic()
-        busy = any(getattr(k, "execution_state", "") == "busy" and not _remote(k) for _, k in self._kernels())
+        kernels = self._kernels()
+        self._watch_cells(kernels)
+        if self.busy_at is None or any(getattr(k, "execution_state", "") == "busy" and not _remote(k) for _, k in kernels):
+            self.busy_at = now
         try:
             data = (await self.sampler.current()).data if self.sampler is not None else {"available": False}
         except Exception:  # noqa: BLE001 - telemetry failing is "no reading", never "idle"
             log.debug("GPU activity: sampling failed", exc_info=True)
             data = {"available": False}
         self.gpu_visible = bool(data.get("available")) and bool(data.get("gpus"))
+        gpu_busy = False
         if self.gpu_visible:
             basis = "utilization"
             for gpu in data["gpus"]:
@@ -80,12 +94,44 @@ class ActivityReporter:
                 self._memory[gpu.get("uuid", "")] = used
                 if util is None:
                     basis = "memory"
-                    busy = busy or abs(used - before) > MEMORY_ACTIVITY_BYTES
+                    gpu_busy = gpu_busy or abs(used - before) > MEMORY_ACTIVITY_BYTES
                 else:
-                    busy = busy or util >= self.threshold
+                    gpu_busy = gpu_busy or util >= self.threshold
             self.basis = basis
-        if busy or self.busy_at is None:
+            self.use.add_devices(data["gpus"])
+        # the first reading that finds the GPU idle after a busy one also counts as busy: it went
+        # idle somewhere since the last sample, and counting from here makes a stop at most one
+        # sample late, never before its timeout
+        if gpu_busy or self._gpu_busy_last_sample:
             self.busy_at = now
+        self._gpu_busy_last_sample = gpu_busy
+
+    # A cell shorter than a sample would fall between two samples of the kernels' execution
+    # state, so each local kernel's IOPub is watched for execute_request status messages (as
+    # jupyter_server watches it for its own activity); the start and end of every cell count.
+    def _watch_cells(self, kernels: list[tuple[str, Any]]) -> None:
+        for kernel_id in set(self._cell_streams) - {kernel_id for kernel_id, _ in kernels}:
+            self._cell_streams.pop(kernel_id).close()
+        for kernel_id, kernel in kernels:
+            if kernel_id in self._cell_streams or _remote(kernel) or not _ready(kernel):
+                continue
+            try:
+                stream = kernel.connect_iopub()
+                session = Session(config=kernel.session.config, key=kernel.session.key)
+            except Exception:  # noqa: BLE001 - not connectable yet: its execution state still counts
+                log.debug("GPU activity: cannot watch kernel %s yet", kernel_id, exc_info=True)
+                continue
+            stream.on_recv(functools.partial(self._on_iopub, session))
+            self._cell_streams[kernel_id] = stream
+
+    def _on_iopub(self, session: Any, parts: list[bytes]) -> None:
+        try:
+            _, message = session.feed_identities(parts)
+            msg = session.deserialize(message, content=False)
+        except Exception:  # noqa: BLE001 - a message we cannot read says nothing either way
+            return
+        if msg["header"].get("msg_type") == "status" and (msg.get("parent_header") or {}).get("msg_type") == "execute_request":
+            self.busy_at = time.monotonic()
 
     async def kernel_entries(self) -> dict[str, dict[str, Any]]:
         """Each GPU kernel's idle age: its pod measures its own GPU (see kernel/gpu.py)."""
@@ -106,6 +152,9 @@ class ActivityReporter:
             if not isinstance(idle, int | float) or isinstance(idle, bool) or idle < 0:
                 return  # no answer: the hub hears nothing of it, and treats it as unknown
             entries[record_id] = {"kernel_id": kernel_id, "idle_s": round(float(idle), 1), "basis": gpu.get("busy_basis") or "utilization"}
+            figures = kernel_use(gpu)
+            if figures is not None:
+                entries[record_id]["use"] = figures
 
         await asyncio.gather(*(one(kid, k) for kid, k in self._kernels()))
         return entries
@@ -122,6 +171,7 @@ class ActivityReporter:
             "gpu_idle_s": idle,
             "basis": self.basis,
             "kernels": await self.kernel_entries(),
+            "use": self.use.take(),
         }
 
     # ---- talking to the hub -----------------------------------------------------------------
@@ -136,15 +186,19 @@ class ActivityReporter:
         return json.loads(response.body or b"{}")
 
     async def report(self) -> dict[str, Any] | None:
+        body = await self.body()
         try:
-            reply = await self._post("", await self.body())
+            reply = await self._post("", body)
         except HTTPClientError as exc:
             self.error = _message(exc)
             log.warning("GPU activity: the hub refused a report: %s", self.error)
+            if exc.code >= 500:  # the hub or its proxy is away, not a report it refused
+                self.use.give_back(body.get("use"))
             return None
         except Exception as exc:  # noqa: BLE001 - the hub restarting: try again next period
             self.error = f"the hub cannot be reached ({exc.__class__.__name__})"
             log.info("GPU activity: %s", self.error)
+            self.use.give_back(body.get("use"))
             return None
         self.error = None
         self.latest = reply
@@ -202,10 +256,16 @@ class ActivityReporter:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        for stream in self._cell_streams.values():
+            stream.close()
+        self._cell_streams.clear()
 
     @property
     def culling_off(self) -> bool:
-        """The hub culls nothing of this server: report once a period, sample nothing."""
+        """The hub culls nothing of this server and keeps no GPU use: report once a period,
+        sample nothing."""
+        if (self.latest or {}).get("measure_use"):
+            return False
         targets = (self.latest or {}).get("targets") or []
         return bool(targets) and all(t.get("state") == "off" for t in targets)
 
@@ -231,6 +291,12 @@ def _remote(kernel: Any) -> dict[str, Any] | None:
     provisioner = getattr(kernel, "provisioner", None)
     placement = getattr(provisioner, "public_placement", None)
     return placement() if callable(placement) else None
+
+
+def _ready(kernel: Any) -> bool:
+    """A pending kernel (jupyter_server's use_pending_kernels) has no channels until it is ready."""
+    ready = getattr(kernel, "ready", None)
+    return ready is None or (ready.done() and not ready.cancelled() and ready.exception() is None)
 
 
 def _message(exc: HTTPClientError) -> str:

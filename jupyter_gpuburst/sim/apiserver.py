@@ -32,6 +32,10 @@ from jupyter_gpuburst.sim.resources import EVENTS_V1_KEY, RESOURCES, ResourceTyp
 from jupyter_gpuburst.sim.selectors import matcher
 from jupyter_gpuburst.sim.store import Store, Watch
 
+# API groups kube-apiserver serves itself (strategic merge patch works there, not on custom resources)
+BUILT_IN_GROUPS = frozenset(
+    {"", "storage.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io", "authorization.k8s.io", "scheduling.k8s.io"}
+)
 log = logging.getLogger(__name__)
 
 DEFAULT_GIT_VERSION = "v1.31.0"
@@ -573,7 +577,7 @@ class ApiServer:
     async def _patch(self, request: web.Request, rt: ResourceType, ns: str | None, name: str, sub: str | None) -> Obj:
         patch = await self._body(request)
         current = self.store.get(rt.key, ns, name)
-        patched = apply_patch(current, patch, request.headers.get("Content-Type", ""), custom=bool(rt.group))
+        patched = apply_patch(current, patch, request.headers.get("Content-Type", ""), custom=rt.group not in BUILT_IN_GROUPS)
         if not isinstance(patched, dict):
             raise bad_request("the patch did not produce an object")
         meta = patched.setdefault("metadata", {})

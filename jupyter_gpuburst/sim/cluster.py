@@ -105,7 +105,7 @@ class Cluster:
         # Node addresses come from 127.(10+index).0.0/24, pod addresses from the rest.
         self._node_ips = network.hosts()
         self.pool = AddressPool(f"127.{10 + index}.128.0/17", random_start=True)
-        self.kubelet = Kubelet(self.store, self.pool, state_dir=Path(state_dir) / config.name)
+        self.kubelet = Kubelet(self.store, self.pool, state_dir=Path(state_dir) / config.name, image_settings=config.images)
         self.volumes = VolumeBinding(self.store)
         self.scheduler = Scheduler(self.store, host=config.name, volumes=self.volumes)
         # Node name -> the kubelet that serves pods/log and pods/exec for its pods: this cluster's

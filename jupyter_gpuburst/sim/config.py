@@ -12,6 +12,16 @@ Example (the shipped default is ``default.yaml`` next to this module)::
           - {name: gpu, count: 2, cpu: "32", memory: 128Gi, resources: {nvidia.com/gpu: 4}}
         grant: {cpu: "32", memory: 128Gi, nvidia.com/gpu: 8}
 
+Image pulls (``sim/kubelet/images.py``): ``images`` sizes images (``sizes``, ``default_size``);
+each cluster may set ``image_pull_bandwidth`` (bytes per second per node, a quantity such as
+``100Mi``; none: pulls take no time) and ``preloaded_images`` (on its nodes from the start;
+absent: every image is)::
+
+    images:
+      sizes: {quay.io/jupyter/pytorch-notebook:cuda12-2024-10-07: 6Gi}
+      default_size: 200Mi
+    origin: {nodes: [...], image_pull_bandwidth: 200Mi, preloaded_images: []}
+
 Every error names the file and the field, e.g. ``default.yaml: donors[0].grant.nvidia.com/gpu:
 must be a non-negative quantity, got 'x'``.
 """
@@ -19,13 +29,15 @@ must be a non-negative quantity, got 'x'``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes.utils.quantity import parse_quantity
+
+from jupyter_gpuburst.sim.kubelet.images import DEFAULT_IMAGE_SIZE, ImageSettings
 
 DEFAULT_CONFIG = Path(str(resources.files(__package__) / "default.yaml"))
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -61,6 +73,7 @@ class ClusterConfig:
     name: str
     nodes: tuple[NodeConfig, ...]
     cluster_id: str = ""
+    images: ImageSettings = field(default_factory=ImageSettings)
 
     @property
     def id(self) -> str:
@@ -145,7 +158,9 @@ class _Reader:
         )
 
     def cluster(self, value: Any, path: str, default_name: str | None = None) -> ClusterConfig:
-        allowed = {"name", "cluster_id", "nodes"} | ({"grant"} if path.startswith("donors") else set())
+        allowed = {"name", "cluster_id", "nodes", "image_pull_bandwidth", "preloaded_images"} | (
+            {"grant"} if path.startswith("donors") else set()
+        )
         m = self.mapping(value, path, allowed, {"nodes"} | (set() if default_name else {"name"}))
         nodes = m["nodes"]
         if not isinstance(nodes, list) or not nodes:
@@ -159,14 +174,46 @@ class _Reader:
                 seen.add(node_name)
         name = self.name(m.get("name", default_name), f"{path}.name")
         cluster_id = self.name(m["cluster_id"], f"{path}.cluster_id") if "cluster_id" in m else ""
-        return ClusterConfig(name=name, nodes=parsed, cluster_id=cluster_id)
+        bandwidth = (
+            float(parse_quantity(self.quantity(m["image_pull_bandwidth"], f"{path}.image_pull_bandwidth")))
+            if "image_pull_bandwidth" in m
+            else 0.0
+        )
+        preloaded = None
+        if "preloaded_images" in m:
+            raw = m["preloaded_images"] or []
+            if not isinstance(raw, list) or not all(isinstance(i, str) and i for i in raw):
+                raise self.fail(f"{path}.preloaded_images", "must be a list of image names")
+            preloaded = tuple(raw)
+        images = ImageSettings(bandwidth=bandwidth, preloaded=preloaded)
+        return ClusterConfig(name=name, nodes=parsed, cluster_id=cluster_id, images=images)
+
+    def image_sizes(self, value: Any) -> tuple[dict[str, int], int]:
+        m = self.mapping(value or {}, "images", {"sizes", "default_size"})
+        sizes = m.get("sizes") or {}
+        if not isinstance(sizes, dict):
+            raise self.fail("images.sizes", "must be a mapping of image name to size")
+        out = {}
+        for image, size in sizes.items():
+            if not isinstance(image, str) or not image:
+                raise self.fail("images.sizes", f"image names must be strings, got {image!r}")
+            out[image] = int(parse_quantity(self.quantity(size, f"images.sizes.{image}")))
+        default = (
+            int(parse_quantity(self.quantity(m["default_size"], "images.default_size"))) if "default_size" in m else DEFAULT_IMAGE_SIZE
+        )
+        return out, default
 
 
 def parse_config(data: Any, source: str = "<config>") -> FederationConfig:
     """A FederationConfig from already-loaded YAML data."""
     r = _Reader(source)
-    top = r.mapping(data, "", {"origin", "donors"}, {"origin"})
-    origin = r.cluster(top["origin"], "origin", default_name="origin")
+    top = r.mapping(data, "", {"origin", "donors", "images"}, {"origin"})
+    sizes, default_size = r.image_sizes(top.get("images"))
+
+    def sized(cluster: ClusterConfig) -> ClusterConfig:
+        return replace(cluster, images=replace(cluster.images, sizes=sizes, default_size=default_size))
+
+    origin = sized(r.cluster(top["origin"], "origin", default_name="origin"))
     donors_raw = top.get("donors") or []
     if not isinstance(donors_raw, list):
         raise r.fail("donors", "must be a list")
@@ -174,7 +221,7 @@ def parse_config(data: Any, source: str = "<config>") -> FederationConfig:
     names = {origin.name}
     ids = {origin.id}
     for i, d in enumerate(donors_raw):
-        cluster = r.cluster(d, f"donors[{i}]")
+        cluster = sized(r.cluster(d, f"donors[{i}]"))
         if cluster.name in names:
             raise r.fail(f"donors[{i}].name", f"cluster name {cluster.name!r} is used twice")
         if cluster.id in ids:

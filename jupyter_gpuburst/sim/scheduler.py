@@ -1,12 +1,12 @@
 """A kube-scheduler for one emulated cluster: filters, scoring, binding, FailedScheduling.
 
-The filters run in kube-scheduler's default order and, per node, the first that fails gives the
-node's reason: NodeUnschedulable, TaintToleration, NodeAffinity (nodeSelector and required
-affinity), NodeResourcesFit (pod count, cpu, memory, every extended resource). A NotReady node
-counts as tainted ``node.kubernetes.io/not-ready`` (``unreachable`` when its status is Unknown), as
-the node lifecycle controller would taint it. The scheduler is event-driven: a new pending pod is
+The filters (``sim/fit.py``) run in kube-scheduler's default order; feasible nodes are scored by
+LeastAllocated and ImageLocality (a node that has the pod's image wins over an emptier one
+without it, as a pull costs more). The scheduler is event-driven: a new pending pod is
 tried at once; a pod that did not fit is retried on the next node change or freed capacity, no
-sooner than its backoff (1 s doubling to 10 s) allows.
+sooner than its backoff (1 s doubling to 10 s) allows. Pending pods are tried in priority order
+(higher ``spec.priority`` first, then the older), and one that fits nowhere may preempt
+lower-priority pods (``sim/preemption.py``).
 """
 
 from __future__ import annotations
@@ -16,15 +16,22 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-from jupyter_gpuburst.core.nodeselector import matches_node_affinity
-from jupyter_gpuburst.sim import defaults
+from jupyter_gpuburst.sim import defaults, preemption
 from jupyter_gpuburst.sim.errors import ApiError
-from jupyter_gpuburst.sim.storage import VOLUME_NODE_CONFLICT, VolumeBinding
+from jupyter_gpuburst.sim.fit import (  # noqa: F401 - tolerates, effective_taints: kept importable from here
+    NodeUsage,
+    effective_taints,
+    filter_node,
+    pod_requests,
+    resolvable,
+    tolerates,
+    usage_by_node,
+)
+from jupyter_gpuburst.sim.storage import VolumeBinding
 from jupyter_gpuburst.sim.store import TERMINAL_PHASES, Store
 
 log = logging.getLogger(__name__)
@@ -32,135 +39,63 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 SCHEDULER_NAME = "default-scheduler"
-_NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
-_UNREACHABLE_TAINT = {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}
-
-# Reasons kube-scheduler marks UnschedulableAndUnresolvable: preemption cannot help there.
-UNSCHEDULABLE = "node(s) were unschedulable"
-AFFINITY_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
-TOO_MANY_PODS = "Too many pods"
 
 
-def untolerated_taint_reason(taint: Mapping[str, Any]) -> str:
-    return f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '')}}}"
-
-
-def pod_requests(pod: Obj) -> dict[str, int | float]:
-    """Effective requests: the larger of the containers' sum and any init container, plus overhead."""
-    spec = pod.get("spec") or {}
-    total: dict[str, Any] = {}
-    for c in spec.get("containers") or []:
-        for res, qty in ((c.get("resources") or {}).get("requests") or {}).items():
-            total[res] = total.get(res, 0) + parse_quantity(qty)
-    for c in spec.get("initContainers") or []:
-        for res, qty in ((c.get("resources") or {}).get("requests") or {}).items():
-            total[res] = max(total.get(res, 0), parse_quantity(qty))
-    for res, qty in (spec.get("overhead") or {}).items():
-        total[res] = total.get(res, 0) + parse_quantity(qty)
-    return total
-
-
-def tolerates(tolerations: list[Obj], taint: Mapping[str, Any]) -> bool:
-    """corev1 Toleration.ToleratesTaint."""
-    for tol in tolerations:
-        if tol.get("effect") and tol["effect"] != taint.get("effect"):
-            continue
-        op = tol.get("operator") or "Equal"
-        if not tol.get("key"):
-            if op == "Exists":
-                return True
-            continue
-        if tol["key"] != taint.get("key"):
-            continue
-        if op == "Exists" or (op == "Equal" and (tol.get("value") or "") == (taint.get("value") or "")):
-            return True
-    return False
-
-
-def _node_ready_status(node: Obj) -> str:
-    for cond in (node.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return cond.get("status", "Unknown")
-    return "Unknown"
-
-
-def effective_taints(node: Obj) -> list[Obj]:
-    """The node's taints plus the one the node lifecycle controller adds while it is not Ready."""
-    taints = list((node.get("spec") or {}).get("taints") or [])
-    ready = _node_ready_status(node)
-    if ready != "True":
-        extra = _NOT_READY_TAINT if ready == "False" else _UNREACHABLE_TAINT
-        if not any(t.get("key") == extra["key"] for t in taints):
-            taints.append(dict(extra))
-    return taints
-
-
-@dataclass
-class NodeUsage:
-    """Requests of the non-terminal pods bound to one node."""
-
-    requested: Counter[str] = field(default_factory=Counter)
-    pods: int = 0
-
-
-def usage_by_node(pods: list[Obj]) -> dict[str, NodeUsage]:
-    usage: dict[str, NodeUsage] = {}
-    for pod in pods:
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
-            continue
-        u = usage.setdefault(node, NodeUsage())
-        u.pods += 1
-        for res, qty in pod_requests(pod).items():
-            u.requested[res] += qty
-    return usage
-
-
-def filter_node(pod: Obj, node: Obj, usage: NodeUsage, requests: Mapping[str, Any]) -> list[str]:
-    """Why ``pod`` does not fit ``node`` (empty when it fits); several reasons only for resources."""
-    if (node.get("spec") or {}).get("unschedulable"):
-        tolerations = (pod.get("spec") or {}).get("tolerations") or []
-        if not tolerates(tolerations, {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}):
-            return [UNSCHEDULABLE]
-    tolerations = (pod.get("spec") or {}).get("tolerations") or []
-    for taint in effective_taints(node):
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
-            return [untolerated_taint_reason(taint)]
-    if not matches_node_affinity(pod, node):
-        return [AFFINITY_MISMATCH]
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
-    reasons = []
-    if "pods" in allocatable and usage.pods + 1 > parse_quantity(allocatable["pods"]):
-        reasons.append(TOO_MANY_PODS)
-    for res, qty in sorted(requests.items()):
-        if qty <= 0:
-            continue
-        have = parse_quantity(allocatable[res]) if res in allocatable else 0
-        if usage.requested[res] + qty > have:
-            reasons.append(f"Insufficient {res}")
-    return reasons
+# ImageLocality (pkg/scheduler/framework/plugins/imagelocality): image sizes count between these
+MIN_IMAGE_THRESHOLD = 23 * 1024 * 1024
+MAX_CONTAINER_IMAGE_THRESHOLD = 1000 * 1024 * 1024
+MAX_NODE_SCORE = 100
 
 
 def _score(node: Obj, usage: NodeUsage, requests: Mapping[str, Any]) -> float:
-    """LeastAllocated over cpu and memory: the emptier node wins, as kube-scheduler's default."""
+    """LeastAllocated over cpu and memory (0-100): the emptier node wins, as kube-scheduler's default."""
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     fractions = []
     for res in ("cpu", "memory"):
         cap = parse_quantity(allocatable.get(res, "0"))
         if cap > 0:
-            fractions.append(float((usage.requested[res] + requests.get(res, 0)) / cap))
-    return -sum(fractions) / len(fractions) if fractions else 0.0
+            fractions.append(min(1.0, float((usage.requested[res] + requests.get(res, 0)) / cap)))
+    return MAX_NODE_SCORE * (1 - sum(fractions) / len(fractions)) if fractions else 0.0
 
 
-def failure_message(total: int, reasons: Counter[str]) -> str:
-    """kube-scheduler's FitError text, including the preemption postfilter's summary."""
+def image_spread(nodes: list[Obj]) -> Counter[str]:
+    """How many of ``nodes`` report each image in ``status.images`` (ImageLocality's spread)."""
+    spread: Counter[str] = Counter()
+    for node in nodes:
+        for image in (node.get("status") or {}).get("images") or []:
+            spread.update(set(image.get("names") or []))
+    return spread
+
+
+def image_locality(pod: Obj, node: Obj, spread: Counter[str], total_nodes: int) -> float:
+    """kube-scheduler's ImageLocality score (0-100): the pod's images already on the node, by size,
+    scaled by how many nodes have them (an image everywhere favours no node)."""
+    if not spread or total_nodes == 0:
+        return 0.0
+    sizes = {
+        name: image.get("sizeBytes", 0) for image in (node.get("status") or {}).get("images") or [] for name in image.get("names") or []
+    }
+    spec = pod.get("spec") or {}
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    total = sum(sizes[c["image"]] * spread[c["image"]] / total_nodes for c in containers if c.get("image") in sizes)
+    top = MAX_CONTAINER_IMAGE_THRESHOLD * max(1, len(containers))
+    total = min(max(total, MIN_IMAGE_THRESHOLD), top)
+    return MAX_NODE_SCORE * (total - MIN_IMAGE_THRESHOLD) / (top - MIN_IMAGE_THRESHOLD)
+
+
+def failure_message(total: int, reasons: Counter[str], post_filter: str | None = None) -> str:
+    """kube-scheduler's FitError text, including the preemption postfilter's summary.
+
+    ``post_filter``: the postfilter's own message instead of "no victims" (empty when preemption
+    nominated a node: kube-scheduler then adds nothing)."""
     if total == 0:
         return "no nodes available to schedule pods"
     parts = sorted(f"{n} {r}" for r, n in reasons.items())
-    unresolvable = {UNSCHEDULABLE, AFFINITY_MISMATCH, VOLUME_NODE_CONFLICT}
+    if post_filter is not None:
+        return f"0/{total} nodes are available: {', '.join(parts)}." + (f" {post_filter}" if post_filter else "")
     preempt: Counter[str] = Counter()
     for node_reason, n in reasons.items():
-        if node_reason in unresolvable or node_reason.startswith("node(s) had untolerated taint"):
+        if not resolvable(node_reason):
             preempt["Preemption is not helpful for scheduling"] += n
     resolvable_nodes = total - sum(preempt.values())
     if resolvable_nodes > 0:
@@ -170,13 +105,22 @@ def failure_message(total: int, reasons: Counter[str]) -> str:
 
 
 def schedule_one(
-    pod: Obj, nodes: list[Obj], pods: list[Obj], volumes: VolumeBinding | None = None, usage: dict[str, NodeUsage] | None = None
+    pod: Obj,
+    nodes: list[Obj],
+    pods: list[Obj],
+    volumes: VolumeBinding | None = None,
+    usage: dict[str, NodeUsage] | None = None,
+    *,
+    held: Mapping[str, Counter[str]] | None = None,
+    failed: dict[str, list[str]] | None = None,
 ) -> tuple[str | None, str]:
     """(node name, "") when the pod fits somewhere, else (None, FailedScheduling message).
 
     With several reasons on one node (only resources give several), each one counts, as in
     kube-scheduler's diagnosis. ``volumes`` adds the volume steps (sim/storage.py). ``usage``,
-    when given, is what ``pods`` request per node, already counted (kube-scheduler's cache)."""
+    when given, is what ``pods`` request per node, already counted (kube-scheduler's cache).
+    ``held``: per node, what pods nominated there by preemption still need (kept free for them).
+    ``failed`` collects each node's reasons (the preemption step reads them)."""
     if volumes is not None and nodes:
         why = volumes.prefilter(pod)
         if why:
@@ -189,18 +133,25 @@ def schedule_one(
     if usage is None:
         usage = usage_by_node(pods)
     requests = pod_requests(pod)
+    spread = image_spread(nodes)
     reasons: Counter[str] = Counter()
     feasible: list[tuple[float, str]] = []
     for node in nodes:
         name = node["metadata"]["name"]
         u = usage.get(name, NodeUsage())
+        if held and name in held:
+            reserved = held[name]
+            u = NodeUsage(u.requested + Counter({k: v for k, v in reserved.items() if k != "pods"}), u.pods + reserved["pods"])
         why = filter_node(pod, node, u, requests)
         if not why and volumes is not None:
             why = [w for w in (volumes.filter(pod, node),) if w]
         if why:
             reasons.update(why)
+            if failed is not None:
+                failed[name] = why
         else:
-            feasible.append((-_score(node, u, requests), name))
+            score = _score(node, u, requests) + image_locality(pod, node, spread, len(nodes))
+            feasible.append((-score, name))
     if feasible:
         return min(feasible)[1], ""
     return None, failure_message(len(nodes), reasons)
@@ -320,7 +271,15 @@ class Scheduler:
             and (p.get("spec") or {}).get("schedulerName", SCHEDULER_NAME) == SCHEDULER_NAME
             and (p.get("status") or {}).get("phase", "Pending") == "Pending"
         ]
-        pending.sort(key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"].get("namespace", ""), p["metadata"]["name"]))
+        # kube-scheduler's PrioritySort queue: higher priority first, then the older
+        pending.sort(
+            key=lambda p: (
+                -preemption.priority_of(p),
+                p["metadata"].get("creationTimestamp", ""),
+                p["metadata"].get("namespace", ""),
+                p["metadata"]["name"],
+            )
+        )
         usage: dict[str, NodeUsage] | None = None  # counted once per pass, at the first attempt
         waiting = False
         for pod in pending:
@@ -340,16 +299,25 @@ class Scheduler:
                 continue
             if usage is None:
                 usage = usage_by_node(pods)
-            self._attempt(pod, nodes, pods, backoff, now, usage)
+            self._attempt(pod, nodes, pods, backoff, now, usage, pending)
         if waiting:
             self._changed = True  # the change still owes those pods a try when their backoff ends
 
     def _attempt(
-        self, pod: Obj, nodes: list[Obj], pods: list[Obj], backoff: tuple[str, int, float] | None, now: float, usage: dict[str, NodeUsage]
+        self,
+        pod: Obj,
+        nodes: list[Obj],
+        pods: list[Obj],
+        backoff: tuple[str, int, float] | None,
+        now: float,
+        usage: dict[str, NodeUsage],
+        pending: list[Obj],
     ) -> None:
         meta = pod["metadata"]
         key = (meta["namespace"], meta["name"])
-        node, message = schedule_one(pod, nodes, pods, self.volumes, usage)
+        held = preemption.nominated_usage(pod, pending)
+        failed: dict[str, list[str]] = {}
+        node, message = schedule_one(pod, nodes, pods, self.volumes, usage, held=held, failed=failed)
         if node is not None:
             try:
                 if self.volumes is not None:
@@ -366,10 +334,34 @@ class Scheduler:
             counted.pods += 1
             counted.requested.update(pod_requests(bound))
             return
+        if failed:
+            message = self._preempt(pod, nodes, pods, usage, failed, message)
         attempts = (backoff[1] if backoff else 0) + 1
         delay = min(self.backoff_initial_s * 2 ** (attempts - 1), self.backoff_max_s)
         self._backoff[key] = (meta.get("uid", ""), attempts, now + delay)
         self._mark_unschedulable(pod, message)
+
+    def _preempt(
+        self, pod: Obj, nodes: list[Obj], pods: list[Obj], usage: dict[str, NodeUsage], failed: dict[str, list[str]], message: str
+    ) -> str:
+        """The PostFilter step: nominate a node and evict victims when that helps; the FailedScheduling text."""
+        reasons: Counter[str] = Counter(r for why in failed.values() for r in why)
+        total = len(nodes)
+        if len(failed) < total:  # a PreFilter (volume) rejection: the message is already final
+            return message
+        why_not = preemption.not_eligible(pod, pods)
+        if why_not:
+            return failure_message(total, reasons, why_not)
+        candidate = preemption.select_candidate(pod, nodes, pods, usage, failed)
+        if candidate is None:
+            return message
+        try:
+            preemption.preempt(self.store, pod, candidate, self.host)
+        except ApiError as exc:
+            log.info("preemption for %s/%s failed: %s", pod["metadata"]["namespace"], pod["metadata"]["name"], exc.message)
+            return message
+        self._changed = True  # victims' deletions free the room
+        return failure_message(total, reasons, "")
 
     def _mark_unschedulable(self, pod: Obj, message: str) -> None:
         meta = pod["metadata"]

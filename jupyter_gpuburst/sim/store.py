@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from jupyter_gpuburst.sim import defaults, paging
+from jupyter_gpuburst.sim import defaults, paging, priority
 from jupyter_gpuburst.sim.errors import ApiError, already_exists, bad_request, conflict, forbidden, gone, invalid, not_found
 from jupyter_gpuburst.sim.resources import RESOURCES, VIRTUAL_RESOURCES, ResourceType, resource
 from jupyter_gpuburst.sim.selectors import matcher
@@ -145,6 +145,7 @@ class Store:
         self._next_cluster_ip = 10
         for ns in INITIAL_NAMESPACES:
             self.create("namespaces", {"metadata": {"name": ns}})
+        priority.bootstrap(self)
 
     # ---- helpers -----------------------------------------------------------------------------
 
@@ -293,6 +294,10 @@ class Store:
         if "status" in rt.subresources and rt.kind != "Node":
             # Status is the server's to set (nodes register with theirs, as kubelets do).
             obj.pop("status", None)
+        if rt.key == priority.KEY:
+            priority.validate_class(self, obj)
+        elif rt.kind == "Pod":
+            priority.admit_pod(self, obj)  # the Priority admission plugin, before validation as in kube-apiserver
         self._apply_defaults(rt, obj)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = defaults.timestamp(self.now())
@@ -386,6 +391,8 @@ class Store:
                     new.pop("status", None)
             if rt.kind == "Pod":
                 defaults.validate_pod(new)
+            elif rt.key == priority.KEY:
+                priority.check_update(current, new)
             elif rt.kind == "Secret":
                 defaults.fold_string_data(new)
         if dry_run:

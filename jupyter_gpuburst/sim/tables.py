@@ -150,6 +150,16 @@ def _service_cells(svc: Obj, now: datetime) -> list[Any]:
     ]
 
 
+def _priority_class_cells(pc: Obj, now: datetime) -> list[Any]:
+    return [
+        pc["metadata"]["name"],
+        pc.get("value", 0),
+        bool(pc.get("globalDefault")),
+        _age(pc["metadata"].get("creationTimestamp"), now),
+        pc.get("preemptionPolicy", ""),
+    ]
+
+
 def _default_cells(obj: Obj, now: datetime) -> list[Any]:
     return [obj["metadata"]["name"], _age(obj["metadata"].get("creationTimestamp"), now)]
 
@@ -200,6 +210,22 @@ _PRINTERS: dict[str, tuple[list[Column], Callable[[Obj, datetime], list[Any]]]] 
         _event_cells,
     ),
     "namespaces": ([_NAME, ("Status", "string", 0, "The status of the namespace"), _AGE], _namespace_cells),
+    # kube-apiserver's printer for scheduling.k8s.io PriorityClasses (kubectl get pc)
+    "priorityclasses.scheduling.k8s.io": (
+        [
+            _NAME,
+            ("Value", "integer", 0, "Value is the integer value of this priority class."),
+            (
+                "Global-Default",
+                "boolean",
+                0,
+                "GlobalDefault specifies whether this PriorityClass should be considered as the default priority.",
+            ),
+            _AGE,
+            ("PreemptionPolicy", "string", 0, "PreemptionPolicy is the Policy for preempting pods with lower priority."),
+        ],
+        _priority_class_cells,
+    ),
     "services": (
         [
             _NAME,
@@ -252,9 +278,7 @@ def _crd_printer(rtype: ResourceType) -> tuple[list[Column], Callable[[Obj, date
 def _columns(rtype: ResourceType) -> tuple[list[Column], Callable[[Obj, datetime], list[Any]]]:
     if rtype.printer_columns:
         return _crd_printer(rtype)
-    if rtype.group:
-        return [_NAME, _AGE], _default_cells
-    return _PRINTERS.get(rtype.plural, ([_NAME, _AGE], _default_cells))
+    return _PRINTERS.get(rtype.key, ([_NAME, _AGE], _default_cells))
 
 
 def _row_object(obj: Obj, include_object: str) -> Obj | None:

@@ -12,7 +12,7 @@ import { ISignal, Signal } from '@lumino/signaling';
 import * as React from 'react';
 
 import { GpuBurstClient } from './client';
-import { ICullTarget, ICullingState, basisText, warningText, watchText, warnings } from './cullingformat';
+import { ICullTarget, ICullingState, basisText, cullingTitle, warningText, watchText, warnings } from './cullingformat';
 import { kernelLabel } from './format';
 import { GpuBurstModel } from './model';
 import { GpuBurstPanel, PanelSection } from './panel';
@@ -92,8 +92,10 @@ function Warning(props: { target: ICullTarget; model: GpuBurstModel; watch: Cull
   return (
     <div className="jp-GpuBurst-cullWarning" role="alert" data-target={target.target}>
       <p className="jp-GpuBurst-cullText">{warningText(target, notebook)}</p>
-      {basis && <p className="jp-GpuBurst-note">{basis}</p>}
-      {target.keepable ? (
+      {basis && target.cause !== 'budget' && <p className="jp-GpuBurst-note">{basis}</p>}
+      {target.cause === 'budget' ? (
+        target.stops_in_s !== null && <p className="jp-GpuBurst-muted">Save your work.</p>
+      ) : target.keepable ? (
         <button
           type="button"
           className="jp-mod-styled jp-mod-accept jp-GpuBurst-keep"
@@ -130,7 +132,7 @@ export function CullingSection(props: { model: GpuBurstModel; watch: CullingWatc
     return null;
   }
   return (
-    <PanelSection title="GPU idle" className="jp-GpuBurst-culling">
+    <PanelSection title={cullingTitle(warned)} className="jp-GpuBurst-culling">
       {warned.map(t => (
         <Warning key={t.target} target={t} model={model} watch={watch} />
       ))}

@@ -16,6 +16,8 @@ export interface ICullTarget {
   keeps_left: number;
   basis: 'utilization' | 'memory' | 'kernel';
   reason: string;
+  /** What the stop comes from: GPU idleness, the maximum age, or a used-up GPU-hour budget. */
+  cause?: 'idle' | 'age' | 'budget' | '';
   policy: { enabled: boolean; timeout_s: number; warning_s: number; max_age_s: number; keep_limit: number };
 }
 
@@ -49,9 +51,15 @@ export function targetName(target: ICullTarget, notebook?: string): string {
   return notebook ? `the kernel of ${notebook}` : 'this GPU kernel';
 }
 
-/** "GPU idle for 50 min: this kernel stops in 10 min", or the maximum age's sentence. */
+/** "GPU idle for 50 min: this kernel stops in 10 min", the maximum age's or the budget's sentence. */
 export function warningText(target: ICullTarget, notebook?: string): string {
   const name = targetName(target, notebook);
+  if (target.cause === 'budget') {
+    // stops_in_s null: the hub only warns (its budget_stop is off)
+    return target.stops_in_s === null
+      ? `GPU-hour budget used up: ${name} runs on, but no new GPU can start. Ask the hub's admins for more hours.`
+      : `GPU-hour budget used up: ${name} stops in ${duration(target.stops_in_s)}. Ask the hub's admins for more hours.`;
+  }
   const stops = `${name} stops in ${duration(target.stops_in_s ?? 0)}`;
   if (target.idle_s != null && target.idle_s >= target.policy.timeout_s - target.policy.warning_s && target.reason.includes('idle')) {
     return `GPU idle for ${duration(target.idle_s)}: ${stops}`;
@@ -76,6 +84,11 @@ export function watchText(target: ICullTarget): string | null {
     return null;
   }
   return `GPU idle ${duration(target.idle_s)} of ${duration(target.policy.timeout_s)} allowed`;
+}
+
+/** The panel card's title: what its warnings are about. */
+export function cullingTitle(warned: ICullTarget[]): string {
+  return warned.length > 0 && warned.every(t => t.cause === 'budget') ? 'GPU-hour budget' : 'GPU idle';
 }
 
 /** Warnings first, the soonest first. */

@@ -58,7 +58,7 @@ export function siteSentence(placement: IPlacement): string {
     case 'origin':
       return placement.gpu_resource
         ? 'Running on the origin, the university cluster.'
-        : 'Running on the origin, on a CPU node: no GPU was requested.';
+        : 'Running on the origin, on a CPU node: this server has no GPU of its own.';
     case 'donor':
       return `Running on ${placement.site}, a donor cluster.`;
     default:

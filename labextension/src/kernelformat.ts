@@ -50,6 +50,33 @@ export function availabilityText(available: IKernelAvailability | null | undefin
   return parts.join(', ');
 }
 
+/** What the launcher knows of the user's GPU-hour budget (the hub's sentence, "" without one). */
+export interface ILauncherBudget {
+  budget: string;
+  budget_used_up: boolean;
+}
+
+/**
+ * A GPU kernel card's label: 'Python 3 (1 GPU) · 2 free on origin'; with the budget used up,
+ * 'Python 3 (1 GPU) · GPU-hour budget used up' (the hub would refuse it, wherever GPUs are free).
+ */
+export function launcherLabel(
+  displayName: string,
+  available: IKernelAvailability | null | undefined,
+  budget?: ILauncherBudget | null
+): string {
+  if (budget?.budget_used_up) {
+    return `${displayName} · GPU-hour budget used up`;
+  }
+  const free = availabilityText(available);
+  return free ? `${displayName} · ${free}` : displayName;
+}
+
+/** The sentence under the launcher's GPU kernels title, or '' when the user has no budget. */
+export function launcherBudgetText(budget: ILauncherBudget | null | undefined): string {
+  return budget?.budget ?? '';
+}
+
 /** What the launcher needs of this server's own placement (`GET api/gpuburst/placement`). */
 export interface IServerGpus {
   gpu_count: number | null;
@@ -70,12 +97,17 @@ export function launcherCategory(server: IServerGpus | null | undefined): string
   return own ? `GPU kernels, besides this server's ${own}` : 'GPU kernels';
 }
 
-/** A GPU kernel card's tooltip: what a click starts, and where GPUs are free now. */
+/** A GPU kernel card's tooltip: what a click starts, and where GPUs are free now; with the
+ * budget used up, why it cannot start (the hub's sentence). */
 export function launcherCaption(
   displayName: string,
   available: IKernelAvailability | null | undefined,
-  server: IServerGpus | null | undefined
+  server: IServerGpus | null | undefined,
+  budget?: ILauncherBudget | null
 ): string {
+  if (budget?.budget_used_up) {
+    return `A ${displayName} kernel cannot start now. ${budget.budget}`;
+  }
   const sites = Object.entries(available?.sites ?? {})
     .map(([site, n]) => `${site}: ${n}`)
     .join(', ');

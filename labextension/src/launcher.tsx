@@ -10,19 +10,27 @@
  *
  * Each GPU kernel is offered there only: the Notebook and Console sections, which JupyterLab
  * fills with every kernelspec, keep the server's own kernels (the kernel picker still lists all).
+ *
+ * With a GPU-hour budget, the hub's sentence on what is left stands under the section's title;
+ * with it used up, each card says so and a click tells why instead of starting a kernel the hub
+ * would refuse.
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
+import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { ILauncher } from '@jupyterlab/launcher';
 import { IDisposable } from '@lumino/disposable';
 
 import { GpuBurstClient } from './client';
 import { gpuIcon } from './icon';
+import { LauncherNote } from './launchernote';
 import {
+  ILauncherBudget,
   isGpuKernelName,
   IServerGpus,
-  availabilityText,
+  launcherBudgetText,
   launcherCaption,
-  launcherCategory
+  launcherCategory,
+  launcherLabel
 } from './kernelformat';
 import { IKernelProfile, IPlacement, IProfilesReply } from './types';
 
@@ -30,7 +38,11 @@ export const CREATE_COMMAND = 'gpuburst:new-gpu-kernel-notebook';
 // right after the Notebook section (0), before Console (20): the GPU kernels are notebooks too
 const CATEGORY_RANK = 10;
 const REFRESH_MS = 10000;
-
+// the right-sizing note under the GPU kernels heading (launchernote.ts)
+export const SUGGESTION_NOTE = 'suggestion';
+// the GPU-hour budget's sentence; used up, under a note id of its own that dims the cards (base.css)
+export const BUDGET_NOTE = 'budget';
+export const BUDGET_USED_UP_NOTE = 'budget-used-up';
 
 
 /** Whether a launcher card is JupyterLab's own Notebook or Console card of a GPU kernel. */
@@ -63,17 +75,29 @@ export class GpuKernelLauncher implements IDisposable {
     private readonly _client: GpuBurstClient,
     private readonly _launcher: ILauncher
   ) {
+    this._suggestionNote = new LauncherNote(this._app.shell.node, SUGGESTION_NOTE);
     offerGpuKernelsOnce(this._launcher);
     this._app.commands.addCommand(CREATE_COMMAND, {
       label: args => this._label(String(args['kernelName'] ?? '')),
       caption: args => this._caption(String(args['kernelName'] ?? '')),
       icon: gpuIcon,
-      execute: args =>
-        this._app.commands.execute('notebook:create-new', {
+      execute: args => {
+        if (this._budget.budget_used_up) {
+          // the hub refuses every GPU kernel now: say why rather than open a notebook that fails
+          return showDialog({
+            title: 'No GPU kernel',
+            body: this._budget.budget,
+            buttons: [Dialog.okButton()]
+          });
+        }
+        return this._app.commands.execute('notebook:create-new', {
           kernelName: args['kernelName'],
           cwd: args['cwd']
-        })
+        });
+      }
     });
+    this._budgetNote = new LauncherNote(this._app.shell.node, BUDGET_NOTE);
+    this._usedUpNote = new LauncherNote(this._app.shell.node, BUDGET_USED_UP_NOTE);
     this._client.placementReceived.connect(this._onPlacement, this);
     void this.refresh();
     this._timer = window.setInterval(() => {
@@ -95,13 +119,16 @@ export class GpuKernelLauncher implements IDisposable {
       // a server without kernel mode, or a blip: keep what the cards say until the next try
       return;
     }
+    this._showSuggestion(reply.suggestion ?? '');
     const profiles = reply.profiles ?? [];
-    const key = JSON.stringify(profiles);
+    const budget = { budget: reply.budget ?? '', budget_used_up: reply.budget_used_up === true };
+    const key = JSON.stringify([profiles, budget]);
     if (key === this._shown) {
       return;
     }
     this._shown = key;
     this._profiles = new Map(profiles.map(p => [p.kernel_name, p]));
+    this._budget = budget;
     this._app.commands.notifyCommandChanged(CREATE_COMMAND);
     this._register();
   }
@@ -111,7 +138,14 @@ export class GpuKernelLauncher implements IDisposable {
     this._server = { gpu_count: placement.gpu_count, gpu_label: placement.gpu_label ?? null };
     if (launcherCategory(this._server) !== before) {
       this._register();
+      this._showSuggestion(this._suggestion);
     }
+  }
+
+  /** The hub's right-sizing sentence, under the GPU kernels heading ('' removes it). */
+  private _showSuggestion(text: string): void {
+    this._suggestion = text;
+    this._suggestionNote.show(launcherCategory(this._server), text);
   }
 
   /** The launcher re-renders when its items change: register the cards again. */
@@ -127,6 +161,9 @@ export class GpuKernelLauncher implements IDisposable {
         rank
       })
     );
+    const budget = launcherBudgetText(this._budget);
+    this._budgetNote.show(category, this._budget.budget_used_up ? '' : budget);
+    this._usedUpNote.show(category, this._budget.budget_used_up ? budget : '');
   }
 
   dispose(): void {
@@ -137,6 +174,9 @@ export class GpuKernelLauncher implements IDisposable {
     }
     this._items.forEach(item => item.dispose());
     this._items = [];
+    this._suggestionNote.dispose();
+    this._budgetNote.dispose();
+    this._usedUpNote.dispose();
   }
 
   private _label(kernelName: string): string {
@@ -144,8 +184,7 @@ export class GpuKernelLauncher implements IDisposable {
     if (!profile) {
       return 'GPU kernel';
     }
-    const free = availabilityText(profile.available);
-    return free ? `${profile.display_name} · ${free}` : profile.display_name;
+    return launcherLabel(profile.display_name, profile.available, this._budget);
   }
 
   private _caption(kernelName: string): string {
@@ -153,12 +192,17 @@ export class GpuKernelLauncher implements IDisposable {
     if (!profile) {
       return '';
     }
-    return launcherCaption(profile.display_name, profile.available, this._server);
+    return launcherCaption(profile.display_name, profile.available, this._server, this._budget);
   }
 
   private _profiles = new Map<string, IKernelProfile>();
+  private _suggestion = '';
+  private readonly _suggestionNote: LauncherNote;
   private _server: IServerGpus | null = null;
   private _items: IDisposable[] = [];
   private _shown = '';
+  private _budget: ILauncherBudget = { budget: '', budget_used_up: false };
+  private readonly _budgetNote: LauncherNote;
+  private readonly _usedUpNote: LauncherNote;
   private _timer: number | null;
 }

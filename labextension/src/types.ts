@@ -102,7 +102,13 @@ export interface IKernelProfile {
 /** Response of `GET /api/gpuburst/kernel-profiles`: `error` says why there are none. */
 export interface IProfilesReply {
   profiles: IKernelProfile[];
+  /** The hub's sentence on the user's GPU-hour budget ("7.5 of 20 GPU-hours left this week, …"), "" without one. */
+  budget: string;
+  /** The budget is used up: the hub refuses every GPU kernel start until it resets or an admin grants more. */
+  budget_used_up: boolean;
   error: string | null;
+  /** The hub's right-sizing sentence ('' or absent when it has none). */
+  suggestion?: string;
 }
 
 /** What the panel shows of a GPU kernel's own GPU figures (measured in its pod). */

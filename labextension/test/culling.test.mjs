@@ -11,7 +11,7 @@ register(
     }`)
 );
 
-const { basisText, duration, warningText, warnings } = await import('../lib/cullingformat.js');
+const { basisText, cullingTitle, duration, warningText, warnings } = await import('../lib/cullingformat.js');
 
 const policy = { enabled: true, timeout_s: 3600, warning_s: 600, max_age_s: 0, keep_limit: 3 };
 const target = (over = {}) => ({
@@ -40,4 +40,27 @@ test('warnings come soonest first, and quiet targets are not warnings', () => {
   assert.deepEqual(warnings(state).map(t => t.target), ['c', 'b']);
   assert.deepEqual(warnings(null), []);
   assert.deepEqual([45, 3000, 7200, 9000].map(duration), ['45 s', '50 min', '2 h', '2 h 30 min']);
+});
+
+test('a used-up GPU-hour budget is warned in its own words, with no Keep', () => {
+  const budget = target({
+    kind: 'server', cause: 'budget', keepable: false, idle_s: null, stops_in_s: 600,
+    reason: 'your GPU-hour budget is used up (0 of 20 GPU-hours left this week, resets Monday 00:00 UTC)'
+  });
+  assert.equal(warningText(budget), "GPU-hour budget used up: this server stops in 10 min. Ask the hub's admins for more hours.");
+  // a GPU kernel's notebook is named, as for idleness
+  assert.equal(
+    warningText({ ...budget, kind: 'kernel' }, 'train.ipynb'),
+    "GPU-hour budget used up: the kernel of train.ipynb stops in 10 min. Ask the hub's admins for more hours."
+  );
+  // the hub only warns (budget_stop off): nothing stops, no new GPU starts
+  assert.equal(
+    warningText({ ...budget, stops_in_s: null }),
+    "GPU-hour budget used up: this server runs on, but no new GPU can start. Ask the hub's admins for more hours."
+  );
+  // it is a warning like any other, and the card says what it is about
+  assert.deepEqual(warnings({ reporting: true, culling: { period_s: 60, targets: [budget] } }), [budget]);
+  assert.equal(cullingTitle([budget]), 'GPU-hour budget');
+  assert.equal(cullingTitle([budget, target()]), 'GPU idle');
+  assert.equal(cullingTitle([]), 'GPU idle');
 });

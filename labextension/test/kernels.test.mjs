@@ -69,3 +69,28 @@ test('while a GPU kernel starts, the status bar says where and what it waits for
   assert.ok(isGpuKernelName('gpuburst-gpu-1'));
   assert.ok(!isGpuKernelName('python3') && !isGpuKernelName(null));
 });
+
+test('the launcher says what is left of the GPU-hour budget, and over it, why a card cannot start', async () => {
+  const { launcherBudgetText, launcherCaption, launcherLabel } = await import('../lib/kernelformat.js');
+  const available = { origin: 2, donors: 0, sites: { origin: 2 } };
+  const left = { budget: '7.5 of 20 GPU-hours left this week, resets Monday 00:00 UTC.', budget_used_up: false };
+  const usedUp = {
+    budget: "Your GPU-hour budget is used up: 0 of 20 GPU-hours left this week, resets Monday 00:00 UTC. Ask the hub's admins for more.",
+    budget_used_up: true
+  };
+  // no budget: nothing is said, and the cards are as before
+  assert.equal(launcherBudgetText({ budget: '', budget_used_up: false }), '');
+  assert.equal(launcherBudgetText(null), '');
+  assert.equal(launcherLabel('Python 3 (1 GPU)', available, null), 'Python 3 (1 GPU) · 2 free on origin');
+  // hours left: the sentence under the title; the cards still say where GPUs are free
+  assert.equal(launcherBudgetText(left), left.budget);
+  assert.equal(launcherLabel('Python 3 (1 GPU)', available, left), 'Python 3 (1 GPU) · 2 free on origin');
+  assert.match(launcherCaption('Python 3 (1 GPU)', available, null, left), /^New notebook with a Python 3 \(1 GPU\) kernel/);
+  // used up: free GPUs do not matter, the hub would refuse; the card and its tooltip say why
+  assert.equal(launcherLabel('Python 3 (1 GPU)', available, usedUp), 'Python 3 (1 GPU) · GPU-hour budget used up');
+  assert.equal(launcherBudgetText(usedUp), usedUp.budget);
+  assert.equal(
+    launcherCaption('Python 3 (1 GPU)', available, null, usedUp),
+    `A Python 3 (1 GPU) kernel cannot start now. ${usedUp.budget}`
+  );
+});

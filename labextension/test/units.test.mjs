@@ -105,7 +105,7 @@ test('GPU resources and sites are named as everywhere else', () => {
   assert.equal(requestLabel({ ...donor, gpu_label: null, gpu_resource: 'nvidia.com/mig-1g.10gb', gpu_count: 3 }), '3 MIG 1g.10gb slices');
   assert.equal(siteSentence(donor), 'Running on donor-1, a donor cluster.');
   const cpu = { ...donor, site: 'origin', site_kind: 'origin', gpu_resource: null, gpu_count: null };
-  assert.match(siteSentence(cpu), /origin, on a CPU node/);
+  assert.equal(siteSentence(cpu), "Running on the origin, on a CPU node: this server has no GPU of its own.");
 });
 
 test('a CPU server the hub started is told apart from a server that should see a GPU', () => {

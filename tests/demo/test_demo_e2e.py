@@ -197,7 +197,7 @@ async def test_two_students_land_on_origin_then_donor_and_everything_stops(tmp_p
         # the demo keeps files on the origin's volumes: the kernel's first output says it has none
         note, _, site = out.strip().rpartition("\n")
         assert site == "donor-1", out
-        assert note.startswith("Note: this GPU kernel runs on this donor cluster (donor-1) without your files."), out
+        assert note.startswith("Note: this GPU kernel runs on donor-1, a donor cluster, without your files."), out
         pods = await origin_pods(tmp_path / "state" / "kubeconfig")
         nodes = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
         assert nodes["jupyter-student4"] == "origin-cpu", nodes

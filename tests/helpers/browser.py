@@ -246,3 +246,19 @@ def log_in_to_lab(page: Page, hub_url: str, user: str, lab_path: str, landing: s
     page.locator("#login_submit").click()
     page.wait_for_url(f"**/user/{user}/{landing}")
     dismiss_news(page)
+
+
+def assert_readable(warning, dark: bool) -> None:
+    """The warning's text against its background: WCAG contrast of at least 4.5, and a dark
+    background in the dark theme."""
+    colors = warning.evaluate("e => [getComputedStyle(e).color, getComputedStyle(e).backgroundColor]")
+    text, back = ([int(x) for x in re.findall(r"\d+", c)[:3]] for c in colors)
+
+    def luminance(rgb: list[int]) -> float:
+        channels = [c / 255 for c in rgb]
+        lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    high, low = sorted((luminance(text), luminance(back)), reverse=True)
+    assert (high + 0.05) / (low + 0.05) >= 4.5, f"text {colors[0]} on {colors[1]}"
+    assert (luminance(back) < 0.2) == dark, f"background {colors[1]} in the {'dark' if dark else 'light'} theme"

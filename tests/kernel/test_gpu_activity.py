@@ -34,8 +34,12 @@ def test_a_kernel_pod_reports_how_long_its_gpu_has_been_idle():
     gpu.utilization = 0.5
     reporter.sample()
     assert reporter.report()["busy_ago_s"] < 1 and reporter.report()["busy_basis"] == "utilization"
-    reporter.busy_at -= 100  # as if sampled 100 s ago, idle since
     gpu.utilization = 0.01  # under the 5 % threshold
+    reporter.sample()
+    # idle since some moment after the busy sample: counted from this first idle one, so that a
+    # stop is never early
+    assert reporter.report()["busy_ago_s"] < 1
+    reporter.busy_at -= 100  # as if that idle sample was taken 100 s ago
     reporter.sample()
     assert reporter.report()["busy_ago_s"] >= 100
     reporter.threshold = 0.005  # the hub's stricter threshold makes the same reading busy

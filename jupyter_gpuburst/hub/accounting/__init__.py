@@ -6,7 +6,7 @@ docs/accounting.md says what is counted and how; ``GPUAccountingSettings`` holds
 from jupyter_gpuburst.hub.accounting.budgets import BudgetStatus
 from jupyter_gpuburst.hub.accounting.ledger import IdleSource
 from jupyter_gpuburst.hub.accounting.settings import AccountingConfigError, GPUAccountingSettings
-from jupyter_gpuburst.hub.accounting.wiring import Accounting, from_config, ledger_path, use_idle_source
+from jupyter_gpuburst.hub.accounting.wiring import Accounting, counts_use, from_config, ledger_path, record_use, use_idle_source
 
 __all__ = [
     "Accounting",
@@ -15,6 +15,8 @@ __all__ = [
     "GPUAccountingSettings",
     "IdleSource",
     "from_config",
+    "counts_use",
     "ledger_path",
+    "record_use",
     "use_idle_source",
 ]

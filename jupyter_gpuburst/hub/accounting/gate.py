@@ -31,7 +31,13 @@ def budget_refusal(tracker: Any, user: str, groups: Iterable[str], admin: bool =
 
 def budget_note(tracker: Any, user: str, groups: Iterable[str], admin: bool = False) -> str:
     """What the spawn form says about the user's budget, or ""."""
+    return budget_state(tracker, user, groups, admin)[0]
+
+
+def budget_state(tracker: Any, user: str, groups: Iterable[str], admin: bool = False) -> tuple[str, bool]:
+    """What the spawn form and the GPU kernel launcher say about the user's budget ("" without
+    one), and whether it is used up (a GPU request would be refused)."""
     status = budget_of(tracker, user, groups, admin)
     if status is None:
-        return ""
-    return status.refusal() if status.exhausted else f"{status.sentence()}."
+        return "", False
+    return (status.refusal(), True) if status.exhausted else (f"{status.sentence()}.", False)

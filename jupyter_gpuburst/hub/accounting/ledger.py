@@ -22,15 +22,18 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from jupyter_gpuburst.core import keys
-from jupyter_gpuburst.hub.accounting.store import Session, UsageStore, split_by_day
+from jupyter_gpuburst.hub.accounting.store import USE_COLUMNS, Session, UsageStore, split_by_day
 
 SERVERNAME_ANNOTATION = "hub.jupyter.org/servername"
 SERVER_TARGET = "server"
+POOL_TARGET = "pool"  # the mode of a warm pool placeholder's sessions
+POOL_USER = "(warm pool)"  # whom reports by user show them under: no student, no budget
 NO_PROFILE = "(none)"
 # capacity samples are kept a week (the page shows the last 24 hours)
 SAMPLES_KEPT_S = 7 * 86400.0
 # a binding seen this much after the scheduler's condition says it happened arrived late
 LATE_S = 2.0
+UNIT_MEMORY_TTL_S = 600.0
 
 # (user, server name, target: "server" or the GPU kernel's record id) -> the wall-clock time
 # since which its GPUs have been idle, or None when busy or unknown
@@ -78,11 +81,16 @@ class UsageLedger:
         # what is not on disk yet: written together shortly after, off the watch event's path
         self._new: list[Session] = []
         self._pending: list[tuple[Session, float, float | None, float | None]] = []
+        # sessions whose use figures changed since the last write, by session uid
+        self._used: dict[str, Session] = {}
+        # GPU memory per unit of each resource as sessions measured it: (when read, bytes)
+        self._unit_memory: dict[str, tuple[float, float | None]] = {}
         self._write_handle: asyncio.Handle | None = None
 
     # ---- the tracker's pod events -------------------------------------------------------------
     def pod_event(self, event_type: str, key: str, pod: Mapping[str, Any] | None) -> None:
-        """``pod``: the hub's own pod as last seen, or None when it is gone or not the hub's."""
+        """``pod``: the hub's own pod (a server's, a kernel's, a warm pool's placeholder) as last
+        seen, or None when it is gone or not the hub's."""
         sessions = self._open.get(key)
         if pod is None or event_type == "DELETED" or _finished(pod):
             self._waiting.pop(key, None)
@@ -124,7 +132,8 @@ class UsageLedger:
         # a pod that asks for two GPU resources (rare) is two sessions
         resources = self.requests_of(pod)
         session_uid = uid if len(resources) == 1 else f"{uid}/{resource}"
-        extra = {"pod_uid": uid, "server_name": server_name, "target": kernel or SERVER_TARGET}
+        pool = labels.get(keys.POOL_LABEL)
+        extra = {"pod_uid": uid, "server_name": server_name, "target": POOL_TARGET if pool else kernel or SERVER_TARGET}
         known = self._resumable.pop(session_uid, None)
         if known is not None:
             # seen before this hub started (or ended at the first list while its namespace was
@@ -132,17 +141,26 @@ class UsageLedger:
             known.ended = None
             known.extra = extra
             return known
+        if pool:
+            # a warm pool's placeholder: its GPUs are the pool's cost, nobody's usage or budget
+            owner, user, groups, mode = f"{POOL_TARGET}/{pool}", POOL_USER, (), POOL_TARGET
+            profile, site = labels.get(keys.POOL_PROFILE_LABEL), labels.get(keys.POOL_SITE_LABEL)
+        else:
+            owner, mode = _owner_key(annotations), "kernel" if kernel else "server"
+            user = annotations.get(keys.USER_ANNOTATION) or annotations.get("hub.jupyter.org/username") or ""
+            groups = tuple(_groups(annotations.get(keys.GROUPS_ANNOTATION)))
+            profile, site = annotations.get(keys.PROFILE_ANNOTATION), labels.get(keys.SITE_LABEL)
         session = Session(
             uid=session_uid,
             pod=key,
-            key=_owner_key(annotations),
-            user=annotations.get(keys.USER_ANNOTATION) or annotations.get("hub.jupyter.org/username") or "",
-            groups=tuple(_groups(annotations.get(keys.GROUPS_ANNOTATION))),
-            profile=annotations.get(keys.PROFILE_ANNOTATION) or NO_PROFILE,
-            site=labels.get(keys.SITE_LABEL) or keys.ORIGIN_SITE,
+            key=owner,
+            user=user,
+            groups=groups,
+            profile=profile or NO_PROFILE,
+            site=site or keys.ORIGIN_SITE,
             resource=resource,
             count=int(count),
-            mode="kernel" if kernel else "server",
+            mode=mode,
             started=started,
             counted_until=started,
             extra=extra,
@@ -174,13 +192,13 @@ class UsageLedger:
         if self._write_handle is not None:
             self._write_handle.cancel()
             self._write_handle = None
-        new, pending = self._new, self._pending
-        self._new, self._pending = [], []
+        new, pending, used = self._new, self._pending, self._used
+        self._new, self._pending, self._used = [], [], {}
         try:
-            self.store.save(new, pending, alive_until=self.clock())
+            self.store.save(new, pending, alive_until=self.clock(), used=used.values())
         except Exception:  # a full disk must not stop the watch: tried again at the next write
             self.log.exception("Could not write GPU usage to %s", self.store.path)
-            self._new, self._pending = new + self._new, pending + self._pending
+            self._new, self._pending, self._used = new + self._new, pending + self._pending, used | self._used
 
     def _idle_since(self, session: Session) -> float | None:
         if self.idle_source is None:
@@ -190,6 +208,46 @@ class UsageLedger:
         except Exception:  # noqa: BLE001 - an idle source that fails counts as not knowing
             self.log.warning("The GPU idle source failed; counting as held", exc_info=True)
             return None
+
+    # ---- what sessions used of what they held (right-sizing) --------------------------------------
+    def record_use(self, user: str, server_name: str, target: str, figures: Mapping[str, Any]) -> int:
+        """Fold one report's figures (``peak_memory_bytes``, ``memory_total_bytes``,
+        ``peak_utilization``, ``utilization_sum``, ``utilization_samples``, validated by the
+        caller) into the open sessions of that server (``target`` "server") or GPU kernel
+        (its record id); written with the next write. Returns how many sessions took them."""
+        took = 0
+        for session in self.open_sessions():
+            extra = session.extra
+            if session.user != user or extra.get("server_name", "") != server_name or extra.get("target") != target:
+                continue
+            session.use.add(
+                figures.get("peak_memory_bytes"),
+                figures.get("memory_total_bytes"),
+                figures.get("peak_utilization"),
+                float(figures.get("utilization_sum") or 0.0),
+                int(figures.get("utilization_samples") or 0),
+            )
+            self._used[session.uid] = session
+            took += 1
+        if took:
+            self._schedule_write()
+        return took
+
+    def measured_sessions(self, user: str | None = None, since: float | None = None, limit: int | None = None) -> list[Session]:
+        """Sessions whose GPU memory use is known, latest first (open ones with their figures
+        as of now): ``user``'s only, or those that ran after ``since``, at most ``limit``."""
+        if self._new or self._pending or self._used:
+            self.write()  # only then: the launcher asks every few seconds, and a write is a commit
+        return self.store.measured_sessions(user, since, limit)
+
+    def unit_memory(self, resource: str) -> float | None:
+        """The least GPU memory one unit of ``resource`` measured in any session (bytes), or
+        None; kept ``UNIT_MEMORY_TTL_S``, since it reads every session of that resource."""
+        now = self.clock()
+        known = self._unit_memory.get(resource)
+        if known is None or now - known[0] > UNIT_MEMORY_TTL_S:
+            known = self._unit_memory[resource] = (now, self.store.unit_memory(resource))
+        return known[1]
 
     # ---- after the first list, and periodically ------------------------------------------------
     def loaded(self) -> None:
@@ -223,19 +281,32 @@ class UsageLedger:
             self._task = None
         self.flush()
 
-    def capacity_now(self) -> list[tuple[float, str, str, int, int, int]]:
+    def capacity_now(self) -> list[tuple[float, str, str, int, int, int, int | None]]:
         """Each site's GPUs now, per resource: (time, site, resource, total, in use (bound pods),
-        reserved (spawns in flight)); empty without a capacity snapshot."""
+        reserved (spawns in flight), held idle (None without an idle source)); empty without a
+        capacity snapshot."""
         snapshot = self.snapshot() if self.snapshot is not None else None
         if snapshot is None:
             return []
         now = self.clock()
+        idle = self._idle_now()
         rows = []
         for name, site in snapshot.sites.items():
             for resource in sorted(set(site.allocatable) | set(site.requested) | set(site.reserved)):
                 totals = site.total(resource)
-                rows.append((now, name, resource, totals.allocatable, totals.requested, totals.reserved))
+                held_idle = None if idle is None else idle.get((name, resource), 0)
+                rows.append((now, name, resource, totals.allocatable, totals.requested, totals.reserved, held_idle))
         return rows
+
+    def _idle_now(self) -> dict[tuple[str, str], int] | None:
+        """GPUs held idle now per (site, resource), by the idle source; None without one."""
+        if self.idle_source is None:
+            return None
+        out: dict[tuple[str, str], int] = {}
+        for session in self.open_sessions():
+            if self._idle_since(session) is not None:
+                out[(session.site, session.resource)] = out.get((session.site, session.resource), 0) + session.count
+        return out
 
     def sample(self) -> None:
         """Keep each site's GPUs now as a point of the capacity page's chart."""
@@ -294,6 +365,7 @@ class UsageLedger:
                             "day": day,
                             "gpu_seconds": (b - a) * session.count,
                             "idle_seconds": idle * session.count,
+                            **dict(zip(USE_COLUMNS, session.use.row(), strict=True)),
                         }
                     )
         return rows

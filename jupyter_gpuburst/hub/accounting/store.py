@@ -8,6 +8,11 @@ happen in one transaction, so a hub killed at any moment has counted each second
 yet, never twice. ``grants`` keeps the extra GPU-hours admins gave for one budget period,
 ``hub`` when the hub last wrote (its heartbeat), ``site_samples`` each site's GPUs every few
 minutes for the capacity page's chart.
+
+Each session also keeps what it used of what it held (for right-sizing): its peak GPU memory,
+the devices' memory, and its peak and mean GPU utilization, as its server reported them. Those
+columns came after release 0.2.0; a ledger of 0.2.0 gains them in place when the hub starts
+(``migrate``), its rows kept, their figures unknown (NULL).
 """
 
 from __future__ import annotations
@@ -35,7 +40,12 @@ CREATE TABLE IF NOT EXISTS sessions (
     mode TEXT NOT NULL,
     started REAL NOT NULL,
     counted_until REAL NOT NULL,
-    ended REAL
+    ended REAL,
+    peak_memory_bytes REAL,
+    memory_total_bytes REAL,
+    peak_utilization REAL,
+    utilization_sum REAL NOT NULL DEFAULT 0,
+    utilization_samples INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS sessions_open ON sessions (ended);
 CREATE INDEX IF NOT EXISTS sessions_user ON sessions (user);
@@ -53,7 +63,8 @@ CREATE TABLE IF NOT EXISTS site_samples (
     resource TEXT NOT NULL,
     total INTEGER NOT NULL,
     in_use INTEGER NOT NULL,
-    reserved INTEGER NOT NULL
+    reserved INTEGER NOT NULL,
+    idle INTEGER
 );
 CREATE INDEX IF NOT EXISTS site_samples_t ON site_samples (t);
 CREATE TABLE IF NOT EXISTS hub (
@@ -68,6 +79,65 @@ CREATE TABLE IF NOT EXISTS grants (
     granted_at REAL NOT NULL
 );
 """
+# the ledger's layout: 0 is release 0.2.0's, 1 adds sessions' use figures and idle GPUs per sample
+SCHEMA_VERSION = 1
+# (column, its declaration) added to ``sessions`` since 0.2.0, in order
+ADDED_COLUMNS = (
+    ("peak_memory_bytes", "REAL"),
+    ("memory_total_bytes", "REAL"),
+    ("peak_utilization", "REAL"),
+    ("utilization_sum", "REAL NOT NULL DEFAULT 0"),
+    ("utilization_samples", "INTEGER NOT NULL DEFAULT 0"),
+)
+# the same for ``site_samples``: GPUs held idle at that moment (NULL: not known)
+ADDED_SAMPLE_COLUMNS = (("idle", "INTEGER"),)
+SAMPLE_COLUMNS = ("t", "site", "resource", "total", "in_use", "reserved", "idle")
+SESSION_COLUMNS = (
+    "uid",
+    "pod",
+    "key",
+    "user",
+    "groups",
+    "profile",
+    "site",
+    "resource",
+    "count",
+    "mode",
+    "started",
+    "counted_until",
+    "ended",
+    *(name for name, _ in ADDED_COLUMNS),
+)
+USE_COLUMNS = tuple(name for name, _ in ADDED_COLUMNS)
+
+
+@dataclass
+class Use:
+    """What a session used of the GPUs it held, as its server measured it (None: not known)."""
+
+    peak_memory_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    peak_utilization: float | None = None
+    utilization_sum: float = 0.0
+    utilization_samples: int = 0
+
+    def add(self, peak_memory: float | None, memory_total: float | None, peak_util: float | None, util_sum: float, samples: int) -> None:
+        """Figures of one report (since the previous one) folded in: peaks by max, means by sum."""
+        if peak_memory is not None:
+            self.peak_memory_bytes = max(self.peak_memory_bytes or 0.0, peak_memory)
+        if memory_total is not None:
+            self.memory_total_bytes = max(self.memory_total_bytes or 0.0, memory_total)
+        if peak_util is not None:
+            self.peak_utilization = max(self.peak_utilization or 0.0, peak_util)
+        self.utilization_sum += util_sum
+        self.utilization_samples += samples
+
+    @property
+    def mean_utilization(self) -> float | None:
+        return self.utilization_sum / self.utilization_samples if self.utilization_samples else None
+
+    def row(self) -> tuple[Any, ...]:
+        return (self.peak_memory_bytes, self.memory_total_bytes, self.peak_utilization, self.utilization_sum, self.utilization_samples)
 
 
 @dataclass
@@ -87,6 +157,7 @@ class Session:
     started: float
     counted_until: float
     ended: float | None = None
+    use: Use = field(default_factory=Use)
     # not stored: the latest GPU-seconds not yet in charges are computed from counted_until
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -116,7 +187,24 @@ class UsageStore:
         self.db.execute("PRAGMA journal_mode=WAL")
         # a commit survives the hub being killed; only a power cut may lose the last one
         self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(SCHEMA)
+        self.migrate()
+
+    def migrate(self) -> None:
+        """Create the tables, or bring a ledger of an earlier release up to this one in place."""
+        with self.transaction() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise RuntimeError(f"{self.path} is a GPU usage ledger of a newer jupyter-gpuburst (layout {version}); upgrade the hub")
+            for table, added in (("sessions", ADDED_COLUMNS), ("site_samples", ADDED_SAMPLE_COLUMNS)):
+                have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+                if have:  # a table of an earlier release: its rows stay, the new columns come empty
+                    for name, declaration in added:
+                        if name not in have:
+                            db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def close(self) -> None:
         self.db.close()
@@ -133,37 +221,47 @@ class UsageStore:
 
     # ---- sessions ----------------------------------------------------------------------------
     def open_sessions(self) -> dict[str, Session]:
-        rows = self.db.execute("SELECT * FROM sessions WHERE ended IS NULL").fetchall()
+        rows = self.db.execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE ended IS NULL").fetchall()
         return {row[0]: _session(row) for row in rows}
 
-    def add_samples(self, samples: Iterable[tuple[float, str, str, int, int, int]], keep_after: float) -> None:
-        """GPUs per site and resource at one moment (total, in use, reserved); older ones go."""
+    def add_samples(self, samples: Iterable[tuple[float, str, str, int, int, int, int | None]], keep_after: float) -> None:
+        """GPUs per site and resource at one moment (total, in use, reserved, held idle or
+        None when not known); older ones go."""
         with self.transaction() as db:
-            db.executemany("INSERT INTO site_samples VALUES (?,?,?,?,?,?)", samples)
+            db.executemany(f"INSERT INTO site_samples ({', '.join(SAMPLE_COLUMNS)}) VALUES (?,?,?,?,?,?,?)", samples)
             db.execute("DELETE FROM site_samples WHERE t < ?", (keep_after,))
 
-    def samples(self, since: float) -> list[tuple[float, str, str, int, int, int]]:
-        return self.db.execute("SELECT * FROM site_samples WHERE t >= ? ORDER BY t", (since,)).fetchall()
+    def samples(self, since: float) -> list[tuple[float, str, str, int, int, int, int | None]]:
+        return self.db.execute(f"SELECT {', '.join(SAMPLE_COLUMNS)} FROM site_samples WHERE t >= ? ORDER BY t", (since,)).fetchall()
 
     def alive_until(self) -> float | None:
         row = self.db.execute("SELECT value FROM hub WHERE name = 'alive_until'").fetchone()
         return float(row[0]) if row else None
 
-    def save(self, new: Iterable[Session], items: Iterable[tuple[Session, float, float | None, float | None]], alive_until: float) -> None:
+    def save(
+        self,
+        new: Iterable[Session],
+        items: Iterable[tuple[Session, float, float | None, float | None]],
+        alive_until: float,
+        used: Iterable[Session] = (),
+    ) -> None:
         """New sessions, then for each (session, until, idle_since, ended) of ``items`` its
         GPU-seconds from ``counted_until`` to ``until`` (idle from ``idle_since``, None for not
-        idle), ended when ``ended``, and when the hub was last alive: in one transaction."""
+        idle), ended when ``ended``, the use figures of ``used``, and when the hub was last
+        alive: in one transaction."""
         with self.transaction() as db:
             for session in new:
                 self._insert(db, session)
             done = self._charge(db, items)
+            for session in used:
+                db.execute(f"UPDATE sessions SET {_assign(USE_COLUMNS)} WHERE uid = ?", (*session.use.row(), session.uid))
             db.execute("INSERT INTO hub VALUES ('alive_until', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value", (alive_until,))
         _counted(done)
 
     @staticmethod
     def _insert(db: sqlite3.Connection, session: Session) -> None:
         db.execute(
-            "INSERT OR IGNORE INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            f"INSERT OR IGNORE INTO sessions ({', '.join(SESSION_COLUMNS)}) VALUES ({', '.join('?' * len(SESSION_COLUMNS))})",
             (
                 session.uid,
                 session.pod,
@@ -178,6 +276,7 @@ class UsageStore:
                 session.started,
                 session.counted_until,
                 session.ended,
+                *session.use.row(),
             ),
         )
 
@@ -199,8 +298,8 @@ class UsageStore:
                 )
             new_until = max(start, until)
             db.execute(
-                "UPDATE sessions SET counted_until = ?, ended = ? WHERE uid = ?",
-                (new_until, ended, session.uid),
+                f"UPDATE sessions SET counted_until = ?, ended = ?, {_assign(USE_COLUMNS)} WHERE uid = ?",
+                (new_until, ended, *session.use.row(), session.uid),
             )
             counted[session.uid] = new_until
             done.append((session, new_until, ended))
@@ -217,7 +316,8 @@ class UsageStore:
             where, args = where + " AND instr(s.groups, ?) > 0", [*args, json.dumps(group)]
         rows = self.db.execute(
             "SELECT s.uid, s.user, s.groups, s.profile, s.site, s.resource, s.count, s.mode, s.key, s.started, "
-            "s.ended, c.day, c.gpu_seconds, c.idle_seconds FROM charges c JOIN sessions s ON s.uid = c.uid "
+            "s.ended, c.day, c.gpu_seconds, c.idle_seconds, s.peak_memory_bytes, s.memory_total_bytes, s.peak_utilization, "
+            "s.utilization_sum, s.utilization_samples FROM charges c JOIN sessions s ON s.uid = c.uid "
             f"WHERE {where}",
             args,
         ).fetchall()
@@ -236,6 +336,7 @@ class UsageStore:
             "day",
             "gpu_seconds",
             "idle_seconds",
+            *USE_COLUMNS,
         )
         out = []
         for row in rows:
@@ -244,6 +345,27 @@ class UsageStore:
             if group is None or group in item["groups"]:
                 out.append(item)
         return out
+
+    def measured_sessions(self, user: str | None = None, since: float | None = None, limit: int | None = None) -> list[Session]:
+        """Sessions whose GPU memory use is known, latest first: ``user``'s only, or those that
+        ran after ``since``, at most ``limit`` (for right-sizing)."""
+        where, args = "peak_memory_bytes IS NOT NULL", []
+        if user is not None:
+            where, args = where + " AND user = ?", [*args, user]
+        if since is not None:
+            where, args = where + " AND (ended IS NULL OR ended >= ?)", [*args, since]
+        sql = f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE {where} ORDER BY started DESC"
+        if limit is not None:
+            sql, args = sql + " LIMIT ?", [*args, limit]
+        return [_session(row) for row in self.db.execute(sql, args).fetchall()]
+
+    def unit_memory(self, resource: str) -> float | None:
+        """The least GPU memory per unit any session of ``resource`` measured (bytes), or None."""
+        row = self.db.execute(
+            "SELECT MIN(memory_total_bytes / count) FROM sessions WHERE resource = ? AND memory_total_bytes IS NOT NULL AND count > 0",
+            (resource,),
+        ).fetchone()
+        return float(row[0]) if row and row[0] else None
 
     def totals(self) -> list[tuple[str, str, str, str, str, float, float]]:
         """All-time GPU-seconds per (user, profile, site, resource, mode), for counters."""
@@ -262,6 +384,10 @@ class UsageStore:
         return float(row[0] or 0.0)
 
 
+def _assign(columns: Iterable[str]) -> str:
+    return ", ".join(f"{name} = ?" for name in columns)
+
+
 def _counted(done: list[tuple[Session, float, float | None]]) -> None:
     for session, until, ended in done:
         session.counted_until = until
@@ -269,7 +395,7 @@ def _counted(done: list[tuple[Session, float, float | None]]) -> None:
 
 
 def _session(row: tuple) -> Session:
-    (uid, pod, key, user, groups, profile, site, resource, count, mode, started, counted_until, ended) = row
+    (uid, pod, key, user, groups, profile, site, resource, count, mode, started, counted_until, ended, *use) = row
     return Session(
         uid=uid,
         pod=pod,
@@ -284,4 +410,5 @@ def _session(row: tuple) -> Session:
         started=started,
         counted_until=counted_until,
         ended=ended,
+        use=Use(use[0], use[1], use[2], float(use[3] or 0.0), int(use[4] or 0)),
     )

@@ -29,6 +29,25 @@ def use_idle_source(source: IdleSource | None) -> None:
         ledger.idle_source = source
 
 
+def record_use(user: str, server_name: str, target: str, figures: dict[str, Any]) -> bool:
+    """A server's report of what its GPUs (``target`` "server") or one of its GPU kernels' (the
+    kernel's record id) used since its previous report, for right-sizing; True when a ledger
+    of this hub process counts a session of it."""
+    took = False
+    for ledger in list(_ledgers):
+        try:
+            took = ledger.record_use(user, server_name, target, figures) > 0 or took
+        except Exception:  # noqa: BLE001 - a figure for right-sizing never fails a report
+            ledger.log.warning("Could not keep the GPU use of %s's %r", user, target, exc_info=True)
+    return took
+
+
+def counts_use() -> bool:
+    """Whether this hub process keeps what sessions use (servers then measure it even where
+    nothing is culled)."""
+    return any(True for _ in list(_ledgers))
+
+
 class Accounting:
     """One per capacity tracker: its ledger, the budgets read against it, and the settings."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.hub.pools import live as pools
 
 # What an admin may see about one placement; anything else in a tracker's record is dropped.
 PLACEMENT_FIELDS: tuple[str, ...] = (
@@ -83,6 +84,8 @@ def capacity_report(tracker: CapacitySource) -> dict[str, Any]:
         "queue_length": int(tracker.queue_length),
         # GPUs held for spawns whose pod is not bound yet; with no spawn in progress, a leak
         "reservations": _reservations(tracker),
+        # warm pools apart: their placeholders' GPUs count as free in "sites"
+        "pools": pools.report(),
     }
 
 

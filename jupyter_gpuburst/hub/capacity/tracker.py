@@ -253,7 +253,10 @@ class CapacityTracker:
             self._labelled[key] = kept = _kept(pod)
             self._classify(key, kept)
         if self.accounting is not None:
-            self.accounting.ledger.pod_event(event_type, key, self._pods.get(key))
+            own = self._pods.get(key)
+            if own is None and event_type != "DELETED" and keys.POOL_LABEL in labels:
+                own = _kept(pod)  # a warm pool's placeholder: the ledger counts it as the pool's
+            self.accounting.ledger.pod_event(event_type, key, own)
         if self._pod_events:
             event = self._pod_events.get(key)
             if event is not None:

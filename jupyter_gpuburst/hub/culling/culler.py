@@ -6,6 +6,8 @@ the spawner and the database are cleaned up by the hub exactly as for any other 
 stop through the hub's kernel registry: deleting the kernel's pod frees its GPU. Nothing is
 stopped on a guess: a target whose server went silent is unknown and kept, a stop needs a warning
 the server could have shown first, and a stop of something already gone is logged and dropped.
+A GPU server or kernel whose user's GPU-hour budget is used up is warned and stopped the same way
+(culling/budget.py), whether or not idle culling is on.
 """
 
 from __future__ import annotations
@@ -13,14 +15,20 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from jupyter_gpuburst.hub.culling.budget import MORE_HOURS, BudgetWatch, sooner
 from jupyter_gpuburst.hub.culling.policy import Decision, decide
 from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
 from jupyter_gpuburst.hub.culling.store import SERVER, Signal, SignalStore, Stopped
+
+# the quickest a sweep follows the last one, and how far past a due time it wakes (float rounding)
+MIN_SWEEP_S = 0.1
+SWEEP_MARGIN_S = 0.02
 
 # the spawn page's template variable: why the culler stopped the user's server, or ""
 TEMPLATE_VAR = "gpuburst_stopped"
@@ -36,6 +44,8 @@ class Target:
     groups: frozenset[str]
     age_s: float | None
     handle: Any  # the spawner, or the kernel record
+    admin: bool = False
+    holds_gpu: bool = True  # a GPU kernel, or a server placed with GPUs (not a CPU server)
 
 
 class Culler:
@@ -49,6 +59,7 @@ class Culler:
         *,
         stop_server: Callable[[str, str], Awaitable[str]],
         log: logging.Logger | None = None,
+        budgets: BudgetWatch | None = None,
     ) -> None:
         self.settings = settings
         self.hub = hub
@@ -56,9 +67,14 @@ class Culler:
         self.registry_source = registry_source
         self._stop_server = stop_server
         self.log = log or logging.getLogger(__name__)
+        self.budgets = budgets  # None: no budget stops (no budgets, or accounting off)
         self._task: asyncio.Task | None = None
         self._silent: set[tuple[str, str, str]] = set()
+        self._culling: dict[tuple[str, str, str], asyncio.Task] = {}  # stops under way
         self.stops: list[dict[str, Any]] = []  # for benchmarks and tests: what was stopped when
+        # a sweep runs once a period, and also when the next warning or stop falls due, so a
+        # stop lands within one of the server's samples after its timeout, not a period later
+        self.next_sweep_s = settings.period_seconds
         self.stopped_servers: dict[tuple[str, str], tuple[str, float]] = {}
 
     # ---- what the hub knows ---------------------------------------------------------------
@@ -90,13 +106,17 @@ class Culler:
                 self.store.forget(signal)
                 continue
             groups = self.hub.groups(signal.user)
+            admin = bool(getattr(getattr(spawner, "user", None), "admin", False))
             if signal.kind == SERVER:
                 placement = getattr(spawner, "_gb_placement", None)
                 site = getattr(placement, "site", "origin") or "origin"
                 started = _started(spawner)
                 age = None if started is None else now - started
                 profile = str((getattr(spawner, "user_options", None) or {}).get("profile") or "")
-                out.append(Target(signal, profile, "origin" if site == "origin" else "donor", groups, age, spawner))
+                # after a hub restart only the saved placement says it (gpuburst_placement)
+                restored = getattr(spawner, "gpuburst_placement", None)
+                gpus = bool(getattr(placement, "count", 0)) or bool(isinstance(restored, dict) and restored.get("count"))
+                out.append(Target(signal, profile, "origin" if site == "origin" else "donor", groups, age, spawner, admin, gpus))
                 continue
             if registry is None:
                 continue
@@ -105,7 +125,9 @@ class Culler:
                 self.store.forget(signal)
                 continue
             site = record.placement.site if record.placement is not None else "origin"
-            out.append(Target(signal, record.profile.slug, "origin" if site == "origin" else "donor", groups, now - record.created, record))
+            out.append(
+                Target(signal, record.profile.slug, "origin" if site == "origin" else "donor", groups, now - record.created, record, admin)
+            )
         return out
 
     async def session_ends(self, resource: str) -> list[tuple[float, int]]:
@@ -128,7 +150,16 @@ class Culler:
     def decision(self, target: Target, now: float) -> Decision:
         policy = self.settings.policy(target.signal.kind, target.profile)
         state = self.store.state(target.signal, now)
-        return decide(target.signal, state, policy, now, age_s=target.age_s, site_kind=target.site_kind, groups=target.groups)
+        idle = decide(target.signal, state, policy, now, age_s=target.age_s, site_kind=target.site_kind, groups=target.groups)
+        if self.budgets is None or target.admin or not target.holds_gpu:
+            return idle
+        return sooner(idle, self.budgets.decision(target.signal.user, now))
+
+    async def refresh_budgets(self, targets: list[Target], now: float) -> None:
+        """Read the budgets of the users whose GPUs are watched (admins are exempt)."""
+        if self.budgets is not None:
+            users = {t.signal.user: (t.groups, t.admin) for t in targets if t.holds_gpu and not t.admin}
+            await self.budgets.refresh(users, now)
 
     # ---- the loop -------------------------------------------------------------------------
     def start(self) -> None:
@@ -136,27 +167,34 @@ class Culler:
             self._task = asyncio.ensure_future(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        tasks = [t for t in (self._task, *self._culling.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.settings.period_seconds)
+            await asyncio.sleep(self.next_sweep_s)
             try:
-                await self.sweep()
+                await self.sweep(wait=False)
             except Exception:  # noqa: BLE001 - a bad sweep must not end culling for good
+                self.next_sweep_s = self.settings.period_seconds
                 self.log.exception("GPU culling: a sweep failed; the next one runs in %s s", self.settings.period_seconds)
 
-    async def sweep(self, now: float | None = None) -> list[dict[str, Any]]:
-        """One pass; returns what it stopped. Donors' targets go first, so that when the hub is
-        stopped mid-sweep, borrowed GPUs are the ones already back."""
+    async def sweep(self, now: float | None = None, wait: bool = True) -> list[dict[str, Any]]:
+        """One pass; with ``wait``, returns what it stopped once every stop it began has ended
+        (the loop does not wait). Donors' stops begin first, so that when the hub is stopped
+        mid-sweep, borrowed GPUs are the ones already on their way back."""
         now = time.time() if now is None else now
         targets = await self.targets()
+        await self.refresh_budgets(targets, now)
         targets.sort(key=lambda t: t.site_kind != "donor")
-        stopped = []
+        stopped: list[dict[str, Any]] = []
+        started: list[asyncio.Task] = []
+        due: list[float] = [self.settings.period_seconds]
         for target in targets:
             decision = self.decision(target, now)
+            due.append(self._due_in(target, decision, now))
             signal = target.signal
             key = (signal.user, signal.server_name, signal.target)
             if decision.action == "unknown" and key not in self._silent:
@@ -169,18 +207,16 @@ class Culler:
                 )
             elif decision.action != "unknown":
                 self._silent.discard(key)
-            if decision.action == "active":
-                signal.warned_at = None  # busy again: the next stop needs a warning of its own
+            if decision.action in ("active", "off", "exempt", "no-gpu"):
+                # busy again, or hours granted: the next stop needs a warning of its own
+                signal.warned_at = None
             if decision.action == "warn" and signal.warned_at is None:
                 signal.warned_at = now
-                self.log.info(
-                    "GPU culling: warning %s: %s stops in %.0f s (%s)", signal.user, _what(signal), decision.stops_in_s, decision.reason
-                )
+                stops = "runs on (warned only)" if decision.stops_in_s is None else f"stops in {decision.stops_in_s:.0f} s"
+                self.log.info("GPU culling: warning %s: %s %s (%s)", signal.user, _what(signal), stops, decision.reason)
             elif decision.action == "stop":
-                policy = self.settings.policy(signal.kind, target.profile)
-                if policy.warning_s > 0 and (
-                    signal.warned_at is None or now - signal.warned_at < min(policy.warning_s, self.settings.period_seconds)
-                ):
+                warning_s = self.warning_s(target, decision)
+                if warning_s > 0 and (signal.warned_at is None or now - signal.warned_at < min(warning_s, self.settings.period_seconds)):
                     # never stop what the student could not have been warned about (a first
                     # report that is already past the timeout, after a hub restart)
                     if signal.warned_at is None:
@@ -189,16 +225,50 @@ class Culler:
                             "GPU culling: warning %s first: %s is past its limit (%s)", signal.user, _what(signal), decision.reason
                         )
                     continue
-                try:
-                    done = await self.cull(target, decision.reason, now)
-                except Exception:  # noqa: BLE001 - one failed stop must not keep the others
-                    self.log.exception("GPU culling: stopping %s's %s failed; it is tried again next sweep", signal.user, _what(signal))
-                    continue
-                if done is not None:
-                    stopped.append(done)
+                if key in self._culling:
+                    continue  # its stop is under way
+                # stops run side by side: JupyterHub answers a stop only once the server is
+                # gone (up to its slow_stop_timeout), and one slow stop must not make the
+                # others, or the next sweep, late; they start in this order, donors first
+                task = asyncio.ensure_future(self._cull_logged(target, decision.reason, now, decision.cause))
+                self._culling[key] = task
+                task.add_done_callback(lambda _, key=key: self._culling.pop(key, None))
+                started.append(task)
+        self.next_sweep_s = max(MIN_SWEEP_S, min(due))
+        if wait:
+            stopped = [done for done in await asyncio.gather(*started) if done is not None]
         return stopped
 
-    async def cull(self, target: Target, reason: str, now: float) -> dict[str, Any] | None:
+    async def _cull_logged(self, target: Target, reason: str, now: float, cause: str) -> dict[str, Any] | None:
+        try:
+            return await self.cull(target, reason, now, cause)
+        except Exception:  # noqa: BLE001 - one failed stop must not keep the others
+            signal = target.signal
+            self.log.exception("GPU culling: stopping %s's %s failed; it is tried again next sweep", signal.user, _what(signal))
+            return None
+
+    def _due_in(self, target: Target, decision: Decision, now: float) -> float:
+        """Seconds until this target's next warning or stop, if it stays as idle as reported."""
+        if decision.stops_in_s is None:
+            return math.inf
+        warning_s = self.warning_s(target, decision)
+        if decision.action == "stop":
+            # a stop that waits for its warning to have been seen (the sweep's rule above) is due
+            # when that wait ends; one already asked for is retried once a period
+            warned_at = target.signal.warned_at if target.signal.warned_at is not None else now
+            waits_s = min(warning_s, self.settings.period_seconds) - (now - warned_at)
+            return waits_s + SWEEP_MARGIN_S if waits_s > 0 else math.inf
+        if decision.stops_in_s > warning_s:
+            return decision.stops_in_s - warning_s + SWEEP_MARGIN_S
+        return decision.stops_in_s + SWEEP_MARGIN_S
+
+    def warning_s(self, target: Target, decision: Decision) -> float:
+        """How long before its stop a target is warned: its profile's, or the budget's grace."""
+        if decision.cause == "budget" and self.budgets is not None:
+            return self.budgets.rule.grace_s
+        return self.settings.policy(target.signal.kind, target.profile).warning_s
+
+    async def cull(self, target: Target, reason: str, now: float, cause: str = "idle") -> dict[str, Any] | None:
         signal = target.signal
         entry = {
             "user": signal.user,
@@ -206,12 +276,15 @@ class Culler:
             "target": signal.target,
             "site_kind": target.site_kind,
             "reason": reason,
+            "cause": cause,
             "at": now,
         }
+        # a budget's stop cannot be undone by starting again: the student needs more hours
+        then = MORE_HOURS if cause == "budget" else None
         if signal.kind == SERVER:
             # JupyterHub drops a stopped server's spawner: the note is kept here for the spawn page
             self.stopped_servers[(signal.user, signal.server_name)] = (
-                f"Your server was stopped because {reason}. Start it again when you need a GPU.",
+                f"Your server was stopped because {reason}. {then or 'Start it again when you need a GPU.'}",
                 now,
             )
             self.log.info("GPU culling: stopping %s's server %r: %s", signal.user, signal.server_name, reason)
@@ -230,7 +303,7 @@ class Culler:
                 return None
             pending = next((s for s in self.store.stopped_for(signal.user, signal.server_name) if s.kernel_id == signal.kernel_id), None)
             if pending is None:
-                message = f"This GPU kernel was stopped because {reason}. Restart the kernel to start it again on a free GPU."
+                message = f"This GPU kernel was stopped because {reason}. {then or 'Restart the kernel to start it again on a free GPU.'}"
                 # the server hears first and shuts the kernel down itself (through the registry,
                 # as any shutdown), so the notebook sees a kernel shut down, not one that died;
                 # meanwhile the hub refuses a restart of it
@@ -247,6 +320,18 @@ class Culler:
         self.stops.append(entry)
         return entry
 
+    async def stop_kernel(self, registry: Any, record: Any, message: str, now: float | None = None) -> None:
+        """Stop a GPU kernel now (an admin's stop): as for a culled one, its server hears
+        ``message`` in its next reply and shuts the kernel down, and until then the hub refuses
+        to start it again; its pod is deleted at once."""
+        now = time.time() if now is None else now
+        if record.kernel_id:
+            self.store.stopped.append(Stopped(record.user, record.server_name, record.kernel_id, message, now))
+        await registry.stop(record, wait=0)
+        signal = self.store.get(record.user, record.server_name, record.id)
+        if signal is not None:
+            self.store.forget(signal)
+
     # ---- what a server's report gets back ---------------------------------------------------
     async def reply(self, user: str, server_name: str, now: float | None = None) -> dict[str, Any]:
         """The culling state of one server and its GPU kernels, for its Lab panel."""
@@ -258,6 +343,7 @@ class Culler:
             if started is not None and started > note[1]:
                 # it runs again since the stop: the spawn page's note is done
                 self.stopped_servers.pop((user, server_name), None)
+        # budgets as of the last sweep: a report's reply reads no ledger
         targets = [t for t in await self.targets() if t.signal.user == user and t.signal.server_name == server_name]
         items = []
         for target in targets:
@@ -276,6 +362,7 @@ class Culler:
                     "keeps_left": max(0, policy.keep_limit - target.signal.keeps),
                     "basis": target.signal.basis,
                     "reason": decision.reason,
+                    "cause": decision.cause,
                     "policy": policy.public(target.site_kind),
                 }
             )

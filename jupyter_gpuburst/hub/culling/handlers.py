@@ -4,7 +4,8 @@ busy, and hears back what the culler plans for it; the student's Keep comes in h
 URLs, under the service's prefix ``/services/gpuburst/``:
 
 - ``api/activity``: ``POST`` a report (see ``jupyter_gpuburst.hub.culling.store``); the reply is
-  the culling state of the server and its GPU kernels
+  the culling state of the server and its GPU kernels, and whether the hub keeps what their GPUs
+  use (``measure_use``: the report's ``use`` goes to the GPU-hours ledger)
 - ``api/activity/keep``: ``POST {"server_name", "target"}``: Keep one server or GPU kernel
 
 A report is accepted only with a token carrying ``users:activity!user=<its owner>``: the scope
@@ -68,8 +69,15 @@ class ActivityHandler(ActivityAPIHandler):
             record = culler.kernel_record(registry, name, record_id)
             return record is not None and record.server_name == server
 
+        sink = self.settings.get("gpu_use_sink")
+
+        def used(server: str, target: str, figures: dict[str, Any]) -> None:
+            # what its GPUs used, for the GPU-hours ledger's right-sizing (the service wires it)
+            if sink is not None:
+                sink(name, server, target, figures)
+
         try:
-            server_name, ignored = culler.store.report(name, body, owns)
+            server_name, ignored = culler.store.report(name, body, owns, on_use=used)
         except ReportError as exc:
             culler.log.warning("GPU activity: a report of %s was refused: %s", name, exc.message)
             raise web.HTTPError(exc.status, "%s", exc.message) from None
@@ -82,6 +90,9 @@ class ActivityHandler(ActivityAPIHandler):
             )
         reply = await culler.reply(name, server_name)
         reply["ignored"] = ignored
+        # measure GPU use even where nothing is culled: the ledger keeps it for right-sizing
+        wanted = self.settings.get("gpu_use_wanted")
+        reply["measure_use"] = bool(wanted()) if wanted is not None else False
         self.write(json.dumps(reply))
 
 

@@ -1,5 +1,6 @@
 """The hub process's one culler: built from the hub's config on first use, stopping servers
-through the hub's REST API, and what ``install(c)`` adds to the hub's config for it."""
+through the hub's REST API (idle ones, and those of users whose GPU-hour budget is used up),
+and what ``install(c)`` adds to the hub's config for it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from urllib.parse import quote
 from jupyterhub.app import JupyterHub
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
+from jupyter_gpuburst.hub.accounting.gate import budget_of
+from jupyter_gpuburst.hub.accounting.settings import GPUAccountingSettings
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
+from jupyter_gpuburst.hub.culling.budget import BudgetRule, BudgetWatch
 from jupyter_gpuburst.hub.culling.culler import TEMPLATE_VAR, Culler
 from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
 from jupyter_gpuburst.hub.kernels.service import LiveHub, default_registry
@@ -27,12 +32,33 @@ def hub_culler(service_token: str) -> Culler:
     if _culler is None:
         hub = LiveHub()
         settings = GPUCullingSettings(config=hub.config)
-        _culler = Culler(settings, hub, default_registry, stop_server=partial(hub_api_stop, service_token), log=hub.log)
+        budgets = budget_watch(hub)
+        _culler = Culler(settings, hub, default_registry, stop_server=partial(hub_api_stop, service_token), log=hub.log, budgets=budgets)
         queue_ends.provide(_culler.session_ends)
         if _enabled_anywhere(settings):
-            _culler.start()
             hub.log.info("GPU culling on: GPUs idle for %.0f s are given back, after a warning", settings.timeout_seconds)
+        if budgets is not None:
+            rule = budgets.rule
+            hub.log.info(
+                "GPU-hour budgets: running sessions over budget are warned%s",
+                f", then stopped {rule.grace_s:.0f} s later" if rule.stop else " (not stopped: budget_stop is off)",
+            )
+        if _enabled_anywhere(settings) or budgets is not None:
+            _culler.start()
     return _culler
+
+
+def budget_watch(hub: LiveHub) -> BudgetWatch | None:
+    """The watch on running sessions' budgets, where the hub has budgets (else None)."""
+    accounting = GPUAccountingSettings(config=hub.config)
+    if not (accounting.enabled and accounting.has_budgets):
+        return None
+
+    async def status_of(user: str, groups: frozenset[str], admin: bool) -> object:
+        # the tracker the spawner and the kernel API count with: one ledger for both
+        return budget_of(await CapacityTracker.ensure(hub.config, hub.log), user, groups, admin)
+
+    return BudgetWatch(BudgetRule(stop=accounting.budget_stop, grace_s=accounting.budget_grace_seconds), status_of, hub.log)
 
 
 def _enabled_anywhere(settings: GPUCullingSettings) -> bool:
@@ -41,16 +67,17 @@ def _enabled_anywhere(settings: GPUCullingSettings) -> bool:
 
 
 def install(c: Any, service_name: str) -> None:
-    """Let the service stop servers, where culling is configured (before ``install(c)``), and
-    the spawn page say why the culler stopped one."""
-    if "GPUCullingSettings" not in c:
-        return
+    """Let the spawn page say why a server was stopped (by the culler, or by an admin on the
+    capacity page), and the service stop servers where culling or budgets that stop sessions
+    are configured (before ``install(c)``)."""
     # a wrong key or value stops the hub here, at start, with the reason (TraitError)
-    GPUCullingSettings(config=c)
+    culling = "GPUCullingSettings" in c and GPUCullingSettings(config=c) is not None
     hub = c.JupyterHub
     template_vars = dict(hub.template_vars) if "template_vars" in hub else {}
     template_vars.setdefault(TEMPLATE_VAR, stopped_note)
     hub.template_vars = template_vars
+    if not culling and not GPUAccountingSettings(config=c).stops_over_budget:
+        return
     roles = list(hub.load_roles) if "load_roles" in hub else []
     if any(r.get("name") == ROLE_NAME for r in roles):
         return
@@ -58,7 +85,7 @@ def install(c: Any, service_name: str) -> None:
     roles.append(
         {
             "name": ROLE_NAME,
-            "description": "Stop servers whose GPUs sat idle (jupyter-gpuburst)",
+            "description": "Stop servers whose GPUs sat idle, or whose users' GPU-hour budget is used up (jupyter-gpuburst)",
             "services": [service_name],
             "scopes": ["read:users:name", "delete:servers"],
         }

@@ -19,6 +19,7 @@ class Decision:
     stops_in_s: float | None = None
     reason: str = ""
     keepable: bool = False  # a Keep helps: the stop comes from idleness, not the maximum age
+    cause: str = ""  # what the stop comes from: "idle", "age" or "budget" (culling/budget.py)
 
 
 def decide(
@@ -33,20 +34,20 @@ def decide(
         return Decision("exempt")
     idle = signal.idle_s(now) if state == "reported" else None
     # the stop that comes first decides: idleness (only when known) or the maximum age (always known)
-    candidates: list[tuple[float, str, bool]] = []
+    candidates: list[tuple[float, str, bool, str]] = []
     if idle is not None:
         limit = policy.timeout_for(site_kind)
-        candidates.append((limit - idle, IDLE_REASON.format(idle=duration(idle), what=what, limit=duration(limit)), True))
+        candidates.append((limit - idle, IDLE_REASON.format(idle=duration(idle), what=what, limit=duration(limit)), True, "idle"))
     if policy.max_age_s > 0 and age_s is not None:
-        candidates.append((policy.max_age_s - age_s, AGE_REASON.format(limit=duration(policy.max_age_s), what=what), False))
+        candidates.append((policy.max_age_s - age_s, AGE_REASON.format(limit=duration(policy.max_age_s), what=what), False, "age"))
     if not candidates:
         return Decision(state if state in ("unknown", "no-gpu") else "active", idle)
-    stops_in, reason, keepable = min(candidates)
+    stops_in, reason, keepable, cause = min(candidates)
     keepable = keepable and signal.keeps < policy.keep_limit
     if stops_in <= 0:
-        return Decision("stop", idle, 0.0, reason)
+        return Decision("stop", idle, 0.0, reason, cause=cause)
     if stops_in <= policy.warning_s:
-        return Decision("warn", idle, stops_in, reason, keepable)
+        return Decision("warn", idle, stops_in, reason, keepable, cause)
     return Decision("active", idle, stops_in)
 
 

@@ -108,8 +108,9 @@ class GPUCullingSettings(Configurable):
 
     period_seconds = Float(
         60.0,
-        help="""Seconds between culling sweeps, and between users' servers' activity reports:
-        a stop lands within one period after its timeout.""",
+        help="""Seconds between users' servers' activity reports, and between culling sweeps
+        (a sweep also runs when a warning or stop falls due, so a stop lands within one of the
+        server's 5 s samples, and its 1 s GPU reading, after its timeout).""",
     ).tag(config=True)
 
     server_profiles = Dict(

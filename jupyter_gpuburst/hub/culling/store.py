@@ -5,6 +5,11 @@ timestamps: the hub turns an age into a time on its own clock, so a pod whose cl
 reports as truthfully as one in sync. Each server process numbers its reports (``boot``, ``seq``);
 a report that is not newer than the last one accepted is refused as replayed. A target whose
 last report is older than ``stale_after_s`` is unknown, and the culler never stops the unknown.
+
+A report may also carry ``use``, for the server and for each GPU kernel: what its GPUs used
+since the previous report (peak memory, the devices' memory, peak utilization, and a sum and
+count of utilization samples for a mean). The store checks it and hands it on (``on_use``) to
+the GPU-hours ledger's right-sizing; culling does not read it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ BASES = ("utilization", "memory", "kernel")
 MAX_IDLE_S = 30 * 24 * 3600.0
 MAX_KERNELS = 256
 SERVER = "server"
+MAX_MEMORY_BYTES = float(2**50)  # a PiB: more than any pod's GPUs hold
+MAX_SAMPLES = 100_000
+USE_FIELDS = ("peak_memory_bytes", "memory_total_bytes", "peak_utilization", "utilization_sum", "utilization_samples")
 
 
 class ReportError(Exception):
@@ -74,17 +82,18 @@ class SignalStore:
     sequence: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     stopped: list[Stopped] = field(default_factory=list)
 
-    def report(self, user: str, body: Any, owns_kernel: Any, now: float | None = None) -> tuple[str, list[str]]:
+    def report(self, user: str, body: Any, owns_kernel: Any, now: float | None = None, on_use: Any = None) -> tuple[str, list[str]]:
         """Record one server's report; returns (server name, kernel ids ignored).
 
         ``owns_kernel(record_id, server_name) -> kernel_id | None`` says whether the record is a
         GPU kernel of this user's server; entries for any other are ignored (and logged by the
-        caller), never stored.
+        caller), never stored. ``on_use(server_name, target, figures)`` hears each accepted
+        ``use`` (the server's, target "server", and each of its own GPU kernels').
         """
         now = time.time() if now is None else now
         if not isinstance(body, dict):
             raise ReportError(400, "an activity report is a JSON object")
-        unknown = set(body) - {"server_name", "boot", "seq", "gpu_idle_s", "basis", "kernels"}
+        unknown = set(body) - {"server_name", "boot", "seq", "gpu_idle_s", "basis", "kernels", "use"}
         if unknown:
             raise ReportError(400, f"unknown field(s): {', '.join(sorted(map(str, unknown)))}")
         server_name = body.get("server_name", "")
@@ -97,10 +106,12 @@ class SignalStore:
             raise ReportError(400, "seq must be a whole number of at least 0")
         idle = _idle(body.get("gpu_idle_s"), "gpu_idle_s")
         basis = _basis(body.get("basis", "utilization"))
+        use = _use(body.get("use"))
         kernels = body.get("kernels") or {}
         if not isinstance(kernels, dict) or len(kernels) > MAX_KERNELS:
             raise ReportError(400, f"kernels must be an object of at most {MAX_KERNELS} GPU kernels")
         parsed: dict[str, tuple[float | None, str, str]] = {}
+        kernel_use: dict[str, dict[str, Any]] = {}
         for record_id, entry in kernels.items():
             if not isinstance(entry, dict):
                 raise ReportError(400, "each kernel's entry is an object")
@@ -108,17 +119,24 @@ class SignalStore:
             if not isinstance(kernel_id, str):
                 raise ReportError(400, "kernel_id must be a string")
             parsed[str(record_id)] = (_idle(entry.get("idle_s"), "idle_s"), _basis(entry.get("basis", "utilization")), kernel_id)
+            figures = _use(entry.get("use"))
+            if figures is not None:
+                kernel_use[str(record_id)] = figures
         last = self.sequence.get((user, server_name))
         if last is not None and last[0] == boot and seq <= last[1]:
             raise ReportError(409, f"report {seq} is not newer than report {last[1]} (replayed or out of order); ignored")
         self.sequence[(user, server_name)] = (boot, seq)
         self._put(user, server_name, SERVER, "", idle, basis, now)
+        if use is not None and on_use is not None:
+            on_use(server_name, SERVER, use)
         ignored = []
         for record_id, (kernel_idle, kernel_basis, kernel_id) in parsed.items():
             if not owns_kernel(record_id, server_name):
                 ignored.append(record_id)
                 continue
             self._put(user, server_name, record_id, kernel_id, kernel_idle, kernel_basis, now)
+            if record_id in kernel_use and on_use is not None:
+                on_use(server_name, record_id, kernel_use[record_id])
         # a stopped kernel's server has heard why once it no longer reports the kernel
         reported = {k for _, _, k in parsed.values()}
         for stop in self.stopped:
@@ -185,6 +203,37 @@ def _idle(value: Any, name: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or not 0 <= value <= MAX_IDLE_S:
         raise ReportError(400, f"{name} must be null or a number of seconds from 0 to {int(MAX_IDLE_S)}")
+    return float(value)
+
+
+def _use(value: Any) -> dict[str, Any] | None:
+    """A report's ``use``: None, or an object of ``USE_FIELDS`` (memory in bytes, utilization as
+    a fraction 0-1, a sum of utilization samples and their count), each checked."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ReportError(400, "use must be null or an object")
+    unknown = set(value) - set(USE_FIELDS)
+    if unknown:
+        raise ReportError(400, f"use: unknown field(s): {', '.join(sorted(map(str, unknown)))}")
+    out: dict[str, Any] = {}
+    for name in ("peak_memory_bytes", "memory_total_bytes"):
+        out[name] = _number(value.get(name), f"use.{name}", MAX_MEMORY_BYTES, "a number of bytes")
+    out["peak_utilization"] = _number(value.get("peak_utilization"), "use.peak_utilization", 1.0, "a fraction")
+    samples = value.get("utilization_samples", 0)
+    if isinstance(samples, bool) or not isinstance(samples, int) or not 0 <= samples <= MAX_SAMPLES:
+        raise ReportError(400, f"use.utilization_samples must be a whole number from 0 to {MAX_SAMPLES}")
+    out["utilization_samples"] = samples
+    total = _number(value.get("utilization_sum", 0.0), "use.utilization_sum", float(samples), "a number")
+    out["utilization_sum"] = total or 0.0
+    return out
+
+
+def _number(value: Any, name: str, most: float, what: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or not 0 <= value <= most:
+        raise ReportError(400, f"{name} must be null or {what} from 0 to {most:g}")
     return float(value)
 
 

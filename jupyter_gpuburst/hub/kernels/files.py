@@ -76,9 +76,10 @@ def shared_storage(request: KernelFilesRequest) -> KernelFiles | None:
 
 
 def scratch(placement: Placement) -> KernelFiles:
-    where = "this donor cluster" if placement.is_donor else "the GPU node"
+    # the panel's words for a site: "donor-1, a donor cluster", "the origin"
+    where = f"{placement.site}, a donor cluster," if placement.is_donor else "a GPU node of the origin"
     note = (
-        f"Note: this GPU kernel runs on {where} ({placement.site}) without your files. It starts in an "
+        f"Note: this GPU kernel runs on {where} without your files. It starts in an "
         f"empty scratch directory ({SCRATCH_PATH}) that is deleted when the kernel stops; save results "
         "by returning them to the notebook or copying them to storage you can reach from here."
     )

@@ -22,7 +22,8 @@ from typing import Any
 from jupyterhub.services.auth import check_scopes
 from tornado import web
 
-from jupyter_gpuburst.hub.accounting.gate import budget_note, budget_refusal
+from jupyter_gpuburst.hub.accounting.gate import budget_refusal, budget_state
+from jupyter_gpuburst.hub.accounting.rightsizing import Offer, suggestion_for
 from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRecord, KernelRegistry
 from jupyter_gpuburst.hub.kernels.service import LiveHub, default_registry
 from jupyter_gpuburst.hub.tokenapi import UserTokenHandler
@@ -112,9 +113,22 @@ class KernelsHandler(KernelAPIHandler):
             for p in registry.profiles.values()
             if offered is None or p.slug in offered
         ]
-        # what is left of the user's GPU-hour budget, as the spawn form says it ("" without one)
-        budget = budget_note(registry.tracker, self.user["name"], groups, bool(self.user.get("admin")))
-        self.write(json.dumps({"profiles": profiles, "kernels": kernels, "budget": budget}))
+        # what is left of the user's GPU-hour budget, as the spawn form says it ("" without one);
+        # used up, the launcher's cards say so rather than fail on a click
+        budget, used_up = budget_state(registry.tracker, self.user["name"], groups, bool(self.user.get("admin")))
+        # the smallest GPU kernel the user's past GPU sessions would have fitted ("" if none)
+        suggestion = suggestion_for(
+            registry.tracker,
+            self.user["name"],
+            [
+                Offer(p.slug, p.display_name, p.resource, p.count)
+                for p in registry.profiles.values()
+                if offered is None or p.slug in offered
+            ],
+        )
+        self.write(
+            json.dumps({"profiles": profiles, "kernels": kernels, "budget": budget, "budget_used_up": used_up, "suggestion": suggestion})
+        )
 
     async def post(self) -> None:
         body = self.get_json()

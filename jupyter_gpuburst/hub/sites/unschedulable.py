@@ -5,7 +5,9 @@ someone else's pod can take what was counted free. kube-scheduler then refuses t
 a message such as ``0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't match Pod's
 node affinity/selector.``: the site is short of something this pod asks for, so another site may
 still fit it. Refusals for anything else (a taint, a volume's zone) are not moved: another site
-would not cure them, and the spawn's own timeout reports them.
+would not cure them, and the spawn's own timeout reports them. Nor is a pod the scheduler has
+nominated a node for (``status.nominatedNodeName``): it is preempting lower-priority pods there (a
+warm pool's placeholders) and is bound as soon as they are gone.
 """
 
 from __future__ import annotations
@@ -38,11 +40,18 @@ def shortage(message: str, requested: Iterable[str]) -> bool:
     return any(match.group(1).rstrip(".,") in wanted for match in _INSUFFICIENT.finditer(message))
 
 
+def preempting(pod: Mapping[str, Any]) -> bool:
+    """The scheduler is making room for ``pod`` by preemption on the node it nominated."""
+    return bool((pod.get("status") or {}).get("nominatedNodeName"))
+
+
 def unschedulable_reason(pod: Mapping[str, Any], resource: str | None = None) -> str | None:
     """The scheduler's message when ``pod`` is unschedulable for lack of something it requests.
 
     ``resource`` (the placed GPU resource) counts as requested even if the pod as read lacks it.
     """
+    if preempting(pod):
+        return None
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False" and condition.get("reason") == "Unschedulable":
             message = condition.get("message") or ""
@@ -60,6 +69,8 @@ def failed_scheduling_reason(
     A donor's own scheduler failing shows on the origin only as such events.
     """
     pod = pod or {}
+    if preempting(pod):
+        return None
     name = (pod.get("metadata") or {}).get("name")
     wanted = _wanted(pod, resource)
     for event in events:

@@ -13,6 +13,7 @@ from traitlets.config import Config
 
 from jupyter_gpuburst.core import keys, names
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError, Policy, decide
+from jupyter_gpuburst.hub.accounting.rightsizing import Offer
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.profiles.options import ProfileGPU, gpu_from_resources, profile_block
 from jupyter_gpuburst.hub.spawner.podrequest import RESOURCE_TRAITS, pod_spec_from_traits, request_of_pod
@@ -149,4 +150,20 @@ def annotate(
     out["gpuburst_status"] = status
     description = out.get("description") or ""
     out["description"] = f"{description} {status['summary']}".strip()
+    return out
+
+
+def offers(profile_list: list[dict[str, Any]], config: Config, tracks: Callable[[str], bool]) -> list[Offer]:
+    """The GPU profiles of the spawn form as right-sizing compares them (CPU ones and
+    misconfigured ones left out: the form says what is wrong with those)."""
+    base = configured_resources(config)
+    out = []
+    for profile in profile_list:
+        try:
+            gpu = profile_gpu(profile, base.get("extra_resource_limits") or {}, base.get("extra_resource_guarantees") or {}, tracks)
+        except ValueError:
+            continue
+        if gpu is not None:
+            slug = str(profile.get("slug") or profile.get("display_name") or "")
+            out.append(Offer(slug, str(profile.get("display_name") or slug), gpu.resource, gpu.count))
     return out

@@ -5,8 +5,10 @@ pinned above the progress bar by ``templates/spawn_pending.html`` until the serv
 the others are shown as they come, like KubeSpawner's event lines. Other parts of the product
 add their own kinds through the spawner's ``_gb_message(text, kind)``.
 
-Container-runtime events (pulling, creating, starting a container) say nothing a student can
-act on, and would replace the decision as the page's message, so they are left out.
+Container-runtime events (creating, starting a container, an image already on the node) say
+nothing a student can act on, and would replace the decision as the page's message, so they are
+left out. An image pull is shown: on a node that never ran the image it is most of the wait
+(minutes for a CUDA image), and "Pulling image ..." says why.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 
 HEADLINE_KINDS = frozenset({"decision", "redirect", "queue"})
 # Kubelet event reasons about the container runtime, not about where or whether the server runs.
-RUNTIME_NOISE = frozenset({"Pulling", "Pulled", "Created", "Started", "Killing", "SandboxChanged", "AddedInterface"})
+RUNTIME_NOISE = frozenset({"Created", "Started", "Killing", "SandboxChanged", "AddedInterface"})
+PULL_DONE = "Successfully pulled image"  # a Pulled event after a real pull (not "already present")
 
 
 def message(text: str, kind: str = "info", progress: int | None = None) -> dict[str, Any]:
@@ -36,6 +39,8 @@ def message(text: str, kind: str = "info", progress: int | None = None) -> dict[
 
 def is_runtime_noise(event: dict[str, Any]) -> bool:
     raw = event.get("raw_event") or {}
+    if raw.get("reason") == "Pulled":
+        return not (raw.get("message") or "").startswith(PULL_DONE)
     return raw.get("reason") in RUNTIME_NOISE
 
 

@@ -36,6 +36,7 @@ from jupyter_gpuburst.core import keys, names, release
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
 from jupyter_gpuburst.hub import metrics, retry
 from jupyter_gpuburst.hub.accounting.gate import budget_note, budget_refusal
+from jupyter_gpuburst.hub.accounting.rightsizing import suggestion_for
 from jupyter_gpuburst.hub.capacity import watch
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker, server_key
 from jupyter_gpuburst.hub.kernels.service import stop_server_kernels
@@ -174,8 +175,10 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         except UserOptionsError:
             self._gb_restore_options()
             raise
+        # without an admin's apply_user_options hook JupyterHub would log the profile as
+        # "unhandled"; KubeSpawner applies it at start (load_user_options), as it always has
         parent = getattr(super(), "_run_apply_user_options", None)
-        result = await parent(user_options) if parent is not None else None
+        result = await parent(user_options) if parent is not None and self.apply_user_options else None
         self._gb_saved_options = copy.deepcopy(dict(user_options or {}))
         return result
 
@@ -809,6 +812,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             tracker = None
         annotated = [self._gb_annotate(p, tracker) for p in profile_list]
         form = self._render_options_form(annotated)
+        form = self._gb_right_size_note(profile_list, tracker) + form
         groups = [getattr(g, "name", str(g)) for g in (getattr(self.user, "groups", None) or [])]
         note = budget_note(tracker, self.user.name, groups, bool(getattr(self.user, "admin", False)))
         if not note:
@@ -816,6 +820,15 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         # the form is a template JupyterHub renders again: no braces of ours may reach it
         text = html.escape(note).replace("{", "&#123;").replace("}", "&#125;")
         return f'<p class="gpuburst-budget" id="gpuburst-budget">{text}</p>\n{form}'
+
+    def _gb_right_size_note(self, profile_list: list[dict[str, Any]], tracker: CapacityTracker | None) -> str:
+        """The smallest GPU profile the user's past sessions would have fitted, above the profiles."""
+        text = suggestion_for(tracker, self.user.name, spawn_form.offers(profile_list, self.config, self._gb_tracks))
+        if not text:
+            return ""
+        # the form is a template JupyterHub renders again: no braces of ours may reach it
+        text = html.escape(text).replace("{", "&#123;").replace("}", "&#125;")
+        return f'<p class="gpuburst-right-size" id="gpuburst-right-size">{text}</p>\n'
 
     def _gb_annotate(self, profile: dict[str, Any], tracker: CapacityTracker | None) -> dict[str, Any]:
         # the configured base, not this spawner's traits: a refused profile's override stays on them

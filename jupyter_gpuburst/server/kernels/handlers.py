@@ -74,16 +74,17 @@ class ProfilesCache:
 
 
 async def fetch_profiles_now() -> dict:
-    """``{"profiles": [{slug, display_name, kernel_name, available}], "error"}``."""
+    """``{"profiles": [{slug, display_name, kernel_name, available}], "budget", "budget_used_up",
+    "error", "suggestion"}``: ``budget`` is the hub's sentence on the user's GPU-hour budget ("" without one)."""
     client = client_from_env()
     if client is None:
-        return {"profiles": [], "error": None}
+        return {"profiles": [], "budget": "", "budget_used_up": False, "error": None}
     try:
         code, data = await client.request("GET", "", timeout=10)
     except KernelPlacementError as exc:
-        return {"profiles": [], "error": str(exc)}
+        return {"profiles": [], "budget": "", "budget_used_up": False, "error": str(exc)}
     if code != 200 or not isinstance(data, dict):
-        return {"profiles": [], "error": client.message(code, data)}
+        return {"profiles": [], "budget": "", "budget_used_up": False, "error": client.message(code, data)}
     profiles = []
     for p in data.get("profiles") or []:
         if not isinstance(p, dict) or not isinstance(p.get("slug"), str):
@@ -97,4 +98,10 @@ async def fetch_profiles_now() -> dict:
                 "available": available,
             }
         )
-    return {"profiles": profiles, "error": None}
+    reply: dict = {"profiles": profiles, "error": None}
+    # the hub's sentence on the user's GPU-hour budget ("" without one), and whether it is used up
+    reply["budget"] = data["budget"] if isinstance(data.get("budget"), str) else ""
+    reply["budget_used_up"] = bool(reply["budget"] and data.get("budget_used_up") is True)
+    # the hub's right-sizing sentence for the launcher ("" when it has none to say)
+    reply["suggestion"] = data["suggestion"] if isinstance(data.get("suggestion"), str) else ""
+    return reply

@@ -39,7 +39,7 @@ import psutil
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.errors import ApiError, bad_request
-from jupyter_gpuburst.sim.kubelet import hooks, mounts, netns, probes, runtime, servicenames, status, volumes
+from jupyter_gpuburst.sim.kubelet import hooks, images, mounts, netns, probes, runtime, servicenames, status, volumes
 from jupyter_gpuburst.sim.kubelet.network import AddressPool, container_ports
 from jupyter_gpuburst.sim.store import Store
 
@@ -51,6 +51,7 @@ NSENTER = netns.NSENTER
 # kubelet's container restart back-off: 10 s doubling to 5 min; reset after 10 min of running.
 BACKOFF_INITIAL_S = 10.0
 BACKOFF_MAX_S = 300.0
+IMAGE_RETRY_S = 10.0  # a container that may not pull is tried again on the kubelet's next sync
 MIN_GRACE_AFTER_HOOK_S = 2.0  # kubelet's minimumGracePeriodInSeconds: SIGTERM always gets this long
 _HOSTNAME_HOOK = '''"""Written by the emulated kubelet: the pod's hostname for Python programs (no UTS namespace)."""
 import os as _os
@@ -183,9 +184,17 @@ class Kubelet:
     """Runs every pod bound to a non-virtual node of this cluster."""
 
     def __init__(
-        self, store: Store, pool: AddressPool, *, state_dir: Path, stop_grace_s: float = 2.0, backoff_initial_s: float = BACKOFF_INITIAL_S
+        self,
+        store: Store,
+        pool: AddressPool,
+        *,
+        state_dir: Path,
+        stop_grace_s: float = 2.0,
+        backoff_initial_s: float = BACKOFF_INITIAL_S,
+        image_settings: images.ImageSettings | None = None,
     ):
         self.store = store
+        self.images = images.ImageCache(store, image_settings)
         self.stop_grace_s = stop_grace_s
         self.pool = pool
         self.state_dir = Path(state_dir)
@@ -245,6 +254,9 @@ class Kubelet:
     async def start(self) -> None:
         if self.pod_networks and (why := netns.unavailable()):
             raise RuntimeError(f"{netns.MODE_ENV}=namespaces: {why}")
+        for node in self.store.iter_objects("nodes"):
+            if not liqo.is_virtual_node(node):
+                self.images.preload(node["metadata"]["name"])
         self._task = asyncio.create_task(self._run(), name="kubelet")
         if uts_namespaces():  # service names live in the pods' own /etc/hosts
             self._services_task = asyncio.create_task(self._watch_services(), name="kubelet-services")
@@ -674,7 +686,8 @@ class Kubelet:
     async def _run_once(self, pr: PodRun, c: ContainerRun) -> int:
         """Start the container's process, probe it while it runs; its exit code."""
         spec = c.spec
-        self._event(pr, "Pulled", f'Container image "{spec.get("image", "")}" already present on machine', container=c)
+        if not await self._ensure_image(pr, c):
+            return 137
         c.log_path().touch()
         try:
             c.view = self._view(pr, c)
@@ -714,6 +727,27 @@ class Kubelet:
             for t in probe_tasks:
                 t.cancel()
         return await self._ended(pr, c, since)
+
+    async def _ensure_image(self, pr: PodRun, c: ContainerRun) -> bool:
+        """The container's image on this node (``images``); False once the pod is being deleted."""
+        waiting = dict(c.state.get("waiting") or {})
+
+        def event(reason: str, message: str, warning: bool = False) -> None:
+            self._event(pr, reason, message, container=c, warning=warning)
+            if reason == "Pulling":
+                self._publish(pr)  # the container waits (ContainerCreating) while the image comes
+
+        while not pr.killing:
+            try:
+                return await self.images.ensure(pr.pod["spec"]["nodeName"], c.spec, event, pr.killed)
+            except images.PullFailed as exc:
+                c.state = {"waiting": {"reason": exc.reason, "message": exc.message}}
+                self._publish(pr)
+            try:
+                await asyncio.wait_for(pr.killed.wait(), IMAGE_RETRY_S)
+            except TimeoutError:
+                c.state = {"waiting": waiting} if waiting else c.state
+        return False
 
     async def _ended(self, pr: PodRun, c: ContainerRun, since: str) -> int:
         """The container's main process has exited (or is being killed): its state, its exit code."""

@@ -127,6 +127,8 @@ def conditions(old: list[Obj], phase: str, init: list[ContainerRun], main: list[
         cond("ContainersReady", ready, None if ready else not_ready_reason, None if ready else message),
     ]
     out.append(previous.get("PodScheduled") or cond("PodScheduled", True))
+    if "DisruptionTarget" in previous:  # the scheduler's (preemption) or the eviction API's, not ours to drop
+        out.append(previous["DisruptionTarget"])
     if init and initialized and phase == "Succeeded":
         out[1]["reason"] = "PodCompleted"
     return out

@@ -11,8 +11,10 @@ from traitlets.config import Config
 from jupyter_gpuburst.bench import synthetic
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub.accounting import Accounting, AccountingConfigError, GPUAccountingSettings
+from jupyter_gpuburst.hub.accounting.gate import budget_state
 from jupyter_gpuburst.hub.accounting.ledger import UsageLedger
 from jupyter_gpuburst.hub.accounting.store import UsageStore
+from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
 from jupyter_gpuburst.hub.spawner import SpawnRefused
 
 MONDAY = 1_795_000_000.0 - (1_795_000_000.0 % 86400) - 4 * 86400  # a UTC Monday 00:00 (1 Nov 2026 is a Sunday)
@@ -74,6 +76,19 @@ async def test_admins_are_exempt(no_cluster, tmp_path):
     assert "GPU-hour" not in await spawner.options_form(spawner)
 
 
+def test_the_launcher_hears_the_same_sentence_and_whether_it_is_used_up(tmp_path):
+    """What the hub's kernel API tells the GPU kernel launcher (hub/kernels/handlers.py)."""
+    tracker = make_tracker()
+    assert budget_state(tracker, "alice", []) == ("", False)  # no accounting, no budget
+    with_budget(tracker, tmp_path, "alice", used_hours=0.25)
+    assert budget_state(tracker, "alice", []) == ("0.8 of 1 GPU-hours left this week, resets Monday 00:00 UTC.", False)
+    assert budget_state(tracker, "alice", [], admin=True) == ("", False)
+    (tmp_path / "used").mkdir()
+    used = with_budget(make_tracker(), tmp_path / "used", "alice", used_hours=1.0)
+    sentence, used_up = budget_state(used, "alice", [])
+    assert used_up and sentence.startswith("Your GPU-hour budget is used up: 0 of 1 GPU-hours left this week")
+
+
 @pytest.mark.parametrize("budgets", [{"students": -1.0}, {"students": float("nan")}, {"students": float("inf")}])
 def test_a_nonsense_budget_stops_the_hub_with_the_reason(budgets):
     config = Config()
@@ -101,3 +116,22 @@ def test_the_worked_example_in_hub_config_is_valid():
     settings = GPUAccountingSettings(config=config)
     assert settings.user_budgets == {"*": 20} and settings.group_budgets == {"ml101": 400}
     assert [s["name"] for s in settings.semesters] == ["Fall 2026", "Spring 2027"]
+    assert settings.right_sizing_sessions == 5 and settings.right_sizing_small_share == 0.5
+    # right-sizing's figures come from servers' reports: culling configured, and off
+    assert GPUCullingSettings(config=config).enabled is False
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("right_sizing_sessions", -1),
+        ("right_sizing_headroom", float("nan")),
+        ("right_sizing_small_share", 2.0),
+        ("right_sizing_days", -3.0),
+    ],
+)
+def test_a_nonsense_right_sizing_setting_stops_the_hub_with_the_reason(name, value):
+    config = Config()
+    config.GPUAccountingSettings[name] = value
+    with pytest.raises(AccountingConfigError, match=f"{name} must be from 0 to"):
+        GPUAccountingSettings(config=config)

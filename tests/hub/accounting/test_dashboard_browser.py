@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,16 +49,30 @@ def test_admin_reads_gpu_hours_on_the_capacity_page(page: Page, usage_hub: HubPr
     expect(top.first).to_contain_text("bob")
     expect(page.locator("#gpuburst-donor-hours tr[data-site='donor-1'] .gpuburst-hours")).to_have_text("6.00")
     expect(page.locator("#gpuburst-budgets tr[data-budget='user:alice']")).to_contain_text("16.00")
-    chart = page.locator("#gpuburst-day-charts tr[data-site='origin'][data-resource='nvidia.com/gpu']")
+    chart = page.locator("#gpuburst-day-charts figure[data-site='origin'][data-resource='nvidia.com/gpu']")
     expect(chart.locator(".gpuburst-now")).to_have_text("6 / 3 / 0")
-    # two hours ago and now: 3 of 6 GPUs in use
-    expect(chart.locator("polyline.in-use")).to_have_attribute("points", "275.0,30.0 300.0,30.0")
-    # readable in both themes: the table's text differs from the page behind it
+    # from two hours ago to now: 3 of 6 GPUs in use, a step line up to the right edge
+    expect(chart.locator("path.in-use")).to_have_attribute("d", re.compile(r"H579\.0V82\.0H628\.0V82\.0H628\.0$"))
+    # axes a reader can read: GPUs 0 to 6, times of day in UTC up to now, and a legend
+    expect(chart.locator("text.gpu-tick")).to_have_text(["0", "2", "4", "6"])
+    expect(chart.locator("text.time-tick").last).to_have_text("now")
+    expect(chart.locator(".gpuburst-legend li")).to_have_text(["total", "in use", "reserved by spawns starting"])
+    # and for a screen reader, the figures in words and hour by hour
+    expect(chart.locator("svg desc")).to_contain_text("now 6 total, 3 in use, 0 reserved")
+    chart.locator("details summary").click()
+    expect(chart.locator(".gpuburst-chart-table tbody tr").first).to_contain_text("05:00")
+    chart.locator("details summary").click()  # closed again for the screenshot
+    # the profiles larger than their sessions need: alice's 2 GPUs peaked at 6 of 80 GiB
+    expect(page.locator("#gpuburst-right-sizing tbody tr")).to_have_count(1)
+    expect(page.locator("#gpuburst-right-sizing .gpuburst-share")).to_have_text("8%")
+    # readable in both themes: the table's text and the chart's axis differ from the page behind
     colors = page.evaluate(
         """() => [getComputedStyle(document.querySelector('#gpuburst-top-users td')).color,
+                 getComputedStyle(document.querySelector('.gpuburst-day-chart text.gpu-tick')).fill,
+                 getComputedStyle(document.querySelector('.gpuburst-day-chart path.in-use')).stroke,
                  getComputedStyle(document.body).backgroundColor]"""
     )
-    assert colors[0] != colors[1], colors
+    assert colors[3] not in colors[:3], colors
     shot = artifacts / f"capacity-usage-{theme}.png"
     page.locator("#gpuburst-capacity").screenshot(path=str(shot))
     save_docs_screenshot(shot, f"capacity-usage-{theme}.png")

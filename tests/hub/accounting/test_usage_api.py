@@ -41,7 +41,12 @@ async def test_usage_by_user_and_donor(usage_hub, http):
     assert rows["alice"]["gpu_hours"] == pytest.approx(4.0)
     assert "carol" not in rows  # Pending: never bound, never counted
     assert report["total"]["gpu_hours"] == pytest.approx(10.0)
-    assert report["donors"] == [{"site": "donor-1", "gpu_hours": pytest.approx(6.0), "idle_gpu_hours": None, "sessions": 1}]
+    donor = {"site": "donor-1", "gpu_hours": pytest.approx(6.0), "idle_gpu_hours": None, "sessions": 1}
+    bob_use = {"peak_gpu_memory_gib": 100.0, "peak_gpu_utilization": 0.97, "mean_gpu_utilization": 0.75}
+    assert report["donors"] == [{**donor, **bob_use}]
+    # what each one's GPUs used, as their servers reported it: for right-sizing
+    assert {k: rows["alice"][k] for k in bob_use} == {"peak_gpu_memory_gib": 6.0, "peak_gpu_utilization": 0.3, "mean_gpu_utilization": 0.1}
+    assert report["total"]["peak_gpu_memory_gib"] == 100.0
     assert report["counts_idle"] is False and report["period"]["kind"] == "week"
 
 
@@ -52,6 +57,8 @@ async def test_usage_csv_for_a_semester(usage_hub, http):
     assert 'filename="gpu-usage-semester-Fall-2026.csv"' in headers["Content-Disposition"]
     lines = list(csv.DictReader(io.StringIO(text)))
     assert {(r["user"], r["site_kind"], r["gpu_hours"]) for r in lines} == {("alice", "origin", "4.0000"), ("bob", "donor", "6.0000")}
+    peaks = {r["user"]: (r["peak_gpu_memory_gib"], r["peak_gpu_utilization"], r["mean_gpu_utilization"]) for r in lines}
+    assert peaks == {"alice": ("6", "0.3", "0.1"), "bob": ("100", "0.97", "0.75")}
 
 
 @pytest.mark.parametrize(
@@ -131,3 +138,15 @@ async def test_the_capacity_page_shows_top_users_donors_and_budgets(usage_hub):
     alice = re.search(r'data-budget="user:alice"\s*>(.*?)</tr>', budgets, re.S).group(1)
     assert re.findall(r"<td>([^<]*)</td>", alice) == ["alice", "4.00", "20", "16.00"]
     assert "api/usage.csv?period=week" in html
+
+
+async def test_the_capacity_page_lists_profiles_larger_than_their_sessions_need(usage_hub):
+    status, html = await _page(usage_hub, "admin")
+    assert status == 200, html[:500]
+    table = re.search(r'id="gpuburst-right-sizing">(.*?)</table>', html, re.S).group(1)
+    rows = re.findall(r'<tr data-profile="([^"]*)" data-resource="([^"]*)">(.*?)</tr>', table, re.S)
+    # alice's 2 GPUs held 80 GiB and peaked at 6: listed; bob's used 100 of 120 GiB: not
+    assert len(rows) == 1, table
+    cells = [re.sub(r"\s+", " ", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", rows[0][2], re.S)]
+    assert rows[0][1] == "nvidia.com/gpu"
+    assert cells[1:] == ["2 × GPU (80 GiB)", "1", "6 / 6 GiB", "8%", "10% / 30%"], cells

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.browser import save_docs_screenshot, switch_theme
+from helpers.browser import assert_readable, save_docs_screenshot, switch_theme
 from helpers.hub import Hub
 from helpers.hubsite import federation_and_hub
 from playwright.sync_api import Page, expect
@@ -54,22 +54,6 @@ def log_in(page: Page, hub: Hub) -> None:
         page.get_by_role("button", name="No", exact=True).click(timeout=3_000)
     except Exception:  # noqa: BLE001 - not asked: nothing to dismiss
         pass
-
-
-def assert_readable(warning, dark: bool) -> None:
-    """The warning's text against its background: WCAG contrast of at least 4.5, and a dark
-    background in the dark theme."""
-    colors = warning.evaluate("e => [getComputedStyle(e).color, getComputedStyle(e).backgroundColor]")
-    text, back = ([int(x) for x in re.findall(r"\d+", c)[:3]] for c in colors)
-
-    def luminance(rgb: list[int]) -> float:
-        channels = [c / 255 for c in rgb]
-        lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
-        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
-
-    high, low = sorted((luminance(text), luminance(back)), reverse=True)
-    assert (high + 0.05) / (low + 0.05) >= 4.5, f"text {colors[0]} on {colors[1]}"
-    assert (luminance(back) < 0.2) == dark, f"background {colors[1]} in the {'dark' if dark else 'light'} theme"
 
 
 def test_idle_gpu_warning_and_keep_in_light_and_dark(page: Page, gpu_hub: Hub, artifacts: Path) -> None:

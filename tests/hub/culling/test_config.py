@@ -46,6 +46,21 @@ def test_install_grants_the_stop_scope_only_where_culling_is_configured():
     assert [r["name"] for r in c.JupyterHub.load_roles].count(ROLE_NAME) == 1
 
 
+def test_budgets_that_stop_sessions_get_the_stop_scope_without_culling():
+    budgets = Config()
+    budgets.GPUAccountingSettings.user_budgets = {"*": 20.0}
+    install(budgets)
+    (role,) = [r for r in budgets.JupyterHub.load_roles if r["name"] == ROLE_NAME]
+    assert role["scopes"] == ["read:users:name", "delete:servers"]
+    assert TEMPLATE_VAR in budgets.JupyterHub.template_vars  # the spawn page says why
+    # warn only: nothing is stopped, so no scope to stop with
+    warn_only = Config()
+    warn_only.GPUAccountingSettings.user_budgets = {"*": 20.0}
+    warn_only.GPUAccountingSettings.budget_stop = False
+    install(warn_only)
+    assert not any(r.get("name") == ROLE_NAME for r in warn_only.JupyterHub.get("load_roles", []))
+
+
 def test_a_wrong_override_stops_the_hub_at_start_with_the_reason():
     c = Config()
     c.GPUCullingSettings.server_profiles = {"gpu-1": {"timeout_minutes": 60}}

@@ -170,3 +170,51 @@ async def test_a_gpu_kernel_is_shut_down_by_its_server_first_and_by_the_hub_when
     assert registry.stopped == []
     await c.sweep(NOW + 21)
     assert registry.stopped == ["r1"]
+
+
+async def test_the_next_sweep_comes_when_the_next_warning_or_stop_falls_due_not_a_period_later():
+    async def stop(user, server):
+        return "stopped"
+
+    c = culler(stop)  # timeout 100 s, warning 10 s, period 5 s
+    assert c.next_sweep_s == 5
+    report(c, "alice", 88.0, NOW)  # the warning is due in 2 s
+    await c.sweep(NOW)
+    assert abs(c.next_sweep_s - 2) < 0.1
+    await c.sweep(NOW + 2.05)  # warned: the stop is due 10 s after the warning's due time
+    assert c.store.get("alice", "", "server").warned_at == NOW + 2.05
+    assert c.next_sweep_s == 5  # the period comes first
+    assert await c.sweep(NOW + 11.5) == []
+    assert abs(c.next_sweep_s - 0.5) < 0.1  # 12 s of idleness from the report: the stop
+    report(c, "alice", 100.0, NOW + 12, seq=2)
+    assert [s["user"] for s in await c.sweep(NOW + 12.02)] == ["alice"]
+    # asked for: retried once a period, never spun on
+    assert c.next_sweep_s == 5
+
+
+async def test_stops_run_side_by_side_and_a_stop_under_way_is_not_asked_for_again():
+    import asyncio
+
+    began: list[str] = []
+    release = asyncio.Event()
+
+    async def stop(user, server):
+        began.append(user)
+        await release.wait()  # JupyterHub answers once the server is gone: slow under load
+        return "stopped"
+
+    c = culler(stop)
+    for user in ("alice", "bob"):
+        report(c, user, 91.0, NOW)
+    await c.sweep(NOW)  # both warned
+    for user in ("alice", "bob"):
+        report(c, user, 100.0, NOW + 11, seq=2)
+    first = asyncio.ensure_future(c.sweep(NOW + 11))
+    for _ in range(50):
+        if len(began) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert began == ["bob", "alice"]  # both begun before either ended; the donor's first
+    assert await c.sweep(NOW + 12, wait=False) == [] and began == ["bob", "alice"]
+    release.set()
+    assert sorted(s["user"] for s in await first) == ["alice", "bob"]

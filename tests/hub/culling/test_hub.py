@@ -10,9 +10,9 @@ import time
 
 import aiohttp
 import pytest
-from helpers.kernel_client import execute
 from helpers.user_server import server_api
 
+from jupyter_gpuburst.bench.cells import execute
 from jupyter_gpuburst.sim.testing import wait_until
 
 pytestmark = pytest.mark.integration

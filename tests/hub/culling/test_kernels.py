@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from helpers.kernel_client import execute
 from helpers.user_server import server_api
 
+from jupyter_gpuburst.bench.cells import execute
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.sim.testing import wait_until
 

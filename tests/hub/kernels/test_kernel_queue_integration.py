@@ -10,9 +10,9 @@ from functools import partial
 import pytest
 from helpers import user_server
 from helpers.federation import occupy, release
-from helpers.kernel_client import execute
 from helpers.kernels import KERNEL_HUB
 
+from jupyter_gpuburst.bench.cells import execute
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.sim.testing import wait_until
 

@@ -109,9 +109,9 @@ def test_lab_shows_gpu_kernels_where_they_run(page: Page, kernel_site: KernelSit
     expect(row.locator(".jp-GpuBurst-gpuKernelMemory")).to_have_text(re.compile(r"^\d+\.\d / 40\.0 GiB$"), timeout=30_000)
     expect(page.locator(f"{PANEL} .jp-GpuBurst-gpuKernels tbody tr")).to_have_count(2)
     # a CPU server by the student's choice: no warning that it sees no GPU
-    expect(page.locator(f"{PANEL} .jp-GpuBurst-where")).to_contain_text("no GPU was requested")
+    expect(page.locator(f"{PANEL} .jp-GpuBurst-where")).to_contain_text("this server has no GPU of its own")
     expect(page.locator(f"{PANEL} .jp-GpuBurst-nogpu")).to_have_count(0)
-    expect(page.locator(STATUS)).to_have_attribute("aria-label", re.compile(r"no GPU was requested\. Open"))
+    expect(page.locator(STATUS)).to_have_attribute("aria-label", re.compile(r"this server has no GPU of its own\. Open"))
     # the Kernels card lists the same kernel with where its GPU is, not as a kernel using none
     # (both of them: the console's kernel and the notebook's)
     listed = page.locator(f"{PANEL} .jp-GpuBurst-kernels tbody tr")

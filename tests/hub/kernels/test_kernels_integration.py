@@ -11,9 +11,9 @@ from functools import partial
 import aiohttp
 import pytest
 from helpers import user_server
-from helpers.kernel_client import execute
 from helpers.kernels import KERNEL_HUB, KERNEL_SCOPES
 
+from jupyter_gpuburst.bench.cells import execute
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.testing import wait_until

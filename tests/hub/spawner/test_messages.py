@@ -16,9 +16,13 @@ def test_decisions_are_headlines_and_escaped() -> None:
     assert 'data-headline="false"' in spawn_messages.message("Pod created", "info")["html_message"]
 
 
-def test_container_runtime_events_are_left_out() -> None:
-    for reason in ("Pulling", "Pulled", "Created", "Started"):
+def test_container_runtime_events_are_left_out_but_a_pull_is_shown() -> None:
+    for reason in ("Created", "Started"):
         assert spawn_messages.is_runtime_noise(kube_event(reason, "Started container notebook"))
+    assert spawn_messages.is_runtime_noise(kube_event("Pulled", 'Container image "x:1" already present on machine'))
+    assert not spawn_messages.is_runtime_noise(kube_event("Pulling", 'Pulling image "x:1"'))
+    pulled = 'Successfully pulled image "x:1" in 41.2s (41.2s including waiting). Image size: 6442450944 bytes.'
+    assert not spawn_messages.is_runtime_noise(kube_event("Pulled", pulled))
     assert not spawn_messages.is_runtime_noise(kube_event("Scheduled", "Successfully assigned x to n"))
     assert not spawn_messages.is_runtime_noise({"message": "still waiting"})
 

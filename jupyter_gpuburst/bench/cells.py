@@ -1,4 +1,4 @@
-"""Run code on a kernel of a user's server through the proxy, as JupyterLab does (websocket)."""
+"""Run code on a kernel of a user's server through the hub's proxy, as JupyterLab does (websocket)."""
 
 from __future__ import annotations
 

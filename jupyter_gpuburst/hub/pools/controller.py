@@ -1,0 +1,309 @@
+"""Keeps each warm pool at its size: creates placeholders where the site has room, removes them
+where a real spawn needs the room or the site ran short, and counts what they hold.
+
+It never delays a real spawn: placeholders are counted as free by placement (``core.inventory``),
+so a spawn is placed on their room and its pod preempts them (their priority is below every
+user pod, grace period 0); and when a spawn's reservation lands on a node whose placeholders
+fill it, they are removed at once, before its pod even reaches the scheduler. A placeholder the
+scheduler could not place within ``pending_seconds`` is removed too: its site ran short. One
+list of the pools' pods per pass, and a pass whenever capacity changes (at most every
+``interval_seconds``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.core.snapshot import is_gpu_resource
+from jupyter_gpuburst.hub import metrics
+from jupyter_gpuburst.hub.pools import manifests
+from jupyter_gpuburst.hub.pools.settings import Pool, Shape, WarmPools
+
+TERMINAL = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass
+class PoolState:
+    """What the capacity page and metrics show of one pool."""
+
+    pool: Pool
+    ready: int = 0  # running: the room is held, the image is on the node
+    pending: int = 0  # not placed yet, or pulling the image
+    gpus: dict[str, int] = field(default_factory=dict)  # GPU units the bound placeholders hold
+    gpu_seconds: float = 0.0  # GPU-seconds held since the hub started (the pool's, nobody's)
+    created: int = 0
+    removed: int = 0
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "site": self.pool.site,
+            "profile": self.pool.profile,
+            "target": self.pool.count,
+            "ready": self.ready,
+            "pending": self.pending,
+            "gpus": dict(self.gpus),
+            "gpu_hours": round(self.gpu_seconds / 3600, 4),
+            "note": self.note,
+        }
+
+
+class PoolController:
+    """The warm pools of one hub, on the origin's API (Liqo carries donor placeholders)."""
+
+    def __init__(
+        self,
+        settings: WarmPools,
+        shapes: Mapping[str, Shape],
+        namespace: str,
+        core_api: Any,
+        scheduling_api: Any,
+        tracker: Any,
+        log: logging.Logger | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        offloader: Any = None,
+    ):
+        self.offloader = offloader  # sites.offloading.NamespaceOffloader: donor placeholders need it
+        self.settings = settings
+        self.shapes = dict(shapes)
+        self.namespace = namespace
+        self.core = core_api
+        self.scheduling = scheduling_api
+        self.tracker = tracker
+        self.log = log or logging.getLogger(__name__)
+        self.clock = clock
+        self.states = {p.name: PoolState(p) for p in settings.pool_list()}
+        for state in self.states.values():
+            if state.pool.profile not in self.shapes:
+                state.note = f"no profile {state.pool.profile!r} in the spawner's profile_list"
+        self._first_seen: dict[str, float] = {}
+        self._last_pass: float | None = None
+        self._class_ready = False
+        self._task: asyncio.Task | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="gpuburst-warm-pools")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            started = self.clock()
+            try:
+                await self.reconcile()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the next pass tries again; a pool must not stop the hub
+                self.log.exception("warm pools: pass failed")
+            left = self.settings.interval_seconds - (self.clock() - started)
+            # a change of capacity (a reservation, a pod bound or gone) starts the next pass sooner
+            await self.tracker.wait_change(max(left, 0.2))
+            await asyncio.sleep(0.2)  # a burst of changes costs one pass
+
+    # ---- one pass --------------------------------------------------------------------------
+    async def reconcile(self) -> None:
+        await self._ensure_priority_class()
+        listed = await self.core.list_namespaced_pod(self.namespace, label_selector=keys.POOL_LABEL, _preload_content=False)
+        pods = [p for p in (await _json(listed)).get("items") or [] if _alive(p)]
+        now = self.clock()
+        by_pool: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for pod in pods:
+            by_pool[pod["metadata"]["labels"].get(keys.POOL_LABEL, "")].append(pod)
+            self._first_seen.setdefault(pod["metadata"]["uid"], now)
+        live = {p["metadata"]["uid"] for p in pods}
+        self._first_seen = {uid: t for uid, t in self._first_seen.items() if uid in live}
+        elapsed = now - self._last_pass if self._last_pass is not None else 0.0
+        self._last_pass = now
+        for name, state in self.states.items():
+            # what they held since the last pass, those removed in this one included
+            self._count(state, by_pool.get(name, []), elapsed)
+        removed = await self._make_room(pods)
+        pods = [p for p in pods if p["metadata"]["uid"] not in removed]
+        snapshot = self.tracker.snapshot()
+        held = _held_by_node(pods, self.tracker.inventory.pod_resources)
+        for name, state in self.states.items():
+            mine = [p for p in by_pool.get(name, []) if p["metadata"]["uid"] not in removed]
+            shape = self.shapes.get(state.pool.profile)
+            if shape is None:
+                continue
+            mine, short = await self._shrink(state, mine, now)
+            missing = state.pool.count - len(mine)
+            if missing <= 0:
+                state.note = ""
+                continue
+            if state.pool.site != keys.ORIGIN_SITE and self.offloader is not None:
+                await self.offloader.ensure(self.namespace)  # Liqo offloads only such namespaces
+            manifest = manifests.placeholder_pod(state.pool, shape, self.namespace, self.settings.priority_class)
+            demand = self.tracker.inventory.pod_resources(manifest)
+            room = _room(snapshot, state.pool.site, demand, held)
+            for _ in range(min(missing, room)):
+                try:
+                    await self.core.create_namespaced_pod(self.namespace, manifest)
+                except ApiException as exc:
+                    state.note = f"cannot create placeholders: {exc.status} {exc.reason}"
+                    self.log.warning("warm pool %s: creating a placeholder failed: %s %s", name, exc.status, exc.reason)
+                    break
+                state.created += 1
+                # the next placeholder of this pass must not count the same room
+                _hold_somewhere(snapshot, state.pool.site, demand, held)
+            else:
+                if short:
+                    state.note = f"{state.pool.site} ran short: a placeholder could not be placed"
+                else:
+                    state.note = "" if room >= missing else f"{state.pool.site} has room for {room} more now"
+
+    def _count(self, state: PoolState, pods: list[dict[str, Any]], elapsed: float) -> None:
+        """Ready and pending placeholders, and the GPU-seconds the bound ones held since the last pass."""
+        state.ready = state.pending = 0
+        gpus: Counter[str] = Counter()
+        for pod in pods:
+            if (pod.get("status") or {}).get("phase") == "Running":
+                state.ready += 1
+            else:
+                state.pending += 1  # not placed yet, or pulling its image
+            if (pod.get("spec") or {}).get("nodeName"):
+                for resource, units in self.tracker.inventory.pod_requests(pod).items():
+                    gpus[resource] += units
+        state.gpus = dict(gpus)
+        state.gpu_seconds += elapsed * sum(gpus.values())
+        metrics.record_pool(state.pool.site, state.pool.profile, state.ready, state.pending, elapsed * sum(gpus.values()))
+
+    async def _shrink(self, state: PoolState, pods: list[dict[str, Any]], now: float) -> tuple[list[dict[str, Any]], bool]:
+        """Remove placeholders beyond the pool's size (unscheduled ones first) and those the
+        scheduler could not place within ``pending_seconds``."""
+        pods = sorted(pods, key=lambda p: (bool((p.get("spec") or {}).get("nodeName")), p["metadata"].get("creationTimestamp", "")))
+        keep = []
+        short = False
+        extra = len(pods) - state.pool.count
+        for pod in pods:
+            unbound = not (pod.get("spec") or {}).get("nodeName")
+            stuck = unbound and now - self._first_seen.get(pod["metadata"]["uid"], now) >= self.settings.pending_seconds
+            if extra > 0 or stuck:
+                if await self._delete(pod):
+                    state.removed += 1
+                    extra -= 1
+                    short = short or stuck
+                    continue
+            keep.append(pod)
+        return keep, short
+
+    async def _make_room(self, pods: list[dict[str, Any]]) -> set[str]:
+        """Remove placeholders from nodes where what real pods and in-flight spawns hold leaves
+        no room for them: the spawn's pod must not wait for a preemption."""
+        snapshot = self.tracker.snapshot()
+        on_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for pod in pods:
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node:
+                on_node[node].append(pod)
+        removed: set[str] = set()
+        for node_name, placeholders in on_node.items():
+            node = snapshot.nodes.get(node_name)
+            if node is None or not node.eligible:
+                continue
+            need: Counter[str] = Counter()
+            demands = [(p, self.tracker.inventory.pod_resources(p)) for p in placeholders]
+            for _pod, demand in demands:
+                need.update(demand)
+            # the newest placeholders go first: the older ones have pulled their image
+            demands.sort(key=lambda pd: pd[0]["metadata"].get("creationTimestamp", ""), reverse=True)
+            for pod, demand in demands:
+                if all(need[r] <= _free(node, r) for r in need):
+                    break
+                if await self._delete(pod):
+                    removed.add(pod["metadata"]["uid"])
+                    state = self.states.get(pod["metadata"]["labels"].get(keys.POOL_LABEL, ""))
+                    if state is not None:
+                        state.removed += 1
+                need.subtract(demand)
+        return removed
+
+    async def _delete(self, pod: dict[str, Any]) -> bool:
+        try:
+            await self.core.delete_namespaced_pod(pod["metadata"]["name"], self.namespace, grace_period_seconds=0)
+        except ApiException as exc:
+            if exc.status != 404:
+                self.log.warning("warm pools: removing %s failed: %s %s", pod["metadata"]["name"], exc.status, exc.reason)
+                return False
+        return True
+
+    async def _ensure_priority_class(self) -> None:
+        if self._class_ready:
+            return
+        body = manifests.priority_class(self.settings.priority_class, self.settings.priority)
+        try:
+            await self.scheduling.create_priority_class(body)
+        except ApiException as exc:
+            if exc.status == 403:
+                # the admin applied hub_config/warm-pools.yaml instead of granting the hub this
+                self.log.warning(
+                    "warm pools: the hub may not create PriorityClass %s (403); it must exist on the origin and on each "
+                    "donor (kubectl apply -f hub_config/warm-pools.yaml)",
+                    self.settings.priority_class,
+                )
+            elif exc.status != 409:
+                raise
+        self._class_ready = True
+
+    def report(self) -> list[dict[str, Any]]:
+        return [s.as_dict() for s in self.states.values()]
+
+
+async def _json(response: Any) -> dict[str, Any]:
+    return json.loads(await response.read())
+
+
+def _alive(pod: Mapping[str, Any]) -> bool:
+    return not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("phase") not in TERMINAL
+
+
+def _free(node: Any, resource: str) -> int:
+    """What real pods and reservations leave on the node (placeholders are not in ``requested``)."""
+    return node.allocatable.get(resource, 0) - node.requested.get(resource, 0) - node.reserved.get(resource, 0)
+
+
+def _held_by_node(pods: list[dict[str, Any]], resources_of: Callable[[Any], dict[str, int]]) -> dict[str, Counter[str]]:
+    held: dict[str, Counter[str]] = defaultdict(Counter)
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            held[node].update(resources_of(pod))
+    return held
+
+
+def _site_nodes(snapshot: Any, site: str) -> list[Any]:
+    return sorted((n for n in snapshot.nodes.values() if n.site == site and n.eligible), key=lambda n: n.name)
+
+
+def _fits_times(node: Any, demand: Mapping[str, int], held: Counter[str]) -> int:
+    counts = [(_free(node, r) - held[r]) // units for r, units in demand.items() if units > 0]
+    return max(0, min(counts)) if counts else 0
+
+
+def _room(snapshot: Any, site: str, demand: Mapping[str, int], held: Mapping[str, Counter[str]]) -> int:
+    """How many more placeholders of ``demand`` the site's nodes have room for."""
+    if not any(is_gpu_resource(r) for r in demand):
+        return 0  # a pool holds GPUs; a profile without one has nothing to keep warm
+    return sum(_fits_times(node, demand, held.get(node.name, Counter())) for node in _site_nodes(snapshot, site))
+
+
+def _hold_somewhere(snapshot: Any, site: str, demand: Mapping[str, int], held: dict[str, Counter[str]]) -> None:
+    for node in _site_nodes(snapshot, site):
+        if _fits_times(node, demand, held.setdefault(node.name, Counter())) > 0:
+            held[node.name].update(demand)
+            return

@@ -1,0 +1,70 @@
+"""The hub process's warm pools: checked when the hub starts (``install``), run beside the
+capacity tracker, shown on the capacity page (``report``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from jupyter_gpuburst.hub.pools.controller import PoolController
+from jupyter_gpuburst.hub.pools.settings import SECTION, WarmPools, profile_shape, spawner_values
+
+_controller: PoolController | None = None
+
+
+def install(c: Any, tracker_source: Any) -> None:
+    """Check ``c.WarmPools`` (a bad pool stops the hub at start, with the reason) and start the
+    pools once the hub's event loop runs. ``tracker_source()`` gives the hub's capacity tracker."""
+    if SECTION not in c:
+        return
+    settings = WarmPools(config=c)
+    base, profiles = spawner_values(c)
+    shapes = {}
+    for pool in settings.pool_list():
+        try:
+            shapes[pool.profile] = profile_shape(pool.profile, base, profiles)
+        except KeyError:
+            raise ValueError(f"WarmPools.pools: no profile {pool.profile!r} in the spawner's profile_list") from None
+    if not settings.pools:
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return  # the config is only being read (not by a starting hub)
+    namespace = settings.namespace or base.get("namespace") or "default"
+    loop.call_soon(lambda: asyncio.ensure_future(_start(settings, shapes, namespace, tracker_source)))
+
+
+async def _start(settings: WarmPools, shapes: dict[str, Any], namespace: str, tracker_source: Any) -> None:
+    global _controller
+    log = logging.getLogger("JupyterHub")
+    try:
+        tracker = tracker_source()
+        if asyncio.iscoroutine(tracker):
+            tracker = await tracker
+        from kubernetes_asyncio.client import CustomObjectsApi, SchedulingV1Api
+
+        from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader
+
+        api_client = tracker.api.api_client
+        offloader = NamespaceOffloader(CustomObjectsApi(api_client), log)
+        _controller = PoolController(
+            settings, shapes, namespace, tracker.api, SchedulingV1Api(api_client), tracker, log, offloader=offloader
+        )
+        _controller.start()
+        log.info("Warm pools on: %s", ", ".join(f"{p.count} x {p.profile} on {p.site}" for p in settings.pool_list()))
+    except Exception:
+        log.exception("Warm pools could not start; spawns go on without them")
+
+
+def report() -> list[dict[str, Any]]:
+    """Each pool's target, ready and pending placeholders, the GPUs they hold and have held."""
+    return _controller.report() if _controller is not None else []
+
+
+async def stop() -> None:
+    global _controller
+    if _controller is not None:
+        await _controller.stop()
+        _controller = None
