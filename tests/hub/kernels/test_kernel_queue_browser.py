@@ -84,7 +84,7 @@ def test_a_gpu_kernel_waiting_in_line_says_its_place_and_cancel_withdraws_it(pag
     page.keyboard.press("Shift+Enter")
 
     prompt = page.locator(".jp-Notebook .jp-CodeCell .jp-InputPrompt").first
-    expect(prompt).to_have_text("[*]:", timeout=10_000)
+    expect(prompt).to_have_text("[*]:", timeout=30_000)
     waiting = page.locator(".jp-GpuBurst-kernelStarting")
     expect(waiting).to_have_text("Waiting for a GPU: next in line, wait time unknown", timeout=30_000)
     # readable on the theme's status bar
