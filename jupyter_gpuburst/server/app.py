@@ -16,6 +16,7 @@ from jupyter_gpuburst.gpu.kernel_source import ServerKernelSource
 from jupyter_gpuburst.gpu.sampler import Sampler
 from jupyter_gpuburst.server import handlers
 from jupyter_gpuburst.server.activity import reporter_from_env
+from jupyter_gpuburst.server.kernels import withdraw
 from jupyter_gpuburst.server.kernels.handlers import GPUKernelProfilesHandler, GPUKernelsHandler
 from jupyter_gpuburst.server.placement import placement_from_env
 
@@ -169,6 +170,9 @@ class GPUBurstServerExtension(ExtensionApp):
             # and sends it when the kernel's websocket opens (jupyter_server opens it once the
             # kernel is ready, or closes it with the start's error), instead of dropping it.
             self.serverapp.kernel_manager.use_pending_kernels = True
+            # ...and shutting one down that still waits (for a GPU, in the hub's queue) must not
+            # wait for the start it cancels
+            withdraw.install(self.serverapp.kernel_manager)
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(

@@ -150,10 +150,18 @@ export interface IStartingKernel {
   site: string | null;
   /** What the start waits for now, in the hub's words ('a GPU', 'its image to download'). */
   waiting?: string | null;
+  /** Its place in the hub's queue while no site has a GPU for it. */
+  queue?: { text: string } | null;
 }
 
-/** 'Starting a GPU kernel on donor-1… (waiting for a GPU)': the status bar while a GPU kernel starts. */
+/**
+ * 'Starting a GPU kernel on donor-1… (waiting for a GPU)': the status bar while a GPU kernel
+ * starts; 'Waiting for a GPU: 2nd in line, about 3 min' while it waits in the hub's queue.
+ */
 export function startingText(kernel: IStartingKernel | null | undefined): string {
+  if (kernel?.queue) {
+    return `Waiting for ${kernel.queue.text}`;
+  }
   const where = kernel?.site ? ` on ${kernel.site}` : '';
   const waiting = kernel?.waiting ? ` (waiting for ${kernel.waiting})` : '';
   return `Starting a GPU kernel${where}…${waiting}`;

@@ -26,6 +26,25 @@ const REFRESH_MS = 5000;
 // while a GPU kernel starts, its site and what it waits for change within seconds
 const STARTING_REFRESH_MS = 1000;
 
+/** Leave the hub's queue: the kernel is shut down, which withdraws its request at the hub. */
+function CancelWait(props: { kernelId: string; shutdown: (kernelId: string) => Promise<void> }): JSX.Element {
+  const [busy, setBusy] = React.useState(false);
+  return (
+    <button
+      type="button"
+      className="jp-mod-styled jp-mod-warn jp-GpuBurst-cancelWait"
+      disabled={busy}
+      title="Stop waiting for a GPU: shuts this kernel down; cells that waited for it are not run"
+      onClick={() => {
+        setBusy(true);
+        void props.shutdown(props.kernelId).finally(() => setBusy(false));
+      }}
+    >
+      Cancel
+    </button>
+  );
+}
+
 /** The server's GPU kernels, refreshed while anything shows them. */
 export class GpuKernelsModel implements IDisposable {
   constructor(private readonly _client: GpuBurstClient) {
@@ -87,7 +106,11 @@ export class GpuKernelsModel implements IDisposable {
 }
 
 /** Section of the GPU panel: one row per GPU kernel. */
-export function GpuKernelsSection(props: { model: GpuKernelsModel }): JSX.Element | null {
+export function GpuKernelsSection(props: {
+  model: GpuKernelsModel;
+  /** Shut a kernel down (JupyterLab's own shutdown), for the Cancel of one that waits in line. */
+  shutdown?: (kernelId: string) => Promise<void>;
+}): JSX.Element | null {
   const kernels = props.model.kernels;
   if (kernels.length === 0) {
     return null;
@@ -112,6 +135,7 @@ export function GpuKernelsSection(props: { model: GpuKernelsModel }): JSX.Elemen
                   {k.state === 'pending' ? startingText(k) : (k.state ?? '')}
                   {k.files === 'scratch' ? ' · scratch files' : ''}
                 </span>
+                {k.queue && props.shutdown && <CancelWait kernelId={k.kernel_id} shutdown={props.shutdown} />}
               </td>
               <td>
                 <span className="jp-GpuBurst-gpuKernelSite">{kernelSiteText(k)}</span>
@@ -234,7 +258,9 @@ export function installGpuKernels(
 ): GpuKernelsModel {
   const model = new GpuKernelsModel(client);
   panel.addSection(() => (
-    <UseSignal signal={model.changed}>{() => <GpuKernelsSection model={model} />}</UseSignal>
+    <UseSignal signal={model.changed}>
+      {() => <GpuKernelsSection model={model} shutdown={id => app.serviceManager.kernels.shutdown(id)} />}
+    </UseSignal>
   ));
   // the Kernels card lists every kernel of this server: a GPU kernel's row says where its GPU is
   panel.setRemoteKernels(id => {

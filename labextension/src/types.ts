@@ -141,10 +141,23 @@ export interface IGpuKernel {
   reason: string | null;
   /** While it starts: what it waits for, in the hub's words ('a GPU'); null once it runs. */
   waiting: string | null;
+  /** While it waits in the hub's queue for a GPU: its place and the expected wait; else null. */
+  queue: IGpuKernelQueue | null;
   relocated_from: string | null;
   files: string | null;
   /** Measured in the kernel's pod; null while it starts or when it does not answer. */
   gpu: IKernelGpuFigures | null;
+}
+
+/** A GPU kernel's place in the hub's queue, as the hub's kernel record gives it. */
+export interface IGpuKernelQueue {
+  /** 1 for the next in line. */
+  position: number;
+  /** The expected wait in seconds; null when there is no basis for one. */
+  seconds: number | null;
+  basis: 'sessions' | 'history' | 'unknown';
+  /** 'a GPU: 2nd in line, about 3 min', in the hub's words. */
+  text: string;
 }
 
 /** Response of `GET /api/gpuburst/kernels`. */

@@ -62,6 +62,10 @@ test('while a GPU kernel starts, the status bar says where and what it waits for
   assert.equal(startingText(undefined), 'Starting a GPU kernel…');
   assert.equal(startingText({ site: 'donor-1' }), 'Starting a GPU kernel on donor-1…');
   assert.equal(startingText({ site: 'origin', waiting: 'a GPU' }), 'Starting a GPU kernel on origin… (waiting for a GPU)');
+  assert.equal(
+    startingText({ site: null, waiting: 'a GPU: 2nd in line, about 3 min', queue: { text: 'a GPU: 2nd in line, about 3 min' } }),
+    'Waiting for a GPU: 2nd in line, about 3 min'
+  );
   assert.ok(isGpuKernelName('gpuburst-gpu-1'));
   assert.ok(!isGpuKernelName('python3') && !isGpuKernelName(null));
 });

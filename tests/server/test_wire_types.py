@@ -119,3 +119,15 @@ async def test_gpu_kernel_records_and_profiles_fit_their_types(hub, specs, tmp_p
     finally:
         await km.shutdown_kernel(now=True)
     assert type_errors(tmp_path, {"kernels": ("IGpuKernelsReply", {"kernels": [kernel]}), "profiles": ("IProfilesReply", profiles)}) == ""
+
+
+def test_a_kernels_place_in_the_hubs_queue_fits_its_type(tmp_path):
+    from jupyter_gpuburst.hub.kernels.queued import Line
+    from jupyter_gpuburst.hub.queue.estimate import Estimate
+
+    replies = {
+        "known": ("IGpuKernelQueue", Line(2, Estimate(180.0, "sessions")).as_dict()),
+        "unknown": ("IGpuKernelQueue", Line(1, Estimate(None, "unknown")).as_dict()),
+    }
+    assert replies["known"][1]["text"] == "a GPU: 2nd in line, about 3 min"
+    assert type_errors(tmp_path, replies) == ""

@@ -15,8 +15,8 @@ import functools
 import gc
 import logging
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 from kubernetes_asyncio.client.exceptions import ApiException
 from traitlets.config import Config
@@ -27,6 +27,7 @@ from jupyter_gpuburst.core.placement import Placement, Placer
 from jupyter_gpuburst.hub import accounting, retry
 from jupyter_gpuburst.hub.capacity.ownership import PodOwnership
 from jupyter_gpuburst.hub.capacity.watch import WatchFeed, object_key
+from jupyter_gpuburst.hub.queue.estimate import Estimate, WaitHistory, estimate
 from jupyter_gpuburst.hub.settings import GPUBurstSettings, api_settings_from_config, settings_from_config
 
 # the garbage collector's thresholds: CPython's defaults, and the hub's once capacity is loaded
@@ -91,7 +92,9 @@ class CapacityTracker:
         self._pod_events: dict[str, asyncio.Event] = {}
         # set at the next change; made only when someone waits (most events have no waiter)
         self._changed: asyncio.Event | None = None
-        self._queue: collections.OrderedDict[str, float] = collections.OrderedDict()
+        self._queue: collections.OrderedDict[str, QueueEntry] = collections.OrderedDict()
+        # how long recent requests waited in it, for estimates when no session's end is known
+        self.waits = WaitHistory()
         self._feeds: list[WatchFeed] = []
         # GPU-hours accounting (hub.accounting), fed by the same pod events; None when off
         self.accounting: Any = None
@@ -348,13 +351,22 @@ class CapacityTracker:
         return out
 
     # ---- the fair queue ------------------------------------------------------------------------
-    def enqueue(self, key: str) -> int:
-        self._queue.setdefault(key, time.monotonic())
+    def enqueue(self, key: str, resource: str | None = None, count: int = 1) -> int:
+        """Put ``key`` (asking ``count`` GPUs of ``resource``) at the end of the line, once."""
+        if key not in self._queue:
+            self._queue[key] = QueueEntry(time.monotonic(), len(self._queue) + 1, resource, count)
         return self.queue_position(key)
 
-    def dequeue(self, key: str) -> None:
-        if self._queue.pop(key, None) is not None:
-            self._notify()  # the next in line may now try
+    def dequeue(self, key: str, placed: bool = False) -> None:
+        """Take ``key`` out of the line; ``placed``: it leaves with a placement (its wait counts
+        for later estimates), not cancelled, refused or timed out."""
+        entry = self._queue.pop(key, None)
+        if entry is None:
+            return
+        if placed:
+            now = time.monotonic()
+            self.waits.record(now, now - entry.since, entry.position)
+        self._notify()  # the next in line may now try
 
     def queue_position(self, key: str) -> int:
         """1-based position of ``key`` in the queue, 0 when not queued."""
@@ -363,9 +375,35 @@ class CapacityTracker:
                 return position
         return 0
 
+    def queue_estimate(self, key: str, ends: Sequence[tuple[float, int]] = ()) -> Estimate:
+        """How long ``key`` will still wait; ``ends``: (seconds until it ends, GPUs it holds) of the
+        running sessions of its GPU type whose end is known (``hub.queue.ends``)."""
+        entry = self._queue.get(key)
+        position = self.queue_position(key)
+        if entry is None or not position:
+            return estimate(0, 0, (), None)
+        needed = 0
+        for queued in list(self._queue.values())[:position]:
+            if queued.resource == entry.resource:
+                needed += max(1, queued.count)
+        return estimate(position, needed, ends, self.waits.per_place(time.monotonic()))
+
+    def queued_resource(self, key: str) -> str | None:
+        entry = self._queue.get(key)
+        return entry.resource if entry is not None else None
+
     @property
     def queue_length(self) -> int:
         return len(self._queue)
+
+
+class QueueEntry(NamedTuple):
+    """One request in the line: since when (monotonic), its place when it joined, what it asks."""
+
+    since: float
+    position: int
+    resource: str | None
+    count: int
 
 
 def _kept(pod: Mapping[str, Any]) -> dict[str, Any]:

@@ -130,6 +130,23 @@ class Culler:
             )
         return out
 
+    async def session_ends(self, resource: str) -> list[tuple[float, int]]:
+        """(seconds until this culler stops it, GPUs of ``resource`` it holds) for each server
+        and GPU kernel whose stop is foreseen, for the queue's estimate (``hub.queue.ends``)."""
+        now = time.time()
+        ends = []
+        for target in await self.targets():
+            # a server's spawner or a kernel's record: both know where their GPUs were placed
+            placement = getattr(target.handle, "_gb_placement", None) or getattr(target.handle, "placement", None)
+            if placement is None or placement.resource != resource:
+                continue
+            decision = self.decision(target, now)
+            if decision.action == "stop":
+                ends.append((0.0, placement.count))
+            elif decision.stops_in_s is not None:
+                ends.append((decision.stops_in_s, placement.count))
+        return ends
+
     def decision(self, target: Target, now: float) -> Decision:
         policy = self.settings.policy(target.signal.kind, target.profile)
         state = self.store.state(target.signal, now)

@@ -19,6 +19,7 @@ from jupyter_gpuburst.hub.culling.budget import BudgetRule, BudgetWatch
 from jupyter_gpuburst.hub.culling.culler import TEMPLATE_VAR, Culler
 from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
 from jupyter_gpuburst.hub.kernels.service import LiveHub, default_registry
+from jupyter_gpuburst.hub.queue import ends as queue_ends
 
 ROLE_NAME = "gpuburst-gpu-culler"
 _culler: Culler | None = None
@@ -33,6 +34,7 @@ def hub_culler(service_token: str) -> Culler:
         settings = GPUCullingSettings(config=hub.config)
         budgets = budget_watch(hub)
         _culler = Culler(settings, hub, default_registry, stop_server=partial(hub_api_stop, service_token), log=hub.log, budgets=budgets)
+        queue_ends.provide(_culler.session_ends)
         if _enabled_anywhere(settings):
             hub.log.info("GPU culling on: GPUs idle for %.0f s are given back, after a warning", settings.timeout_seconds)
         if budgets is not None:

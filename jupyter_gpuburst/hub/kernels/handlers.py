@@ -250,6 +250,8 @@ def record_json(registry: KernelRegistry, record: KernelRecord) -> dict[str, Any
         "count": placement.count if placement else None,
         "reason": placement.reason if placement else None,
         "waiting": registry.waiting(record),
+        # while it waits in the hub's queue: {position, seconds, basis, text}
+        "queue": record.line.as_dict() if record.line is not None else None,
         "relocated_from": record.relocated_from or None,
         "files": record.files,
         "attempts": len(record.attempts) + 1,

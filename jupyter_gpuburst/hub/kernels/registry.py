@@ -8,6 +8,7 @@ way round. Pods are the truth: a record lost in a hub restart is rebuilt from it
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import logging
@@ -22,9 +23,10 @@ from kubernetes_asyncio.client import ApiException
 from jupyter_gpuburst.core import keys, reasons
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker, kernel_key
-from jupyter_gpuburst.hub.kernels import manifests
+from jupyter_gpuburst.hub.kernels import manifests, queued
 from jupyter_gpuburst.hub.kernels.availability import availability
 from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, clean_notebook_dir, decide_files
+from jupyter_gpuburst.hub.kernels.queued import Line
 from jupyter_gpuburst.hub.kernels.settings import CHANNELS, PORT_SETS, GPUKernelSettings, KernelProfile
 from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader
 from jupyter_gpuburst.hub.sites.unschedulable import unschedulable_reason
@@ -62,8 +64,12 @@ class KernelRecord:
     ports: dict[str, int] = field(default_factory=dict)  # its pod's five, as the pod spec names them
     attempts: list[dict[str, str]] = field(default_factory=list)
     created: float = field(default_factory=time.time)
+    # when the start was asked for (monotonic): a wait in the queue counts against start_timeout
+    accepted: float = field(default_factory=time.monotonic)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task | None = None
+    # while it waits in the hub's queue for a GPU: its place and the expected wait
+    line: Line | None = None
 
     @property
     def key(self) -> str:
@@ -138,6 +144,8 @@ class KernelRegistry:
         """What a starting kernel waits for, in a student's words; None once it runs."""
         if record.state != "pending":
             return None
+        if record.line is not None:
+            return queued.waiting_text(record.line)
         pod = self.tracker.pod(record.namespace, record.pod_name) or {}
         if not (pod.get("spec") or {}).get("nodeName"):
             return "a GPU"
@@ -257,27 +265,44 @@ class KernelRegistry:
         # a restart goes back where this kernel ran, as the hub's own record says: a site the
         # server names (its code can read its token) must never outrank the policy
         ran_on = (user, server_name, kernel_id)
-        placement = self._place(record, request, self._last_sites.get(ran_on) if kernel_id else None)
+        prefer = self._last_sites.get(ran_on) if kernel_id else None
+        placement = self._place(record, request, prefer)
         if isinstance(placement, NoCapacity):
-            raise KernelError(503, placement.reason)
-        if kernel_id:
+            if not self.settings.queue_when_full:
+                raise KernelError(503, placement.reason)
+            # accepted now, placed when its turn comes: the record says its place in line
+            self.records[record.id] = record
+            launch = functools.partial(self._launch, record, request, server_pod, key, signature_scheme, notebook_dir)
+            record.task = asyncio.ensure_future(queued.start_when_free(self, record, request, prefer, launch))
+            self._ensure_reaper()
+            return record
+        self.records[record.id] = record
+        try:
+            await self._launch(record, request, server_pod, key, signature_scheme, notebook_dir, placement)
+        except KernelError:
+            self._forget(record)
+            raise
+        self._ensure_reaper()
+        return record
+
+    async def _launch(
+        self, record: KernelRecord, request: GPURequest, server_pod: Any, key: str, scheme: str, notebook_dir: Any, placement: Placement
+    ) -> None:
+        """Create the pod of a placed kernel and follow its start (``record.task``)."""
+        if record.kernel_id:
+            ran_on = (record.user, record.server_name, record.kernel_id)
             self._last_sites.pop(ran_on, None)
             self._last_sites[ran_on] = placement.site
             while len(self._last_sites) > LAST_SITES_KEPT:
                 self._last_sites.pop(next(iter(self._last_sites)))
-        self.records[record.id] = record
         try:
-            await self._create_pod(record, placement, server_pod, key, signature_scheme, clean_notebook_dir(notebook_dir))
+            await self._create_pod(record, placement, server_pod, key, scheme, clean_notebook_dir(notebook_dir))
         except KernelError:
-            self._forget(record)
             raise
         except Exception as exc:
-            self.log.exception("Could not create the pod of GPU kernel %s of %s", record.id, user)
-            self._forget(record)
+            self.log.exception("Could not create the pod of GPU kernel %s of %s", record.id, record.user)
             raise KernelError(500, f"could not start the GPU kernel on {placement.site}: {exc.__class__.__name__}") from None
-        record.task = asyncio.ensure_future(self._watch_start(record, request, server_pod, key, signature_scheme, notebook_dir))
-        self._ensure_reaper()
-        return record
+        record.task = asyncio.ensure_future(self._watch_start(record, request, server_pod, key, scheme, notebook_dir))
 
     def _check_limit(self, user: str) -> None:
         limit = self.settings.max_kernels_per_user
@@ -386,7 +411,7 @@ class KernelRegistry:
         self, record: KernelRecord, request: GPURequest, server_pod: Any = None, key: Any = None, scheme: Any = None, notebook_dir: Any = ""
     ) -> None:
         """Follow the pod until it is ready; move it when the scheduler cannot place it."""
-        deadline = time.monotonic() + self.settings.start_timeout
+        deadline = record.accepted + self.settings.start_timeout
         grace = float(getattr(self.tracker.settings, "donor_pending_grace_seconds", 30.0))
         seen = False
         pending_since: float | None = None

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from traitlets import Any as AnyTrait
-from traitlets import Dict, Float, Int, List, TraitError, Unicode, validate
+from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Config, Configurable
 
 from jupyter_gpuburst.core.inventory import parse_count
@@ -189,6 +189,16 @@ class GPUKernelSettings(Configurable):
         as a server may take by default: the first kernel on a donor's node pulls the image
         first. The user's server waits a little longer (``GPUBurstProvisioner.start_timeout``),
         so the hub's reason reaches the notebook; raise both together.""",
+    ).tag(config=True)
+
+    queue_when_full = Bool(
+        False,
+        help="""When no site has a GPU for a kernel: False (default) refuses the start at once
+        with the reason; True accepts it and lets it wait for a GPU in the hub's one
+        first-come-first-served queue, with the servers that wait to spawn
+        (``GPUBurstSpawner.queue_when_full``), at most ``start_timeout``. While it waits, the
+        kernel's record (the status bar, the GPU panel) says its place in line and the expected
+        wait; shutting the kernel down leaves the queue.""",
     ).tag(config=True)
 
     max_kernels_per_user = Int(

@@ -71,8 +71,12 @@ def availability(
     tracker: CapacityTracker,
     resources: dict[str, int] | None = None,
     policy: Policy | None = None,
+    queues: bool = False,
 ) -> dict[str, Any]:
     """Free units per site now and where a spawn of this profile would land (nothing reserved).
+
+    ``queues``: a spawn that finds no room waits in line (``queue_when_full``), so a profile
+    full now can still be started; one that never fits cannot.
 
     ``resources`` is the whole pod (CPU, memory...), so "would start on" and "full" account for
     it as the spawn itself will; ``policy`` is the profile's own when its overrides change the
@@ -101,12 +105,18 @@ def availability(
         summary = f"{wanted}. Free now: {free_text}. Would start on {names.site_name(outcome.site)}."
         return {"full": False, "never": False, "target": outcome.site, "summary": summary, **common}
     label = "Never fits" if outcome.never else "Full now"
+    summary = f"{label}: {outcome.reason}"
+    queued = queues and not outcome.never
+    if queued:
+        waiting = tracker.queue_length
+        summary += f" Start waits in line for a GPU ({waiting} waiting now)." if waiting else " Start waits in line for a GPU."
     return {
         "full": True,
         "never": outcome.never,
+        "queues": queued,
         "target": None,
         "reason": outcome.reason,
-        "summary": f"{label}: {outcome.reason}",
+        "summary": summary,
         **common,
     }
 
@@ -118,10 +128,12 @@ def annotate(
     user: Any,
     tracker: CapacityTracker | None,
     policy: Policy | None = None,
+    queues: bool = False,
 ) -> dict[str, Any]:
     """A copy of ``profile`` with ``gpuburst_status`` and the availability in its description.
 
-    ``base`` holds the configured resource traits (``configured_resources``).
+    ``base`` holds the configured resource traits (``configured_resources``); ``queues`` as
+    for ``availability``.
     """
     out = dict(profile)
     try:
@@ -134,7 +146,7 @@ def annotate(
         return out
     if gpu is None or tracker is None:
         return out
-    status = availability(gpu, profile.get("slug", ""), user, tracker, resources, policy)
+    status = availability(gpu, profile.get("slug", ""), user, tracker, resources, policy, queues)
     out["gpuburst_status"] = status
     description = out.get("description") or ""
     out["description"] = f"{description} {status['summary']}".strip()

@@ -25,6 +25,7 @@ from typing import Any
 
 from jupyterhub.utils import maybe_future
 from kubernetes_asyncio.client import V1Affinity, V1EnvVar, V1NodeAffinity, V1Toleration, V1Volume
+from kubernetes_asyncio.client.exceptions import ApiException
 from kubespawner import KubeSpawner
 from kubespawner.utils import get_k8s_model
 from tornado import web
@@ -46,6 +47,7 @@ from jupyter_gpuburst.hub.profiles.options import (
     profile_block,
     validate_user_options,
 )
+from jupyter_gpuburst.hub.queue import wait as queue_wait
 from jupyter_gpuburst.hub.service import server_env as service_env
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
 from jupyter_gpuburst.hub.sites import storage
@@ -112,6 +114,10 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         self.gpuburst_redirect_seconds: list[float] = []
         self._gb_claims: list[storage.Claim] = []
         self._gb_storage: storage.Outcome | None = None
+        # the home volume claim this spawn created (not found), until a pod is placed
+        self._gb_made_claim: str | None = None
+        # this start was cancelled (the student's Cancel, JupyterHub's timeout): see ``ready``
+        self._gb_cancelled = False
 
     # ---- configuration defaults --------------------------------------------------------------
     @default("profile_form_template")
@@ -287,28 +293,16 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             metrics.observe_decision(time.perf_counter() - started)
 
     async def _gb_wait_in_queue(self, tracker: CapacityTracker, key: str, request: GPURequest) -> Placement | NoCapacity:
-        """Wait first-come-first-served until a site has room, at most ``start_timeout``."""
-        position = tracker.enqueue(key)
-        metrics.set_queue_length(tracker.queue_length)
-        self._gb_message(f"No GPU free now; waiting in the queue (position {position}).", "queue")
-        deadline = time.monotonic() + self.start_timeout
-        outcome: Placement | NoCapacity = NoCapacity("queue wait ended")
-        try:
-            while time.monotonic() < deadline:
-                now_position = tracker.queue_position(key)
-                if now_position == 1:
-                    outcome = self._gb_place(tracker, key, request)
-                    if isinstance(outcome, Placement):
-                        return outcome
-                elif now_position != position:
-                    self._gb_message(f"Waiting in the queue (position {now_position}).", "queue")
-                position = now_position
-                await tracker.wait_change(min(1.0, max(0.01, deadline - time.monotonic())))
-            reason = outcome.reason if isinstance(outcome, NoCapacity) else ""
-            return NoCapacity(f"Waited {self.start_timeout:g} s in the queue without a free GPU. {reason}".strip())
-        finally:
-            tracker.dequeue(key)
-            metrics.set_queue_length(tracker.queue_length)
+        """Wait first-come-first-served until a site has room, at most ``start_timeout``; the
+        spawn page's headline says the place in line and the expected wait as they change."""
+        return await queue_wait.wait_in_line(
+            tracker,
+            key,
+            request,
+            lambda: self._gb_place(tracker, key, request),
+            lambda text, position, wait: self._gb_message(text, "queue"),
+            self.start_timeout,
+        )
 
     def _gb_policy(self, tracker: CapacityTracker) -> Any:
         """This spawn's Policy when its profile overrides Policy traits, else None (the hub's)."""
@@ -475,6 +469,31 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             self._gb_redirect_t0 = None
         return created
 
+    async def _make_create_pvc_request(self, pvc: Any, request_timeout: float) -> bool:
+        # KubeSpawner answers True whether it made the claim or found it: ask first, so that a
+        # spawn that never starts a server deletes only a claim it made itself (nothing in it)
+        name = pvc.metadata.name
+        existed = await self._check_pvc_exists(name, self.namespace)
+        created = await super()._make_create_pvc_request(pvc, request_timeout)
+        if created and not existed:
+            self._gb_made_claim = name
+        return created
+
+    async def _gb_drop_unused_claim(self) -> None:
+        """Delete the home volume this spawn made when no pod of it was ever placed (cancelled in
+        the queue, timed out, refused): a student who gave up leaves nothing behind."""
+        name, self._gb_made_claim = self._gb_made_claim, None
+        if name is None or self._gb_placement is not None:
+            return
+        try:
+            await self.api.delete_namespaced_persistent_volume_claim(name, self.namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                self.log.warning("%s: could not delete the unused volume claim %s: %s", self._log_name, name, retry.describe(exc))
+                return
+        self._pvc_exists = False
+        self.log.info("%s: deleted volume claim %s, made for a start that never placed a server", self._log_name, name)
+
     # ---- start, redirect, stop ---------------------------------------------------------------
     async def _start(self) -> Any:
         self._gb_inherited = False
@@ -502,13 +521,16 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                 await asyncio.gather(start_task, return_exceptions=True)
                 await self._gb_redirect(why)
         except asyncio.CancelledError:
+            self._gb_cancelled = True
             metrics.record_spawn(self._gb_site(), "cancelled")
             await self._gb_forget()
+            await self._gb_drop_unused_claim()
             raise
         except Exception as exc:
             if self._gb_placement is not None:
                 metrics.record_spawn(self._gb_placement.site, "failure")
             await self._gb_forget()
+            await self._gb_drop_unused_claim()
             if isinstance(exc, UserOptionsError) or (isinstance(exc, SpawnRefused) and exc.status_code == 400):
                 self._gb_restore_options()
             if isinstance(exc, web.HTTPError):
@@ -650,6 +672,16 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             self.log.warning("The %s reflector's first list had failed; starting it again", kind)
             replace = True
         return await super()._start_reflector(kind, reflector_class, replace=replace, **kwargs)
+
+    @property
+    def ready(self) -> bool:
+        """JupyterHub's test, but a cancelled start is never ready.
+
+        JupyterHub cancels a pending start (DELETE of the server) and stops the server a second
+        later; in between, the server still has its address, so JupyterHub's progress stream
+        told the spawn page "Server ready" and the page went to a server that never started.
+        """
+        return not self._gb_cancelled and super().ready
 
     def is_pod_running(self, pod: Any) -> bool:
         """KubeSpawner's test, without a KeyError for a status field the API server omitted.
@@ -809,7 +841,9 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                 )
             except (ValueError, TraitError) as exc:
                 return {**profile, "gpuburst_status": {"full": True, "never": True, "summary": f"Misconfigured: {exc}"}}
-        return spawn_form.annotate(profile, base, self._gb_tracks, self.user, tracker, policy)
+        # a profile may turn the queue on or off for itself, like any spawner trait
+        queues = bool((profile.get("kubespawner_override") or {}).get("queue_when_full", self.queue_when_full))
+        return spawn_form.annotate(profile, base, self._gb_tracks, self.user, tracker, policy, queues)
 
 
 def placement_env(placement: Placement) -> dict[str, Any]:

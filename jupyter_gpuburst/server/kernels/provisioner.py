@@ -113,6 +113,7 @@ class GPUBurstProvisioner(KernelProvisionerBase):
     _poll_at = float("-inf")
     _poll_value: int | None = None
     _notebook_dir = ""
+    _withdrawn = False  # shut down by the student before it started (``withdraw``)
 
     @property
     def hub(self) -> HubKernelClient:
@@ -165,6 +166,7 @@ class GPUBurstProvisioner(KernelProvisionerBase):
             raise
 
     async def _launch(self) -> dict[str, Any]:
+        self._withdrawn = False
         km = self.parent
         key = km.session.key.decode() if isinstance(km.session.key, bytes) else str(km.session.key)
         if not key:
@@ -184,7 +186,10 @@ class GPUBurstProvisioner(KernelProvisionerBase):
         if code != 202 or not isinstance(data, dict):
             raise KernelPlacementError(f"No GPU kernel: {self.hub.message(code, data)}")
         self.placement = data
-        self.log.info("GPU kernel %s: placed on %s (%s)", data.get("id"), data.get("site"), data.get("reason"))
+        if data.get("queue"):
+            self.log.info("GPU kernel %s: waiting for %s", data.get("id"), data.get("waiting"))
+        else:
+            self.log.info("GPU kernel %s: placed on %s (%s)", data.get("id"), data.get("site"), data.get("reason"))
         deadline = time.monotonic() + self.start_timeout
         while data.get("state") == "pending":
             if time.monotonic() > deadline:
@@ -193,11 +198,15 @@ class GPUBurstProvisioner(KernelProvisionerBase):
             code, fresh = await self.hub.request("GET", f"/{data['id']}?wait={self.wait_step_s:g}", timeout=self.wait_step_s + 30)
             if code != 200 or not isinstance(fresh, dict):
                 await self._delete()
+                if self._withdrawn:
+                    raise KernelPlacementError("No GPU kernel: it was shut down before it started")
                 raise KernelPlacementError(f"No GPU kernel: {self.hub.message(code, fresh)}")
             data = fresh
             self.placement = data
         if data.get("state") != "running" or not data.get("connection"):
             self.placement = None
+            if self._withdrawn:
+                raise KernelPlacementError("No GPU kernel: it was shut down before it started")
             raise KernelPlacementError(f"No GPU kernel: {data.get('error') or 'it stopped while starting'}")
         self._port_set = body.get("port_set", 0)
         self._poll_at, self._poll_value = time.monotonic(), None
@@ -283,6 +292,15 @@ class GPUBurstProvisioner(KernelProvisionerBase):
         if not restart:
             self._port_set = None
 
+    async def withdraw(self) -> bool:
+        """The student shut the kernel down before it started: the hub forgets its request
+        (leaves the queue, frees what it held) and the start ends with "cancelled"."""
+        if self.placement_id is None:
+            return False
+        self._withdrawn = True
+        await self._delete()
+        return True
+
     async def _delete(self) -> None:
         record = self.placement_id
         if record is None:
@@ -332,6 +350,7 @@ class GPUBurstProvisioner(KernelProvisionerBase):
             "count",
             "reason",
             "waiting",
+            "queue",
             "relocated_from",
             "files",
         )

@@ -306,3 +306,95 @@ async def test_availability_follows_the_ledger_and_the_policy(registry):
     assert registry.availability(profile, "alice", frozenset()) == {"origin": 1, "donors": 0, "sites": {"origin": 1, "donor-1": 0}}
     origin_only = replace(profile, allowed_sites=("origin",))
     assert registry.availability(origin_only, "alice", frozenset())["sites"] == {"origin": 1}
+
+
+def fill_every_site(registry) -> None:
+    hold(registry.federation.origin.store, "origin-gpu", 2, "origin-hog")
+    hold(registry.federation.origin.store, "donor-1", 8, "donor-hog")
+
+
+async def sites_seen_full(registry) -> None:
+    def full() -> bool:
+        snapshot = registry.tracker.snapshot()
+        return all(snapshot.site(s).free.get(GPU, 0) == 0 for s in ("origin", "donor-1"))
+
+    await wait_until(full, timeout=10, what="every site seen full")
+
+
+async def test_a_full_hub_refuses_a_kernel_unless_it_may_queue(registry):
+    fill_every_site(registry)
+    await sites_seen_full(registry)
+    with pytest.raises(KernelError) as info:
+        await start(registry)
+    assert info.value.status == 503 and registry.tracker.queue_length == 0
+
+
+async def test_a_kernel_waits_in_the_same_line_as_servers_and_starts_when_its_turn_comes(registry):
+    registry.settings.queue_when_full = True
+    fill_every_site(registry)
+    await sites_seen_full(registry)
+    tracker = registry.tracker
+    tracker.enqueue("bob/", GPU, 1)  # a server's spawn came first
+    record = await start(registry)
+    assert record.state == "pending" and record.placement is None
+    await wait_until(lambda: record.line is not None, timeout=10, what="the kernel's place in line")
+    shown = record_json(registry, record)
+    assert shown["queue"]["position"] == 2 and shown["queue"]["basis"] == "unknown"
+    assert shown["waiting"] == "a GPU: 2nd in line, wait time unknown"
+    assert shown["site"] is None and kernel_pods(registry) == []
+    # the server's spawn is placed first; the kernel moves up, and its record says so
+    tracker.dequeue("bob/", placed=True)
+    await wait_until(lambda: record.line is not None and record.line.position == 1, timeout=10, what="the kernel to move up")
+    assert record_json(registry, record)["waiting"].startswith("a GPU: next in line, ")
+    registry.federation.origin.store.delete("pods", "others", "origin-hog", grace_period_seconds=0)
+    await wait_until(lambda: record.placement is not None, timeout=20, what="the kernel to be placed")
+    assert record.placement.site == "origin" and record.line is None
+    assert tracker.queue_length == 0
+    await wait_until(lambda: len(kernel_pods(registry)) == 1, timeout=10, what="the kernel's pod")
+    assert record_json(registry, record)["queue"] is None
+
+
+async def test_a_queued_kernel_shut_down_leaves_the_line_and_nothing_behind(registry):
+    registry.settings.queue_when_full = True
+    fill_every_site(registry)
+    await sites_seen_full(registry)
+    record = await start(registry)
+    await wait_until(lambda: registry.tracker.queue_length == 1, timeout=10, what="the kernel to queue")
+    await registry.stop(record)
+    assert registry.tracker.queue_length == 0 and len(registry.tracker.placer.reservations) == 0
+    assert kernel_pods(registry) == [] and record.id not in registry.records
+    assert registry.records == {}
+    # nothing held for it: a GPU that frees now goes to the next request at once
+    registry.federation.origin.store.delete("pods", "others", "origin-hog", grace_period_seconds=0)
+    await wait_until(lambda: registry.tracker.snapshot().site("origin").free.get(GPU, 0) == 2, timeout=10, what="the origin free")
+    assert (await start(registry, user="bob")).placement.site == "origin"
+
+
+async def test_a_kernel_that_waits_past_the_start_timeout_fails_with_the_reason(registry):
+    registry.settings.queue_when_full = True
+    registry.settings.start_timeout = 1.0
+    fill_every_site(registry)
+    await sites_seen_full(registry)
+    record = await start(registry)
+    await registry.wait(record, 20)
+    assert record.state == "failed"
+    assert record.error.startswith("Waited 1 s in the queue without a free GPU.")
+    assert record_json(registry, record)["error"] == record.error
+    assert registry.tracker.queue_length == 0 and len(registry.tracker.placer.reservations) == 0
+    assert kernel_pods(registry) == []
+
+
+async def test_a_kernel_placed_late_in_its_wait_has_only_the_rest_of_the_start_timeout(registry):
+    # the user's server gives up a little after the hub's start_timeout: the hub's own reason
+    # must come first, so the wait in line and the pod's start share one start_timeout
+    registry.settings.queue_when_full = True
+    registry.settings.start_timeout = 4.0
+    fill_every_site(registry)
+    await sites_seen_full(registry)
+    record = await start(registry)
+    await wait_until(lambda: time.monotonic() - record.accepted >= 3.5, timeout=10, what="most of the start timeout")
+    registry.federation.origin.store.delete("pods", "others", "origin-hog", grace_period_seconds=0)
+    await registry.wait(record, 20)
+    assert record.state == "failed", record.state
+    assert record.placement is not None and "did not start within 4 s on origin" in record.error
+    assert time.monotonic() - record.accepted < 4 + 2

@@ -191,7 +191,7 @@ async def test_nothing_free_queues_when_configured(federation, start_hub):
     release(federation, "hog")
     await hub.wait_ready("frank")
     events = await asyncio.wait_for(progress, 30)
-    assert any("queue (position 1)" in m for m in messages(events)), messages(events)
+    assert "You are next in line for a GPU (wait time unknown)." in messages(events), messages(events)
     assert pod_of(federation, "frank")["spec"]["nodeName"] == "origin-gpu"
 
 
@@ -202,8 +202,11 @@ async def test_spawn_form_shows_live_availability_and_full_profiles(federation, 
     page = await hub.spawn_page("ivy")
     assert 'id="profile-item-gpu1"' in page  # KubeSpawner's own form is kept
     assert "Free now: origin 0 of 2, donor-1 1 of 8. Would start on donor-1." in page
-    assert 'data-profile="gpu2"\n     data-full="true"\n     data-never="false">Full now: No site can start 2 GPUs now' in page
-    assert 'data-profile="gpu1-local"\n     data-full="true"\n     data-never="false">Full now:' in page
+    assert (
+        'data-profile="gpu2"\n     data-full="true"\n     data-never="false"\n     data-queues="false">Full now: No site can start 2 GPUs now'
+        in page
+    )
+    assert 'data-profile="gpu1-local"\n     data-full="true"\n     data-never="false"\n     data-queues="false">Full now:' in page
 
 
 async def test_hub_restart_keeps_donor_server_manageable(federation, start_hub):

@@ -166,11 +166,18 @@ async def test_queue_waits_in_order_and_shows_position(no_cluster):
     await wait_until(lambda: tracker.queue_length == 1, 5, "the first spawn to queue")
     task2 = asyncio.ensure_future(manifest_of(second))
     await wait_until(lambda: tracker.queue_length == 2, 5, "the second spawn to queue")
-    assert "position 2" in second._gb_messages[-1]["message"]
+    await wait_until(lambda: second._gb_messages, 5, "the second spawn to say its place")
+    # nobody has waited yet and no session's end is known: no made-up figure
+    assert second._gb_messages[-1]["message"] == "You are 2nd in line for a GPU (wait time unknown)."
+    assert 'data-kind="queue" data-headline="true"' in second._gb_messages[-1]["html_message"]
     tracker._on_pod_event("DELETED", synthetic.pod("hog", node_name="origin-gpu", gpus={"nvidia.com/gpu": 1}))
     manifest = await asyncio.wait_for(task1, 5)
     assert manifest["metadata"]["labels"][keys.SITE_LABEL] == "origin"
     await wait_until(lambda: tracker.queue_position("second/") == 1, 5, "the second spawn to move up")
+    # the first one's wait is now history: the second one's estimate is based on it
+    await wait_until(
+        lambda: second._gb_messages[-1]["message"].startswith("You are next in line for a GPU (less than a minute"), 5, "the update"
+    )
     assert not task2.done()
     task2.cancel()
     await asyncio.gather(task2, return_exceptions=True)
@@ -239,6 +246,20 @@ async def test_form_shows_availability_and_marks_full_profiles(no_cluster):
     assert 'data-profile="gpu4"' in form and 'data-full="true"' in form and 'data-never="true"' in form
     assert "Never fits: No site can ever start 4 GPUs" in form
     assert 'name="profile"' in form  # KubeSpawner's own form is still there
+
+
+async def test_with_the_queue_on_a_full_profile_can_be_started_and_says_it_will_wait(no_cluster):
+    tracker = make_tracker(({"origin-gpu": 1},), donor_gpus=0)
+    tracker._on_pod_event("ADDED", synthetic.pod("hog", node_name="origin-gpu", gpus={"nvidia.com/gpu": 1}))
+    tracker.enqueue("someone/", "nvidia.com/gpu", 1)
+    queued = await make_spawner(tracker, queue_when_full=True).options_form(None)
+    assert 'data-profile="gpu1"\n     data-full="true"\n     data-never="false"\n     data-queues="true">Full now:' in queued
+    assert "Start waits in line for a GPU (1 waiting now)." in queued
+    # waiting does not help a profile no site can ever take: it stays closed
+    assert 'data-profile="gpu4"\n     data-full="true"\n     data-never="true"\n     data-queues="false">Never fits' in queued
+    refused = await make_spawner(tracker).options_form(None)
+    assert 'data-profile="gpu1"\n     data-full="true"\n     data-never="false"\n     data-queues="false">Full now:' in refused
+    assert "Start waits in line" not in refused
 
 
 async def test_callable_profile_list_keeps_working(no_cluster):
