@@ -72,7 +72,23 @@ def test_a_pod_first_seen_bound_is_counted_from_its_scheduled_condition(tmp_path
     ledger.pod_event("ADDED", "jhub/p", bound)
     clock.t += 10
     ledger.pod_event("MODIFIED", "jhub/p", {**bound, "status": {"phase": "Succeeded"}})  # finished: GPUs freed
-    assert seconds(ledger) == pytest.approx(610)
+    # bound within the second the condition names: counted from its middle
+    assert seconds(ledger) == pytest.approx(609.5)
+
+
+def test_a_binding_that_reaches_the_hub_late_is_counted_from_the_scheduler_s_second(tmp_path) -> None:
+    clock = Clock(DAY0 + 400.2)
+    ledger = ledger_at(tmp_path / "u.sqlite", clock)
+    ledger.pod_event("ADDED", "jhub/p", pod("p", node=None))  # seen unbound at 400.2
+    bound = pod("p")
+    scheduled = dt.datetime.fromtimestamp(DAY0 + 400, dt.UTC).isoformat().replace("+00:00", "Z")
+    bound["status"]["conditions"] = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}]
+    clock.t = DAY0 + 402.0  # the binding arrives 1.8 s after its second began (a slow watch)
+    ledger.pod_event("MODIFIED", "jhub/p", bound)
+    clock.t += 10
+    ledger.pod_event("DELETED", "jhub/p", None)
+    # from 400.5 (the middle of the scheduler's second, after it was seen unbound), not 402
+    assert seconds(ledger) == pytest.approx(11.5)
 
 
 def test_idle_seconds_come_from_the_idle_source(tmp_path) -> None:
