@@ -10,11 +10,11 @@ from jupyter_gpuburst.bench import culling
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 async def test_culling_benchmark_small(tmp_path):
-    result = await culling.run(rounds=1, servers=2, timeout=15.0, warning=5.0, period=1.0, seed=3, state_dir=tmp_path)
+    result = await culling.run(rounds=1, servers=1, timeout=14.0, warning=4.0, period=1.0, seed=3, state_dir=tmp_path)
     assert result["failures"] == []
-    assert result["idle_servers"] == result["stopped"] == result["warned_first"] == 2
+    assert result["idle_servers"] == result["stopped"] == result["warned_first"] == 1
     assert result["computing_stopped"] == 0
-    assert result["lag_s"]["n"] == 2 and result["lag_s"]["min"] >= -culling.EARLY_S
+    assert result["lag_s"]["n"] == 1 and result["lag_s"]["min"] >= -culling.EARLY_S
     assert result["bound_s"] == result["sample_s"] + culling.READING_S + culling.SLACK_S
     # how late is timing, and this machine's load decides it: the benchmark's check, not this test's
     assert set(result["checks"]) == {
