@@ -71,6 +71,7 @@ class Culler:
         self._task: asyncio.Task | None = None
         self._silent: set[tuple[str, str, str]] = set()
         self._culling: dict[tuple[str, str, str], asyncio.Task] = {}  # stops under way
+        self._budgets_read_at: float | None = None
         self.stops: list[dict[str, Any]] = []  # for benchmarks and tests: what was stopped when
         # a sweep runs once a period, and also when the next warning or stop falls due, so a
         # stop lands within one of the server's samples after its timeout, not a period later
@@ -156,10 +157,16 @@ class Culler:
         return sooner(idle, self.budgets.decision(target.signal.user, now))
 
     async def refresh_budgets(self, targets: list[Target], now: float) -> None:
-        """Read the budgets of the users whose GPUs are watched (admins are exempt)."""
-        if self.budgets is not None:
-            users = {t.signal.user: (t.groups, t.admin) for t in targets if t.holds_gpu and not t.admin}
-            await self.budgets.refresh(users, now)
+        """Read the budgets of the users whose GPUs are watched (admins are exempt), once a
+        period: sweeps also run whenever a warning or stop falls due, and each read asks the
+        ledger about every such user."""
+        if self.budgets is None:
+            return
+        if self._budgets_read_at is not None and 0 <= now - self._budgets_read_at < self.settings.period_seconds:
+            return
+        self._budgets_read_at = now
+        users = {t.signal.user: (t.groups, t.admin) for t in targets if t.holds_gpu and not t.admin}
+        await self.budgets.refresh(users, now)
 
     # ---- the loop -------------------------------------------------------------------------
     def start(self) -> None:

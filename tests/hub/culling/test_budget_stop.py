@@ -203,3 +203,17 @@ async def test_over_budget_a_gpu_kernel_is_stopped_and_its_notebook_hears_why():
         f"This GPU kernel was stopped because your GPU-hour budget is used up ({SENTENCE}). Ask the hub's admins for more hours."
     )
     assert stops == []  # the server runs on
+
+
+async def test_budgets_are_read_once_a_period_however_often_the_culler_sweeps():
+    # sweeps also run whenever a warning or stop is due; each budget read asks the ledger about
+    # every watched user, so it happens once a period
+    budgets, stops = Budgets("alice"), []
+    c = culler(budgets, stops)
+    report(c, "alice", NOW, 1)
+    await c.sweep(NOW)
+    await c.sweep(NOW + 1)
+    await c.sweep(NOW + PERIOD / 2)
+    assert budgets.asked == ["alice"]
+    await c.sweep(NOW + PERIOD)
+    assert budgets.asked == ["alice", "alice"]
