@@ -54,11 +54,13 @@ c.JupyterHub.authenticator_class = "dummy"
 c.DummyAuthenticator.password = env["GPUBURST_DEMO_PASSWORD"]
 c.Authenticator.allow_all = True
 c.Authenticator.admin_users = {"teacher"}
-install(c)  # the gpuburst service: admin capacity page, and the GPU kernel API of kernel mode
-# GPU kernels for everyone in the demo (a real hub grants these scopes per group, see README)
+# GPU kernels for everyone in the demo (a real hub grants these scopes per group, see README);
+# before install(c), which adds the gpuburst service's own role to this list (an assignment
+# after it would drop that role, and with it the scopes culling and budgets stop servers with)
 c.JupyterHub.load_roles = [
     {"name": "user", "scopes": ["self", "custom:gpuburst:kernels!user", "access:services!service=gpuburst"]},
 ]
+install(c)  # the gpuburst service: admin capacity page, and the GPU kernel API of kernel mode
 
 # ---- the spawner ----------------------------------------------------------------------------
 c.JupyterHub.spawner_class = "gpuburst"

@@ -110,8 +110,10 @@ function Warning(props: { target: ICullTarget; model: GpuBurstModel; watch: Cull
         </button>
       ) : (
         <p className="jp-GpuBurst-muted">
-          {target.keeps_left === 0 ? 'Keep was used as often as allowed; ' : ''}
-          the GPU goes back to others then. Save your work.
+          {target.keeps_left === 0
+            ? 'Keep was used as often as allowed; the GPU goes back to others then.'
+            : 'The GPU goes back to others then.'}{' '}
+          Save your work.
         </p>
       )}
     </div>

@@ -66,3 +66,25 @@ def test_a_wrong_override_stops_the_hub_at_start_with_the_reason():
     c.GPUCullingSettings.server_profiles = {"gpu-1": {"timeout_minutes": 60}}
     with pytest.raises(TraitError, match="unknown key.*timeout_minutes"):
         install(c)
+
+
+def test_the_demo_keeps_the_stop_scope_when_culling_is_turned_on_over_it(tmp_path, monkeypatch):
+    # an admin trying culling on the demo sets it first and then loads the demo's config; the
+    # demo's own roles must not drop the role install(c) gives the gpuburst service
+    import importlib.util
+
+    demo_config = importlib.util.find_spec("jupyter_gpuburst.demo_config").origin  # not imported: it is a config file
+    for name, value in {
+        "GPUBURST_DEMO_PORT": "8000",
+        "GPUBURST_DEMO_HUB_PORT": "8081",
+        "GPUBURST_DEMO_PROXY_API_PORT": "8001",
+        "GPUBURST_DEMO_STATE_DIR": str(tmp_path),
+        "GPUBURST_DEMO_PASSWORD": "gpuburst",
+    }.items():
+        monkeypatch.setenv(name, value)
+    c = Config()
+    c.GPUCullingSettings.enabled = True
+    exec(Path(demo_config).read_text(), {"get_config": lambda: c, "__name__": "demo_config"})  # noqa: S102
+    (role,) = [r for r in c.JupyterHub.load_roles if r["name"] == ROLE_NAME]
+    assert "delete:servers" in role["scopes"]
+    assert any(r["name"] == "user" for r in c.JupyterHub.load_roles)
