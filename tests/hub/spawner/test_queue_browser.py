@@ -81,6 +81,9 @@ def test_the_spawn_page_says_the_place_in_line_live_and_cancel_leaves_the_queue(
     cancel = page.get_by_role("button", name="Cancel", exact=True)
     expect(headline).to_have_text("You are 2nd in line for a GPU (wait time unknown).", timeout=30_000)
     expect(cancel).to_be_visible()
+    # in line, Cancel is the one way out, and the headline is not repeated under the bar
+    expect(page.locator("#stop-server-btn")).to_be_hidden()
+    expect(page.locator("#progress-message")).to_be_hidden()
     # readable in either theme: the text stands out from its box, which follows the theme
     box = page.locator("#gpuburst-headline-box")
     background = luminance(box.evaluate("e => getComputedStyle(e).backgroundColor"))
@@ -103,6 +106,10 @@ def test_the_spawn_page_says_the_place_in_line_live_and_cancel_leaves_the_queue(
     # JupyterHub's own stream ends with the cancelled spawn; the page stays, saying so
     expect(page.locator("#progress-bar")).to_have_class(re.compile(r"\bbg-danger\b"), timeout=30_000)
     expect(page).to_have_url(re.compile(rf"/hub/spawn-pending/{student}"))
+    # nothing on the page says a server is starting, or offers to stop one
+    expect(page.locator("#gpuburst-default-message")).to_be_hidden()
+    expect(page.locator("#stop-server-btn")).to_be_hidden()
+    expect(page.locator(".progress")).to_be_hidden()
     report = site.capacity()
     assert report["queue_length"] == 0 and report["reservations"] == 0, report
     assert site.pod(student) is None and site.pod(ahead) is None
