@@ -125,9 +125,11 @@ def test_an_admin_stops_a_server_and_a_gpu_kernel(page: Page, stop_site: StopSit
     alice.click()
     dialog.get_by_role("button", name="Stop it").click()
     result = page.locator("#gpuburst-stop-result")
-    expect(result).to_have_text("alice's server is stopping; its GPUs go back once its pod is gone.")
+    expect(result).to_have_text("alice's server is stopping; its GPUs go back once its pod is gone. Reload the page to see its GPUs free.")
     expect(result).to_have_class(re.compile("alert-success"))
     expect(alice).to_have_text("Stopped")
+    # its row no longer says it runs
+    expect(page.locator(f"tr[data-server='{alice.get_attribute('data-target')}'] td").nth(1)).to_have_text("stopping")
     wait_until_sync(lambda: not site.running("alice"), 60, "alice's server stopped")
     assert "Stop: admin stops alice's server from the capacity page" in site.hub.log()
     # on behalf of the admin who clicked: the hub's own API saw the admin's token, not the service's
@@ -142,7 +144,9 @@ def test_an_admin_stops_a_server_and_a_gpu_kernel(page: Page, stop_site: StopSit
     kernel.click()
     page.locator("#gpuburst-stop-confirm").get_by_role("button", name="Stop it").click()
     record_id = site.kernel.removeprefix("bob/kernel:")
-    expect(result).to_have_text(f"bob's GPU kernel {record_id} is stopped; its GPU goes back once its pod is gone.")
+    expect(result).to_have_text(
+        f"bob's GPU kernel {record_id} is stopped; its GPU goes back once its pod is gone. Reload the page to see its GPUs free."
+    )
     # the result reads on the dark page
     colors = result.evaluate("e => [getComputedStyle(e).color, getComputedStyle(document.body).backgroundColor]")
     assert colors[0] != colors[1], colors
