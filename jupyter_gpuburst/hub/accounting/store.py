@@ -314,30 +314,11 @@ class UsageStore:
             where, args = where + " AND s.user = ?", [*args, user]
         if group is not None:
             where, args = where + " AND instr(s.groups, ?) > 0", [*args, json.dumps(group)]
-        rows = self.db.execute(
-            "SELECT s.uid, s.user, s.groups, s.profile, s.site, s.resource, s.count, s.mode, s.key, s.started, "
-            "s.ended, c.day, c.gpu_seconds, c.idle_seconds, s.peak_memory_bytes, s.memory_total_bytes, s.peak_utilization, "
-            "s.utilization_sum, s.utilization_samples FROM charges c JOIN sessions s ON s.uid = c.uid "
-            f"WHERE {where}",
-            args,
-        ).fetchall()
-        names = (
-            "uid",
-            "user",
-            "groups",
-            "profile",
-            "site",
-            "resource",
-            "count",
-            "mode",
-            "key",
-            "started",
-            "ended",
-            "day",
-            "gpu_seconds",
-            "idle_seconds",
-            *USE_COLUMNS,
-        )
+        session_names = ("uid", "user", "groups", "profile", "site", "resource", "count", "mode", "key", "started", "ended")
+        charge_names = ("day", "gpu_seconds", "idle_seconds")
+        names = (*session_names, *charge_names, *USE_COLUMNS)
+        columns = ", ".join([*(f"s.{n}" for n in session_names), *(f"c.{n}" for n in charge_names), *(f"s.{n}" for n in USE_COLUMNS)])
+        rows = self.db.execute(f"SELECT {columns} FROM charges c JOIN sessions s ON s.uid = c.uid WHERE {where}", args).fetchall()
         out = []
         for row in rows:
             item = dict(zip(names, row, strict=True))
