@@ -50,6 +50,11 @@ export function availabilityText(available: IKernelAvailability | null | undefin
   return parts.join(', ');
 }
 
+/** Whether the hub counts no GPU free anywhere for a profile now (unknown is not none). */
+export function noneFree(available: IKernelAvailability | null | undefined): boolean {
+  return !!available && !available.origin && !available.donors;
+}
+
 /** What the launcher knows of the user's GPU-hour budget (the hub's sentence, "" without one). */
 export interface ILauncherBudget {
   budget: string;
@@ -103,10 +108,16 @@ export function launcherCaption(
   displayName: string,
   available: IKernelAvailability | null | undefined,
   server: IServerGpus | null | undefined,
-  budget?: ILauncherBudget | null
+  budget?: ILauncherBudget | null,
+  queues = false
 ): string {
   if (budget?.budget_used_up) {
     return `A ${displayName} kernel cannot start now. ${budget.budget}`;
+  }
+  if (noneFree(available)) {
+    return queues
+      ? `New notebook with a ${displayName} kernel; no GPU is free now, so it waits in line for the next one`
+      : `No GPU is free now for a ${displayName} kernel; try again in a few minutes`;
   }
   const sites = Object.entries(available?.sites ?? {})
     .map(([site, n]) => `${site}: ${n}`)
