@@ -9,7 +9,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { GpuBurstClient } from './client';
-import { installGpuCulling } from './culling';
+import { CullingWatch, installGpuCulling } from './culling';
 import { gpuIcon } from './icon';
 import { installGpuKernels } from './kernels';
 import { followGpuKernelStarts } from './kernelstart';
@@ -65,7 +65,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     launcher: ILauncher | null
   ): Promise<void> => {
     // before anything awaits: notebooks that open meanwhile are followed from their start
-    followGpuKernelStarts(app);
+    let culling: CullingWatch | null = null;
+    followGpuKernelStarts(app, () => void culling?.refresh());
     const client = new GpuBurstClient({ serverSettings: app.serviceManager.serverSettings });
     const model = new GpuBurstModel(DEFAULTS.historyMinutes);
     client.placementReceived.connect((_, placement) => model.setPlacement(placement));
@@ -112,7 +113,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
     apply(settings);
     installGpuKernels(app, client, panel, statusBar);
-    installGpuCulling(client, panel, statusBar, () => void app.commands.execute(CommandIDs.openPanel));
+    culling = installGpuCulling(client, panel, statusBar, () => void app.commands.execute(CommandIDs.openPanel));
     if (launcher) {
       new GpuKernelLauncher(app, client, launcher);
     }
