@@ -24,7 +24,9 @@ PULL_DONE = "Successfully pulled image"  # a Pulled event after a real pull (not
 # The kubelet's wording (pkg/kubelet/images/image_manager.go): 'Successfully pulled image "x" in
 # 1.2s (1.2s including waiting). Image size: 123 bytes.' The byte count and the waiting clause
 # mean little to a student.
-_PULLED = re.compile(r'^Successfully pulled image "(?P<image>[^"]*)" in (?P<took>\S+?)(?: \([^)]*\))?\.(?: Image size: (?P<size>\d+) bytes\.)?$')
+_PULLED = re.compile(
+    r'^Successfully pulled image "(?P<image>[^"]*)" in (?P<took>\S+?)(?: \([^)]*\))?\.(?: Image size: (?P<size>\d+) bytes\.)?$'
+)
 
 
 def message(text: str, kind: str = "info", progress: int | None = None) -> dict[str, Any]:
