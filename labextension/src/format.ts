@@ -141,3 +141,13 @@ export function kernelLabel(notebook: string | null, kernelName: string): string
 export function filesAreLost(storage: IStorage | null | undefined): boolean {
   return storage?.kind === 'scratch' || storage?.kind === 'none';
 }
+
+/** What a page says when its server stops: where to read why and start again (the hub's home
+ * page, when the server runs under a hub: `hubPrefix` from the page config, else ''). */
+export function stoppingNotice(hubPrefix: string): { text: string; home: string | null } {
+  if (!hubPrefix) {
+    return { text: 'This server is stopping.', home: null };
+  }
+  const home = `${hubPrefix.replace(/\/?$/, '/')}home`;
+  return { text: "This server is stopping. The hub's home page says why and starts it again.", home };
+}

@@ -3,7 +3,8 @@
  * runs (origin cluster or a Liqo donor) and how its GPUs are used.
  */
 import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
-import { ICommandPalette } from '@jupyterlab/apputils';
+import { ICommandPalette, Notification } from '@jupyterlab/apputils';
+import { PageConfig } from '@jupyterlab/coreutils';
 import { ILauncher } from '@jupyterlab/launcher';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
@@ -13,6 +14,7 @@ import { CullingWatch, installGpuCulling } from './culling';
 import { gpuIcon } from './icon';
 import { installGpuKernels } from './kernels';
 import { followGpuKernelStarts } from './kernelstart';
+import { stoppingNotice } from './format';
 import { GpuKernelLauncher } from './launcher';
 import { GpuBurstModel } from './model';
 import { GpuBurstPanel } from './panel';
@@ -72,6 +74,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
     client.placementReceived.connect((_, placement) => model.setPlacement(placement));
     client.samplesReceived.connect((_, samples) => model.addSamples(samples));
     client.statusChanged.connect((_, status) => model.setConnection(status));
+    // said at once, before JupyterLab finds the server gone and calls it only unavailable
+    client.serverStopping.connect(() => {
+      const notice = stoppingNotice(PageConfig.getOption('hubPrefix'));
+      const home = notice.home;
+      Notification.warning(notice.text, {
+        autoClose: false,
+        actions: home ? [{ label: 'Hub home', callback: () => window.location.assign(home) }] : []
+      });
+    });
 
     const panel = new GpuBurstPanel(model, client);
     let status: GpuBurstStatus | null = null;
