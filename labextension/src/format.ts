@@ -142,12 +142,14 @@ export function filesAreLost(storage: IStorage | null | undefined): boolean {
   return storage?.kind === 'scratch' || storage?.kind === 'none';
 }
 
-/** What a page says when its server stops: where to read why and start again (the hub's home
- * page, when the server runs under a hub: `hubPrefix` from the page config, else ''). */
-export function stoppingNotice(hubPrefix: string): { text: string; home: string | null } {
+/** What a page says when its server stops, and where to read why and start it again: the
+ * server's spawn page at the hub, which says why the hub stopped it (page config's `hubPrefix`,
+ * `hubUser`, `hubServerName`; no hub, no link). */
+export function stoppingNotice(hubPrefix: string, user = '', serverName = ''): { text: string; href: string | null } {
   if (!hubPrefix) {
-    return { text: 'This server is stopping.', home: null };
+    return { text: 'This server is stopping.', href: null };
   }
-  const home = `${hubPrefix.replace(/\/?$/, '/')}home`;
-  return { text: "This server is stopping. The hub's home page says why and starts it again.", home };
+  const path = [user, serverName].filter(Boolean).map(encodeURIComponent).join('/');
+  const href = `${hubPrefix.replace(/\/?$/, '/')}spawn${path ? `/${path}` : ''}`;
+  return { text: "This server is stopping. Its page at the hub says why and starts it again.", href };
 }

@@ -76,11 +76,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
     client.statusChanged.connect((_, status) => model.setConnection(status));
     // said at once, before JupyterLab finds the server gone and calls it only unavailable
     client.serverStopping.connect(() => {
-      const notice = stoppingNotice(PageConfig.getOption('hubPrefix'));
-      const home = notice.home;
+      const notice = stoppingNotice(PageConfig.getOption('hubPrefix'), PageConfig.getOption('hubUser'), PageConfig.getOption('hubServerName'));
+      const href = notice.href;
       Notification.warning(notice.text, {
         autoClose: false,
-        actions: home ? [{ label: 'Hub home', callback: () => window.location.assign(home) }] : []
+        actions: href ? [{ label: 'Why?', callback: () => window.location.assign(href) }] : []
       });
     });
 

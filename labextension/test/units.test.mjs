@@ -126,13 +126,14 @@ test('files are lost on scratch space and without a volume, kept at home and on 
   assert.equal(filesAreLost(undefined), false);
 });
 
-test('a stopping server points to the hub home page, where the hub says why', () => {
-  assert.deepEqual(stoppingNotice('/hub/'), {
-    text: "This server is stopping. The hub's home page says why and starts it again.",
-    home: '/hub/home'
+test("a stopping server points to its spawn page, where the hub says why", () => {
+  assert.deepEqual(stoppingNotice('/hub/', 'alice', ''), {
+    text: 'This server is stopping. Its page at the hub says why and starts it again.',
+    href: '/hub/spawn/alice'
   });
-  assert.equal(stoppingNotice('/base/hub').home, '/base/hub/home');
-  assert.deepEqual(stoppingNotice(''), { text: 'This server is stopping.', home: null });
+  assert.equal(stoppingNotice('/base/hub', 'a b', 'gpu').href, '/base/hub/spawn/a%20b/gpu');
+  assert.equal(stoppingNotice('/hub/').href, '/hub/spawn');
+  assert.deepEqual(stoppingNotice(''), { text: 'This server is stopping.', href: null });
 });
 
 test('the stream parser hands on a stopping event', () => {
