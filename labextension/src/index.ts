@@ -123,7 +123,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
     }
     apply(settings);
-    installGpuKernels(app, client, panel, statusBar);
+    const gpuKernels = installGpuKernels(app, client, panel, statusBar);
+    // a GPU kernel gone from the server's list may be the hub's stop: its reason, now
+    let listed = new Set<string>();
+    gpuKernels.changed.connect(() => {
+      const now = new Set(gpuKernels.kernels.map(k => k.kernel_id));
+      if ([...listed].some(id => !now.has(id))) {
+        void culling?.refresh();
+      }
+      listed = now;
+    });
     culling = installGpuCulling(client, panel, statusBar, () => void app.commands.execute(CommandIDs.openPanel));
     if (launcher) {
       new GpuKernelLauncher(app, client, launcher);

@@ -177,3 +177,14 @@ export function startingText(kernel: IStartingKernel | null | undefined): string
   const waiting = kernel?.waiting ? ` (waiting for ${kernel.waiting})` : '';
   return `Starting a GPU kernel${where}…${waiting}`;
 }
+
+/** A refused GPU kernel's reason, for the cell that waited for it. The server words it for
+ * JupyterLab's error dialog ("No GPU kernel: ...", in lines that fit the dialog): the cell's own
+ * heading says the first, and the output area wraps by itself. */
+export function startFailedReason(reason: string): string {
+  return reason
+    .replace(/^\s*No GPU kernel:\s*/, '')
+    .split(/\s+/)
+    .join(' ')
+    .trim();
+}

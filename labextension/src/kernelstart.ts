@@ -13,7 +13,7 @@
 import { JupyterFrontEnd } from '@jupyterlab/application';
 import { Kernel } from '@jupyterlab/services';
 
-import { isGpuKernelName } from './kernelformat';
+import { isGpuKernelName, startFailedReason } from './kernelformat';
 
 /** The ename of the error output a waiting cell gets when its GPU kernel cannot start. */
 export const START_FAILED = 'GPU kernel not started';
@@ -91,8 +91,9 @@ function waitForTheSession(cell: ICellLike): void {
 
 /** The error output a waiting cell gets: the reason as the hub gave it, nothing else. */
 export function startFailedOutput(reason: string): Record<string, unknown> {
+  const said = startFailedReason(reason);
   // the traceback is what JupyterLab shows of an error: here, the sentence alone
-  return { output_type: 'error', ename: START_FAILED, evalue: reason, traceback: [`${START_FAILED}: ${reason}`] };
+  return { output_type: 'error', ename: START_FAILED, evalue: said, traceback: [`${START_FAILED}: ${said}`] };
 }
 
 /** Follows one notebook's or console's GPU kernels from their start. */

@@ -109,3 +109,12 @@ test('the launcher says what is left of the GPU-hour budget, and over it, why a 
     `A Python 3 (1 GPU) kernel cannot start now. ${usedUp.budget}`
   );
 });
+
+test("a cell whose GPU kernel did not start reads the hub's reason once, in one paragraph", async () => {
+  const { startFailedReason } = await import('../lib/kernelformat.js');
+  assert.equal(
+    startFailedReason('No GPU kernel: No site can start 1 GPU now (origin 0 of 1 free; donor-1\n0 of 1 free).'),
+    'No site can start 1 GPU now (origin 0 of 1 free; donor-1 0 of 1 free).'
+  );
+  assert.equal(startFailedReason('it was shut down before it started'), 'it was shut down before it started');
+});

@@ -124,6 +124,9 @@ def test_lab_shows_gpu_kernels_where_they_run(page: Page, kernel_site: KernelSit
     # within one (a word in two pieces gives its range two boxes)
     broken = row.locator("td").first.evaluate(WORDS_BROKEN)
     assert broken == [], broken
+    headings = page.locator(f"{PANEL} .jp-GpuBurst-gpuKernels th")
+    broken = [word for i in range(headings.count()) for word in headings.nth(i).evaluate(WORDS_BROKEN)]
+    assert broken == [], broken
     # a CPU server by the student's choice: no warning that it sees no GPU
     expect(page.locator(f"{PANEL} .jp-GpuBurst-where")).to_contain_text("this server has no GPU of its own")
     expect(page.locator(f"{PANEL} .jp-GpuBurst-nogpu")).to_have_count(0)
