@@ -12,13 +12,15 @@ attribute, so `gpu.testing.FakeNVML` can stand in for a GPU.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from dataclasses import dataclass, replace
 
 import pynvml
 
+from jupyter_gpuburst.core.keys import NVIDIA_VISIBLE_DEVICES_ENV
 from jupyter_gpuburst.gpu.backend import GPUUnavailable
-from jupyter_gpuburst.gpu.nvml import unavailable_reason
+from jupyter_gpuburst.gpu.nvml import unavailable_reason, visible_devices
 from jupyter_gpuburst.sim.config import ClusterConfig, FederationConfig, NodeConfig
 
 log = logging.getLogger(__name__)
@@ -114,7 +116,12 @@ def _text(value: str | bytes) -> str:
 
 
 def discover() -> HostGPUs:
-    """The host's GPUs and their devices; GPUUnavailable with the reason where there are none."""
+    """The host's GPUs and their devices; GPUUnavailable with the reason where there are none.
+
+    ``NVIDIA_VISIBLE_DEVICES`` (UUIDs or indices) keeps the demo to some of the machine's GPUs,
+    as it keeps a container to them.
+    """
+    visible = visible_devices(os.environ.get(NVIDIA_VISIBLE_DEVICES_ENV))
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
@@ -127,6 +134,8 @@ def discover() -> HostGPUs:
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
             uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
+            if visible is not None and not {uuid, str(i)} & visible:
+                continue
             name = _text(pynvml.nvmlDeviceGetName(handle))
             memory = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
             gpus.append((uuid, name, memory))
@@ -143,7 +152,7 @@ def discover() -> HostGPUs:
         except pynvml.NVMLError:
             pass
     if not gpus:
-        raise GPUUnavailable("NVML found 0 devices")
+        raise GPUUnavailable(f"NVML found 0 devices{'' if visible is None else f' that {NVIDIA_VISIBLE_DEVICES_ENV} lists'}")
     return HostGPUs(tuple(gpus), tuple(devices))
 
 

@@ -47,6 +47,18 @@ def test_whole_gpus_are_advertised_as_the_device_plugin_and_feature_discovery_do
     assert fake.calls["nvmlShutdown"] == fake.calls["nvmlInit"] == 1  # nothing held open
 
 
+def test_nvidia_visible_devices_keeps_the_demo_to_some_of_the_machines_gpus(monkeypatch):
+    FakeNVML(gpus=two_h100s()).install(monkeypatch.setattr)
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "GPU-2222")
+    host, _ = hostgpus.host_gpus("real")
+    assert host.device_ids() == {"nvidia.com/gpu": ("GPU-2222",)} and host.labels()["nvidia.com/gpu.count"] == "1"
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "0")
+    assert hostgpus.host_gpus("auto")[0].device_ids() == {"nvidia.com/gpu": ("GPU-1111",)}
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "none")
+    host, said = hostgpus.host_gpus("auto")
+    assert host is None and said.endswith("(NVML found 0 devices that NVIDIA_VISIBLE_DEVICES lists)")
+
+
 def test_a_gpu_in_mig_mode_is_advertised_as_its_slices_mixed_strategy(monkeypatch):
     FakeNVML(gpus=[mig_h100(), FakeGPU("GPU-whole", H100, memory_total=80 * GiB)]).install(monkeypatch.setattr)
     host, said = hostgpus.host_gpus("real")
