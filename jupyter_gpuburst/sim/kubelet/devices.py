@@ -5,12 +5,16 @@ A node that lists its devices (``NodeConfig.devices``: real GPUs or MIG slices, 
 one another pod holds, and takes them back when the pod ends or goes. The container learns them
 as the device plugin's "envvar" strategy says (``NVIDIA_VISIBLE_DEVICES``, the UUIDs); as nothing
 here isolates devices the way the NVIDIA container runtime does, ``CUDA_VISIBLE_DEVICES`` says the
-same to CUDA, and the NVML backend reads only the devices listed (``gpu/nvml.py``).
+same to CUDA, and the NVML backend reads only the devices listed (``gpu/nvml.py``). The
+NVIDIA runtime also makes the driver's libraries visible to a GPU container: here they are where
+this machine finds them, so a GPU container's ``LD_LIBRARY_PATH`` ends with the kubelet's own.
 """
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from jupyter_gpuburst.core.keys import CUDA_VISIBLE_DEVICES_ENV, NVIDIA_VISIBLE_DEVICES_ENV
@@ -97,11 +101,16 @@ class DevicePlugin:
         with self._lock:
             return dict(self._holder)
 
-    def env(self, uid: str, container: str) -> dict[str, str]:
-        """The environment that tells the container which devices are its own (none: nothing)."""
+    def env(self, uid: str, container: str, given: Mapping[str, str], host: Mapping[str, str] = os.environ) -> dict[str, str]:
+        """What the container's environment ``given`` gains: which devices are its own, and the
+        driver's libraries (none for a container without devices)."""
         with self._lock:
             ids = [d for res in (self._pods.get(uid) or {}).get(container, {}).values() for d in res]
         if not ids:
             return {}
         value = ",".join(ids)
-        return {NVIDIA_VISIBLE_DEVICES_ENV: value, CUDA_VISIBLE_DEVICES_ENV: value}
+        out = {NVIDIA_VISIBLE_DEVICES_ENV: value, CUDA_VISIBLE_DEVICES_ENV: value}
+        libraries = [p for p in (given.get("LD_LIBRARY_PATH"), host.get("LD_LIBRARY_PATH")) if p]
+        if libraries:
+            out["LD_LIBRARY_PATH"] = os.pathsep.join(libraries)
+        return out

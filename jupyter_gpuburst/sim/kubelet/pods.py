@@ -596,7 +596,7 @@ class Kubelet:
             raise FileNotFoundError(f'no command given and image "{spec.get("image", "")}" has no emulated entrypoint')
         given = runtime.pod_env(pr.pod, spec, self.store, replace_ip)
         env = {k: view.rewrite(v) for k, v in given.items()}
-        env.update(self.devices.env(pr.uid, c.name))  # the device plugin's say over the image's
+        env.update(self.devices.env(pr.uid, c.name, env))  # the device plugin's say over the image's
         home = str(view.directory(_home_path(spec, given), private=True))
         env.setdefault("HOME", home)
         working_dir = (spec.get("workingDir") or "").rstrip("/") or ("/" if spec.get("workingDir") else "")
