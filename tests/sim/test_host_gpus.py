@@ -214,6 +214,12 @@ async def test_a_pod_that_ends_frees_its_gpu_and_one_the_node_cannot_serve_fails
     assert pod["status"]["reason"] == "UnexpectedAdmissionError"
     assert "requested number of devices unavailable for nvidia.com/gpu. Requested: 2, Available: 1" in pod["status"]["message"]
     assert len(host_cluster.kubelet.devices.holders()) == 1  # the refused pod took nothing
+    half = gpu_pod("half")
+    half["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "500m"
+    half["spec"]["nodeName"] = "gpu"
+    store.create("pods", half, "default")
+    pod = await wait_for_pod(store, "default", "half", lambda p: p["status"].get("phase") == "Failed")
+    assert pod["status"]["message"] == "nvidia.com/gpu must be a whole number of devices, not '500m'"
 
 
 async def test_the_federation_origin_node_carries_the_host_gpus_and_mig_slices(tmp_path, monkeypatch):

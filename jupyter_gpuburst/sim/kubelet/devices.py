@@ -17,6 +17,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from kubernetes.utils.quantity import parse_quantity
+
 from jupyter_gpuburst.core.keys import CUDA_VISIBLE_DEVICES_ENV, NVIDIA_VISIBLE_DEVICES_ENV
 
 Obj = dict[str, Any]
@@ -31,7 +33,13 @@ def _amount(container: Obj, resource: str) -> int:
     for part in ("limits", "requests"):  # extended resources: requests equal limits when both are set
         value = (resources.get(part) or {}).get(resource)
         if value is not None:
-            return int(str(value))
+            try:
+                amount = parse_quantity(value)
+            except ValueError:
+                amount = None
+            if amount is None or amount != int(amount) or amount < 0:
+                raise AdmissionError(f"{resource} must be a whole number of devices, not {value!r}")
+            return int(amount)
     return 0
 
 
