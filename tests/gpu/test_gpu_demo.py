@@ -207,7 +207,8 @@ async def run_demo_journey(tmp_path, real: bool) -> dict[str, Any]:
         assert visible.startswith("GPU-") and "," not in visible, out
         if not real:
             assert visible == FAKE_UUID
-        sample = await server.get("api/gpuburst/gpus")
+        # the server's first sample, as the panel's first read after it opens
+        sample = await wait_until(lambda: _sampled(server), 30, "the server's first GPU sample", interval=0.1)
         assert reads_nvml(sample, real), sample
         if real:
             out = await server.execute(kernel_id, CUDA_LIBRARY)
@@ -297,6 +298,11 @@ def reads_nvml(figures: dict[str, Any], real: bool) -> bool:
     if real:
         return figures["backend"] == "nvml" and not figures.get("reason")
     return (figures.get("reason") or "").startswith("no NVIDIA driver found")
+
+
+async def _sampled(server: Server) -> dict[str, Any] | None:
+    data = await server.get("api/gpuburst/gpus")
+    return data if data.get("gpus") or data.get("reason") else None
 
 
 async def _utilization(server: Server) -> float | None:
