@@ -37,7 +37,7 @@ from typing import Any
 
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.hub.ports import free_port, port_is_free
-from jupyter_gpuburst.sim.hostgpus import GPUS_MODES, HostGPUError, HostGPUs, host_gpus
+from jupyter_gpuburst.sim.hostgpus import GPUS_MODE_ENV, GPUS_MODES, HostGPUError, HostGPUs, host_gpus
 
 DEMO_CONFIG = Path(__file__).with_name("demo_config.py")
 REPO = Path(__file__).resolve().parent.parent
@@ -479,9 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--gpus",
         choices=GPUS_MODES,
-        default="auto",
+        default=os.environ.get(GPUS_MODE_ENV) or "auto",
         help="'auto': this machine's NVIDIA GPUs on the origin when NVML finds any, else simulated ones; 'real': this machine's "
-        "or an error; 'simulated': simulated GPUs everywhere (donors are always simulated; default: %(default)s; with GPUs "
+        "or an error; 'simulated': simulated GPUs everywhere (donors are always simulated; default: $GPUBURST_GPUS, else auto; with GPUs "
         "found, --origin-gpus is ignored)",
     )
     return parser

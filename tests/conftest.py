@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_gpuburst.sim.hostgpus import GPUS_MODE_ENV
+
 # Fixtures several folders use: the local federation and a hub in front of it, the stand-in hub
 # of GPU kernels, chromium for browser tests, the real-cluster tier (tests/REALCLUSTER.md)
 pytest_plugins = ["helpers.fixtures", "helpers.fake_hub", "helpers.browser", "helpers.realcluster"]
@@ -73,5 +75,8 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _no_visible_devices_from_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
     """The NVML fakes stand for every GPU a test names: the NVIDIA_VISIBLE_DEVICES of the machine
-    running the tests (a CUDA container sets one) must not hide them from the NVML backend."""
+    running the tests (a CUDA container sets one) must not hide them from the NVML backend. And
+    a demo or sim a test starts keeps the GPUs it expects: on a machine with NVIDIA GPUs
+    `--gpus auto` would put them on the origin; the `gpu` tier asks for `--gpus real` itself."""
     monkeypatch.delenv("NVIDIA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv(GPUS_MODE_ENV, "simulated")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from jupyter_gpuburst.sim.config import DEFAULT_CONFIG, ConfigError, FederationConfig, load_config
 from jupyter_gpuburst.sim.federation import Federation
-from jupyter_gpuburst.sim.hostgpus import GPUS_MODES, HostGPUError, host_gpus, with_host_gpus
+from jupyter_gpuburst.sim.hostgpus import GPUS_MODE_ENV, GPUS_MODES, HostGPUError, host_gpus, with_host_gpus
 from jupyter_gpuburst.sim.kubelet import netns
 
 
@@ -39,9 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--gpus",
         choices=GPUS_MODES,
-        default="auto",
+        default=os.environ.get(GPUS_MODE_ENV) or "auto",
         help="'auto': this machine's NVIDIA GPUs replace the origin's GPU node's when NVML finds any; 'real': the same, or an "
-        "error; 'simulated': the config's GPUs as they are (donors are always as configured; default: %(default)s)",
+        "error; 'simulated': the config's GPUs as they are (donors are always as configured; default: $GPUBURST_GPUS, else auto)",
     )
     parser.add_argument("--check", action="store_true", help="only check the config and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
@@ -78,6 +78,9 @@ def main(argv: list[str]) -> int:
         host, found = host_gpus(args.gpus)
     except HostGPUError as exc:
         print(f"gpuburst sim: {exc}; use --gpus auto or --gpus simulated", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # a bad $GPUBURST_GPUS: argparse checks only what is typed
+        print(f"gpuburst sim: {exc}", file=sys.stderr)
         return 2
     if host is not None:
         config = with_host_gpus(config, host)

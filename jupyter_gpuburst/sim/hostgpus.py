@@ -26,6 +26,8 @@ from jupyter_gpuburst.sim.config import ClusterConfig, FederationConfig, NodeCon
 log = logging.getLogger(__name__)
 
 GPUS_MODES = ("auto", "real", "simulated")
+# the default of `gpuburst demo|sim --gpus` where it is set (a test suite keeps its GPUs simulated)
+GPUS_MODE_ENV = "GPUBURST_GPUS"
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 HOST_NODE = "origin-gpu"

@@ -138,3 +138,12 @@ def test_a_mig_host_replaces_the_simulated_slices_and_its_pods_read_nvml(monkeyp
     spawner = SimpleNamespace(gpuburst_placement={"site": "origin", "resource": "nvidia.com/mig-1g.10gb"})
     pod = config.KubeSpawner.modify_pod_hook(spawner, server_pod({"JUPYTER_GPUBURST_BACKEND": "simulated"}))
     assert {e.name: e.value for e in pod.spec.containers[0].env} == {"JUPYTER_GPUBURST_BACKEND": "nvml"}
+
+
+def test_gpus_default_comes_from_the_environment(monkeypatch, tmp_path):
+    # the suite sets it to "simulated" for every test; a GPU machine's own runs may set "real"
+    assert demo.build_parser().parse_args([]).gpus == "simulated"
+    monkeypatch.setenv(hostgpus.GPUS_MODE_ENV, "real")
+    assert demo.build_parser().parse_args([]).gpus == "real"
+    monkeypatch.setenv(hostgpus.GPUS_MODE_ENV, "cuda")
+    assert sim_main(["--kubeconfig-out", str(tmp_path / "kc")]) == 2
