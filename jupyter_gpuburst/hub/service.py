@@ -48,6 +48,7 @@ from jupyter_gpuburst.hub.capacity.report import capacity_report
 from jupyter_gpuburst.hub.culling.handlers import handlers as activity_handlers
 from jupyter_gpuburst.hub.culling.live import hub_culler, refuses_start
 from jupyter_gpuburst.hub.kernels.handlers import API_PATH as KERNELS_API_PATH
+from jupyter_gpuburst.hub.kernels.handlers import REFUSED_REASON
 from jupyter_gpuburst.hub.kernels.handlers import handlers as kernel_handlers
 from jupyter_gpuburst.hub.stops import STOP_PATH, STOP_SCOPE
 from jupyter_gpuburst.hub.stops import handlers as stop_handlers
@@ -184,11 +185,12 @@ class CapacityService:
 def log_request(handler: web.RequestHandler) -> None:
     """Failures at warning and error; the rest at debug, unless slow: every GPU kernel's server
     asks after it every few seconds, which at info would drown the hub's log. The path only:
-    an OAuth callback's query carries its code."""
+    an OAuth callback's query carries its code. A GPU kernel refused for want of a GPU (503) is
+    the hub working as meant, at warning: errors are for what an admin must look into."""
     status = handler.get_status()
     request = handler.request
     ms = 1000.0 * request.request_time()
-    if status >= 500:
+    if status >= 500 and not (status == 503 and handler._reason == REFUSED_REASON):
         level = logging.ERROR
     elif status >= 400:
         level = logging.WARNING

@@ -37,6 +37,8 @@ MAX_WAIT_S = 30.0
 
 def access_scope(service_name: str) -> str:
     return f"access:services!service={service_name}"
+# the HTTP reason phrase of a start the hub refuses (a full federation is 503 with it)
+REFUSED_REASON = "GPU kernel refused"
 
 
 class KernelAPIHandler(UserTokenHandler):
@@ -93,7 +95,7 @@ class KernelAPIHandler(UserTokenHandler):
         return body
 
     def kernel_error(self, exc: KernelError) -> web.HTTPError:
-        return web.HTTPError(exc.status, "%s", exc.message, reason="GPU kernel refused" if exc.status >= 500 else None)
+        return web.HTTPError(exc.status, "%s", exc.message, reason=REFUSED_REASON if exc.status >= 500 else None)
 
     def write_record(self, registry: KernelRegistry, record: KernelRecord) -> None:
         self.write(json.dumps(record_json(registry, record)))
@@ -168,7 +170,7 @@ class KernelsHandler(KernelAPIHandler):
             raise web.HTTPError(403, "This server's profile offers no such GPU kernel; start a server whose profile offers GPU kernels.")
         refusal = budget_refusal(registry.tracker, name, self.hub.groups(name), bool(self.user.get("admin")))
         if refusal:
-            raise web.HTTPError(403, "%s", refusal, reason="GPU kernel refused")
+            raise web.HTTPError(403, "%s", refusal, reason=REFUSED_REASON)
         server_pod = await _server_pod(registry, spawner)
         try:
             record = await registry.start(
