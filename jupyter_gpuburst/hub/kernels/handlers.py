@@ -37,6 +37,8 @@ MAX_WAIT_S = 30.0
 
 def access_scope(service_name: str) -> str:
     return f"access:services!service={service_name}"
+
+
 # the HTTP reason phrase of a start the hub refuses (a full federation is 503 with it)
 REFUSED_REASON = "GPU kernel refused"
 
