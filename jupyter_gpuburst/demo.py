@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import sys
@@ -46,6 +47,9 @@ NAMESPACE = "default"
 DEFAULT_PASSWORD = "gpuburst"
 STUDENTS = ("student1", "student2")
 ADMIN = "teacher"
+# JupyterHub's SharedPasswordAuthenticator's own minimums (its help says so; it refuses shorter)
+USER_PASSWORD_MIN = 8
+ADMIN_PASSWORD_MIN = 32
 # demo_config.py's kernel-mode profile
 KERNEL_PROFILE = "CPU server + GPU kernels on demand"
 MIG_RESOURCE = "nvidia.com/mig-1g.10gb"
@@ -62,6 +66,9 @@ class DemoOptions:
     state_dir: Path | None = None
     pod_network: str = "shared"
     gpus: str = "auto"
+    # the admin's own password: JupyterHub's SharedPasswordAuthenticator lets admins in only with
+    # one of 32 characters or more; "" makes one up for this run (the banner prints it)
+    admin_password: str = ""
 
     def __post_init__(self) -> None:
         if self.gpus not in GPUS_MODES:
@@ -78,6 +85,14 @@ class DemoOptions:
             raise ValueError(f"--pod-network must be 'shared' or 'namespaces', not {self.pod_network!r}")
         if not self.password:
             raise ValueError("--password must not be empty")
+        if len(self.password) < USER_PASSWORD_MIN:
+            raise ValueError(f"--password must be at least {USER_PASSWORD_MIN} characters")
+        if self.admin_password and (len(self.admin_password) < ADMIN_PASSWORD_MIN or self.admin_password == self.password):
+            raise ValueError(f"--admin-password must be at least {ADMIN_PASSWORD_MIN} characters, and not the users' password")
+
+    def with_admin_password(self) -> DemoOptions:
+        """These options, with an admin password made up where none was given."""
+        return self if self.admin_password else replace(self, admin_password=secrets.token_urlsafe(24))
 
     @property
     def hub_ip(self) -> str:
@@ -222,7 +237,9 @@ def try_steps(opts: DemoOptions, donor_names: list[str], url: str, kubeconfig: P
         "GPU kernels section says how many could start now and where, and a GPU kernel you start shows in the GPU panel "
         "with its site, node and GPU memory."
     )
-    steps.append(f"{len(steps) + 1}. Log in as {ADMIN} and open {url}/services/gpuburst/capacity for capacity per site.")
+    steps.append(
+        f"{len(steps) + 1}. Log in as {ADMIN} (with the admin's password above) and open {url}/services/gpuburst/capacity for capacity per site."
+    )
     command = gpuburst_command()
     steps.append(f"{len(steps) + 1}. In another shell: {command} doctor --kubeconfig {kubeconfig}")
     steps.append(f"{' ' * len(f'{len(steps)}. In another shell: ')}{command} capacity --kubeconfig {kubeconfig}")
@@ -248,7 +265,8 @@ def banner(
             "",
             f"  origin: {origin};  donors: {donors}",
             *([f"  GPUs:   {found}"] if found else []),
-            f"  users:  {', '.join(STUDENTS)} (any other name works too), admin {ADMIN};  password: {opts.password}",
+            f"  users:  {', '.join(STUDENTS)} (any other name works too);  password: {opts.password}",
+            f"  admin:  {ADMIN};  password: {opts.admin_password}",
             *(
                 [f"  pods:   each in a network namespace of its own, as on a cluster; the hub listens on {opts.hub_ip}"]
                 if opts.pod_network == "namespaces"
@@ -318,6 +336,7 @@ class Demo:
             "GPUBURST_DEMO_PROXY_API_PORT": str(free_port()),
             "GPUBURST_DEMO_STATE_DIR": str(self.state),
             "GPUBURST_DEMO_PASSWORD": self.opts.password,
+            "GPUBURST_DEMO_ADMIN_PASSWORD": self.opts.admin_password,
             "GPUBURST_DEMO_NAMESPACE": NAMESPACE,
             "GPUBURST_DEMO_GPU_PRODUCTS": json.dumps(gpu_products(federation_config(self.opts))),
             "GPUBURST_DEMO_REAL_GPUS": json.dumps(real_gpus(self.host)),
@@ -461,7 +480,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--password",
         default=os.environ.get("GPUBURST_DEMO_PASSWORD", DEFAULT_PASSWORD),
-        help="shared password of the demo users (default: $GPUBURST_DEMO_PASSWORD, else %(default)s)",
+        help="shared password of the demo users, 8 characters or more (default: $GPUBURST_DEMO_PASSWORD, else %(default)s)",
+    )
+    parser.add_argument(
+        "--admin-password",
+        default=os.environ.get("GPUBURST_DEMO_ADMIN_PASSWORD", ""),
+        help=f"password of the admin {ADMIN}, 32 characters or more (default: $GPUBURST_DEMO_ADMIN_PASSWORD, else one made up "
+        "for this run, printed with the URL)",
     )
     parser.add_argument(
         "--state-dir",
@@ -491,8 +516,16 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         opts = DemoOptions(
-            args.port, args.origin_gpus, args.donor_gpus, args.donors, args.password, args.state_dir, args.pod_network, args.gpus
-        )
+            args.port,
+            args.origin_gpus,
+            args.donor_gpus,
+            args.donors,
+            args.password,
+            args.state_dir,
+            args.pod_network,
+            args.gpus,
+            args.admin_password,
+        ).with_admin_password()
     except ValueError as exc:
         print(f"gpuburst demo: {exc}", file=sys.stderr)
         return 2

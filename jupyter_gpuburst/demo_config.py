@@ -2,8 +2,8 @@
 
 `gpuburst demo` starts the federation, then runs ``jupyterhub -f`` with this file
 with the environment below; nothing here is specific to one machine. Users log in with any
-name and the shared demo password (DummyAuthenticator); ``teacher`` is an admin and sees the
-capacity page at /services/gpuburst/capacity.
+name and the shared demo password (SharedPasswordAuthenticator); ``teacher``, the admin, logs in
+with a password of its own and sees the capacity page at /services/gpuburst/capacity.
 
 Environment (set by `gpuburst demo`):
   KUBECONFIG                    the federation's kubeconfig (current context: the origin)
@@ -13,6 +13,7 @@ Environment (set by `gpuburst demo`):
   GPUBURST_DEMO_PROXY_API_PORT  the proxy's REST API port
   GPUBURST_DEMO_STATE_DIR       hub database, cookie secret and logs
   GPUBURST_DEMO_PASSWORD        the shared password
+  GPUBURST_DEMO_ADMIN_PASSWORD  the admin's password (32 characters or more)
   GPUBURST_DEMO_NAMESPACE       the (offloaded) namespace user servers run in
   GPUBURST_DEMO_GPU_PRODUCTS    site -> GPU resource -> the simulated GPUs' model (demo.gpu_products)
   GPUBURST_DEMO_REAL_GPUS       site -> the GPU resources that are this machine's own (demo.real_gpus)
@@ -53,8 +54,10 @@ c.JupyterHub.cleanup_servers = True
 c.JupyterHub.cleanup_proxy = True
 
 # ---- who can log in -------------------------------------------------------------------------
-c.JupyterHub.authenticator_class = "dummy"
-c.DummyAuthenticator.password = env["GPUBURST_DEMO_PASSWORD"]
+# any name with the users' password; the admin, teacher, with a password of its own
+c.JupyterHub.authenticator_class = "shared-password"
+c.SharedPasswordAuthenticator.user_password = env["GPUBURST_DEMO_PASSWORD"]
+c.SharedPasswordAuthenticator.admin_password = env["GPUBURST_DEMO_ADMIN_PASSWORD"]
 c.Authenticator.allow_all = True
 c.Authenticator.admin_users = {"teacher"}
 # GPU kernels for everyone in the demo (a real hub grants these scopes per group, see README);

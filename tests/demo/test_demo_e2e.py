@@ -140,6 +140,21 @@ async def test_two_students_land_on_origin_then_donor_and_everything_stops(tmp_p
         assert demo.url == f"http://127.0.0.1:{port}"
         banner = "".join(demo.output)
         assert "student1" in banner and "password: gpuburst" in banner and "donor-1 (8 GPUs)" in banner
+        # the admin logs in with the password the banner printed for it, never with the students'
+        admin_password = re.search(r"admin:\s+teacher;\s+password: (\S+)", banner)[1]
+        assert len(admin_password) >= 32
+        for password, admits in ((DEFAULT_PASSWORD, False), (admin_password, True)):
+            teacher = Student(f"http://127.0.0.1:{port}", "teacher", password)
+            try:
+                if not admits:
+                    with pytest.raises(AssertionError):
+                        await teacher.login()
+                    continue
+                await teacher.login()
+                status, users = await teacher.hub_api("GET", "/users")
+                assert status == 200 and {u["name"] for u in users} >= {"teacher"}, users
+            finally:
+                await teacher.close()
 
         placements = {}
         for student in students:
@@ -289,3 +304,11 @@ def test_pod_network_namespaces_where_they_cannot_be_had_are_refused(monkeypatch
         demo.DemoOptions(pod_network="bridge")
     with pytest.raises(ValueError, match="--password must not be empty"):
         demo.DemoOptions(password="")
+    with pytest.raises(ValueError, match="--password must be at least 8 characters"):
+        demo.DemoOptions(password="short")
+    with pytest.raises(ValueError, match="--admin-password must be at least 32 characters"):
+        demo.DemoOptions(admin_password="too short for an admin")
+    with pytest.raises(ValueError, match="and not the users' password"):
+        demo.DemoOptions(password="x" * 32, admin_password="x" * 32)
+    made_up = demo.DemoOptions().with_admin_password().admin_password
+    assert len(made_up) >= 32 and made_up != demo.DemoOptions().with_admin_password().admin_password

@@ -76,6 +76,7 @@ def load_demo_config(monkeypatch, tmp_path, real: dict) -> dict:
         "GPUBURST_DEMO_HUB_PORT": "2",
         "GPUBURST_DEMO_PROXY_API_PORT": "3",
         "GPUBURST_DEMO_PASSWORD": "x",
+        "GPUBURST_DEMO_ADMIN_PASSWORD": "a" * 32,
         "GPUBURST_DEMO_GPU_PRODUCTS": json.dumps(demo.gpu_products(demo.federation_config(demo.DemoOptions()))),
         "GPUBURST_DEMO_REAL_GPUS": json.dumps(real),
     }.items():

@@ -177,6 +177,7 @@ def test_gpuburst_demo_help_and_its_config_load_from_the_installed_wheel(install
         "GPUBURST_DEMO_PROXY_API_PORT": "3",
         "GPUBURST_DEMO_STATE_DIR": str(tmp_path),
         "GPUBURST_DEMO_PASSWORD": "x",
+        "GPUBURST_DEMO_ADMIN_PASSWORD": "a" * 32,
         "GPUBURST_DEMO_NAMESPACE": "jhub",
     }
     done = run_installed(installed, [str(installed / "bin" / "python"), "-c", load], tmp_path, **env)

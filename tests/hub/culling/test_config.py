@@ -80,6 +80,7 @@ def test_the_demo_keeps_the_stop_scope_when_culling_is_turned_on_over_it(tmp_pat
         "GPUBURST_DEMO_PROXY_API_PORT": "8001",
         "GPUBURST_DEMO_STATE_DIR": str(tmp_path),
         "GPUBURST_DEMO_PASSWORD": "gpuburst",
+        "GPUBURST_DEMO_ADMIN_PASSWORD": "a" * 32,
     }.items():
         monkeypatch.setenv(name, value)
     c = Config()
