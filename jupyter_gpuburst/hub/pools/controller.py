@@ -27,7 +27,7 @@ from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.snapshot import is_gpu_resource
 from jupyter_gpuburst.hub import metrics
 from jupyter_gpuburst.hub.pools import manifests
-from jupyter_gpuburst.hub.pools.settings import Pool, Shape, WarmPools
+from jupyter_gpuburst.hub.pools.settings import KERNELS, Pool, Shape, WarmPools
 
 TERMINAL = frozenset({"Succeeded", "Failed"})
 
@@ -49,6 +49,7 @@ class PoolState:
         return {
             "site": self.pool.site,
             "profile": self.pool.profile,
+            "kind": self.pool.kind,  # placeholders, or pre-started GPU kernels
             "target": self.pool.count,
             "ready": self.ready,
             "pending": self.pending,
@@ -72,10 +73,13 @@ class PoolController:
         log: logging.Logger | None = None,
         clock: Callable[[], float] = time.monotonic,
         offloader: Any = None,
+        kernel_pods: Mapping[str, Callable[[], dict[str, Any]]] | None = None,
     ):
         self.offloader = offloader  # sites.offloading.NamespaceOffloader: donor placeholders need it
         self.settings = settings
         self.shapes = dict(shapes)
+        # a pre-started kernel pool's pod, by pool name (hub/kernels/prestarted): a new one per call
+        self.kernel_pods = dict(kernel_pods or {})
         self.namespace = namespace
         self.core = core_api
         self.scheduling = scheduling_api
@@ -84,7 +88,7 @@ class PoolController:
         self.clock = clock
         self.states = {p.name: PoolState(p) for p in settings.pool_list()}
         for state in self.states.values():
-            if state.pool.profile not in self.shapes:
+            if self._builder(state.pool) is None:
                 state.note = f"no profile {state.pool.profile!r} in the spawner's profile_list"
         self._first_seen: dict[str, float] = {}
         self._last_pass: float | None = None
@@ -138,8 +142,8 @@ class PoolController:
         held = _held_by_node(pods, self.tracker.inventory.pod_resources)
         for name, state in self.states.items():
             mine = [p for p in by_pool.get(name, []) if p["metadata"]["uid"] not in removed]
-            shape = self.shapes.get(state.pool.profile)
-            if shape is None:
+            build = self._builder(state.pool)
+            if build is None:
                 continue
             mine, short = await self._shrink(state, mine, now)
             missing = state.pool.count - len(mine)
@@ -148,7 +152,7 @@ class PoolController:
                 continue
             if state.pool.site != keys.ORIGIN_SITE and self.offloader is not None:
                 await self.offloader.ensure(self.namespace)  # Liqo offloads only such namespaces
-            manifest = manifests.placeholder_pod(state.pool, shape, self.namespace, self.settings.priority_class)
+            manifest = build()
             demand = self.tracker.inventory.pod_resources(manifest)
             room = _room(snapshot, state.pool.site, demand, held)
             for _ in range(min(missing, room)):
@@ -159,6 +163,7 @@ class PoolController:
                     self.log.warning("warm pool %s: creating a placeholder failed: %s %s", name, exc.status, exc.reason)
                     break
                 state.created += 1
+                manifest = build()  # a kernel pool's pods each have a name (and a Secret) of their own
                 # the next placeholder of this pass must not count the same room
                 _hold_somewhere(snapshot, state.pool.site, demand, held)
             else:
@@ -166,6 +171,15 @@ class PoolController:
                     state.note = f"{state.pool.site} ran short: a placeholder could not be placed"
                 else:
                     state.note = "" if room >= missing else f"{state.pool.site} has room for {room} more now"
+
+    def _builder(self, pool: Pool) -> Callable[[], dict[str, Any]] | None:
+        """What makes one pod of ``pool``; None when its profile is unknown."""
+        if pool.kind == KERNELS:
+            return self.kernel_pods.get(pool.name)
+        shape = self.shapes.get(pool.profile)
+        if shape is None:
+            return None
+        return lambda: manifests.placeholder_pod(pool, shape, self.namespace, self.settings.priority_class)
 
     def _count(self, state: PoolState, pods: list[dict[str, Any]], elapsed: float) -> None:
         """Ready and pending placeholders, and the GPU-seconds the bound ones held since the last pass."""
@@ -181,7 +195,9 @@ class PoolController:
                     gpus[resource] += units
         state.gpus = dict(gpus)
         state.gpu_seconds += elapsed * sum(gpus.values())
-        metrics.record_pool(state.pool.site, state.pool.profile, state.ready, state.pending, elapsed * sum(gpus.values()))
+        # a kernel pool's series is "kernel:<profile>", apart from a placeholder pool of that slug
+        profile = state.pool.profile if state.pool.kind != KERNELS else f"kernel:{state.pool.profile}"
+        metrics.record_pool(state.pool.site, profile, state.ready, state.pending, elapsed * sum(gpus.values()))
 
     async def _shrink(self, state: PoolState, pods: list[dict[str, Any]], now: float) -> tuple[list[dict[str, Any]], bool]:
         """Remove placeholders beyond the pool's size (unscheduled ones first) and those the

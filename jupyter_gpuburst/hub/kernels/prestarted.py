@@ -1,0 +1,230 @@
+"""Pre-started GPU kernels: a warm pool's kernel pods, and their adoption by the next kernel request.
+
+A pooled kernel pod is a kernel pod of one profile pinned to one site, at the warm pools'
+priority, whose entry point has imported ipykernel and waits for its connection file in a
+Secret volume marked optional whose Secret does not exist yet: it holds no key, listens on
+nothing and belongs to no one. Adoption, for a request placed on that site:
+
+1. the hub creates the Secret (``create``, never ``apply``: one that someone made beforehand
+   makes the pod unusable, not theirs), with the adopter's new key, owned by the pod;
+2. it patches the pod: the pool's labels go, the kernel's labels, annotations and owner (the
+   user's server pod) come, exactly as on a kernel pod it creates; the update makes the
+   kubelet sync the pod's volumes, so the connection file appears and the kernel starts.
+
+The key is in the Secret only, never in the pod spec, env, the hub's log or its API. A pod gone
+(preempted, removed by its pool) at any step leaves nothing: the Secret is deleted (and owned by
+the pod besides), and the request starts a pod of its own (``adopt`` returns False).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from kubernetes_asyncio.client import ApiException
+
+from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.core.placement import Placement
+from jupyter_gpuburst.hub.kernels import manifests
+from jupyter_gpuburst.hub.kernels.files import scratch
+from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings, KernelProfile
+
+if TYPE_CHECKING:
+    from jupyter_gpuburst.hub.kernels.registry import KernelRecord, KernelRegistry
+
+CONNECTION_VOLUME = "gpuburst-connection"
+CONNECTION_MOUNT = "/var/run/gpuburst/connection"
+POD_PREFIX = "gpuburst-kernel-pool-"  # a kernel pod's prefix (registry.POD_PREFIX), then the pool's
+PORT_SET = 0  # a first start's ports; a restart asks for the other set and starts cold
+# the pool's labels on a pod that waits; gone once it is adopted
+POOL_LABELS = (keys.POOL_LABEL, keys.POOL_SITE_LABEL, keys.POOL_PROFILE_LABEL, keys.POOL_KIND_LABEL)
+
+
+def pool_name(site: str, profile: str) -> str:
+    """The pool's name (its pods' POOL_LABEL), apart from a placeholder pool of the same slug."""
+    return f"{site}.{profile}.kernels"
+
+
+def site_placement(site: str, profile: KernelProfile) -> Placement:
+    """Where a pooled kernel waits: the site, no node (the scheduler picks one)."""
+    return Placement(
+        site=site,
+        cluster_id=None if site == keys.ORIGIN_SITE else site,
+        node=None,
+        resource=profile.resource,
+        count=profile.count,
+        reason="",
+    )
+
+
+def pooled_pod(
+    site: str, profile: KernelProfile, settings: GPUKernelSettings, image: str, namespace: str, priority_class: str, preload: list[str]
+) -> dict[str, Any]:
+    """One pre-started kernel of ``profile`` on ``site``: a kernel pod as ``manifests.kernel_pod``
+    makes it (security, resources, probe, scratch) with no user, no key and the pool's labels."""
+    name = f"{POD_PREFIX}{secrets.token_hex(6)}"
+    placement = site_placement(site, profile)
+    files = scratch(placement)
+    pod = manifests.kernel_pod(
+        name=name,
+        namespace=namespace,
+        record_id="",
+        user="",
+        groups=[],
+        server_name="",
+        profile=profile,
+        placement=placement,
+        attempts=1,
+        image=profile.image or image,
+        ports=settings.ports(PORT_SET),
+        files=files,
+        note=files.note,
+        secret_name=name,
+        server_pod=None,
+        grace_seconds=settings.termination_grace_seconds,
+        extra_env=dict(settings.extra_env),
+    )
+    container = pod["spec"]["containers"][0]
+    # who adopts it is not known yet: no user, no connection (the adopter's env brings them)
+    container["env"] = [
+        e for e in container["env"] if e["name"] not in (keys.KERNEL_CONNECTION_ENV, "JUPYTERHUB_USER", keys.REASON_ENV)
+    ] + [
+        {"name": keys.KERNEL_CONNECTION_DIR_ENV, "value": CONNECTION_MOUNT},
+        {"name": keys.KERNEL_PRELOAD_ENV, "value": ",".join(preload)},
+        {"name": keys.KERNEL_POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]
+    container["volumeMounts"].append({"name": CONNECTION_VOLUME, "mountPath": CONNECTION_MOUNT, "readOnly": True})
+    pod["spec"]["volumes"].append({"name": CONNECTION_VOLUME, "secret": {"secretName": name, "optional": True, "defaultMode": 0o400}})
+    pod["spec"]["priorityClassName"] = priority_class
+    pod["metadata"]["labels"] = {
+        keys.COMPONENT_LABEL: keys.KERNEL_COMPONENT,
+        keys.VERSION_LABEL: pod["metadata"]["labels"][keys.VERSION_LABEL],
+        keys.POOL_LABEL: pool_name(site, profile.slug),
+        keys.POOL_SITE_LABEL: site,
+        keys.POOL_PROFILE_LABEL: profile.slug,
+        keys.POOL_KIND_LABEL: keys.POOL_KIND_KERNEL,
+    }
+    annotations = pod["metadata"]["annotations"]
+    pod["metadata"]["annotations"] = {k: annotations[k] for k in (keys.PORTS_ANNOTATION, keys.PROFILE_ANNOTATION, keys.FILES_ANNOTATION)}
+    return pod
+
+
+def adoption_secret(pod: dict[str, Any], key: str, scheme: str, ports: dict[str, int], env: dict[str, str]) -> dict[str, Any]:
+    """The adopter's connection (its key) and env, owned by the pod it is for."""
+    meta = pod["metadata"]
+    secret = manifests.connection_secret(meta["name"], meta["namespace"], key, scheme, ports)
+    secret["data"][keys.KERNEL_ADOPTER_FILE] = base64.b64encode(json.dumps({"env": env}).encode()).decode()
+    secret["metadata"]["ownerReferences"] = [manifests.owner_reference("Pod", meta["name"], meta["uid"])]
+    return secret
+
+
+def adoption_patch(
+    pod: dict[str, Any], record: KernelRecord, placement: Placement, server_pod: dict[str, Any] | None, reason: str
+) -> dict[str, Any]:
+    """The pod made the adopter's kernel pod: labels, annotations and owner as ``kernel_pod`` sets them."""
+    labels: dict[str, Any] = {k: None for k in POOL_LABELS}
+    labels.update(manifests.kernel_labels(placement))
+    annotations = {
+        keys.REASON_ANNOTATION: reason,
+        keys.USER_ANNOTATION: record.user,
+        keys.GROUPS_ANNOTATION: json.dumps(sorted(record.groups)),
+        keys.ATTEMPTS_ANNOTATION: str(len(record.attempts) + 1),
+        keys.KERNEL_ANNOTATION: record.id,
+        keys.SERVER_ANNOTATION: record.server_name,
+        keys.PRESTARTED_ANNOTATION: (pod["metadata"].get("labels") or {}).get(keys.POOL_LABEL, ""),
+    }
+    patch: dict[str, Any] = {"metadata": {"labels": labels, "annotations": annotations}}
+    server_meta = (server_pod or {}).get("metadata") or {}
+    if server_meta.get("uid"):
+        patch["metadata"]["ownerReferences"] = [manifests.owner_reference("Pod", server_meta["name"], server_meta["uid"])]
+    return patch
+
+
+async def candidates(registry: KernelRegistry, namespace: str, site: str, profile: str, prefer_node: str | None) -> list[dict[str, Any]]:
+    """The pool's kernels that wait now (running, not being deleted, not claimed), the reserved
+    node's first."""
+    selector = f"{keys.POOL_LABEL}={pool_name(site, profile)}"
+    response = await registry.api.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
+    pods = json.loads(await response.read()).get("items") or []
+    waiting = [
+        p
+        for p in pods
+        if (p.get("status") or {}).get("phase") == "Running"
+        and not p["metadata"].get("deletionTimestamp")
+        and p["metadata"]["name"] not in registry.claimed
+        and (p.get("spec") or {}).get("nodeName")
+    ]
+    # the oldest first among equals: it has waited longest, its imports are surely done
+    waiting.sort(key=lambda p: (p["spec"]["nodeName"] != prefer_node, p["metadata"].get("creationTimestamp", "")))
+    return waiting
+
+
+async def adopt(registry: KernelRegistry, record: KernelRecord, placement: Placement, server_pod: Any, key: str, scheme: str) -> bool:
+    """Make a waiting kernel of the placement's site the record's; False when none can be (none
+    waits, the request needs its own ports or files, the pod went): the caller starts one."""
+    profile = record.profile
+    # a restart asks for the other ports, and a files policy may mount the user's volume: the
+    # pod waiting has neither, so those start their own
+    if (placement.site, profile.slug) not in registry.prestarted or registry.settings.files_policy is not None:
+        return False
+    if record.ports != registry.settings.ports(PORT_SET) or record.relocated_from:
+        return False
+    try:
+        found = await candidates(registry, record.namespace, placement.site, profile.slug, placement.held_node or placement.node)
+    except Exception:  # noqa: BLE001 - no pool to read: the request starts its own pod
+        registry.log.warning("GPU kernel %s: cannot list the pre-started kernels of %s", record.id, placement.site, exc_info=True)
+        return False
+    for pod in found:
+        name = pod["metadata"]["name"]
+        registry.claimed.add(name)
+        try:
+            if await _adopt_one(registry, record, placement, server_pod, key, scheme, pod):
+                return True
+        finally:
+            registry.claimed.discard(name)
+    return False
+
+
+async def _adopt_one(
+    registry: KernelRegistry, record: KernelRecord, placement: Placement, server_pod: Any, key: str, scheme: str, pod: dict[str, Any]
+) -> bool:
+    meta = pod["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    node = pod["spec"]["nodeName"]
+    adopted = replace(placement, node=node if placement.node else placement.node, held_node=node)
+    reason = f"{placement.reason} A pre-started kernel was waiting there.".strip()
+    env = {"JUPYTERHUB_USER": record.user, keys.REASON_ENV: reason}
+    try:
+        await registry.api.create_namespaced_secret(namespace, adoption_secret(pod, key, scheme, record.ports, env))
+    except ApiException as exc:
+        # 409: a Secret of that name exists that the hub did not write for this adopter: the
+        # pod may read someone else's key, so it is nobody's; 404: the pod's namespace went
+        registry.log.warning("GPU kernel %s: pre-started kernel %s not adopted (%s); removing it", record.id, name, exc.status)
+        await _remove(registry, namespace, name, secret=False)
+        return False
+    try:
+        await registry.api.patch_namespaced_pod(name, namespace, adoption_patch(pod, record, adopted, server_pod, reason))
+    except ApiException as exc:
+        # gone (preempted, removed by its pool) or changed meanwhile: nothing of it is kept
+        registry.log.info("GPU kernel %s: pre-started kernel %s went before adoption (%s)", record.id, name, exc.status)
+        await _remove(registry, namespace, name, secret=True, pod=exc.status != 404)
+        return False
+    record.placement = replace(adopted, reason=reason)
+    record.pod_name = name
+    record.prestarted = True
+    registry.log.info("GPU kernel %s of %s: adopted pre-started pod %s on %s", record.id, record.user, name, placement.site)
+    return True
+
+
+async def _remove(registry: KernelRegistry, namespace: str, name: str, *, secret: bool, pod: bool = True) -> None:
+    if secret:
+        await registry._delete_secret(namespace, name)
+    if pod:
+        try:
+            await registry.api.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except ApiException as exc:
+            if exc.status != 404:
+                registry.log.warning("Could not remove pre-started kernel %s/%s: %s", namespace, name, exc.status)
