@@ -136,7 +136,9 @@ def note_once(shell, note: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     raw = None
     if CONNECTION_ENV not in os.environ and os.environ.get(CONNECTION_DIR_ENV):
-        preload(os.environ)
+        loaded = preload(os.environ)
+        # for `kubectl logs` (and the kernel benchmark): from here an adoption takes no import
+        print(f"Pre-started kernel ready ({', '.join(['ipykernel', *loaded])} imported): waiting for its connection", flush=True)
         raw = wait_for_adoption(os.environ)
     connection_file = write_connection_file(os.environ, raw)
     previous = remove_on_termination(os.path.dirname(connection_file))

@@ -86,6 +86,8 @@ def pooled_pod(
         server_pod=None,
         grace_seconds=settings.termination_grace_seconds,
         extra_env=dict(settings.extra_env),
+        # the admin's command runs our entry point (in their environment): it waits the same way
+        command=list(settings.command) or None,
     )
     container = pod["spec"]["containers"][0]
     # who adopts it is not known yet: no user, no connection (the adopter's env brings them)
@@ -217,6 +219,14 @@ async def _adopt_one(
     record.prestarted = True
     registry.log.info("GPU kernel %s of %s: adopted pre-started pod %s on %s", record.id, record.user, name, placement.site)
     return True
+
+
+def went(pod: dict[str, Any] | None, seen: bool) -> bool:
+    """Whether an adopted pod is gone or going before its kernel answered: deleted (a
+    preemption sets a grace period first), or ended."""
+    if pod is None:
+        return seen
+    return bool(pod["metadata"].get("deletionTimestamp")) or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 async def _remove(registry: KernelRegistry, namespace: str, name: str, *, secret: bool, pod: bool = True) -> None:

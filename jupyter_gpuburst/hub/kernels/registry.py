@@ -425,6 +425,13 @@ class KernelRegistry:
         try:
             while record.state == "pending":
                 pod = self.tracker.pod(record.namespace, record.pod_name)
+                if record.prestarted and key is not None and prestarted.went(pod, seen):
+                    # the pre-started pod it adopted went (preempted, removed, ended): a pod of its own
+                    self.log.info("GPU kernel %s: pre-started pod %s went while starting; starting one", record.id, record.pod_name)
+                    await self._delete_pod(record, grace=0)
+                    record.prestarted, seen = False, False
+                    await self._cold_start(record, request, server_pod, key, scheme, notebook_dir)
+                    continue
                 if pod is not None:
                     seen = True
                     phase = (pod.get("status") or {}).get("phase")
@@ -456,12 +463,6 @@ class KernelRegistry:
                         record.notify()
                     elif phase in ("Succeeded", "Failed"):
                         await self._fail(record, f"the kernel exited while starting ({exit_message(pod)})")
-                elif seen and record.prestarted and key is not None:
-                    # the pre-started pod it adopted went (preempted, removed): a pod of its own
-                    self.log.info("GPU kernel %s: pre-started pod %s went while starting; starting one", record.id, record.pod_name)
-                    await self._delete_secret(record.namespace, record.pod_name)
-                    record.prestarted, seen = False, False
-                    await self._cold_start(record, request, server_pod, key, scheme, notebook_dir)
                 elif seen:
                     await self._fail(record, "the kernel's pod was deleted while starting")
                 if record.state == "pending" and time.monotonic() > deadline:

@@ -13,6 +13,7 @@ import aiohttp
 import kubernetes_validate
 import pytest
 from helpers import user_server
+from helpers.federation import occupy, pod_of
 from helpers.kernels import KERNEL_SCOPES
 
 from jupyter_gpuburst.bench.cells import execute
@@ -144,7 +145,8 @@ async def test_the_next_gpu_kernel_adopts_a_pre_started_one_with_a_key_of_its_ow
     assert [(p["site"], p["profile"], p["kind"]) for p in report["pools"]] == [("origin", "gpu-1", "kernels")]
 
 
-async def test_a_pre_started_kernel_that_goes_mid_adoption_leaves_a_kernel_of_its_own_and_nothing_else(federation, start_hub):
+@pytest.mark.parametrize("grace", [0, None], ids=["removed", "preempted-with-its-grace-period"])
+async def test_a_pre_started_kernel_that_goes_mid_adoption_leaves_a_kernel_of_its_own_and_nothing_else(federation, start_hub, grace):
     hub = await start_hub(PRESTARTED_HUB)
     await start_servers(hub, "alice")
     (pooled,) = await wait_until(lambda: waiting(federation) or None, timeout=60, what="a pre-started kernel waiting")
@@ -152,12 +154,13 @@ async def test_a_pre_started_kernel_that_goes_mid_adoption_leaves_a_kernel_of_it
     store = federation.origin.store
 
     async def preempt_when_adopted() -> None:
-        # the moment the hub writes the adopter's Secret, the pod is preempted (grace period 0)
+        # the moment the hub writes the adopter's Secret, the pod goes: at once, or as a
+        # preemption deletes it, with its own grace period (None: the pod's)
         watch = store.watch("secrets")
         try:
             async for _etype, secret in watch:
                 if secret["metadata"]["name"] == name:
-                    store.delete("pods", "default", name, grace_period_seconds=0)
+                    store.delete("pods", "default", name, grace_period_seconds=grace)
                     return
         finally:
             watch.close()
@@ -175,6 +178,19 @@ async def test_a_pre_started_kernel_that_goes_mid_adoption_leaves_a_kernel_of_it
     await wait_until(
         lambda: not store.list("secrets", "default", field_selector=f"metadata.name={name}")[0], timeout=10, what="its Secret removed"
     )
-    assert pod_named(federation, name) is None
+    await wait_until(lambda: pod_named(federation, name) is None, timeout=30, what="the pod that went is gone")
     log = hub.log()
     assert f"pre-started kernel {name} went" in log or f"pre-started pod {name} went" in log, log[-3000:]
+
+
+async def test_a_gpu_server_takes_a_pre_started_kernels_gpu_at_once(federation, start_hub):
+    occupy(federation, "origin-gpu", 1, "hog")  # the origin's last GPU is the pre-started kernel's
+    hub = await start_hub(PRESTARTED_HUB)
+    (pooled,) = await wait_until(lambda: waiting(federation) or None, timeout=60, what="a pre-started kernel waiting")
+    status, body = await hub.spawn("carol", {"profile": "gpu1-local"})
+    assert status in (201, 202), body
+    await hub.wait_ready("carol")
+    assert pod_of(federation, "carol")["spec"]["nodeName"] == "origin-gpu"
+    # it gave way, and waits for room rather than hold any GPU: the origin has none
+    assert pod_named(federation, pooled["metadata"]["name"]) is None
+    assert not waiting(federation)
