@@ -225,16 +225,15 @@ def start_pool(registry: KernelRegistry, api_client: Any, settings: GPUKernelSet
 
 
 async def pool_ready(fed: Federation, timeout: float = 120) -> None:
-    """Until the pool's kernel waits with its imports done (it says so in its log)."""
+    """Until the pool's kernel waits with its imports done (its pod is Ready)."""
     from jupyter_gpuburst.core import keys
+    from jupyter_gpuburst.hub.kernels.podstate import ready
 
     store = fed.origin.store
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for pod in store.list("pods", "default", label_selector=f"{keys.POOL_LABEL}={POOL}")[0]:
-            path = fed.origin.kubelet.log_path("default", pod["metadata"]["name"])
-            if path is not None and "waiting for its connection" in path.read_text():
-                return
+        if any(ready(p) for p in store.list("pods", "default", label_selector=f"{keys.POOL_LABEL}={POOL}")[0]):
+            return
         await asyncio.sleep(0.1)
     raise TimeoutError("the pre-started kernel pool did not refill")
 

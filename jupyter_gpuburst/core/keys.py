@@ -70,6 +70,9 @@ KERNEL_ID_ENV = f"{ENV_PREFIX}KERNEL_ID"
 KERNEL_CONNECTION_DIR_ENV = f"{ENV_PREFIX}KERNEL_CONNECTION_DIR"
 KERNEL_PRELOAD_ENV = f"{ENV_PREFIX}KERNEL_PRELOAD"  # modules a pre-started kernel imports early
 KERNEL_POD_IP_ENV = f"{ENV_PREFIX}KERNEL_POD_IP"  # a pre-started kernel binds its pod's IP (downward API)
+# a pre-started kernel answers its readiness probe on this port (its hb port) while it waits,
+# so its pod is Ready when its imports are done, and an adopted one is Ready at once
+KERNEL_READY_PORT_ENV = f"{ENV_PREFIX}KERNEL_READY_PORT"
 KERNEL_CONNECTION_FILE = "connection.json"
 KERNEL_ADOPTER_FILE = "adopter.json"  # {"env": {...}}: what the adopter's kernel needs in its env
 # a kernel pod's five ports, profile and files mode, for a hub that starts again (its pod cache

@@ -21,8 +21,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -33,6 +35,7 @@ from jupyter_gpuburst.core.keys import KERNEL_CONNECTION_FILE as CONNECTION_FILE
 from jupyter_gpuburst.core.keys import KERNEL_NOTE_ENV as NOTE_ENV
 from jupyter_gpuburst.core.keys import KERNEL_POD_IP_ENV as POD_IP_ENV
 from jupyter_gpuburst.core.keys import KERNEL_PRELOAD_ENV as PRELOAD_ENV
+from jupyter_gpuburst.core.keys import KERNEL_READY_PORT_ENV as READY_PORT_ENV
 from jupyter_gpuburst.core.keys import KERNEL_SCRATCH_ENV as SCRATCH_ENV
 
 POLL_S = 0.02  # how often a pre-started kernel looks for its connection: a fraction of a hub round trip
@@ -79,6 +82,41 @@ def preload(environ: dict[str, str]) -> list[str]:
             continue
         loaded.append(name)
     return loaded
+
+
+class ReadyPort:
+    """While a pre-started kernel waits: a listener on its heartbeat port that takes the
+    kubelet's TCP readiness probe (accepted and closed, nothing read or written), so the pod is
+    Ready once its imports are done. Closed before ipykernel binds the port itself."""
+
+    def __init__(self, ip: str, port: int) -> None:
+        self.socket = socket.create_server((ip, port))  # SO_REUSEADDR: ipykernel binds it next
+        self.socket.settimeout(0.1)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._serve, name="ready-port", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.done.is_set():
+            try:
+                conn, _ = self.socket.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            conn.close()
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join()
+        self.socket.close()
+
+
+def hold_ready_port(environ: dict[str, str]) -> ReadyPort | None:
+    port = environ.pop(READY_PORT_ENV, "")
+    if not port.isdigit():
+        return None
+    return ReadyPort(environ.get(POD_IP_ENV) or "0.0.0.0", int(port))
 
 
 def wait_for_adoption(environ: dict[str, str], poll: float = POLL_S) -> str:
@@ -137,9 +175,13 @@ def main(argv: list[str] | None = None) -> None:
     raw = None
     if CONNECTION_ENV not in os.environ and os.environ.get(CONNECTION_DIR_ENV):
         loaded = preload(os.environ)
-        # for `kubectl logs` (and the kernel benchmark): from here an adoption takes no import
+        ready = hold_ready_port(os.environ)  # Ready from now: an adoption takes no import
         print(f"Pre-started kernel ready ({', '.join(['ipykernel', *loaded])} imported): waiting for its connection", flush=True)
         raw = wait_for_adoption(os.environ)
+        if ready is not None:
+            # the kernel's own heartbeat takes the port (and the probe) from here; a client
+            # that connects meanwhile is queued by ZMQ until it binds, a moment later
+            ready.close()
     connection_file = write_connection_file(os.environ, raw)
     previous = remove_on_termination(os.path.dirname(connection_file))
     enter_scratch(os.environ)

@@ -95,3 +95,24 @@ def test_a_pre_started_kernel_waits_for_its_adopters_connection_and_env(tmp_path
     assert connection["key"] == CONNECTION["key"] and connection["ip"] == "127.9.0.7"
     assert environ["JUPYTERHUB_USER"] == "alice"
     assert keys.KERNEL_CONNECTION_DIR_ENV not in environ and keys.KERNEL_POD_IP_ENV not in environ
+
+
+def test_a_waiting_kernel_answers_its_probe_on_the_heartbeat_port_and_frees_it_for_ipykernel():
+    import socket
+
+    from jupyter_gpuburst.core import keys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    environ = {keys.KERNEL_READY_PORT_ENV: str(port), keys.KERNEL_POD_IP_ENV: "127.0.0.1"}
+    ready = kernel_pod.hold_ready_port(environ)
+    assert ready is not None and keys.KERNEL_READY_PORT_ENV not in environ
+    for _ in range(3):  # the kubelet's TCP probe, period after period
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass
+    ready.close()
+    # ipykernel's heartbeat binds the same port next
+    with socket.create_server(("127.0.0.1", port)):
+        pass
+    assert kernel_pod.hold_ready_port({}) is None

@@ -97,6 +97,7 @@ def pooled_pod(
         {"name": keys.KERNEL_CONNECTION_DIR_ENV, "value": CONNECTION_MOUNT},
         {"name": keys.KERNEL_PRELOAD_ENV, "value": ",".join(preload)},
         {"name": keys.KERNEL_POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": keys.KERNEL_READY_PORT_ENV, "value": str(settings.ports(PORT_SET)["hb_port"])},
     ]
     container["volumeMounts"].append({"name": CONNECTION_VOLUME, "mountPath": CONNECTION_MOUNT, "readOnly": True})
     pod["spec"]["volumes"].append({"name": CONNECTION_VOLUME, "secret": {"secretName": name, "optional": True, "defaultMode": 0o400}})

@@ -37,8 +37,8 @@ class PoolState:
     """What the capacity page and metrics show of one pool."""
 
     pool: Pool
-    ready: int = 0  # running: the room is held, the image is on the node
-    pending: int = 0  # not placed yet, or pulling the image
+    ready: int = 0  # running (a kernel: imports done): the room is held, the image is on the node
+    pending: int = 0  # not placed yet, pulling the image (or a kernel importing)
     gpus: dict[str, int] = field(default_factory=dict)  # GPU units the bound placeholders hold
     gpu_seconds: float = 0.0  # GPU-seconds held since the hub started (the pool's, nobody's)
     created: int = 0
@@ -186,7 +186,7 @@ class PoolController:
         state.ready = state.pending = 0
         gpus: Counter[str] = Counter()
         for pod in pods:
-            if (pod.get("status") or {}).get("phase") == "Running":
+            if _ready(pod):
                 state.ready += 1
             else:
                 state.pending += 1  # not placed yet, or pulling its image
@@ -286,6 +286,14 @@ async def _json(response: Any) -> dict[str, Any]:
 
 def _alive(pod: Mapping[str, Any]) -> bool:
     return not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("phase") not in TERMINAL
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    """Running and not said unready: a placeholder once it runs, a pre-started kernel once its
+    imports are done (its readiness probe)."""
+    status = pod.get("status") or {}
+    conditions = status.get("conditions") or []
+    return status.get("phase") == "Running" and not any(c.get("type") == "Ready" and c.get("status") != "True" for c in conditions)
 
 
 def _free(node: Any, resource: str) -> int:

@@ -18,6 +18,7 @@ from helpers.kernels import KERNEL_SCOPES
 
 from jupyter_gpuburst.bench.cells import execute
 from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.hub.kernels.podstate import ready
 from jupyter_gpuburst.hub.kernels.prestarted import CONNECTION_VOLUME, pool_name
 from jupyter_gpuburst.sim.testing import wait_until
 
@@ -39,9 +40,9 @@ server_api = partial(user_server.server_api, timeout=120)
 
 
 def waiting(federation) -> list[dict]:
-    """The pool's kernels that wait, started (their imports under way or done)."""
+    """The pool's kernels that wait, Ready (their imports done)."""
     pods, _ = federation.origin.store.list("pods", "default", label_selector=f"{keys.POOL_LABEL}={POOL}")
-    return [p for p in pods if not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") == "Running"]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp") and ready(p)]
 
 
 def pod_named(federation, name: str) -> dict | None:
