@@ -29,7 +29,7 @@ from kubernetes_asyncio.client import ApiException
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.placement import Placement
 from jupyter_gpuburst.hub.kernels import manifests
-from jupyter_gpuburst.hub.kernels.files import scratch
+from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, decide_files, scratch
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings, KernelProfile
 
 if TYPE_CHECKING:
@@ -165,16 +165,24 @@ async def candidates(registry: KernelRegistry, namespace: str, site: str, profil
     return waiting
 
 
-async def adopt(registry: KernelRegistry, record: KernelRecord, placement: Placement, server_pod: Any, key: str, scheme: str) -> bool:
+async def adopt(
+    registry: KernelRegistry, record: KernelRecord, placement: Placement, server_pod: Any, key: str, scheme: str, notebook_dir: str
+) -> bool:
     """Make a waiting kernel of the placement's site the record's; False when none can be (none
     waits, the request needs its own ports or files, the pod went): the caller starts one."""
     profile = record.profile
-    # a restart asks for the other ports, and a files policy may mount the user's volume: the
-    # pod waiting has neither, so those start their own
-    if (placement.site, profile.slug) not in registry.prestarted or registry.settings.files_policy is not None:
+    if (placement.site, profile.slug) not in registry.prestarted:
         return False
+    # a restart asks for the other ports (and says where it restarted): the pod waiting has
+    # the first ports and no note, so a restart starts its own
     if record.ports != registry.settings.ports(PORT_SET) or record.relocated_from:
         return False
+    if registry.settings.files_policy is not None:
+        # a waiting kernel has scratch space: a request the policy gives the user's files starts its own
+        request = KernelFilesRequest(record.user, record.server_name, placement, notebook_dir, server_pod)
+        files = await decide_files(registry.settings.files_policy, request)
+        if files.mode != "scratch" or files.volumes != scratch(placement).volumes:
+            return False
     try:
         found = await candidates(registry, record.namespace, placement.site, profile.slug, placement.held_node or placement.node)
     except Exception:  # noqa: BLE001 - no pool to read: the request starts its own pod

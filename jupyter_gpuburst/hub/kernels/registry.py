@@ -302,8 +302,9 @@ class KernelRegistry:
                 self._last_sites.pop(next(iter(self._last_sites)))
         try:
             # a pre-started kernel waiting on that site is the fast path; else a pod of its own
-            if not await prestarted.adopt(self, record, placement, server_pod, key, scheme):
-                await self._create_pod(record, placement, server_pod, key, scheme, clean_notebook_dir(notebook_dir))
+            directory = clean_notebook_dir(notebook_dir)
+            if not await prestarted.adopt(self, record, placement, server_pod, key, scheme, directory):
+                await self._create_pod(record, placement, server_pod, key, scheme, directory)
         except KernelError:
             raise
         except Exception as exc:

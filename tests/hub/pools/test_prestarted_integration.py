@@ -145,6 +145,19 @@ async def test_the_next_gpu_kernel_adopts_a_pre_started_one_with_a_key_of_its_ow
             report = await resp.json(content_type=None)
     assert [(p["site"], p["profile"], p["kind"]) for p in report["pools"]] == [("origin", "gpu-1", "kernels")]
 
+    # the ledger: the time the kernels waited is the pool's, from adoption on the students'
+    async def usage() -> dict | None:
+        async with aiohttp.ClientSession() as http:
+            url = f"{hub.url}/services/gpuburst/api/usage?period=day&by=user,mode"
+            async with http.get(url, headers={"Authorization": f"token {hub.token}"}) as resp:
+                rows = {(r["user"], r["mode"]): r for r in (await resp.json(content_type=None))["rows"]}
+        wanted = {("(warm pool)", "pool"), ("alice", "kernel"), ("bob", "kernel")}
+        return rows if wanted <= set(rows) else None
+
+    rows = await wait_until(usage, timeout=30, what="the pool's and the students' GPU time in the ledger")
+    assert rows[("(warm pool)", "pool")]["sessions"] >= 2  # the two adopted kernels' waits (and the refill's)
+    assert rows[("alice", "kernel")]["sessions"] == 1 and rows[("bob", "kernel")]["sessions"] == 1
+
 
 @pytest.mark.parametrize("grace", [0, None], ids=["removed", "preempted-with-its-grace-period"])
 async def test_a_pre_started_kernel_that_goes_mid_adoption_leaves_a_kernel_of_its_own_and_nothing_else(federation, start_hub, grace):
