@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+from types import SimpleNamespace
 
 import kubernetes_validate
 import pytest
@@ -144,3 +145,83 @@ def test_the_ledger_counts_a_pooled_kernel_as_the_pools_until_a_student_adopts_i
         (POOL_USER, "pool", "origin", "gpu-1", 1200.0),
         ("alice", "kernel", "origin", "gpu-1", 600.0),
     ]
+
+
+class FakeApi:
+    """The calls the pool controller makes, on a dict; a pod keeps the name it was given."""
+
+    def __init__(self):
+        self.pods: dict[str, dict] = {}
+
+    async def list_namespaced_pod(self, namespace, label_selector, _preload_content):
+        body = json.dumps({"items": list(self.pods.values())}).encode()
+
+        async def read():
+            return body
+
+        return SimpleNamespace(read=read)
+
+    async def create_namespaced_pod(self, namespace, body):
+        pod = json.loads(json.dumps(body))
+        pod["metadata"].update(uid=f"u{len(self.pods)}", creationTimestamp="2026-01-01T00:00:00Z")
+        pod["status"] = {"phase": "Pending"}
+        self.pods[pod["metadata"]["name"]] = pod
+
+    async def delete_namespaced_pod(self, name, namespace, grace_period_seconds):
+        self.pods.pop(name)
+
+    async def create_priority_class(self, body):
+        pass
+
+    def bind(self, name, node):
+        self.pods[name]["spec"]["nodeName"] = node
+        self.pods[name]["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+
+
+async def test_the_controller_keeps_a_kernel_pool_apart_and_builds_each_pod_anew():
+    from prometheus_client import REGISTRY
+
+    from jupyter_gpuburst.hub import metrics
+    from jupyter_gpuburst.hub.pools.controller import PoolController
+    from jupyter_gpuburst.sim.cluster import node_object
+    from jupyter_gpuburst.sim.config import NodeConfig
+
+    inv = Inventory()
+    inv.apply_node_event(
+        "ADDED", node_object("g", NodeConfig(name="g", cpu="16", memory="64Gi", resources={"nvidia.com/gpu": 4}), "127.0.0.9", "t")
+    )
+    api = FakeApi()
+    settings = WarmPools(kernels=[{"site": "origin", "profile": "gpu-1", "count": 2}])
+    built = []
+
+    def build():
+        built.append(pooled())
+        return built[-1]
+
+    now = [0.0]
+    ctl = PoolController(
+        settings,
+        {},
+        "jhub",
+        api,
+        api,
+        SimpleNamespace(inventory=inv, snapshot=inv.snapshot),
+        clock=lambda: now[0],
+        kernel_pods={pool_name("origin", "gpu-1"): build},
+    )
+    await ctl.reconcile()
+    # two pods, each made by its own call: each has a name (and so a Secret) of its own
+    assert len(api.pods) == 2 and set(api.pods) <= {b["metadata"]["name"] for b in built}
+    for name in list(api.pods):
+        api.bind(name, "g")
+    now[0] += 10
+    await ctl.reconcile()
+    (state,) = ctl.report()
+    assert (state["kind"], state["profile"], state["ready"], state["gpus"]) == ("kernels", "gpu-1", 2, {"nvidia.com/gpu": 2})
+    # its metrics are apart from a placeholder pool of the same slug
+    labels = {"site": "origin", "profile": "kernel:gpu-1", "state": "ready"}
+    assert REGISTRY.get_sample_value(metrics.metric_name("pool_placeholders"), labels) == 2
+    # a kernel still importing (running, not Ready) is not ready yet
+    api.pods[sorted(api.pods)[0]]["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    await ctl.reconcile()
+    assert (ctl.report()[0]["ready"], ctl.report()[0]["pending"]) == (1, 1)
