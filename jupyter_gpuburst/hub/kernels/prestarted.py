@@ -190,6 +190,8 @@ async def adopt(
         return False
     for pod in found:
         name = pod["metadata"]["name"]
+        if name in registry.claimed:
+            continue  # another request of this hub is adopting it (it was listed before)
         registry.claimed.add(name)
         try:
             if await _adopt_one(registry, record, placement, server_pod, key, scheme, pod):
@@ -211,8 +213,12 @@ async def _adopt_one(
     try:
         await registry.api.create_namespaced_secret(namespace, adoption_secret(pod, key, scheme, record.ports, env))
     except ApiException as exc:
-        # 409: a Secret of that name exists that the hub did not write for this adopter: the
-        # pod may read someone else's key, so it is nobody's; 404: the pod's namespace went
+        # the Secret's create is the lock: one adopter only. 409: another request adopted the
+        # pod since it was listed (it carries that kernel now: leave it), or a Secret of that
+        # name exists that the hub did not write: the pod may read someone else's key, so it
+        # is nobody's; 404: the pod's namespace went
+        if exc.status == 409 and await _adopted_since(registry, namespace, name):
+            return False
         registry.log.warning("GPU kernel %s: pre-started kernel %s not adopted (%s); removing it", record.id, name, exc.status)
         await _remove(registry, namespace, name, secret=False)
         return False
@@ -228,6 +234,14 @@ async def _adopt_one(
     record.prestarted = True
     registry.log.info("GPU kernel %s of %s: adopted pre-started pod %s on %s", record.id, record.user, name, placement.site)
     return True
+
+
+async def _adopted_since(registry: KernelRegistry, namespace: str, name: str) -> bool:
+    try:
+        pod = await registry.api.read_namespaced_pod(name, namespace)
+    except ApiException:
+        return False
+    return bool((pod.metadata.annotations or {}).get(keys.KERNEL_ANNOTATION))
 
 
 def went(pod: dict[str, Any] | None, seen: bool) -> bool:

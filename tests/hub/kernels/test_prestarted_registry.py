@@ -124,3 +124,27 @@ async def test_a_restart_on_the_other_ports_starts_its_own(registry):
     record = await start(registry, port_set=1)
     assert record.prestarted is False and record.pod_name != registry.pooled
     assert pod(registry, registry.pooled) is not None
+
+
+async def test_two_requests_at_once_never_share_a_waiting_kernel(registry, monkeypatch):
+    import asyncio
+
+    # both list the pool before either adopts: the same waiting kernel is in both lists
+    listed = asyncio.Barrier(2)
+    candidates = prestarted.candidates
+
+    async def both_listed(*args, **kwargs):
+        found = await candidates(*args, **kwargs)
+        await listed.wait()
+        return found
+
+    monkeypatch.setattr(prestarted, "candidates", both_listed)
+    first, second = await asyncio.gather(start(registry, user="alice"), start(registry, user="bob"))
+    # one adopted it, the other started its own; both run, each with its own key's Secret
+    assert sorted([first.prestarted, second.prestarted]) == [False, True]
+    adopter = first if first.prestarted else second
+    assert adopter.pod_name == registry.pooled and pod(registry, registry.pooled) is not None
+    other = second if adopter is first else first
+    assert other.pod_name != registry.pooled and pod(registry, other.pod_name) is not None
+    adopted = registry.federation.origin.store.get("pods", "default", registry.pooled)
+    assert adopted["metadata"]["annotations"][keys.USER_ANNOTATION] == adopter.user
