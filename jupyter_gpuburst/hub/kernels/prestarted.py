@@ -21,13 +21,14 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kubernetes_asyncio.client import ApiException
 
 from jupyter_gpuburst.core import keys
-from jupyter_gpuburst.core.placement import Placement
+from jupyter_gpuburst.core.placement import GPURequest, Placement, decide, validate_request
 from jupyter_gpuburst.hub.kernels import manifests
 from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, decide_files, scratch
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings, KernelProfile
@@ -41,6 +42,38 @@ POD_PREFIX = "gpuburst-kernel-pool-"  # a kernel pod's prefix (registry.POD_PREF
 PORT_SET = 0  # a first start's ports; a restart asks for the other set and starts cold
 # the pool's labels on a pod that waits; gone once it is adopted
 POOL_LABELS = (keys.POOL_LABEL, keys.POOL_SITE_LABEL, keys.POOL_PROFILE_LABEL, keys.POOL_KIND_LABEL)
+
+
+# Waiting kernels this hub is adopting, "namespace/name" -> until when (monotonic) the warm
+# pools leave them alone: a request's reservation would otherwise make its pool remove the very
+# pod it is about to adopt, and a pass that listed the pod before its adoption must not remove it after
+CLAIMS: dict[str, float] = {}
+CLAIM_S = 10.0  # from before the request is placed until it adopts (or gives up)
+ADOPTED_HOLD_S = 30.0  # after: longer than a pools pass that listed it before takes
+
+
+def claimed(namespace: str, name: str) -> bool:
+    """Whether the pods' pool must leave this waiting kernel alone: a request is adopting it."""
+    return CLAIMS.get(f"{namespace}/{name}", 0.0) > time.monotonic()
+
+
+def _take(pod: dict[str, Any], seconds: float = CLAIM_S) -> bool:
+    now = time.monotonic()
+    for held in [k for k, until in CLAIMS.items() if until <= now]:
+        del CLAIMS[held]
+    key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    if key in CLAIMS:
+        return False
+    CLAIMS[key] = now + seconds
+    return True
+
+
+def _hold(pod: dict[str, Any], seconds: float) -> None:
+    key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    if seconds > 0:
+        CLAIMS[key] = time.monotonic() + seconds
+    else:
+        CLAIMS.pop(key, None)
 
 
 def pool_name(site: str, profile: str) -> str:
@@ -157,7 +190,7 @@ async def candidates(registry: KernelRegistry, namespace: str, site: str, profil
         for p in pods
         if (p.get("status") or {}).get("phase") == "Running"
         and not p["metadata"].get("deletionTimestamp")
-        and p["metadata"]["name"] not in registry.claimed
+        and not claimed(p["metadata"]["namespace"], p["metadata"]["name"])
         and (p.get("spec") or {}).get("nodeName")
     ]
     # the oldest first among equals: it has waited longest, its imports are surely done
@@ -165,11 +198,52 @@ async def candidates(registry: KernelRegistry, namespace: str, site: str, profil
     return waiting
 
 
+async def claim(registry: KernelRegistry, record: KernelRecord, request: GPURequest) -> None:
+    """Before a request is placed, hold a waiting kernel on the site placement would pick now
+    (``record.claim``): the request's reservation then makes its pool remove no other."""
+    slug = record.profile.slug
+    if not any(profile == slug for _, profile in registry.prestarted) or record.ports != registry.settings.ports(PORT_SET):
+        return
+    try:
+        validate_request(request, registry.tracker.placer.policy)
+        decided = decide(request, registry.tracker.snapshot(), registry.tracker.placer.policy)
+        if not isinstance(decided, Placement) or (decided.site, slug) not in registry.prestarted:
+            return
+        found = await candidates(registry, record.namespace, decided.site, slug, decided.node)
+    except Exception:  # noqa: BLE001 - a bad request is refused by placement itself; no pool read: no claim
+        registry.log.debug("GPU kernel %s: no pre-started kernel claimed", record.id, exc_info=True)
+        return
+    record.claim = next((pod for pod in found if _take(pod)), None)
+
+
 async def adopt(
     registry: KernelRegistry, record: KernelRecord, placement: Placement, server_pod: Any, key: str, scheme: str, notebook_dir: str
 ) -> bool:
     """Make a waiting kernel of the placement's site the record's; False when none can be (none
     waits, the request needs its own ports or files, the pod went): the caller starts one."""
+    held, record.claim = record.claim, None
+    if held is not None and (
+        held["metadata"]["labels"].get(keys.POOL_SITE_LABEL) != placement.site or held["metadata"]["namespace"] != record.namespace
+    ):
+        _hold(held, 0)  # placed elsewhere after all
+        held = None
+    try:
+        return await _adopt_any(registry, record, placement, server_pod, key, scheme, notebook_dir, held)
+    finally:
+        if held is not None and record.pod_name != held["metadata"]["name"]:
+            _hold(held, 0)
+
+
+async def _adopt_any(
+    registry: KernelRegistry,
+    record: KernelRecord,
+    placement: Placement,
+    server_pod: Any,
+    key: str,
+    scheme: str,
+    notebook_dir: str,
+    held: dict[str, Any] | None,
+) -> bool:
     profile = record.profile
     if (placement.site, profile.slug) not in registry.prestarted:
         return False
@@ -183,21 +257,22 @@ async def adopt(
         files = await decide_files(registry.settings.files_policy, request)
         if files.mode != "scratch" or files.volumes != scratch(placement).volumes:
             return False
-    try:
-        found = await candidates(registry, record.namespace, placement.site, profile.slug, placement.held_node or placement.node)
-    except Exception:  # noqa: BLE001 - no pool to read: the request starts its own pod
-        registry.log.warning("GPU kernel %s: cannot list the pre-started kernels of %s", record.id, placement.site, exc_info=True)
-        return False
-    for pod in found:
-        name = pod["metadata"]["name"]
-        if name in registry.claimed:
-            continue  # another request of this hub is adopting it (it was listed before)
-        registry.claimed.add(name)
+    if held is not None:
+        found = [held]
+    else:
         try:
-            if await _adopt_one(registry, record, placement, server_pod, key, scheme, pod):
-                return True
-        finally:
-            registry.claimed.discard(name)
+            found = await candidates(registry, record.namespace, placement.site, profile.slug, placement.held_node or placement.node)
+        except Exception:  # noqa: BLE001 - no pool to read: the request starts its own pod
+            registry.log.warning("GPU kernel %s: cannot list the pre-started kernels of %s", record.id, placement.site, exc_info=True)
+            return False
+    for pod in found:
+        if pod is not held and not _take(pod):
+            continue  # another request of this hub is adopting it (it was listed before)
+        adopted = await _adopt_one(registry, record, placement, server_pod, key, scheme, pod)
+        # adopted: its pool's pass that listed it before must still leave it be
+        _hold(pod, ADOPTED_HOLD_S if adopted else 0)
+        if adopted:
+            return True
     return False
 
 

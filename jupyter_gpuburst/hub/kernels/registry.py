@@ -71,6 +71,7 @@ class KernelRecord:
     # while it waits in the hub's queue for a GPU: its place and the expected wait
     line: Line | None = None
     prestarted: bool = False  # its pod is a pre-started kernel it adopted (hub/kernels/prestarted)
+    claim: dict[str, Any] | None = None  # the waiting kernel held for it until it is placed
 
     @property
     def key(self) -> str:
@@ -108,9 +109,8 @@ class KernelRegistry:
         self._reaper: asyncio.Task | None = None
         # (user, server, kernel id) -> the site its last pod was placed on, oldest first
         self._last_sites: dict[tuple[str, str, str], str] = {}
-        # (site, profile) with pre-started kernels (c.WarmPools.kernels); pool pods being adopted
+        # (site, profile) with pre-started kernels (c.WarmPools.kernels)
         self.prestarted: set[tuple[str, str]] = set()
-        self.claimed: set[str] = set()
 
     @classmethod
     def for_tracker(cls, tracker: CapacityTracker, factory: Callable[[], "KernelRegistry"]) -> "KernelRegistry":
@@ -271,6 +271,7 @@ class KernelRegistry:
         # server names (its code can read its token) must never outrank the policy
         ran_on = (user, server_name, kernel_id)
         prefer = self._last_sites.get(ran_on) if kernel_id else None
+        await prestarted.claim(self, record, request)  # before its reservation makes the pools make room
         placement = self._place(record, request, prefer)
         if isinstance(placement, NoCapacity):
             if not self.settings.queue_when_full:

@@ -26,6 +26,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.snapshot import is_gpu_resource
 from jupyter_gpuburst.hub import metrics
+from jupyter_gpuburst.hub.kernels import prestarted
 from jupyter_gpuburst.hub.pools import manifests
 from jupyter_gpuburst.hub.pools.settings import KERNELS, Pool, Shape, WarmPools
 
@@ -209,7 +210,7 @@ class PoolController:
         for pod in pods:
             unbound = not (pod.get("spec") or {}).get("nodeName")
             stuck = unbound and now - self._first_seen.get(pod["metadata"]["uid"], now) >= self.settings.pending_seconds
-            if extra > 0 or stuck:
+            if (extra > 0 or stuck) and not prestarted.claimed(self.namespace, pod["metadata"]["name"]):
                 if await self._delete(pod):
                     state.removed += 1
                     extra -= 1
@@ -241,6 +242,8 @@ class PoolController:
             for pod, demand in demands:
                 if all(need[r] <= _free(node, r) for r in need):
                     break
+                if prestarted.claimed(self.namespace, pod["metadata"]["name"]):
+                    continue  # a pre-started kernel a GPU kernel is adopting: the reservation is its
                 if await self._delete(pod):
                     removed.add(pod["metadata"]["uid"])
                     state = self.states.get(pod["metadata"]["labels"].get(keys.POOL_LABEL, ""))

@@ -129,17 +129,21 @@ async def test_a_restart_on_the_other_ports_starts_its_own(registry):
 async def test_two_requests_at_once_never_share_a_waiting_kernel(registry, monkeypatch):
     import asyncio
 
-    # both list the pool before either adopts: the same waiting kernel is in both lists
+    # both list the pool before either takes a kernel: the same waiting kernel is in both lists
     listed = asyncio.Barrier(2)
     candidates = prestarted.candidates
+    calls = []
 
     async def both_listed(*args, **kwargs):
         found = await candidates(*args, **kwargs)
-        await listed.wait()
+        calls.append(found)
+        if len(calls) <= 2:
+            await listed.wait()
         return found
 
     monkeypatch.setattr(prestarted, "candidates", both_listed)
     first, second = await asyncio.gather(start(registry, user="alice"), start(registry, user="bob"))
+    assert len(calls[0]) == len(calls[1]) == 1
     # one adopted it, the other started its own; both run, each with its own key's Secret
     assert sorted([first.prestarted, second.prestarted]) == [False, True]
     adopter = first if first.prestarted else second

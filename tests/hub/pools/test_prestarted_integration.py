@@ -55,6 +55,13 @@ def secret_key(federation, name: str) -> str:
     return json.loads(base64.b64decode(secret["data"][keys.KERNEL_CONNECTION_FILE]))["key"]
 
 
+async def capacity(hub) -> dict:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{hub.url}/services/gpuburst/api/capacity", headers={"Authorization": f"token {hub.token}"}) as resp:
+            assert resp.status == 200
+            return await resp.json(content_type=None)
+
+
 async def start_servers(hub, *users: str) -> None:
     for user in users:
         status, body = await hub.spawn(user, {"profile": "cpu"})
@@ -140,9 +147,7 @@ async def test_the_next_gpu_kernel_adopts_a_pre_started_one_with_a_key_of_its_ow
     assert alice_key not in hub.log_path.read_text() and bob_key not in hub.log_path.read_text()
 
     # the capacity report shows the pool apart, as a pool of kernels
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"{hub.url}/services/gpuburst/api/capacity", headers={"Authorization": f"token {hub.token}"}) as resp:
-            report = await resp.json(content_type=None)
+    report = await capacity(hub)
     assert [(p["site"], p["profile"], p["kind"]) for p in report["pools"]] == [("origin", "gpu-1", "kernels")]
 
     # the ledger: the time the kernels waited is the pool's, from adoption on the students'
@@ -208,3 +213,29 @@ async def test_a_gpu_server_takes_a_pre_started_kernels_gpu_at_once(federation, 
     # it gave way, and waits for room rather than hold any GPU: the origin has none
     assert pod_named(federation, pooled["metadata"]["name"]) is None
     assert not waiting(federation)
+
+
+async def test_a_restarted_hub_keeps_adopted_kernels_and_the_pool_without_doubling_it(federation, start_hub):
+    hub = await start_hub(PRESTARTED_HUB)
+    await start_servers(hub, "alice")
+    await wait_until(lambda: waiting(federation) or None, timeout=60, what="a pre-started kernel waiting")
+    kernel_id = await gpu_kernel(hub, "alice")
+    out = await execute(f"{hub.url}/user/alice", hub.token, kernel_id, "x = 41")
+    assert out["error"] is None, out
+    (refilled,) = await wait_until(lambda: waiting(federation) or None, timeout=60, what="the pool refilled")
+    await hub.stop()
+    hub.start()
+    await hub.wait_up()
+    # the adopted kernel is alice's still (its record rebuilt from its pod), the pool the same pod
+    record = await record_of(hub, "alice", "")
+    assert record["prestarted"] is True and record["state"] == "running", record
+    out = await execute(f"{hub.url}/user/alice", hub.token, kernel_id, "print(x + 1)")
+    assert out["stdout"] == "42\n", out
+
+    async def counted() -> list | None:
+        pools = (await capacity(hub)).get("pools") or []
+        return pools if pools and pools[0]["ready"] == 1 else None
+
+    await wait_until(counted, timeout=30, what="the restarted hub's first pass over its pools")
+    # the same waiting kernel, none added: a restart neither leaks nor double-books a GPU
+    assert [p["metadata"]["name"] for p in waiting(federation)] == [refilled["metadata"]["name"]]
