@@ -23,7 +23,7 @@ import json
 import secrets
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kubernetes_asyncio.client import ApiException
 
@@ -33,9 +33,8 @@ from jupyter_gpuburst.hub.kernels import manifests
 from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, decide_files, scratch
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings, KernelProfile
 
-if TYPE_CHECKING:
-    from jupyter_gpuburst.hub.kernels.registry import KernelRecord, KernelRegistry
-
+# the registry (hub/kernels/registry) calls in here: its types are Any here, not imported back
+KernelRegistry = KernelRecord = Any
 CONNECTION_VOLUME = "gpuburst-connection"
 CONNECTION_MOUNT = "/var/run/gpuburst/connection"
 POD_PREFIX = "gpuburst-kernel-pool-"  # a kernel pod's prefix (registry.POD_PREFIX), then the pool's
