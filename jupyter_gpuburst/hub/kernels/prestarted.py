@@ -318,11 +318,18 @@ async def _adopted_since(registry: KernelRegistry, namespace: str, name: str) ->
     return bool((pod.metadata.annotations or {}).get(keys.KERNEL_ANNOTATION))
 
 
-def went(pod: dict[str, Any] | None, seen: bool) -> bool:
+async def went(registry: KernelRegistry, record: KernelRecord, pod: dict[str, Any] | None, seen: bool) -> bool:
     """Whether an adopted pod is gone or going before its kernel answered: deleted (a
-    preemption sets a grace period first), or ended."""
+    preemption sets a grace period first), or ended. The hub's pod cache holds it only from
+    its adoption's update on: one it has not seen yet is asked for (it may have gone before)."""
+    if pod is None and not seen:
+        try:
+            read = await registry.api.read_namespaced_pod(record.pod_name, record.namespace)
+        except ApiException as exc:
+            return exc.status == 404
+        return read.metadata.deletion_timestamp is not None or getattr(read.status, "phase", None) in ("Succeeded", "Failed")
     if pod is None:
-        return seen
+        return True
     return bool(pod["metadata"].get("deletionTimestamp")) or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 

@@ -427,7 +427,7 @@ class KernelRegistry:
         try:
             while record.state == "pending":
                 pod = self.tracker.pod(record.namespace, record.pod_name)
-                if record.prestarted and key is not None and prestarted.went(pod, seen):
+                if record.prestarted and key is not None and await prestarted.went(self, record, pod, seen):
                     # the pre-started pod it adopted went (preempted, removed, ended): a pod of its own
                     self.log.info("GPU kernel %s: pre-started pod %s went while starting; starting one", record.id, record.pod_name)
                     await self._delete_pod(record, grace=0)

@@ -188,6 +188,9 @@ async def test_a_pre_started_kernel_that_goes_mid_adoption_leaves_a_kernel_of_it
     try:
         kernel_id = await gpu_kernel(hub, "alice")
         out = await execute(f"{hub.url}/user/alice", hub.token, kernel_id, WHO)
+    except TimeoutError:
+        # what the hub did with the request, for the failure message
+        pytest.fail("no reply from the kernel:\n" + "\n".join(line for line in hub.log().splitlines() if "GPU kernel" in line))
     finally:
         preempter.cancel()
     assert out["error"] is None and out["stdout"].split("\n")[-2] == "origin alice False", out
