@@ -5,9 +5,12 @@ against the local federation; the HTTP hop from the server to the hub is left ou
 same for every site.
 
 1. **latency**: ``--rounds`` rounds, each starting (interleaved, same run) one GPU kernel pinned
-   to the origin, one pinned to the donor, and one plain local ipykernel (jupyter_client's
-   LocalProvisioner); each is timed from the start request to its first ``kernel_info_reply``
-   over ZMQ, then stopped. Reported: medians, and origin and donor over local as ratios.
+   to the origin (a cold start: a pod of its own), one that adopts a pre-started kernel of a
+   warm pool on the origin (``c.WarmPools.kernels``; each round waits for the pool to have
+   refilled, as a lab's first students find it), one pinned to the donor, and one plain local
+   ipykernel (jupyter_client's LocalProvisioner); each is timed from the start request to the
+   reply to its first cell (``execute_reply``) over ZMQ, then stopped. Reported per arm:
+   median, p50, p99 and max; origin and donor over local as ratios.
 2. **concurrency**: a federation with ``--gpus`` GPUs (40% origin, 60% donor); ``--concurrent``
    kernels requested at once. Each kernel pod runs a stand-in that only binds the five ports (a
    real ipykernel per kernel does not fit a 2-core machine). Reported: kernels started and
@@ -15,8 +18,9 @@ same for every site.
    allocatable GPUs) and from the ledger (reservations beyond a site's free GPUs), p50/p95.
 
 Checks (``checks``, ``ok``; exit status 1 when one fails): no double booking either way; no
-start failed; every GPU got a kernel and only the requests beyond them were refused. Latency has
-no goal of its own: its ratios are reported, not checked.
+start failed; every GPU got a kernel and only the requests beyond them were refused; every
+pre-started round took the fast path (adopted a waiting kernel), and its median is below the
+cold origin start's. The ratios to a local kernel are reported, not checked.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from jupyter_gpuburst.bench import stopping
 from jupyter_gpuburst.bench.spawn import GPU, percentile
 from jupyter_gpuburst.core.inventory import Inventory
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
+from jupyter_gpuburst.hub.kernels.prestarted import pool_name
 from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRegistry
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
@@ -46,6 +51,8 @@ from jupyter_gpuburst.sim.testing import running_federation
 
 log = logging.getLogger("gpuburst.bench.kernels")
 DONOR = "donor-1"
+PRESTARTED = "origin-prestarted"  # the kernel profile the warm pool pre-starts
+POOL = pool_name("origin", PRESTARTED)
 # binds the five ports of the connection and waits: what kubelet readiness and the ledger see
 STANDIN = (
     "import json,os,socket,time;c=json.loads(os.environ['JUPYTER_GPUBURST_KERNEL_CONNECTION']);"
@@ -122,6 +129,22 @@ async def registry_on(kubeconfig: Path, settings: GPUKernelSettings) -> tuple[Ke
     return registry, api_client
 
 
+FIRST_CELL = "x = 1 + 1"
+
+
+async def first_cell(kc: Any, timeout: float = 120) -> None:
+    """Run a first cell and return at its ``execute_reply`` (the student sees ``[1]``)."""
+    msg_id = kc.execute(FIRST_CELL)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reply = await kc.get_shell_msg(timeout=deadline - time.monotonic())
+        if reply["parent_header"].get("msg_id") == msg_id:
+            if reply["content"].get("status") != "ok":
+                raise RuntimeError(f"the first cell failed: {reply['content']}")
+            return
+    raise TimeoutError("no reply to the first cell")
+
+
 async def first_reply(connection: dict[str, Any], key: bytes, timeout: float = 120) -> None:
     from jupyter_client.asynchronous.client import AsyncKernelClient
 
@@ -129,17 +152,13 @@ async def first_reply(connection: dict[str, Any], key: bytes, timeout: float = 1
     kc.load_connection_info({**connection, "key": key, "signature_scheme": "hmac-sha256"})
     kc.start_channels()
     try:
-        msg_id = kc.kernel_info()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            reply = await kc.get_shell_msg(timeout=deadline - time.monotonic())
-            if reply["parent_header"].get("msg_id") == msg_id:
-                return
+        await first_cell(kc, timeout)
     finally:
         kc.stop_channels()
 
 
-async def remote_start(registry: KernelRegistry, profile: str, user: str) -> float:
+async def remote_start(registry: KernelRegistry, profile: str, user: str) -> tuple[float, bool]:
+    """(seconds from the request to the first cell's reply, whether a pre-started kernel was adopted)"""
     import secrets
 
     key = secrets.token_hex(16)
@@ -163,7 +182,7 @@ async def remote_start(registry: KernelRegistry, profile: str, user: str) -> flo
     await first_reply(connection, key.encode())
     elapsed = time.perf_counter() - t0
     await registry.stop(record)
-    return elapsed
+    return elapsed, record.prestarted
 
 
 async def local_start() -> float:
@@ -175,7 +194,7 @@ async def local_start() -> float:
     kc = km.client()
     kc.start_channels()
     try:
-        await kc.wait_for_ready(timeout=120)
+        await first_cell(kc)
         elapsed = time.perf_counter() - t0
     finally:
         kc.stop_channels()
@@ -183,30 +202,90 @@ async def local_start() -> float:
     return elapsed
 
 
+def start_pool(registry: KernelRegistry, api_client: Any, settings: GPUKernelSettings) -> Any:
+    """A warm pool of one pre-started kernel of ``PRESTARTED`` on the origin, as the hub keeps it."""
+    from functools import partial
+
+    from kubernetes_asyncio.client import SchedulingV1Api
+
+    from jupyter_gpuburst.hub.kernels import prestarted
+    from jupyter_gpuburst.hub.pools.controller import PoolController
+    from jupyter_gpuburst.hub.pools.settings import WarmPools
+
+    pools = WarmPools(kernels=[{"site": "origin", "profile": PRESTARTED, "count": 1}], interval_seconds=0.5)
+    build = partial(
+        prestarted.pooled_pod, "origin", registry.profiles[PRESTARTED], settings, registry.image, "default", pools.priority_class, []
+    )
+    controller = PoolController(
+        pools, {}, "default", registry.api, SchedulingV1Api(api_client), registry.tracker, log, kernel_pods={POOL: build}
+    )
+    registry.prestarted = {("origin", PRESTARTED)}
+    controller.start()
+    return controller
+
+
+async def pool_ready(fed: Federation, timeout: float = 120) -> None:
+    """Until the pool's kernel waits with its imports done (its pod is Ready)."""
+    from jupyter_gpuburst.core import keys
+    from jupyter_gpuburst.hub.kernels.podstate import ready
+
+    store = fed.origin.store
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(ready(p) for p in store.list("pods", "default", label_selector=f"{keys.POOL_LABEL}={POOL}")[0]):
+            return
+        await asyncio.sleep(0.1)
+    raise TimeoutError("the pre-started kernel pool did not refill")
+
+
+def arm_summary(samples: list[float]) -> dict[str, float]:
+    return {
+        "median_s": round(statistics.median(samples), 3),
+        "p50_s": round(percentile(samples, 50), 3),
+        "p99_s": round(percentile(samples, 99), 3),
+        "max_s": round(max(samples), 3),
+    }
+
+
 async def latency(rounds: int, state_dir: Path) -> dict[str, Any]:
     kubeconfig = state_dir / "kubeconfig-latency"
-    async with running_federation(state_dir=state_dir / "sim-latency", kubeconfig=kubeconfig):
+    async with running_federation(state_dir=state_dir / "sim-latency", kubeconfig=kubeconfig) as fed:
         settings = GPUKernelSettings(
             profiles=[
                 {"slug": "origin", "resource": GPU, "count": 1, "allowed_sites": ["origin"]},
+                {"slug": PRESTARTED, "resource": GPU, "count": 1, "allowed_sites": ["origin"]},
                 {"slug": "donor", "resource": GPU, "count": 1, "allowed_sites": [DONOR]},
             ]
         )
         registry, api_client = await registry_on(kubeconfig, settings)
-        times: dict[str, list[float]] = {"origin": [], "donor": [], "local": []}
+        controller = start_pool(registry, api_client, settings)
+        times: dict[str, list[float]] = {"origin": [], "origin_prestarted": [], "donor": [], "local": []}
+        adopted = cold_adopted = 0
         try:
             for i in range(rounds):
-                times["origin"].append(await remote_start(registry, "origin", f"u{i}"))
-                times["donor"].append(await remote_start(registry, "donor", f"u{i}"))
+                elapsed, fast = await remote_start(registry, "origin", f"u{i}")
+                times["origin"].append(elapsed)
+                cold_adopted += fast
+                await pool_ready(fed)
+                elapsed, fast = await remote_start(registry, PRESTARTED, f"u{i}")
+                times["origin_prestarted"].append(elapsed)
+                adopted += fast
+                times["donor"].append((await remote_start(registry, "donor", f"u{i}"))[0])
                 times["local"].append(await local_start())
         finally:
+            await controller.stop()
             await registry.tracker.stop()
             await api_client.close()
     med = {k: statistics.median(v) for k, v in times.items()}
     return {
         "rounds": rounds,
+        "first_cell": FIRST_CELL,
         "median_s": {k: round(v, 3) for k, v in med.items()},
+        "arms": {k: arm_summary(v) for k, v in times.items()},
+        "prestarted_adopted": adopted,
+        "cold_adopted": cold_adopted,
         "origin_over_local": round(med["origin"] / med["local"], 2),
+        "prestarted_over_local": round(med["origin_prestarted"] / med["local"], 2),
         "donor_over_local": round(med["donor"] / med["local"], 2),
         "samples_s": {k: [round(x, 3) for x in v] for k, v in times.items()},
     }
@@ -273,10 +352,18 @@ async def concurrency(gpus: int, concurrent: int, state_dir: Path) -> dict[str, 
             await api_client.close()
 
 
-def checks(concurrency: dict[str, Any]) -> dict[str, bool]:
-    """Pass/fail over the concurrency run: the GPUs were shared out exactly, and none twice."""
+def checks(concurrency: dict[str, Any], latency: dict[str, Any] | None = None) -> dict[str, bool]:
+    """Pass/fail: the GPUs were shared out exactly, and none twice; every pre-started round took
+    the fast path, and it is faster than a cold start."""
     fits = min(concurrency["gpus"], concurrency["concurrent"])
+    fast: dict[str, bool] = {}
+    if latency is not None:
+        fast = {
+            "prestarted_fast_path_every_round": latency["prestarted_adopted"] == latency["rounds"] and latency["cold_adopted"] == 0,
+            "prestarted_faster_than_cold": latency["median_s"]["origin_prestarted"] < latency["median_s"]["origin"],
+        }
     return {
+        **fast,
         "no_double_booking_api_server": concurrency["double_bookings_api_server"] == 0,
         "no_double_booking_ledger": concurrency["double_bookings_ledger"] == 0,
         "no_failed_start": concurrency["failed"] == 0,
@@ -292,14 +379,14 @@ async def run(rounds: int, gpus: int, concurrent: int, state_dir: Path) -> dict[
         "concurrency": await concurrency(gpus, concurrent, state_dir),
         "load_average": [round(v, 2) for v in os.getloadavg()],
     }
-    result["checks"] = checks(result["concurrency"])
+    result["checks"] = checks(result["concurrency"], result["latency"])
     result["ok"] = all(result["checks"].values())
     return result
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="gpuburst bench kernels", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5, help="latency rounds, origin, donor and local each (default 5)")
+    parser.add_argument("--rounds", type=int, default=5, help="latency rounds, each arm once per round (default 5)")
     parser.add_argument("--gpus", type=int, default=40, help="GPUs in the concurrency federation (default 40)")
     parser.add_argument("--concurrent", type=int, default=100, help="kernels requested at once (default 100)")
     parser.add_argument("--state-dir", type=Path, help="keep the emulator's files here")

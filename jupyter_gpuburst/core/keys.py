@@ -31,6 +31,13 @@ POOL_LABEL = f"{GROUP}/pool"  # the pool's name, "<site>.<profile>"
 POOL_SITE_LABEL = f"{GROUP}/pool-site"
 POOL_PROFILE_LABEL = f"{GROUP}/pool-profile"
 POOL_COMPONENT = "gpuburst-warm-pool"
+# A pool of pre-started GPU kernels: kernel pods that wait, imports done, for their connection.
+# POOL_KIND_LABEL tells them from placeholders; an adopted one keeps PRESTARTED_ANNOTATION (the
+# pool it came from), and reads what its adopter sends from a Secret volume at
+# KERNEL_CONNECTION_DIR_ENV: the connection (with the adopter's key) and the adopter's env.
+POOL_KIND_LABEL = f"{GROUP}/pool-kind"
+POOL_KIND_KERNEL = "kernel"
+PRESTARTED_ANNOTATION = f"{GROUP}/prestarted"
 
 # The release of the hub that created a server's or a kernel's pod (images are tagged alike):
 # `gpuburst doctor` warns about pods of another release than its own after an upgrade.
@@ -60,6 +67,14 @@ KERNEL_NOTE_ENV = f"{ENV_PREFIX}KERNEL_NOTE"
 KERNEL_FILES_ENV = f"{ENV_PREFIX}KERNEL_FILES"
 KERNEL_SCRATCH_ENV = f"{ENV_PREFIX}KERNEL_SCRATCH"
 KERNEL_ID_ENV = f"{ENV_PREFIX}KERNEL_ID"
+KERNEL_CONNECTION_DIR_ENV = f"{ENV_PREFIX}KERNEL_CONNECTION_DIR"
+KERNEL_PRELOAD_ENV = f"{ENV_PREFIX}KERNEL_PRELOAD"  # modules a pre-started kernel imports early
+KERNEL_POD_IP_ENV = f"{ENV_PREFIX}KERNEL_POD_IP"  # a pre-started kernel binds its pod's IP (downward API)
+# a pre-started kernel answers its readiness probe on this port (its hb port) while it waits,
+# so its pod is Ready when its imports are done, and an adopted one is Ready at once
+KERNEL_READY_PORT_ENV = f"{ENV_PREFIX}KERNEL_READY_PORT"
+KERNEL_CONNECTION_FILE = "connection.json"
+KERNEL_ADOPTER_FILE = "adopter.json"  # {"env": {...}}: what the adopter's kernel needs in its env
 # a kernel pod's five ports, profile and files mode, for a hub that starts again (its pod cache
 # keeps no container ports, and the registry rebuilds its records from the pods)
 PORTS_ANNOTATION = f"{GROUP}/ports"

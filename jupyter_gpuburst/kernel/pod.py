@@ -7,25 +7,42 @@ the pod is stopped first): the key then lives only in the kernel's memory, and n
 on disk where a container's files outlive it (the emulator's pods are processes on the host).
 A note from the hub (scratch space, a restart on another site) is printed once, with the output
 of the first cell run.
+
+A pre-started kernel (a warm pool's) has no connection yet: it imports ipykernel (and the GPU
+libraries named in its env, where installed) and waits for the connection file that the hub
+writes, at adoption, into the Secret volume it mounts; that file also carries the adopter's
+env (its user). The key is new for each adopter and reaches the pod only then.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
+import threading
+import time
 from typing import Any
 
+from jupyter_gpuburst.core.keys import KERNEL_ADOPTER_FILE as ADOPTER_FILE
+from jupyter_gpuburst.core.keys import KERNEL_CONNECTION_DIR_ENV as CONNECTION_DIR_ENV
 from jupyter_gpuburst.core.keys import KERNEL_CONNECTION_ENV as CONNECTION_ENV
+from jupyter_gpuburst.core.keys import KERNEL_CONNECTION_FILE as CONNECTION_FILE
 from jupyter_gpuburst.core.keys import KERNEL_NOTE_ENV as NOTE_ENV
+from jupyter_gpuburst.core.keys import KERNEL_POD_IP_ENV as POD_IP_ENV
+from jupyter_gpuburst.core.keys import KERNEL_PRELOAD_ENV as PRELOAD_ENV
+from jupyter_gpuburst.core.keys import KERNEL_READY_PORT_ENV as READY_PORT_ENV
 from jupyter_gpuburst.core.keys import KERNEL_SCRATCH_ENV as SCRATCH_ENV
 
+POLL_S = 0.02  # how often a pre-started kernel looks for its connection: a fraction of a hub round trip
 
-def write_connection_file(environ: dict[str, str]) -> str:
-    raw = environ.pop(CONNECTION_ENV, "")
+
+def write_connection_file(environ: dict[str, str], raw: str | None = None) -> str:
+    raw = environ.pop(CONNECTION_ENV, "") if raw is None else raw
     if not raw:
         raise SystemExit(f"{CONNECTION_ENV} is not set: this pod was not started by jupyter-gpuburst")
     json.loads(raw)  # fail here, not in ipykernel, on a malformed connection
@@ -50,6 +67,89 @@ def remove_on_termination(directory: str) -> Any:
     return signal.signal(signal.SIGTERM, stop)
 
 
+def preload(environ: dict[str, str]) -> list[str]:
+    """Import now what every kernel imports (ipykernel) and the GPU libraries named in
+    ``PRELOAD_ENV`` that are installed: the adopter's kernel then starts without that wait."""
+    import ipykernel.kernelapp  # noqa: F401
+
+    import jupyter_gpuburst.kernel.gpu  # noqa: F401
+
+    loaded = []
+    for name in filter(None, (n.strip() for n in environ.get(PRELOAD_ENV, "").split(","))):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - not installed (or broken) here: the kernel imports it itself if it can
+            continue
+        loaded.append(name)
+    return loaded
+
+
+class ReadyPort:
+    """While a pre-started kernel waits: a listener on its heartbeat port that takes the
+    kubelet's TCP readiness probe (accepted and closed, nothing read or written), so the pod is
+    Ready once its imports are done. Closed before ipykernel binds the port itself."""
+
+    def __init__(self, ip: str, port: int) -> None:
+        self.socket = socket.create_server((ip, port))  # SO_REUSEADDR: ipykernel binds it next
+        self.socket.settimeout(0.1)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._serve, name="ready-port", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.done.is_set():
+            try:
+                conn, _ = self.socket.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            conn.close()
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join()
+        self.socket.close()
+
+
+def hold_ready_port(environ: dict[str, str]) -> ReadyPort | None:
+    port = environ.pop(READY_PORT_ENV, "")
+    if not port.isdigit():
+        return None
+    return ReadyPort(environ.get(POD_IP_ENV) or "0.0.0.0", int(port))
+
+
+def wait_for_adoption(environ: dict[str, str], poll: float = POLL_S) -> str:
+    """Wait until the hub has written this kernel's connection into the mounted Secret volume;
+    put the adopter's env into ``environ``; return the connection (its raw JSON)."""
+    directory = environ.pop(CONNECTION_DIR_ENV)
+    path = os.path.join(directory, CONNECTION_FILE)
+    while True:
+        try:
+            with open(path) as fh:
+                raw = fh.read()
+            json.loads(raw)
+            break
+        except (OSError, ValueError):  # not there yet (or half there): the kubelet writes it soon
+            time.sleep(poll)
+    try:
+        with open(os.path.join(directory, ADOPTER_FILE)) as fh:
+            adopter = json.load(fh)
+    except (OSError, ValueError):
+        adopter = {}
+    for name, value in (adopter.get("env") or {}).items():
+        if isinstance(name, str) and isinstance(value, str):
+            environ[name] = value
+    connection = json.loads(raw)
+    pod_ip = environ.pop(POD_IP_ENV, "")
+    if pod_ip and connection.get("ip") == "0.0.0.0":
+        # the pod's own address: the same interface a pod's network has, and where pods share
+        # a host's network (the emulator) the only one that is this pod's alone
+        connection["ip"] = pod_ip
+        raw = json.dumps(connection)
+    return raw
+
+
 def enter_scratch(environ: dict[str, str]) -> str | None:
     """Move into the scratch mount; where none is mounted, into a fresh private directory."""
     scratch = environ.get(SCRATCH_ENV, "")
@@ -72,7 +172,17 @@ def note_once(shell, note: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    connection_file = write_connection_file(os.environ)
+    raw = None
+    if CONNECTION_ENV not in os.environ and os.environ.get(CONNECTION_DIR_ENV):
+        loaded = preload(os.environ)
+        ready = hold_ready_port(os.environ)  # Ready from now: an adoption takes no import
+        print(f"Pre-started kernel ready ({', '.join(['ipykernel', *loaded])} imported): waiting for its connection", flush=True)
+        raw = wait_for_adoption(os.environ)
+        if ready is not None:
+            # the kernel's own heartbeat takes the port (and the probe) from here; a client
+            # that connects meanwhile is queued by ZMQ until it binds, a moment later
+            ready.close()
+    connection_file = write_connection_file(os.environ, raw)
     previous = remove_on_termination(os.path.dirname(connection_file))
     enter_scratch(os.environ)
     note = os.environ.pop(NOTE_ENV, "").strip()

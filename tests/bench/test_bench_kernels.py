@@ -38,9 +38,12 @@ def test_bench_kernels_small_run_reports_ratios_and_no_double_booking(tmp_path):
     )
     result = json.loads(out.stdout)
     latency, concurrency = result["latency"], result["concurrency"]
-    assert set(latency["median_s"]) == {"origin", "donor", "local"}
+    assert set(latency["median_s"]) == {"origin", "origin_prestarted", "donor", "local"}
+    # the pre-started arm adopted a waiting kernel every round; the cold one never did
+    assert latency["prestarted_adopted"] == 1 and latency["cold_adopted"] == 0
+    assert set(latency["arms"]["origin_prestarted"]) == {"median_s", "p50_s", "p99_s", "max_s"}
     # The ratio comes from the unrounded medians; the printed medians carry 3 decimals.
     assert latency["origin_over_local"] == pytest.approx(latency["median_s"]["origin"] / latency["median_s"]["local"], abs=0.011)
     assert concurrency["running"] == 6 and concurrency["refused_no_capacity"] == 4
     assert concurrency["double_bookings_api_server"] == 0 and concurrency["double_bookings_ledger"] == 0
-    assert result["checks"] == kernels.checks(concurrency) and all(result["checks"].values()) and result["ok"] is True
+    assert result["checks"] == kernels.checks(concurrency, latency) and all(result["checks"].values()) and result["ok"] is True

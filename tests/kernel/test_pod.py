@@ -68,3 +68,51 @@ def test_a_pod_stopped_before_the_kernel_read_its_key_removes_it(tmp_path):
         proc.kill()
         proc.wait()
     assert not os.path.exists(directory) and list(tmp_path.iterdir()) == []
+
+
+def test_a_pre_started_kernel_waits_for_its_adopters_connection_and_env(tmp_path):
+    import threading
+
+    from jupyter_gpuburst.core import keys
+
+    environ = {
+        keys.KERNEL_CONNECTION_DIR_ENV: str(tmp_path),
+        keys.KERNEL_POD_IP_ENV: "127.9.0.7",
+        keys.KERNEL_PRELOAD_ENV: "json,no_such_module",
+    }
+    assert kernel_pod.preload(environ) == ["json"]  # what is not installed is skipped
+    got: list[str] = []
+    waiter = threading.Thread(target=lambda: got.append(kernel_pod.wait_for_adoption(environ, poll=0.01)))
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive()  # nothing adopted it yet: it waits
+    (tmp_path / keys.KERNEL_ADOPTER_FILE).write_text(json.dumps({"env": {"JUPYTERHUB_USER": "alice"}}))
+    (tmp_path / keys.KERNEL_CONNECTION_FILE).write_text(json.dumps(CONNECTION))
+    waiter.join(5)
+    assert not waiter.is_alive()
+    connection = json.loads(got[0])
+    # the adopter's key; bound to the pod's own address; the adopter's user in its env
+    assert connection["key"] == CONNECTION["key"] and connection["ip"] == "127.9.0.7"
+    assert environ["JUPYTERHUB_USER"] == "alice"
+    assert keys.KERNEL_CONNECTION_DIR_ENV not in environ and keys.KERNEL_POD_IP_ENV not in environ
+
+
+def test_a_waiting_kernel_answers_its_probe_on_the_heartbeat_port_and_frees_it_for_ipykernel():
+    import socket
+
+    from jupyter_gpuburst.core import keys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    environ = {keys.KERNEL_READY_PORT_ENV: str(port), keys.KERNEL_POD_IP_ENV: "127.0.0.1"}
+    ready = kernel_pod.hold_ready_port(environ)
+    assert ready is not None and keys.KERNEL_READY_PORT_ENV not in environ
+    for _ in range(3):  # the kubelet's TCP probe, period after period
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass
+    ready.close()
+    # ipykernel's heartbeat binds the same port next
+    with socket.create_server(("127.0.0.1", port)):
+        pass
+    assert kernel_pod.hold_ready_port({}) is None

@@ -100,10 +100,14 @@ class UsageLedger:
             return
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid") or key)
+        adopted = False
         if sessions is not None:
-            if sessions[0].extra.get("pod_uid") == uid:
+            if sessions[0].extra.get("pod_uid") == uid and sessions[0].extra.get("target") == _target(pod):
                 return  # the common case: a pod already counted changed (status, annotations)
-            self._end(key, sessions)  # a new pod of the same name
+            # a new pod of the same name, or a pre-started kernel a student adopted: the pool's
+            # time ends here and the student's starts
+            adopted = sessions[0].extra.get("pod_uid") == uid
+            self._end(key, sessions)
         if not (pod.get("spec") or {}).get("nodeName"):
             self._waiting.setdefault(key, self.clock())
             return
@@ -111,7 +115,7 @@ class UsageLedger:
         scheduled = _scheduled_at(pod)
         seen_unbound = self._waiting.pop(key, None)
         started = now
-        if scheduled is not None and (seen_unbound is None or now - scheduled > LATE_S):
+        if scheduled is not None and not adopted and (seen_unbound is None or now - scheduled > LATE_S):
             # first seen bound (the hub started again), or the binding reached us late (a
             # dropped watch, a relist): the scheduler's own time, which is to the second, but
             # never before the pod was seen unbound
@@ -134,7 +138,9 @@ class UsageLedger:
         resources = self.requests_of(pod)
         session_uid = uid if len(resources) == 1 else f"{uid}/{resource}"
         pool = labels.get(keys.POOL_LABEL)
-        extra = {"pod_uid": uid, "server_name": server_name, "target": POOL_TARGET if pool else kernel or SERVER_TARGET}
+        if not pool and annotations.get(keys.PRESTARTED_ANNOTATION):
+            session_uid += "/adopted"  # the same pod's time as the pool's is a session of its own
+        extra = {"pod_uid": uid, "server_name": server_name, "target": _target(pod)}
         known = self._resumable.pop(session_uid, None)
         if known is not None:
             # seen before this hub started (or ended at the first list while its namespace was
@@ -389,6 +395,14 @@ class UsageLedger:
     @property
     def counts_idle(self) -> bool:
         return self.idle_source is not None
+
+
+def _target(pod: Mapping[str, Any]) -> str:
+    """Whose a pod's GPU time is: its pool's, a GPU kernel's (its record id) or a server's."""
+    meta = pod.get("metadata") or {}
+    if keys.POOL_LABEL in (meta.get("labels") or {}):
+        return POOL_TARGET
+    return (meta.get("annotations") or {}).get(keys.KERNEL_ANNOTATION) or SERVER_TARGET
 
 
 def _finished(pod: Mapping[str, Any]) -> bool:

@@ -269,6 +269,8 @@ def record_json(registry: KernelRegistry, record: KernelRecord) -> dict[str, Any
         "relocated_from": record.relocated_from or None,
         "files": record.files,
         "attempts": len(record.attempts) + 1,
+        # the fast path: a pre-started kernel of a warm pool was adopted
+        "prestarted": record.prestarted,
         "pod": record.pod_name,
     }
     if state == "running":

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import json
 import logging
 import secrets
 import time
@@ -23,11 +22,12 @@ from kubernetes_asyncio.client import ApiException
 from jupyter_gpuburst.core import keys, reasons
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker, kernel_key
-from jupyter_gpuburst.hub.kernels import manifests, queued
+from jupyter_gpuburst.hub.kernels import manifests, prestarted, queued
 from jupyter_gpuburst.hub.kernels.availability import availability
 from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, clean_notebook_dir, decide_files
+from jupyter_gpuburst.hub.kernels.podstate import exit_message, pod_ports, ready, where
 from jupyter_gpuburst.hub.kernels.queued import Line
-from jupyter_gpuburst.hub.kernels.settings import CHANNELS, PORT_SETS, GPUKernelSettings, KernelProfile
+from jupyter_gpuburst.hub.kernels.settings import PORT_SETS, GPUKernelSettings, KernelProfile
 from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader
 from jupyter_gpuburst.hub.sites.unschedulable import unschedulable_reason
 
@@ -70,6 +70,8 @@ class KernelRecord:
     task: asyncio.Task | None = None
     # while it waits in the hub's queue for a GPU: its place and the expected wait
     line: Line | None = None
+    prestarted: bool = False  # its pod is a pre-started kernel it adopted (hub/kernels/prestarted)
+    claim: dict[str, Any] | None = None  # the waiting kernel held for it until it is placed
 
     @property
     def key(self) -> str:
@@ -107,6 +109,8 @@ class KernelRegistry:
         self._reaper: asyncio.Task | None = None
         # (user, server, kernel id) -> the site its last pod was placed on, oldest first
         self._last_sites: dict[tuple[str, str, str], str] = {}
+        # (site, profile) with pre-started kernels (c.WarmPools.kernels)
+        self.prestarted: set[tuple[str, str]] = set()
 
     @classmethod
     def for_tracker(cls, tracker: CapacityTracker, factory: Callable[[], "KernelRegistry"]) -> "KernelRegistry":
@@ -202,13 +206,14 @@ class KernelRegistry:
                 profile=profile,
                 namespace=meta.get("namespace", ""),
                 pod_name=meta.get("name", ""),
-                state="running" if _ready(pod) else "pending",
+                state="running" if ready(pod) else "pending",
                 placement=placement,
                 files=annotations.get(keys.FILES_ANNOTATION, "scratch"),
                 # pods of a hub from before the annotation listen on the first set
-                ports=_pod_ports(pod) or self.settings.ports(),
+                ports=pod_ports(pod) or self.settings.ports(),
+                prestarted=bool(annotations.get(keys.PRESTARTED_ANNOTATION)),
             )
-            if not _ready(pod):
+            if not ready(pod):
                 record = self.records[record_id]
                 record.task = asyncio.ensure_future(self._watch_start(record, GPURequest(resource, count, record.user)))
 
@@ -266,6 +271,7 @@ class KernelRegistry:
         # server names (its code can read its token) must never outrank the policy
         ran_on = (user, server_name, kernel_id)
         prefer = self._last_sites.get(ran_on) if kernel_id else None
+        await prestarted.claim(self, record, request)  # before its reservation makes the pools make room
         placement = self._place(record, request, prefer)
         if isinstance(placement, NoCapacity):
             if not self.settings.queue_when_full:
@@ -296,7 +302,10 @@ class KernelRegistry:
             while len(self._last_sites) > LAST_SITES_KEPT:
                 self._last_sites.pop(next(iter(self._last_sites)))
         try:
-            await self._create_pod(record, placement, server_pod, key, scheme, clean_notebook_dir(notebook_dir))
+            # a pre-started kernel waiting on that site is the fast path; else a pod of its own
+            directory = clean_notebook_dir(notebook_dir)
+            if not await prestarted.adopt(self, record, placement, server_pod, key, scheme, directory):
+                await self._create_pod(record, placement, server_pod, key, scheme, directory)
         except KernelError:
             raise
         except Exception as exc:
@@ -357,7 +366,7 @@ class KernelRegistry:
         notes = []
         if record.relocated_from:
             notes.append(
-                f"Note: this kernel restarted on {_where(placement)} because {record.relocated_from} has no free "
+                f"Note: this kernel restarted on {where(placement)} because {record.relocated_from} has no free "
                 f"{placement.resource} now. Variables and imports from before the restart are gone, as after any restart."
             )
         if files.note:
@@ -418,6 +427,13 @@ class KernelRegistry:
         try:
             while record.state == "pending":
                 pod = self.tracker.pod(record.namespace, record.pod_name)
+                if record.prestarted and key is not None and await prestarted.went(self, record, pod, seen):
+                    # the pre-started pod it adopted went (preempted, removed, ended): a pod of its own
+                    self.log.info("GPU kernel %s: pre-started pod %s went while starting; starting one", record.id, record.pod_name)
+                    await self._delete_pod(record, grace=0)
+                    record.prestarted, seen = False, False
+                    await self._cold_start(record, request, server_pod, key, scheme, notebook_dir)
+                    continue
                 if pod is not None:
                     seen = True
                     phase = (pod.get("status") or {}).get("phase")
@@ -444,11 +460,11 @@ class KernelRegistry:
                         continue
                     if why is not None:
                         await self._fail(record, why)
-                    elif _ready(pod):
+                    elif ready(pod):
                         record.state = "running"
                         record.notify()
                     elif phase in ("Succeeded", "Failed"):
-                        await self._fail(record, f"the kernel exited while starting ({_exit_message(pod)})")
+                        await self._fail(record, f"the kernel exited while starting ({exit_message(pod)})")
                 elif seen:
                     await self._fail(record, "the kernel's pod was deleted while starting")
                 if record.state == "pending" and time.monotonic() > deadline:
@@ -476,6 +492,17 @@ class KernelRegistry:
         if isinstance(outcome, NoCapacity):
             tried = "; ".join(f"{a['site']} ({a['outcome']})" for a in record.attempts)
             await self._fail(record, f"Tried {tried}. No other site can take it: {outcome.reason}")
+            return
+        await self._create_pod(record, outcome, server_pod, key, scheme, clean_notebook_dir(notebook_dir))
+
+    async def _cold_start(
+        self, record: KernelRecord, request: GPURequest, server_pod: Any, key: str, scheme: str, notebook_dir: str
+    ) -> None:
+        """Place again (the site's room may have gone with the pod) and start a pod of its own."""
+        self.tracker.forget_decision(record.key)
+        outcome = self._place(record, request, None)
+        if isinstance(outcome, NoCapacity):
+            await self._fail(record, f"its pre-started kernel went and no site can take it now: {outcome.reason}")
             return
         await self._create_pod(record, outcome, server_pod, key, scheme, clean_notebook_dir(notebook_dir))
 
@@ -565,33 +592,3 @@ class KernelRegistry:
         except ApiException as exc:
             if exc.status != 404:
                 self.log.warning("Could not delete the connection secret %s/%s: %s", namespace, name, exc.status)
-
-
-def _pod_ports(pod: dict[str, Any]) -> dict[str, int]:
-    """The kernel's five ports as its pod's annotation says; empty when it says none."""
-    annotation = ((pod.get("metadata") or {}).get("annotations") or {}).get(manifests.PORTS_ANNOTATION, "")
-    try:
-        said = json.loads(annotation)
-    except ValueError:
-        return {}
-    ports = {f"{channel}_port": said.get(f"{channel}_port") for channel in CHANNELS} if isinstance(said, dict) else {}
-    return ports if ports and all(type(port) is int for port in ports.values()) else {}
-
-
-def _ready(pod: dict[str, Any]) -> bool:
-    status = pod.get("status") or {}
-    return status.get("phase") == "Running" and any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
-    )
-
-
-def _exit_message(pod: dict[str, Any]) -> str:
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        terminated = (status.get("state") or {}).get("terminated") or {}
-        if terminated:
-            return f"exit code {terminated.get('exitCode')}"
-    return (pod.get("status") or {}).get("phase") or "unknown"
-
-
-def _where(placement: Placement) -> str:
-    return f"donor {placement.site}" if placement.is_donor else f"the origin (node {placement.node})" if placement.node else "the origin"

@@ -81,6 +81,11 @@ class LiveHub:
         return self.active_spawner(user_name, server_name) is not None
 
 
+def kernel_image(config: Any, settings: Any) -> str:
+    """The image of GPU kernels that name none: the kernel settings', else the spawner's."""
+    return settings.image or spawner_setting(config, "image", "") or DEFAULT_IMAGE
+
+
 async def registry_for(config: Any, log: logging.Logger) -> KernelRegistry:
     """The hub's registry, sharing the spawner's tracker (so one ledger holds servers and kernels)."""
     tracker = await CapacityTracker.ensure(config, log)
@@ -88,10 +93,16 @@ async def registry_for(config: Any, log: logging.Logger) -> KernelRegistry:
     def build() -> KernelRegistry:
         from kubespawner.clients import shared_client
 
+        from jupyter_gpuburst.hub.pools.settings import WarmPools
+
         settings = kernel_settings_from_config(config)
-        image = settings.image or spawner_setting(config, "image", "") or DEFAULT_IMAGE
         namespace = spawner_setting(config, "namespace", "") or "default"
-        return KernelRegistry(tracker, settings, shared_client("CoreV1Api"), shared_client("CustomObjectsApi"), image, namespace, log)
+        registry = KernelRegistry(
+            tracker, settings, shared_client("CoreV1Api"), shared_client("CustomObjectsApi"), kernel_image(config, settings), namespace, log
+        )
+        # where pre-started kernels wait (hub/pools keeps them): a start there tries them first
+        registry.prestarted = {(p["site"], p["profile"]) for p in WarmPools(config=config).kernels if p.get("count")}
+        return registry
 
     return KernelRegistry.for_tracker(tracker, build)
 

@@ -26,8 +26,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.snapshot import is_gpu_resource
 from jupyter_gpuburst.hub import metrics
+from jupyter_gpuburst.hub.kernels import prestarted
 from jupyter_gpuburst.hub.pools import manifests
-from jupyter_gpuburst.hub.pools.settings import Pool, Shape, WarmPools
+from jupyter_gpuburst.hub.pools.settings import KERNELS, Pool, Shape, WarmPools
 
 TERMINAL = frozenset({"Succeeded", "Failed"})
 
@@ -37,8 +38,8 @@ class PoolState:
     """What the capacity page and metrics show of one pool."""
 
     pool: Pool
-    ready: int = 0  # running: the room is held, the image is on the node
-    pending: int = 0  # not placed yet, or pulling the image
+    ready: int = 0  # running (a kernel: imports done): the room is held, the image is on the node
+    pending: int = 0  # not placed yet, pulling the image (or a kernel importing)
     gpus: dict[str, int] = field(default_factory=dict)  # GPU units the bound placeholders hold
     gpu_seconds: float = 0.0  # GPU-seconds held since the hub started (the pool's, nobody's)
     created: int = 0
@@ -49,6 +50,7 @@ class PoolState:
         return {
             "site": self.pool.site,
             "profile": self.pool.profile,
+            "kind": self.pool.kind,  # placeholders, or pre-started GPU kernels
             "target": self.pool.count,
             "ready": self.ready,
             "pending": self.pending,
@@ -72,10 +74,13 @@ class PoolController:
         log: logging.Logger | None = None,
         clock: Callable[[], float] = time.monotonic,
         offloader: Any = None,
+        kernel_pods: Mapping[str, Callable[[], dict[str, Any]]] | None = None,
     ):
         self.offloader = offloader  # sites.offloading.NamespaceOffloader: donor placeholders need it
         self.settings = settings
         self.shapes = dict(shapes)
+        # a pre-started kernel pool's pod, by pool name (hub/kernels/prestarted): a new one per call
+        self.kernel_pods = dict(kernel_pods or {})
         self.namespace = namespace
         self.core = core_api
         self.scheduling = scheduling_api
@@ -84,7 +89,7 @@ class PoolController:
         self.clock = clock
         self.states = {p.name: PoolState(p) for p in settings.pool_list()}
         for state in self.states.values():
-            if state.pool.profile not in self.shapes:
+            if self._builder(state.pool) is None:
                 state.note = f"no profile {state.pool.profile!r} in the spawner's profile_list"
         self._first_seen: dict[str, float] = {}
         self._last_pass: float | None = None
@@ -138,8 +143,8 @@ class PoolController:
         held = _held_by_node(pods, self.tracker.inventory.pod_resources)
         for name, state in self.states.items():
             mine = [p for p in by_pool.get(name, []) if p["metadata"]["uid"] not in removed]
-            shape = self.shapes.get(state.pool.profile)
-            if shape is None:
+            build = self._builder(state.pool)
+            if build is None:
                 continue
             mine, short = await self._shrink(state, mine, now)
             missing = state.pool.count - len(mine)
@@ -148,7 +153,7 @@ class PoolController:
                 continue
             if state.pool.site != keys.ORIGIN_SITE and self.offloader is not None:
                 await self.offloader.ensure(self.namespace)  # Liqo offloads only such namespaces
-            manifest = manifests.placeholder_pod(state.pool, shape, self.namespace, self.settings.priority_class)
+            manifest = build()
             demand = self.tracker.inventory.pod_resources(manifest)
             room = _room(snapshot, state.pool.site, demand, held)
             for _ in range(min(missing, room)):
@@ -159,6 +164,7 @@ class PoolController:
                     self.log.warning("warm pool %s: creating a placeholder failed: %s %s", name, exc.status, exc.reason)
                     break
                 state.created += 1
+                manifest = build()  # a kernel pool's pods each have a name (and a Secret) of their own
                 # the next placeholder of this pass must not count the same room
                 _hold_somewhere(snapshot, state.pool.site, demand, held)
             else:
@@ -167,12 +173,21 @@ class PoolController:
                 else:
                     state.note = "" if room >= missing else f"{state.pool.site} has room for {room} more now"
 
+    def _builder(self, pool: Pool) -> Callable[[], dict[str, Any]] | None:
+        """What makes one pod of ``pool``; None when its profile is unknown."""
+        if pool.kind == KERNELS:
+            return self.kernel_pods.get(pool.name)
+        shape = self.shapes.get(pool.profile)
+        if shape is None:
+            return None
+        return lambda: manifests.placeholder_pod(pool, shape, self.namespace, self.settings.priority_class)
+
     def _count(self, state: PoolState, pods: list[dict[str, Any]], elapsed: float) -> None:
         """Ready and pending placeholders, and the GPU-seconds the bound ones held since the last pass."""
         state.ready = state.pending = 0
         gpus: Counter[str] = Counter()
         for pod in pods:
-            if (pod.get("status") or {}).get("phase") == "Running":
+            if _ready(pod):
                 state.ready += 1
             else:
                 state.pending += 1  # not placed yet, or pulling its image
@@ -181,7 +196,9 @@ class PoolController:
                     gpus[resource] += units
         state.gpus = dict(gpus)
         state.gpu_seconds += elapsed * sum(gpus.values())
-        metrics.record_pool(state.pool.site, state.pool.profile, state.ready, state.pending, elapsed * sum(gpus.values()))
+        # a kernel pool's series is "kernel:<profile>", apart from a placeholder pool of that slug
+        profile = state.pool.profile if state.pool.kind != KERNELS else f"kernel:{state.pool.profile}"
+        metrics.record_pool(state.pool.site, profile, state.ready, state.pending, elapsed * sum(gpus.values()))
 
     async def _shrink(self, state: PoolState, pods: list[dict[str, Any]], now: float) -> tuple[list[dict[str, Any]], bool]:
         """Remove placeholders beyond the pool's size (unscheduled ones first) and those the
@@ -193,7 +210,7 @@ class PoolController:
         for pod in pods:
             unbound = not (pod.get("spec") or {}).get("nodeName")
             stuck = unbound and now - self._first_seen.get(pod["metadata"]["uid"], now) >= self.settings.pending_seconds
-            if extra > 0 or stuck:
+            if (extra > 0 or stuck) and not prestarted.claimed(self.namespace, pod["metadata"]["name"]):
                 if await self._delete(pod):
                     state.removed += 1
                     extra -= 1
@@ -225,6 +242,8 @@ class PoolController:
             for pod, demand in demands:
                 if all(need[r] <= _free(node, r) for r in need):
                     break
+                if prestarted.claimed(self.namespace, pod["metadata"]["name"]):
+                    continue  # a pre-started kernel a GPU kernel is adopting: the reservation is its
                 if await self._delete(pod):
                     removed.add(pod["metadata"]["uid"])
                     state = self.states.get(pod["metadata"]["labels"].get(keys.POOL_LABEL, ""))
@@ -270,6 +289,14 @@ async def _json(response: Any) -> dict[str, Any]:
 
 def _alive(pod: Mapping[str, Any]) -> bool:
     return not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("phase") not in TERMINAL
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    """Running and not said unready: a placeholder once it runs, a pre-started kernel once its
+    imports are done (its readiness probe)."""
+    status = pod.get("status") or {}
+    conditions = status.get("conditions") or []
+    return status.get("phase") == "Running" and not any(c.get("type") == "Ready" and c.get("status") != "True" for c in conditions)
 
 
 def _free(node: Any, resource: str) -> int:

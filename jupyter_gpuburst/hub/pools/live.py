@@ -4,11 +4,12 @@ capacity tracker, shown on the capacity page (``report``)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
 from jupyter_gpuburst.hub.pools.controller import PoolController
-from jupyter_gpuburst.hub.pools.settings import SECTION, WarmPools, profile_shape, spawner_values
+from jupyter_gpuburst.hub.pools.settings import KERNELS, SECTION, WarmPools, profile_shape, spawner_values
 
 _controller: PoolController | None = None
 
@@ -22,21 +23,57 @@ def install(c: Any, tracker_source: Any) -> None:
     base, profiles = spawner_values(c)
     shapes = {}
     for pool in settings.pool_list():
+        if pool.kind == KERNELS:
+            continue
         try:
             shapes[pool.profile] = profile_shape(pool.profile, base, profiles)
         except KeyError:
             raise ValueError(f"WarmPools.pools: no profile {pool.profile!r} in the spawner's profile_list") from None
-    if not settings.pools:
+    if not settings.pools and not settings.kernels:
         return
+    namespace = settings.namespace or base.get("namespace") or "default"
+    kernel_pods = kernel_pod_builders(c, settings, namespace)
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return  # the config is only being read (not by a starting hub)
-    namespace = settings.namespace or base.get("namespace") or "default"
-    loop.call_soon(lambda: asyncio.ensure_future(_start(settings, shapes, namespace, tracker_source)))
+    loop.call_soon(lambda: asyncio.ensure_future(_start(settings, shapes, namespace, tracker_source, kernel_pods)))
 
 
-async def _start(settings: WarmPools, shapes: dict[str, Any], namespace: str, tracker_source: Any) -> None:
+def kernel_pod_builders(c: Any, settings: WarmPools, namespace: str) -> dict[str, Any]:
+    """What makes a pod of each pre-started kernel pool, by pool name; ValueError for a pool
+    naming no GPU kernel profile."""
+    if not settings.kernels:
+        return {}
+    from jupyter_gpuburst.hub.kernels import prestarted
+    from jupyter_gpuburst.hub.kernels.service import kernel_image
+    from jupyter_gpuburst.hub.kernels.settings import kernel_settings_from_config
+
+    kernel_settings = kernel_settings_from_config(c)
+    profiles = kernel_settings.kernel_profiles()
+    image = kernel_image(c, kernel_settings)
+    builders = {}
+    for pool in settings.pool_list():
+        if pool.kind != KERNELS:
+            continue
+        profile = profiles.get(pool.profile)
+        if profile is None:
+            offered = ", ".join(sorted(profiles)) or "none"
+            raise ValueError(f"WarmPools.kernels: no GPU kernel profile {pool.profile!r} (offered: {offered})")
+        builders[pool.name] = functools.partial(
+            prestarted.pooled_pod,
+            pool.site,
+            profile,
+            kernel_settings,
+            image,
+            namespace,
+            settings.priority_class,
+            list(settings.kernel_preload),
+        )
+    return builders
+
+
+async def _start(settings: WarmPools, shapes: dict[str, Any], namespace: str, tracker_source: Any, kernel_pods: dict[str, Any]) -> None:
     global _controller
     log = logging.getLogger("JupyterHub")
     try:
@@ -50,10 +87,19 @@ async def _start(settings: WarmPools, shapes: dict[str, Any], namespace: str, tr
         api_client = tracker.api.api_client
         offloader = NamespaceOffloader(CustomObjectsApi(api_client), log)
         _controller = PoolController(
-            settings, shapes, namespace, tracker.api, SchedulingV1Api(api_client), tracker, log, offloader=offloader
+            settings,
+            shapes,
+            namespace,
+            tracker.api,
+            SchedulingV1Api(api_client),
+            tracker,
+            log,
+            offloader=offloader,
+            kernel_pods=kernel_pods,
         )
         _controller.start()
-        log.info("Warm pools on: %s", ", ".join(f"{p.count} x {p.profile} on {p.site}" for p in settings.pool_list()))
+        on = ", ".join(f"{p.count} x {p.profile}{' kernels' if p.kind == KERNELS else ''} on {p.site}" for p in settings.pool_list())
+        log.info("Warm pools on: %s", on)
     except Exception:
         log.exception("Warm pools could not start; spawns go on without them")
 

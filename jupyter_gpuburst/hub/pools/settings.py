@@ -17,17 +17,23 @@ SHAPE_TRAITS = ("image", "cpu_guarantee", "cpu_limit", "mem_guarantee", "mem_lim
 DEFAULT_IMAGE = "quay.io/jupyterhub/singleuser:latest"  # KubeSpawner's own default
 
 
+PLACEHOLDERS, KERNELS = "placeholders", "kernels"
+
+
 @dataclass(frozen=True)
 class Pool:
-    """``count`` placeholders of ``profile`` on ``site`` (``origin`` or a donor's cluster id)."""
+    """``count`` placeholders of ``profile`` on ``site`` (``origin`` or a donor's cluster id); of
+    kind ``kernels``: pre-started GPU kernels of the GPU kernel profile ``profile``."""
 
     site: str
     profile: str
     count: int
+    kind: str = PLACEHOLDERS
 
     @property
     def name(self) -> str:
-        return f"{self.site}.{self.profile}"
+        # a kernel pool's pods are told from a placeholder pool's of the same slug
+        return f"{self.site}.{self.profile}" if self.kind == PLACEHOLDERS else f"{self.site}.{self.profile}.{KERNELS}"
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,25 @@ class WarmPools(Configurable):
         it pulls the image onto a node and holds the room until a real server or kernel needs it
         (the scheduler preempts it), then the pool refills. Example:
         [{"site": "origin", "profile": "gpu-1", "count": 4}, {"site": "donor-1", "profile": "gpu-1", "count": 8}].""",
+    )
+    kernels = List(
+        Dict(),
+        config=True,
+        help="""Pre-started GPU kernels (kernel mode): a list of {"site": "origin" or a donor's
+        cluster id, "profile": the slug of a GPU kernel profile (GPUKernelSettings.profiles),
+        "count": kernels to keep waiting}. Each is a kernel pod of that profile on that site, at
+        the placeholders' priority, with ipykernel (and `kernel_preload`) imported and no
+        connection yet; the next GPU kernel of that profile placed on that site adopts it (a new
+        key, its owner and labels set then), so it is ready in about one round trip to the hub;
+        the pool refills. Example: [{"site": "origin", "profile": "gpu-1", "count": 2}].""",
+    )
+    kernel_preload = List(
+        Unicode(),
+        ["torch", "cupy", "jax"],
+        config=True,
+        help="""Modules a pre-started kernel imports while it waits, where its image has them (the
+        GPU libraries students import first): the adopter's first `import` is then instant.
+        ipykernel is always imported.""",
     )
     priority_class = Unicode(
         "gpuburst-warm-pool",
@@ -81,27 +106,30 @@ class WarmPools(Configurable):
         queued placeholder would only wait in the scheduler's queue (it never delays a real pod).""",
     )
 
-    @validate("pools")
+    @validate("pools", "kernels")
     def _check_pools(self, proposal: Any) -> list:
         seen = set()
+        what = f"WarmPools.{proposal['trait'].name}"
         for i, raw in enumerate(proposal["value"]):
             unknown = set(raw) - {"site", "profile", "count"}
             if unknown:
-                raise TraitError(f"WarmPools.pools[{i}]: unknown key {sorted(unknown)[0]!r}; expected site, profile, count")
+                raise TraitError(f"{what}[{i}]: unknown key {sorted(unknown)[0]!r}; expected site, profile, count")
             site, profile, count = raw.get("site"), raw.get("profile"), raw.get("count")
             if not isinstance(site, str) or not site or not isinstance(profile, str) or not profile:
-                raise TraitError(f"WarmPools.pools[{i}]: 'site' and 'profile' must be non-empty strings")
+                raise TraitError(f"{what}[{i}]: 'site' and 'profile' must be non-empty strings")
             if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-                raise TraitError(f"WarmPools.pools[{i}]: 'count' must be an integer >= 0, got {count!r}")
+                raise TraitError(f"{what}[{i}]: 'count' must be an integer >= 0, got {count!r}")
             if len(f"{site}.{profile}") > 63:
-                raise TraitError(f"WarmPools.pools[{i}]: '{site}.{profile}' names the pool in a label: at most 63 characters")
+                raise TraitError(f"{what}[{i}]: '{site}.{profile}' names the pool in a label: at most 63 characters")
             if (site, profile) in seen:
-                raise TraitError(f"WarmPools.pools[{i}]: a second pool for {profile} on {site}")
+                raise TraitError(f"{what}[{i}]: a second pool for {profile} on {site}")
             seen.add((site, profile))
         return proposal["value"]
 
     def pool_list(self) -> list[Pool]:
-        return [Pool(p["site"], p["profile"], p["count"]) for p in self.pools]
+        return [Pool(p["site"], p["profile"], p["count"]) for p in self.pools] + [
+            Pool(p["site"], p["profile"], p["count"], KERNELS) for p in self.kernels
+        ]
 
 
 def spawner_values(config: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:

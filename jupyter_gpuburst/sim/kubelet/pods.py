@@ -356,6 +356,12 @@ class Kubelet:
                 if pr is None and not pod["metadata"].get("deletionTimestamp"):
                     if (pod.get("status") or {}).get("phase", "Pending") == "Pending" and not (pod.get("status") or {}).get("podIP"):
                         self._start_pod(key, pod)
+                elif not pod["metadata"].get("deletionTimestamp") and _synced_metadata(pod) != _synced_metadata(pr.pod):
+                    # an update to the pod (not the kubelet's own status write) syncs it: its
+                    # Secret and ConfigMap volumes follow their sources, as the kubelet's do
+                    pr.pod = pod
+                    if pr.volumes:
+                        volumes.refresh(self.store, pod, pr.volumes)
                 elif pod["metadata"].get("deletionTimestamp"):
                     if pr is None:
                         self._remove(key, pod["metadata"]["uid"])
@@ -976,6 +982,12 @@ class Kubelet:
             del self._pods[pr.key]
             self._finished[pr.key] = pr
             self.pool.release(pr.ip)
+
+
+def _synced_metadata(pod: Obj) -> tuple[Any, ...]:
+    """What of a pod's metadata makes the kubelet sync it when it changes (its status does not)."""
+    meta = pod["metadata"]
+    return (meta.get("labels"), meta.get("annotations"), meta.get("ownerReferences"), pod.get("spec"))
 
 
 def _home_path(container: Obj, env: dict[str, str]) -> str:

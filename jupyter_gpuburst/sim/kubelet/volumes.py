@@ -86,6 +86,70 @@ def _secret_files(store: Store, ns: str, src: Obj, name_key: str) -> dict[str, b
     return _keyed(data, src.get("items"), "secret", bool(src.get("optional")))
 
 
+def _projected(store: Store, pod: Obj, vol: Obj) -> tuple[dict[str, bytes], int] | None:
+    """(files, mode) of a volume the kubelet fills from the API (configMap, secret, downwardAPI,
+    projected); None for any other kind."""
+    ns = pod["metadata"]["namespace"]
+    if "configMap" in vol:
+        return _configmap_files(store, ns, vol["configMap"]), _mode(vol["configMap"])
+    if "secret" in vol:
+        return _secret_files(store, ns, vol["secret"], "secretName"), _mode(vol["secret"])
+    if "downwardAPI" in vol:
+        return _downward_files(pod, vol["downwardAPI"].get("items")), _mode(vol["downwardAPI"])
+    if "projected" not in vol:
+        return None
+    mode = _mode(vol["projected"])
+    files: dict[str, bytes] = {}
+    for source in vol["projected"].get("sources") or []:
+        if "configMap" in source:
+            files.update(_configmap_files(store, ns, source["configMap"]))
+        elif "secret" in source:
+            files.update(_secret_files(store, ns, source["secret"], "name"))
+        elif "downwardAPI" in source:
+            files.update(_downward_files(pod, source["downwardAPI"].get("items")))
+        elif "serviceAccountToken" in source:
+            # The emulated API server does not authenticate; the file is there so that
+            # clients configured "in cluster" find one.
+            files[source["serviceAccountToken"].get("path", "token")] = b"sim-service-account-token"
+    return files, mode
+
+
+def refresh(store: Store, pod: Obj, materialized: dict[str, Path]) -> list[str]:
+    """Bring a running pod's API-filled volumes up to date, as the kubelet does when it syncs the
+    pod (on an update to the pod, and periodically): a Secret or ConfigMap that changed, or an
+    optional one that appeared or went, changes the files. Each file is replaced whole (a reader
+    never sees half of one); files whose key went are removed. A source that cannot be read now
+    leaves the volume as it was. Returns the names of the volumes that changed."""
+    changed = []
+    for vol in (pod.get("spec") or {}).get("volumes") or []:
+        target = materialized.get(vol["name"])
+        if target is None or not target.is_dir():
+            continue
+        try:
+            written = _projected(store, pod, vol)
+        except VolumeError as exc:
+            log.debug("volume %s of pod %s/%s not refreshed: %s", vol["name"], pod["metadata"]["namespace"], pod["metadata"]["name"], exc)
+            continue
+        if written is None:
+            continue
+        files, mode = written
+        before = {str(p.relative_to(target)): p for p in target.rglob("*") if p.is_file()}
+        if all(rel in before and before[rel].read_bytes() == content for rel, content in files.items()) and set(before) <= set(files):
+            continue
+        for rel, content in files.items():
+            path = target / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staged = path.with_name(f"..{path.name}.tmp")
+            staged.write_bytes(content)
+            os.chmod(staged, mode)
+            os.replace(staged, path)
+        for rel, path in before.items():
+            if rel not in files:
+                path.unlink(missing_ok=True)
+        changed.append(vol["name"])
+    return changed
+
+
 def _resource_value(pod: Obj, ref: Obj) -> str:
     """A downward-API resourceFieldRef (``limits.cpu``, ``requests.memory``...), in the unit's divisor."""
     cname = ref.get("containerName") or pod["spec"]["containers"][0]["name"]
@@ -148,25 +212,9 @@ def materialize(store: Store, pod: Obj, pod_dir: Path, state_dir: Path) -> dict[
         if target.exists():
             shutil.rmtree(target)
         target.mkdir(parents=True)
-        if "configMap" in vol:
-            _write_files(target, _configmap_files(store, ns, vol["configMap"]), _mode(vol["configMap"]))
-        elif "secret" in vol:
-            _write_files(target, _secret_files(store, ns, vol["secret"], "secretName"), _mode(vol["secret"]))
-        elif "downwardAPI" in vol:
-            _write_files(target, _downward_files(pod, vol["downwardAPI"].get("items")), _mode(vol["downwardAPI"]))
-        elif "projected" in vol:
-            mode = _mode(vol["projected"])
-            for source in vol["projected"].get("sources") or []:
-                if "configMap" in source:
-                    _write_files(target, _configmap_files(store, ns, source["configMap"]), mode)
-                elif "secret" in source:
-                    _write_files(target, _secret_files(store, ns, source["secret"], "name"), mode)
-                elif "downwardAPI" in source:
-                    _write_files(target, _downward_files(pod, source["downwardAPI"].get("items")), mode)
-                elif "serviceAccountToken" in source:
-                    # The emulated API server does not authenticate; the file is there so that
-                    # clients configured "in cluster" find one.
-                    _write_files(target, {source["serviceAccountToken"].get("path", "token"): b"sim-service-account-token"}, 0o600)
+        written = _projected(store, pod, vol)
+        if written is not None:
+            _write_files(target, *written)
         elif "emptyDir" not in vol:
             log.warning("volume %s of pod %s/%s: type not emulated, served as an emptyDir", name, ns, pod["metadata"]["name"])
         out[name] = target

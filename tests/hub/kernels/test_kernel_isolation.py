@@ -20,7 +20,7 @@ from kubespawner import KubeSpawner
 from traitlets.config import Config
 
 from jupyter_gpuburst.core.placement import Placement
-from jupyter_gpuburst.hub.kernels import manifests
+from jupyter_gpuburst.hub.kernels import manifests, prestarted
 from jupyter_gpuburst.hub.kernels.files import scratch
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings, kernel_settings_from_config, parse_profile
 
@@ -85,6 +85,8 @@ def test_the_policy_is_a_valid_network_policy_that_selects_kernel_pods_only():
     selector = POLICY["spec"]["podSelector"]["matchLabels"]
     kernel = manifests.kernel_labels(ORIGIN)
     assert selector.items() <= kernel.items()
+    # a pre-started kernel waiting in its pool is a kernel pod to the policy too
+    assert selector.items() <= pooled_kernel_pod()["metadata"]["labels"].items()
     # and not the user servers, which z2jh's own policy selects
     server = user_server_labels()
     assert not selector.items() <= server.items()
@@ -172,9 +174,15 @@ def restricted_violations(pod: dict[str, Any]) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("uid", [1000, None], ids=["uid", "image-user"])
+def pooled_kernel_pod() -> dict[str, Any]:
+    """A pre-started kernel of a warm pool (hub/kernels/prestarted), before anyone adopts it."""
+    profile = parse_profile({"slug": "gpu-1", "display_name": "1 GPU", "resource": "nvidia.com/gpu", "count": 1})
+    return prestarted.pooled_pod("origin", profile, GPUKernelSettings(), "jupyter/gpu:1", "jhub", "gpuburst-warm-pool", [])
+
+
+@pytest.mark.parametrize("uid", [1000, None, "pooled"], ids=["uid", "image-user", "pre-started"])
 def test_kernel_pods_meet_the_restricted_pod_security_standard(uid):
-    pod = kernel_pod({"cpu": "2", "memory": "8Gi"}, uid=uid)
+    pod = pooled_kernel_pod() if uid == "pooled" else kernel_pod({"cpu": "2", "memory": "8Gi"}, uid=uid)
     kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
     assert restricted_violations(pod) == []
     # the check itself finds what the standard forbids

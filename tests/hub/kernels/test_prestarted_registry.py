@@ -1,0 +1,154 @@
+"""Adopting pre-started kernels in the hub's kernel registry on the local federation: only a Secret
+the hub writes itself gives a waiting kernel its key, and a request the waiting kernel cannot
+serve (the user's files, a restart's ports) starts a pod of its own and leaves it waiting."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+
+import pytest
+
+from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
+from jupyter_gpuburst.hub.kernels import prestarted
+from jupyter_gpuburst.hub.kernels.files import KernelFiles
+from jupyter_gpuburst.hub.kernels.podstate import ready
+from jupyter_gpuburst.hub.kernels.registry import KernelRegistry
+from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
+from jupyter_gpuburst.hub.settings import GPUBurstSettings
+from jupyter_gpuburst.sim.errors import ApiError
+from jupyter_gpuburst.sim.testing import running_federation, wait_until
+
+pytestmark = pytest.mark.integration
+
+GPU = "nvidia.com/gpu"
+KEY = "f" * 32
+
+
+@pytest.fixture
+async def registry(tmp_path):
+    """A registry whose origin has one pre-started kernel of ``gpu-1`` waiting (imports done)."""
+    from kubernetes_asyncio import client, config
+
+    kubeconfig = tmp_path / "kubeconfig"
+    async with running_federation(state_dir=tmp_path / "sim", kubeconfig=kubeconfig) as fed:
+        configuration = client.Configuration()
+        await config.load_kube_config(config_file=str(kubeconfig), context="origin", client_configuration=configuration)
+        async with client.ApiClient(configuration) as api_client:
+            log = logging.getLogger("test")
+            tracker = CapacityTracker(client.CoreV1Api(api_client), GPUBurstSettings(), log)
+            await tracker.start()
+            settings = GPUKernelSettings(profiles=[{"slug": "gpu-1", "resource": GPU, "count": 1}])
+            reg = KernelRegistry(
+                tracker, settings, client.CoreV1Api(api_client), client.CustomObjectsApi(api_client), "img", "default", log
+            )
+            reg.federation = fed
+            reg.prestarted = {("origin", "gpu-1")}
+            pod = prestarted.pooled_pod("origin", reg.profiles["gpu-1"], settings, "img", "default", "system-node-critical", [])
+            pod["spec"].pop("priorityClassName")  # no warm pool's class in this federation: the pod alone is under test
+            reg.pooled = fed.origin.store.create("pods", pod, "default")["metadata"]["name"]
+            await wait_until(lambda: ready(fed.origin.store.get("pods", "default", reg.pooled)), timeout=60, what="the kernel waits")
+            try:
+                yield reg
+            finally:
+                for record in list(reg.records.values()):
+                    await reg.stop(record, wait=0)
+                await tracker.stop()
+
+
+async def start(registry, **overrides):
+    args = dict(
+        user="alice",
+        groups=frozenset(),
+        server_name="",
+        server_pod=None,
+        profile_slug="gpu-1",
+        key=KEY,
+        signature_scheme="hmac-sha256",
+        kernel_id="k1",
+        notebook_dir="",
+    )
+    args.update(overrides)
+    record = await registry.start(**args)
+    await registry.wait(record, 60)
+    assert record.state == "running", record.error
+    return record
+
+
+def pod(registry, name: str) -> dict | None:
+    try:
+        found = registry.federation.origin.store.get("pods", "default", name)
+    except ApiError:
+        return None
+    return None if found["metadata"].get("deletionTimestamp") else found
+
+
+async def test_a_secret_someone_made_beforehand_makes_the_waiting_kernel_nobodys(registry):
+    store = registry.federation.origin.store
+    # someone who may create Secrets in the namespace plants a connection with a key they know
+    planted = prestarted.adoption_secret(
+        {"metadata": {"name": registry.pooled, "namespace": "default", "uid": "x"}}, "m" * 32, "hmac-sha256", registry.settings.ports(0), {}
+    )
+    planted["metadata"].pop("ownerReferences")
+    store.create("secrets", planted, "default")
+    record = await start(registry)
+    # not adopted: the waiting pod is removed, the request got a pod of its own
+    assert record.prestarted is False and record.pod_name != registry.pooled
+    await wait_until(lambda: pod(registry, registry.pooled) is None, timeout=30, what="the waiting kernel removed")
+    secret = store.get("secrets", "default", record.pod_name)
+    assert json.loads(base64.b64decode(secret["data"][keys.KERNEL_CONNECTION_FILE]))["key"] == KEY
+    # the planted Secret is not the hub's to remove, and never reached a kernel
+    kept = store.get("secrets", "default", registry.pooled)
+    assert json.loads(base64.b64decode(kept["data"][keys.KERNEL_CONNECTION_FILE]))["key"] == "m" * 32
+
+
+async def test_a_request_the_waiting_kernel_cannot_serve_starts_its_own_and_leaves_it_waiting(registry):
+    # the files policy gives this request the user's files: a waiting kernel has scratch only
+    registry.settings.files_policy = lambda request: KernelFiles(working_dir="/home/jovyan")
+    record = await start(registry)
+    assert record.prestarted is False and record.files == "volume" and record.pod_name != registry.pooled
+    waiting = pod(registry, registry.pooled)
+    assert waiting is not None and keys.POOL_LABEL in waiting["metadata"]["labels"]
+    assert not registry.federation.origin.store.list("secrets", "default", field_selector=f"metadata.name={registry.pooled}")[0]
+    await registry.stop(record)
+
+    # a policy that gives scratch space (None) lets the request adopt it
+    registry.settings.files_policy = lambda request: None
+    record = await start(registry)
+    assert record.prestarted is True and record.pod_name == registry.pooled
+
+
+async def test_a_restart_on_the_other_ports_starts_its_own(registry):
+    record = await start(registry, port_set=1)
+    assert record.prestarted is False and record.pod_name != registry.pooled
+    assert pod(registry, registry.pooled) is not None
+
+
+async def test_two_requests_at_once_never_share_a_waiting_kernel(registry, monkeypatch):
+    import asyncio
+
+    # both list the pool before either takes a kernel: the same waiting kernel is in both lists
+    listed = asyncio.Barrier(2)
+    candidates = prestarted.candidates
+    calls = []
+
+    async def both_listed(*args, **kwargs):
+        found = await candidates(*args, **kwargs)
+        calls.append(found)
+        if len(calls) <= 2:
+            await listed.wait()
+        return found
+
+    monkeypatch.setattr(prestarted, "candidates", both_listed)
+    first, second = await asyncio.gather(start(registry, user="alice"), start(registry, user="bob"))
+    assert len(calls[0]) == len(calls[1]) == 1
+    # one adopted it, the other started its own; both run, each with its own key's Secret
+    assert sorted([first.prestarted, second.prestarted]) == [False, True]
+    adopter = first if first.prestarted else second
+    assert adopter.pod_name == registry.pooled and pod(registry, registry.pooled) is not None
+    other = second if adopter is first else first
+    assert other.pod_name != registry.pooled and pod(registry, other.pod_name) is not None
+    adopted = registry.federation.origin.store.get("pods", "default", registry.pooled)
+    assert adopted["metadata"]["annotations"][keys.USER_ANNOTATION] == adopter.user
