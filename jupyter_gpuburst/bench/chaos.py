@@ -104,10 +104,10 @@ class Phase:
 class Hub:
     """A HubProcess that can be killed like a crashed pod and started again on the same ports."""
 
-    def __init__(self, workdir: Path, kubeconfig: Path, start_timeout: int, extra: str = "") -> None:
+    def __init__(self, workdir: Path, kubeconfig: Path, start_timeout: int, before: str = "") -> None:
         self.process = HubProcess(
             workdir,
-            hub_config("gpuburst", start_timeout, HUB_CONFIG_EXTRA + extra),
+            before + hub_config("gpuburst", start_timeout, HUB_CONFIG_EXTRA),
             env={"KUBECONFIG": str(kubeconfig)},
             log_level=HUB_LOG_LEVEL,
         )
@@ -483,6 +483,7 @@ async def run_phase(
             await _wait_hub(hub, time.monotonic() + 120)
             counts = await count(fed, hub, session, phase.journeys, pools)
             counts["ledger"] = compare(lifetimes, workdir / LEDGER_FILE)
+            counts["placeholders_bound"] = chaos_pools.placeholders_bound(lifetimes.pods.values())
             trace = [{"user": j.user, "outcome": j.outcome, "message": j.message[:300], "trace": j.trace} for j in phase.journeys]
             (workdir / "journeys.json").write_text(json.dumps({"faults": phase.faults_done, "journeys": trace}, indent=1))
     finally:
@@ -550,6 +551,7 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
         "fault_free_refused": base_counts["refused"],
         "fault_free_cancelled": base_counts["cancelled"],
         "fault_free_leaked_placeholders": base_counts["leaked_placeholders"],
+        "fault_free_placeholders_bound": base_counts["placeholders_bound"],
         "fault_free_lost": base_counts["lost"],
         "fault_free_orphaned": base_counts["orphaned"],
         "fault_free_duplicated": base_counts["duplicated"],

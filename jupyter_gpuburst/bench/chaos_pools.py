@@ -22,9 +22,9 @@ from typing import Any
 
 import aiohttp
 
-from jupyter_gpuburst.bench.spawn import DONOR, NAMESPACE
+from jupyter_gpuburst.bench.spawn import DONOR, NAMESPACE, PROFILES
 from jupyter_gpuburst.core import keys
-from jupyter_gpuburst.hub.pools.manifests import priority_class
+from jupyter_gpuburst.hub.pools.manifests import NAME_PREFIX, priority_class
 from jupyter_gpuburst.hub.pools.settings import WarmPools
 from jupyter_gpuburst.sim.faults import FaultSchedule, FaultStep
 from jupyter_gpuburst.sim.federation import Federation
@@ -43,21 +43,30 @@ def pools_for(local_gpus: int, donor_gpus: int) -> list[dict[str, Any]]:
 
 
 def config_lines(pools: list[dict[str, Any]]) -> str:
-    return f"c.WarmPools.pools = {pools!r}\nc.WarmPools.interval_seconds = 1.0\n" if pools else ""
+    """Hub config lines to go before ``bench spawn``'s (whose ``install(c)`` comes first there):
+    ``install(c)`` reads the pools and their profile as it runs, as an admin's config has them."""
+    if not pools:
+        return ""
+    return f"c.KubeSpawner.profile_list = {PROFILES!r}\nc.WarmPools.pools = {pools!r}\nc.WarmPools.interval_seconds = 1.0\n"
 
 
 def prepare_donors(fed: Federation) -> None:
     """The admin's step on each donor a pool uses: Liqo keeps the class's name on offloaded pods."""
     settings = WarmPools()
     for donor in fed.donors.values():
-        if not donor.store.list(PRIORITY_CLASSES)[0]:
+        if not any(pc["metadata"]["name"] == settings.priority_class for pc in donor.store.list(PRIORITY_CLASSES)[0]):
             donor.store.create(PRIORITY_CLASSES, priority_class(settings.priority_class, settings.priority))
 
 
 def with_pool_faults(schedule: FaultSchedule, span_s: float) -> FaultSchedule:
-    """The chaos schedule, and every placeholder preempted at once twice while spawns are placed."""
+    """The chaos schedule, and every placeholder preempted at once twice while spawns are placed.
+
+    Both come while the hub is up and can watch (after the API server's outage, before the second
+    hub kill): a pod that ends while the hub is down or blind is counted in the GPU-hours ledger
+    up to the hub's last write only, so the ledger check would measure the outage, not the pools.
+    """
     t = max(span_s, 30.0) / 10
-    steps = [*schedule.steps, FaultStep(2.0 * t, "pools_preempted"), FaultStep(6.0 * t, "pools_preempted")]
+    steps = [*schedule.steps, FaultStep(5.4 * t, "pools_preempted"), FaultStep(6.3 * t, "pools_preempted")]
     return FaultSchedule(sorted(steps, key=lambda s: s.at_s))
 
 
@@ -70,6 +79,11 @@ def preempt_placeholders(fed: Federation) -> int:
             fed.origin.store.delete("pods", NAMESPACE, pod["metadata"]["name"], grace_period_seconds=0)
             gone += 1
     return gone
+
+
+def placeholders_bound(lifetimes: Any) -> int:
+    """Placeholders that held GPUs during the phase (``PodLifetimes`` records): the pools were up."""
+    return sum(1 for r in lifetimes if str(r.get("name") or "").startswith(NAME_PREFIX) and r.get("bound") is not None)
 
 
 def cancels(user_index: int) -> bool:
