@@ -188,7 +188,12 @@ async def _server_up(hub: HubProcess, http: aiohttp.ClientSession, student: Stud
         if server and server.get("ready"):
             break
         if not server or not server.get("pending") or time.monotonic() > deadline:
-            student.outcome, student.reason = "lost", "the server's start ended without a server"
+            # what the spawn page says of a start that failed after the hub answered 202
+            reason = await _failed_progress(hub, http, student.user)
+            if reason:
+                _refused(student, reason)
+            else:
+                student.outcome, student.reason = "lost", "the server's start ended without a server or a reason"
             return False
         await asyncio.sleep(0.5)
     while time.monotonic() < deadline:
@@ -199,6 +204,24 @@ async def _server_up(hub: HubProcess, http: aiohttp.ClientSession, student: Stud
         await asyncio.sleep(0.2)
     student.outcome, student.reason = "lost", "JupyterLab did not answer"
     return False
+
+
+async def _failed_progress(hub: HubProcess, http: aiohttp.ClientSession, user: str) -> str:
+    """The failed event's message of the spawn's progress stream (JupyterHub keeps the failed
+    spawn's exception for it), without its "Spawn failed: " prefix; "" when there is none."""
+    with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        async with http.get(
+            f"{hub.api}/users/{user}/server/progress", headers=hub.headers(), timeout=aiohttp.ClientTimeout(total=10)
+        ) as resp:
+            async for raw in resp.content:
+                line = raw.decode(errors="replace").strip()
+                if line.startswith("data:"):
+                    event = json.loads(line[5:])
+                    if event.get("failed"):
+                        # JupyterHub's bare "Spawn failed" says nothing of why
+                        message = str(event.get("message") or "")
+                        return message.removeprefix("Spawn failed: ") if message.startswith("Spawn failed: ") else ""
+    return ""
 
 
 async def _first_cell(connection: dict[str, Any], key: str, deadline: float) -> bool:

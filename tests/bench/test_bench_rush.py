@@ -119,3 +119,37 @@ def test_the_rush_federation_is_rush_yaml_with_nodes_for_the_class():
     lines = arm.config_lines()
     assert "c.WarmPools.pools" in lines and "reap_interval_seconds" in lines
     assert "WarmPools" not in rush_setup.ArmSetup("kernel").config_lines()
+
+
+async def test_a_start_that_failed_after_202_is_refused_with_the_spawn_page_s_reason():
+    from aiohttp import ClientSession, web
+
+    events = {
+        "ann": [
+            {"progress": 50, "message": "Placing"},
+            {"progress": 100, "failed": True, "message": "Spawn failed: No GPU is free on any site."},
+        ],
+        "bob": [{"progress": 100, "failed": True, "message": "Spawn failed"}],
+    }
+
+    async def progress(request):
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for event in events[request.match_info["user"]]:
+            await response.write(f"data: {json.dumps(event)}\n\n".encode())
+        return response
+
+    app = web.Application()
+    app.router.add_get("/hub/api/users/{user}/server/progress", progress)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    hub = type("Hub", (), {"api": f"http://127.0.0.1:{port}/hub/api", "headers": lambda self: {}})()
+    try:
+        async with ClientSession() as http:
+            assert await rush._failed_progress(hub, http, "ann") == "No GPU is free on any site."
+            assert await rush._failed_progress(hub, http, "bob") == ""  # a bare "Spawn failed" is no reason
+    finally:
+        await runner.cleanup()
