@@ -6,6 +6,7 @@ import copy
 import json
 import random
 
+import psutil
 import pytest
 
 from jupyter_gpuburst.bench import rush, rush_setup
@@ -14,7 +15,7 @@ from jupyter_gpuburst.sim.config import parse_config
 
 @pytest.mark.integration
 @pytest.mark.timeout(600)
-def test_rush_small_runs_every_arm_and_an_impossible_goal_fails_it(capsys):
+def test_rush_small_runs_every_arm_and_an_impossible_goal_fails_it(capsys, tmp_path):
     # an impossible p95 goal: the run must say so and exit 1, while every other check holds
     code = rush.main(
         [
@@ -30,6 +31,8 @@ def test_rush_small_runs_every_arm_and_an_impossible_goal_fails_it(capsys):
             "120",
             "--p95-goal",
             "0.001",
+            "--state-dir",
+            str(tmp_path),
             "--json",
         ]
     )
@@ -50,6 +53,10 @@ def test_rush_small_runs_every_arm_and_an_impossible_goal_fails_it(capsys):
     assert result["arms"]["kernel_pools"]["pool_gpu_hours_held"] > 0
     assert result["arms"]["kernel_no_pools"]["pool_gpu_hours_held"] == 0
     assert result["pull_speedup"] == 20 and set(result["scaled"]) == {"real", "stand_ins", "nodes"}
+    # stopping leaves nothing behind: no arm's proxy outlives its hub (it runs in a session of its own)
+    pids = [int(f.read_text()) for f in tmp_path.glob("r0-*/hub/jupyterhub-proxy.pid")]
+    assert len(pids) == 4
+    assert not [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
 
 
 def good_result() -> dict:
