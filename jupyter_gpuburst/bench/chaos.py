@@ -44,7 +44,7 @@ from typing import Any
 
 import aiohttp
 
-from jupyter_gpuburst.bench import stopping
+from jupyter_gpuburst.bench import chaos_pools, stopping
 from jupyter_gpuburst.bench.hubproc import HubProcess
 from jupyter_gpuburst.bench.ledger_check import LEDGER_FILE, PodLifetimes, compare
 from jupyter_gpuburst.bench.spawn import NAMESPACE, clear_pods, federation_config, hub_config, percentile
@@ -104,9 +104,12 @@ class Phase:
 class Hub:
     """A HubProcess that can be killed like a crashed pod and started again on the same ports."""
 
-    def __init__(self, workdir: Path, kubeconfig: Path, start_timeout: int) -> None:
+    def __init__(self, workdir: Path, kubeconfig: Path, start_timeout: int, before: str = "") -> None:
         self.process = HubProcess(
-            workdir, hub_config("gpuburst", start_timeout, HUB_CONFIG_EXTRA), env={"KUBECONFIG": str(kubeconfig)}, log_level=HUB_LOG_LEVEL
+            workdir,
+            before + hub_config("gpuburst", start_timeout, HUB_CONFIG_EXTRA),
+            env={"KUBECONFIG": str(kubeconfig)},
+            log_level=HUB_LOG_LEVEL,
         )
         self.up = asyncio.Event()
         self.restarts = 0
@@ -310,11 +313,13 @@ async def settle(fed: Federation, timeout: float = 60.0) -> None:
         await asyncio.sleep(0.5)
 
 
-async def count(fed: Federation, hub: Hub, session: aiohttp.ClientSession, journeys: list[Journey]) -> dict[str, Any]:
+async def count(
+    fed: Federation, hub: Hub, session: aiohttp.ClientSession, journeys: list[Journey], pools: list[dict[str, Any]]
+) -> dict[str, Any]:
     await settle(fed)
     servers = hub_servers(hub.process.workdir)
     pods, extra_copies, donor_orphans = user_pods(fed)
-    ready = refused = lost = duplicated = orphaned = wrong = 0
+    ready = refused = cancelled = lost = duplicated = orphaned = wrong = 0
     reasons: Counter[str] = Counter()
     lost_detail: list[dict[str, Any]] = []
 
@@ -353,20 +358,26 @@ async def count(fed: Federation, hub: Hub, session: aiohttp.ClientSession, journ
             if j.outcome == "refused" and not mine:
                 refused += 1
                 reasons[j.message] += 1
+            elif j.outcome == "cancelled" and not mine:
+                cancelled += 1
             else:
                 lost += 1
                 why_lost(j, server, mine)
     known = {j.user for j in journeys}
     orphaned += sum(len(p) for user, p in pods.items() if user not in known)
     orphaned += donor_orphans
+    placeholders = chaos_pools.placeholder_counts(fed, pools)
     return {
         "ready": ready,
         "refused": refused,
+        "cancelled": cancelled,
         "refused_reasons": dict(reasons.most_common(5)),
         "lost": lost,
         "duplicated": duplicated + extra_copies,
-        "orphaned": orphaned,
+        "orphaned": orphaned + placeholders["orphaned"],
         "leaked_reservations": await leaked_reservations(hub, session),
+        "leaked_placeholders": placeholders["leaked"],
+        "placeholders": placeholders["placeholders"],
         "wrong_placement": wrong,
         "lost_detail": lost_detail[:10],
         "unclear_refusals": [j.message[:160] for j in journeys if j.outcome == "unclear"][:3],
@@ -412,6 +423,9 @@ def chaos_actions(fed: Federation, hub: Hub) -> dict[str, Any]:
     async def hub_kill(step: FaultStep) -> None:
         await hub.kill_and_restart()
 
+    async def pools_preempted(step: FaultStep) -> None:
+        chaos_pools.preempt_placeholders(fed)
+
     return {
         "errors": errors,
         "watch_gone": watch_gone,
@@ -419,6 +433,7 @@ def chaos_actions(fed: Federation, hub: Hub) -> dict[str, Any]:
         "api_down": api_down,
         "peering_lost": peering_lost,
         "hub_kill": hub_kill,
+        "pools_preempted": pools_preempted,
     }
 
 
@@ -431,12 +446,13 @@ async def run_phase(
     arrivals: list[float],
     schedule: FaultSchedule | None,
     args: argparse.Namespace,
+    pools: list[dict[str, Any]],
 ) -> tuple[Phase, dict[str, Any]]:
     phase = Phase(name)
     # every GPU pod's real life, from the origin's store: what the hub's ledger must match
     lifetimes = PodLifetimes(fed.origin.store, NAMESPACE)
     lifetimes.start()
-    hub = Hub(workdir, kubeconfig, args.start_timeout)
+    hub = Hub(workdir, kubeconfig, args.start_timeout, chaos_pools.config_lines(pools))
     await hub.start()
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=args.start_timeout + 60)
@@ -447,21 +463,27 @@ async def run_phase(
                 raise RuntimeError(f"could not create users: HTTP {status}: {body}")
             deadline = time.monotonic() + arrivals[-1] + args.start_timeout * args.attempts
 
-            async def one(user: str, at: float) -> Journey:
+            rng = random.Random(args.seed)
+
+            async def one(index: int, user: str, at: float) -> Journey:
                 await asyncio.sleep(at)
+                if pools and schedule is not None and chaos_pools.cancels(index):
+                    # pressed Cancel while the hub places the server (or its pod starts)
+                    return await chaos_pools.cancel_while_placed(hub, session, user, Journey(user), rng.uniform(0.3, 3.0), deadline)
                 return await journey(hub, session, user, args.attempts, deadline)
 
             started = time.monotonic()
             faults_task = asyncio.create_task(schedule.run(chaos_actions(fed, hub))) if schedule else None
-            phase.journeys = list(await asyncio.gather(*(one(u, t) for u, t in zip(users, arrivals, strict=True))))
+            phase.journeys = list(await asyncio.gather(*(one(i, u, t) for i, (u, t) in enumerate(zip(users, arrivals, strict=True)))))
             if faults_task is not None:
                 await faults_task  # every fault has ended and the hub is back before counting
                 phase.faults_done = list(schedule.done)
             phase.wall_s = time.monotonic() - started
             phase.hub_restarts = hub.restarts
             await _wait_hub(hub, time.monotonic() + 120)
-            counts = await count(fed, hub, session, phase.journeys)
+            counts = await count(fed, hub, session, phase.journeys, pools)
             counts["ledger"] = compare(lifetimes, workdir / LEDGER_FILE)
+            counts["placeholders_bound"] = chaos_pools.placeholders_bound(lifetimes.pods.values())
             trace = [{"user": j.user, "outcome": j.outcome, "message": j.message[:300], "trace": j.trace} for j in phase.journeys]
             (workdir / "journeys.json").write_text(json.dumps({"faults": phase.faults_done, "journeys": trace}, indent=1))
     finally:
@@ -478,8 +500,11 @@ def checks(counts: dict[str, Any], requested: int) -> dict[str, bool]:
         "none_duplicated": counts["duplicated"] == 0,
         "none_orphaned": counts["orphaned"] == 0,
         "no_leaked_reservation": counts["leaked_reservations"] == 0,
+        # placeholders beyond their pool's size (those of no configured pool count as orphaned)
+        "no_leaked_placeholder": counts.get("leaked_placeholders", 0) == 0,
         "none_on_a_site_its_placement_does_not_name": counts["wrong_placement"] == 0,
-        "every_student_ready_or_refused": counts["ready"] + counts["refused"] == requested,
+        # a student who pressed Cancel must be left with nothing, which ``count`` checked
+        "every_student_ready_or_refused": counts["ready"] + counts["refused"] + counts.get("cancelled", 0) == requested,
         # GPU-hours: each pod's GPU-seconds in the hub's ledger within 1 s of its real life
         "ledger_matches_pod_lifetimes": counts["ledger"]["off_by_more"] == 0 and counts["ledger"]["pods"] > 0,
     }
@@ -494,13 +519,17 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
     span = args.span if args.span is not None else max(45.0, n * 0.6)
     rng = random.Random(args.seed)
     arrivals = sorted(rng.uniform(0, span * 0.8) for _ in range(n))
+    pools = chaos_pools.pools_for(local, donor) if args.pools else []
     async with running_federation(config, state_dir=state_dir / "sim", kubeconfig=kubeconfig) as fed:
+        chaos_pools.prepare_donors(fed)
         base, base_counts = await run_phase(
-            fed, state_dir / "hub-fault-free", kubeconfig, "fault-free", [f"calm{i:03d}" for i in range(n)], arrivals, None, args
+            fed, state_dir / "hub-fault-free", kubeconfig, "fault-free", [f"calm{i:03d}" for i in range(n)], arrivals, None, args, pools
         )
         schedule = FaultSchedule.chaos(span, donor=next(iter(fed.donors)))
+        if pools:
+            schedule = chaos_pools.with_pool_faults(schedule, span)
         chaos, counts = await run_phase(
-            fed, state_dir / "hub-chaos", kubeconfig, "chaos", [f"storm{i:03d}" for i in range(n)], arrivals, schedule, args
+            fed, state_dir / "hub-chaos", kubeconfig, "chaos", [f"storm{i:03d}" for i in range(n)], arrivals, schedule, args, pools
         )
     times = [j.seconds for j in chaos.journeys if j.outcome == "ready" and j.seconds is not None]
     base_times = [j.seconds for j in base.journeys if j.outcome == "ready" and j.seconds is not None]
@@ -511,6 +540,7 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
         "requested": n,
         "local_gpus": local,
         "donor_gpus": donor,
+        "pools": pools,
         **counts,
         "checks": passed,
         "ok": all(passed.values()),
@@ -519,6 +549,9 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
         "fault_free_ready": base_counts["ready"],
         "fault_free_p95_spawn_s": round(percentile(base_times, 95), 3),
         "fault_free_refused": base_counts["refused"],
+        "fault_free_cancelled": base_counts["cancelled"],
+        "fault_free_leaked_placeholders": base_counts["leaked_placeholders"],
+        "fault_free_placeholders_bound": base_counts["placeholders_bound"],
         "fault_free_lost": base_counts["lost"],
         "fault_free_orphaned": base_counts["orphaned"],
         "fault_free_duplicated": base_counts["duplicated"],
@@ -543,6 +576,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--attempts", type=int, default=4, help="times a student starts the server again after losing the hub (default 4)")
     parser.add_argument("--start-timeout", type=int, default=180, help="seconds one spawn may take before the hub gives up")
     parser.add_argument("--seed", type=int, default=1, help="arrival times' random seed")
+    parser.add_argument(
+        "--no-pools", dest="pools", action="store_false", help="without warm pools (default: pools on, with their faults and cancels)"
+    )
     parser.add_argument("--state-dir", type=Path, default=None, help="keep hub logs and pod logs here (default: a temp dir, removed)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on one line")
     args = parser.parse_args(argv)

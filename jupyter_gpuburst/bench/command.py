@@ -16,6 +16,7 @@ BENCHMARKS = {
     "trace": "jupyter_gpuburst.bench.trace",
     "kernels": "jupyter_gpuburst.bench.kernels",
     "culling": "jupyter_gpuburst.bench.culling",
+    "rush": "jupyter_gpuburst.bench.rush",
 }
 
 

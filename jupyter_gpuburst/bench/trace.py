@@ -49,6 +49,7 @@ from jupyter_gpuburst.bench import synthetic
 from jupyter_gpuburst.bench.stats import percentile, summary
 from jupyter_gpuburst.bench.trace_culling import CullRule, culling_summary, server_stop, with_open_tabs
 from jupyter_gpuburst.bench.trace_model import HOUR, WEEK, Session, TraceParams, generate
+from jupyter_gpuburst.bench.trace_pools import PoolPlan, pool_cost
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.inventory import Inventory, Snapshot
 from jupyter_gpuburst.core.placement import (
@@ -370,8 +371,10 @@ def run_study(
     cull_timeout: float | None = None,
     kernel_cull_timeout: float = DEFAULT_KERNEL_CULL_TIMEOUT,
     open_tab_share: float = 0.0,
+    pool: PoolPlan | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the JSON result, the hourly series for the plots)."""
+    """(the JSON result, the hourly series for the plots); ``pool``: warm pools around each lab's
+    start, whose cost is added (``bench/trace_pools.py``)."""
     sessions = with_open_tabs(generate(params), params, open_tab_share)
     factories = mode_factories(kernel_cull_timeout, cull_timeout)
     results: dict[str, Any] = {}
@@ -401,6 +404,12 @@ def run_study(
     }
     if cull_timeout is not None:
         result["culling"] = culling_summary(sessions, CullRule.product_default(cull_timeout))
+    if pool is not None and pool.gpus > 0:
+        cost = pool_cost(sessions, params, pool)
+        # beside what the students' own sessions hold (the product's default: local-first)
+        students = (results.get("server/local-first") or next(iter(results.values()), {})).get("gpu_hours_held") or 0
+        cost["share_of_student_gpu_hours"] = round(cost["gpu_hours_held"] / students, 4) if students else None
+        result["pools"] = cost
     result["checks"] = checks(result)
     result["ok"] = all(result["checks"].values())
     return result, series
@@ -491,6 +500,18 @@ def main(argv: list[str]) -> int:
         default=0.0,
         help="share of sessions left open to the session cap after the student's last activity (default 0)",
     )
+    parser.add_argument(
+        "--pool-gpus", type=int, default=PoolPlan.gpus, help=f"warm pool GPUs around each lab's start, 0 for none (default {PoolPlan.gpus})"
+    )
+    parser.add_argument(
+        "--pool-lead-min",
+        type=float,
+        default=PoolPlan.lead_min,
+        help=f"the pool comes up this long before a lab (default {PoolPlan.lead_min:g})",
+    )
+    parser.add_argument(
+        "--pool-hold-min", type=float, default=PoolPlan.hold_min, help=f"and goes this long after its start (default {PoolPlan.hold_min:g})"
+    )
     parser.add_argument("--policies", default=",".join(POLICIES), help=f"comma-separated, from {', '.join(POLICIES)}")
     parser.add_argument("--plots", type=Path, default=None, help="write the PNG plots into this directory")
     parser.add_argument(
@@ -508,6 +529,8 @@ def main(argv: list[str]) -> int:
         parser.error("--local-gpus/--donor-gpus must be >= 0, --donors >= 1, --start-timeout > 0")
     if (args.cull_timeout is not None and args.cull_timeout <= 0) or args.kernel_cull_timeout <= 0 or not 0 <= args.open_tab_share <= 1:
         parser.error("--cull-timeout and --kernel-cull-timeout must be > 0, --open-tab-share in [0, 1]")
+    if args.pool_gpus < 0 or args.pool_lead_min < 0 or args.pool_hold_min < 0:
+        parser.error("--pool-gpus, --pool-lead-min and --pool-hold-min must be >= 0")
     if not 0 <= args.plot_week < args.weeks:
         parser.error("--plot-week must be one of the simulated weeks")
     params = replace(d, students=args.students, weeks=args.weeks, seed=args.seed, start_timeout_s=args.start_timeout)
@@ -527,6 +550,7 @@ def main(argv: list[str]) -> int:
         cull_timeout=args.cull_timeout,
         kernel_cull_timeout=args.kernel_cull_timeout,
         open_tab_share=args.open_tab_share,
+        pool=PoolPlan(args.pool_gpus, args.pool_lead_min, args.pool_hold_min),
     )
     if args.plots is not None:
         from jupyter_gpuburst.bench import plots

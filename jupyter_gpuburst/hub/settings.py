@@ -110,7 +110,8 @@ class GPUBurstSettings(Configurable):
     donor_pending_grace_seconds = Float(
         30.0,
         config=True,
-        help="How long a pod may stay Pending on a donor before it is re-placed elsewhere.",
+        help="""How long a pod may stay Pending on a donor, unscheduled there, before it is re-placed
+        elsewhere. A pod the donor's node is starting (pulling its image) is left to start.""",
     )
     max_redirects = Int(
         2,

@@ -78,6 +78,7 @@ STEP_KINDS = {
     "api_down": "the origin's API server refuses connections for duration_s",
     "peering_lost": "a donor's API server goes away and its virtual node turns NotReady for duration_s",
     "hub_kill": "kill -9 the hub process, then start it again",
+    "pools_preempted": "delete every warm pool placeholder at once, grace period 0 (another workload preempts them)",
 }
 
 

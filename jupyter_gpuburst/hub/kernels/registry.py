@@ -29,7 +29,7 @@ from jupyter_gpuburst.hub.kernels.podstate import exit_message, pod_ports, ready
 from jupyter_gpuburst.hub.kernels.queued import Line
 from jupyter_gpuburst.hub.kernels.settings import PORT_SETS, GPUKernelSettings, KernelProfile
 from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader
-from jupyter_gpuburst.hub.sites.unschedulable import unschedulable_reason
+from jupyter_gpuburst.hub.sites.unschedulable import started_on_donor, unschedulable_reason
 
 POD_PREFIX = "gpuburst-kernel-"
 SIGNATURE_SCHEMES = frozenset({"hmac-sha256"})
@@ -445,6 +445,7 @@ class KernelRegistry:
                         and placement.is_donor
                         and phase == "Pending"
                         and (pod.get("spec") or {}).get("nodeName")
+                        and not started_on_donor(pod)
                     ):
                         # the donor's own scheduler failing shows on the origin only as a pod
                         # that stays Pending: past the grace period, the kernel moves

@@ -15,6 +15,9 @@ COMMAND = ["sleep", "infinity"]
 JOVYAN_UID, USERS_GID = 1000, 100  # the Jupyter images' user, as kernel pods run
 
 
+NAME_PREFIX = "gpuburst-pool-"  # every placeholder's name starts so
+
+
 def priority_class(name: str, value: int) -> dict[str, Any]:
     """Below every user pod; a placeholder never preempts anything itself."""
     return {
@@ -53,7 +56,7 @@ def placeholder_pod(pool: Pool, shape: Shape, namespace: str, priority_class_nam
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "generateName": f"gpuburst-pool-{pool.site}-{pool.profile}-"[:58],
+            "generateName": f"{NAME_PREFIX}{pool.site}-{pool.profile}-"[:58],
             "namespace": namespace,
             "labels": {**pool_labels(pool), keys.VERSION_LABEL: release.label_value(__version__)},
         },

@@ -7,7 +7,8 @@ node affinity/selector.``: the site is short of something this pod asks for, so 
 still fit it. Refusals for anything else (a taint, a volume's zone) are not moved: another site
 would not cure them, and the spawn's own timeout reports them. Nor is a pod the scheduler has
 nominated a node for (``status.nominatedNodeName``): it is preempting lower-priority pods there (a
-warm pool's placeholders) and is bound as soon as they are gone.
+warm pool's placeholders) and is bound as soon as they are gone. Nor is a donor's pod that the
+donor's kubelet is starting (``started_on_donor``): it has its room, and is pulling its image.
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ def shortage(message: str, requested: Iterable[str]) -> bool:
 def preempting(pod: Mapping[str, Any]) -> bool:
     """The scheduler is making room for ``pod`` by preemption on the node it nominated."""
     return bool((pod.get("status") or {}).get("nominatedNodeName"))
+
+
+def started_on_donor(pod: Mapping[str, Any]) -> bool:
+    """A donor's node has the pod and is starting it: Liqo reflects the donor pod's container
+    statuses (``ContainerCreating`` while its image is pulled, minutes for a CUDA image over a
+    WAN), which only a kubelet writes. Such a pod is Pending, but no longer for lack of room."""
+    return bool((pod.get("status") or {}).get("containerStatuses"))
 
 
 def unschedulable_reason(pod: Mapping[str, Any], resource: str | None = None) -> str | None:

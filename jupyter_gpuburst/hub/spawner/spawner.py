@@ -52,7 +52,7 @@ from jupyter_gpuburst.hub.service import server_env as service_env
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
 from jupyter_gpuburst.hub.sites import storage
 from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader, OffloadingPermissionError
-from jupyter_gpuburst.hub.sites.unschedulable import failed_scheduling_reason, unschedulable_reason
+from jupyter_gpuburst.hub.sites.unschedulable import failed_scheduling_reason, started_on_donor, unschedulable_reason
 from jupyter_gpuburst.hub.spawner import cpu_servers
 from jupyter_gpuburst.hub.spawner import form as spawn_form
 from jupyter_gpuburst.hub.spawner import messages as spawn_messages
@@ -619,7 +619,8 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                 if why is not None:
                     self._gb_redirect_t0 = time.monotonic()
                     return why
-                if placement.is_donor and phase == "Pending":
+                # a pod the donor's kubelet is starting (pulling its image) has its room
+                if placement.is_donor and phase == "Pending" and not started_on_donor(pod):
                     pending_since = pending_since or time.monotonic()
                     waited = time.monotonic() - pending_since
                     if waited >= self.donor_pending_grace_seconds:

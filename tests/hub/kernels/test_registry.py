@@ -3,6 +3,7 @@ refused before anything is made, other users' kernels invisible, orphans reaped.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -289,6 +290,21 @@ async def test_a_kernel_stuck_pending_on_a_donor_moves_or_fails_with_the_reason(
     assert "still pending on donor donor-1" in record.error and "No other site can take it" in record.error
     assert kernel_pods(registry) == [] or all(p["metadata"].get("deletionTimestamp") for p in kernel_pods(registry))
     assert registry.tracker.placer.reservations.get(record.key) is None
+
+
+async def test_a_kernel_pulling_its_image_on_a_donor_past_the_grace_is_not_moved(registry):
+    fed = registry.federation
+    registry.tracker.settings.donor_pending_grace_seconds = 1.0
+    hold(fed.origin.store, "origin-gpu", 2, "origin-hog")  # the origin is full: the kernel goes to the donor
+    images = fed.clusters["donor-1"].kubelet.images
+    # cold donor nodes, a pull of 3 s: longer than the grace for a pod still unscheduled
+    images.settings = dataclasses.replace(images.settings, preloaded=(), bandwidth=images.settings.size_of("img") / 3.0)
+    await wait_until(lambda: registry.tracker.snapshot().site("origin").free.get(GPU, 0) == 0, timeout=10, what="origin seen full")
+    record = await start(registry)
+    assert record.placement.site == "donor-1"
+    await registry.wait(record, 60)
+    assert record.state == "running", record.error
+    assert record.attempts == [] and record.placement.site == "donor-1"
 
 
 async def test_availability_follows_the_ledger_and_the_policy(registry):

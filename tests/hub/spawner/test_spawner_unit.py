@@ -341,6 +341,19 @@ async def test_pod_pending_on_donor_past_grace_is_moved(no_cluster):
     assert "still pending on donor donor-1" in why
 
 
+async def test_donor_pod_pulling_its_image_past_grace_is_left_to_start(no_cluster):
+    # a CUDA image over a donor's WAN takes minutes: the pod has its room, its node is pulling
+    tracker = make_tracker(({"origin-gpu": 0},))
+    spawner = make_spawner(tracker, {"profile": "gpu1"}, donor_pending_grace_seconds=0.1)
+    await manifest_of(spawner)
+    pod = donor_pod(spawner)
+    pod["status"]["containerStatuses"] = [{"name": "notebook", "ready": False, "state": {"waiting": {"reason": "ContainerCreating"}}}]
+    tracker._on_pod_event("ADDED", pod)
+    # the watch looks again every 0.5 s: three looks, each past the grace
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(spawner._gb_watch_pod(), 1.6)
+
+
 async def test_running_donor_pod_is_left_alone(no_cluster):
     tracker = make_tracker(({"origin-gpu": 0},))
     spawner = make_spawner(tracker, {"profile": "gpu1"}, donor_pending_grace_seconds=0.1)

@@ -1,0 +1,150 @@
+"""`gpuburst bench chaos` with warm pools on: the pools, their faults, a student who cancels, and what placeholders leave.
+
+With pools on (the default), each hub keeps placeholders on the origin and on the donor, so that
+every spawn lands where a placeholder holds the room and takes it (preempting it, or having the
+pool remove it first). The chaos phase then also has: every placeholder preempted at once while
+spawns are placed (as a higher-priority workload of someone else would), twice; the donor lost
+with its pool (the schedule's peering loss); the hub killed with its pools up (the schedule's hub
+kills); and a share of students who press Cancel while being placed.
+
+Placeholders are counted apart from servers: one is **orphaned** when no configured pool names it
+(or a donor holds the twin of a placeholder the origin no longer has), and the placeholders of a
+pool beyond its size are **leaked**.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from typing import Any
+
+import aiohttp
+
+from jupyter_gpuburst.bench.spawn import DONOR, NAMESPACE, PROFILES
+from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.hub.pools.manifests import NAME_PREFIX, priority_class
+from jupyter_gpuburst.hub.pools.settings import WarmPools
+from jupyter_gpuburst.sim.faults import FaultSchedule, FaultStep
+from jupyter_gpuburst.sim.federation import Federation
+
+PROFILE = "gpu1"  # bench spawn's one GPU profile, which chaos starts
+PRIORITY_CLASSES = "priorityclasses.scheduling.k8s.io"
+CANCEL_EVERY = 6  # one student in six presses Cancel while being placed
+
+
+def pools_for(local_gpus: int, donor_gpus: int) -> list[dict[str, Any]]:
+    """Half of each site's GPUs warm: spawns take placeholders' room, and the pools refill."""
+    pools = [{"site": "origin", "profile": PROFILE, "count": max(1, local_gpus // 2)}]
+    if donor_gpus:
+        pools.append({"site": DONOR, "profile": PROFILE, "count": max(1, donor_gpus // 2)})
+    return pools
+
+
+def config_lines(pools: list[dict[str, Any]]) -> str:
+    """Hub config lines to go before ``bench spawn``'s (whose ``install(c)`` comes first there):
+    ``install(c)`` reads the pools and their profile as it runs, as an admin's config has them."""
+    if not pools:
+        return ""
+    return f"c.KubeSpawner.profile_list = {PROFILES!r}\nc.WarmPools.pools = {pools!r}\nc.WarmPools.interval_seconds = 1.0\n"
+
+
+def prepare_donors(fed: Federation) -> None:
+    """The admin's step on each donor a pool uses: Liqo keeps the class's name on offloaded pods."""
+    settings = WarmPools()
+    for donor in fed.donors.values():
+        if not any(pc["metadata"]["name"] == settings.priority_class for pc in donor.store.list(PRIORITY_CLASSES)[0]):
+            donor.store.create(PRIORITY_CLASSES, priority_class(settings.priority_class, settings.priority))
+
+
+def with_pool_faults(schedule: FaultSchedule, span_s: float) -> FaultSchedule:
+    """The chaos schedule, and every placeholder preempted at once twice while spawns are placed.
+
+    Both come while the hub is up and can watch (after the API server's outage, before the second
+    hub kill): a pod that ends while the hub is down or blind is counted in the GPU-hours ledger
+    up to the hub's last write only, so the ledger check would measure the outage, not the pools.
+    """
+    t = max(span_s, 30.0) / 10
+    steps = [*schedule.steps, FaultStep(5.4 * t, "pools_preempted"), FaultStep(6.3 * t, "pools_preempted")]
+    return FaultSchedule(sorted(steps, key=lambda s: s.at_s))
+
+
+def preempt_placeholders(fed: Federation) -> int:
+    """Delete every placeholder on the origin at once, grace period 0, as a preemption does."""
+    pods, _ = fed.origin.store.list("pods", NAMESPACE, label_selector=keys.POOL_LABEL)
+    gone = 0
+    for pod in pods:
+        with contextlib.suppress(Exception):
+            fed.origin.store.delete("pods", NAMESPACE, pod["metadata"]["name"], grace_period_seconds=0)
+            gone += 1
+    return gone
+
+
+def placeholders_bound(lifetimes: Any) -> int:
+    """Placeholders that held GPUs during the phase (``PodLifetimes`` records): the pools were up."""
+    return sum(1 for r in lifetimes if str(r.get("name") or "").startswith(NAME_PREFIX) and r.get("bound") is not None)
+
+
+def cancels(user_index: int) -> bool:
+    return user_index % CANCEL_EVERY == CANCEL_EVERY - 1
+
+
+def placeholder_counts(fed: Federation, pools: list[dict[str, Any]]) -> dict[str, int]:
+    """Orphaned placeholders (no configured pool names them, or a donor twin without its origin
+    pod) and leaked ones (beyond their pool's size), alive ones only."""
+    sizes = {f"{p['site']}.{p['profile']}": int(p["count"]) for p in pools}
+    pods, _ = fed.origin.store.list("pods", NAMESPACE, label_selector=keys.POOL_LABEL)
+    alive = [
+        p
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp") and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    ]
+    per_pool = Counter(p["metadata"]["labels"].get(keys.POOL_LABEL, "") for p in alive)
+    orphaned = sum(n for name, n in per_pool.items() if name not in sizes)
+    leaked = sum(max(0, n - sizes[name]) for name, n in per_pool.items() if name in sizes)
+    origin_names = {p["metadata"]["name"] for p in pods}
+    for donor_id, donor in fed.donors.items():
+        remote_ns = fed.peerings[donor_id].remote_namespace(NAMESPACE)
+        for pod in donor.store.list("pods", remote_ns)[0]:
+            labels = pod["metadata"].get("labels") or {}
+            if keys.POOL_LABEL in labels and pod["metadata"]["name"] not in origin_names:
+                orphaned += 1
+    return {"placeholders": len(alive), "orphaned": orphaned, "leaked": leaked}
+
+
+async def cancel_while_placed(hub: Any, session: aiohttp.ClientSession, user: str, journey: Any, delay: float, deadline: float) -> Any:
+    """Start, then press Cancel ``delay`` seconds later (the spawn page's button: JupyterHub's
+    DELETE of the pending server); once the hub is back from any crash, nothing may be left."""
+    start = asyncio.create_task(hub.process.request(session, "POST", f"/users/{user}/server", json={"profile": PROFILE}))
+    journey.posts += 1
+    journey.note("POST")
+    await asyncio.sleep(delay)
+    # the Cancel button is on the spawn page: the start is under way by then (or over)
+    while not start.done() and time.monotonic() < deadline:
+        with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
+            if not await _nothing_left(hub, session, user):
+                break
+        await asyncio.sleep(0.2)
+    journey.note("Cancel")
+    while time.monotonic() < deadline:
+        try:
+            await asyncio.wait_for(hub.up.wait(), max(0.1, deadline - time.monotonic()))
+            status, _ = await hub.process.request(session, "DELETE", f"/users/{user}/server")
+            journey.note(f"DELETE HTTP {status}")
+            if await _nothing_left(hub, session, user):
+                break
+        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
+            journey.hub_gone += 1
+        await asyncio.sleep(0.5)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(start, 5)
+    if not start.done():
+        start.cancel()
+    journey.outcome = "cancelled"
+    return journey
+
+
+async def _nothing_left(hub: Any, session: aiohttp.ClientSession, user: str) -> bool:
+    status, model = await hub.process.request(session, "GET", f"/users/{user}")
+    return status == 200 and isinstance(model, dict) and "" not in (model.get("servers") or {})

@@ -1,0 +1,100 @@
+"""A stand-in GPU kernel for the rush benchmark only: answers the Jupyter messaging protocol over ZMQ.
+
+Five hundred ipykernels (and as many JupyterLabs) do not fit a 2-core machine; this does (pyzmq
+and the standard library, a few MB each). It binds the five ports of the connection the hub put
+in the pod's Secret, echoes heartbeats, and answers ``kernel_info_request`` and
+``execute_request`` on shell and control, signed with the connection's key as a kernel must
+(a client drops an unsigned or wrongly signed reply), with ``busy``/``idle`` on iopub around
+each. It runs no code: what is timed is everything up to a cell's reply, the hub's placement,
+the pod's start (image pull included) and the round trip to the kernel.
+"""
+
+import datetime
+import hashlib
+import hmac
+import json
+import os
+import signal
+import sys
+import uuid
+
+import zmq
+
+from jupyter_gpuburst.core.keys import KERNEL_CONNECTION_ENV as CONNECTION_ENV
+
+DELIM = b"<IDS|MSG>"
+
+
+def main() -> int:
+    connection = json.loads(os.environ.pop(CONNECTION_ENV))
+    key = connection["key"].encode()
+    session = uuid.uuid4().hex
+    context = zmq.Context()
+
+    def bind(kind: int, port_name: str) -> zmq.Socket:
+        socket = context.socket(kind)
+        socket.bind(f"tcp://{connection['ip']}:{connection[port_name]}")
+        return socket
+
+    shell, control = bind(zmq.ROUTER, "shell_port"), bind(zmq.ROUTER, "control_port")
+    stdin, iopub, hb = bind(zmq.ROUTER, "stdin_port"), bind(zmq.PUB, "iopub_port"), bind(zmq.REP, "hb_port")
+    del stdin  # bound so that a client's stdin channel connects; the stand-in never asks for input
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    count = 0
+
+    def send(socket: zmq.Socket, idents: list[bytes], kind: str, content: dict, parent: dict) -> None:
+        header = {
+            "msg_id": uuid.uuid4().hex,
+            "msg_type": kind,
+            "session": session,
+            "username": "kernel",
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "version": "5.3",
+        }
+        parts = [json.dumps(p).encode() for p in (header, parent, {}, content)]
+        signature = hmac.new(key, b"".join(parts), hashlib.sha256).hexdigest().encode()
+        socket.send_multipart([*idents, DELIM, signature, *parts])
+
+    def answer(socket: zmq.Socket) -> None:
+        nonlocal count
+        frames = socket.recv_multipart()
+        split = frames.index(DELIM)
+        idents, signature, parts = frames[:split], frames[split + 1], frames[split + 2 : split + 6]
+        if not hmac.compare_digest(signature, hmac.new(key, b"".join(parts), hashlib.sha256).hexdigest().encode()):
+            return  # as ipykernel does: an unsigned message is dropped
+        parent = json.loads(parts[0])
+        kind = parent["msg_type"]
+        send(iopub, [], "status", {"execution_state": "busy"}, parent)
+        if kind == "execute_request":
+            count += 1
+            send(iopub, [], "execute_input", {"code": json.loads(parts[3]).get("code", ""), "execution_count": count}, parent)
+            send(socket, idents, "execute_reply", {"status": "ok", "execution_count": count, "user_expressions": {}, "payload": []}, parent)
+        elif kind == "kernel_info_request":
+            info = {
+                "status": "ok",
+                "protocol_version": "5.3",
+                "implementation": "gpuburst-bench-standin",
+                "implementation_version": "1",
+                "language_info": {"name": "python", "version": sys.version.split()[0], "mimetype": "text/x-python"},
+                "banner": "stand-in kernel",
+            }
+            send(socket, idents, "kernel_info_reply", info, parent)
+        elif kind == "shutdown_request":
+            send(socket, idents, "shutdown_reply", {"status": "ok", "restart": False}, parent)
+            send(iopub, [], "status", {"execution_state": "idle"}, parent)
+            raise SystemExit(0)
+        send(iopub, [], "status", {"execution_state": "idle"}, parent)
+
+    poller = zmq.Poller()
+    for socket in (shell, control, hb):
+        poller.register(socket, zmq.POLLIN)
+    while True:
+        for socket, _ in poller.poll():
+            if socket is hb:
+                hb.send(hb.recv())
+            else:
+                answer(socket)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
