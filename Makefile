@@ -18,7 +18,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	@# pip would otherwise uninstall the old copy's files through the dev link, deleting the build
 	@test ! -L $(LABEXT_LINK) || rm $(LABEXT_LINK)
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@# the lab extension is built below, once, from `npm ci`'s node_modules: the build hook would
+	@# otherwise `npm install` and build it here too
+	HATCH_JUPYTER_BUILDER_SKIP_NPM=1 $(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
 # Lab extension: npm workspace at the root (lockfile committed), prebuilt into
