@@ -82,8 +82,10 @@ def built_wheel(built_dists: tuple[Path, Path]) -> Path:
 
 def pytest_collection_modifyitems(config, items):
     # Playwright's sync API keeps an event loop running in the main thread once it starts, and
-    # pytest-asyncio cannot run a test while one is running: browser tests go last.
-    items.sort(key=lambda item: "browser" in item.keywords)
+    # pytest-asyncio cannot run a test while one is running: browser tests go last. Integration
+    # tests (minutes a file: hubs, servers, builds) go first, so that xdist hands out the long
+    # files first and the quick ones fill in at the end, instead of a long file ending alone.
+    items.sort(key=lambda item: ("browser" in item.keywords, item.get_closest_marker("integration") is None))
     skip_real = pytest.mark.skip(reason="set GPUBURST_KUBECONFIG to run real-cluster tests")
     for item in items:
         # the marker, not item.keywords: keywords also hold directory and file names
