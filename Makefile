@@ -18,9 +18,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	@# pip would otherwise uninstall the old copy's files through the dev link, deleting the build
 	@test ! -L $(LABEXT_LINK) || rm $(LABEXT_LINK)
-	@# the lab extension is built below, once, from `npm ci`'s node_modules: the build hook would
-	@# otherwise `npm install` and build it here too
-	HATCH_JUPYTER_BUILDER_SKIP_NPM=1 $(BIN)/python -m pip install --quiet -e '.[test]'
+	@# The build backend goes into the venv, from pyproject.toml's [build-system], and builds there:
+	@# an isolated build would install it (JupyterLab included) again in a throwaway env first.
+	$(BIN)/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'], sep='\n')" \
+		| $(BIN)/python -m pip install --quiet editables -r /dev/stdin
+	@# The lab extension is built below, once, from `npm ci`'s node_modules: the build hook would
+	@# otherwise `npm install` and build it here too.
+	HATCH_JUPYTER_BUILDER_SKIP_NPM=1 $(BIN)/python -m pip install --quiet --no-build-isolation -e '.[test]'
 	@touch $(STAMP)
 
 # Lab extension: npm workspace at the root (lockfile committed), prebuilt into
