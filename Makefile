@@ -71,13 +71,22 @@ demo: demo-setup
 	$(BIN)/gpuburst demo
 
 # Most tests wait on processes (hubs, servers, kubelets), not on the CPU: they run in parallel,
-# a file per worker. Browser tests run after them, two files at a time (each worker drives a
-# chromium of its own): they mostly wait too (a GPU kernel's delayed start, a culling timeout).
+# a file per worker. Browser tests run in a pytest of their own (Playwright's sync API owns its
+# worker's event loop), two files at a time (each worker drives a chromium of its own), beside
+# the others: they mostly wait (a GPU kernel's delayed start, a culling timeout) while the
+# others use the CPU. Each tier's output shows when it ends; `make test-py` or `make
+# test-browser` runs one alone.
 TEST_WORKERS ?= 3
 BROWSER_WORKERS ?= 2
 
+.PHONY: test-py test-browser
 test: setup lint-py lint-ts
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-py test-browser
+
+test-py: setup
 	$(BIN)/python -m pytest -q -ra -m "not browser" -n $(TEST_WORKERS) --dist loadfile
+
+test-browser: setup
 	$(BIN)/python -m pytest -q -ra -m browser -n $(BROWSER_WORKERS) --dist loadfile
 
 test-unit: setup
