@@ -79,8 +79,13 @@ demo: demo-setup
 TEST_WORKERS ?= 3
 BROWSER_WORKERS ?= 2
 
+# Setup's steps run two at a time where they do not need each other (pip beside npm ci and
+# chromium's install), then the lints (lint-ts compiles into labextension/lib, which the lab
+# extension's build clears: not beside it), then the two tiers side by side.
 .PHONY: test-py test-browser
-test: setup lint-py lint-ts
+test:
+	@$(MAKE) --no-print-directory -j2 --output-sync=target setup
+	@$(MAKE) --no-print-directory lint-py lint-ts
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-py test-browser
 
 test-py: setup
