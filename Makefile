@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpuburst-installed
 
-.PHONY: setup demo-setup demo test test-unit bench clean lint lint-py lint-ts labextension chromium
+.PHONY: setup demo-setup demo test test-unit bench clean lint lint-py lint-ts labextension chromium gpu-bundle gpu-check
 
 setup: $(STAMP) labextension chromium
 
@@ -108,3 +108,13 @@ clean:
 .PHONY: kubespawner-suite
 kubespawner-suite: $(STAMP)
 	tools/kubespawner-suite.sh
+
+# The `gpu` tier on a machine with an NVIDIA GPU (docs/gpu.md). `make gpu-bundle` builds, here,
+# the wheels tools/gpu-check installs there with nothing fetched (GPU_PYTHON_VERSION: that
+# machine's Python, default 3.12); `make gpu-check` runs the tier and writes its figures to
+# $$GPUBURST_GPU_FIGURES (default gpu-figures.json), there or on a GPU workstation after setup.
+gpu-bundle: $(STAMP) labextension
+	tools/gpu-bundle gpu-bundle
+
+gpu-check:
+	tools/gpu-check

@@ -10,7 +10,9 @@ One command a student or an admin can try on a laptop:
 - the hub starts its proxy, JupyterHub's own ``configurable-http-proxy`` from npm, installed
   in ``node_modules`` by the same ``npm ci`` that builds the Lab extension;
 - user servers are pods, run by the federation's kubelet as local processes, with the server
-  extension on simulated GPUs.
+  extension on simulated GPUs; on a machine with NVIDIA GPUs (``--gpus auto``, the default) the
+  origin's GPU node has this machine's GPUs instead, handed to pods one each by the kubelet, and
+  servers and GPU kernels there read them through NVML (``sim/hostgpus.py``). Donors stay simulated.
 
 Ctrl-C (or SIGTERM) stops the hub (which stops every server and its proxy), then the
 federation (which kills any pod process left), and checks that the public port is free again.
@@ -29,12 +31,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.hub.ports import free_port, port_is_free
+from jupyter_gpuburst.sim.hostgpus import GPUS_MODES, HostGPUError, HostGPUs, host_gpus
 
 DEMO_CONFIG = Path(__file__).with_name("demo_config.py")
 REPO = Path(__file__).resolve().parent.parent
@@ -58,8 +61,11 @@ class DemoOptions:
     password: str = DEFAULT_PASSWORD
     state_dir: Path | None = None
     pod_network: str = "shared"
+    gpus: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.gpus not in GPUS_MODES:
+            raise ValueError(f"--gpus must be one of {', '.join(GPUS_MODES)}, not {self.gpus!r}")
         if not 1 <= self.port <= 65535:
             raise ValueError(f"--port must be 1-65535, not {self.port}")
         if not 0 <= self.origin_gpus <= 64:
@@ -141,6 +147,17 @@ def gpu_products(config: dict[str, Any]) -> dict[str, dict[str, str]]:
     return out
 
 
+def real_gpus(host: HostGPUs | None) -> dict[str, list[str]]:
+    """site -> the GPU resources that are this machine's own devices there (the origin's, if any):
+    servers and GPU kernels placed on them read NVML instead of simulating."""
+    return {"origin": sorted(host.resources())} if host is not None else {}
+
+
+def with_host(opts: DemoOptions, host: HostGPUs | None) -> DemoOptions:
+    """The options as the banner tells them: the origin's whole GPUs are the host's, if any."""
+    return opts if host is None else replace(opts, origin_gpus=host.resources().get("nvidia.com/gpu", 0))
+
+
 def find_proxy() -> str | None:
     """JupyterHub's configurable-http-proxy: ``$GPUBURST_DEMO_PROXY``, a checkout's node_modules
     (`npm ci` in `make setup` installs it), or the one on PATH (`npm install -g`)."""
@@ -182,7 +199,7 @@ def gpuburst_command() -> str:
         return str(script)
 
 
-def try_steps(opts: DemoOptions, donor_names: list[str], url: str, kubeconfig: Path) -> list[str]:
+def try_steps(opts: DemoOptions, donor_names: list[str], url: str, kubeconfig: Path, real: bool = False) -> list[str]:
     """The banner's "Try" steps, worked out from the options so that each one comes true."""
     count = 2 if opts.origin_gpus >= 2 or (opts.origin_gpus == 0 and opts.donor_gpus >= 2) else 1
     profile = "2 GPUs" if count == 2 else "1 GPU"
@@ -198,7 +215,8 @@ def try_steps(opts: DemoOptions, donor_names: list[str], url: str, kubeconfig: P
         steps.append(f"{prefix}, pick '{profile}' and start: the server lands on {where}.")
         if n >= 2 and site != "origin":
             break  # the origin and a burst to a donor are both shown
-    steps.append(f"{len(steps) + 1}. The spawn page says why; the GPU panel in JupyterLab shows where it runs and its (simulated) GPUs.")
+    gpus = "its GPUs (this machine's own on the origin, simulated on donors)" if real else "its (simulated) GPUs"
+    steps.append(f"{len(steps) + 1}. The spawn page says why; the GPU panel in JupyterLab shows where it runs and {gpus}.")
     steps.append(
         f"{len(steps) + 1}. Log in as student4 and pick '{KERNEL_PROFILE}': the server stays on the origin; the launcher's "
         "GPU kernels section says how many could start now and where, and a GPU kernel you start shows in the GPU panel "
@@ -211,16 +229,25 @@ def try_steps(opts: DemoOptions, donor_names: list[str], url: str, kubeconfig: P
     return steps
 
 
-def banner(opts: DemoOptions, url: str, kubeconfig: Path, donor_names: list[str]) -> str:
+def banner(
+    opts: DemoOptions, url: str, kubeconfig: Path, donor_names: list[str], host: HostGPUs | None = None, found: str | None = None
+) -> str:
     from jupyter_gpuburst.core.names import plural
 
+    opts = with_host(opts, host)
     donors = ", ".join(f"{name} ({plural(opts.donor_gpus, 'GPU')})" for name in donor_names) or "none"
+    if host is None:
+        origin = f"{plural(opts.origin_gpus, 'GPU')} + 1 GPU as {MIG_SLICES} MIG 1g.10gb slices"
+    else:
+        mig = any(r.startswith("nvidia.com/mig-") for r in host.resources())
+        origin = f"this machine's {host.summary()}" + ("" if mig else f" + 1 simulated GPU as {MIG_SLICES} MIG 1g.10gb slices")
     return "\n".join(
         [
             "",
             f"  jupyter-gpuburst demo is ready: {url}",
             "",
-            f"  origin: {plural(opts.origin_gpus, 'GPU')} + 1 GPU as {MIG_SLICES} MIG 1g.10gb slices;  donors: {donors}",
+            f"  origin: {origin};  donors: {donors}",
+            *([f"  GPUs:   {found}"] if found else []),
             f"  users:  {', '.join(STUDENTS)} (any other name works too), admin {ADMIN};  password: {opts.password}",
             *(
                 [f"  pods:   each in a network namespace of its own, as on a cluster; the hub listens on {opts.hub_ip}"]
@@ -229,7 +256,7 @@ def banner(opts: DemoOptions, url: str, kubeconfig: Path, donor_names: list[str]
             ),
             "",
             "  Try:",
-            *(f"    {step}" for step in try_steps(opts, donor_names, url, kubeconfig)),
+            *(f"    {step}" for step in try_steps(opts, donor_names, url, kubeconfig, real=host is not None)),
             "",
             "  Ctrl-C stops everything.",
             "",
@@ -250,8 +277,9 @@ def _state_dir(given: Path | None) -> Iterator[Path]:
 class Demo:
     """Start and stop the federation and the hub, in that order and in reverse."""
 
-    def __init__(self, opts: DemoOptions, state: Path) -> None:
+    def __init__(self, opts: DemoOptions, state: Path, host: HostGPUs | None = None) -> None:
         self.opts = opts
+        self.host = host
         self.state = state
         self.fed: Any = None
         self.hub: asyncio.subprocess.Process | None = None
@@ -265,7 +293,12 @@ class Demo:
         from jupyter_gpuburst.sim.kubelet import netns
 
         os.environ[netns.MODE_ENV] = self.opts.pod_network  # read by each cluster's kubelet
-        self.fed = Federation(parse_config(federation_config(self.opts), "<gpuburst demo>"), self.state / "sim")
+        config = parse_config(federation_config(self.opts), "<gpuburst demo>")
+        if self.host is not None:
+            from jupyter_gpuburst.sim.hostgpus import with_host_gpus
+
+            config = with_host_gpus(config, self.host)
+        self.fed = Federation(config, self.state / "sim")
         await self.fed.start()
         self.fed.write_kubeconfig(self.kubeconfig, namespace=NAMESPACE)
         # What an admin does once on a real cluster (`liqoctl offload namespace`): the user
@@ -287,6 +320,7 @@ class Demo:
             "GPUBURST_DEMO_PASSWORD": self.opts.password,
             "GPUBURST_DEMO_NAMESPACE": NAMESPACE,
             "GPUBURST_DEMO_GPU_PRODUCTS": json.dumps(gpu_products(federation_config(self.opts))),
+            "GPUBURST_DEMO_REAL_GPUS": json.dumps(real_gpus(self.host)),
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
         if self.opts.pod_network == "namespaces":
@@ -371,6 +405,11 @@ async def run(opts: DemoOptions, ready: asyncio.Event | None = None, stop: async
             file=sys.stderr,
         )
         return 2
+    try:
+        host, found = host_gpus(opts.gpus)  # before anything starts: `--gpus real` on a machine without one stops here
+    except HostGPUError as exc:
+        print(f"gpuburst demo: {exc}; use --gpus auto or --gpus simulated", file=sys.stderr)
+        return 2
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -378,11 +417,11 @@ async def run(opts: DemoOptions, ready: asyncio.Event | None = None, stop: async
     started = time.monotonic()
     try:
         with _state_dir(opts.state_dir) as state:
-            demo = Demo(opts, state)
+            demo = Demo(opts, state, host)
             try:
                 print("starting the federation and JupyterHub ...", flush=True)
                 await demo.start()
-                print(banner(opts, demo.url, demo.kubeconfig, list(demo.fed.donors)), flush=True)
+                print(banner(opts, demo.url, demo.kubeconfig, list(demo.fed.donors), host, found), flush=True)
                 kept = "" if opts.state_dir else ", removed on exit (keep it with --state-dir)"
                 print(f"  (login page up in {time.monotonic() - started:.1f}s; hub log: {demo.hub_log}{kept})", flush=True)
                 if ready is not None:
@@ -437,13 +476,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="'namespaces': each pod a network namespace of its own, as on a cluster (root only; the hub then listens on 127.0.0.2); "
         "'shared': the host's (default: $GPUBURST_SIM_NETWORK, else %(default)s)",
     )
+    parser.add_argument(
+        "--gpus",
+        choices=GPUS_MODES,
+        default="auto",
+        help="'auto': this machine's NVIDIA GPUs on the origin when NVML finds any, else simulated ones; 'real': this machine's "
+        "or an error; 'simulated': simulated GPUs everywhere (donors are always simulated; default: %(default)s; with GPUs "
+        "found, --origin-gpus is ignored)",
+    )
     return parser
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
-        opts = DemoOptions(args.port, args.origin_gpus, args.donor_gpus, args.donors, args.password, args.state_dir, args.pod_network)
+        opts = DemoOptions(
+            args.port, args.origin_gpus, args.donor_gpus, args.donors, args.password, args.state_dir, args.pod_network, args.gpus
+        )
     except ValueError as exc:
         print(f"gpuburst demo: {exc}", file=sys.stderr)
         return 2

@@ -14,6 +14,8 @@ Environment (set by `gpuburst demo`):
   GPUBURST_DEMO_STATE_DIR       hub database, cookie secret and logs
   GPUBURST_DEMO_PASSWORD        the shared password
   GPUBURST_DEMO_NAMESPACE       the (offloaded) namespace user servers run in
+  GPUBURST_DEMO_GPU_PRODUCTS    site -> GPU resource -> the simulated GPUs' model (demo.gpu_products)
+  GPUBURST_DEMO_REAL_GPUS       site -> the GPU resources that are this machine's own (demo.real_gpus)
 """
 
 import json
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from kubernetes_asyncio.client import V1EnvVar
 
+from jupyter_gpuburst.core.keys import BACKEND_ENV, SIM_GPUS_ENV, SIM_MODEL_ENV
 from jupyter_gpuburst.demo import KERNEL_PROFILE, proxy_command
 from jupyter_gpuburst.hub import install
 
@@ -79,6 +82,19 @@ def _simulated(gpus: int) -> dict:
 
 
 GPU_PRODUCTS = json.loads(env.get("GPUBURST_DEMO_GPU_PRODUCTS") or "{}")
+REAL_GPUS = json.loads(env.get("GPUBURST_DEMO_REAL_GPUS") or "{}")
+
+
+def _real(site, resource):
+    """Whether the site's devices of this resource are this machine's own GPUs (`--gpus auto`)."""
+    return resource in REAL_GPUS.get(site, [])
+
+
+def _read_real_gpus(env_list, name_of, make):
+    """The container's env with the simulated backend's entries replaced by NVML: the kubelet
+    gives the pod its devices (NVIDIA_VISIBLE_DEVICES), and the server or kernel reads those."""
+    kept = [e for e in env_list if name_of(e) not in (BACKEND_ENV, SIM_GPUS_ENV, SIM_MODEL_ENV)]
+    return [*kept, make(BACKEND_ENV, "nvml")]
 
 
 def _sim_model_env(site, resource):
@@ -94,6 +110,10 @@ def _sim_model_env(site, resource):
 
 def _gpu_like_the_node(spawner, pod):
     placement = spawner.gpuburst_placement
+    container = pod.spec.containers[0]
+    if placement and _real(placement["site"], placement["resource"]):
+        container.env = _read_real_gpus(container.env or [], lambda e: e.name, lambda n, v: V1EnvVar(name=n, value=v))
+        return pod
     env = _sim_model_env(placement["site"], placement["resource"]) if placement else None
     if env:
         pod.spec.containers[0].env.append(V1EnvVar(**env))
@@ -105,6 +125,10 @@ c.KubeSpawner.modify_pod_hook = _gpu_like_the_node
 
 def _kernel_gpu_like_the_node(pod, placement):
     """The same for a GPU kernel's pod, which the hub's kernel registry builds as a dict."""
+    container = pod["spec"]["containers"][0]
+    if _real(placement.site, placement.resource):
+        container["env"] = _read_real_gpus(container.get("env") or [], lambda e: e["name"], lambda n, v: {"name": n, "value": v})
+        return pod
     env = _sim_model_env(placement.site, placement.resource)
     if env:
         pod["spec"]["containers"][0]["env"].append(env)

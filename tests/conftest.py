@@ -91,3 +91,10 @@ def pytest_collection_modifyitems(config, items):
         # the marker, not item.keywords: keywords also hold directory and file names
         if item.get_closest_marker("realcluster") and not os.environ.get("GPUBURST_KUBECONFIG"):
             item.add_marker(skip_real)
+
+
+@pytest.fixture(autouse=True)
+def _no_visible_devices_from_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The NVML fakes stand for every GPU a test names: the NVIDIA_VISIBLE_DEVICES of the machine
+    running the tests (a CUDA container sets one) must not hide them from the NVML backend."""
+    monkeypatch.delenv("NVIDIA_VISIBLE_DEVICES", raising=False)

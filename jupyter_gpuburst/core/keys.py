@@ -81,3 +81,9 @@ BUSY_THRESHOLD_FIELD = "gpu_busy_threshold"
 # Kernelspecs of the hub's GPU kernel profiles are named with this prefix and the profile's
 # slug; the lab extension tells a GPU kernel by it (labextension/src/kernelformat.ts)
 KERNELSPEC_PREFIX = "gpuburst-"
+
+# The devices a container may use, as the NVIDIA device plugin tells the container runtime
+# (UUIDs, comma-separated; "all", "none", "void" too): the emulated kubelet sets them for a pod
+# given real GPUs, and the NVML backend reads only the devices listed there.
+NVIDIA_VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+CUDA_VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"

@@ -139,6 +139,8 @@ def placed(site: SiteCapacity, node: str, request: _Request, demand: Mapping[str
         return f"The origin cannot take the server ({why[1]}); {donor_part}"
     if lfree >= count:
         return f"The origin has {lfree} of {ltotal} {units} free, but no single node has {count}; {donor_part}"
+    if lfree == 0 and ltotal == 1:
+        return f"The origin's only {units} is busy; {donor_part}"
     if lfree == 0:
         return f"All {ltotal} {units} on the origin are busy; {donor_part}"
     return f"The origin has {lfree} of {ltotal} {units} free, {count} needed; {donor_part}"

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import pynvml
 
+from jupyter_gpuburst.core.keys import NVIDIA_VISIBLE_DEVICES_ENV
 from jupyter_gpuburst.gpu.backend import GPUBackend, GPUProcess, GPUReading, GPUUnavailable, KernelRef
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,20 @@ def unavailable_reason(exc: BaseException) -> str:
     return f"NVML error: {type(exc).__name__}: {exc}"
 
 
+def visible_devices(value: str | None) -> frozenset[str] | None:
+    """The devices ``NVIDIA_VISIBLE_DEVICES`` lets a container use (UUIDs or indices), None for all.
+
+    Unset, ``all`` or a path (the device plugin's volume-mounts strategy) mean every device NVML
+    shows; ``none``, ``void`` or empty mean none. Inside a container the NVIDIA runtime already
+    hides the others, so this changes nothing there; on a host shared by emulated pods it keeps
+    each server to the devices the kubelet gave it.
+    """
+    if value is None or value.strip() == "all" or value.strip().startswith("/"):
+        return None
+    tokens = (token.strip() for token in value.split(","))
+    return frozenset(token for token in tokens if token and token not in ("none", "void"))
+
+
 def _text(value: str | bytes) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
@@ -47,7 +62,9 @@ class NVMLBackend(GPUBackend):
     name = "nvml"
     simulated = False
 
-    def __init__(self) -> None:
+    def __init__(self, visible: str | None = None) -> None:
+        # what this server may use; read once, as a container's environment does not change
+        self._visible = visible_devices(visible if visible is not None else os.environ.get(NVIDIA_VISIBLE_DEVICES_ENV))
         self._lock = threading.Lock()
         self._opened = False
         # (handle, index, uuid, name, mig, parent_uuid, gpu_instance_id, parent_handle)
@@ -74,6 +91,8 @@ class NVMLBackend(GPUBackend):
                 raise GPUUnavailable(unavailable_reason(exc)) from exc
             if not self._devices:
                 self._shutdown()
+                if self._visible is not None:
+                    raise GPUUnavailable(f"no GPU allocated to this server ({NVIDIA_VISIBLE_DEVICES_ENV} lists none NVML finds)")
                 raise GPUUnavailable("no GPU visible to this server (NVML found 0 devices)")
 
     def close(self) -> None:
@@ -121,7 +140,10 @@ class NVMLBackend(GPUBackend):
                     )
             else:
                 devices.append((handle, i, uuid, name, False, None, None, None))
-        return devices
+        if self._visible is None:
+            return devices
+        # a MIG slice is visible by its own UUID, or with its whole GPU (by UUID or index)
+        return [d for d in devices if {d[2], d[5], str(d[1])} & self._visible]
 
     @staticmethod
     def _mig_enabled(handle) -> bool:

@@ -196,6 +196,11 @@ class Sampler:
         finally:
             self._listeners -= 1
 
+    def wake(self) -> None:
+        """Every caller waiting in ``next_sample`` gets None now, as if its timeout had passed."""
+        for waiter in list(self._waiters):
+            _expire(waiter)
+
     async def close(self) -> None:
         self._closed = True
         if self._task is not None:

@@ -23,6 +23,7 @@ class FakeMIG:
     memory_total: int
     gpu_instance_id: int = 1
     processes: list[tuple[int, int | None]] = field(default_factory=list)
+    sm_util_percent: float = 0.0  # what GPM reads for the slice, where its GPU has GPM
 
 
 @dataclass
@@ -37,6 +38,17 @@ class FakeGPU:
     processes: list[tuple[int, int | None]] = field(default_factory=list)
     mig: list[FakeMIG] | None = None  # MIG mode on when a list
     mig_slots: int = 7
+    gpm: bool = False  # GPU performance monitoring (Hopper and later): per-slice utilization
+
+
+class _FakeGpmMetricsGet:
+    """pynvml's c_nvmlGpmMetricsGet_t, with room for the fake's samples (not ctypes pointers)."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1 = self.sample2 = None
+        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=pynvml.NVML_SUCCESS, value=0.0) for _ in range(4)]
 
 
 class FakeNVML:
@@ -54,6 +66,7 @@ class FakeNVML:
         self.calls: Counter[str] = Counter()
         self.threads: set[str] = set()
         self.initialised = False
+        self.gpm_samples = 0  # allocated and not yet freed
         self._lock = threading.Lock()
 
     def _called(self, name: str) -> None:
@@ -160,7 +173,41 @@ class FakeNVML:
 
     def nvmlGpmQueryDeviceSupport(self, handle):
         self._called("nvmlGpmQueryDeviceSupport")
-        return SimpleNamespace(isSupportedDevice=0)
+        return SimpleNamespace(isSupportedDevice=1 if getattr(handle, "gpm", False) else 0)
+
+    def nvmlGpmSampleAlloc(self):
+        self._called("nvmlGpmSampleAlloc")
+        with self._lock:
+            self.gpm_samples += 1
+        return SimpleNamespace(mig=None, freed=False)
+
+    def nvmlGpmSampleFree(self, sample) -> None:
+        self._called("nvmlGpmSampleFree")
+        with self._lock:
+            self.gpm_samples -= 1
+        sample.freed = True
+
+    def nvmlGpmMigSampleGet(self, parent, gpu_instance_id: int, sample) -> None:
+        self._called("nvmlGpmMigSampleGet")
+        if not getattr(parent, "gpm", False):
+            raise pynvml.NVMLError_NotSupported()
+        for mig in parent.mig or []:
+            if mig.gpu_instance_id == gpu_instance_id:
+                sample.mig = mig
+                return
+        raise pynvml.NVMLError_NotFound()
+
+    def nvmlGpmMetricsGet(self, request):
+        """SM utilization over the two samples: the slice's sm_util_percent (as GPM, in percent)."""
+        self._called("nvmlGpmMetricsGet")
+        if request.sample1 is None or request.sample2 is None or request.sample1.freed or request.sample2.freed:
+            raise pynvml.NVMLError_InvalidArgument()
+        for metric in request.metrics[: request.numMetrics]:
+            if metric.metricId == pynvml.NVML_GPM_METRIC_SM_UTIL:
+                metric.value = float(request.sample2.mig.sm_util_percent)
+            else:
+                metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return request
 
     NAMES = (
         "nvmlInit",
@@ -180,10 +227,15 @@ class FakeNVML:
         "nvmlDeviceGetPowerUsage",
         "nvmlDeviceGetComputeRunningProcesses",
         "nvmlGpmQueryDeviceSupport",
+        "nvmlGpmSampleAlloc",
+        "nvmlGpmSampleFree",
+        "nvmlGpmMigSampleGet",
+        "nvmlGpmMetricsGet",
     )
 
     def install(self, setattr_fn: Callable[[object, str, object], None] = setattr) -> FakeNVML:
         """Put this fake in place of the real functions on the pynvml module."""
         for name in self.NAMES:
             setattr_fn(pynvml, name, getattr(self, name))
+        setattr_fn(pynvml, "c_nvmlGpmMetricsGet_t", _FakeGpmMetricsGet)
         return self

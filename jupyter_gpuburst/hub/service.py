@@ -263,6 +263,7 @@ class CapacityPageHandler(_Authenticated):
                 report=report,
                 api_url=api_url,
                 hub_prefix=self.hub_auth.hub_prefix,
+                user_name=(self.current_user or {}).get("name"),
                 gpu_name=names.gpu_name,
                 usage=usage,
                 stop=stop,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from jupyter_server.extension.application import ExtensionApp
@@ -19,6 +20,9 @@ from jupyter_gpuburst.server.activity import reporter_from_env
 from jupyter_gpuburst.server.kernels import withdraw
 from jupyter_gpuburst.server.kernels.handlers import GPUKernelProfilesHandler, GPUKernelsHandler
 from jupyter_gpuburst.server.placement import placement_from_env
+
+# time for open streams to send `stopping` when the server stops (a write and a flush each)
+STREAMS_FLUSH_S = 0.2
 
 
 class GPUBurstServerExtension(ExtensionApp):
@@ -113,9 +117,11 @@ class GPUBurstServerExtension(ExtensionApp):
 
     sampler: Sampler | None = None
     activity = None
+    stopping: handlers.Stopping | None = None
 
     def initialize_settings(self) -> None:
         serverapp = self.serverapp
+        self.stopping = handlers.Stopping()
         kernel_source = ServerKernelSource(serverapp.kernel_manager, getattr(serverapp, "session_manager", None))
         process_period = self.process_sampling_period_s
         if process_period < self.sampling_period_s:
@@ -142,6 +148,7 @@ class GPUBurstServerExtension(ExtensionApp):
                 handlers.SAMPLER_SETTING: self.sampler,
                 handlers.PLACEMENT_SETTING: placement_from_env(os.environ),
                 handlers.KEEPALIVE_SETTING: self.keepalive_s,
+                handlers.STOPPING_SETTING: self.stopping,
             }
         )
         self._install_gpu_kernels()
@@ -189,6 +196,12 @@ class GPUBurstServerExtension(ExtensionApp):
         )
 
     async def stop_extension(self) -> None:
+        # open streams send their pages `stopping`, then end, before the sampler goes
+        if self.stopping is not None:
+            self.stopping.is_set = True
+        if self.sampler is not None:
+            self.sampler.wake()
+            await asyncio.sleep(STREAMS_FLUSH_S)
         if self.activity is not None:
             await self.activity.close()
         if self.sampler is not None:

@@ -24,6 +24,17 @@ AUTH_RESOURCE = "gpuburst"
 SAMPLER_SETTING = "gpuburst_sampler"
 PLACEMENT_SETTING = "gpuburst_placement"
 KEEPALIVE_SETTING = "gpuburst_keepalive_s"
+STOPPING_SETTING = "gpuburst_stopping"
+# the last event of every stream when the server stops: the page can say so at once, before
+# JupyterLab finds the server gone and says only that it is unavailable
+STOPPING_EVENT = b"event: stopping\ndata: {}\n\n"
+
+
+class Stopping:
+    """Set once the server begins to stop (``stop_extension``)."""
+
+    def __init__(self) -> None:
+        self.is_set = False
 
 
 class GPUBurstHandler(ExtensionHandlerMixin, APIHandler):
@@ -75,7 +86,8 @@ class HistoryHandler(GPUBurstHandler):
 
 
 class StreamHandler(GPUBurstHandler):
-    """Server-Sent Events: `placement` once, then one `sample` event per sample taken."""
+    """Server-Sent Events: `placement` once, then one `sample` event per sample taken, and
+    `stopping` as the last when the server stops."""
 
     _gone = False
 
@@ -86,6 +98,7 @@ class StreamHandler(GPUBurstHandler):
     @authorized
     async def get(self) -> None:
         keepalive = float(self.settings.get(KEEPALIVE_SETTING, 15.0))
+        stopping: Stopping = self.settings.get(STOPPING_SETTING) or Stopping()
         visible = await self.may_read_kernels()
         self.set_header("Content-Type", "text/event-stream; charset=utf-8")
         self.set_header("Cache-Control", "no-cache, no-store")
@@ -100,6 +113,10 @@ class StreamHandler(GPUBurstHandler):
                 while not self._gone:
                     # a timeout built into the wait: no extra task and timer per client and sample
                     sample = await self.sampler.next_sample(last, timeout=wait)
+                    if stopping.is_set:
+                        self.write(STOPPING_EVENT)
+                        await self.flush()
+                        break
                     if sample is None:
                         idle += wait
                         if idle >= keepalive:

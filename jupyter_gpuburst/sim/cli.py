@@ -12,6 +12,7 @@ from pathlib import Path
 
 from jupyter_gpuburst.sim.config import DEFAULT_CONFIG, ConfigError, FederationConfig, load_config
 from jupyter_gpuburst.sim.federation import Federation
+from jupyter_gpuburst.sim.hostgpus import GPUS_MODES, HostGPUError, host_gpus, with_host_gpus
 from jupyter_gpuburst.sim.kubelet import netns
 
 
@@ -34,6 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("shared", "namespaces"),
         default=None,
         help=f"'namespaces': each pod a network namespace of its own, as on a cluster (root only; pods then reach the host at loopback addresses other than 127.0.0.1); 'shared': the host's (default: ${netns.MODE_ENV}, else shared)",
+    )
+    parser.add_argument(
+        "--gpus",
+        choices=GPUS_MODES,
+        default="auto",
+        help="'auto': this machine's NVIDIA GPUs replace the origin's GPU node's when NVML finds any; 'real': the same, or an "
+        "error; 'simulated': the config's GPUs as they are (donors are always as configured; default: %(default)s)",
     )
     parser.add_argument("--check", action="store_true", help="only check the config and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
@@ -66,6 +74,14 @@ def main(argv: list[str]) -> int:
     if args.check:
         print(f"{config.source}: ok ({1 + len(config.donors)} clusters)")
         return 0
+    try:
+        host, found = host_gpus(args.gpus)
+    except HostGPUError as exc:
+        print(f"gpuburst sim: {exc}; use --gpus auto or --gpus simulated", file=sys.stderr)
+        return 2
+    if host is not None:
+        config = with_host_gpus(config, host)
+    print(f"GPUs: {found}", flush=True)
     if args.pod_network:
         os.environ[netns.MODE_ENV] = args.pod_network  # read by each cluster's kubelet
     try:

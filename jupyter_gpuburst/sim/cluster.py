@@ -12,6 +12,7 @@ from jupyter_gpuburst.sim.config import ClusterConfig, NodeConfig
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.faults import Faults
 from jupyter_gpuburst.sim.kubelet import AddressPool, Kubelet
+from jupyter_gpuburst.sim.kubelet.devices import DevicePlugin
 from jupyter_gpuburst.sim.scheduler import Scheduler
 from jupyter_gpuburst.sim.storage import VolumeBinding
 from jupyter_gpuburst.sim.store import Store
@@ -105,7 +106,10 @@ class Cluster:
         # Node addresses come from 127.(10+index).0.0/24, pod addresses from the rest.
         self._node_ips = network.hosts()
         self.pool = AddressPool(f"127.{10 + index}.128.0/17", random_start=True)
-        self.kubelet = Kubelet(self.store, self.pool, state_dir=Path(state_dir) / config.name, image_settings=config.images)
+        devices = DevicePlugin({name: node.devices for node in config.nodes for name in node.names()})
+        self.kubelet = Kubelet(
+            self.store, self.pool, state_dir=Path(state_dir) / config.name, image_settings=config.images, devices=devices
+        )
         self.volumes = VolumeBinding(self.store)
         self.scheduler = Scheduler(self.store, host=config.name, volumes=self.volumes)
         # Node name -> the kubelet that serves pods/log and pods/exec for its pods: this cluster's

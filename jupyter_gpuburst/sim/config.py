@@ -22,6 +22,11 @@ absent: every image is)::
       default_size: 200Mi
     origin: {nodes: [...], image_pull_bandwidth: 200Mi, preloaded_images: []}
 
+A node may list its devices' IDs per resource (``devices: {nvidia.com/gpu: [GPU-..., ...]}``,
+as many as it offers): the kubelet then hands specific ones to each pod as the NVIDIA device
+plugin does (``NVIDIA_VISIBLE_DEVICES``); ``--gpus auto`` fills them in from this machine's GPUs
+(``hostgpus``).
+
 Every error names the file and the field, e.g. ``default.yaml: donors[0].grant.nvidia.com/gpu:
 must be a non-negative quantity, got 'x'``.
 """
@@ -63,6 +68,9 @@ class NodeConfig:
     resources: dict[str, int] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     count: int = 1
+    # resource -> the IDs of the node's devices of it (GPU or MIG UUIDs), handed to pods one
+    # each as the NVIDIA device plugin does; a resource listed here has as many as it counts
+    devices: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def names(self) -> list[str]:
         return [self.name] if self.count == 1 else [f"{self.name}-{i}" for i in range(1, self.count + 1)]
@@ -143,19 +151,46 @@ class _Reader:
         return out
 
     def node(self, value: Any, path: str) -> NodeConfig:
-        m = self.mapping(value, path, {"name", "count", "cpu", "memory", "pods", "resources", "labels"}, {"name"})
+        m = self.mapping(value, path, {"name", "count", "cpu", "memory", "pods", "resources", "labels", "devices"}, {"name"})
         labels = m.get("labels") or {}
         if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
             raise self.fail(f"{path}.labels", "must be a mapping of strings to strings")
+        resources = self.resources(m.get("resources"), f"{path}.resources", integer=True)
+        count = self.count(m.get("count", 1), f"{path}.count", 1)
+        devices = self.devices(m.get("devices"), f"{path}.devices", resources, count)
         return NodeConfig(
             name=self.name(m["name"], f"{path}.name"),
             cpu=self.quantity(m.get("cpu", "8"), f"{path}.cpu"),
             memory=self.quantity(m.get("memory", "32Gi"), f"{path}.memory"),
             pods=self.count(m.get("pods", 110), f"{path}.pods", 1),
-            resources=self.resources(m.get("resources"), f"{path}.resources", integer=True),
+            resources=resources,
             labels=dict(labels),
-            count=self.count(m.get("count", 1), f"{path}.count", 1),
+            count=count,
+            devices=devices,
         )
+
+    def devices(self, value: Any, path: str, resources: dict[str, int], count: int) -> dict[str, tuple[str, ...]]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail(path, f"must be a mapping of resource name to a list of device IDs, got {type(value).__name__}")
+        if count != 1:
+            raise self.fail(path, "needs a node of its own (count: 1): a device belongs to one node")
+        out: dict[str, tuple[str, ...]] = {}
+        seen: set[str] = set()
+        for res, ids in value.items():
+            where = f"{path}.{res}"
+            if res not in resources:
+                raise self.fail(where, "is not one of the node's resources")
+            if not isinstance(ids, list) or not all(isinstance(i, str) and i.strip() and "," not in i for i in ids):
+                raise self.fail(where, "must be a list of device IDs (non-empty strings without commas)")
+            if len(ids) != resources[res]:
+                raise self.fail(where, f"lists {len(ids)} devices but the node offers {resources[res]}")
+            if seen & set(ids) or len(set(ids)) != len(ids):
+                raise self.fail(where, "lists a device twice")
+            seen.update(ids)
+            out[res] = tuple(ids)
+        return out
 
     def cluster(self, value: Any, path: str, default_name: str | None = None) -> ClusterConfig:
         allowed = {"name", "cluster_id", "nodes", "image_pull_bandwidth", "preloaded_images"} | (

@@ -82,6 +82,11 @@ export class GpuBurstClient implements IDisposable {
     return this._statusChanged;
   }
 
+  /** The server said it is stopping (its stream's last event). */
+  get serverStopping(): ISignal<this, void> {
+    return this._serverStopping;
+  }
+
   get status(): IConnectionStatus {
     return { state: this._state, retryAt: this._retryAt, attempt: this._attempt };
   }
@@ -230,6 +235,8 @@ export class GpuBurstClient implements IDisposable {
       if (sample) {
         this._samplesReceived.emit([sample]);
       }
+    } else if (event.event === 'stopping') {
+      this._serverStopping.emit();
     }
   }
 
@@ -306,6 +313,7 @@ export class GpuBurstClient implements IDisposable {
   private _placementReceived = new Signal<this, IPlacement>(this);
   private _samplesReceived = new Signal<this, ISample[]>(this);
   private _statusChanged = new Signal<this, IConnectionStatus>(this);
+  private _serverStopping = new Signal<this, void>(this);
 }
 
 function parse<T>(data: unknown): T | null {

@@ -134,7 +134,7 @@ export function CullingSection(props: { model: GpuBurstModel; watch: CullingWatc
     return null;
   }
   return (
-    <PanelSection title={cullingTitle(warned)} className="jp-GpuBurst-culling">
+    <PanelSection title={cullingTitle(warned, !warned.length && !quiet.length)} className="jp-GpuBurst-culling">
       {warned.map(t => (
         <Warning key={t.target} target={t} model={model} watch={watch} />
       ))}

@@ -86,8 +86,12 @@ export function watchText(target: ICullTarget): string | null {
   return `GPU idle ${duration(target.idle_s)} of ${duration(target.policy.timeout_s)} allowed`;
 }
 
-/** The panel card's title: what its warnings are about. */
-export function cullingTitle(warned: ICullTarget[]): string {
+/** The panel card's title: what its warnings are about; with nothing idle or warned, that it
+ * lists GPU kernels the hub stopped (by culling or an admin's hand). */
+export function cullingTitle(warned: ICullTarget[], onlyStopped = false): string {
+  if (onlyStopped) {
+    return 'Stopped GPU kernels';
+  }
   return warned.length > 0 && warned.every(t => t.cause === 'budget') ? 'GPU-hour budget' : 'GPU idle';
 }
 

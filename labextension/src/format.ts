@@ -141,3 +141,15 @@ export function kernelLabel(notebook: string | null, kernelName: string): string
 export function filesAreLost(storage: IStorage | null | undefined): boolean {
   return storage?.kind === 'scratch' || storage?.kind === 'none';
 }
+
+/** What a page says when its server stops, and where to read why and start it again: the
+ * server's spawn page at the hub, which says why the hub stopped it (page config's `hubPrefix`,
+ * `hubUser`, `hubServerName`; no hub, no link). */
+export function stoppingNotice(hubPrefix: string, user = '', serverName = ''): { text: string; href: string | null } {
+  if (!hubPrefix) {
+    return { text: 'This server is stopping.', href: null };
+  }
+  const path = [user, serverName].filter(Boolean).map(encodeURIComponent).join('/');
+  const href = `${hubPrefix.replace(/\/?$/, '/')}spawn${path ? `/${path}` : ''}`;
+  return { text: "This server is stopping. Its page at the hub says why and starts it again.", href };
+}

@@ -3,16 +3,18 @@
  * runs (origin cluster or a Liqo donor) and how its GPUs are used.
  */
 import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
-import { ICommandPalette } from '@jupyterlab/apputils';
+import { ICommandPalette, Notification } from '@jupyterlab/apputils';
+import { PageConfig } from '@jupyterlab/coreutils';
 import { ILauncher } from '@jupyterlab/launcher';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { GpuBurstClient } from './client';
-import { installGpuCulling } from './culling';
+import { CullingWatch, installGpuCulling } from './culling';
 import { gpuIcon } from './icon';
 import { installGpuKernels } from './kernels';
 import { followGpuKernelStarts } from './kernelstart';
+import { stoppingNotice } from './format';
 import { GpuKernelLauncher } from './launcher';
 import { GpuBurstModel } from './model';
 import { GpuBurstPanel } from './panel';
@@ -65,12 +67,22 @@ const plugin: JupyterFrontEndPlugin<void> = {
     launcher: ILauncher | null
   ): Promise<void> => {
     // before anything awaits: notebooks that open meanwhile are followed from their start
-    followGpuKernelStarts(app);
+    let culling: CullingWatch | null = null;
+    followGpuKernelStarts(app, () => void culling?.refresh());
     const client = new GpuBurstClient({ serverSettings: app.serviceManager.serverSettings });
     const model = new GpuBurstModel(DEFAULTS.historyMinutes);
     client.placementReceived.connect((_, placement) => model.setPlacement(placement));
     client.samplesReceived.connect((_, samples) => model.addSamples(samples));
     client.statusChanged.connect((_, status) => model.setConnection(status));
+    // said at once, before JupyterLab finds the server gone and calls it only unavailable
+    client.serverStopping.connect(() => {
+      const notice = stoppingNotice(PageConfig.getOption('hubPrefix'), PageConfig.getOption('hubUser'), PageConfig.getOption('hubServerName'));
+      const href = notice.href;
+      Notification.warning(notice.text, {
+        autoClose: false,
+        actions: href ? [{ label: 'Why?', callback: () => window.location.assign(href) }] : []
+      });
+    });
 
     const panel = new GpuBurstPanel(model, client);
     let status: GpuBurstStatus | null = null;
@@ -111,8 +123,17 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
     }
     apply(settings);
-    installGpuKernels(app, client, panel, statusBar);
-    installGpuCulling(client, panel, statusBar, () => void app.commands.execute(CommandIDs.openPanel));
+    const gpuKernels = installGpuKernels(app, client, panel, statusBar);
+    // a GPU kernel gone from the server's list may be the hub's stop: its reason, now
+    let listed = new Set<string>();
+    gpuKernels.changed.connect(() => {
+      const now = new Set(gpuKernels.kernels.map(k => k.kernel_id));
+      if ([...listed].some(id => !now.has(id))) {
+        void culling?.refresh();
+      }
+      listed = now;
+    });
+    culling = installGpuCulling(client, panel, statusBar, () => void app.commands.execute(CommandIDs.openPanel));
     if (launcher) {
       new GpuKernelLauncher(app, client, launcher);
     }

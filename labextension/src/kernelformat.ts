@@ -50,6 +50,11 @@ export function availabilityText(available: IKernelAvailability | null | undefin
   return parts.join(', ');
 }
 
+/** Whether the hub counts no GPU free anywhere for a profile now (unknown is not none). */
+export function noneFree(available: IKernelAvailability | null | undefined): boolean {
+  return !!available && !available.origin && !available.donors;
+}
+
 /** What the launcher knows of the user's GPU-hour budget (the hub's sentence, "" without one). */
 export interface ILauncherBudget {
   budget: string;
@@ -103,10 +108,16 @@ export function launcherCaption(
   displayName: string,
   available: IKernelAvailability | null | undefined,
   server: IServerGpus | null | undefined,
-  budget?: ILauncherBudget | null
+  budget?: ILauncherBudget | null,
+  queues = false
 ): string {
   if (budget?.budget_used_up) {
     return `A ${displayName} kernel cannot start now. ${budget.budget}`;
+  }
+  if (noneFree(available)) {
+    return queues
+      ? `New notebook with a ${displayName} kernel; no GPU is free now, so it waits in line for the next one`
+      : `No GPU is free now for a ${displayName} kernel; try again in a few minutes`;
   }
   const sites = Object.entries(available?.sites ?? {})
     .map(([site, n]) => `${site}: ${n}`)
@@ -165,4 +176,15 @@ export function startingText(kernel: IStartingKernel | null | undefined): string
   const where = kernel?.site ? ` on ${kernel.site}` : '';
   const waiting = kernel?.waiting ? ` (waiting for ${kernel.waiting})` : '';
   return `Starting a GPU kernel${where}…${waiting}`;
+}
+
+/** A refused GPU kernel's reason, for the cell that waited for it. The server words it for
+ * JupyterLab's error dialog ("No GPU kernel: ...", in lines that fit the dialog): the cell's own
+ * heading says the first, and the output area wraps by itself. */
+export function startFailedReason(reason: string): string {
+  return reason
+    .replace(/^\s*No GPU kernel:\s*/, '')
+    .split(/\s+/)
+    .join(' ')
+    .trim();
 }

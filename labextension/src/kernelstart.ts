@@ -13,7 +13,7 @@
 import { JupyterFrontEnd } from '@jupyterlab/application';
 import { Kernel } from '@jupyterlab/services';
 
-import { isGpuKernelName } from './kernelformat';
+import { isGpuKernelName, startFailedReason } from './kernelformat';
 
 /** The ename of the error output a waiting cell gets when its GPU kernel cannot start. */
 export const START_FAILED = 'GPU kernel not started';
@@ -29,7 +29,7 @@ interface ICellLike {
 
 interface ISessionContextLike {
   kernelChanged: {
-    connect(fn: (sender: unknown, args: { newValue: Kernel.IKernelConnection | null }) => void): void;
+    connect(fn: (sender: unknown, args: { newValue: Kernel.IKernelConnection | null; oldValue?: Kernel.IKernelConnection | null }) => void): void;
   };
   session?: { kernel?: Kernel.IKernelConnection | null } | null;
   isReady: boolean;
@@ -91,12 +91,13 @@ function waitForTheSession(cell: ICellLike): void {
 
 /** The error output a waiting cell gets: the reason as the hub gave it, nothing else. */
 export function startFailedOutput(reason: string): Record<string, unknown> {
+  const said = startFailedReason(reason);
   // the traceback is what JupyterLab shows of an error: here, the sentence alone
-  return { output_type: 'error', ename: START_FAILED, evalue: reason, traceback: [`${START_FAILED}: ${reason}`] };
+  return { output_type: 'error', ename: START_FAILED, evalue: said, traceback: [`${START_FAILED}: ${said}`] };
 }
 
 /** Follows one notebook's or console's GPU kernels from their start. */
-function follow(widget: IRunsCells, reported: WeakSet<object>): void {
+function follow(widget: IRunsCells, reported: WeakSet<object>, onDead: () => void): void {
   const session = widget.sessionContext;
   if (!session) {
     return;
@@ -109,6 +110,9 @@ function follow(widget: IRunsCells, reported: WeakSet<object>): void {
       if (status !== 'dead' || reported.has(kernel)) {
         return;
       }
+      // the hub may have stopped it (culling, an admin): its word on why should come now, not
+      // at the culling state's next poll
+      onDead();
       const reason = kernel.model.reason;
       if (!reason) {
         return; // shut down, not failed
@@ -135,18 +139,21 @@ function follow(widget: IRunsCells, reported: WeakSet<object>): void {
   session.kernelChanged.connect((_, change) => {
     patch();
     watch(change.newValue);
+    if (!change.newValue && change.oldValue && isGpuKernelName(change.oldValue.name)) {
+      onDead(); // shut down by its server: perhaps the hub's stop, whose reason should show now
+    }
   });
   watch(session.session?.kernel);
 }
 
-/** Every notebook and console, as they open. */
-export function followGpuKernelStarts(app: JupyterFrontEnd): void {
+/** Every notebook and console, as they open; ``onDead`` is called when one's GPU kernel dies. */
+export function followGpuKernelStarts(app: JupyterFrontEnd, onDead: () => void = () => undefined): void {
   const followed = new WeakSet<object>();
   const reported = new WeakSet<object>();
   const add = (widget: unknown): void => {
     if (widget && typeof widget === 'object' && !followed.has(widget) && (widget as IRunsCells).sessionContext) {
       followed.add(widget);
-      follow(widget as IRunsCells, reported);
+      follow(widget as IRunsCells, reported, onDead);
     }
   };
   app.docRegistry.addWidgetExtension('Notebook', {

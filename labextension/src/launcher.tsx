@@ -13,7 +13,9 @@
  *
  * With a GPU-hour budget, the hub's sentence on what is left stands under the section's title;
  * with it used up, each card says so and a click tells why instead of starting a kernel the hub
- * would refuse.
+ * would refuse. With no GPU free for a card and a hub that refuses rather than queues, a click
+ * says so first and starts the kernel only if the student still wants to try (the figures are
+ * up to ten seconds old).
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
 import { Dialog, showDialog } from '@jupyterlab/apputils';
@@ -30,7 +32,8 @@ import {
   launcherBudgetText,
   launcherCaption,
   launcherCategory,
-  launcherLabel
+  launcherLabel,
+  noneFree
 } from './kernelformat';
 import { IKernelProfile, IPlacement, IProfilesReply } from './types';
 
@@ -90,10 +93,7 @@ export class GpuKernelLauncher implements IDisposable {
             buttons: [Dialog.okButton()]
           });
         }
-        return this._app.commands.execute('notebook:create-new', {
-          kernelName: args['kernelName'],
-          cwd: args['cwd']
-        });
+        return this._create(String(args['kernelName'] ?? ''), args['cwd']);
       }
     });
     this._budgetNote = new LauncherNote(this._app.shell.node, BUDGET_NOTE);
@@ -122,11 +122,13 @@ export class GpuKernelLauncher implements IDisposable {
     this._showSuggestion(reply.suggestion ?? '');
     const profiles = reply.profiles ?? [];
     const budget = { budget: reply.budget ?? '', budget_used_up: reply.budget_used_up === true };
-    const key = JSON.stringify([profiles, budget]);
+    const queues = reply.queues === true;
+    const key = JSON.stringify([profiles, budget, queues]);
     if (key === this._shown) {
       return;
     }
     this._shown = key;
+    this._queues = queues;
     this._profiles = new Map(profiles.map(p => [p.kernel_name, p]));
     this._budget = budget;
     this._app.commands.notifyCommandChanged(CREATE_COMMAND);
@@ -179,6 +181,21 @@ export class GpuKernelLauncher implements IDisposable {
     this._usedUpNote.dispose();
   }
 
+  private async _create(kernelName: string, cwd: unknown): Promise<unknown> {
+    const profile = this._profiles.get(kernelName);
+    if (profile && !this._queues && noneFree(profile.available)) {
+      const answer = await showDialog({
+        title: 'No GPU free now',
+        body: `Every GPU a ${profile.display_name} kernel can use is taken, so the hub would refuse it now. Try again in a few minutes.`,
+        buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Try anyway' })]
+      });
+      if (!answer.button.accept) {
+        return undefined;
+      }
+    }
+    return this._app.commands.execute('notebook:create-new', { kernelName, cwd: cwd as string | undefined });
+  }
+
   private _label(kernelName: string): string {
     const profile = this._profiles.get(kernelName);
     if (!profile) {
@@ -192,7 +209,7 @@ export class GpuKernelLauncher implements IDisposable {
     if (!profile) {
       return '';
     }
-    return launcherCaption(profile.display_name, profile.available, this._server, this._budget);
+    return launcherCaption(profile.display_name, profile.available, this._server, this._budget, this._queues);
   }
 
   private _profiles = new Map<string, IKernelProfile>();
@@ -201,6 +218,7 @@ export class GpuKernelLauncher implements IDisposable {
   private _server: IServerGpus | null = null;
   private _items: IDisposable[] = [];
   private _shown = '';
+  private _queues = false;
   private _budget: ILauncherBudget = { budget: '', budget_used_up: false };
   private readonly _budgetNote: LauncherNote;
   private readonly _usedUpNote: LauncherNote;

@@ -109,6 +109,8 @@ export interface IProfilesReply {
   error: string | null;
   /** The hub's right-sizing sentence ('' or absent when it has none). */
   suggestion?: string;
+  /** With none free, a new GPU kernel waits in line for one (else the hub refuses it). */
+  queues?: boolean;
 }
 
 /** What the panel shows of a GPU kernel's own GPU figures (measured in its pod). */

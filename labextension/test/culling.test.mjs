@@ -63,4 +63,5 @@ test('a used-up GPU-hour budget is warned in its own words, with no Keep', () =>
   assert.equal(cullingTitle([budget]), 'GPU-hour budget');
   assert.equal(cullingTitle([budget, target()]), 'GPU idle');
   assert.equal(cullingTitle([]), 'GPU idle');
+  assert.equal(cullingTitle([], true), 'Stopped GPU kernels');
 });

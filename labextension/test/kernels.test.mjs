@@ -57,6 +57,21 @@ test('in a server with GPUs of its own, the launcher says GPU kernels take GPUs 
   );
 });
 
+test('with no GPU free, a card says whether a new kernel waits in line or would be refused', async () => {
+  const { launcherCaption, launcherLabel, noneFree } = await import('../lib/kernelformat.js');
+  const none = { origin: 0, donors: 0, sites: {} };
+  assert.ok(noneFree(none) && !noneFree({ origin: 0, donors: 1 }) && !noneFree(null));
+  assert.equal(launcherLabel('Python 3 (1 GPU)', none, null), 'Python 3 (1 GPU) · none free now');
+  assert.equal(
+    launcherCaption('Python 3 (1 GPU)', none, null, null, true),
+    'New notebook with a Python 3 (1 GPU) kernel; no GPU is free now, so it waits in line for the next one'
+  );
+  assert.equal(
+    launcherCaption('Python 3 (1 GPU)', none, null, null, false),
+    'No GPU is free now for a Python 3 (1 GPU) kernel; try again in a few minutes'
+  );
+});
+
 test('while a GPU kernel starts, the status bar says where and what it waits for', async () => {
   const { startingText, isGpuKernelName } = await import('../lib/kernelformat.js');
   assert.equal(startingText(undefined), 'Starting a GPU kernel…');
@@ -93,4 +108,13 @@ test('the launcher says what is left of the GPU-hour budget, and over it, why a 
     launcherCaption('Python 3 (1 GPU)', available, null, usedUp),
     `A Python 3 (1 GPU) kernel cannot start now. ${usedUp.budget}`
   );
+});
+
+test("a cell whose GPU kernel did not start reads the hub's reason once, in one paragraph", async () => {
+  const { startFailedReason } = await import('../lib/kernelformat.js');
+  assert.equal(
+    startFailedReason('No GPU kernel: No site can start 1 GPU now (origin 0 of 1 free; donor-1\n0 of 1 free).'),
+    'No site can start 1 GPU now (origin 0 of 1 free; donor-1 0 of 1 free).'
+  );
+  assert.equal(startFailedReason('it was shut down before it started'), 'it was shut down before it started');
 });

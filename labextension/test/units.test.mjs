@@ -6,7 +6,7 @@ import { backoffDelay } from '../lib/backoff.js';
 import { chartPath, visibleSpan } from '../lib/chart.js';
 import {
   cpuServer, filesAreLost, formatBytes, formatPercent, gpuAmount, gpuModels, kernelLabel, meanUtilization, requestLabel, siteSentence,
-  statusText
+  statusText, stoppingNotice
 } from '../lib/format.js';
 import { SseParser } from '../lib/sse.js';
 import { GpuBurstModel } from '../lib/model.js';
@@ -124,4 +124,21 @@ test('files are lost on scratch space and without a volume, kept at home and on 
   assert.equal(filesAreLost({ kind: 'shared', message: 'm' }), false);
   assert.equal(filesAreLost(null), false);
   assert.equal(filesAreLost(undefined), false);
+});
+
+test("a stopping server points to its spawn page, where the hub says why", () => {
+  assert.deepEqual(stoppingNotice('/hub/', 'alice', ''), {
+    text: 'This server is stopping. Its page at the hub says why and starts it again.',
+    href: '/hub/spawn/alice'
+  });
+  assert.equal(stoppingNotice('/base/hub', 'a b', 'gpu').href, '/base/hub/spawn/a%20b/gpu');
+  assert.equal(stoppingNotice('/hub/').href, '/hub/spawn');
+  assert.deepEqual(stoppingNotice(''), { text: 'This server is stopping.', href: null });
+});
+
+test('the stream parser hands on a stopping event', () => {
+  const seen = [];
+  const parser = new SseParser(event => seen.push(event.event));
+  parser.push('event: sample\ndata: {}\n\nevent: stopping\ndata: {}\n\n');
+  assert.deepEqual(seen, ['sample', 'stopping']);
 });

@@ -55,6 +55,13 @@ def test_local_full_bursts_to_the_donor_with_a_reason():
     assert out.tolerations()[0]["effect"] == "NoExecute"
 
 
+def test_an_origin_of_one_busy_gpu_says_so_in_the_singular():
+    pods = [synthetic.pod("busy", node_name="gpu-0", gpus={GPU: 1})]
+    out = decide(req(1), inventory(local=(1,), pods=pods).snapshot(), Policy())
+    assert isinstance(out, Placement) and out.site == "donor-1"
+    assert out.reason == "The origin's only GPU is busy; starting on donor-1 (8 of 8 GPUs free there)."
+
+
 def test_fragmented_local_capacity_is_explained():
     snap = inventory(local=(1, 1)).snapshot()
     out = decide(req(2), snap, Policy())

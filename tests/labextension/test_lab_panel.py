@@ -163,6 +163,9 @@ def test_no_gpu_state_and_connection_lost(page: Page, start_lab, artifacts) -> N
     panel.screenshot(path=str(artifacts / "panel-nogpu.png"))
 
     server.stop()
+    # the server said so as it stopped, before the connection was found lost (no hub here:
+    # nowhere to send the student)
+    expect(page.get_by_role("alert").filter(has_text="This server is stopping.")).to_be_visible(timeout=10_000)
     expect(panel.locator(".jp-GpuBurst-connection")).to_contain_text("Connection lost, retrying", timeout=15_000)
     panel.screenshot(path=str(artifacts / "panel-connection-lost.png"))
 

@@ -54,3 +54,29 @@ async def test_keepalive_comment_when_no_sample(http_server, jp_http_port, jp_ba
         assert raw.count(b"event: sample") == 1  # the first sample, then only keepalives for now
     finally:
         writer.close()
+
+
+@pytest.mark.parametrize(
+    "gpuburst_config",
+    [{"backend": "simulated", "sampling_period_s": 5.0, "process_sampling_period_s": 5.0, "keepalive_s": 30.0}],
+)
+async def test_a_stopping_server_tells_open_streams_at_once(http_server, jp_http_port, jp_base_url, jp_auth_header, jp_serverapp):
+    reader, writer = await asyncio.open_connection("127.0.0.1", jp_http_port)
+    try:
+        head = "".join(f"{k}: {v}\r\n" for k, v in jp_auth_header.items())
+        writer.write(f"GET {url(jp_base_url, 'api', 'gpuburst', 'stream')} HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}\r\n".encode())
+        await writer.drain()
+        raw = b""
+        while b"event: sample" not in raw:
+            raw += await asyncio.wait_for(reader.read(65536), 5)
+        # the next sample is 5 s away and the next keepalive 30 s: the stream waits, then hears
+        [extension] = jp_serverapp.extension_manager.extension_apps["jupyter_gpuburst"]
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        stopped = asyncio.ensure_future(extension.stop_extension())
+        while b"event: stopping\n" not in raw:
+            raw += await asyncio.wait_for(reader.read(65536), 2)
+        assert loop.time() - began < 1.0
+        await stopped
+    finally:
+        writer.close()

@@ -106,6 +106,7 @@ def _chart(site: str, resource: str, points: list[tuple[float, dict[str, int | N
         "summary": _summary(site, resource, points, shown),
         "hours": _hours(points, now, shown),
         "samples": len(points),
+        "knows_idle": knows_idle,
     }
 
 

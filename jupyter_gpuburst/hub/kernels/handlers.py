@@ -127,7 +127,17 @@ class KernelsHandler(KernelAPIHandler):
             ],
         )
         self.write(
-            json.dumps({"profiles": profiles, "kernels": kernels, "budget": budget, "budget_used_up": used_up, "suggestion": suggestion})
+            json.dumps(
+                {
+                    "profiles": profiles,
+                    "kernels": kernels,
+                    "budget": budget,
+                    "budget_used_up": used_up,
+                    "suggestion": suggestion,
+                    # with none free, whether a start waits in line or is refused (the launcher says which)
+                    "queue_when_full": registry.settings.queue_when_full,
+                }
+            )
         )
 
     async def post(self) -> None:

@@ -14,12 +14,19 @@ left out. An image pull is shown: on a node that never ran the image it is most 
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 HEADLINE_KINDS = frozenset({"decision", "redirect", "queue"})
 # Kubelet event reasons about the container runtime, not about where or whether the server runs.
 RUNTIME_NOISE = frozenset({"Created", "Started", "Killing", "SandboxChanged", "AddedInterface"})
 PULL_DONE = "Successfully pulled image"  # a Pulled event after a real pull (not "already present")
+# The kubelet's wording (pkg/kubelet/images/image_manager.go): 'Successfully pulled image "x" in
+# 1.2s (1.2s including waiting). Image size: 123 bytes.' The byte count and the waiting clause
+# mean little to a student.
+_PULLED = re.compile(
+    r'^Successfully pulled image "(?P<image>[^"]*)" in (?P<took>\S+?)(?: \([^)]*\))?\.(?: Image size: (?P<size>\d+) bytes\.)?$'
+)
 
 
 def message(text: str, kind: str = "info", progress: int | None = None) -> dict[str, Any]:
@@ -44,6 +51,22 @@ def is_runtime_noise(event: dict[str, Any]) -> bool:
     return raw.get("reason") in RUNTIME_NOISE
 
 
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def pulled(text: str) -> str:
+    """A kubelet's Pulled message in a student's words; any other wording is kept as it is."""
+    match = _PULLED.match(text.strip())
+    if not match:
+        return text
+    size = f" ({_size(int(match['size']))})" if match["size"] else ""
+    return f'Pulled image "{match["image"]}"{size} in {match["took"]}.'
+
+
 def pod_event(event: dict[str, Any]) -> dict[str, Any]:
     """KubeSpawner's event line without the timestamp, with scheduling trouble said plainly."""
     raw = event.get("raw_event") or {}
@@ -52,6 +75,8 @@ def pod_event(event: dict[str, Any]) -> dict[str, Any]:
     text = raw.get("message") or ""
     if raw.get("reason") == "FailedScheduling":
         text = f"Not scheduled yet: {text}"
+    elif raw.get("reason") == "Pulled":
+        text = pulled(text)
     elif raw.get("type") == "Warning":
         text = f"Warning: {text}"
     out = {**event, **message(text, kind=f"pod-{(raw.get('reason') or 'event').lower()}")}

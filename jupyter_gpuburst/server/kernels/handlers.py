@@ -75,7 +75,8 @@ class ProfilesCache:
 
 async def fetch_profiles_now() -> dict:
     """``{"profiles": [{slug, display_name, kernel_name, available}], "budget", "budget_used_up",
-    "error", "suggestion"}``: ``budget`` is the hub's sentence on the user's GPU-hour budget ("" without one)."""
+    "error", "suggestion", "queues"}``: ``budget`` is the hub's sentence on the user's GPU-hour budget
+    ("" without one); ``queues``, whether a kernel started with none free waits in line (else it is refused)."""
     client = client_from_env()
     if client is None:
         return {"profiles": [], "budget": "", "budget_used_up": False, "error": None}
@@ -104,4 +105,6 @@ async def fetch_profiles_now() -> dict:
     reply["budget_used_up"] = bool(reply["budget"] and data.get("budget_used_up") is True)
     # the hub's right-sizing sentence for the launcher ("" when it has none to say)
     reply["suggestion"] = data["suggestion"] if isinstance(data.get("suggestion"), str) else ""
+    # a hub of an earlier version does not say, and refused a start with none free
+    reply["queues"] = data.get("queue_when_full") is True
     return reply

@@ -40,6 +40,7 @@ from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.errors import ApiError, bad_request
 from jupyter_gpuburst.sim.kubelet import hooks, images, mounts, netns, probes, runtime, servicenames, status, volumes
+from jupyter_gpuburst.sim.kubelet.devices import AdmissionError, DevicePlugin
 from jupyter_gpuburst.sim.kubelet.network import AddressPool, container_ports
 from jupyter_gpuburst.sim.store import Store
 
@@ -192,8 +193,10 @@ class Kubelet:
         stop_grace_s: float = 2.0,
         backoff_initial_s: float = BACKOFF_INITIAL_S,
         image_settings: images.ImageSettings | None = None,
+        devices: DevicePlugin | None = None,
     ):
         self.store = store
+        self.devices = devices or DevicePlugin()
         self.images = images.ImageCache(store, image_settings)
         self.stop_grace_s = stop_grace_s
         self.pool = pool
@@ -450,6 +453,8 @@ class Kubelet:
     async def _run_pod(self, pr: PodRun) -> None:
         ns, name = pr.key
         node = pr.pod["spec"]["nodeName"]
+        if not self._admit(pr, node):
+            return
         while True:
             try:
                 pr.volumes = volumes.materialize(self.store, pr.pod, pr.dir, self.state_dir)
@@ -501,6 +506,29 @@ class Kubelet:
             if not c.ran:
                 c.state = {"waiting": {"reason": "ContainerCreating"}}
         await asyncio.gather(*(self._container_loop(pr, c, policy) for c in pr.main))
+        if not pr.killing:
+            self.devices.release(pr.uid)  # every container has ended for good: the pod is done
+
+    def _admit(self, pr: PodRun, node: str) -> bool:
+        """The devices the pod asks for, before anything of it runs; where the node has too few
+        free, the pod fails as the kubelet fails it (UnexpectedAdmissionError)."""
+        try:
+            self.devices.allocate(node, pr.pod)
+            return True
+        except AdmissionError as exc:
+            why = str(exc)
+        log.warning("pod %s/%s not admitted: %s", *pr.key, why)
+
+        def failed(p: Obj) -> None:
+            if p["metadata"]["uid"] == pr.uid:
+                p.setdefault("status", {}).update({"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": why})
+
+        self._event(pr, "UnexpectedAdmissionError", why, warning=True)
+        try:
+            pr.pod = self.store.mutate("pods", *pr.key, failed)
+        except ApiError:
+            pass
+        return False
 
     async def _create_network(self, pr: PodRun, node_ip: str) -> netns.PodNetwork | None:
         """The pod's network namespace, retried as the kubelet retries a sandbox; None once the
@@ -568,6 +596,7 @@ class Kubelet:
             raise FileNotFoundError(f'no command given and image "{spec.get("image", "")}" has no emulated entrypoint')
         given = runtime.pod_env(pr.pod, spec, self.store, replace_ip)
         env = {k: view.rewrite(v) for k, v in given.items()}
+        env.update(self.devices.env(pr.uid, c.name, env))  # the device plugin's say over the image's
         home = str(view.directory(_home_path(spec, given), private=True))
         env.setdefault("HOME", home)
         working_dir = (spec.get("workingDir") or "").rstrip("/") or ("/" if spec.get("workingDir") else "")
@@ -942,6 +971,7 @@ class Kubelet:
         await asyncio.gather(*(self._stop_container(pr, c, grace) for c in pr.all() if c.process is not None), return_exceptions=True)
 
     def _forget(self, pr: PodRun) -> None:
+        self.devices.release(pr.uid)
         if self._pods.get(pr.key) is pr:
             del self._pods[pr.key]
             self._finished[pr.key] = pr

@@ -39,6 +39,8 @@ def log_in_to_capacity(page: Page, hub: HubProcess, user: str) -> None:
 
 @pytest.mark.parametrize("theme", ["light", "dark"])
 def test_admin_reads_gpu_hours_on_the_capacity_page(page: Page, usage_hub: HubProcess, artifacts: Path, theme: str) -> None:
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
     log_in_to_capacity(page, usage_hub, "admin")
     # the hub's own theme toggle keeps its choice here; the capacity page follows it
     page.evaluate("theme => localStorage.setItem('jupyterhub-bs-theme', theme)", theme)
@@ -76,3 +78,9 @@ def test_admin_reads_gpu_hours_on_the_capacity_page(page: Page, usage_hub: HubPr
     shot = artifacts / f"capacity-usage-{theme}.png"
     page.locator("#gpuburst-capacity").screenshot(path=str(shot))
     save_docs_screenshot(shot, f"capacity-usage-{theme}.png")
+    # as on the hub's own pages: who is logged in, a way out, and the theme toggle, which works
+    expect(page.locator("#gpuburst-user")).to_have_text("admin")
+    expect(page.locator("#logout")).to_have_attribute("href", "/hub/logout")
+    page.locator("#dark-theme-toggle").click()
+    expect(page.locator("html")).to_have_attribute("data-bs-theme", "dark" if theme == "light" else "light")
+    assert errors == [], errors

@@ -7,12 +7,12 @@ The figures this prints (-s) go in benchmarks/README.md with the machine named.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
 
 import pytest
+from helpers.figures import record
 
 from jupyter_gpuburst.hub.culling.policy import decide
 from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
@@ -112,14 +112,14 @@ def watch(mode: str) -> dict:
 
 def test_a_kernel_running_matrix_products_is_never_culled():
     result = watch("compute")
-    print(json.dumps(result))
+    record("culling_busy_kernel", result)
     assert "stop" not in result["actions"] and "warn" not in result["actions"], result
     assert result["basis"] != "utilization" or result["utilization_max"] >= 0.5
 
 
 def test_a_kernel_that_sleeps_on_its_gpu_is_culled_after_the_timeout():
     result = watch("sleep")
-    print(json.dumps(result))
+    record("culling_sleeping_kernel", result)
     assert result["first_stop_s"] is not None, result
     # within one sampling period (1 s here) of the timeout, plus the sample's own second
     assert TIMEOUT_S <= result["first_stop_s"] <= TIMEOUT_S + 2.5, result

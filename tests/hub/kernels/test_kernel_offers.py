@@ -53,6 +53,7 @@ async def test_only_the_server_profiles_the_admin_names_offer_gpu_kernels(federa
     assert status == 200 and not [n for n in specs["kernelspecs"] if n.startswith("gpuburst-")], specs
     status, offered = await server_api(hub, "alice", "GET", "/gpuburst/kernel-profiles")
     assert status == 200 and offered["profiles"] == [], offered
+    assert offered["queues"] is False, offered  # refused with none free, by default
     # its token cannot start one, for itself or in the name of the server that may
     cpu_token = server_token(federation, "")
     key = {"key": "f" * 32, "kernel_id": "k1"}

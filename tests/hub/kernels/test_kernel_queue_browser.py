@@ -111,7 +111,7 @@ def test_a_gpu_kernel_waiting_in_line_says_its_place_and_cancel_withdraws_it(pag
     expect(prompt).to_have_text("[ ]:", timeout=60_000)
     outputs = page.locator(".jp-Notebook .jp-OutputArea-output")
     if outputs.count():
-        expect(outputs.first).to_have_text("GPU kernel not started: No GPU kernel: it was shut down before it started")
+        expect(outputs.first).to_have_text("GPU kernel not started: it was shut down before it started")
     for button in page.locator(".jp-Dialog .jp-mod-accept").all():
         button.click()
     # nothing is left at the hub: no place in line, nothing reserved, no pod

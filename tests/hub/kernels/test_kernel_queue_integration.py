@@ -41,6 +41,9 @@ async def test_a_kernel_waits_its_turn_says_its_place_and_a_cell_run_meanwhile_r
     await hub.spawn("alice", {"profile": "cpu"})
     await hub.wait_ready("alice")
     occupy(federation, "origin-gpu", 2, "hog")
+    # the launcher learns that a kernel started with none free waits in line
+    status, offered = await server_api(hub, "alice", "GET", "/gpuburst/kernel-profiles")
+    assert status == 200 and offered["queues"] is True, offered
     status, first = await server_api(hub, "alice", "POST", "/kernels", {"name": ORIGIN_ONLY})
     assert status == 201 and first["execution_state"] == "starting", first
 

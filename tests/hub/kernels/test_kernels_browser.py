@@ -24,6 +24,18 @@ from helpers.hubsite import LoopThread, federation_and_hub
 from helpers.kernels import KERNEL_HUB
 from playwright.sync_api import Page, expect
 
+WORDS_BROKEN = """td => {
+  const text = td.firstChild;
+  const broken = [];
+  for (const m of text.textContent.matchAll(/\\S+/g)) {
+    const range = document.createRange();
+    range.setStart(text, m.index);
+    range.setEnd(text, m.index + m[0].length);
+    if (new Set([...range.getClientRects()].map(r => Math.round(r.top))).size > 1) broken.push(m[0]);
+  }
+  return broken;
+}"""
+
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.timeout(240)]
 
 PANEL = "#jupyter-gpuburst-panel"
@@ -108,6 +120,13 @@ def test_lab_shows_gpu_kernels_where_they_run(page: Page, kernel_site: KernelSit
     expect(row).to_contain_text("1 GPU")
     expect(row.locator(".jp-GpuBurst-gpuKernelMemory")).to_have_text(re.compile(r"^\d+\.\d / 40\.0 GiB$"), timeout=30_000)
     expect(page.locator(f"{PANEL} .jp-GpuBurst-gpuKernels tbody tr")).to_have_count(2)
+    # in the sidebar's default width, the kernel's name breaks between words if at all, never
+    # within one (a word in two pieces gives its range two boxes)
+    broken = row.locator("td").first.evaluate(WORDS_BROKEN)
+    assert broken == [], broken
+    headings = page.locator(f"{PANEL} .jp-GpuBurst-gpuKernels th")
+    broken = [word for i in range(headings.count()) for word in headings.nth(i).evaluate(WORDS_BROKEN)]
+    assert broken == [], broken
     # a CPU server by the student's choice: no warning that it sees no GPU
     expect(page.locator(f"{PANEL} .jp-GpuBurst-where")).to_contain_text("this server has no GPU of its own")
     expect(page.locator(f"{PANEL} .jp-GpuBurst-nogpu")).to_have_count(0)
@@ -135,8 +154,13 @@ def test_lab_shows_gpu_kernels_where_they_run(page: Page, kernel_site: KernelSit
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^New Launcher$")).click()
     expect(card).to_have_text("Python 3 (1 GPU) · 8 free on donors", timeout=60_000)
     expect(origin_only).to_have_text("Python 3 (1 GPU, origin) · none free now")
+    # a click asks first: the hub refuses rather than queues here
+    expect(origin_only).to_have_attribute("title", "No GPU is free now for a Python 3 (1 GPU, origin) kernel; try again in a few minutes")
     origin_only.click()
     dialog = page.locator(".jp-Dialog")
+    expect(dialog).to_contain_text("No GPU free now", timeout=30_000)
+    expect(dialog).to_contain_text("so the hub would refuse it now")
+    dialog.get_by_role("button", name="Try anyway").click()
     expect(dialog).to_contain_text("No GPU kernel", timeout=30_000)
     expect(dialog).to_contain_text("origin 0 of 2 free")
     # the whole reason is on screen: no line of it runs past the dialog's edge

@@ -27,6 +27,14 @@ def test_container_runtime_events_are_left_out_but_a_pull_is_shown() -> None:
     assert not spawn_messages.is_runtime_noise({"message": "still waiting"})
 
 
+def test_a_pull_is_said_in_a_students_words() -> None:
+    pulled = 'Successfully pulled image "x:1" in 41.2s (41.2s including waiting). Image size: 6442450944 bytes.'
+    assert spawn_messages.pod_event(kube_event("Pulled", pulled))["message"] == 'Pulled image "x:1" (6.4 GB) in 41.2s.'
+    older = 'Successfully pulled image "x:1" in 3m2.1s'  # kubelets before 1.28 say neither size nor waiting
+    assert spawn_messages.pulled(older + ".") == 'Pulled image "x:1" in 3m2.1s.'
+    assert spawn_messages.pulled("something else") == "something else"
+
+
 def test_scheduling_trouble_is_said_plainly() -> None:
     event = spawn_messages.pod_event(kube_event("FailedScheduling", "0/3 nodes are available", "Warning"))
     assert event["message"] == "Not scheduled yet: 0/3 nodes are available"

@@ -21,7 +21,8 @@ async def test_a_cold_donor_pull_shows_on_the_spawn_page(federation, start_hub):
     events = messages(await hub.progress("dora"))
     image = pod_of(federation, "dora")["spec"]["containers"][0]["image"]
     pulling = [i for i, m in enumerate(events) if m == f'Pulling image "{image}"']
-    pulled = [i for i, m in enumerate(events) if m.startswith(f'Successfully pulled image "{image}" in ')]
+    pulled = [i for i, m in enumerate(events) if m.startswith(f'Pulled image "{image}" (104.9 MB) in ')]
     assert pulling and pulled and pulling[0] < pulled[0], events
+    assert not [m for m in events if "bytes" in m or "including waiting" in m], events
     assert not [m for m in events if "already present on machine" in m or "Started container" in m], events
     await hub.wait_ready("dora")
