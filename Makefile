@@ -18,7 +18,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	@# pip would otherwise uninstall the old copy's files through the dev link, deleting the build
 	@test ! -L $(LABEXT_LINK) || rm $(LABEXT_LINK)
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@# The build backend goes into the venv, from pyproject.toml's [build-system], and builds there:
+	@# an isolated build would install it (JupyterLab included) again in a throwaway env first.
+	$(BIN)/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'], sep='\n')" \
+		| $(BIN)/python -m pip install --quiet editables -r /dev/stdin
+	@# The lab extension is built below, once, from `npm ci`'s node_modules: the build hook would
+	@# otherwise `npm install` and build it here too.
+	HATCH_JUPYTER_BUILDER_SKIP_NPM=1 $(BIN)/python -m pip install --quiet --no-build-isolation -e '.[test]'
 	@touch $(STAMP)
 
 # Lab extension: npm workspace at the root (lockfile committed), prebuilt into
@@ -65,13 +71,27 @@ demo: demo-setup
 	$(BIN)/gpuburst demo
 
 # Most tests wait on processes (hubs, servers, kubelets), not on the CPU: they run in parallel,
-# a file per worker. Browser tests run after them, two files at a time (each worker drives a
-# chromium of its own): they mostly wait too (a GPU kernel's delayed start, a culling timeout).
+# a file per worker. Browser tests run in a pytest of their own (Playwright's sync API owns its
+# worker's event loop), two files at a time (each worker drives a chromium of its own), beside
+# the others: they mostly wait (a GPU kernel's delayed start, a culling timeout) while the
+# others use the CPU. Each tier's output shows when it ends; `make test-py` or `make
+# test-browser` runs one alone.
 TEST_WORKERS ?= 3
 BROWSER_WORKERS ?= 2
 
-test: setup lint-py lint-ts
+# Setup's steps run two at a time where they do not need each other (pip beside npm ci and
+# chromium's install), then the lints (lint-ts compiles into labextension/lib, which the lab
+# extension's build clears: not beside it), then the two tiers side by side.
+.PHONY: test-py test-browser
+test:
+	@$(MAKE) --no-print-directory -j2 --output-sync=target setup
+	@$(MAKE) --no-print-directory lint-py lint-ts
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-py test-browser
+
+test-py: setup
 	$(BIN)/python -m pytest -q -ra -m "not browser" -n $(TEST_WORKERS) --dist loadfile
+
+test-browser: setup
 	$(BIN)/python -m pytest -q -ra -m browser -n $(BROWSER_WORKERS) --dist loadfile
 
 test-unit: setup

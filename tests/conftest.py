@@ -3,6 +3,7 @@ tiers (markers: integration, browser, realcluster, gpu) some tests opt into."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -35,25 +36,45 @@ def z2jh_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def built_dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(sdist, wheel), built once per session as an admin would (`python -m build`: the sdist,
-    then the wheel from it), with npm and node failing if anything calls them: once the lab
-    extension is built (`make setup`), packaging needs no Node."""
+    """(sdist, wheel), built once per run as an admin would (`python -m build`: the sdist, then
+    the wheel from it), with npm and node failing if anything calls them: once the lab extension
+    is built (`make setup`), packaging needs no Node. Under xdist the first worker to ask builds
+    (a build takes a minute or more) and the others wait for it and share its result."""
     if not (REPO / "jupyter_gpuburst" / "labextension" / "static" / "style.js").exists():
         pytest.skip("the lab extension is not built (make setup builds it)")
+    # every worker's basetemp sits in this run's own folder; without xdist it is our own
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    out = shared / "dist-built-once"
+    with open(shared / "dist-built-once.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        failed = shared / "dist-built-once.failed"
+        if failed.exists():
+            pytest.fail(failed.read_text())
+        if not out.exists():
+            _build_dists(tmp_path_factory, out, failed)
+    (sdist,) = out.glob("jupyter_gpuburst-*.tar.gz")
+    (wheel,) = out.glob("jupyter_gpuburst-*.whl")
+    return sdist, wheel
+
+
+def _build_dists(tmp_path_factory: pytest.TempPathFactory, out: Path, failed: Path) -> None:
     no_node = tmp_path_factory.mktemp("no-node")
     for tool in ("npm", "node", "jlpm", "yarn"):
         (no_node / tool).write_text(f"#!/bin/sh\necho '{tool} must not run: the lab extension is prebuilt' >&2\nexit 97\n")
         (no_node / tool).chmod(0o755)
-    out = tmp_path_factory.mktemp("dist")
+    building = out.with_name(out.name + ".partial")
     env = {**os.environ, "PATH": f"{no_node}:{os.environ['PATH']}"}
     done = subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(REPO)],
+        [sys.executable, "-m", "build", "--outdir", str(building), str(REPO)],
         env=env, capture_output=True, text=True, timeout=280,
     )  # fmt: skip
-    assert done.returncode == 0, f"build without Node failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    (sdist,) = out.glob("jupyter_gpuburst-*.tar.gz")
-    (wheel,) = out.glob("jupyter_gpuburst-*.whl")
-    return sdist, wheel
+    if done.returncode != 0:
+        # the workers that wait for this build fail with the same message, not a build of their own
+        failed.write_text(f"build without Node failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        pytest.fail(failed.read_text())
+    building.rename(out)
 
 
 @pytest.fixture(scope="session")
@@ -63,8 +84,10 @@ def built_wheel(built_dists: tuple[Path, Path]) -> Path:
 
 def pytest_collection_modifyitems(config, items):
     # Playwright's sync API keeps an event loop running in the main thread once it starts, and
-    # pytest-asyncio cannot run a test while one is running: browser tests go last.
-    items.sort(key=lambda item: "browser" in item.keywords)
+    # pytest-asyncio cannot run a test while one is running: browser tests go last. Integration
+    # tests (minutes a file: hubs, servers, builds) go first, so that xdist hands out the long
+    # files first and the quick ones fill in at the end, instead of a long file ending alone.
+    items.sort(key=lambda item: ("browser" in item.keywords, item.get_closest_marker("integration") is None))
     skip_real = pytest.mark.skip(reason="set GPUBURST_KUBECONFIG to run real-cluster tests")
     for item in items:
         # the marker, not item.keywords: keywords also hold directory and file names

@@ -180,7 +180,8 @@ def test_a_restarted_gpu_kernel_answers_in_the_open_notebook(page: Page, kernel_
         page.locator(".lm-MenuBar-itemLabel", has_text="Kernel").click()
         page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Restart Kernel and Clear Outputs of All Cells")).click()
         page.locator(".jp-Dialog .jp-mod-accept").click()
-        expect(page.locator(".jp-OutputArea-output")).to_have_count(0)
+        # JupyterLab clears the outputs once the restart is done: once the new pod answers
+        expect(page.locator(".jp-OutputArea-output")).to_have_count(0, timeout=60_000)
         page.locator(".jp-Notebook .jp-Cell").first.click()
         page.keyboard.press("Shift+Enter")
         output = page.locator(".jp-OutputArea-output", has_text=re.compile(r"running on (origin|donor-1)"))
