@@ -72,21 +72,22 @@ demo: demo-setup
 
 # Most tests wait on processes (hubs, servers, kubelets), not on the CPU: they run in parallel,
 # a file per worker. Browser tests run in a pytest of their own (Playwright's sync API owns its
-# worker's event loop), two files at a time (each worker drives a chromium of its own), beside
-# the others: they mostly wait (a GPU kernel's delayed start, a culling timeout) while the
-# others use the CPU. Each tier's output shows when it ends; `make test-py` or `make
-# test-browser` runs one alone.
+# worker's event loop), two files at a time (each worker drives a chromium of its own). On a
+# machine of 4 CPUs or more the two tiers run side by side (each one's output shows when it
+# ends); on fewer, one after the other: five workers on two CPUs make browser tests time out.
+# `make test-py` or `make test-browser` runs one alone.
 TEST_WORKERS ?= 3
 BROWSER_WORKERS ?= 2
+TIER_JOBS ?= $(if $(filter 1 2 3,$(shell nproc 2>/dev/null || echo 1)),1,2)
 
 # Setup's steps run two at a time where they do not need each other (pip beside npm ci and
 # chromium's install), then the lints (lint-ts compiles into labextension/lib, which the lab
-# extension's build clears: not beside it), then the two tiers side by side.
+# extension's build clears: not beside it), then the two tiers.
 .PHONY: test-py test-browser
 test:
 	@$(MAKE) --no-print-directory -j2 --output-sync=target setup
 	@$(MAKE) --no-print-directory lint-py lint-ts
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-py test-browser
+	@$(MAKE) --no-print-directory -j$(TIER_JOBS) --output-sync=target test-py test-browser
 
 test-py: setup
 	$(BIN)/python -m pytest -q -ra -m "not browser" -n $(TEST_WORKERS) --dist loadfile
