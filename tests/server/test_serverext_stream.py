@@ -8,6 +8,15 @@ import pytest
 from sse_client import read_sse, url
 
 
+async def open_stream(port: int, base_url: str, auth_header: dict) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A raw HTTP request for the stream, read as it arrives (not as an SSE client would parse it)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = "".join(f"{k}: {v}\r\n" for k, v in auth_header.items())
+    writer.write(f"GET {url(base_url, 'api', 'gpuburst', 'stream')} HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}\r\n".encode())
+    await writer.drain()
+    return reader, writer
+
+
 async def test_stream_sends_placement_then_samples(http_server, jp_http_port, jp_base_url, jp_auth_header, jp_serverapp):
     status, headers, events, raw = await read_sse(jp_http_port, url(jp_base_url, "api", "gpuburst", "stream"), jp_auth_header, events=3)
     assert " 200 " in status
@@ -43,11 +52,8 @@ async def test_stream_keepalive_and_sampling_stops_after_disconnect(http_server,
     [{"backend": "simulated", "sampling_period_s": 5.0, "process_sampling_period_s": 5.0, "keepalive_s": 0.1}],
 )
 async def test_keepalive_comment_when_no_sample(http_server, jp_http_port, jp_base_url, jp_auth_header):
-    reader, writer = await asyncio.open_connection("127.0.0.1", jp_http_port)
+    reader, writer = await open_stream(jp_http_port, jp_base_url, jp_auth_header)
     try:
-        head = "".join(f"{k}: {v}\r\n" for k, v in jp_auth_header.items())
-        writer.write(f"GET {url(jp_base_url, 'api', 'gpuburst', 'stream')} HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}\r\n".encode())
-        await writer.drain()
         raw = b""
         while b": keepalive\n\n" not in raw:
             raw += await asyncio.wait_for(reader.read(65536), 5)
@@ -61,11 +67,8 @@ async def test_keepalive_comment_when_no_sample(http_server, jp_http_port, jp_ba
     [{"backend": "simulated", "sampling_period_s": 5.0, "process_sampling_period_s": 5.0, "keepalive_s": 30.0}],
 )
 async def test_a_stopping_server_tells_open_streams_at_once(http_server, jp_http_port, jp_base_url, jp_auth_header, jp_serverapp):
-    reader, writer = await asyncio.open_connection("127.0.0.1", jp_http_port)
+    reader, writer = await open_stream(jp_http_port, jp_base_url, jp_auth_header)
     try:
-        head = "".join(f"{k}: {v}\r\n" for k, v in jp_auth_header.items())
-        writer.write(f"GET {url(jp_base_url, 'api', 'gpuburst', 'stream')} HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}\r\n".encode())
-        await writer.drain()
         raw = b""
         while b"event: sample" not in raw:
             raw += await asyncio.wait_for(reader.read(65536), 5)
