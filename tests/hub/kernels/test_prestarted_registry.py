@@ -6,20 +6,16 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
 
 import pytest
+from helpers.kernels import registry_on_federation
 
 from jupyter_gpuburst.core import keys
-from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.kernels import prestarted
 from jupyter_gpuburst.hub.kernels.files import KernelFiles
 from jupyter_gpuburst.hub.kernels.podstate import ready
-from jupyter_gpuburst.hub.kernels.registry import KernelRegistry
-from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
-from jupyter_gpuburst.hub.settings import GPUBurstSettings
 from jupyter_gpuburst.sim.errors import ApiError
-from jupyter_gpuburst.sim.testing import running_federation, wait_until
+from jupyter_gpuburst.sim.testing import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -30,32 +26,14 @@ KEY = "f" * 32
 @pytest.fixture
 async def registry(tmp_path):
     """A registry whose origin has one pre-started kernel of ``gpu-1`` waiting (imports done)."""
-    from kubernetes_asyncio import client, config
-
-    kubeconfig = tmp_path / "kubeconfig"
-    async with running_federation(state_dir=tmp_path / "sim", kubeconfig=kubeconfig) as fed:
-        configuration = client.Configuration()
-        await config.load_kube_config(config_file=str(kubeconfig), context="origin", client_configuration=configuration)
-        async with client.ApiClient(configuration) as api_client:
-            log = logging.getLogger("test")
-            tracker = CapacityTracker(client.CoreV1Api(api_client), GPUBurstSettings(), log)
-            await tracker.start()
-            settings = GPUKernelSettings(profiles=[{"slug": "gpu-1", "resource": GPU, "count": 1}])
-            reg = KernelRegistry(
-                tracker, settings, client.CoreV1Api(api_client), client.CustomObjectsApi(api_client), "img", "default", log
-            )
-            reg.federation = fed
-            reg.prestarted = {("origin", "gpu-1")}
-            pod = prestarted.pooled_pod("origin", reg.profiles["gpu-1"], settings, "img", "default", "system-node-critical", [])
-            pod["spec"].pop("priorityClassName")  # no warm pool's class in this federation: the pod alone is under test
-            reg.pooled = fed.origin.store.create("pods", pod, "default")["metadata"]["name"]
-            await wait_until(lambda: ready(fed.origin.store.get("pods", "default", reg.pooled)), timeout=60, what="the kernel waits")
-            try:
-                yield reg
-            finally:
-                for record in list(reg.records.values()):
-                    await reg.stop(record, wait=0)
-                await tracker.stop()
+    async with registry_on_federation(tmp_path) as reg:
+        fed = reg.federation
+        reg.prestarted = {("origin", "gpu-1")}
+        pod = prestarted.pooled_pod("origin", reg.profiles["gpu-1"], reg.settings, "img", "default", "system-node-critical", [])
+        pod["spec"].pop("priorityClassName")  # no warm pool's class in this federation: the pod alone is under test
+        reg.pooled = fed.origin.store.create("pods", pod, "default")["metadata"]["name"]
+        await wait_until(lambda: ready(fed.origin.store.get("pods", "default", reg.pooled)), timeout=60, what="the kernel waits")
+        yield reg
 
 
 async def start(registry, **overrides):

@@ -5,20 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import time
 
 import pytest
+from helpers.kernels import registry_on_federation
 
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.placement import GPURequest, Placement
-from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.kernels import manifests
 from jupyter_gpuburst.hub.kernels.handlers import record_json
-from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRegistry
+from jupyter_gpuburst.hub.kernels.registry import KernelError
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
-from jupyter_gpuburst.hub.settings import GPUBurstSettings
-from jupyter_gpuburst.sim.testing import running_federation, wait_until
+from jupyter_gpuburst.sim.testing import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -28,27 +26,8 @@ KEY = "f" * 32
 
 @pytest.fixture
 async def registry(tmp_path):
-    from kubernetes_asyncio import client, config
-
-    kubeconfig = tmp_path / "kubeconfig"
-    async with running_federation(state_dir=tmp_path / "sim", kubeconfig=kubeconfig) as fed:
-        configuration = client.Configuration()
-        await config.load_kube_config(config_file=str(kubeconfig), context="origin", client_configuration=configuration)
-        async with client.ApiClient(configuration) as api_client:
-            log = logging.getLogger("test")
-            tracker = CapacityTracker(client.CoreV1Api(api_client), GPUBurstSettings(), log)
-            await tracker.start()
-            settings = GPUKernelSettings(profiles=[{"slug": "gpu-1", "resource": GPU, "count": 1}])
-            reg = KernelRegistry(
-                tracker, settings, client.CoreV1Api(api_client), client.CustomObjectsApi(api_client), "img", "default", log
-            )
-            reg.federation = fed
-            try:
-                yield reg
-            finally:
-                for record in list(reg.records.values()):
-                    await reg.stop(record, wait=0)
-                await tracker.stop()
+    async with registry_on_federation(tmp_path) as reg:
+        yield reg
 
 
 def kernel_pods(registry) -> list[dict]:
