@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_gpuburst.core import liqo
-from jupyter_gpuburst.hub.ports import free_port, port_is_free
+from jupyter_gpuburst.hub.ports import browser_blocks, free_port, port_is_free
 from jupyter_gpuburst.sim.hostgpus import GPUS_MODE_ENV, GPUS_MODES, HostGPUError, HostGPUs, host_gpus
 
 DEMO_CONFIG = Path(__file__).with_name("demo_config.py")
@@ -75,6 +75,8 @@ class DemoOptions:
             raise ValueError(f"--gpus must be one of {', '.join(GPUS_MODES)}, not {self.gpus!r}")
         if not 1 <= self.port <= 65535:
             raise ValueError(f"--port must be 1-65535, not {self.port}")
+        if browser_blocks(self.port):
+            raise ValueError(f"--port {self.port} is one browsers refuse to open (ERR_UNSAFE_PORT); choose another")
         if not 0 <= self.origin_gpus <= 64:
             raise ValueError(f"--origin-gpus must be 0-64, not {self.origin_gpus}")
         if not 1 <= self.donor_gpus <= 64:

@@ -6,6 +6,9 @@ socket on the machine may take it as its local port, and the server's listen the
 proxy shows how badly: configurable-http-proxy keeps serving its public port with its API
 dead, and the hub gives up on it. Ports below that range are never handed out that way, so only
 processes choosing ports themselves can still collide, which a random draw makes rare.
+
+A port a browser refuses to open (the Fetch standard's "bad ports", 10080 among them above 10000)
+is never chosen either: a hub there answers curl but shows a student ERR_UNSAFE_PORT.
 """
 
 from __future__ import annotations
@@ -18,6 +21,18 @@ EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
 DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
 LOWEST = 10000  # above the ports services customarily claim
 TRIES = 64
+# https://fetch.spec.whatwg.org/#port-blocking: browsers refuse to connect to these
+BROWSER_BLOCKED_PORTS = frozenset(
+    {1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102, 103, 104}
+    | {109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427, 465, 512, 513, 514}
+    | {515, 526, 530, 531, 532, 540, 548, 554, 556, 563, 587, 601, 636, 989, 990, 993, 995, 1719, 1720}
+    | {1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566, 6665, 6666, 6667, 6668, 6669, 6679, 6697, 10080}
+)
+
+
+def browser_blocks(port: int) -> bool:
+    """True when browsers refuse to open ``port`` (net::ERR_UNSAFE_PORT in chromium)."""
+    return port in BROWSER_BLOCKED_PORTS
 
 
 def ephemeral_range(path: str | None = None) -> tuple[int, int]:
@@ -57,12 +72,17 @@ def free_port(host: str = "127.0.0.1", rng: random.Random | None = None) -> int:
     if end - start >= TRIES:
         for _ in range(TRIES):
             port = rng.randint(start, end)
+            if browser_blocks(port):
+                continue
             # strict: a port still in TIME_WAIT is passed over, for servers without SO_REUSEADDR
             if port_is_free(port, host, reuse_address=False):
                 return port
-    with socket.socket() as sock:  # no room outside the range: the kernel's choice
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    while True:  # no room outside the range: the kernel's choice
+        with socket.socket() as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+        if not browser_blocks(port):
+            return port
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -75,4 +95,4 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     return ports
 
 
-__all__ = ["ephemeral_range", "free_port", "free_ports", "port_is_free"]
+__all__ = ["BROWSER_BLOCKED_PORTS", "browser_blocks", "ephemeral_range", "free_port", "free_ports", "port_is_free"]

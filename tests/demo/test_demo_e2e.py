@@ -296,7 +296,7 @@ def test_pod_network_namespaces_where_they_cannot_be_had_are_refused(monkeypatch
     from jupyter_gpuburst.sim.kubelet import netns
 
     monkeypatch.setattr(netns, "unavailable", lambda: "pod network namespaces need root on Linux")
-    assert demo.main(["--pod-network", "namespaces", "--port", "1"]) == 2
+    assert demo.main(["--pod-network", "namespaces", "--port", "2"]) == 2
     assert "gpuburst demo: no pod network namespaces: pod network namespaces need root on Linux" in capsys.readouterr().err
     assert demo.DemoOptions(pod_network="namespaces").hub_ip == "127.0.0.2"
     assert demo.DemoOptions().hub_ip == "127.0.0.1"
@@ -310,5 +310,7 @@ def test_pod_network_namespaces_where_they_cannot_be_had_are_refused(monkeypatch
         demo.DemoOptions(admin_password="too short for an admin")
     with pytest.raises(ValueError, match="and not the users' password"):
         demo.DemoOptions(password="x" * 32, admin_password="x" * 32)
+    with pytest.raises(ValueError, match="--port 10080 is one browsers refuse to open"):
+        demo.DemoOptions(port=10080)
     made_up = demo.DemoOptions().with_admin_password().admin_password
     assert len(made_up) >= 32 and made_up != demo.DemoOptions().with_admin_password().admin_password

@@ -43,3 +43,21 @@ def test_an_unreadable_range_falls_back_to_the_kernel_default(tmp_path):
     assert ports.ephemeral_range(str(tmp_path / "missing")) == ports.DEFAULT_EPHEMERAL_RANGE
     (tmp_path / "bad").write_text("nonsense")
     assert ports.ephemeral_range(str(tmp_path / "bad")) == ports.DEFAULT_EPHEMERAL_RANGE
+
+
+def test_ports_browsers_refuse_are_never_chosen(tmp_path, monkeypatch):
+    """10080 is a "bad port" (Fetch standard): a hub there shows a student ERR_UNSAFE_PORT."""
+    spare = ports.free_port()
+
+    class Draws:  # the random draw lands on the blocked port first
+        def __init__(self):
+            self.values = [10080, spare]
+
+        def randint(self, low, high):
+            return self.values.pop(0)
+
+    range_file = tmp_path / "range"
+    range_file.write_text("32768 60999\n")
+    monkeypatch.setattr(ports, "EPHEMERAL_RANGE_FILE", str(range_file))
+    assert ports.free_port(rng=Draws()) == spare
+    assert ports.browser_blocks(10080) and ports.browser_blocks(6667) and not ports.browser_blocks(8000)
