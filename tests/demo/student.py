@@ -150,8 +150,14 @@ class Student:
         headers = {"X-XSRFToken": self._cookie("_xsrf", prefix) or ""}
         async with self.session.post(f"{self.base}{prefix}/api/kernels", json={"name": kernel}, headers=headers) as resp:
             assert resp.status == 201, (resp.status, await resp.text())
-            kernel = await resp.json()
-        ws_url = f"{self.base}{prefix}/api/kernels/{kernel['id']}/channels".replace("http", "ws", 1)
+            kernel_id = (await resp.json())["id"]
+        return await self.execute(kernel_id, code, timeout)
+
+    async def execute(self, kernel_id: str, code: str, timeout: float = 30) -> str:
+        """Run ``code`` as a cell sent at once (no waiting for the kernel to be idle); its stdout."""
+        prefix = f"/user/{self.name}"
+        headers = {"X-XSRFToken": self._cookie("_xsrf", prefix) or ""}
+        ws_url = f"{self.base}{prefix}/api/kernels/{kernel_id}/channels".replace("http", "ws", 1)
         msg_id = uuid.uuid4().hex
         request = {
             "header": {
@@ -190,7 +196,7 @@ class Student:
                     idle = True
         if replied and idle:
             return "".join(out)
-        raise AssertionError(f"no execute_reply within {timeout}s")
+        raise AssertionError(f"no execute_reply within {timeout}s: {''.join(out)}")
 
     async def stop(self, timeout: float = 30) -> None:
         status, body = await self.hub_api("DELETE", f"/users/{self.name}/server")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from typing import Any
 
 import pynvml
@@ -111,39 +110,7 @@ class Server:
             return (await resp.json())["id"]
 
     async def execute(self, kernel_id: str, code: str, timeout: float = 90) -> str:
-        """Run ``code`` as a cell sent at once (no waiting for the kernel to be idle); its stdout."""
-        msg_id = uuid.uuid4().hex
-        header = {
-            "msg_id": msg_id,
-            "username": self.student.name,
-            "session": uuid.uuid4().hex,
-            "msg_type": "execute_request",
-            "version": "5.3",
-            "date": "",
-        }
-        content = {"code": code, "silent": False, "store_history": False, "user_expressions": {}, "allow_stdin": False}
-        request = {"header": header, "parent_header": {}, "metadata": {}, "channel": "shell", "content": content}
-        ws_url = f"{self.base}/api/kernels/{kernel_id}/channels".replace("http", "ws", 1)
-        out: list[str] = []
-        replied = idle = False
-        async with self.student.session.ws_connect(ws_url, headers=self.headers) as ws:
-            await ws.send_json(request)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and not (replied and idle):
-                msg = await ws.receive_json(timeout=deadline - time.monotonic())
-                if (msg.get("parent_header") or {}).get("msg_id") != msg_id:
-                    continue
-                kind = msg["header"]["msg_type"]
-                if kind == "stream":
-                    out.append(msg["content"]["text"])
-                elif kind == "error":
-                    raise AssertionError(f"cell failed: {msg['content']['ename']}: {msg['content']['evalue']}")
-                elif kind == "execute_reply":
-                    replied = True
-                elif kind == "status" and msg["content"]["execution_state"] == "idle":
-                    idle = True
-        assert replied and idle, f"no reply within {timeout}s: {''.join(out)}"
-        return "".join(out)
+        return await self.student.execute(kernel_id, code, timeout)
 
     async def first_cell(self, kernel: str, code: str) -> tuple[str, str, float]:
         """(kernel id, output, seconds from asking for the kernel to the cell's output)."""

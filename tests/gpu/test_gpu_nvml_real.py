@@ -12,6 +12,7 @@ import time
 
 import pynvml
 import pytest
+from helpers.programs import GPU_WORKER
 
 from jupyter_gpuburst.gpu.backend import KernelRef
 from jupyter_gpuburst.gpu.nvml import NVMLBackend
@@ -22,26 +23,6 @@ pytestmark = pytest.mark.gpu
 GiB = 1 << 30
 
 # A stand-in kernel: holds 1 GiB on the first GPU and keeps it busy until its stdin closes.
-GPU_WORKER = """
-import sys, threading
-try:
-    import torch
-    if not torch.cuda.is_available():
-        raise ImportError("CUDA not available to torch")
-    held = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    a = torch.randn(4096, 4096, device="cuda")
-    def work():
-        global a
-        while True:
-            a = (a @ a).clamp_(-1, 1)
-            torch.cuda.synchronize()
-except ImportError as exc:
-    print("skip:", exc, flush=True)
-    sys.exit(0)
-threading.Thread(target=work, daemon=True).start()
-print("ready", flush=True)
-sys.stdin.read()
-"""
 
 
 def _nvml_or_skip() -> None:
@@ -64,7 +45,9 @@ def backend():
 @pytest.fixture
 def gpu_worker():
     _nvml_or_skip()
-    proc = subprocess.Popen([sys.executable, "-c", GPU_WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", GPU_WORKER, "compute", str(1 << 30)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         line = proc.stdout.readline().strip()
         if line.startswith("skip:") or not line:

@@ -13,6 +13,7 @@ import time
 
 import pytest
 from helpers.figures import record
+from helpers.programs import GPU_WORKER
 
 from jupyter_gpuburst.hub.culling.policy import decide
 from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
@@ -23,28 +24,6 @@ pytestmark = pytest.mark.gpu
 
 TIMEOUT_S = 10.0
 WATCH_S = TIMEOUT_S + 5
-
-WORKER = """
-import sys, threading, time
-try:
-    import torch
-    if not torch.cuda.is_available():
-        raise ImportError("CUDA not available to torch")
-except ImportError as exc:
-    print("skip:", exc, flush=True)
-    sys.exit(0)
-held = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
-a = torch.randn(4096, 4096, device="cuda")
-def work():
-    global a
-    while True:
-        a = (a @ a).clamp_(-1, 1)
-        torch.cuda.synchronize()
-if sys.argv[1] == "compute":
-    threading.Thread(target=work, daemon=True).start()
-print("ready", flush=True)
-sys.stdin.read()
-"""
 
 
 def nvml_backend():
@@ -65,7 +44,9 @@ def nvml_backend():
 def watch(mode: str) -> dict:
     """Run a worker in ``mode`` and judge it every second for WATCH_S seconds, as the hub would."""
     backend = nvml_backend()
-    worker = subprocess.Popen([sys.executable, "-c", WORKER, mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", GPU_WORKER, mode, str(1 << 28)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         line = worker.stdout.readline().strip()
         if line.startswith("skip:"):
