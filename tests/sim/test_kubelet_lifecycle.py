@@ -6,35 +6,20 @@ import asyncio
 import base64
 import os
 import socket
-import sys
 
 import psutil
 import pytest
+from helpers.pods import pod, py
 
 from jupyter_gpuburst.sim.kubelet.pods import uts_namespaces
 from jupyter_gpuburst.sim.kubelet.volumes import PathMap
 from jupyter_gpuburst.sim.testing import one_node_cluster, wait_for_pod, wait_until
-
-PY = sys.executable
 
 
 @pytest.fixture
 async def cluster(tmp_path):
     async with one_node_cluster(tmp_path, 6, backoff_initial_s=0.5) as c:
         yield c
-
-
-def pod(name: str, *containers: dict, **spec) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {"containers": list(containers), "terminationGracePeriodSeconds": 1, **spec},
-    }
-
-
-def py(name: str, code: str, **extra) -> dict:
-    return {"name": name, "image": "python:3.11", "command": [PY, "-c", code], **extra}
 
 
 def status_of(p: dict, name: str) -> dict:

@@ -7,17 +7,16 @@ import asyncio
 import json
 import os
 import secrets
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from helpers.pods import PY, pod, py
 
 from jupyter_gpuburst.sim.kubelet import mounts
 from jupyter_gpuburst.sim.kubelet.pods import uts_namespaces
 from jupyter_gpuburst.sim.testing import one_node_cluster, wait_for_pod, wait_until
 
-PY = sys.executable
 WHY_NOT = (
     "no UTS and mount namespaces (not root, or no util-linux)" if not uts_namespaces() else mounts.unavailable(Path(tempfile.gettempdir()))
 )
@@ -28,19 +27,6 @@ needs_mounts = pytest.mark.skipif(WHY_NOT is not None, reason=f"volumes cannot b
 async def cluster(tmp_path):
     async with one_node_cluster(tmp_path, 13) as c:
         yield c
-
-
-def pod(name: str, *containers: dict, **spec) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {"containers": list(containers), "terminationGracePeriodSeconds": 1, **spec},
-    }
-
-
-def py(name: str, code: str, **extra) -> dict:
-    return {"name": name, "image": "python:3.11", "command": [PY, "-c", code], **extra}
 
 
 async def finished(cluster, name: str) -> tuple[dict, str]:
