@@ -32,7 +32,6 @@ import http
 import json
 import os
 import random
-import signal
 import sqlite3
 import sys
 import tempfile
@@ -126,12 +125,8 @@ class Hub:
             await self._kill_and_restart()
 
     async def _kill_and_restart(self) -> None:
-        proc = self.process.proc
         self.up.clear()
-        if proc is not None and proc.returncode is None:
-            os.killpg(proc.pid, signal.SIGKILL)  # the hub and its proxy, no cleanup
-            await proc.wait()
-        self.process.proc = None
+        await self.process.kill()  # the hub and its proxy, no cleanup
         await asyncio.sleep(1.0)
         await self.start()
         self.restarts += 1

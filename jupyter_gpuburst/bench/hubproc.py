@@ -9,6 +9,7 @@ hub through the environment and never written to the log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import signal
@@ -23,6 +24,8 @@ import aiohttp
 from jupyter_gpuburst.hub.ports import free_port
 
 ADMIN_SERVICE = "gpuburst-admin"
+# JupyterHub's ConfigurableHTTPProxy.pid_file default, relative to the hub's working directory
+PROXY_PID_FILE = "jupyterhub-proxy.pid"
 ADMIN_TOKEN_ENV = "GPUBURST_ADMIN_TOKEN"
 
 
@@ -156,16 +159,27 @@ class HubProcess:
 
     async def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM the hub (it stops its proxy and, with cleanup_servers, its servers)."""
-        proc, self.proc = self.proc, None
+        proc = self.proc
         if proc is None or proc.returncode is not None:
+            self.proc = None
             return
         proc.send_signal(signal.SIGTERM)
         try:
             await asyncio.wait_for(proc.wait(), timeout)
         except asyncio.TimeoutError:
-            # its own session: the proxy it started goes with it
-            os.killpg(proc.pid, signal.SIGKILL)
+            await self.kill()
+        self.proc = None
+
+    async def kill(self) -> None:
+        """SIGKILL the hub with no cleanup (a crash), and its proxy: JupyterHub starts the proxy
+        in a session of its own, so it outlives the hub's process group."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int((self.workdir / PROXY_PID_FILE).read_text().strip()), signal.SIGTERM)
 
     async def capacity(self, session: aiohttp.ClientSession, token: str | None = None) -> tuple[int, Any]:
         """The capacity report from the gpuburst service, through the proxy."""

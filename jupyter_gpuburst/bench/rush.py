@@ -40,7 +40,6 @@ import json
 import os
 import random
 import secrets
-import signal
 import sqlite3
 import sys
 import tempfile
@@ -81,7 +80,6 @@ from jupyter_gpuburst.sim.testing import running_federation
 HUB_LOG_LEVEL = os.environ.get("GPUBURST_BENCH_HUB_LOG_LEVEL", "WARN")
 PRIORITY_CLASSES = "priorityclasses.scheduling.k8s.io"
 QUEUE_METRIC = "jupyterhub_gpuburst_spawn_queue_length"
-PROXY_PID_FILE = "jupyterhub-proxy.pid"  # beside the hub's pid_file (bench/hubproc.py)
 SCALED = {
     "real": "JupyterHub and its proxy, GPUBurstSpawner and KubeSpawner, the hub's GPU kernel API, warm pools and queue, "
     "the federation emulator (API servers, scheduler with preemption, kubelets pulling cold images, Liqo) for every student",
@@ -390,14 +388,7 @@ async def warm_up(fed: Federation, placeholders: int, timeout: float) -> tuple[f
 async def kill(hub: HubProcess) -> None:
     """The hub and its proxy go at once (a graceful stop would stop hundreds of servers one by
     one): the arm's federation, with every pod, goes next."""
-    proc, hub.proc = hub.proc, None
-    if proc is not None and proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
-    # JupyterHub starts the proxy in a session of its own: it outlives the hub's group
-    with contextlib.suppress(OSError, ValueError):
-        os.kill(int((hub.workdir / PROXY_PID_FILE).read_text().strip()), signal.SIGTERM)
+    await hub.kill()
 
 
 def arm_order(round_: int) -> list[tuple[str, bool]]:

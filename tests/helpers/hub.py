@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -15,6 +16,7 @@ from typing import Any
 
 import aiohttp
 
+from jupyter_gpuburst.bench.hubproc import PROXY_PID_FILE
 from jupyter_gpuburst.demo import proxy_command
 from jupyter_gpuburst.hub.ports import free_port
 
@@ -124,15 +126,18 @@ c.Spawner.default_url = "/api"
 
     async def stop(self) -> None:
         """SIGTERM the hub (servers keep running: cleanup_servers is off) and wait for it."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        while self.proc.poll() is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + 15
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        # the proxy runs in a session of its own: a hub that was killed (by a test, or above)
+        # left it running; one that stopped cleanly removed its pid file
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int((self.workdir / PROXY_PID_FILE).read_text().strip()), signal.SIGTERM)
 
     def log(self) -> str:
         try:
