@@ -7,12 +7,14 @@ user pod, grace period 0); and when a spawn's reservation lands on a node whose 
 fill it, they are removed at once, before its pod even reaches the scheduler. A placeholder the
 scheduler could not place within ``pending_seconds`` is removed too: its site ran short. One
 list of the pools' pods per pass, and a pass whenever capacity changes (at most every
-``interval_seconds``).
+``interval_seconds``). A pool with a schedule is kept at its size only within its windows, and
+emptied outside them (a pre-started kernel being adopted stays: it is a student's now).
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import logging
 import time
@@ -27,7 +29,7 @@ from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.snapshot import is_gpu_resource
 from jupyter_gpuburst.hub import metrics
 from jupyter_gpuburst.hub.kernels import prestarted
-from jupyter_gpuburst.hub.pools import manifests
+from jupyter_gpuburst.hub.pools import manifests, schedule
 from jupyter_gpuburst.hub.pools.settings import KERNELS, Pool, Shape, WarmPools
 
 TERMINAL = frozenset({"Succeeded", "Failed"})
@@ -38,6 +40,8 @@ class PoolState:
     """What the capacity page and metrics show of one pool."""
 
     pool: Pool
+    target: int = 0  # the pool's size now: its count, or 0 outside its schedule
+    when: str = ""  # its schedule's state: "on until 09:15", "off until Mon 08:30"
     ready: int = 0  # running (a kernel: imports done): the room is held, the image is on the node
     pending: int = 0  # not placed yet, pulling the image (or a kernel importing)
     gpus: dict[str, int] = field(default_factory=dict)  # GPU units the bound placeholders hold
@@ -51,7 +55,10 @@ class PoolState:
             "site": self.pool.site,
             "profile": self.pool.profile,
             "kind": self.pool.kind,  # placeholders, or pre-started GPU kernels
-            "target": self.pool.count,
+            "target": self.target,
+            "count": self.pool.count,
+            "schedule": [w.text for w in self.pool.schedule],
+            "when": self.when,
             "ready": self.ready,
             "pending": self.pending,
             "gpus": dict(self.gpus),
@@ -75,6 +82,7 @@ class PoolController:
         clock: Callable[[], float] = time.monotonic,
         offloader: Any = None,
         kernel_pods: Mapping[str, Callable[[], dict[str, Any]]] | None = None,
+        wall_clock: Callable[[], dt.datetime] | None = None,
     ):
         self.offloader = offloader  # sites.offloading.NamespaceOffloader: donor placeholders need it
         self.settings = settings
@@ -87,7 +95,10 @@ class PoolController:
         self.tracker = tracker
         self.log = log or logging.getLogger(__name__)
         self.clock = clock
+        # the schedules' clock: the time of day in the pools' time zone
+        self.wall_clock = wall_clock or (lambda: dt.datetime.now(settings.tz()))
         self.states = {p.name: PoolState(p) for p in settings.pool_list()}
+        self._apply_schedules()
         for state in self.states.values():
             if self._builder(state.pool) is None:
                 state.note = f"no profile {state.pool.profile!r} in the spawner's profile_list"
@@ -134,6 +145,7 @@ class PoolController:
         self._first_seen = {uid: t for uid, t in self._first_seen.items() if uid in live}
         elapsed = now - self._last_pass if self._last_pass is not None else 0.0
         self._last_pass = now
+        self._apply_schedules()
         for name, state in self.states.items():
             # what they held since the last pass, those removed in this one included
             self._count(state, by_pool.get(name, []), elapsed)
@@ -147,7 +159,7 @@ class PoolController:
             if build is None:
                 continue
             mine, short = await self._shrink(state, mine, now)
-            missing = state.pool.count - len(mine)
+            missing = state.target - len(mine)
             if missing <= 0:
                 state.note = ""
                 continue
@@ -172,6 +184,12 @@ class PoolController:
                     state.note = f"{state.pool.site} ran short: a placeholder could not be placed"
                 else:
                     state.note = "" if room >= missing else f"{state.pool.site} has room for {room} more now"
+
+    def _apply_schedules(self) -> None:
+        today = self.wall_clock()
+        for state in self.states.values():
+            state.target = state.pool.count if schedule.is_open(state.pool.schedule, today) else 0
+            state.when = schedule.describe(state.pool.schedule, today)
 
     def _builder(self, pool: Pool) -> Callable[[], dict[str, Any]] | None:
         """What makes one pod of ``pool``; None when its profile is unknown."""
@@ -206,7 +224,7 @@ class PoolController:
         pods = sorted(pods, key=lambda p: (bool((p.get("spec") or {}).get("nodeName")), p["metadata"].get("creationTimestamp", "")))
         keep = []
         short = False
-        extra = len(pods) - state.pool.count
+        extra = len(pods) - state.target
         for pod in pods:
             unbound = not (pod.get("spec") or {}).get("nodeName")
             stuck = unbound and now - self._first_seen.get(pod["metadata"]["uid"], now) >= self.settings.pending_seconds

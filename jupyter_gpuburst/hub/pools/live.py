@@ -98,7 +98,11 @@ async def _start(settings: WarmPools, shapes: dict[str, Any], namespace: str, tr
             kernel_pods=kernel_pods,
         )
         _controller.start()
-        on = ", ".join(f"{p.count} x {p.profile}{' kernels' if p.kind == KERNELS else ''} on {p.site}" for p in settings.pool_list())
+        on = ", ".join(
+            f"{p.count} x {p.profile}{' kernels' if p.kind == KERNELS else ''} on {p.site}"
+            + (f" ({', '.join(w.text for w in p.schedule)} {settings.timezone})" if p.schedule else "")
+            for p in settings.pool_list()
+        )
         log.info("Warm pools on: %s", on)
     except Exception:
         log.exception("Warm pools could not start; spawns go on without them")

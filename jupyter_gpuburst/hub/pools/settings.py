@@ -9,6 +9,7 @@ from traitlets import Dict, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.hub.pools.schedule import Window, parse_window, time_zone
 from jupyter_gpuburst.hub.spawner.podrequest import pod_spec_from_traits
 
 SECTION = "WarmPools"
@@ -23,12 +24,14 @@ PLACEHOLDERS, KERNELS = "placeholders", "kernels"
 @dataclass(frozen=True)
 class Pool:
     """``count`` placeholders of ``profile`` on ``site`` (``origin`` or a donor's cluster id); of
-    kind ``kernels``: pre-started GPU kernels of the GPU kernel profile ``profile``."""
+    kind ``kernels``: pre-started GPU kernels of the GPU kernel profile ``profile``. Up only
+    within ``schedule``'s windows where it has any (none: always)."""
 
     site: str
     profile: str
     count: int
     kind: str = PLACEHOLDERS
+    schedule: tuple[Window, ...] = ()
 
     @property
     def name(self) -> str:
@@ -55,8 +58,11 @@ class WarmPools(Configurable):
         the slug of one of the spawner's profiles, "count": placeholders to keep}. Each
         placeholder is a pod of the profile's size and image at a priority below every user pod:
         it pulls the image onto a node and holds the room until a real server or kernel needs it
-        (the scheduler preempts it), then the pool refills. Example:
-        [{"site": "origin", "profile": "gpu-1", "count": 4}, {"site": "donor-1", "profile": "gpu-1", "count": 8}].""",
+        (the scheduler preempts it), then the pool refills. An optional "schedule", a list of
+        windows like "mon-fri 08:30-09:15" (days: mon-fri, mon,wed, daily or none; times in
+        `timezone`), keeps the pool up only then: outside them it holds nothing. Example:
+        [{"site": "origin", "profile": "gpu-1", "count": 4, "schedule": ["mon-fri 08:30-09:15"]},
+        {"site": "donor-1", "profile": "gpu-1", "count": 8}].""",
     )
     kernels = List(
         Dict(),
@@ -67,7 +73,14 @@ class WarmPools(Configurable):
         the placeholders' priority, with ipykernel (and `kernel_preload`) imported and no
         connection yet; the next GPU kernel of that profile placed on that site adopts it (a new
         key, its owner and labels set then), so it is ready in about one round trip to the hub;
-        the pool refills. Example: [{"site": "origin", "profile": "gpu-1", "count": 2}].""",
+        the pool refills. An optional "schedule" as for `pools`. Example:
+        [{"site": "origin", "profile": "gpu-1", "count": 2, "schedule": ["mon-fri 08:45-09:15"]}].""",
+    )
+    timezone = Unicode(
+        "UTC",
+        config=True,
+        help="""The time zone of the pools' schedules: an IANA name like "Europe/Rome" (the
+        campus's own, so that a lab at 09:00 stays at 09:00 across daylight saving time).""",
     )
     kernel_preload = List(
         Unicode(),
@@ -111,9 +124,9 @@ class WarmPools(Configurable):
         seen = set()
         what = f"WarmPools.{proposal['trait'].name}"
         for i, raw in enumerate(proposal["value"]):
-            unknown = set(raw) - {"site", "profile", "count"}
+            unknown = set(raw) - {"site", "profile", "count", "schedule"}
             if unknown:
-                raise TraitError(f"{what}[{i}]: unknown key {sorted(unknown)[0]!r}; expected site, profile, count")
+                raise TraitError(f"{what}[{i}]: unknown key {sorted(unknown)[0]!r}; expected site, profile, count, schedule")
             site, profile, count = raw.get("site"), raw.get("profile"), raw.get("count")
             if not isinstance(site, str) or not site or not isinstance(profile, str) or not profile:
                 raise TraitError(f"{what}[{i}]: 'site' and 'profile' must be non-empty strings")
@@ -124,11 +137,33 @@ class WarmPools(Configurable):
             if (site, profile) in seen:
                 raise TraitError(f"{what}[{i}]: a second pool for {profile} on {site}")
             seen.add((site, profile))
+            windows = raw.get("schedule", [])
+            if "schedule" in raw and (not isinstance(windows, list) or not windows):
+                raise TraitError(f"{what}[{i}]: 'schedule' must be a non-empty list like [\"mon-fri 08:30-09:15\"]")
+            for text in windows:
+                try:
+                    parse_window(text)
+                except ValueError as exc:
+                    raise TraitError(f"{what}[{i}]: schedule {exc}") from None
         return proposal["value"]
 
+    @validate("timezone")
+    def _check_timezone(self, proposal: Any) -> str:
+        try:
+            time_zone(proposal["value"])
+        except ValueError as exc:
+            raise TraitError(f"WarmPools.timezone: {exc}") from None
+        return proposal["value"]
+
+    def tz(self) -> Any:
+        return time_zone(self.timezone)
+
     def pool_list(self) -> list[Pool]:
-        return [Pool(p["site"], p["profile"], p["count"]) for p in self.pools] + [
-            Pool(p["site"], p["profile"], p["count"], KERNELS) for p in self.kernels
+        def windows(p: dict[str, Any]) -> tuple[Window, ...]:
+            return tuple(parse_window(text) for text in p.get("schedule", []))
+
+        return [Pool(p["site"], p["profile"], p["count"], schedule=windows(p)) for p in self.pools] + [
+            Pool(p["site"], p["profile"], p["count"], KERNELS, windows(p)) for p in self.kernels
         ]
 
 

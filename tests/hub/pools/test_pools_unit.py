@@ -44,6 +44,12 @@ def test_pool_settings_refuse_bad_entries():
         WarmPools(pools=[{"site": "origin", "profile": "gpu-1", "count": -1}])
     with pytest.raises(TraitError, match="at most 63 characters"):
         WarmPools(pools=[{"site": "origin", "profile": "g" * 60, "count": 1}])
+    with pytest.raises(TraitError, match=r"kernels\[0\]: schedule 'mon-fry 08:30-09:15': unknown day 'fry'"):
+        WarmPools(kernels=[{"site": "origin", "profile": "gpu-1", "count": 1, "schedule": ["mon-fry 08:30-09:15"]}])
+    with pytest.raises(TraitError, match="'schedule' must be a non-empty list"):
+        WarmPools(pools=[{"site": "origin", "profile": "gpu-1", "count": 1, "schedule": "mon-fri 08:30-09:15"}])
+    with pytest.raises(TraitError, match="WarmPools.timezone: unknown time zone 'Europe/Atlantis'"):
+        WarmPools(timezone="Europe/Atlantis")
     with pytest.raises(TraitError, match="a second pool for gpu-1 on origin"):
         WarmPools(pools=[{"site": "origin", "profile": "gpu-1", "count": 1}] * 2)
     c = Config()
@@ -135,7 +141,7 @@ class FakeApi:
         self.pods[name]["status"]["phase"] = "Running"
 
 
-def controller(pools, clock):
+def controller(pools, clock, wall_clock=None):
     inv = Inventory()
     for name in ("g1", "g2"):
         inv.apply_node_event(
@@ -145,7 +151,7 @@ def controller(pools, clock):
     api = FakeApi()
     settings = WarmPools(pools=pools, pending_seconds=10)
     shapes = {"gpu-1": profile_shape("gpu-1", {}, PROFILES)}
-    return PoolController(settings, shapes, "jhub", api, api, tracker, clock=clock), api, inv
+    return PoolController(settings, shapes, "jhub", api, api, tracker, clock=clock, wall_clock=wall_clock), api, inv
 
 
 async def test_controller_fills_to_the_room_gives_way_to_a_reservation_and_drops_stuck_placeholders():
@@ -180,6 +186,27 @@ async def test_controller_fills_to_the_room_gives_way_to_a_reservation_and_drops
     assert "stuck" not in api.pods and "ran short" in ctl.report()[0]["note"]
 
 
+async def test_a_scheduled_pool_fills_in_its_window_and_empties_outside_it():
+    import datetime as dt
+
+    now = [100.0]
+    wall = [dt.datetime(2026, 11, 30, 8, 0)]  # a Monday, before the lab's window
+    pools = [{"site": "origin", "profile": "gpu-1", "count": 2, "schedule": ["mon-fri 08:30-09:15"]}]
+    ctl, api, _ = controller(pools, lambda: now[0], lambda: wall[0])
+    await ctl.reconcile()
+    state = ctl.report()[0]
+    assert api.pods == {} and state["target"] == 0 and state["count"] == 2
+    assert state["schedule"] == ["mon-fri 08:30-09:15"] and state["when"] == "off until 08:30"
+    wall[0] = dt.datetime(2026, 11, 30, 8, 30)
+    await ctl.reconcile()
+    assert len(api.pods) == 2 and ctl.report()[0]["target"] == 2 and ctl.report()[0]["when"] == "on until 09:15"
+    for name, node in zip(sorted(api.pods), ["g1", "g2"], strict=True):
+        api.bind(name, node)
+    wall[0] = dt.datetime(2026, 11, 30, 9, 15)
+    await ctl.reconcile()
+    assert api.pods == {} and ctl.report()[0]["when"] == "off until Tue 08:30"
+
+
 def test_capacity_page_shows_pools_apart():
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
@@ -191,6 +218,9 @@ def test_capacity_page_shows_pools_apart():
         "site": "donor-1",
         "profile": "gpu-1",
         "target": 8,
+        "count": 8,
+        "schedule": ["mon-fri 08:30-09:15"],
+        "when": "on until 09:15",
         "ready": 6,
         "pending": 2,
         "gpus": {"nvidia.com/gpu": 6},
@@ -210,6 +240,10 @@ def test_capacity_page_shows_pools_apart():
     html = env.get_template(PAGE_TEMPLATE).render(report=report, api_url="x", hub_prefix="/hub/", gpu_name=names.gpu_name, usage=None)
     row = html[html.index('id="gpuburst-pools"') :]
     assert "<td>donor-1</td>" in row and "<td>6 / 8</td>" in row and "6 × GPU" in row and "<td>3.50</td>" in row
+    assert "mon-fri 08:30-09:15<br>" in row and "on until 09:15" in row
+    pool.update(schedule=[], when="")
+    row = env.get_template(PAGE_TEMPLATE).render(report=report, api_url="x", hub_prefix="/hub/", gpu_name=names.gpu_name, usage=None)
+    assert '<td class="small">always</td>' in row
     report["pools"] = []
     assert 'id="gpuburst-pools"' not in env.get_template(PAGE_TEMPLATE).render(
         report=report, api_url="x", hub_prefix="/hub/", gpu_name=names.gpu_name, usage=None
