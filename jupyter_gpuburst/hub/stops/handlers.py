@@ -1,7 +1,8 @@
 """``POST /services/gpuburst/api/stop``: an admin stops a server or GPU kernel from the capacity page.
 
-The body is ``{"target": key}``, a key the capacity report lists (``alice/`` or ``alice/gpu``
-for servers, ``alice/kernel:<id>`` for GPU kernels). It needs the caller's own ``admin:servers``
+The body is ``{"target": key, "reason": text}``, a key the capacity report lists (``alice/`` or
+``alice/gpu`` for servers, ``alice/kernel:<id>`` for GPU kernels) and, optionally, a line for its
+user (at most ``REASON_MAX`` characters), who reads it where they read the stop's note. It needs the caller's own ``admin:servers``
 (the page's ``admin:users`` lets an admin read, not stop): the service's scopes never stand in
 for the admin's. A server is stopped through JupyterHub's REST API with the admin's own token,
 so the hub checks and logs that admin; a GPU kernel through the hub's kernel registry, telling
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from functools import partial
 from typing import Any
@@ -29,8 +31,26 @@ STOP_PATH = "api/stop"
 STOP_SCOPE = "admin:servers"
 KERNEL_PREFIX = "kernel:"
 # what the student reads: in the notebook of a stopped GPU kernel, on the spawn page of a server
-KERNEL_NOTE = "This GPU kernel was stopped by the hub's admins. Restart the kernel to start it again on a free GPU."
-SERVER_NOTE = "Your server was stopped by the hub's admins. Start it again when you need it."
+KERNEL_NOTE = "This GPU kernel was stopped by the hub's admins{reason}. Restart the kernel to start it again on a free GPU."
+SERVER_NOTE = "Your server was stopped by the hub's admins{reason}. Start it again when you need it."
+REASON_MAX = 200
+
+
+def parse_reason(value: Any) -> str:
+    """The admin's reason as one short line ("" for none); a short 400 for anything else."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise web.HTTPError(400, "a stop's reason is text")
+    reason = re.sub(r"\s+", " ", "".join(ch for ch in value if ch.isprintable() or ch.isspace())).strip()
+    if len(reason) > REASON_MAX:
+        raise web.HTTPError(400, f"a stop's reason is at most {REASON_MAX} characters")
+    return reason
+
+
+def note(template: str, reason: str) -> str:
+    """What the user reads: the stop's note, with the admin's reason where one was given."""
+    return template.format(reason=f": {reason.rstrip('.')}" if reason else "")
 
 
 def _log() -> logging.Logger:
@@ -80,24 +100,30 @@ def handlers(prefix: str, base: type, service: Any) -> list[tuple[str, type]]:
                 body = json.loads(self.request.body or b"{}")
             except ValueError:
                 raise web.HTTPError(400, "the request body must be JSON") from None
-            user, server_name, record_id = parse_target(body.get("target") if isinstance(body, dict) else None)
+            body = body if isinstance(body, dict) else {}
+            user, server_name, record_id = parse_target(body.get("target"))
+            reason = parse_reason(body.get("reason"))
             if record_id is not None:
-                message = await self.stop_kernel(user, record_id)
+                message = await self.stop_kernel(user, record_id, reason)
             else:
-                message = await self.stop_server(user, server_name)
+                message = await self.stop_server(user, server_name, reason)
             self.set_header("Content-Type", "application/json")
             self.finish(json.dumps({"message": message}))
 
         def what(self, user: str, server_name: str) -> str:
             return f"{user}'s server" + (f" {server_name!r}" if server_name else "")
 
-        async def stop_server(self, user: str, server_name: str) -> str:
+        def log_stop(self, what: str, reason: str) -> None:
+            admin = self.current_user.get("name")
+            _log().info("Stop: %s stops %s from the capacity page%s", admin, what, f" (reason: {reason!r})" if reason else "")
+
+        async def stop_server(self, user: str, server_name: str, reason: str = "") -> str:
             what = self.what(user, server_name)
             if LiveHub().active_spawner(user, server_name) is None:
                 # the hub's API answers a stop of a stopped server as done: say what is true
                 return f"{what} had already stopped."
             token = self.hub_auth.get_token(self)
-            _log().info("Stop: %s stops %s from the capacity page", self.current_user.get("name"), what)
+            self.log_stop(what, reason)
             try:
                 outcome = await hub_api_stop(token, user, server_name)
             except RuntimeError:
@@ -108,10 +134,10 @@ def handlers(prefix: str, base: type, service: Any) -> list[tuple[str, type]]:
             culler = _culler(service)
             if culler is not None:
                 # the spawn page says why, as for a server the culler stopped
-                culler.stopped_servers[(user, server_name)] = (SERVER_NOTE, time.time())
+                culler.stopped_servers[(user, server_name)] = (note(SERVER_NOTE, reason), time.time())
             return f"{what} is stopping; its GPUs go back once its pod is gone."
 
-        async def stop_kernel(self, user: str, record_id: str) -> str:
+        async def stop_kernel(self, user: str, record_id: str, reason: str = "") -> str:
             what = f"{user}'s GPU kernel {record_id}"
             try:
                 registry = await (service.registry_source or default_registry)(LiveHub())
@@ -124,10 +150,10 @@ def handlers(prefix: str, base: type, service: Any) -> list[tuple[str, type]]:
                 return f"{what} had already stopped."
             if registry.state(record) in ("stopped", "failed"):
                 return f"{what} had already stopped."
-            _log().info("Stop: %s stops %s from the capacity page", self.current_user.get("name"), what)
+            self.log_stop(what, reason)
             culler = _culler(service)
             if culler is not None:
-                await culler.stop_kernel(registry, record, KERNEL_NOTE)
+                await culler.stop_kernel(registry, record, note(KERNEL_NOTE, reason))
             else:
                 await registry.stop(record, wait=0)
             return f"{what} is stopped; its GPU goes back once its pod is gone."

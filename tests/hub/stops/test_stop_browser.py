@@ -121,8 +121,9 @@ def test_an_admin_stops_a_server_and_a_gpu_kernel(page: Page, stop_site: StopSit
     expect(dialog).to_be_hidden()
     assert site.running("alice")
 
-    # Stop it: the result line says so, and the server goes
+    # Stop it, with a reason for alice: the result line says so, and the server goes
     alice.click()
+    dialog.get_by_label("Reason, for its user (optional)").fill("The lab is over <3")
     dialog.get_by_role("button", name="Stop it").click()
     result = page.locator("#gpuburst-stop-result")
     expect(result).to_have_text("alice's server is stopping; its GPUs go back once its pod is gone. Reload the page to see its GPUs free.")
@@ -136,12 +137,16 @@ def test_an_admin_stops_a_server_and_a_gpu_kernel(page: Page, stop_site: StopSit
     assert re.search(r"DELETE /hub/api/users/alice/server \(admin@", site.hub.log())
     # her spawn page says why
     page_html = site.loop.run(site.hub.spawn_page("alice"))
-    assert 'id="gpuburst-stopped"' in page_html and "Your server was stopped by the hub" in page_html
+    assert 'id="gpuburst-stopped"' in page_html
+    assert "Your server was stopped by the hub&#39;s admins: The lab is over &lt;3. Start it again" in page_html, page_html
+    assert "stops alice's server from the capacity page (reason: 'The lab is over <3')" in site.hub.log()
 
     # bob's GPU kernel, in the dark theme: its pod goes, bob's CPU server stays
     use_theme(page, "dark")
     kernel = stop_button(page, site.kernel)
     kernel.click()
+    # the dialog forgets the last stop's reason: bob's kernel is stopped without one
+    expect(page.locator("#gpuburst-stop-reason")).to_have_value("")
     page.locator("#gpuburst-stop-confirm").get_by_role("button", name="Stop it").click()
     record_id = site.kernel.removeprefix("bob/kernel:")
     expect(result).to_have_text(
@@ -165,6 +170,9 @@ def test_an_admin_stops_a_server_and_a_gpu_kernel(page: Page, stop_site: StopSit
     assert (status, body["message"]) == (200, f"bob's GPU kernel {record_id} had already stopped.")
     status, body = site.call("POST", STOP_API, {"target": "nobody"})
     assert status == 400 and "a stop is" in body["message"]
+    status, body = site.call("POST", STOP_API, {"target": "carol/", "reason": "x" * 201})
+    assert status == 400 and "at most 200 characters" in body["message"]
+    assert site.running("carol")
 
 
 def test_who_may_not_stop_gets_403_and_nothing_stops(page: Page, stop_site: StopSite) -> None:
