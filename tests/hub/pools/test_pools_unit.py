@@ -305,3 +305,25 @@ def test_pool_metrics_are_exported():
     assert REGISTRY.get_sample_value(metrics.metric_name("pool_placeholders"), {**labels, "state": "ready"}) == 3
     assert REGISTRY.get_sample_value(metrics.metric_name("pool_placeholders"), {**labels, "state": "pending"}) == 1
     assert REGISTRY.get_sample_value(metrics.metric_name("pool_gpu_seconds_total"), labels) == before + 12.5
+
+
+def test_the_readmes_lab_config_is_valid_and_its_bill_adds_up():
+    """The README's "Preparing a lab" block is the config an admin pastes: it must load, and its
+    pools must cost what the README says."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = readme[readme.index("## Preparing a lab") :]
+    section = section[: section.index("\n## ", 1)]
+    [block] = re.findall(r"```python\n(.*?)```", section, re.S)
+    c = Config()
+    exec(block, {"c": c})  # noqa: S102 - the README's own text, as jupyterhub_config.py runs it
+    settings = WarmPools(config=c)
+    pools = settings.pool_list()
+    assert {(p.site, p.kind) for p in pools} == {("donor-1", "placeholders"), ("origin", "kernels")}
+    assert all(p.schedule for p in pools) and str(settings.tz()) == "Europe/Rome"
+    assert c.GPUBurstSpawner.queue_when_full is True
+    placeholders = next(p for p in pools if p.kind == "placeholders")
+    (window,) = placeholders.schedule
+    gpu_hours = placeholders.count * (window.end - window.start) / 60
+    assert f"{placeholders.count} GPUs from 8:30 to 9:15 are {gpu_hours:g} GPU-hours a lab day" in " ".join(section.split())
