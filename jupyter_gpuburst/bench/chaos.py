@@ -113,6 +113,7 @@ class Hub:
         )
         self.up = asyncio.Event()
         self.restarts = 0
+        self.preempt_waits: list[float] = []  # each pools_preempted's wait for a restarted hub
         self._restarting = asyncio.Lock()
 
     async def start(self) -> None:
@@ -424,7 +425,7 @@ def chaos_actions(fed: Federation, hub: Hub) -> dict[str, Any]:
         await hub.kill_and_restart()
 
     async def pools_preempted(step: FaultStep) -> None:
-        chaos_pools.preempt_placeholders(fed)
+        hub.preempt_waits.append(await chaos_pools.preempt_once_watched(fed, hub))
 
     return {
         "errors": errors,
@@ -484,6 +485,7 @@ async def run_phase(
             counts = await count(fed, hub, session, phase.journeys, pools)
             counts["ledger"] = compare(lifetimes, workdir / LEDGER_FILE)
             counts["placeholders_bound"] = chaos_pools.placeholders_bound(lifetimes.pods.values())
+            counts["pools_preempted_waited_s"] = [round(w, 2) for w in hub.preempt_waits]
             trace = [{"user": j.user, "outcome": j.outcome, "message": j.message[:300], "trace": j.trace} for j in phase.journeys]
             (workdir / "journeys.json").write_text(json.dumps({"faults": phase.faults_done, "journeys": trace}, indent=1))
     finally:
