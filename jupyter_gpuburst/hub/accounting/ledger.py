@@ -128,6 +128,10 @@ class UsageLedger:
         now = self.clock()
         scheduled = _scheduled_at(pod)
         seen_unbound = self._waiting.pop(key, None)
+        if scheduled is not None and seen_unbound is not None and seen_unbound > scheduled + 0.5:
+            # seen unbound only after the scheduler's second had passed: a watch catching up
+            # replayed the pod's pending state after the fact, which says nothing of the moment
+            seen_unbound = None
         started = now
         if scheduled is not None and not adopted and (seen_unbound is None or now - scheduled > LATE_S):
             # first seen bound (the hub started again), or the binding reached us late (a

@@ -17,6 +17,13 @@ from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.settings import settings_from_config
 
 
+class NotUsed:
+    """Any use of the Kubernetes API fails the test: accounting reads only the tracker's events."""
+
+    def __getattr__(self, name: str):
+        pytest.fail(f"accounting used the Kubernetes API: {name}")
+
+
 def stamp(t: float) -> str:
     """A metav1.Time as the API server writes it: to the second."""
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -121,6 +128,14 @@ def test_the_tracker_hands_the_ledger_the_deleted_placeholder_with_its_deletion_
     assert [(r["mode"], r["gpu_seconds"]) for r in rows] == [("pool", pytest.approx(2 * 24.3))]  # 2 GPUs, 100.2 -> 124.5
 
 
-class NotUsed:
-    def __getattr__(self, name: str):
-        pytest.fail(f"accounting used the Kubernetes API: {name}")
+def test_a_binding_replayed_by_a_watch_catching_up_is_counted_from_the_schedulers_second(tmp_path) -> None:
+    clock = Clock(DAY0 + 21.74)
+    ledger = ledger_at(tmp_path / "u.sqlite", clock)
+    # created and bound at 20.x while the watch was backing off; it comes back and delivers both
+    # events in one go: the pod pending, then bound
+    ledger.pod_event("ADDED", "jhub/p", pod("p", node=None))
+    ledger.pod_event("MODIFIED", "jhub/p", scheduled_at(pod("p"), DAY0 + 20.0))
+    clock.t = DAY0 + 40.0
+    ledger.pod_event("DELETED", "jhub/p", deleted_at(pod("p"), DAY0 + 40.0))
+    # from 20.5, not from 21.74 when the replay showed it pending
+    assert seconds(ledger) == pytest.approx(19.5)
