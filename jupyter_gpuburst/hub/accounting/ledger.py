@@ -37,9 +37,10 @@ POOL_USER = "(warm pool)"  # whom reports by user show them under: no student, n
 NO_PROFILE = "(none)"
 # capacity samples are kept a week (the page shows the last 24 hours)
 SAMPLES_KEPT_S = 7 * 86400.0
-# a binding seen this much after the scheduler's condition says it happened arrived late (the
-# condition is to the second, so an on-time binding is seen within a second of it)
-LATE_S = 1.0
+# the cluster stamps bindings and ends to the second, and its times here are that second's
+# middle: one the hub hears after that second is over (half a second past its middle) reached
+# it late, and the cluster's second says better when it happened than the hub's clock
+LATE_S = 0.5
 UNIT_MEMORY_TTL_S = 600.0
 
 # (user, server name, target: "server" or the GPU kernel's record id) -> the wall-clock time
@@ -128,7 +129,7 @@ class UsageLedger:
         now = self.clock()
         scheduled = _scheduled_at(pod)
         seen_unbound = self._waiting.pop(key, None)
-        if scheduled is not None and seen_unbound is not None and seen_unbound > scheduled + 0.5:
+        if scheduled is not None and seen_unbound is not None and seen_unbound > scheduled + LATE_S:
             # seen unbound only after the scheduler's second had passed: a watch catching up
             # replayed the pod's pending state after the fact, which says nothing of the moment
             seen_unbound = None

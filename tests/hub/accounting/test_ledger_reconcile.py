@@ -62,6 +62,15 @@ def test_a_deletion_heard_late_ends_at_the_deletion_not_when_the_watch_came_back
     assert seconds(ledger) == pytest.approx(124.5 - 100.2)
 
 
+def test_an_end_heard_once_its_second_is_over_is_counted_from_that_second(tmp_path) -> None:
+    clock = Clock(DAY0 + 100.0)
+    ledger = ledger_at(tmp_path / "u.sqlite", clock)
+    ledger.pod_event("ADDED", "jhub/p", pod("p"))
+    clock.t = DAY0 + 125.48  # removed at 124.29, heard 1.19 s later: after its second was over
+    ledger.pod_event("DELETED", "jhub/p", deleted_at(pod("p"), DAY0 + 124.29))
+    assert seconds(ledger) == pytest.approx(24.5)
+
+
 def test_an_end_heard_on_time_is_counted_at_the_hubs_finer_clock(tmp_path) -> None:
     clock = Clock(DAY0 + 100.2)
     ledger = ledger_at(tmp_path / "u.sqlite", clock)
