@@ -114,7 +114,7 @@ class Hub:
         self.up = asyncio.Event()
         self.restarts = 0
         self.preempt_waits: list[float] = []  # each pools_preempted's wait for a restarted hub
-        self._restarting = asyncio.Lock()
+        self.restarting = asyncio.Lock()  # held by a kill and restart, and by pools_preempted
 
     async def start(self) -> None:
         await self.process.start(timeout=120)
@@ -122,7 +122,7 @@ class Hub:
 
     async def kill_and_restart(self) -> None:
         """SIGKILL a hub that is up (a restart still under way is waited for first)."""
-        async with self._restarting:
+        async with self.restarting:
             await self.up.wait()
             await self._kill_and_restart()
 
