@@ -112,7 +112,8 @@ class Hub:
         )
         self.up = asyncio.Event()
         self.restarts = 0
-        self._restarting = asyncio.Lock()
+        self.preempt_waits: list[float] = []  # each pools_preempted's wait for a restarted hub
+        self.restarting = asyncio.Lock()  # held by a kill and restart, and by pools_preempted
 
     async def start(self) -> None:
         await self.process.start(timeout=120)
@@ -120,7 +121,7 @@ class Hub:
 
     async def kill_and_restart(self) -> None:
         """SIGKILL a hub that is up (a restart still under way is waited for first)."""
-        async with self._restarting:
+        async with self.restarting:
             await self.up.wait()
             await self._kill_and_restart()
 
@@ -419,7 +420,7 @@ def chaos_actions(fed: Federation, hub: Hub) -> dict[str, Any]:
         await hub.kill_and_restart()
 
     async def pools_preempted(step: FaultStep) -> None:
-        chaos_pools.preempt_placeholders(fed)
+        hub.preempt_waits.append(await chaos_pools.preempt_once_watched(fed, hub))
 
     return {
         "errors": errors,
@@ -479,6 +480,7 @@ async def run_phase(
             counts = await count(fed, hub, session, phase.journeys, pools)
             counts["ledger"] = compare(lifetimes, workdir / LEDGER_FILE)
             counts["placeholders_bound"] = chaos_pools.placeholders_bound(lifetimes.pods.values())
+            counts["pools_preempted_waited_s"] = [round(w, 2) for w in hub.preempt_waits]
             trace = [{"user": j.user, "outcome": j.outcome, "message": j.message[:300], "trace": j.trace} for j in phase.journeys]
             (workdir / "journeys.json").write_text(json.dumps({"faults": phase.faults_done, "journeys": trace}, indent=1))
     finally:

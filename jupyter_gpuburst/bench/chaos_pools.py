@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from jupyter_gpuburst.bench.ledger_check import LEDGER_FILE
 from jupyter_gpuburst.bench.spawn import DONOR, NAMESPACE, PROFILES
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub.pools.manifests import NAME_PREFIX, priority_class
@@ -61,9 +64,12 @@ def prepare_donors(fed: Federation) -> None:
 def with_pool_faults(schedule: FaultSchedule, span_s: float) -> FaultSchedule:
     """The chaos schedule, and every placeholder preempted at once twice while spawns are placed.
 
-    Both come while the hub is up and can watch (after the API server's outage, before the second
-    hub kill): a pod that ends while the hub is down or blind is counted in the GPU-hours ledger
-    up to the hub's last write only, so the ledger check would measure the outage, not the pools.
+    Both come while the hub is up (after the API server's outage, before the second hub kill; see
+    ``preempt_once_watched``): a pod removed while no hub runs is counted in the GPU-hours ledger
+    up to the last hub's last write only, so the ledger check would measure the hub's downtime,
+    not the pools. The first comes while a hub that stayed up through the outage may still be
+    resuming its watch: its ledger hears of the deletions late and counts them by the pods'
+    ``deletionTimestamp``.
     """
     t = max(span_s, 30.0) / 10
     steps = [*schedule.steps, FaultStep(5.4 * t, "pools_preempted"), FaultStep(6.3 * t, "pools_preempted")]
@@ -79,6 +85,55 @@ def preempt_placeholders(fed: Federation) -> int:
             fed.origin.store.delete("pods", NAMESPACE, pod["metadata"]["name"], grace_period_seconds=0)
             gone += 1
     return gone
+
+
+async def preempt_once_watched(fed: Federation, hub: Any, wait_s: float = 60.0) -> float:
+    """``preempt_placeholders`` once the hub (``chaos.Hub``) is up and its capacity tracker has
+    listed the pods, and no hub kill until its ledger has ended their sessions; returns how long
+    the preemption waited.
+
+    The schedule puts the preemptions after the API server's outage, but a hub started again
+    during the outage can come up seconds after them on a loaded machine, and a pod removed
+    while no hub watches leaves no time of its own in the cluster: the ledger ends it at the
+    previous hub's last write, and the check would measure the hub's downtime, not the pools.
+    For the same reason the next hub kill waits until the ledger has counted them. A hub that
+    is up but whose watch is still resuming is not waited for: that is the case the ledger must
+    count by the cluster's own times."""
+    async with hub.restarting:
+        return await _preempt_once_watched(fed, hub, hub.process.workdir / LEDGER_FILE, wait_s)
+
+
+async def _preempt_once_watched(fed: Federation, hub: Any, ledger: Path, wait_s: float) -> float:
+    started = time.monotonic()
+    deadline = started + wait_s
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
+                await asyncio.wait_for(hub.up.wait(), max(0.1, deadline - time.monotonic()))
+                status, report = await hub.process.capacity(session)
+                if status == 200 and isinstance(report, dict) and report.get("ready"):
+                    break
+            await asyncio.sleep(0.2)
+    waited = time.monotonic() - started
+    pods, _ = fed.origin.store.list("pods", NAMESPACE, label_selector=keys.POOL_LABEL)
+    preempt_placeholders(fed)
+    uids = [p["metadata"]["uid"] for p in pods]
+    while uids and time.monotonic() < deadline and _open_sessions(ledger, uids):
+        await asyncio.sleep(0.2)
+    return waited
+
+
+def _open_sessions(ledger: Path, uids: list[str]) -> bool:
+    """Whether the hub's ledger still has a session of one of these pods open."""
+    try:
+        db = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True, timeout=5)
+        try:
+            marks = ",".join("?" * len(uids))
+            return db.execute(f"SELECT 1 FROM sessions WHERE ended IS NULL AND uid IN ({marks}) LIMIT 1", uids).fetchone() is not None
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return True  # not readable yet: ask again
 
 
 def placeholders_bound(lifetimes: Any) -> int:

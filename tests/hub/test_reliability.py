@@ -13,7 +13,6 @@ from jupyter_gpuburst.bench import chaos
 from jupyter_gpuburst.bench.hubproc import HubProcess
 from jupyter_gpuburst.bench.spawn import NAMESPACE, clear_pods, federation_config, hub_config
 from jupyter_gpuburst.core import keys
-from jupyter_gpuburst.hub.pools.manifests import NAME_PREFIX
 from jupyter_gpuburst.sim.testing import running_federation
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
@@ -145,18 +144,11 @@ async def test_chaos_benchmark_short(tmp_path):
     assert result["cancelled"] == 2 and result["ready"] + result["refused"] == 10, result
     assert result["fault_free_ready"] == 12
     assert result["checks"] == chaos.checks(result, 12)
-    assert all(ok for name, ok in result["checks"].items() if name != "ledger_matches_pod_lifetimes"), result["checks"]
-    # GPU-hours: each pod's ledger entry within 1 s of its real life, the hub killed or not
+    # GPU-hours: each pod's ledger entry within 1 s of its real life, the hub killed or not, the
+    # placeholders preempted while a restarted hub's watch was still coming back included
     ledger = result["ledger"]
-    assert ledger["pods"] > 0 and ledger["missing"] == 0, ledger
-    if ledger["off_by_more"]:
-        # known defect, found by this run: a hub started again around the origin's API server
-        # outage does not see in its pod list and watch the placeholders that ran on (or went)
-        # meanwhile, so their GPU-seconds stop at the previous hub's last write or run past
-        # their end; a server's or a kernel's must never be off
-        assert all(d["pod"].startswith(NAME_PREFIX) for d in ledger["detail"]), ledger
-        pytest.xfail(f"warm pool placeholders' GPU-seconds off after a hub restart: {ledger['detail'][:2]}")
-    assert result["ok"] is True
+    assert ledger["pods"] > 0 and ledger["missing"] == 0 and ledger["off_by_more"] == 0, ledger
+    assert result["ok"] is True, result["checks"]
 
 
 def test_counting_sees_what_the_hub_does_not_know(tmp_path):

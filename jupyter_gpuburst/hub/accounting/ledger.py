@@ -2,12 +2,18 @@
 
 A pod holds GPUs from the moment it is bound to a node until it is deleted or has finished
 (Succeeded/Failed: the kubelet has freed its devices). The tracker hands every pod event here
-(``pod_event``); a pod seen binding is counted from that event, one first seen already bound (a
-hub that started again, a watch that missed the binding) from its ``PodScheduled`` condition.
+(``pod_event``). An event seen on time is counted at the hub's clock, which is finer than the
+cluster's stamps (to the second); one that reaches the hub late (a hub that started again, a
+watch that was resuming after an API server outage, a relist) is counted at the cluster's own
+time: a binding from the pod's ``PodScheduled`` condition, an end from its containers'
+``terminated.finishedAt`` or, for a deleted pod, its ``deletionTimestamp``.
+
 Open sessions are counted on disk every ``flush_seconds`` and when they end (see ``store``), so a
 hub that is killed and starts again resumes each pod where it was counted up to, and a pod that
-went away while the hub was down is ended at that point: nothing is counted twice, and at most
-one flush period of a pod deleted during the hub's downtime goes uncounted.
+finished while the hub was down is ended at its containers' end. A pod that was removed while no
+hub watched has left no time of its own in the cluster: it is ended where the previous hub was
+last alive, so nothing is counted twice, and at most that hub's downtime of such a pod goes
+uncounted.
 """
 
 from __future__ import annotations
@@ -31,9 +37,10 @@ POOL_USER = "(warm pool)"  # whom reports by user show them under: no student, n
 NO_PROFILE = "(none)"
 # capacity samples are kept a week (the page shows the last 24 hours)
 SAMPLES_KEPT_S = 7 * 86400.0
-# a binding seen this much after the scheduler's condition says it happened arrived late (the
-# condition is to the second, so an on-time binding is seen within a second of it)
-LATE_S = 1.0
+# the cluster stamps bindings and ends to the second, and its times here are that second's
+# middle: one the hub hears after that second is over (half a second past its middle) reached
+# it late, and the cluster's second says better when it happened than the hub's clock
+LATE_S = 0.5
 UNIT_MEMORY_TTL_S = 600.0
 
 # (user, server name, target: "server" or the GPU kernel's record id) -> the wall-clock time
@@ -77,6 +84,12 @@ class UsageLedger:
         self._task: asyncio.Task | None = None
         # sessions open on disk from before this hub started: resumed when their pod is seen
         self._resumable: dict[str, Session] = store.open_sessions()
+        # their uids by pod uid (a pod asking for two GPU resources has two sessions)
+        self._resumable_of: dict[str, list[str]] = {}
+        for session_uid in self._resumable:
+            self._resumable_of.setdefault(session_uid.split("/", 1)[0], []).append(session_uid)
+        # the watch's first list is in (``loaded``)
+        self._listed = False
         # when the previous hub was last alive (its last write): where pods gone meanwhile end
         self._last_alive = store.alive_until()
         # what is not on disk yet: written together shortly after, off the watch event's path
@@ -91,12 +104,14 @@ class UsageLedger:
     # ---- the tracker's pod events -------------------------------------------------------------
     def pod_event(self, event_type: str, key: str, pod: Mapping[str, Any] | None) -> None:
         """``pod``: the hub's own pod (a server's, a kernel's, a warm pool's placeholder) as last
-        seen, or None when it is gone or not the hub's."""
+        seen, None when it is not the hub's; for a DELETED event, the pod as it was removed."""
         sessions = self._open.get(key)
         if pod is None or event_type == "DELETED" or _finished(pod):
             self._waiting.pop(key, None)
             if sessions is not None:
-                self._end(key, sessions)
+                self._end(key, sessions, pod)
+            elif pod is not None and not self._listed:
+                self._end_resumable(pod)
             return
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid") or key)
@@ -114,6 +129,10 @@ class UsageLedger:
         now = self.clock()
         scheduled = _scheduled_at(pod)
         seen_unbound = self._waiting.pop(key, None)
+        if scheduled is not None and seen_unbound is not None and seen_unbound > scheduled + LATE_S:
+            # seen unbound only after the scheduler's second had passed: a watch catching up
+            # replayed the pod's pending state after the fact, which says nothing of the moment
+            seen_unbound = None
         started = now
         if scheduled is not None and not adopted and (seen_unbound is None or now - scheduled > LATE_S):
             # first seen bound (the hub started again), or the binding reached us late (a
@@ -176,10 +195,26 @@ class UsageLedger:
         self._schedule_write()
         return session
 
-    def _end(self, key: str, sessions: list[Session]) -> None:
+    def _end(self, key: str, sessions: list[Session], pod: Mapping[str, Any] | None = None) -> None:
+        """End ``key``'s sessions: now, or when the cluster says ``pod`` ended if we hear it late."""
         self._open.pop(key, None)
         now = self.clock()
-        self._pending.extend((s, now, self._idle_since(s), now) for s in sessions)
+        for s in sessions:
+            end = _end_time(pod, now, s.counted_until)
+            self._pending.append((s, end, self._idle_since(s), end))
+        self._schedule_write()
+
+    def _end_resumable(self, pod: Mapping[str, Any]) -> None:
+        """A pod counted by the previous hub that finished (or went) while no hub watched: its
+        sessions end when its containers did, not where that hub was last alive."""
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        sessions = [s for u in self._resumable_of.pop(uid, ()) if (s := self._resumable.pop(u, None)) is not None]
+        if not sessions:
+            return
+        now = self.clock()
+        for session in sessions:
+            end = _end_time(pod, now, session.counted_until, late=True)
+            self._pending.append((session, end, None, end))
         self._schedule_write()
 
     def _schedule_write(self) -> None:
@@ -261,6 +296,8 @@ class UsageLedger:
         """The watch's first list is in: end the sessions of pods that went away meanwhile, at
         the point they were counted up to (when the hub last saw them)."""
         # kept resumable: a pod of a namespace the hub learns is its own only later counts on
+        self._listed = True
+        self._resumable_of.clear()
         gone = list(self._resumable.values())
         if gone:
             self.log.info("%d GPU session(s) ended while the hub was away", len(gone))
@@ -417,15 +454,46 @@ def _scheduled_at(pod: Mapping[str, Any]) -> float | None:
     ]
     stamps.append(status.get("startTime"))
     for stamp in stamps:
-        if stamp:
-            try:
-                when = dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
-            except ValueError:
-                continue
-            # Kubernetes writes these to the second: the binding happened within the second
-            # that follows, and its middle is within half a second of it
-            return when if "." in str(stamp) else when + 0.5
+        when = _when(stamp)
+        if when is not None:
+            return when
     return None
+
+
+def _ended_at(pod: Mapping[str, Any]) -> float | None:
+    """When the pod stopped holding its GPUs, by the cluster's own stamps: the last of its
+    containers' ``terminated.finishedAt`` once every one has terminated (the kubelet frees a pod's
+    devices when its containers are gone), else its ``deletionTimestamp`` (a pod removed at once,
+    as a preempted placeholder is, has no container end of its own); None when neither says."""
+    status = pod.get("status") or {}
+    finished = [((c.get("state") or {}).get("terminated") or {}).get("finishedAt") for c in status.get("containerStatuses") or []]
+    if finished and all(finished):
+        ends = [when for when in map(_when, finished) if when is not None]
+        if len(ends) == len(finished):
+            return max(ends)
+    return _when((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _end_time(pod: Mapping[str, Any] | None, now: float, floor: float, *, late: bool = False) -> float:
+    """Where a session ends that we hear of ``now``: now when the event is on time (the hub's
+    clock is finer than the cluster's second), else the cluster's own end, never before what is
+    counted already (``floor``) nor after now. ``late``: the hub was not watching when it ended."""
+    ended = _ended_at(pod) if pod is not None else None
+    if ended is None or (not late and now - ended <= LATE_S):
+        return now
+    return max(floor, min(now, ended))
+
+
+def _when(stamp: Any) -> float | None:
+    """A Kubernetes time as epoch seconds. metav1.Time is to the second: what it stamps happened
+    within the second that follows, and that second's middle is within half a second of it."""
+    if not stamp:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+    return when if "." in str(stamp) else when + 0.5
 
 
 def _owner_key(annotations: Mapping[str, Any]) -> str:

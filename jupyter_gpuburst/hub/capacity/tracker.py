@@ -254,7 +254,11 @@ class CapacityTracker:
             self._classify(key, kept)
         if self.accounting is not None:
             own = self._pods.get(key)
-            if own is None and event_type != "DELETED" and keys.POOL_LABEL in labels:
+            if event_type == "DELETED":
+                # the pod as the API server last had it: when it went is in it (deletionTimestamp,
+                # its containers' end), for a ledger that hears of it late; read, never kept
+                own = pod
+            elif own is None and keys.POOL_LABEL in labels:
                 own = _kept(pod)  # a warm pool's placeholder: the ledger counts it as the pool's
             self.accounting.ledger.pod_event(event_type, key, own)
         if self._pod_events:
