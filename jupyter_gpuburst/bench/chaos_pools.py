@@ -54,7 +54,8 @@ def config_lines(pools: list[dict[str, Any]]) -> str:
 
 
 def prepare_donors(fed: Federation) -> None:
-    """The admin's step on each donor a pool uses: Liqo keeps the class's name on offloaded pods."""
+    """The pools' class on each donor too, as an admin may have applied it (Liqo does not carry a
+    pod's class to the donor, so it changes nothing there)."""
     settings = WarmPools()
     for donor in fed.donors.values():
         if not any(pc["metadata"]["name"] == settings.priority_class for pc in donor.store.list(PRIORITY_CLASSES)[0]):

@@ -59,7 +59,6 @@ from jupyter_gpuburst.bench.kernels import overcommitted_pods
 from jupyter_gpuburst.bench.ledger_check import LEDGER_FILE
 from jupyter_gpuburst.bench.rush_setup import (
     CPU_PROFILE,
-    DONOR,
     GPU_PROFILE,
     KERNEL_PROFILE,
     KERNEL_SCOPES,
@@ -72,13 +71,10 @@ from jupyter_gpuburst.bench.rush_setup import (
 from jupyter_gpuburst.bench.spawn import NAMESPACE, metric_sum
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub.accounting.ledger import POOL_TARGET
-from jupyter_gpuburst.hub.pools.manifests import priority_class
-from jupyter_gpuburst.hub.pools.settings import WarmPools
 from jupyter_gpuburst.sim.federation import Federation
 from jupyter_gpuburst.sim.testing import running_federation
 
 HUB_LOG_LEVEL = os.environ.get("GPUBURST_BENCH_HUB_LOG_LEVEL", "WARN")
-PRIORITY_CLASSES = "priorityclasses.scheduling.k8s.io"
 QUEUE_METRIC = "jupyterhub_gpuburst_spawn_queue_length"
 SCALED = {
     "real": "JupyterHub and its proxy, GPUBurstSpawner and KubeSpawner, the hub's GPU kernel API, warm pools and queue, "
@@ -322,9 +318,6 @@ async def run_arm(setup: ArmSetup, round_: int, shape: Shape, arrivals: list[flo
     work = state_dir / f"r{round_}-{setup.name}"
     kubeconfig = work / "kubeconfig"
     async with running_federation(federation(shape, args.pull_speedup), state_dir=work / "sim", kubeconfig=kubeconfig) as fed:
-        # the admin's step on each donor a pool uses: Liqo keeps the class's name on offloaded pods
-        pools = WarmPools()
-        fed.donors[DONOR].store.create(PRIORITY_CLASSES, priority_class(pools.priority_class, pools.priority))
         hub = HubProcess(
             work / "hub", hub_config(setup, users, args.start_timeout), env={"KUBECONFIG": str(kubeconfig)}, log_level=HUB_LOG_LEVEL
         )

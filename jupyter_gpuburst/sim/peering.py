@@ -11,7 +11,9 @@ What Liqo does and this emulates:
   the donor, and its status says so.
 * A pod the origin scheduler binds to the virtual node is created in the remote namespace (node
   name, node selector and node affinity, which name origin nodes, and Liqo's own toleration left
-  out); the donor's scheduler and kubelet place and run it; its status (phase, conditions, pod IP,
+  out, and so are its priority class, priority and preemption policy: Liqo's RemotePodSpec does
+  not copy them, so the donor gives it its own default priority); the donor's scheduler and
+  kubelet place and run it; its status (phase, conditions, pod IP,
   container statuses) is reflected into the origin pod, and the donor's events about it are
   reflected as events about the origin pod (so a donor FailedScheduling shows on the origin pod,
   which stays Pending).
@@ -114,7 +116,7 @@ def remote_pod(pod: Obj, remote_namespace: str) -> Obj:
     """The donor's twin of an origin pod."""
     meta = pod["metadata"]
     spec = copy.deepcopy(pod["spec"])
-    for key in ("nodeName", "nodeSelector", "priority"):
+    for key in ("nodeName", "nodeSelector", "priority", "priorityClassName", "preemptionPolicy"):
         spec.pop(key, None)
     affinity = spec.get("affinity") or {}
     affinity.pop("nodeAffinity", None)

@@ -3,7 +3,11 @@
 As pkg/scheduler/framework/preemption does: a pod with ``preemptionPolicy: Never`` never
 preempts; a node is a candidate when removing every lower-priority pod on it makes the pod fit
 (nodes that failed for a reason preemption cannot change are skipped); victims are then
-reprieved, most important first, while the pod still fits. The chosen node has the lowest
+reprieved, most important first, while the pod still fits. Both steps leave room for the pods
+already nominated to the node with a priority at least the pod's own (kube-scheduler's
+RunFilterPluginsWithNominatedPods), and a node where the pod would evict nobody is no candidate
+(DryRunPreemption: "expected at least one victim pod"): room someone else's preemption freed is
+theirs, not a second preemptor's. The chosen node has the lowest
 highest-victim priority, then the lowest sum of victim priorities, then the fewest victims.
 The preemptor gets ``status.nominatedNodeName``; each victim gets the ``DisruptionTarget``
 condition (reason ``PreemptionByScheduler``) and a ``Preempted`` event, and is deleted with its
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +67,7 @@ def not_eligible(pod: Obj, pods: list[Obj]) -> str:
     return ""
 
 
-def nominated_usage(pod: Obj, pending: list[Obj]) -> dict[str, Counter[str]]:
+def nominated_usage(pod: Obj, pending: Iterable[Obj]) -> dict[str, Counter[str]]:
     """Requests of pods nominated to each node that ``pod`` must leave room for (priority >= its own)."""
     mine, uid = priority_of(pod), pod["metadata"].get("uid")
     held: dict[str, Counter[str]] = {}
@@ -77,11 +81,18 @@ def nominated_usage(pod: Obj, pending: list[Obj]) -> dict[str, Counter[str]]:
 
 
 def select_candidate(
-    pod: Obj, nodes: list[Obj], pods: list[Obj], usage: Mapping[str, Any], failed: Mapping[str, list[str]]
+    pod: Obj,
+    nodes: list[Obj],
+    pods: list[Obj],
+    usage: Mapping[str, Any],
+    failed: Mapping[str, list[str]],
+    held: Mapping[str, Counter[str]] | None = None,
 ) -> Candidate | None:
     """The best node and its victims, or None when evicting lower-priority pods helps nowhere.
 
-    ``failed``: node name -> why the pod did not fit there; only resolvable reasons make a candidate."""
+    ``failed``: node name -> why the pod did not fit there; only resolvable reasons make a candidate.
+    ``held``: per node, what the pods nominated there (priority >= the pod's) still need
+    (``nominated_usage``): counted as taken, so two preemptors never count on the same freed room."""
     mine = priority_of(pod)
     requests = pod_requests(pod)
     candidates = []
@@ -95,6 +106,10 @@ def select_candidate(
         if not lower:
             continue
         room = NodeUsage(Counter(base.requested), base.pods)
+        nominated = (held or {}).get(name)
+        if nominated:
+            room.requested.update({k: v for k, v in nominated.items() if k != "pods"})
+            room.pods += nominated["pods"]
         for victim in lower:
             room.requested.subtract(pod_requests(victim))
             room.pods -= 1
@@ -110,12 +125,16 @@ def select_candidate(
                 room.requested.subtract(pod_requests(p))
                 room.pods -= 1
                 victims.append(p)
-        candidates.append(Candidate(name, victims))
+        if victims:  # the pod fits without evicting anyone: not a preemption (the next pass binds it, or it waits)
+            candidates.append(Candidate(name, victims))
     return min(candidates, key=Candidate.rank) if candidates else None
 
 
-def preempt(store: Store, pod: Obj, candidate: Candidate, host: str) -> None:
-    """Nominate the node for ``pod`` and evict the victims (condition, event, graceful delete)."""
+def preempt(store: Store, pod: Obj, candidate: Candidate, host: str) -> tuple[Obj, dict[str, Obj | None]]:
+    """Nominate the node for ``pod`` and evict the victims (condition, event, graceful delete).
+
+    Returns the nominated pod as now stored and each victim's state by uid (terminating, or None
+    once gone), so that the rest of a scheduling pass sees them as kube-scheduler's cache does."""
     meta = pod["metadata"]
     scheduler = (pod.get("spec") or {}).get("schedulerName", "default-scheduler")
     stamp = defaults.timestamp(store.now())
@@ -123,7 +142,8 @@ def preempt(store: Store, pod: Obj, candidate: Candidate, host: str) -> None:
     def nominate(p: Obj) -> None:
         p.setdefault("status", {})["nominatedNodeName"] = candidate.node
 
-    store.mutate("pods", meta["namespace"], meta["name"], nominate)
+    nominated = store.mutate("pods", meta["namespace"], meta["name"], nominate)
+    evicted: dict[str, Obj | None] = {}
     for victim in candidate.victims:
         vmeta = victim["metadata"]
 
@@ -156,4 +176,14 @@ def preempt(store: Store, pod: Obj, candidate: Candidate, host: str) -> None:
             store.delete("pods", vmeta["namespace"], vmeta["name"])
         except ApiError as exc:
             log.info("preempting %s/%s failed: %s", vmeta["namespace"], vmeta["name"], exc.message)
+        evicted[vmeta["uid"]] = _stored(store, vmeta)
     log.info("pod %s/%s preempts %d pod(s) on %s", meta["namespace"], meta["name"], len(candidate.victims), candidate.node)
+    return nominated, evicted
+
+
+def _stored(store: Store, meta: Obj) -> Obj | None:
+    """The pod as stored now (a copy), or None when it is gone."""
+    if not store.exists("pods", meta["namespace"], meta["name"]):
+        return None
+    pod = store.get("pods", meta["namespace"], meta["name"])
+    return pod if pod["metadata"].get("uid") == meta.get("uid") else None

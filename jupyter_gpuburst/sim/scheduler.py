@@ -281,6 +281,9 @@ class Scheduler:
             )
         )
         usage: dict[str, NodeUsage] | None = None  # counted once per pass, at the first attempt
+        # the pass's view of the pods still waiting, kept current as pods bind or get nominated:
+        # the room a nominated pod holds is read from it (kube-scheduler's nominator)
+        unbound = {p["metadata"].get("uid"): p for p in pending}
         waiting = False
         for pod in pending:
             key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
@@ -299,7 +302,7 @@ class Scheduler:
                 continue
             if usage is None:
                 usage = usage_by_node(pods)
-            self._attempt(pod, nodes, pods, backoff, now, usage, pending)
+            self._attempt(unbound.get(pod["metadata"].get("uid"), pod), nodes, pods, backoff, now, usage, unbound)
         if waiting:
             self._changed = True  # the change still owes those pods a try when their backoff ends
 
@@ -311,11 +314,11 @@ class Scheduler:
         backoff: tuple[str, int, float] | None,
         now: float,
         usage: dict[str, NodeUsage],
-        pending: list[Obj],
+        pending: dict[str, Obj],
     ) -> None:
         meta = pod["metadata"]
         key = (meta["namespace"], meta["name"])
-        held = preemption.nominated_usage(pod, pending)
+        held = preemption.nominated_usage(pod, pending.values())
         failed: dict[str, list[str]] = {}
         node, message = schedule_one(pod, nodes, pods, self.volumes, usage, held=held, failed=failed)
         if node is not None:
@@ -328,21 +331,30 @@ class Scheduler:
                 return
             self._backoff.pop(key, None)
             self.bindings += 1
-            # later pods in this pass see its requests
+            # later pods in this pass see its requests, and no longer the room it was nominated to
             pods.append(bound)
+            pending.pop(meta.get("uid"), None)
             counted = usage.setdefault(node, NodeUsage())
             counted.pods += 1
             counted.requested.update(pod_requests(bound))
             return
         if failed:
-            message = self._preempt(pod, nodes, pods, usage, failed, message)
+            message = self._preempt(pod, nodes, pods, usage, failed, message, held, pending)
         attempts = (backoff[1] if backoff else 0) + 1
         delay = min(self.backoff_initial_s * 2 ** (attempts - 1), self.backoff_max_s)
         self._backoff[key] = (meta.get("uid", ""), attempts, now + delay)
         self._mark_unschedulable(pod, message)
 
     def _preempt(
-        self, pod: Obj, nodes: list[Obj], pods: list[Obj], usage: dict[str, NodeUsage], failed: dict[str, list[str]], message: str
+        self,
+        pod: Obj,
+        nodes: list[Obj],
+        pods: list[Obj],
+        usage: dict[str, NodeUsage],
+        failed: dict[str, list[str]],
+        message: str,
+        held: Mapping[str, Counter[str]],
+        pending: dict[str, Obj],
     ) -> str:
         """The PostFilter step: nominate a node and evict victims when that helps; the FailedScheduling text."""
         reasons: Counter[str] = Counter(r for why in failed.values() for r in why)
@@ -352,15 +364,16 @@ class Scheduler:
         why_not = preemption.not_eligible(pod, pods)
         if why_not:
             return failure_message(total, reasons, why_not)
-        candidate = preemption.select_candidate(pod, nodes, pods, usage, failed)
+        candidate = preemption.select_candidate(pod, nodes, pods, usage, failed, held)
         if candidate is None:
             return message
         try:
-            preemption.preempt(self.store, pod, candidate, self.host)
+            nominated, evicted = preemption.preempt(self.store, pod, candidate, self.host)
         except ApiError as exc:
             log.info("preemption for %s/%s failed: %s", pod["metadata"]["namespace"], pod["metadata"]["name"], exc.message)
             return message
         self._changed = True  # victims' deletions free the room
+        _seen_preempted(pods, usage, pending, nominated, evicted)
         return failure_message(total, reasons, "")
 
     def _mark_unschedulable(self, pod: Obj, message: str) -> None:
@@ -388,3 +401,27 @@ class Scheduler:
             )
         except ApiError:
             pass  # deleted meanwhile
+
+
+def _seen_preempted(
+    pods: list[Obj], usage: dict[str, NodeUsage], pending: dict[str, Obj], nominated: Obj, evicted: Mapping[str, Obj | None]
+) -> None:
+    """The rest of the pass sees a preemption as kube-scheduler's cache does: the preemptor
+    nominated (holding its room), its victims terminating or gone (their room free), so that
+    the next preemptor neither counts on that room nor picks the same victims."""
+    pending[nominated["metadata"].get("uid")] = nominated
+    kept = []
+    for p in pods:
+        victim_uid = p["metadata"].get("uid")
+        if victim_uid not in evicted:
+            kept.append(p)
+            continue
+        now = evicted[victim_uid]
+        if now is not None:
+            kept.append(now)  # terminating: it holds its room until it is gone
+            continue
+        counted = usage.get((p.get("spec") or {}).get("nodeName") or "")
+        if counted is not None and (p.get("status") or {}).get("phase") not in TERMINAL_PHASES:
+            counted.pods -= 1
+            counted.requested.subtract(pod_requests(p))
+    pods[:] = kept

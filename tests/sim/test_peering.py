@@ -288,3 +288,28 @@ async def test_reflected_configmaps_and_secrets_follow_the_origin_and_go_with_it
     origin.delete("secrets", "default", "donor-own")
     await wait_until(lambda: not origin.list("secrets", "default", field_selector="metadata.name=donor-own")[0], what="origin secret gone")
     assert remote("secrets", "donor-own")["data"] == {"k": base64.b64encode(b"v").decode()}
+
+
+async def test_offloaded_pod_leaves_its_priority_class_at_home(federation):
+    """Liqo's virtual kubelet forges the donor's pod without priorityClassName, priority and
+    preemptionPolicy: a class only the origin has does not keep the pod from the donor."""
+    origin, donor = federation.origin.store, federation.donors["donor-1"].store
+    offload_default(federation)
+    origin.create(
+        "priorityclasses.scheduling.k8s.io",
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "pool"},
+            "value": -10,
+            "preemptionPolicy": "Never",
+        },
+    )
+    pod = gpu_pod("held", 1)
+    pod["spec"]["priorityClassName"] = "pool"
+    made = origin.create("pods", pod, "default")
+    assert made["spec"]["priority"] == -10 and made["spec"]["preemptionPolicy"] == "Never"
+    await wait_for_pod(origin, "default", "held", is_running_ready)
+    remote = donor.get("pods", REMOTE_NS, "held")
+    assert "priorityClassName" not in remote["spec"]
+    assert remote["spec"]["priority"] == 0 and remote["spec"]["preemptionPolicy"] == "PreemptLowerPriority"

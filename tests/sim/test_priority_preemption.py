@@ -188,3 +188,62 @@ async def test_kubectl_applies_and_lists_priority_classes(apiserver, apiserver_k
     mine = next(r for r in rows if r[0] == "gpuburst-warm-pool")
     assert mine[1:3] == ["-10", "false"] and mine[4] == "Never"
     assert any(r[:3] == ["system-node-critical", "2000001000", "false"] for r in rows)
+
+
+def admitted(name: str, priority: int, node: str | None = None, nominated: str | None = None) -> dict:
+    """A 1-GPU pod as the API server stores it (requests defaulted from limits), bound or nominated."""
+    pod = gpu_pod(name)
+    container = pod["spec"]["containers"][0]
+    container["resources"]["requests"] = dict(container["resources"]["limits"])
+    pod["metadata"].update(namespace="default", uid=f"uid-{name}")
+    pod["spec"]["priority"] = priority
+    pod["status"] = {"phase": "Pending"}
+    if node:
+        pod["spec"]["nodeName"] = node
+        pod["status"] = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}
+    if nominated:
+        pod["status"]["nominatedNodeName"] = nominated
+    return pod
+
+
+def test_a_second_preemptor_does_not_count_on_the_room_the_first_one_freed():
+    """kube-scheduler's dry run leaves room for pods already nominated to the node
+    (RunFilterPluginsWithNominatedPods) and takes no node where nobody would be evicted."""
+    from jupyter_gpuburst.sim.cluster import node_object
+    from jupyter_gpuburst.sim.config import NodeConfig
+    from jupyter_gpuburst.sim.fit import usage_by_node
+    from jupyter_gpuburst.sim.preemption import nominated_usage, select_candidate
+
+    node = node_object("n", NodeConfig(name="n", resources={"nvidia.com/gpu": 2}), "127.10.0.9", "2026-01-01T00:00:00Z")
+    # two placeholders held both GPUs; the first student's preemption has removed one of them
+    left = admitted("pool-b", -10, node="n")
+    first, second = admitted("first", 0, nominated="n"), admitted("second", 0)
+    pods = [left, first, second]
+    failed = {"n": ["Insufficient nvidia.com/gpu"]}
+    held = nominated_usage(second, [first, second])
+    assert held == {"n": {"nvidia.com/gpu": 1, "pods": 1}}
+    candidate = select_candidate(second, [node], pods, usage_by_node(pods), failed, held)
+    assert candidate is not None and [v["metadata"]["name"] for v in candidate.victims] == ["pool-b"]
+    # without the first student's nomination the free GPU is the second's: nothing to evict, no candidate
+    assert select_candidate(second, [node], pods, usage_by_node(pods), failed) is None
+
+
+async def test_a_burst_of_students_each_evicts_a_placeholder_of_its_own(cluster):
+    """Students pressing Start together on a node full of warm-pool placeholders (grace period 0,
+    as the pools make them): every one is placed after one preemption of a placeholder of its own."""
+    store = cluster.store
+    store.create("priorityclasses.scheduling.k8s.io", priority_class("pool", -10, preemptionPolicy="Never"))
+    for i in range(2):
+        store.create("pods", gpu_pod(f"pool-{i}", grace=0, priorityClassName="pool"), "default")
+    for i in range(2):
+        await wait_for_pod(store, "default", f"pool-{i}", lambda p: p["status"].get("phase") == "Running")
+    for i in range(2):  # at once: one scheduling pass sees both
+        store.create("pods", gpu_pod(f"student-{i}", grace=0), "default")
+    for i in range(2):
+        await wait_for_pod(store, "default", f"student-{i}", lambda p: p["spec"].get("nodeName") == "n", timeout=15)
+    preempted, _ = store.list("events", "default", field_selector="reason=Preempted")
+    assert sorted(e["involvedObject"]["name"] for e in preempted) == ["pool-0", "pool-1"]
+    for i in range(2):
+        # one try, one preemption, then bound: never nominated for room another student freed
+        failed, _ = store.list("events", "default", field_selector=f"involvedObject.name=student-{i},reason=FailedScheduling")
+        assert len(failed) == 1, [e["message"] for e in failed]

@@ -289,8 +289,8 @@ class PoolController:
             if exc.status == 403:
                 # the admin applied hub_config/warm-pools.yaml instead of granting the hub this
                 self.log.warning(
-                    "warm pools: the hub may not create PriorityClass %s (403); it must exist on the origin and on each "
-                    "donor (kubectl apply -f hub_config/warm-pools.yaml)",
+                    "warm pools: the hub may not create PriorityClass %s (403); it must exist on the origin "
+                    "(kubectl apply -f hub_config/warm-pools.yaml)",
                     self.settings.priority_class,
                 )
             elif exc.status != 409:

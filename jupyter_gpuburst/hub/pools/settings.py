@@ -93,9 +93,9 @@ class WarmPools(Configurable):
     priority_class = Unicode(
         "gpuburst-warm-pool",
         config=True,
-        help="""The PriorityClass of placeholders (the hub creates it where it is missing, with
-        `priority`, preemptionPolicy Never). Each donor needs the same class: Liqo keeps the name on
-        the offloaded pod.""",
+        help="""The PriorityClass of placeholders on the origin (the hub creates it where it is
+        missing, with `priority`, preemptionPolicy Never). Donors need none: Liqo does not carry a
+        pod's class to the donor, and a donor's placeholders are preempted on the origin's virtual node.""",
     )
     priority = Int(
         -10,

@@ -619,8 +619,11 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                 if why is not None:
                     self._gb_redirect_t0 = time.monotonic()
                     return why
-                # a pod the donor's kubelet is starting (pulling its image) has its room
-                if placement.is_donor and phase == "Pending" and not started_on_donor(pod):
+                # a pod the donor's kubelet is starting (pulling its image) has its room; one the
+                # origin has not bound to the donor's virtual node yet (it waits there for the
+                # placeholders it preempts to go) is not the donor's to place
+                bound = bool((pod.get("spec") or {}).get("nodeName"))
+                if placement.is_donor and phase == "Pending" and bound and not started_on_donor(pod):
                     pending_since = pending_since or time.monotonic()
                     waited = time.monotonic() - pending_since
                     if waited >= self.donor_pending_grace_seconds:

@@ -341,6 +341,25 @@ async def test_pod_pending_on_donor_past_grace_is_moved(no_cluster):
     assert "still pending on donor donor-1" in why
 
 
+async def test_donor_pod_still_preempting_on_the_origin_past_grace_is_left_to_start(no_cluster):
+    # the origin's scheduler nominated the donor's virtual node and evicts placeholders there: the
+    # pod is not the donor's yet, and moving it would give up the room its preemption is freeing
+    tracker = make_tracker(({"origin-gpu": 0},))
+    spawner = make_spawner(tracker, {"profile": "gpu1"}, donor_pending_grace_seconds=0.1)
+    await manifest_of(spawner)
+    pod = donor_pod(spawner)
+    del pod["spec"]["nodeName"]
+    pod["status"]["nominatedNodeName"] = "donor-1"
+    tracker._on_pod_event("ADDED", pod)
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(spawner._gb_watch_pod(), 1.6)
+    # once bound to the virtual node, the donor's grace period applies
+    pod["spec"]["nodeName"] = "donor-1"
+    tracker._on_pod_event("MODIFIED", pod)
+    why = await asyncio.wait_for(spawner._gb_watch_pod(), 3)
+    assert "still pending on donor donor-1" in why
+
+
 async def test_donor_pod_pulling_its_image_past_grace_is_left_to_start(no_cluster):
     # a CUDA image over a donor's WAN takes minutes: the pod has its room, its node is pulling
     tracker = make_tracker(({"origin-gpu": 0},))
