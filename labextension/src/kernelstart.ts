@@ -20,11 +20,21 @@ export const START_FAILED = 'GPU kernel not started';
 
 /** What this module needs of a code cell (notebook or console), without depending on either. */
 interface ICellLike {
+  readonly isDisposed?: boolean;
   model: {
     type: string;
     executionState?: string;
     outputs: { add(output: Record<string, unknown>): number };
+    sharedModel?: { getSource(): string };
   };
+}
+
+/** What this module needs of a console: its cells, its prompt, and running code in a new cell. */
+interface IConsoleLike {
+  readonly isDisposed?: boolean;
+  cells?: Iterable<ICellLike>;
+  promptCell?: ICellLike | null;
+  inject?(code: string): Promise<void>;
 }
 
 interface ISessionContextLike {
@@ -41,7 +51,7 @@ interface ISessionContextLike {
 interface IRunsCells {
   sessionContext?: ISessionContextLike;
   content?: { widgets?: readonly ICellLike[] };
-  console?: { cells?: Iterable<ICellLike>; promptCell?: ICellLike | null };
+  console?: IConsoleLike;
   context?: { ready: Promise<void> };
 }
 
@@ -62,6 +72,8 @@ interface ICodeCellClass {
 }
 
 const patched = new WeakSet<object>();
+/** Each followed console, by its session context (what a run is given to run in). */
+const consoles = new WeakMap<object, IConsoleLike>();
 
 /**
  * Make a run wait for the session being made. Between a notebook's (or console's) opening and
@@ -83,10 +95,40 @@ function waitForTheSession(cell: ICellLike): void {
   cls.execute = async (target, sessionContext, ...rest) => {
     if (sessionContext && !sessionContext.session?.kernel && !sessionContext.isReady && !sessionContext.isDisposed) {
       target.model.executionState = 'running';
+      const codeConsole = consoles.get(sessionContext);
+      if (codeConsole) {
+        void runInConsoleOnceReady(codeConsole, target, sessionContext, () => execute(target, sessionContext, ...rest));
+        return undefined;
+      }
       await sessionContext.ready;
     }
     return execute(target, sessionContext, ...rest);
   };
+}
+
+/**
+ * A console clears its cells whenever its kernel changes, and the first kernel's arrival is
+ * such a change: a cell run before the session was made would vanish with its code. So the
+ * console's run ends at once (the cell stays, `[*]`, until the kernel comes and the console
+ * clears it), and once the session is there the code runs again in a new cell, after the
+ * kernel's banner, as if typed then. A console that kept the cell runs it in place.
+ */
+async function runInConsoleOnceReady(
+  codeConsole: IConsoleLike,
+  cell: ICellLike,
+  sessionContext: ISessionContextLike,
+  runInPlace: () => Promise<unknown>
+): Promise<void> {
+  const code = cell.model.sharedModel?.getSource() ?? '';
+  await sessionContext.ready;
+  if (codeConsole.isDisposed || sessionContext.isDisposed) {
+    return;
+  }
+  if (!cell.isDisposed) {
+    await runInPlace();
+  } else if (code.trim() && codeConsole.inject) {
+    await codeConsole.inject(code);
+  }
 }
 
 /** The error output a waiting cell gets: the reason as the hub gave it, nothing else. */
@@ -101,6 +143,9 @@ function follow(widget: IRunsCells, reported: WeakSet<object>, onDead: () => voi
   const session = widget.sessionContext;
   if (!session) {
     return;
+  }
+  if (widget.console) {
+    consoles.set(session, widget.console);
   }
   const watch = (kernel: Kernel.IKernelConnection | null | undefined): void => {
     if (!kernel || !isGpuKernelName(kernel.name)) {

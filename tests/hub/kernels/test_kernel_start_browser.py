@@ -120,6 +120,8 @@ def test_a_cell_run_while_the_gpu_kernel_starts_runs_once_it_is_ready(page: Page
 
 
 def test_a_console_on_a_starting_gpu_kernel_runs_what_was_typed(page: Page, slow_site: KernelSite, artifacts: Path) -> None:
+    # the console's session answers late too: its first kernel's arrival clears a console's cells
+    page.add_init_script(SLOW_SESSION)
     log_in_to(page, slow_site, "lab?reset", landing="lab**")
     switch_theme(page, "JupyterLab Dark")
     expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "false", timeout=20_000)
@@ -139,6 +141,14 @@ def test_a_console_on_a_starting_gpu_kernel_runs_what_was_typed(page: Page, slow
     page.screenshot(path=str(artifacts / "kernel-starting-dark.png"))
     output = page.locator(".jp-CodeConsole .jp-OutputArea-output").first
     expect(output).to_have_text(re.compile(r"(^|\n)(origin|donor-1)\s*$"), timeout=(START_DELAY_S + 60) * 1000)
+    # what was typed ran once, in one cell that shows it, below the kernel's banner
+    ran = page.locator(".jp-CodeConsole-content .jp-CodeCell")
+    expect(ran).to_have_count(1)
+    expect(ran.locator(".jp-InputArea-editor")).to_have_text(CODE)
+    expect(ran.locator(".jp-InputPrompt")).to_have_text("[1]:")
+    expect(page.locator(".jp-CodeConsole-content > .jp-CodeConsole-banner")).to_have_count(1)
+    assert page.locator(".jp-CodeConsole-content > *").first.evaluate("e => e.classList.contains('jp-CodeConsole-banner')")
+    page.screenshot(path=str(artifacts / "kernel-console-ran-dark.png"))
 
 
 def test_a_gpu_kernel_that_cannot_start_says_why_in_the_waiting_cell(page: Page, slow_site: KernelSite) -> None:
