@@ -45,6 +45,7 @@ interface ISessionContextLike {
   isReady: boolean;
   isDisposed: boolean;
   ready: Promise<void>;
+  shutdown(): Promise<void>;
 }
 
 /** A notebook panel or a console panel: the session and the cells it runs. */
@@ -138,8 +139,15 @@ export function startFailedOutput(reason: string): Record<string, unknown> {
   return { output_type: 'error', ename: START_FAILED, evalue: said, traceback: [`${START_FAILED}: ${said}`] };
 }
 
-/** Follows one notebook's or console's GPU kernels from their start. */
-function follow(widget: IRunsCells, reported: WeakSet<object>, onDead: () => void): void {
+/** Has the server drop the dead GPU kernel of a notebook (or console). */
+type Forget = (widget: IRunsCells) => Promise<void>;
+
+/**
+ * Follows one notebook's or console's GPU kernels from their start. ``forget`` is called with
+ * a GPU kernel that died (its start failed, or it died for good): its pod is gone and it can
+ * never run again, so the server should drop it rather than list it as an existing kernel.
+ */
+function follow(widget: IRunsCells, reported: WeakSet<object>, onDead: () => void, forget: Forget): void {
   const session = widget.sessionContext;
   if (!session) {
     return;
@@ -155,20 +163,21 @@ function follow(widget: IRunsCells, reported: WeakSet<object>, onDead: () => voi
       if (status !== 'dead' || reported.has(kernel)) {
         return;
       }
+      reported.add(kernel);
       // the hub may have stopped it (culling, an admin): its word on why should come now, not
       // at the culling state's next poll
       onDead();
       const reason = kernel.model.reason;
-      if (!reason) {
-        return; // shut down, not failed
-      }
-      reported.add(kernel);
       // the cells still wait now; JupyterLab cancels their requests right after this signal
-      const waiting = runningCells(widget);
+      const waiting = reason ? runningCells(widget) : [];
       window.setTimeout(() => {
         for (const cell of waiting) {
-          cell.model.outputs.add(startFailedOutput(reason));
+          cell.model.outputs.add(startFailedOutput(reason ?? ''));
         }
+        // JupyterLab read the reason when the kernel died (its dialog says it); what is left
+        // is a dead kernel that the kernel picker would offer to connect to (preselected for
+        // this notebook), so the server forgets it and the next run starts a new GPU kernel
+        void forget(widget).catch(reason => console.warn('gpuburst: a dead GPU kernel could not be shut down', reason));
       }, 0);
     });
   };
@@ -195,10 +204,19 @@ function follow(widget: IRunsCells, reported: WeakSet<object>, onDead: () => voi
 export function followGpuKernelStarts(app: JupyterFrontEnd, onDead: () => void = () => undefined): void {
   const followed = new WeakSet<object>();
   const reported = new WeakSet<object>();
+  // JupyterLab's own Shut Down Kernel: the server drops the dead kernel (one whose start
+  // failed at once) and its session, the notebook reads "No Kernel", and its next run starts
+  // its GPU kernel anew. Not a console's: a console clears its cells when its session goes,
+  // and the reason with them; its dead kernel stays listed until the console is closed.
+  const forget: Forget = async widget => {
+    if (!widget.console) {
+      await widget.sessionContext?.shutdown();
+    }
+  };
   const add = (widget: unknown): void => {
     if (widget && typeof widget === 'object' && !followed.has(widget) && (widget as IRunsCells).sessionContext) {
       followed.add(widget);
-      follow(widget as IRunsCells, reported, onDead);
+      follow(widget as IRunsCells, reported, onDead, forget);
     }
   };
   app.docRegistry.addWidgetExtension('Notebook', {

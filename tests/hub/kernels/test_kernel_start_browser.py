@@ -163,3 +163,34 @@ def test_a_gpu_kernel_that_cannot_start_says_why_in_the_waiting_cell(page: Page,
     expect(output).to_contain_text("the kernel exited while starting (exit code 3)")
     # JupyterLab's own dialog says the same, for a student who ran no cell
     expect(page.locator(".jp-Dialog")).to_contain_text("the kernel exited while starting")
+
+
+
+
+def test_a_gpu_kernel_that_could_not_start_is_not_offered_again(page: Page, slow_site: KernelSite) -> None:
+    """The kernel picker offers a new start of the notebook's GPU kernel, not the dead one."""
+    log_in_to(page, slow_site, "lab?reset", landing="lab**")
+    card = page.locator(GPU_CARD, has_text=re.compile(r"^Python 3 \(broken GPU\)"))
+    expect(card).to_be_visible(timeout=90_000)
+    dismiss_news(page)
+    card.click()
+    type_and_run(page, ".jp-Notebook .jp-Cell .jp-InputArea-editor", CODE)
+    expect(page.locator(".jp-Notebook .jp-OutputArea-output").first).to_contain_text("GPU kernel not started", timeout=60_000)
+    page.locator(".jp-Dialog").get_by_role("button", name="Ok").click()
+    # the dead kernel is gone, as after JupyterLab's Shut Down Kernel: the next run starts anew
+    kernel_name = page.locator(".jp-NotebookPanel-toolbar .jp-Toolbar-kernelName")
+    expect(kernel_name).to_have_text("No Kernel", timeout=20_000)
+    kernel_name.click()
+    picker = page.locator(".jp-Dialog select")
+    expect(picker.locator("option:checked")).to_have_text("Python 3 (broken GPU)")
+    # a running kernel's option is titled with its kernel's name; none is the dead one's
+    dead = picker.locator("option[title*='Kernel Name: Python 3 (broken GPU)']")
+    expect(dead).to_have_count(0)
+    page.locator(".jp-Dialog .jp-mod-reject").click()
+    # nor does a new console's picker offer it
+    page.locator(".lm-MenuBar-itemLabel", has_text="File").click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^New$")).hover()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Console$")).click()
+    expect(picker.locator("option:checked")).not_to_have_text(re.compile(r"broken"))
+    expect(dead).to_have_count(0)
+    page.locator(".jp-Dialog .jp-mod-reject").click()
