@@ -58,7 +58,8 @@ interface IRunsCells {
 
 function runningCells(widget: IRunsCells): ICellLike[] {
   const cells: ICellLike[] = [];
-  const all = widget.content?.widgets ?? (widget.console?.cells ? Array.from(widget.console.cells) : []);
+  // a console panel's content is the panel around the console, not its cells
+  const all = widget.console ? Array.from(widget.console.cells ?? []) : (widget.content?.widgets ?? []);
   for (const cell of all) {
     if (cell.model?.type === 'code' && cell.model.executionState === 'running') {
       cells.push(cell);

@@ -165,8 +165,6 @@ def test_a_gpu_kernel_that_cannot_start_says_why_in_the_waiting_cell(page: Page,
     expect(page.locator(".jp-Dialog")).to_contain_text("the kernel exited while starting")
 
 
-
-
 def test_a_gpu_kernel_that_could_not_start_is_not_offered_again(page: Page, slow_site: KernelSite) -> None:
     """The kernel picker offers a new start of the notebook's GPU kernel, not the dead one."""
     log_in_to(page, slow_site, "lab?reset", landing="lab**")
@@ -183,8 +181,8 @@ def test_a_gpu_kernel_that_could_not_start_is_not_offered_again(page: Page, slow
     kernel_name.click()
     picker = page.locator(".jp-Dialog select")
     expect(picker.locator("option:checked")).to_have_text("Python 3 (broken GPU)")
-    # a running kernel's option is titled with its kernel's name; none is the dead one's
-    dead = picker.locator("option[title*='Kernel Name: Python 3 (broken GPU)']")
+    # a running kernel's option is titled with its notebook and kernel's name; none is the dead one's
+    dead = picker.locator("option[title*='.ipynb'][title*='Kernel Name: Python 3 (broken GPU)']")
     expect(dead).to_have_count(0)
     page.locator(".jp-Dialog .jp-mod-reject").click()
     # nor does a new console's picker offer it
@@ -194,3 +192,50 @@ def test_a_gpu_kernel_that_could_not_start_is_not_offered_again(page: Page, slow
     expect(picker.locator("option:checked")).not_to_have_text(re.compile(r"broken"))
     expect(dead).to_have_count(0)
     page.locator(".jp-Dialog .jp-mod-reject").click()
+
+
+def test_the_gpu_panel_names_a_failed_gpu_kernel_and_says_why(page: Page, slow_site: KernelSite, artifacts: Path) -> None:
+    log_in_to(page, slow_site, "lab?reset", landing="lab**")
+    page.locator("button.jp-GpuBurst-status").click()
+    # a console keeps its dead GPU kernel (and the reason in its cell) until it is closed
+    page.locator(".lm-MenuBar-itemLabel", has_text="File").click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^New$")).hover()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Console$")).click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.locator("select").select_option(label="Python 3 (broken GPU)")
+    dialog.locator(".jp-mod-accept").click()
+    type_and_run(page, ".jp-CodeConsole-promptCell .jp-InputArea-editor", CODE)
+    # the console's cell says why, as a notebook's does
+    output = page.locator(".jp-CodeConsole .jp-OutputArea-output").first
+    expect(output).to_contain_text("GPU kernel not started: the kernel exited while starting (exit code 3)", timeout=60_000)
+    page.locator(".jp-Dialog").get_by_role("button", name="Ok").click()
+    expect(page.locator(".jp-GpuBurst-kernelStatusText")).to_have_text("GPU kernel failed")
+    why = "failed: the kernel exited while starting (exit code 3)"
+    # the Kernels card: the kernel as the launcher offered it, and why it failed
+    row = page.locator("#jupyter-gpuburst-panel .jp-GpuBurst-kernels tbody tr", has_text="Python 3 (broken GPU) (console)")
+    expect(row).to_contain_text(why, timeout=20_000)
+    # ...and the GPU kernels card
+    failed = page.locator("#jupyter-gpuburst-panel .jp-GpuBurst-gpuKernels .jp-GpuBurst-gpuKernelFailed")
+    expect(failed).to_have_text(why, timeout=20_000)
+    expect(
+        page.locator("#jupyter-gpuburst-panel .jp-GpuBurst-gpuKernels tbody tr", has=page.locator(".jp-GpuBurst-gpuKernelFailed"))
+    ).to_contain_text("Python 3 (broken GPU)")
+    panel = page.locator("#jupyter-gpuburst-panel")
+    expect(panel).not_to_contain_text("gpuburst-broken")
+    for theme in ("JupyterLab Light", "JupyterLab Dark"):
+        dark = theme.endswith("Dark")
+        if dark:
+            switch_theme(page, theme)
+        expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "false" if dark else "true", timeout=20_000)
+        # in the theme's error colour, which each theme makes readable on its own background
+        for cell in (failed, row.locator("td.jp-GpuBurst-kernelFailed"), row.locator("span.jp-GpuBurst-kernelFailed")):
+            expect(cell).to_have_css("color", theme_color(page, "--jp-error-color1"))
+        panel.screenshot(path=str(artifacts / f"kernel-failed-panel-{'dark' if dark else 'light'}.png"))
+
+
+def theme_color(page: Page, variable: str) -> str:
+    """A theme variable's colour as computed styles give it (``rgb(...)``)."""
+    script = """v => { const d = document.createElement('div');
+        d.style.color = getComputedStyle(document.body).getPropertyValue(v).trim();
+        document.body.append(d); const c = getComputedStyle(d).color; d.remove(); return c; }"""
+    return page.evaluate(script, variable)
