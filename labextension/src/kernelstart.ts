@@ -45,6 +45,8 @@ interface ISessionContextLike {
   isReady: boolean;
   isDisposed: boolean;
   ready: Promise<void>;
+  hasNoKernel: boolean;
+  startKernel(): Promise<boolean>;
   shutdown(): Promise<void>;
 }
 
@@ -133,6 +135,38 @@ async function runInConsoleOnceReady(
   }
 }
 
+/**
+ * One kernel start at a time per notebook (or console). A notebook starts its kernel once its
+ * file has loaded, after reading the server's sessions; a cell run in between finds no kernel
+ * and JupyterLab starts one for it, and then the notebook's own start comes: two starts of
+ * one session, and JupyterLab shuts down the first one's, with the run (`[ ]`, never run). So
+ * a start asked while another is under way waits for it, and starts a kernel only if that
+ * left none.
+ */
+function startOnce(session: ISessionContextLike): void {
+  const start = session.startKernel.bind(session);
+  let starting: Promise<boolean> | null = null;
+  session.startKernel = async () => {
+    if (starting) {
+      // a start left to the student's choice is theirs to make once, in one dialog: the
+      // first caller's
+      const selecting = await starting.catch(() => true);
+      if (!session.hasNoKernel || session.isDisposed || selecting) {
+        return false;
+      }
+    }
+    const mine = start();
+    starting = mine;
+    try {
+      return await mine;
+    } finally {
+      if (starting === mine) {
+        starting = null;
+      }
+    }
+  };
+}
+
 /** The error output a waiting cell gets: the reason as the hub gave it, nothing else. */
 export function startFailedOutput(reason: string): Record<string, unknown> {
   const said = startFailedReason(reason);
@@ -156,6 +190,7 @@ function follow(widget: IRunsCells, reported: WeakSet<object>, onDead: () => voi
   if (widget.console) {
     consoles.set(session, widget.console);
   }
+  startOnce(session);
   const watch = (kernel: Kernel.IKernelConnection | null | undefined): void => {
     if (!kernel || !isGpuKernelName(kernel.name)) {
       return;

@@ -74,15 +74,21 @@ def type_and_run(page: Page, editor: str, code: str) -> None:
     page.keyboard.press("Shift+Enter")
 
 
-# the notebook's session answers late, as over a slow network: a run typed before it exists
-# must wait for it too, not only one typed while the kernel starts
+# the server's sessions answer late, as over a slow network: a run typed before the notebook's
+# session exists must wait for it too, not only one typed while the kernel starts; and the page's
+# first list of sessions comes late, so the notebook is still waiting for it (before it asks for
+# its kernel) when the run comes, and JupyterLab starts a kernel for the run: that start must not
+# be a second one that ends the first, and the run with it
 SLOW_SESSION = """
 const fetch0 = window.fetch;
+let listed = false;
 window.fetch = (input, init) => {
   const url = typeof input === 'string' ? input : input.url;
   const method = (init && init.method) || (typeof input === 'string' ? 'GET' : input.method);
-  if (method === 'POST' && /\\/api\\/sessions/.test(url)) {
-    return new Promise(resolve => setTimeout(resolve, 3000)).then(() => fetch0(input, init));
+  if (/\\/api\\/sessions/.test(url) && (method === 'POST' || (method === 'GET' && !listed))) {
+    const late = method === 'POST' ? 3000 : 4000;
+    listed = listed || method === 'GET';
+    return new Promise(resolve => setTimeout(resolve, late)).then(() => fetch0(input, init));
   }
   return fetch0(input, init);
 };
@@ -224,8 +230,7 @@ def test_the_gpu_panel_names_a_failed_gpu_kernel_and_says_why(page: Page, slow_s
     expect(panel).not_to_contain_text("gpuburst-broken")
     for theme in ("JupyterLab Light", "JupyterLab Dark"):
         dark = theme.endswith("Dark")
-        if dark:
-            switch_theme(page, theme)
+        switch_theme(page, theme)  # (the theme is a setting: an earlier test may have left it dark)
         expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "false" if dark else "true", timeout=20_000)
         # in the theme's error colour, which each theme makes readable on its own background
         for cell in (failed, row.locator("td.jp-GpuBurst-kernelFailed"), row.locator("span.jp-GpuBurst-kernelFailed")):
