@@ -140,19 +140,52 @@ export function kernelMemoryText(gpu: IKernelGpuFigures | null | undefined): str
   return `${gib(gpu.memory_used_bytes)} / ${gib(gpu.memory_total_bytes)} GiB`;
 }
 
+/** What naming a GPU kernel and its state needs of its record. */
+export interface IGpuKernelState {
+  kernel_name: string;
+  profile: string | null;
+  display_name: string | null;
+  state: string | null;
+  error?: string | null;
+}
+
+/** 'Python 3 (1 GPU)': a GPU kernel as the launcher offered it, never its kernelspec's name. */
+export function gpuKernelName(kernel: IGpuKernelState): string {
+  return kernel.display_name || kernel.profile || kernel.kernel_name;
+}
+
+/** 'failed: the kernel exited while starting (exit code 3)', or 'failed' when nobody said why. */
+export function failedText(kernel: IGpuKernelState): string {
+  const why = kernel.error ? startFailedReason(kernel.error) : '';
+  return why ? `failed: ${why}` : 'failed';
+}
+
 /**
- * A GPU kernel's row in the panel's Kernels card: its site in the GPU column and the GPU memory
- * its pod measures, where this server's own GPU reading has nothing for it.
+ * A GPU kernel's row in the panel's Kernels card: its name as the launcher offered it, its
+ * site in the GPU column and the GPU memory its pod measures, where this server's own GPU
+ * reading has nothing for it. One that failed says so in the GPU column, and why under its
+ * name (``failure``: the card is narrow, and only the name's column wraps).
  */
-export function remoteKernelCells(
-  kernel: IGpuKernelPlace & { gpu: IKernelGpuFigures | null }
-): { gpu: string; memory: string; title: string } {
+export function remoteKernelCells(kernel: IGpuKernelPlace & Partial<IGpuKernelState> & { gpu: IKernelGpuFigures | null }): {
+  gpu: string;
+  memory: string;
+  title: string;
+  name: string | null;
+  failure: string | null;
+} {
   const used = kernel.gpu?.memory_used_bytes;
+  const name = kernel.kernel_name ? gpuKernelName(kernel as IGpuKernelState) : null;
+  if (kernel.state === 'failed') {
+    const failure = failedText(kernel as IGpuKernelState);
+    return { gpu: 'failed', memory: '—', title: `This GPU kernel ${failure}`, name, failure };
+  }
   return {
     // the card is narrow: the site's name alone ("origin", "donor-1"); the title says more
     gpu: kernelSiteText(kernel),
     memory: used === null || used === undefined ? '—' : `${(used / 1024 ** 3).toFixed(1)} GiB`,
-    title: `A GPU kernel in a pod of its own (${kernelSiteSentence(kernel)}); see GPU kernels`
+    title: `A GPU kernel in a pod of its own (${kernelSiteSentence(kernel)}); see GPU kernels`,
+    name,
+    failure: null
   };
 }
 

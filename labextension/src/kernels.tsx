@@ -15,7 +15,15 @@ import * as React from 'react';
 
 import { GpuBurstClient } from './client';
 import { gpuAmount } from './format';
-import { isGpuKernelName, kernelMemoryText, kernelSiteText, remoteKernelCells, startingText } from './kernelformat';
+import {
+  failedText,
+  gpuKernelName,
+  isGpuKernelName,
+  kernelMemoryText,
+  kernelSiteText,
+  remoteKernelCells,
+  startingText
+} from './kernelformat';
 import { RemoteKernelLookup } from './panel';
 import { IGpuKernel, IGpuKernelsReply } from './types';
 
@@ -130,15 +138,15 @@ export function GpuKernelsSection(props: {
           {kernels.map(k => (
             <tr key={k.kernel_id} title={k.reason ?? ''} data-kernel-id={k.kernel_id}>
               <td>
-                {k.display_name ?? k.kernel_name}
-                <span className="jp-GpuBurst-sub">
-                  {k.state === 'pending' ? startingText(k) : (k.state ?? '')}
+                {gpuKernelName(k)}
+                <span className={`jp-GpuBurst-sub${k.state === 'failed' ? ' jp-GpuBurst-gpuKernelFailed' : ''}`}>
+                  {k.state === 'pending' ? startingText(k) : k.state === 'failed' ? failedText(k) : (k.state ?? '')}
                   {k.files === 'scratch' ? ' · scratch files' : ''}
                 </span>
                 {k.queue && props.shutdown && <CancelWait kernelId={k.kernel_id} shutdown={props.shutdown} />}
               </td>
               <td>
-                <span className="jp-GpuBurst-gpuKernelSite">{kernelSiteText(k)}</span>
+                <span className="jp-GpuBurst-gpuKernelSite">{k.state === 'failed' ? '—' : kernelSiteText(k)}</span>
                 <span className="jp-GpuBurst-sub jp-GpuBurst-gpuKernelNode">{k.node ?? '—'}</span>
               </td>
               <td>
@@ -227,12 +235,16 @@ export class GpuKernelStatus extends ReactWidget {
           if (!starting && !kernel) {
             return <span />;
           }
-          const text = starting ? startingText(kernel) : `GPU kernel: ${kernelSiteText(kernel!)}`;
+          const text = starting
+            ? startingText(kernel)
+            : kernel!.state === 'failed'
+              ? 'GPU kernel failed'
+              : `GPU kernel: ${kernelSiteText(kernel!)}`;
           return (
             // JupyterLab's own class for a status bar text: its height, font and baseline
             <span
               className={`jp-StatusBar-TextItem jp-GpuBurst-kernelStatusText${starting ? ' jp-GpuBurst-kernelStarting' : ''}`}
-              title={kernel?.reason ?? text}
+              title={kernel?.state === 'failed' ? `This GPU kernel ${failedText(kernel)}` : (kernel?.reason ?? text)}
               aria-label={text}
             >
               {text}

@@ -20,11 +20,21 @@ export const START_FAILED = 'GPU kernel not started';
 
 /** What this module needs of a code cell (notebook or console), without depending on either. */
 interface ICellLike {
+  readonly isDisposed?: boolean;
   model: {
     type: string;
     executionState?: string;
     outputs: { add(output: Record<string, unknown>): number };
+    sharedModel?: { getSource(): string };
   };
+}
+
+/** What this module needs of a console: its cells, its prompt, and running code in a new cell. */
+interface IConsoleLike {
+  readonly isDisposed?: boolean;
+  cells?: Iterable<ICellLike>;
+  promptCell?: ICellLike | null;
+  inject?(code: string): Promise<void>;
 }
 
 interface ISessionContextLike {
@@ -35,19 +45,23 @@ interface ISessionContextLike {
   isReady: boolean;
   isDisposed: boolean;
   ready: Promise<void>;
+  hasNoKernel: boolean;
+  startKernel(): Promise<boolean>;
+  shutdown(): Promise<void>;
 }
 
 /** A notebook panel or a console panel: the session and the cells it runs. */
 interface IRunsCells {
   sessionContext?: ISessionContextLike;
   content?: { widgets?: readonly ICellLike[] };
-  console?: { cells?: Iterable<ICellLike>; promptCell?: ICellLike | null };
+  console?: IConsoleLike;
   context?: { ready: Promise<void> };
 }
 
 function runningCells(widget: IRunsCells): ICellLike[] {
   const cells: ICellLike[] = [];
-  const all = widget.content?.widgets ?? (widget.console?.cells ? Array.from(widget.console.cells) : []);
+  // a console panel's content is the panel around the console, not its cells
+  const all = widget.console ? Array.from(widget.console.cells ?? []) : (widget.content?.widgets ?? []);
   for (const cell of all) {
     if (cell.model?.type === 'code' && cell.model.executionState === 'running') {
       cells.push(cell);
@@ -62,6 +76,8 @@ interface ICodeCellClass {
 }
 
 const patched = new WeakSet<object>();
+/** Each followed console, by its session context (what a run is given to run in). */
+const consoles = new WeakMap<object, IConsoleLike>();
 
 /**
  * Make a run wait for the session being made. Between a notebook's (or console's) opening and
@@ -83,9 +99,71 @@ function waitForTheSession(cell: ICellLike): void {
   cls.execute = async (target, sessionContext, ...rest) => {
     if (sessionContext && !sessionContext.session?.kernel && !sessionContext.isReady && !sessionContext.isDisposed) {
       target.model.executionState = 'running';
+      const codeConsole = consoles.get(sessionContext);
+      if (codeConsole) {
+        void runInConsoleOnceReady(codeConsole, target, sessionContext, () => execute(target, sessionContext, ...rest));
+        return undefined;
+      }
       await sessionContext.ready;
     }
     return execute(target, sessionContext, ...rest);
+  };
+}
+
+/**
+ * A console clears its cells whenever its kernel changes, and the first kernel's arrival is
+ * such a change: a cell run before the session was made would vanish with its code. So the
+ * console's run ends at once (the cell stays, `[*]`, until the kernel comes and the console
+ * clears it), and once the session is there the code runs again in a new cell, after the
+ * kernel's banner, as if typed then. A console that kept the cell runs it in place.
+ */
+async function runInConsoleOnceReady(
+  codeConsole: IConsoleLike,
+  cell: ICellLike,
+  sessionContext: ISessionContextLike,
+  runInPlace: () => Promise<unknown>
+): Promise<void> {
+  const code = cell.model.sharedModel?.getSource() ?? '';
+  await sessionContext.ready;
+  if (codeConsole.isDisposed || sessionContext.isDisposed) {
+    return;
+  }
+  if (!cell.isDisposed) {
+    await runInPlace();
+  } else if (code.trim() && codeConsole.inject) {
+    await codeConsole.inject(code);
+  }
+}
+
+/**
+ * One kernel start at a time per notebook (or console). A notebook starts its kernel once its
+ * file has loaded, after reading the server's sessions; a cell run in between finds no kernel
+ * and JupyterLab starts one for it, and then the notebook's own start comes: two starts of
+ * one session, and JupyterLab shuts down the first one's, with the run (`[ ]`, never run). So
+ * a start asked while another is under way waits for it, and starts a kernel only if that
+ * left none.
+ */
+function startOnce(session: ISessionContextLike): void {
+  const start = session.startKernel.bind(session);
+  let starting: Promise<boolean> | null = null;
+  session.startKernel = async () => {
+    if (starting) {
+      // a start left to the student's choice is theirs to make once, in one dialog: the
+      // first caller's
+      const selecting = await starting.catch(() => true);
+      if (!session.hasNoKernel || session.isDisposed || selecting) {
+        return false;
+      }
+    }
+    const mine = start();
+    starting = mine;
+    try {
+      return await mine;
+    } finally {
+      if (starting === mine) {
+        starting = null;
+      }
+    }
   };
 }
 
@@ -96,12 +174,23 @@ export function startFailedOutput(reason: string): Record<string, unknown> {
   return { output_type: 'error', ename: START_FAILED, evalue: said, traceback: [`${START_FAILED}: ${said}`] };
 }
 
-/** Follows one notebook's or console's GPU kernels from their start. */
-function follow(widget: IRunsCells, reported: WeakSet<object>, onDead: () => void): void {
+/** Has the server drop the dead GPU kernel of a notebook (or console). */
+type Forget = (widget: IRunsCells) => Promise<void>;
+
+/**
+ * Follows one notebook's or console's GPU kernels from their start. ``forget`` is called with
+ * a GPU kernel that died (its start failed, or it died for good): its pod is gone and it can
+ * never run again, so the server should drop it rather than list it as an existing kernel.
+ */
+function follow(widget: IRunsCells, reported: WeakSet<object>, onDead: () => void, forget: Forget): void {
   const session = widget.sessionContext;
   if (!session) {
     return;
   }
+  if (widget.console) {
+    consoles.set(session, widget.console);
+  }
+  startOnce(session);
   const watch = (kernel: Kernel.IKernelConnection | null | undefined): void => {
     if (!kernel || !isGpuKernelName(kernel.name)) {
       return;
@@ -110,20 +199,21 @@ function follow(widget: IRunsCells, reported: WeakSet<object>, onDead: () => voi
       if (status !== 'dead' || reported.has(kernel)) {
         return;
       }
+      reported.add(kernel);
       // the hub may have stopped it (culling, an admin): its word on why should come now, not
       // at the culling state's next poll
       onDead();
       const reason = kernel.model.reason;
-      if (!reason) {
-        return; // shut down, not failed
-      }
-      reported.add(kernel);
       // the cells still wait now; JupyterLab cancels their requests right after this signal
-      const waiting = runningCells(widget);
+      const waiting = reason ? runningCells(widget) : [];
       window.setTimeout(() => {
         for (const cell of waiting) {
-          cell.model.outputs.add(startFailedOutput(reason));
+          cell.model.outputs.add(startFailedOutput(reason ?? ''));
         }
+        // JupyterLab read the reason when the kernel died (its dialog says it); what is left
+        // is a dead kernel that the kernel picker would offer to connect to (preselected for
+        // this notebook), so the server forgets it and the next run starts a new GPU kernel
+        void forget(widget).catch(reason => console.warn('gpuburst: a dead GPU kernel could not be shut down', reason));
       }, 0);
     });
   };
@@ -150,10 +240,19 @@ function follow(widget: IRunsCells, reported: WeakSet<object>, onDead: () => voi
 export function followGpuKernelStarts(app: JupyterFrontEnd, onDead: () => void = () => undefined): void {
   const followed = new WeakSet<object>();
   const reported = new WeakSet<object>();
+  // JupyterLab's own Shut Down Kernel: the server drops the dead kernel (one whose start
+  // failed at once) and its session, the notebook reads "No Kernel", and its next run starts
+  // its GPU kernel anew. Not a console's: a console clears its cells when its session goes,
+  // and the reason with them; its dead kernel stays listed until the console is closed.
+  const forget: Forget = async widget => {
+    if (!widget.console) {
+      await widget.sessionContext?.shutdown();
+    }
+  };
   const add = (widget: unknown): void => {
     if (widget && typeof widget === 'object' && !followed.has(widget) && (widget as IRunsCells).sessionContext) {
       followed.add(widget);
-      follow(widget as IRunsCells, reported, onDead);
+      follow(widget as IRunsCells, reported, onDead, forget);
     }
   };
   app.docRegistry.addWidgetExtension('Notebook', {

@@ -38,7 +38,11 @@ export type PanelSectionRenderer = (model: GpuBurstModel) => JSX.Element | null;
  * a remote GPU kernel has no process here, so this server's own GPU reading shows it using none.
  * Undefined for a kernel that runs here.
  */
-export type RemoteKernelLookup = (kernelId: string) => { gpu: string; memory: string; title: string } | undefined;
+/** A kernel that runs outside this server (a GPU kernel): its cells in the Kernels card, and
+ * its name as the launcher offered it ('Python 3 (1 GPU)') where the row would show a raw one. */
+export type RemoteKernelLookup = (kernelId: string) =>
+  | { gpu: string; memory: string; title: string; name?: string | null; failure?: string | null }
+  | undefined;
 
 /** The card every section of the panel sits in. */
 export function PanelSection(props: {
@@ -210,8 +214,11 @@ function KernelList(props: { sample: ISample; remote?: RemoteKernelLookup }): JS
               const elsewhere = kernel.gpus.length ? undefined : remote?.(kernel.kernel_id);
               return (
                 <tr key={kernel.kernel_id} data-kernel-id={kernel.kernel_id} title={elsewhere?.title}>
-                  <td title={kernel.notebook ?? kernel.name}>{kernelLabel(kernel.notebook, kernel.name)}</td>
-                  <td>{elsewhere ? elsewhere.gpu : gpus || '—'}</td>
+                  <td title={kernel.notebook ?? elsewhere?.name ?? kernel.name}>
+                    {kernelLabel(kernel.notebook, elsewhere?.name || kernel.name)}
+                    {elsewhere?.failure && <span className="jp-GpuBurst-sub jp-GpuBurst-kernelFailed">{elsewhere.failure}</span>}
+                  </td>
+                  <td className={elsewhere?.failure ? 'jp-GpuBurst-kernelFailed' : undefined}>{elsewhere ? elsewhere.gpu : gpus || '—'}</td>
                   <td>{elsewhere ? elsewhere.memory : kernel.gpus.length ? formatBytes(total) : '—'}</td>
                 </tr>
               );

@@ -147,6 +147,8 @@ export interface IGpuKernel {
   queue: IGpuKernelQueue | null;
   relocated_from: string | null;
   files: string | null;
+  /** Why it failed (state 'failed'), in the hub's or the server's words; else null. */
+  error: string | null;
   /** Measured in the kernel's pod; null while it starts or when it does not answer. */
   gpu: IKernelGpuFigures | null;
 }

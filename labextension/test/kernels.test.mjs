@@ -37,6 +37,42 @@ test('a GPU kernel row in the Kernels card shows its site and the memory its pod
   assert.equal(remoteKernelCells({ ...donor, gpu: { memory_used_bytes: null, memory_total_bytes: null, utilization: null } }).memory, '—');
 });
 
+test('a GPU kernel that failed is named as the launcher offered it, and says why it failed', async () => {
+  const { remoteKernelCells, gpuKernelName, failedText } = await import('../lib/kernelformat.js');
+  // as the server lists a kernel whose start failed: no site, no GPU, the dialog's wrapped words
+  const failed = {
+    kernel_id: '4f0c2a9e-1b7d-4c1e-9a53-0d6a2c1f8e77',
+    kernel_name: 'gpuburst-broken',
+    profile: 'broken',
+    display_name: 'Python 3 (broken GPU)',
+    state: 'failed',
+    error: 'No GPU kernel: the kernel exited while\nstarting (exit code 3)',
+    site: null,
+    site_kind: null,
+    resource: null,
+    count: null,
+    gpu: null
+  };
+  const cells = remoteKernelCells(failed);
+  assert.equal(cells.name, 'Python 3 (broken GPU)');
+  assert.equal(cells.gpu, 'failed');
+  assert.equal(cells.failure, 'failed: the kernel exited while starting (exit code 3)');
+  assert.equal(cells.memory, '—');
+  assert.match(cells.title, /^This GPU kernel failed: the kernel exited while starting/);
+  for (const text of [cells.name, cells.gpu, cells.failure, cells.title]) {
+    assert.doesNotMatch(text, /4f0c2a9e|gpuburst-|placing/);
+  }
+  // the profile where the hub gave no display name; the kernelspec's name only as a last resort
+  assert.equal(gpuKernelName({ ...failed, display_name: null }), 'broken');
+  assert.equal(gpuKernelName({ ...failed, display_name: null, profile: null }), 'gpuburst-broken');
+  assert.equal(failedText({ ...failed, error: null }), 'failed');
+  // a running one keeps its site, and is named too
+  const running = remoteKernelCells({ ...failed, state: 'running', error: null, site: 'origin', site_kind: 'origin' });
+  assert.equal(running.gpu, 'origin');
+  assert.equal(running.name, 'Python 3 (broken GPU)');
+  assert.equal(running.failure, null);
+});
+
 test('in a server with GPUs of its own, the launcher says GPU kernels take GPUs besides those', async () => {
   const { launcherCategory, launcherCaption } = await import('../lib/kernelformat.js');
   const available = { origin: 1, donors: 4, sites: { origin: 1, 'donor-1': 4 } };

@@ -114,6 +114,7 @@ class GPUBurstProvisioner(KernelProvisionerBase):
     _poll_value: int | None = None
     _notebook_dir = ""
     _withdrawn = False  # shut down by the student before it started (``withdraw``)
+    _failure: str | None = None  # why its last start failed, as the notebook was told
 
     @property
     def hub(self) -> HubKernelClient:
@@ -162,11 +163,12 @@ class GPUBurstProvisioner(KernelProvisionerBase):
             # (which JupyterLab reads when the websocket closes) says it is dead, and why
             km = self.parent
             km.execution_state = "dead"
-            km.reason = str(exc)
+            km.reason = self._failure = str(exc)
             raise
 
     async def _launch(self) -> dict[str, Any]:
         self._withdrawn = False
+        self._failure = None
         km = self.parent
         key = km.session.key.decode() if isinstance(km.session.key, bytes) else str(km.session.key)
         if not key:
@@ -334,27 +336,40 @@ class GPUBurstProvisioner(KernelProvisionerBase):
         return max(recommended, self.start_timeout)
 
     def public_placement(self) -> dict[str, Any] | None:
-        """Where the kernel runs, for the GPU panel (no address, no key)."""
+        """Where the kernel runs, for the GPU panel (no address, no key); a kernel whose start
+        failed is listed as such, by its name and why, until it is shut down."""
         if self.placement is None:
-            return None
-        fields = (
-            "id",
-            "profile",
-            "display_name",
-            "state",
-            "site",
-            "site_kind",
-            "cluster_id",
-            "node",
-            "resource",
-            "count",
-            "reason",
-            "waiting",
-            "queue",
-            "relocated_from",
-            "files",
-        )
-        return {k: self.placement.get(k) for k in fields}
+            if self._failure is None:
+                return None
+            display_name = getattr(self.kernel_spec, "display_name", None) or self.profile
+            return {k: None for k in PUBLIC_FIELDS} | {
+                "profile": self.profile,
+                "display_name": display_name,
+                "state": "failed",
+                "error": self._failure,
+            }
+        return {k: self.placement.get(k) for k in PUBLIC_FIELDS}
+
+
+# what the panel may know of a kernel's record at the hub
+PUBLIC_FIELDS = (
+    "id",
+    "profile",
+    "display_name",
+    "state",
+    "site",
+    "site_kind",
+    "cluster_id",
+    "node",
+    "resource",
+    "count",
+    "reason",
+    "waiting",
+    "queue",
+    "relocated_from",
+    "files",
+    "error",
+)
 
 
 def remote_kernels(kernel_manager: Any) -> list[dict[str, Any]]:

@@ -74,15 +74,21 @@ def type_and_run(page: Page, editor: str, code: str) -> None:
     page.keyboard.press("Shift+Enter")
 
 
-# the notebook's session answers late, as over a slow network: a run typed before it exists
-# must wait for it too, not only one typed while the kernel starts
+# the server's sessions answer late, as over a slow network: a run typed before the notebook's
+# session exists must wait for it too, not only one typed while the kernel starts; and the page's
+# first list of sessions comes late, so the notebook is still waiting for it (before it asks for
+# its kernel) when the run comes, and JupyterLab starts a kernel for the run: that start must not
+# be a second one that ends the first, and the run with it
 SLOW_SESSION = """
 const fetch0 = window.fetch;
+let listed = false;
 window.fetch = (input, init) => {
   const url = typeof input === 'string' ? input : input.url;
   const method = (init && init.method) || (typeof input === 'string' ? 'GET' : input.method);
-  if (method === 'POST' && /\\/api\\/sessions/.test(url)) {
-    return new Promise(resolve => setTimeout(resolve, 3000)).then(() => fetch0(input, init));
+  if (/\\/api\\/sessions/.test(url) && (method === 'POST' || (method === 'GET' && !listed))) {
+    const late = method === 'POST' ? 3000 : 4000;
+    listed = listed || method === 'GET';
+    return new Promise(resolve => setTimeout(resolve, late)).then(() => fetch0(input, init));
   }
   return fetch0(input, init);
 };
@@ -120,6 +126,8 @@ def test_a_cell_run_while_the_gpu_kernel_starts_runs_once_it_is_ready(page: Page
 
 
 def test_a_console_on_a_starting_gpu_kernel_runs_what_was_typed(page: Page, slow_site: KernelSite, artifacts: Path) -> None:
+    # the console's session answers late too: its first kernel's arrival clears a console's cells
+    page.add_init_script(SLOW_SESSION)
     log_in_to(page, slow_site, "lab?reset", landing="lab**")
     switch_theme(page, "JupyterLab Dark")
     expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "false", timeout=20_000)
@@ -139,6 +147,14 @@ def test_a_console_on_a_starting_gpu_kernel_runs_what_was_typed(page: Page, slow
     page.screenshot(path=str(artifacts / "kernel-starting-dark.png"))
     output = page.locator(".jp-CodeConsole .jp-OutputArea-output").first
     expect(output).to_have_text(re.compile(r"(^|\n)(origin|donor-1)\s*$"), timeout=(START_DELAY_S + 60) * 1000)
+    # what was typed ran once, in one cell that shows it, below the kernel's banner
+    ran = page.locator(".jp-CodeConsole-content .jp-CodeCell")
+    expect(ran).to_have_count(1)
+    expect(ran.locator(".jp-InputArea-editor")).to_have_text(CODE)
+    expect(ran.locator(".jp-InputPrompt")).to_have_text("[1]:")
+    expect(page.locator(".jp-CodeConsole-content > .jp-CodeConsole-banner")).to_have_count(1)
+    assert page.locator(".jp-CodeConsole-content > *").first.evaluate("e => e.classList.contains('jp-CodeConsole-banner')")
+    page.screenshot(path=str(artifacts / "kernel-console-ran-dark.png"))
 
 
 def test_a_gpu_kernel_that_cannot_start_says_why_in_the_waiting_cell(page: Page, slow_site: KernelSite) -> None:
@@ -153,3 +169,78 @@ def test_a_gpu_kernel_that_cannot_start_says_why_in_the_waiting_cell(page: Page,
     expect(output).to_contain_text("the kernel exited while starting (exit code 3)")
     # JupyterLab's own dialog says the same, for a student who ran no cell
     expect(page.locator(".jp-Dialog")).to_contain_text("the kernel exited while starting")
+
+
+def test_a_gpu_kernel_that_could_not_start_is_not_offered_again(page: Page, slow_site: KernelSite) -> None:
+    """The kernel picker offers a new start of the notebook's GPU kernel, not the dead one."""
+    log_in_to(page, slow_site, "lab?reset", landing="lab**")
+    card = page.locator(GPU_CARD, has_text=re.compile(r"^Python 3 \(broken GPU\)"))
+    expect(card).to_be_visible(timeout=90_000)
+    dismiss_news(page)
+    card.click()
+    type_and_run(page, ".jp-Notebook .jp-Cell .jp-InputArea-editor", CODE)
+    expect(page.locator(".jp-Notebook .jp-OutputArea-output").first).to_contain_text("GPU kernel not started", timeout=60_000)
+    page.locator(".jp-Dialog").get_by_role("button", name="Ok").click()
+    # the dead kernel is gone, as after JupyterLab's Shut Down Kernel: the next run starts anew
+    kernel_name = page.locator(".jp-NotebookPanel-toolbar .jp-Toolbar-kernelName")
+    expect(kernel_name).to_have_text("No Kernel", timeout=20_000)
+    kernel_name.click()
+    picker = page.locator(".jp-Dialog select")
+    expect(picker.locator("option:checked")).to_have_text("Python 3 (broken GPU)")
+    # a running kernel's option is titled with its notebook and kernel's name; none is the dead one's
+    dead = picker.locator("option[title*='.ipynb'][title*='Kernel Name: Python 3 (broken GPU)']")
+    expect(dead).to_have_count(0)
+    page.locator(".jp-Dialog .jp-mod-reject").click()
+    # nor does a new console's picker offer it
+    page.locator(".lm-MenuBar-itemLabel", has_text="File").click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^New$")).hover()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Console$")).click()
+    expect(picker.locator("option:checked")).not_to_have_text(re.compile(r"broken"))
+    expect(dead).to_have_count(0)
+    page.locator(".jp-Dialog .jp-mod-reject").click()
+
+
+def test_the_gpu_panel_names_a_failed_gpu_kernel_and_says_why(page: Page, slow_site: KernelSite, artifacts: Path) -> None:
+    log_in_to(page, slow_site, "lab?reset", landing="lab**")
+    page.locator("button.jp-GpuBurst-status").click()
+    # a console keeps its dead GPU kernel (and the reason in its cell) until it is closed
+    page.locator(".lm-MenuBar-itemLabel", has_text="File").click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^New$")).hover()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Console$")).click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.locator("select").select_option(label="Python 3 (broken GPU)")
+    dialog.locator(".jp-mod-accept").click()
+    type_and_run(page, ".jp-CodeConsole-promptCell .jp-InputArea-editor", CODE)
+    # the console's cell says why, as a notebook's does
+    output = page.locator(".jp-CodeConsole .jp-OutputArea-output").first
+    expect(output).to_contain_text("GPU kernel not started: the kernel exited while starting (exit code 3)", timeout=60_000)
+    page.locator(".jp-Dialog").get_by_role("button", name="Ok").click()
+    expect(page.locator(".jp-GpuBurst-kernelStatusText")).to_have_text("GPU kernel failed")
+    why = "failed: the kernel exited while starting (exit code 3)"
+    # the Kernels card: the kernel as the launcher offered it, and why it failed
+    row = page.locator("#jupyter-gpuburst-panel .jp-GpuBurst-kernels tbody tr", has_text="Python 3 (broken GPU) (console)")
+    expect(row).to_contain_text(why, timeout=20_000)
+    # ...and the GPU kernels card
+    failed = page.locator("#jupyter-gpuburst-panel .jp-GpuBurst-gpuKernels .jp-GpuBurst-gpuKernelFailed")
+    expect(failed).to_have_text(why, timeout=20_000)
+    expect(
+        page.locator("#jupyter-gpuburst-panel .jp-GpuBurst-gpuKernels tbody tr", has=page.locator(".jp-GpuBurst-gpuKernelFailed"))
+    ).to_contain_text("Python 3 (broken GPU)")
+    panel = page.locator("#jupyter-gpuburst-panel")
+    expect(panel).not_to_contain_text("gpuburst-broken")
+    for theme in ("JupyterLab Light", "JupyterLab Dark"):
+        dark = theme.endswith("Dark")
+        switch_theme(page, theme)  # (the theme is a setting: an earlier test may have left it dark)
+        expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "false" if dark else "true", timeout=20_000)
+        # in the theme's error colour, which each theme makes readable on its own background
+        for cell in (failed, row.locator("td.jp-GpuBurst-kernelFailed"), row.locator("span.jp-GpuBurst-kernelFailed")):
+            expect(cell).to_have_css("color", theme_color(page, "--jp-error-color1"))
+        panel.screenshot(path=str(artifacts / f"kernel-failed-panel-{'dark' if dark else 'light'}.png"))
+
+
+def theme_color(page: Page, variable: str) -> str:
+    """A theme variable's colour as computed styles give it (``rgb(...)``)."""
+    script = """v => { const d = document.createElement('div');
+        d.style.color = getComputedStyle(document.body).getPropertyValue(v).trim();
+        document.body.append(d); const c = getComputedStyle(d).color; d.remove(); return c; }"""
+    return page.evaluate(script, variable)

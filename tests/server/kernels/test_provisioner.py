@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import queue
+from types import SimpleNamespace
 
 import pytest
 from helpers.fake_hub import TOKEN
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 
-from jupyter_gpuburst.server.kernels.provisioner import DIALOG_COLUMNS, GPUBurstProvisioner, KernelPlacementError
+from jupyter_gpuburst.server.kernels.provisioner import DIALOG_COLUMNS, GPUBurstProvisioner, KernelPlacementError, remote_kernels
 from jupyter_gpuburst.server.kernels.specs import install_kernelspecs
 
 
@@ -120,6 +121,13 @@ async def test_a_kernel_the_hub_cannot_place_fails_at_once_with_the_reason(hub, 
     assert " ".join(str(info.value).split()) == f"No GPU kernel: {hub.full_reason}"
     assert max(len(line) for line in str(info.value).splitlines()) <= DIALOG_COLUMNS
     assert hub.kernels == {}
+    # the GPU panel lists it by the name the launcher offered, as failed and why, never by an id
+    (kernel,) = remote_kernels(SimpleNamespace(list_kernel_ids=lambda: ["k-1"], get_kernel=lambda kernel_id: km))
+    assert kernel["display_name"] == "Python 3 (1 GPU)"
+    assert kernel["profile"] == "gpu-1"
+    assert kernel["state"] == "failed"
+    assert " ".join(kernel["error"].split()) == f"No GPU kernel: {hub.full_reason}"
+    assert kernel["site"] is None and kernel["id"] is None
 
 
 async def test_kernelspecs_name_the_provisioner_and_profile(hub, tmp_path):
