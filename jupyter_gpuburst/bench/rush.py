@@ -3,7 +3,8 @@
 Four arms, interleaved over ``--rounds`` (round 1: kernel+pools, kernel, server, server+pools;
 round 2 the reverse; and so on): **kernel mode** (a CPU server, then a GPU kernel placed by the
 hub) and **server mode** (a whole GPU server), each with warm pools sized for the rush and
-without. Each arm runs on a fresh federation of ``sim/rush.yaml``'s cold nodes (the CUDA image
+without (``rush_setup.arm_setup``: placeholders of the GPU server profile in server mode;
+pre-started GPU kernels, and the CPU server image pre-pulled on the origin, in kernel mode). Each arm runs on a fresh federation of ``sim/rush.yaml``'s cold nodes (the CUDA image
 is on no node; it is pulled at the site's bandwidth) and a fresh real JupyterHub with
 GPUBurstSpawner; with pools, the pools fill and pull first (the half hour before the lab), and
 the rush starts once every placeholder is ready.
@@ -66,9 +67,9 @@ from jupyter_gpuburst.bench.rush_setup import (
     KERNEL_SCOPES,
     ArmSetup,
     Shape,
+    arm_setup,
     federation,
     hub_config,
-    sized_pools,
 )
 from jupyter_gpuburst.bench.spawn import NAMESPACE, metric_sum
 from jupyter_gpuburst.core import keys
@@ -86,8 +87,10 @@ SCALED = {
     "real": "JupyterHub and its proxy, GPUBurstSpawner and KubeSpawner, the hub's GPU kernel API, warm pools and queue, "
     "the federation emulator (API servers, scheduler with preemption, kubelets pulling cold images, Liqo) for every student",
     "stand_ins": "user servers answer HTTP as JupyterLab's URL does (bench/standin.py); GPU kernels answer the Jupyter "
-    "protocol over ZMQ and run no code (bench/standin_kernel.py); the kernel API is called with the user's token as "
-    "the server's provisioner calls it",
+    "protocol over ZMQ and run no code (bench/standin_kernel.py; pre-started, they wait for the adopter's connection "
+    "file as the real entry point does, kernel/pod.py, without importing ipykernel); the kernel API is called with the "
+    "user's token as the server's provisioner calls it; the CPU server image an image puller keeps on the origin's "
+    "nodes (z2jh's continuous pre-puller, a DaemonSet the emulator does not run) is on them from the start",
     "nodes": "rush.yaml's node shapes, images, sizes and bandwidths; node counts scaled to the class",
 }
 
@@ -102,6 +105,9 @@ class Student:
     site: str | None = None
     queued: bool = False
     server_s: float | None = None  # kernel mode: Start -> the CPU server's JupyterLab answering
+    kernel_s: float | None = None  # kernel mode: the kernel asked of the hub -> running (placed, started or adopted)
+    cell_s: float | None = None  # kernel mode: running -> the first cell's reply
+    adopted: bool = False  # kernel mode: the kernel was a pre-started one
 
 
 @dataclass
@@ -129,6 +135,10 @@ class Arm:
             "lost_detail": [f"{s.user}: {s.reason[:160]}" for s in self.students if s.outcome == "lost"][:5],
             "start_s": quantiles(times),
             "server_up_s": quantiles([s.server_s for s in self.students if s.server_s is not None]),
+            # kernel mode, where the time went: the kernel's placement and start, then the first cell
+            "kernel_s": self._by_site(lambda s: s.kernel_s),
+            "first_cell_s": quantiles([s.cell_s for s in self.students if s.cell_s is not None]),
+            "adopted_prestarted": sum(s.adopted for s in self.students),
             "by_site": {
                 site: quantiles([s.seconds for s in self.students if s.outcome == "ran" and s.site == site and s.seconds is not None])
                 for site in sorted({s.site or "?" for s in self.students if s.outcome == "ran"})
@@ -138,9 +148,22 @@ class Arm:
                 "max_length": self.queue_max,
                 "student_s": round(self.queue_student_s, 1),
             },
-            "pools": {"warm_up_s": self.warm_up_s, "ready_before_rush": self.pools_ready, "gpu_hours_held": round(self.pool_gpu_hours, 3)},
+            "pools": {
+                **self.setup.describe(),
+                "warm_up_s": self.warm_up_s,
+                "ready_before_rush": self.pools_ready,
+                "gpu_hours_held": round(self.pool_gpu_hours, 3),
+            },
             "double_booked_max": self.double_booked_max,
             "wall_s": round(self.wall_s, 1),
+        }
+
+    def _by_site(self, value: Any) -> dict[str, Any]:
+        mine = [(s.site or "?", value(s)) for s in self.students]
+        mine = [(site, v) for site, v in mine if v is not None]
+        return {
+            "all": quantiles([v for _, v in mine]),
+            **{site: quantiles([v for s, v in mine if s == site]) for site in sorted({s for s, _ in mine})},
         }
 
 
@@ -226,6 +249,9 @@ async def _failed_progress(hub: HubProcess, http: aiohttp.ClientSession, user: s
 
 
 async def _first_cell(connection: dict[str, Any], key: str, deadline: float) -> bool:
+    """Whether the kernel answered the first cell before ``deadline``."""
+    from queue import Empty
+
     from jupyter_client.asynchronous.client import AsyncKernelClient
 
     client = AsyncKernelClient()
@@ -234,7 +260,10 @@ async def _first_cell(connection: dict[str, Any], key: str, deadline: float) -> 
     try:
         msg_id = client.execute("import torch; torch.ones(1).cuda()")
         while time.monotonic() < deadline:
-            reply = await client.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
+            try:
+                reply = await client.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
+            except Empty:
+                return False  # one student's silent kernel is theirs alone: the others' journeys go on
             if reply["parent_header"].get("msg_id") == msg_id:
                 return reply["content"].get("status") == "ok"
         return False
@@ -248,6 +277,7 @@ async def kernel_journey(hub: HubProcess, http: aiohttp.ClientSession, student: 
     if not await _server_up(hub, http, student, CPU_PROFILE, deadline):
         return
     student.server_s = time.monotonic() - t0
+    asked = time.monotonic()
     key = secrets.token_hex(32)
     api = f"{hub.url}/services/gpuburst/api/kernels"
     headers = {"Authorization": f"token {token}"}
@@ -264,9 +294,12 @@ async def kernel_journey(hub: HubProcess, http: aiohttp.ClientSession, student: 
     if record.get("state") != "running":
         _refused(student, str(record.get("error") or f"the GPU kernel is {record.get('state')}"))
         return
-    student.site = record.get("site")
+    student.site, student.adopted = record.get("site"), bool(record.get("prestarted"))
+    running = time.monotonic()
+    student.kernel_s = running - asked
     if await _first_cell(record["connection"], key, deadline):
         student.outcome, student.seconds = "ran", time.monotonic() - t0
+        student.cell_s = time.monotonic() - running
     else:
         student.outcome, student.reason = "lost", "the first cell got no reply"
 
@@ -280,8 +313,15 @@ async def server_journey(hub: HubProcess, http: aiohttp.ClientSession, fed: Fede
 
 
 def placeholders_ready(fed: Federation) -> int:
+    """The pools' pods that wait ready: running, and a pre-started kernel's imports done (Ready)."""
     pods, _ = fed.origin.store.list("pods", NAMESPACE, label_selector=keys.POOL_LABEL)
-    return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp"))
+    return sum(1 for p in pods if _ready(p) and not p["metadata"].get("deletionTimestamp"))
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    return status.get("phase") == "Running" and conditions.get("Ready", "True") == "True"
 
 
 def pool_gpu_hours(workdir: Path) -> float:
@@ -323,7 +363,8 @@ async def run_arm(setup: ArmSetup, round_: int, shape: Shape, arrivals: list[flo
     arm.students = [Student(u, t) for u, t in zip(users, arrivals, strict=True)]
     work = state_dir / f"r{round_}-{setup.name}"
     kubeconfig = work / "kubeconfig"
-    async with running_federation(federation(shape, args.pull_speedup), state_dir=work / "sim", kubeconfig=kubeconfig) as fed:
+    config = federation(shape, args.pull_speedup, setup.pulled)
+    async with running_federation(config, state_dir=work / "sim", kubeconfig=kubeconfig) as fed:
         # the admin's step on each donor a pool uses: Liqo keeps the class's name on offloaded pods
         pools = WarmPools()
         fed.donors[DONOR].store.create(PRIORITY_CLASSES, priority_class(pools.priority_class, pools.priority))
@@ -336,8 +377,8 @@ async def run_arm(setup: ArmSetup, round_: int, shape: Shape, arrivals: list[flo
                 connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=args.start_timeout + 120)
             ) as http:
                 tokens = await user_tokens(hub, http, users) if setup.mode == "kernel" else {}
-                if setup.pools:
-                    arm.warm_up_s, arm.pools_ready = await warm_up(fed, sum(p["count"] for p in setup.pools), args.warm_up_timeout)
+                if setup.warm:
+                    arm.warm_up_s, arm.pools_ready = await warm_up(fed, setup.warm, args.warm_up_timeout)
                 stop = asyncio.Event()
                 watcher = asyncio.create_task(watch(arm, fed, hub, http, stop))
                 started = time.monotonic()
@@ -445,10 +486,12 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
     shape = Shape.for_students(args.students)
     rng = random.Random(args.seed)
     arms: list[Arm] = []
+    setups: dict[str, ArmSetup] = {}
     for round_ in range(args.rounds):
         arrivals = lab_start_arrivals(args.students, args.window, rng)
         for mode, with_pools in arm_order(round_):
-            setup = ArmSetup(mode, sized_pools(shape, args.pool_fraction) if with_pools else ())
+            setup = arm_setup(mode, with_pools, shape, args.pool_fraction)
+            setups[setup.name] = setup
             arms.append(await run_arm(setup, round_, shape, arrivals, args, state_dir))
     result: dict[str, Any] = {
         "benchmark": "rush",
@@ -456,7 +499,7 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
         "window_s": args.window,
         "rounds": [a.summary() for a in arms],
         "gpus": shape.gpus,
-        "pools": list(sized_pools(shape, args.pool_fraction)),
+        "pools": {name: setup.describe() for name, setup in setups.items()},  # which pools each arm had
         "scaled": SCALED,
         "pull_speedup": args.pull_speedup,
         "load_average": [round(v, 2) for v in os.getloadavg()],
