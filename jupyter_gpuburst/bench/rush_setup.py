@@ -89,6 +89,11 @@ class Shape:
 
 
 def federation(shape: Shape, pull_speedup: float = 1.0, origin_images: tuple[str, ...] = ()) -> FederationConfig:
+    """rush.yaml with its node counts set to ``shape`` (``federation_data``), checked."""
+    return parse_config(federation_data(shape, pull_speedup, origin_images), f"{RUSH_YAML.name}, scaled")
+
+
+def federation_data(shape: Shape, pull_speedup: float = 1.0, origin_images: tuple[str, ...] = ()) -> dict[str, Any]:
     """rush.yaml with its node counts set to ``shape``: same images, sizes, bandwidths, cold nodes
     (but for ``origin_images``, on every origin node from the start: an image puller's work).
 
@@ -107,7 +112,7 @@ def federation(shape: Shape, pull_speedup: float = 1.0, origin_images: tuple[str
         group["count"] = shape.donor_gpu_nodes
     n = shape.donor_gpu_nodes
     donor["grant"] = {"cpu": str(64 * n), "memory": f"{512 * n}Gi", "pods": str(110 * n), GPU: n * GPUS_PER_NODE}
-    return parse_config(data, f"{RUSH_YAML.name}, scaled")
+    return data
 
 
 @dataclass(frozen=True)

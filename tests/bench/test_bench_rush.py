@@ -52,7 +52,7 @@ def test_rush_small_runs_every_arm_and_an_impossible_goal_fails_it(capsys, tmp_p
     # the pools held GPUs before and during the rush, and the hub's ledger counted them as the pools'
     assert result["arms"]["kernel_pools"]["pool_gpu_hours_held"] > 0
     assert result["arms"]["kernel_no_pools"]["pool_gpu_hours_held"] == 0
-    assert result["pull_speedup"] == 20 and set(result["scaled"]) == {"real", "stand_ins", "nodes"}
+    assert result["pull_speedup"] == 20 and set(result["scaled"]) == {"real", "stand_ins", "nodes", "federation"}
     # stopping leaves nothing behind: no arm's proxy outlives its hub (it runs in a session of its own)
     pids = [int(f.read_text()) for f in tmp_path.glob("r0-*/hub/jupyterhub-proxy.pid")]
     assert len(pids) == 4
