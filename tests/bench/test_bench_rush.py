@@ -228,3 +228,9 @@ def test_the_stand_in_kernel_waits_for_its_adopter_s_connection_as_a_pre_started
     finally:
         kernel.terminate()
         kernel.wait(10)
+
+
+def test_one_mode_runs_its_two_arms_in_the_same_alternating_order():
+    assert rush.arm_order(0, ("kernel",)) == [("kernel", True), ("kernel", False)]
+    assert rush.arm_order(1, ("kernel",)) == [("kernel", False), ("kernel", True)]
+    assert rush.arm_order(0, ("server",)) == [("server", False), ("server", True)]
