@@ -157,3 +157,22 @@ async def test_a_pre_started_kernel_on_a_donor_is_adopted_and_answers_with_the_a
         assert record.prestarted is True and record.pod_name == name and record.placement.site == "donor-1"
         connection = {"transport": "tcp", "ip": reg.pod_ip(record), **record.ports}
         await first_reply(connection, key.encode(), timeout=30)
+
+
+async def test_a_request_reads_the_pool_a_page_at_a_time_from_the_node_its_reservation_holds(registry, monkeypatch):
+    # at a lab's start a pool is hundreds of pods and every request looks for one: it reads the
+    # reserved node's first, a page at a time, never the whole pool at once
+    calls = []
+    list_pods = registry.api.list_namespaced_pod
+
+    async def listed(namespace, **kwargs):
+        calls.append(kwargs)
+        return await list_pods(namespace, **kwargs)
+
+    monkeypatch.setattr(registry.api, "list_namespaced_pod", listed)
+    record = await start(registry)
+    assert record.prestarted is True and record.pod_name == registry.pooled
+    looked = [c for c in calls if c.get("label_selector", "").startswith(keys.POOL_LABEL)]
+    assert looked and all(c["limit"] == prestarted.PAGE and "status.phase=Running" in c["field_selector"] for c in looked)
+    # the first read is the node the request's reservation holds (placement names it on origin too)
+    assert "spec.nodeName=" in looked[0]["field_selector"]
