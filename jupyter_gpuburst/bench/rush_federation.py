@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -115,8 +116,12 @@ async def _ready(proc: asyncio.subprocess.Process, log_path: Path) -> None:
 
 
 async def _stop(proc: asyncio.subprocess.Process) -> None:
-    """SIGTERM (the federation stops its pods), then the whole session after 60 s."""
+    """SIGTERM (the federation stops its pods), then after 60 s SIGKILL to it and to its pods'
+    processes, which its kubelets start in sessions of their own."""
+    pods: list[psutil.Process] = []
     if proc.returncode is None:
+        with contextlib.suppress(psutil.Error):
+            pods = psutil.Process(proc.pid).children(recursive=True)
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGTERM)
         try:
@@ -125,4 +130,7 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
             pass
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+    for pod in pods:
+        with contextlib.suppress(psutil.Error):
+            pod.kill()  # psutil checks it is still the process it listed, not a reused pid
     await proc.wait()
