@@ -67,25 +67,27 @@ def overcommitted_pods(fed: Federation) -> int:
     Read from the API servers' own objects, whoever bound the pods, so a kernel and a server
     promised the same GPU show up here even if the ledger disagrees.
     """
+    return sum(overcommitted(cluster.store.list("nodes")[0], cluster.store.list("pods")[0]) for cluster in fed.clusters.values())
+
+
+def overcommitted(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> int:
+    """Of one cluster's ``pods``, those bound beyond their node's allocatable GPUs (in creation order)."""
     inventory = Inventory()
+    allocatable_of = {n["metadata"]["name"]: (n.get("status") or {}).get("allocatable") or {} for n in nodes}
+    pods = sorted(pods, key=lambda p: (p["metadata"].get("creationTimestamp", ""), int(p["metadata"].get("resourceVersion", 0))))
+    used: dict[tuple[str, str], int] = {}
     over = 0
-    for cluster in fed.clusters.values():
-        store = cluster.store
-        nodes = {n["metadata"]["name"]: n for n in store.list("nodes")[0]}
-        pods, _ = store.list("pods")
-        pods.sort(key=lambda p: (p["metadata"].get("creationTimestamp", ""), int(p["metadata"].get("resourceVersion", 0))))
-        used: dict[tuple[str, str], int] = {}
-        for pod in pods:
-            node = (pod.get("spec") or {}).get("nodeName")
-            if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            allocatable = ((nodes.get(node) or {}).get("status") or {}).get("allocatable") or {}
-            beyond = False
-            for resource, count in inventory.pod_requests(pod).items():
-                used[(node, resource)] = used.get((node, resource), 0) + count
-                if used[(node, resource)] > int(allocatable.get(resource, 0)):
-                    beyond = True
-            over += beyond
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        allocatable = allocatable_of.get(node) or {}
+        beyond = False
+        for resource, count in inventory.pod_requests(pod).items():
+            used[(node, resource)] = used.get((node, resource), 0) + count
+            if used[(node, resource)] > int(allocatable.get(resource, 0)):
+                beyond = True
+        over += beyond
     return over
 
 

@@ -3,7 +3,8 @@
 Four arms, interleaved over ``--rounds`` (round 1: kernel+pools, kernel, server, server+pools;
 round 2 the reverse; and so on): **kernel mode** (a CPU server, then a GPU kernel placed by the
 hub) and **server mode** (a whole GPU server), each with warm pools sized for the rush and
-without. Each arm runs on a fresh federation of ``sim/rush.yaml``'s cold nodes (the CUDA image
+without (``rush_setup.arm_setup``: placeholders of the GPU server profile in server mode;
+pre-started GPU kernels, and the CPU server image pre-pulled on the origin, in kernel mode). Each arm runs on a fresh federation of ``sim/rush.yaml``'s cold nodes (the CUDA image
 is on no node; it is pulled at the site's bandwidth) and a fresh real JupyterHub with
 GPUBurstSpawner; with pools, the pools fill and pull first (the half hour before the lab), and
 the rush starts once every placeholder is ready.
@@ -22,13 +23,16 @@ API, the warm pools, the queue and the federation emulator (API servers, schedul
 preemption, kubelets pulling images, Liqo reflection) are the product and run for every
 student. The user servers are ``bench/standin.py`` (answers HTTP as JupyterLab's URL does) and
 the kernels ``bench/standin_kernel.py`` (answers the Jupyter protocol, runs no code): 500
-JupyterLabs and ipykernels do not fit a 2-core machine. The JSON says so in ``scaled``.
+JupyterLabs and ipykernels do not fit a 2-core machine. The federation runs in a process of
+its own (``gpuburst sim --config``, ``bench/rush_federation.py``) and every check reads it
+through its clusters' Kubernetes API. The JSON says so in ``scaled``.
 
 Checks (``checks``, ``ok``; exit status 1 when one fails): kernel mode with pools has p95 at most
-``--p95-goal`` (10 s); nothing double-booked (sampled every second from the emulator's API
-servers: no node ever had pods bound beyond its allocatable GPUs, a preempted placeholder
-included); every student ran or was refused with a short reason; every pool was ready before
-the rush.
+``--p95-goal`` (10 s); nothing double-booked (sampled every second from every cluster's API
+server: no node ever had pods bound beyond its allocatable GPUs, a preempted placeholder
+included; ``double_booked_samples_missed`` counts the samples a busy API server did not give);
+every student ran or was refused with a short reason; every pool was ready before the rush.
+``--mode kernel`` (or ``server``) runs one mode's two arms only.
 """
 
 from __future__ import annotations
@@ -51,12 +55,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from jupyter_gpuburst.bench import stats, stopping
 from jupyter_gpuburst.bench.chaos import is_clear
 from jupyter_gpuburst.bench.hubproc import HubProcess
-from jupyter_gpuburst.bench.kernels import overcommitted_pods
 from jupyter_gpuburst.bench.ledger_check import LEDGER_FILE
+from jupyter_gpuburst.bench.rush_federation import FederationView, federation_process
 from jupyter_gpuburst.bench.rush_setup import (
     CPU_PROFILE,
     GPU_PROFILE,
@@ -64,15 +69,12 @@ from jupyter_gpuburst.bench.rush_setup import (
     KERNEL_SCOPES,
     ArmSetup,
     Shape,
-    federation,
+    arm_setup,
+    federation_data,
     hub_config,
-    sized_pools,
 )
 from jupyter_gpuburst.bench.spawn import NAMESPACE, metric_sum
-from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub.accounting.ledger import POOL_TARGET
-from jupyter_gpuburst.sim.federation import Federation
-from jupyter_gpuburst.sim.testing import running_federation
 
 HUB_LOG_LEVEL = os.environ.get("GPUBURST_BENCH_HUB_LOG_LEVEL", "WARN")
 QUEUE_METRIC = "jupyterhub_gpuburst_spawn_queue_length"
@@ -80,9 +82,13 @@ SCALED = {
     "real": "JupyterHub and its proxy, GPUBurstSpawner and KubeSpawner, the hub's GPU kernel API, warm pools and queue, "
     "the federation emulator (API servers, scheduler with preemption, kubelets pulling cold images, Liqo) for every student",
     "stand_ins": "user servers answer HTTP as JupyterLab's URL does (bench/standin.py); GPU kernels answer the Jupyter "
-    "protocol over ZMQ and run no code (bench/standin_kernel.py); the kernel API is called with the user's token as "
-    "the server's provisioner calls it",
+    "protocol over ZMQ and run no code (bench/standin_kernel.py; pre-started, they wait for the adopter's connection "
+    "file as the real entry point does, kernel/pod.py, without importing ipykernel); the kernel API is called with the "
+    "user's token as the server's provisioner calls it; the CPU server image an image puller keeps on the origin's "
+    "nodes (z2jh's continuous pre-puller, a DaemonSet the emulator does not run) is on them from the start",
     "nodes": "rush.yaml's node shapes, images, sizes and bandwidths; node counts scaled to the class",
+    "federation": "the emulator runs in a process of its own (gpuburst sim --config, on the same machine); the "
+    "benchmark reads its checks through each cluster's Kubernetes API",
 }
 
 
@@ -96,6 +102,9 @@ class Student:
     site: str | None = None
     queued: bool = False
     server_s: float | None = None  # kernel mode: Start -> the CPU server's JupyterLab answering
+    kernel_s: float | None = None  # kernel mode: the kernel asked of the hub -> running (placed, started or adopted)
+    cell_s: float | None = None  # kernel mode: running -> the first cell's reply
+    adopted: bool = False  # kernel mode: the kernel was a pre-started one
 
 
 @dataclass
@@ -106,6 +115,7 @@ class Arm:
     warm_up_s: float | None = None
     pools_ready: bool = True
     double_booked_max: int = 0
+    double_booked_missed: int = 0  # samples not read (an API server too busy to answer)
     queue_max: float = 0.0
     queue_student_s: float = 0.0
     pool_gpu_hours: float = 0.0
@@ -123,6 +133,10 @@ class Arm:
             "lost_detail": [f"{s.user}: {s.reason[:160]}" for s in self.students if s.outcome == "lost"][:5],
             "start_s": quantiles(times),
             "server_up_s": quantiles([s.server_s for s in self.students if s.server_s is not None]),
+            # kernel mode, where the time went: the kernel's placement and start, then the first cell
+            "kernel_s": self._by_site(lambda s: s.kernel_s),
+            "first_cell_s": quantiles([s.cell_s for s in self.students if s.cell_s is not None]),
+            "adopted_prestarted": sum(s.adopted for s in self.students),
             "by_site": {
                 site: quantiles([s.seconds for s in self.students if s.outcome == "ran" and s.site == site and s.seconds is not None])
                 for site in sorted({s.site or "?" for s in self.students if s.outcome == "ran"})
@@ -132,9 +146,23 @@ class Arm:
                 "max_length": self.queue_max,
                 "student_s": round(self.queue_student_s, 1),
             },
-            "pools": {"warm_up_s": self.warm_up_s, "ready_before_rush": self.pools_ready, "gpu_hours_held": round(self.pool_gpu_hours, 3)},
+            "pools": {
+                **self.setup.describe(),
+                "warm_up_s": self.warm_up_s,
+                "ready_before_rush": self.pools_ready,
+                "gpu_hours_held": round(self.pool_gpu_hours, 3),
+            },
             "double_booked_max": self.double_booked_max,
+            "double_booked_samples_missed": self.double_booked_missed,
             "wall_s": round(self.wall_s, 1),
+        }
+
+    def _by_site(self, value: Any) -> dict[str, Any]:
+        mine = [(s.site or "?", value(s)) for s in self.students]
+        mine = [(site, v) for site, v in mine if v is not None]
+        return {
+            "all": quantiles([v for _, v in mine]),
+            **{site: quantiles([v for s, v in mine if s == site]) for site in sorted({s for s, _ in mine})},
         }
 
 
@@ -220,6 +248,9 @@ async def _failed_progress(hub: HubProcess, http: aiohttp.ClientSession, user: s
 
 
 async def _first_cell(connection: dict[str, Any], key: str, deadline: float) -> bool:
+    """Whether the kernel answered the first cell before ``deadline``."""
+    from queue import Empty
+
     from jupyter_client.asynchronous.client import AsyncKernelClient
 
     client = AsyncKernelClient()
@@ -228,7 +259,10 @@ async def _first_cell(connection: dict[str, Any], key: str, deadline: float) -> 
     try:
         msg_id = client.execute("import torch; torch.ones(1).cuda()")
         while time.monotonic() < deadline:
-            reply = await client.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
+            try:
+                reply = await client.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
+            except Empty:
+                return False  # one student's silent kernel is theirs alone: the others' journeys go on
             if reply["parent_header"].get("msg_id") == msg_id:
                 return reply["content"].get("status") == "ok"
         return False
@@ -242,6 +276,7 @@ async def kernel_journey(hub: HubProcess, http: aiohttp.ClientSession, student: 
     if not await _server_up(hub, http, student, CPU_PROFILE, deadline):
         return
     student.server_s = time.monotonic() - t0
+    asked = time.monotonic()
     key = secrets.token_hex(32)
     api = f"{hub.url}/services/gpuburst/api/kernels"
     headers = {"Authorization": f"token {token}"}
@@ -258,24 +293,32 @@ async def kernel_journey(hub: HubProcess, http: aiohttp.ClientSession, student: 
     if record.get("state") != "running":
         _refused(student, str(record.get("error") or f"the GPU kernel is {record.get('state')}"))
         return
-    student.site = record.get("site")
+    student.site, student.adopted = record.get("site"), bool(record.get("prestarted"))
+    running = time.monotonic()
+    student.kernel_s = running - asked
     if await _first_cell(record["connection"], key, deadline):
         student.outcome, student.seconds = "ran", time.monotonic() - t0
+        student.cell_s = time.monotonic() - running
     else:
         student.outcome, student.reason = "lost", "the first cell got no reply"
 
 
-async def server_journey(hub: HubProcess, http: aiohttp.ClientSession, fed: Federation, student: Student, deadline: float) -> None:
+async def server_journey(hub: HubProcess, http: aiohttp.ClientSession, fed: FederationView, student: Student, deadline: float) -> None:
     t0 = time.monotonic()
     if await _server_up(hub, http, student, GPU_PROFILE, deadline):
         student.outcome, student.seconds = "ran", time.monotonic() - t0
-        pod = fed.origin.store.get("pods", NAMESPACE, f"jupyter-{student.user}")
-        student.site = (pod["metadata"].get("labels") or {}).get(keys.SITE_LABEL)
+        student.site = await fed.site_of(NAMESPACE, f"jupyter-{student.user}")
 
 
-def placeholders_ready(fed: Federation) -> int:
-    pods, _ = fed.origin.store.list("pods", NAMESPACE, label_selector=keys.POOL_LABEL)
-    return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp"))
+async def placeholders_ready(fed: FederationView) -> int:
+    """The pools' pods that wait ready: running, and a pre-started kernel's imports done (Ready)."""
+    return sum(1 for p in await fed.pools_ready(NAMESPACE) if _ready(p) and not p["metadata"].get("deletionTimestamp"))
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    return status.get("phase") == "Running" and conditions.get("Ready", "True") == "True"
 
 
 def pool_gpu_hours(workdir: Path) -> float:
@@ -296,11 +339,14 @@ def pool_gpu_hours(workdir: Path) -> float:
     return sum(charged + (0.0 if ended is not None else max(0.0, now - until) * count) for count, until, ended, charged in rows) / 3600
 
 
-async def watch(arm: Arm, fed: Federation, hub: HubProcess, http: aiohttp.ClientSession, stop: asyncio.Event) -> None:
-    """Every second: GPUs bound twice on any node (the emulator's own objects) and the hub's queue."""
+async def watch(arm: Arm, fed: FederationView, hub: HubProcess, http: aiohttp.ClientSession, stop: asyncio.Event) -> None:
+    """Every second: GPUs bound twice on any node (every cluster's API) and the hub's queue."""
     last = time.monotonic()
     while not stop.is_set():
-        arm.double_booked_max = max(arm.double_booked_max, overcommitted_pods(fed))
+        try:
+            arm.double_booked_max = max(arm.double_booked_max, await fed.overcommitted())
+        except (ApiException, aiohttp.ClientError, asyncio.TimeoutError):
+            arm.double_booked_missed += 1  # said in the JSON: a sample the busy API servers did not give
         with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, ValueError):
             length = await metric_sum(hub, http, QUEUE_METRIC)
             now = time.monotonic()
@@ -316,10 +362,9 @@ async def run_arm(setup: ArmSetup, round_: int, shape: Shape, arrivals: list[flo
     users = [f"s{i:03d}" for i in range(len(arrivals))]
     arm.students = [Student(u, t) for u, t in zip(users, arrivals, strict=True)]
     work = state_dir / f"r{round_}-{setup.name}"
-    kubeconfig = work / "kubeconfig"
-    async with running_federation(federation(shape, args.pull_speedup), state_dir=work / "sim", kubeconfig=kubeconfig) as fed:
+    async with federation_process(federation_data(shape, args.pull_speedup, setup.pulled), work / "sim") as fed:
         hub = HubProcess(
-            work / "hub", hub_config(setup, users, args.start_timeout), env={"KUBECONFIG": str(kubeconfig)}, log_level=HUB_LOG_LEVEL
+            work / "hub", hub_config(setup, users, args.start_timeout), env={"KUBECONFIG": str(fed.kubeconfig)}, log_level=HUB_LOG_LEVEL
         )
         await hub.start(timeout=180)
         try:
@@ -327,8 +372,8 @@ async def run_arm(setup: ArmSetup, round_: int, shape: Shape, arrivals: list[flo
                 connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=args.start_timeout + 120)
             ) as http:
                 tokens = await user_tokens(hub, http, users) if setup.mode == "kernel" else {}
-                if setup.pools:
-                    arm.warm_up_s, arm.pools_ready = await warm_up(fed, sum(p["count"] for p in setup.pools), args.warm_up_timeout)
+                if setup.warm:
+                    arm.warm_up_s, arm.pools_ready = await warm_up(fed, setup.warm, args.warm_up_timeout)
                 stop = asyncio.Event()
                 watcher = asyncio.create_task(watch(arm, fed, hub, http, stop))
                 started = time.monotonic()
@@ -347,7 +392,7 @@ async def run_arm(setup: ArmSetup, round_: int, shape: Shape, arrivals: list[flo
                     stop.set()
                     await watcher
                 arm.wall_s = time.monotonic() - started
-                arm.double_booked_max = max(arm.double_booked_max, overcommitted_pods(fed))
+                arm.double_booked_max = max(arm.double_booked_max, await fed.overcommitted())
                 arm.pool_gpu_hours = pool_gpu_hours(hub.workdir)
         finally:
             await kill(hub)
@@ -368,11 +413,11 @@ async def user_tokens(hub: HubProcess, http: aiohttp.ClientSession, users: list[
     return dict(await asyncio.gather(*(one(u) for u in users)))
 
 
-async def warm_up(fed: Federation, placeholders: int, timeout: float) -> tuple[float, bool]:
+async def warm_up(fed: FederationView, placeholders: int, timeout: float) -> tuple[float, bool]:
     """Until every placeholder runs (its image pulled): the pools' half hour before the lab."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
-        if placeholders_ready(fed) >= placeholders:
+        if await placeholders_ready(fed) >= placeholders:
             return round(time.monotonic() - t0, 1), True
         await asyncio.sleep(1.0)
     return round(time.monotonic() - t0, 1), False
@@ -384,8 +429,8 @@ async def kill(hub: HubProcess) -> None:
     await hub.kill()
 
 
-def arm_order(round_: int) -> list[tuple[str, bool]]:
-    order = [("kernel", True), ("kernel", False), ("server", False), ("server", True)]
+def arm_order(round_: int, modes: tuple[str, ...] = ("kernel", "server")) -> list[tuple[str, bool]]:
+    order = [(mode, pools) for mode, pools in [("kernel", True), ("kernel", False), ("server", False), ("server", True)] if mode in modes]
     return order if round_ % 2 == 0 else order[::-1]
 
 
@@ -429,18 +474,21 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
     shape = Shape.for_students(args.students)
     rng = random.Random(args.seed)
     arms: list[Arm] = []
+    setups: dict[str, ArmSetup] = {}
     for round_ in range(args.rounds):
         arrivals = lab_start_arrivals(args.students, args.window, rng)
-        for mode, with_pools in arm_order(round_):
-            setup = ArmSetup(mode, sized_pools(shape, args.pool_fraction) if with_pools else ())
+        for mode, with_pools in arm_order(round_, args.modes):
+            setup = arm_setup(mode, with_pools, shape, args.pool_fraction)
+            setups[setup.name] = setup
             arms.append(await run_arm(setup, round_, shape, arrivals, args, state_dir))
     result: dict[str, Any] = {
         "benchmark": "rush",
         "students": args.students,
+        "modes": list(args.modes),
         "window_s": args.window,
         "rounds": [a.summary() for a in arms],
         "gpus": shape.gpus,
-        "pools": list(sized_pools(shape, args.pool_fraction)),
+        "pools": {name: setup.describe() for name, setup in setups.items()},  # which pools each arm had
         "scaled": SCALED,
         "pull_speedup": args.pull_speedup,
         "load_average": [round(v, 2) for v in os.getloadavg()],
@@ -468,9 +516,18 @@ def main(argv: list[str]) -> int:
         help="image pulls this many times faster than rush.yaml's (short test runs only; default 1)",
     )
     parser.add_argument("--seed", type=int, default=1, help="arrivals' random seed")
+    parser.add_argument(
+        "--mode",
+        dest="modes",
+        choices=("kernel", "server"),
+        action="append",
+        default=None,
+        help="run only this mode's two arms, with and without pools (repeatable; default both)",
+    )
     parser.add_argument("--state-dir", type=Path, default=None, help="keep hub and pod logs here (default: a temp dir, removed)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on one line")
     args = parser.parse_args(argv)
+    args.modes = tuple(args.modes or ("kernel", "server"))
     if args.students < 1 or args.rounds < 1 or args.window <= 0 or not 0 < args.pool_fraction <= 1 or args.pull_speedup <= 0:
         parser.error("need --students and --rounds >= 1, --window > 0 and 0 < --pool-fraction <= 1")
     if args.state_dir is not None:

@@ -8,7 +8,16 @@ GPUs than students in all, and CPU nodes enough for every student's CPU server i
 Every arm's hub is the product as an admin sets it up for the rush: GPUBurstSpawner, a 1-GPU
 server profile running the CUDA image, a CPU server profile for kernel mode, one GPU kernel
 profile on the same image, the queue on. :class:`ArmSetup` is the one place an arm's extra hub
-settings are made (the warm pools today; pre-started kernels can be switched on beside them).
+settings are made, and :func:`arm_setup` what an admin preparing the lab turns on in each mode:
+
+- server mode: placeholder pools (``WarmPools.pools``) of the GPU server profile on every GPU;
+- kernel mode: pre-started GPU kernels (``WarmPools.kernels``) on every GPU, each site's own
+  (they pull the CUDA image onto their nodes as placeholders would, and a request adopts one
+  in about a round trip to the hub; a placeholder beside them would find no GPU left to hold),
+  and the CPU server image on the origin's nodes as z2jh's continuous image puller keeps it
+  there (``prePuller.continuous``, on by default): a warm pool holds GPUs, and pulling a CPU
+  image onto every node is that DaemonSet's job, which the emulator does not run, so the arm's
+  federation starts with that one image on the origin's nodes instead.
 """
 
 from __future__ import annotations
@@ -79,13 +88,20 @@ class Shape:
         return {"origin": self.origin_gpu_nodes * GPUS_PER_NODE, DONOR: self.donor_gpu_nodes * GPUS_PER_NODE}
 
 
-def federation(shape: Shape, pull_speedup: float = 1.0) -> FederationConfig:
-    """rush.yaml with its node counts set to ``shape``: same images, sizes, bandwidths, cold nodes.
+def federation(shape: Shape, pull_speedup: float = 1.0, origin_images: tuple[str, ...] = ()) -> FederationConfig:
+    """rush.yaml with its node counts set to ``shape`` (``federation_data``), checked."""
+    return parse_config(federation_data(shape, pull_speedup, origin_images), f"{RUSH_YAML.name}, scaled")
+
+
+def federation_data(shape: Shape, pull_speedup: float = 1.0, origin_images: tuple[str, ...] = ()) -> dict[str, Any]:
+    """rush.yaml with its node counts set to ``shape``: same images, sizes, bandwidths, cold nodes
+    (but for ``origin_images``, on every origin node from the start: an image puller's work).
 
     ``pull_speedup`` multiplies every site's pull bandwidth: only for the test suite's short runs
     (the JSON reports it); a rush's figures come from 1, rush.yaml's own values.
     """
     data = rush_yaml()
+    data["origin"]["preloaded_images"] = list(origin_images)
     for site in (data["origin"], *data["donors"]):
         site["image_pull_bandwidth"] = str(int(_bytes(site["image_pull_bandwidth"]) * pull_speedup))
     for group in data["origin"]["nodes"]:
@@ -96,7 +112,7 @@ def federation(shape: Shape, pull_speedup: float = 1.0) -> FederationConfig:
         group["count"] = shape.donor_gpu_nodes
     n = shape.donor_gpu_nodes
     donor["grant"] = {"cpu": str(64 * n), "memory": f"{512 * n}Gi", "pods": str(110 * n), GPU: n * GPUS_PER_NODE}
-    return parse_config(data, f"{RUSH_YAML.name}, scaled")
+    return data
 
 
 @dataclass(frozen=True)
@@ -104,18 +120,33 @@ class ArmSetup:
     """One arm's switches on top of the product's rush setup (see the module docstring)."""
 
     mode: str  # "kernel" | "server"
-    pools: tuple[dict[str, Any], ...] = ()  # WarmPools.pools; () is no pool
-    extra: tuple[str, ...] = field(default=())  # further hub config lines (e.g. pre-started kernels)
+    pools: tuple[dict[str, Any], ...] = ()  # WarmPools.pools (placeholders); () is none
+    kernels: tuple[dict[str, Any], ...] = ()  # WarmPools.kernels (pre-started GPU kernels); () is none
+    pulled: tuple[str, ...] = ()  # images an image puller keeps on the origin's nodes
+    extra: tuple[str, ...] = field(default=())  # further hub config lines
 
     @property
     def name(self) -> str:
-        return f"{self.mode}_{'pools' if self.pools else 'no_pools'}"
+        return f"{self.mode}_{'pools' if self.pools or self.kernels else 'no_pools'}"
+
+    @property
+    def warm(self) -> int:
+        """Pods the pools keep waiting: the rush starts once every one is ready."""
+        return sum(p["count"] for p in (*self.pools, *self.kernels))
+
+    def describe(self) -> dict[str, Any]:
+        """What the JSON says this arm had."""
+        return {"placeholders": list(self.pools), "prestarted_kernels": list(self.kernels), "image_puller_on_origin": list(self.pulled)}
 
     def config_lines(self) -> str:
         lines = list(self.extra)
         if self.pools:
+            lines.append(f"c.WarmPools.pools = {list(self.pools)!r}")
+        if self.kernels:
+            lines.append(f"c.WarmPools.kernels = {list(self.kernels)!r}")
+        if self.pools or self.kernels:
             # checked often, so that a taken placeholder's room is refilled during the rush
-            lines += [f"c.WarmPools.pools = {list(self.pools)!r}", "c.WarmPools.interval_seconds = 1.0"]
+            lines.append("c.WarmPools.interval_seconds = 1.0")
         return "\n".join(lines)
 
 
@@ -125,6 +156,24 @@ def sized_pools(shape: Shape, fraction: float) -> tuple[dict[str, Any], ...]:
     return tuple(
         {"site": site, "profile": GPU_PROFILE, "count": math.ceil(gpus * fraction)} for site, gpus in shape.gpus.items() if fraction > 0
     )
+
+
+def sized_kernels(shape: Shape, fraction: float) -> tuple[dict[str, Any], ...]:
+    """Pre-started GPU kernels sized for the rush: ``fraction`` of each site's GPUs (1.0: a kernel
+    waits on every GPU, so every student placed on a site adopts one)."""
+    return tuple(
+        {"site": site, "profile": KERNEL_PROFILE, "count": math.ceil(gpus * fraction)} for site, gpus in shape.gpus.items() if fraction > 0
+    )
+
+
+def arm_setup(mode: str, with_pools: bool, shape: Shape, fraction: float) -> ArmSetup:
+    """What an admin preparing the lab turns on for ``mode`` (the module docstring says why);
+    without pools, nothing: cold nodes and no pool."""
+    if not with_pools:
+        return ArmSetup(mode)
+    if mode == "kernel":
+        return ArmSetup(mode, kernels=sized_kernels(shape, fraction), pulled=(cpu_image(),))
+    return ArmSetup(mode, pools=sized_pools(shape, fraction))
 
 
 def hub_config(arm: ArmSetup, users: list[str], start_timeout: int) -> str:

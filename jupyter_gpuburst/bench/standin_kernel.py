@@ -7,6 +7,11 @@ in the pod's Secret, echoes heartbeats, and answers ``kernel_info_request`` and
 (a client drops an unsigned or wrongly signed reply), with ``busy``/``idle`` on iopub around
 each. It runs no code: what is timed is everything up to a cell's reply, the hub's placement,
 the pod's start (image pull included) and the round trip to the kernel.
+
+As a warm pool's pre-started kernel (``c.WarmPools.kernels``) it waits as the real entry point
+does (``kernel/pod.py``, whose functions it calls): Ready on its heartbeat port, no key, nothing
+bound, until the hub writes the adopter's connection into its Secret volume; then it binds the
+pod's own address with the adopter's new key. Only ipykernel's import is left out.
 """
 
 import datetime
@@ -20,13 +25,29 @@ import uuid
 
 import zmq
 
+from jupyter_gpuburst.core.keys import KERNEL_CONNECTION_DIR_ENV as CONNECTION_DIR_ENV
 from jupyter_gpuburst.core.keys import KERNEL_CONNECTION_ENV as CONNECTION_ENV
+from jupyter_gpuburst.kernel.pod import hold_ready_port, wait_for_adoption
 
 DELIM = b"<IDS|MSG>"
 
 
+def connection_from_env(environ: dict[str, str]) -> dict:
+    """The connection a cold kernel pod gets in its env, or, pre-started, the one its adopter
+    sends (waited for as ``kernel/pod.py`` waits: Ready meanwhile, nothing bound)."""
+    if CONNECTION_ENV in environ or not environ.get(CONNECTION_DIR_ENV):
+        return json.loads(environ.pop(CONNECTION_ENV))
+    ready = hold_ready_port(environ)
+    print("Pre-started stand-in kernel ready: waiting for its connection", flush=True)
+    raw = wait_for_adoption(environ)
+    if ready is not None:
+        ready.close()  # the heartbeat socket takes the port (and the probe) next
+    print(f"Adopted by {environ.get('JUPYTERHUB_USER', '?')}", flush=True)
+    return json.loads(raw)
+
+
 def main() -> int:
-    connection = json.loads(os.environ.pop(CONNECTION_ENV))
+    connection = connection_from_env(os.environ)  # type: ignore[arg-type]
     key = connection["key"].encode()
     session = uuid.uuid4().hex
     context = zmq.Context()

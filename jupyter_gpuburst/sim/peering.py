@@ -17,6 +17,9 @@ What Liqo does and this emulates:
   container statuses) is reflected into the origin pod, and the donor's events about it are
   reflected as events about the origin pod (so a donor FailedScheduling shows on the origin pod,
   which stays Pending).
+* A change of an offloaded pod's labels or annotations on the origin reaches the donor's pod, as
+  Liqo's pod reflector updates the ShadowPod when they differ and its controller the remote pod;
+  the donor's kubelet syncs the pod on that update (its Secret volumes follow their Secrets).
 * A pod bound to the virtual node in a namespace without a NamespaceOffloading is left alone, as
   Liqo's virtual kubelet only reflects pods of offloaded namespaces: it stays Pending until the
   namespace is offloaded (then it is offloaded) or it is deleted.
@@ -322,8 +325,31 @@ class Peering:
                         _remove(self.origin.store, ns, name)
                 elif not tracked and (pod.get("status") or {}).get("phase", "Pending") == "Pending":
                     self._offload(pod)
+                elif tracked:
+                    self._reflect_metadata(remote_key, pod)
         finally:
             watch.close()
+
+    def _reflect_metadata(self, remote_key: tuple[str, str], pod: Obj) -> None:
+        """The origin pod's labels and annotations onto its donor twin, where they differ."""
+        meta = pod["metadata"]
+        labels, annotations = dict(meta.get("labels") or {}), dict(meta.get("annotations") or {})
+        try:
+            twin = self.donor.store.get("pods", *remote_key)
+        except ApiError:
+            return  # not created yet (it is created with them) or gone
+        if (twin["metadata"].get("labels") or {}) == labels and (twin["metadata"].get("annotations") or {}) == annotations:
+            return  # a status write, or nothing Liqo reflects
+        # the pod's Secrets first, as when it was offloaded: an update often comes with a new one
+        self._reflect_secrets(pod)
+
+        def update(obj: Obj) -> None:
+            obj["metadata"]["labels"], obj["metadata"]["annotations"] = labels, annotations
+
+        try:
+            self.donor.store.mutate("pods", *remote_key, update)
+        except ApiError:
+            pass  # gone meanwhile
 
     def _delete_remote(self, remote_key: tuple[str, str], grace: int | None) -> None:
         try:

@@ -52,7 +52,7 @@ def test_rush_small_runs_every_arm_and_an_impossible_goal_fails_it(capsys, tmp_p
     # the pools held GPUs before and during the rush, and the hub's ledger counted them as the pools'
     assert result["arms"]["kernel_pools"]["pool_gpu_hours_held"] > 0
     assert result["arms"]["kernel_no_pools"]["pool_gpu_hours_held"] == 0
-    assert result["pull_speedup"] == 20 and set(result["scaled"]) == {"real", "stand_ins", "nodes"}
+    assert result["pull_speedup"] == 20 and set(result["scaled"]) == {"real", "stand_ins", "nodes", "federation"}
     # stopping leaves nothing behind: no arm's proxy outlives its hub (it runs in a session of its own)
     pids = [int(f.read_text()) for f in tmp_path.glob("r0-*/hub/jupyterhub-proxy.pid")]
     assert len(pids) == 4
@@ -160,3 +160,77 @@ async def test_a_start_that_failed_after_202_is_refused_with_the_spawn_page_s_re
             assert await rush._failed_progress(hub, http, "bob") == ""  # a bare "Spawn failed" is no reason
     finally:
         await runner.cleanup()
+
+
+def test_the_kernel_arm_with_pools_is_pre_started_kernels_on_every_gpu_and_the_no_pool_arms_are_bare():
+    shape = rush_setup.Shape.for_students(40)
+    kernel = rush_setup.arm_setup("kernel", True, shape, 1.0)
+    # a kernel waits on every GPU of each site; no placeholder beside them (no GPU is left to hold)
+    assert {k["site"]: k["count"] for k in kernel.kernels} == shape.gpus and kernel.pools == ()
+    assert {k["profile"] for k in kernel.kernels} == {rush_setup.KERNEL_PROFILE} and kernel.warm == sum(shape.gpus.values())
+    assert kernel.pulled == (rush_setup.cpu_image(),) and kernel.name == "kernel_pools"
+    assert "c.WarmPools.kernels" in kernel.config_lines() and "c.WarmPools.pools" not in kernel.config_lines()
+    # the CPU server image is on the origin's nodes from the start (an image puller's work), only there
+    config = rush_setup.federation(shape, origin_images=kernel.pulled)
+    assert config.origin.images.preloaded == kernel.pulled and config.donors[0].cluster.images.preloaded == ()
+    assert kernel.describe() == {
+        "placeholders": [],
+        "prestarted_kernels": list(kernel.kernels),
+        "image_puller_on_origin": list(kernel.pulled),
+    }
+
+    server = rush_setup.arm_setup("server", True, shape, 1.0)
+    assert server.pools == rush_setup.sized_pools(shape, 1.0) and server.kernels == () and server.pulled == ()
+    for mode in ("kernel", "server"):
+        bare = rush_setup.arm_setup(mode, False, shape, 1.0)
+        assert bare == rush_setup.ArmSetup(mode) and bare.config_lines() == "" and bare.warm == 0
+    assert rush_setup.federation(shape).origin.images.preloaded == ()
+
+
+def test_the_stand_in_kernel_waits_for_its_adopter_s_connection_as_a_pre_started_kernel_does(tmp_path):
+    import os
+    import secrets
+    import socket
+    import subprocess
+
+    from jupyter_client.blocking.client import BlockingKernelClient
+
+    from jupyter_gpuburst.core import keys
+    from jupyter_gpuburst.hub.ports import free_ports
+
+    ports = dict(zip(("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"), free_ports(5), strict=True))
+    env = {
+        **{k: v for k, v in os.environ.items() if k != keys.KERNEL_CONNECTION_ENV},
+        keys.KERNEL_CONNECTION_DIR_ENV: str(tmp_path),
+        keys.KERNEL_POD_IP_ENV: "127.0.0.1",
+        keys.KERNEL_READY_PORT_ENV: str(ports["hb_port"]),
+    }
+    kernel = subprocess.Popen(rush_setup.STANDIN_KERNEL, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert "waiting for its connection" in kernel.stdout.readline()
+        # Ready (its probe's port answers) while it holds no key and listens on no channel
+        socket.create_connection(("127.0.0.1", ports["hb_port"]), timeout=5).close()
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", ports["shell_port"]), timeout=1).close()
+        key = secrets.token_hex(32)
+        connection = {"transport": "tcp", "ip": "0.0.0.0", "key": key, "signature_scheme": "hmac-sha256", **ports}
+        (tmp_path / keys.KERNEL_CONNECTION_FILE).write_text(json.dumps(connection))
+        assert "Adopted" in kernel.stdout.readline()
+        client = BlockingKernelClient()
+        client.load_connection_info({**connection, "ip": "127.0.0.1", "key": key.encode()})
+        client.start_channels()
+        try:
+            msg_id = client.execute("1")
+            reply = client.get_shell_msg(timeout=10)
+            assert reply["parent_header"]["msg_id"] == msg_id and reply["content"]["status"] == "ok"
+        finally:
+            client.stop_channels()
+    finally:
+        kernel.terminate()
+        kernel.wait(10)
+
+
+def test_one_mode_runs_its_two_arms_in_the_same_alternating_order():
+    assert rush.arm_order(0, ("kernel",)) == [("kernel", True), ("kernel", False)]
+    assert rush.arm_order(1, ("kernel",)) == [("kernel", False), ("kernel", True)]
+    assert rush.arm_order(0, ("server",)) == [("server", False), ("server", True)]

@@ -313,3 +313,31 @@ async def test_offloaded_pod_leaves_its_priority_class_at_home(federation):
     remote = donor.get("pods", REMOTE_NS, "held")
     assert "priorityClassName" not in remote["spec"]
     assert remote["spec"]["priority"] == 0 and remote["spec"]["preemptionPolicy"] == "PreemptLowerPriority"
+
+
+async def test_an_offloaded_pod_relabelled_on_the_origin_is_synced_on_the_donor_with_its_new_secret(federation):
+    # as a pre-started GPU kernel on a donor is adopted: a Secret it waits for is created, then
+    # the origin pod is relabelled; Liqo carries both to the donor, whose kubelet syncs the pod
+    import base64
+
+    origin, donor = federation.origin.store, federation.donors["donor-1"].store
+    offload_default(federation)
+    waiter = gpu_pod("waiter", 1)
+    waiter["spec"]["restartPolicy"] = "Never"
+    waiter["spec"]["containers"][0]["command"] = [
+        sys.executable,
+        "-c",
+        "import os,time\np='/var/run/conn/key'\nwhile not os.path.exists(p): time.sleep(0.02)\nprint('got', open(p).read(), flush=True)\n",
+    ]
+    waiter["spec"]["containers"][0]["volumeMounts"] = [{"name": "conn", "mountPath": "/var/run/conn", "readOnly": True}]
+    waiter["spec"]["volumes"] = [{"name": "conn", "secret": {"secretName": "later", "optional": True}}]
+    origin.create("pods", waiter, "default")
+    await wait_for_pod(origin, "default", "waiter", lambda p: p["status"].get("phase") == "Running")
+
+    origin.create("secrets", {"metadata": {"name": "later"}, "data": {"key": base64.b64encode(b"s3cret").decode()}}, "default")
+    origin.mutate("pods", "default", "waiter", lambda p: p["metadata"].setdefault("labels", {}).update(adopted="yes"))
+    done = await wait_for_pod(origin, "default", "waiter", lambda p: p["status"].get("phase") in ("Succeeded", "Failed"), timeout=15)
+    assert done["status"]["phase"] == "Succeeded"
+    assert donor.get("pods", REMOTE_NS, "waiter")["metadata"]["labels"]["adopted"] == "yes"
+    log = federation.donors["donor-1"].kubelet.log_path(REMOTE_NS, "waiter")
+    assert "got s3cret" in log.read_text()

@@ -39,6 +39,7 @@ CONNECTION_VOLUME = "gpuburst-connection"
 CONNECTION_MOUNT = "/var/run/gpuburst/connection"
 POD_PREFIX = "gpuburst-kernel-pool-"  # a kernel pod's prefix (registry.POD_PREFIX), then the pool's
 PORT_SET = 0  # a first start's ports; a restart asks for the other set and starts cold
+PAGE = 16  # pods of a pool read at once while looking for a waiting kernel
 # the pool's labels on a pod that waits; gone once it is adopted
 POOL_LABELS = (keys.POOL_LABEL, keys.POOL_SITE_LABEL, keys.POOL_PROFILE_LABEL, keys.POOL_KIND_LABEL)
 
@@ -179,22 +180,38 @@ def adoption_patch(
 
 
 async def candidates(registry: KernelRegistry, namespace: str, site: str, profile: str, prefer_node: str | None) -> list[dict[str, Any]]:
-    """The pool's kernels that wait now (running, not being deleted, not claimed), the reserved
-    node's first."""
+    """Kernels of the pool that wait now (running, not being deleted, not claimed): those on the
+    reserved node if any, else the site's. A request needs one: the pool (hundreds of pods at a
+    lab's start, listed by every request) is read a page at a time until some are found."""
     selector = f"{keys.POOL_LABEL}={pool_name(site, profile)}"
-    response = await registry.api.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
-    pods = json.loads(await response.read()).get("items") or []
-    waiting = [
-        p
-        for p in pods
-        if (p.get("status") or {}).get("phase") == "Running"
-        and not p["metadata"].get("deletionTimestamp")
-        and not claimed(p["metadata"]["namespace"], p["metadata"]["name"])
-        and (p.get("spec") or {}).get("nodeName")
-    ]
+    waiting: list[dict[str, Any]] = []
+    if prefer_node:
+        waiting = await _waiting(registry, namespace, selector, f"status.phase=Running,spec.nodeName={prefer_node}")
+    if not waiting:
+        waiting = await _waiting(registry, namespace, selector, "status.phase=Running")
     # the oldest first among equals: it has waited longest, its imports are surely done
     waiting.sort(key=lambda p: (p["spec"]["nodeName"] != prefer_node, p["metadata"].get("creationTimestamp", "")))
     return waiting
+
+
+async def _waiting(registry: KernelRegistry, namespace: str, labels: str, fields: str) -> list[dict[str, Any]]:
+    token = None
+    while True:
+        response = await registry.api.list_namespaced_pod(
+            namespace, label_selector=labels, field_selector=fields, limit=PAGE, _continue=token, _preload_content=False
+        )
+        body = json.loads(await response.read())
+        waiting = [
+            p
+            for p in body.get("items") or []
+            if (p.get("status") or {}).get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")
+            and not claimed(p["metadata"]["namespace"], p["metadata"]["name"])
+            and (p.get("spec") or {}).get("nodeName")
+        ]
+        token = (body.get("metadata") or {}).get("continue")
+        if waiting or not token:
+            return waiting
 
 
 async def claim(registry: KernelRegistry, record: KernelRecord, request: GPURequest) -> None:
@@ -208,7 +225,8 @@ async def claim(registry: KernelRegistry, record: KernelRecord, request: GPURequ
         decided = decide(request, registry.tracker.snapshot(), registry.tracker.placer.policy)
         if not isinstance(decided, Placement) or (decided.site, slug) not in registry.prestarted:
             return
-        found = await candidates(registry, record.namespace, decided.site, slug, decided.node)
+        # the node its reservation will hold (placement names a node only where it pins one)
+        found = await candidates(registry, record.namespace, decided.site, slug, decided.held_node or decided.node)
     except Exception:  # noqa: BLE001 - a bad request is refused by placement itself; no pool read: no claim
         registry.log.debug("GPU kernel %s: no pre-started kernel claimed", record.id, exc_info=True)
         return

@@ -252,7 +252,13 @@ class PoolController:
             if node is None or not node.eligible:
                 continue
             need: Counter[str] = Counter()
-            demands = [(p, self.tracker.inventory.pod_resources(p)) for p in placeholders]
+            # a waiting kernel a GPU kernel is adopting is left out: that request's reservation
+            # already counts its room, and counting it twice would remove another waiting kernel
+            demands = [
+                (p, self.tracker.inventory.pod_resources(p))
+                for p in placeholders
+                if not prestarted.claimed(self.namespace, p["metadata"]["name"])
+            ]
             for _pod, demand in demands:
                 need.update(demand)
             # the newest placeholders go first: the older ones have pulled their image
@@ -260,8 +266,6 @@ class PoolController:
             for pod, demand in demands:
                 if all(need[r] <= _free(node, r) for r in need):
                     break
-                if prestarted.claimed(self.namespace, pod["metadata"]["name"]):
-                    continue  # a pre-started kernel a GPU kernel is adopting: the reservation is its
                 if await self._delete(pod):
                     removed.add(pod["metadata"]["uid"])
                     state = self.states.get(pod["metadata"]["labels"].get(keys.POOL_LABEL, ""))

@@ -130,3 +130,49 @@ async def test_two_requests_at_once_never_share_a_waiting_kernel(registry, monke
     assert other.pod_name != registry.pooled and pod(registry, other.pod_name) is not None
     adopted = registry.federation.origin.store.get("pods", "default", registry.pooled)
     assert adopted["metadata"]["annotations"][keys.USER_ANNOTATION] == adopter.user
+
+
+async def test_a_pre_started_kernel_on_a_donor_is_adopted_and_answers_with_the_adopter_s_key(tmp_path):
+    # Liqo carries the adopter's Secret and the pod's relabelling to the donor, whose kubelet
+    # then syncs the pod: the kernel gets its key and answers the first cell
+    import secrets
+
+    from jupyter_gpuburst.bench.kernels import first_reply
+    from jupyter_gpuburst.core import liqo
+    from jupyter_gpuburst.hub.settings import GPUBurstSettings
+    from jupyter_gpuburst.sim.peering import NSOFF
+
+    async with registry_on_federation(tmp_path) as reg:
+        fed = reg.federation
+        fed.origin.store.create(NSOFF, liqo.namespace_offloading("default"), "default")
+        reg.tracker.placer.policy = GPUBurstSettings(strategy="donor-only").policy()
+        reg.prestarted = {("donor-1", "gpu-1")}
+        body = prestarted.pooled_pod("donor-1", reg.profiles["gpu-1"], reg.settings, "img", "default", "system-node-critical", [])
+        body["spec"].pop("priorityClassName")
+        name = fed.origin.store.create("pods", body, "default")["metadata"]["name"]
+        await wait_until(lambda: ready(fed.origin.store.get("pods", "default", name)), timeout=60, what="the donor's kernel waits")
+
+        key = secrets.token_hex(16)
+        record = await start(reg, key=key)
+        assert record.prestarted is True and record.pod_name == name and record.placement.site == "donor-1"
+        connection = {"transport": "tcp", "ip": reg.pod_ip(record), **record.ports}
+        await first_reply(connection, key.encode(), timeout=30)
+
+
+async def test_a_request_reads_the_pool_a_page_at_a_time_from_the_node_its_reservation_holds(registry, monkeypatch):
+    # at a lab's start a pool is hundreds of pods and every request looks for one: it reads the
+    # reserved node's first, a page at a time, never the whole pool at once
+    calls = []
+    list_pods = registry.api.list_namespaced_pod
+
+    async def listed(namespace, **kwargs):
+        calls.append(kwargs)
+        return await list_pods(namespace, **kwargs)
+
+    monkeypatch.setattr(registry.api, "list_namespaced_pod", listed)
+    record = await start(registry)
+    assert record.prestarted is True and record.pod_name == registry.pooled
+    looked = [c for c in calls if c.get("label_selector", "").startswith(keys.POOL_LABEL)]
+    assert looked and all(c["limit"] == prestarted.PAGE and "status.phase=Running" in c["field_selector"] for c in looked)
+    # the first read is the node the request's reservation holds (placement names it on origin too)
+    assert "spec.nodeName=" in looked[0]["field_selector"]

@@ -225,3 +225,39 @@ async def test_the_controller_keeps_a_kernel_pool_apart_and_builds_each_pod_anew
     api.pods[sorted(api.pods)[0]]["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
     await ctl.reconcile()
     assert (ctl.report()[0]["ready"], ctl.report()[0]["pending"]) == (1, 1)
+
+
+async def test_a_kernel_being_adopted_costs_its_pool_no_other_waiting_kernel():
+    # the request adopting a waiting kernel holds a reservation for that kernel's GPU: the pool
+    # must not count the GPU twice and remove another waiting kernel to make room for it
+    from jupyter_gpuburst.hub.kernels import prestarted
+    from jupyter_gpuburst.hub.pools.controller import PoolController
+    from jupyter_gpuburst.sim.cluster import node_object
+    from jupyter_gpuburst.sim.config import NodeConfig
+
+    inv = Inventory()
+    inv.apply_node_event(
+        "ADDED", node_object("g", NodeConfig(name="g", cpu="16", memory="64Gi", resources={"nvidia.com/gpu": 2}), "127.0.0.9", "t")
+    )
+    api = FakeApi()
+    settings = WarmPools(kernels=[{"site": "origin", "profile": "gpu-1", "count": 2}])
+    ctl = PoolController(
+        settings,
+        {},
+        "jhub",
+        api,
+        api,
+        SimpleNamespace(inventory=inv, snapshot=inv.snapshot),
+        kernel_pods={pool_name("origin", "gpu-1"): pooled},
+    )
+    await ctl.reconcile()
+    for name in list(api.pods):
+        api.bind(name, "g")
+    held, other = sorted(api.pods)
+    assert prestarted._take(api.pods[held])  # a request claims one before it is placed...
+    try:
+        inv.hold("alice/k1", "g", {"nvidia.com/gpu": 1})  # ...and its reservation lands on its node
+        await ctl.reconcile()
+        assert set(api.pods) == {held, other}
+    finally:
+        prestarted._hold(api.pods[held], 0)

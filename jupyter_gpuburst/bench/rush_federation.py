@@ -1,0 +1,129 @@
+"""The rush's federation in a process of its own (``gpuburst sim``), read through its Kubernetes API.
+
+Hundreds of students' starts are hundreds of pods created, bound, pulled, started and watched:
+the emulator's API servers, schedulers and kubelets must not share one event loop with the
+benchmark's own journeys (at 500 students in one process, KubeSpawner's pod creations ran out
+of their retries: "The cluster is busy"). So the federation runs as an admin runs it, ``gpuburst
+sim --config``, and the benchmark reads what it checks as any client does, with the
+kubernetes client and the kubeconfig the federation wrote: pods bound beyond a node's GPUs, the
+pools' ready pods, a server pod's site; and it makes the admin's one step on the donor (the
+pools' PriorityClass) the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from jupyter_gpuburst.bench.kernels import overcommitted
+from jupyter_gpuburst.core import keys
+
+START_TIMEOUT_S = 120.0
+
+
+class FederationView:
+    """One API client per cluster of the federation (its kubeconfig's contexts)."""
+
+    def __init__(self, apis: dict[str, client.ApiClient], origin: str, kubeconfig: Path):
+        self.apis = apis
+        self.origin = origin
+        self.kubeconfig = kubeconfig  # the hub's, too
+
+    def core(self, cluster: str | None = None) -> client.CoreV1Api:
+        return client.CoreV1Api(self.apis[cluster or self.origin])
+
+    async def _items(self, call: Any, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        response = await call(*args, _preload_content=False, **kwargs)
+        return json.loads(await response.read()).get("items") or []
+
+    async def overcommitted(self) -> int:
+        """Pods bound beyond a node's allocatable GPUs, over every cluster (``bench.kernels.overcommitted``)."""
+        over = 0
+        for name in self.apis:
+            core = self.core(name)
+            nodes = await self._items(core.list_node)
+            pods = await self._items(core.list_pod_for_all_namespaces)
+            over += overcommitted(nodes, pods)
+        return over
+
+    async def pools_ready(self, namespace: str) -> list[dict[str, Any]]:
+        """The pools' pods on the origin (placeholders and pre-started kernels), as listed now."""
+        return await self._items(self.core().list_namespaced_pod, namespace, label_selector=keys.POOL_LABEL)
+
+    async def site_of(self, namespace: str, pod: str) -> str | None:
+        try:
+            found = await self.core().read_namespaced_pod(pod, namespace, _preload_content=False)
+        except ApiException:
+            return None
+        return ((json.loads(await found.read())["metadata"].get("labels")) or {}).get(keys.SITE_LABEL)
+
+
+@contextlib.asynccontextmanager
+async def federation_process(data: dict[str, Any], workdir: Path) -> AsyncIterator[FederationView]:
+    """``gpuburst sim --config`` with ``data`` (rush.yaml, scaled), until the block ends; its
+    output goes to ``workdir/sim.log``."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    config_path, kubeconfig = workdir / "federation.yaml", workdir / "kubeconfig"
+    config_path.write_text(yaml.safe_dump(data, sort_keys=False))
+    log_path = workdir / "sim.log"
+    argv = [sys.executable, "-m", "jupyter_gpuburst.cli", "sim", "--config", str(config_path), "--kubeconfig-out", str(kubeconfig)]
+    argv += ["--state-dir", str(workdir / "pods"), "--gpus", "simulated"]
+    with log_path.open("wb") as log:
+        # a session of its own: its pods' processes go with it, whatever happens to the benchmark
+        proc = await asyncio.create_subprocess_exec(*argv, stdout=log, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+    apis: dict[str, client.ApiClient] = {}
+    try:
+        await _ready(proc, log_path)
+        contexts, current = config.list_kube_config_contexts(config_file=str(kubeconfig))
+        for context in contexts:
+            configuration = client.Configuration()
+            await config.load_kube_config(config_file=str(kubeconfig), context=context["name"], client_configuration=configuration)
+            apis[context["name"]] = client.ApiClient(configuration)
+        yield FederationView(apis, current["name"], kubeconfig)
+    finally:
+        for api in apis.values():
+            await api.close()
+        await _stop(proc)
+
+
+async def _ready(proc: asyncio.subprocess.Process, log_path: Path) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + START_TIMEOUT_S
+    while b"\nready" not in log_path.read_bytes():
+        if proc.returncode is not None or loop.time() > deadline:
+            tail = log_path.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"the federation did not start (exit {proc.returncode}): {tail}")
+        await asyncio.sleep(0.2)
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM (the federation stops its pods), then after 60 s SIGKILL to it and to its pods'
+    processes, which its kubelets start in sessions of their own."""
+    pods: list[psutil.Process] = []
+    if proc.returncode is None:
+        with contextlib.suppress(psutil.Error):
+            pods = psutil.Process(proc.pid).children(recursive=True)
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), 60)
+        except asyncio.TimeoutError:
+            pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pod in pods:
+        with contextlib.suppress(psutil.Error):
+            pod.kill()  # psutil checks it is still the process it listed, not a reused pid
+    await proc.wait()
