@@ -157,13 +157,18 @@ def test_a_console_on_a_starting_gpu_kernel_runs_what_was_typed(page: Page, slow
     page.screenshot(path=str(artifacts / "kernel-console-ran-dark.png"))
 
 
-def test_a_gpu_kernel_that_cannot_start_says_why_in_the_waiting_cell(page: Page, slow_site: KernelSite) -> None:
-    log_in_to(page, slow_site, "lab?reset", landing="lab**")
+def run_in_a_broken_gpu_notebook(page: Page, site: KernelSite) -> None:
+    """A student opens a notebook on the GPU kernel that cannot start and runs a cell at once."""
+    log_in_to(page, site, "lab?reset", landing="lab**")
     card = page.locator(GPU_CARD, has_text=re.compile(r"^Python 3 \(broken GPU\)"))
     expect(card).to_be_visible(timeout=90_000)
     dismiss_news(page)
     card.click()
     type_and_run(page, ".jp-Notebook .jp-Cell .jp-InputArea-editor", CODE)
+
+
+def test_a_gpu_kernel_that_cannot_start_says_why_in_the_waiting_cell(page: Page, slow_site: KernelSite) -> None:
+    run_in_a_broken_gpu_notebook(page, slow_site)
     output = page.locator(".jp-Notebook .jp-OutputArea-output").first
     expect(output).to_contain_text("GPU kernel not started", timeout=60_000)
     expect(output).to_contain_text("the kernel exited while starting (exit code 3)")
@@ -173,12 +178,7 @@ def test_a_gpu_kernel_that_cannot_start_says_why_in_the_waiting_cell(page: Page,
 
 def test_a_gpu_kernel_that_could_not_start_is_not_offered_again(page: Page, slow_site: KernelSite) -> None:
     """The kernel picker offers a new start of the notebook's GPU kernel, not the dead one."""
-    log_in_to(page, slow_site, "lab?reset", landing="lab**")
-    card = page.locator(GPU_CARD, has_text=re.compile(r"^Python 3 \(broken GPU\)"))
-    expect(card).to_be_visible(timeout=90_000)
-    dismiss_news(page)
-    card.click()
-    type_and_run(page, ".jp-Notebook .jp-Cell .jp-InputArea-editor", CODE)
+    run_in_a_broken_gpu_notebook(page, slow_site)
     expect(page.locator(".jp-Notebook .jp-OutputArea-output").first).to_contain_text("GPU kernel not started", timeout=60_000)
     page.locator(".jp-Dialog").get_by_role("button", name="Ok").click()
     # the dead kernel is gone, as after JupyterLab's Shut Down Kernel: the next run starts anew

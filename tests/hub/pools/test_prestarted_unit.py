@@ -178,20 +178,28 @@ class FakeApi:
         self.pods[name]["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
 
 
-async def test_the_controller_keeps_a_kernel_pool_apart_and_builds_each_pod_anew():
-    from prometheus_client import REGISTRY
-
-    from jupyter_gpuburst.hub import metrics
+def kernel_pool_on_one_node(gpus: int, build, **kwargs):
+    """(controller, its fake API, the inventory) of a pool of 2 pre-started ``gpu-1`` kernels on
+    the origin, whose one node ``g`` has ``gpus`` GPUs; ``build`` makes each kernel pod."""
     from jupyter_gpuburst.hub.pools.controller import PoolController
     from jupyter_gpuburst.sim.cluster import node_object
     from jupyter_gpuburst.sim.config import NodeConfig
 
     inv = Inventory()
-    inv.apply_node_event(
-        "ADDED", node_object("g", NodeConfig(name="g", cpu="16", memory="64Gi", resources={"nvidia.com/gpu": 4}), "127.0.0.9", "t")
-    )
+    node = NodeConfig(name="g", cpu="16", memory="64Gi", resources={"nvidia.com/gpu": gpus})
+    inv.apply_node_event("ADDED", node_object("g", node, "127.0.0.9", "t"))
     api = FakeApi()
     settings = WarmPools(kernels=[{"site": "origin", "profile": "gpu-1", "count": 2}])
+    tracker = SimpleNamespace(inventory=inv, snapshot=inv.snapshot)
+    ctl = PoolController(settings, {}, "jhub", api, api, tracker, kernel_pods={pool_name("origin", "gpu-1"): build}, **kwargs)
+    return ctl, api, inv
+
+
+async def test_the_controller_keeps_a_kernel_pool_apart_and_builds_each_pod_anew():
+    from prometheus_client import REGISTRY
+
+    from jupyter_gpuburst.hub import metrics
+
     built = []
 
     def build():
@@ -199,16 +207,7 @@ async def test_the_controller_keeps_a_kernel_pool_apart_and_builds_each_pod_anew
         return built[-1]
 
     now = [0.0]
-    ctl = PoolController(
-        settings,
-        {},
-        "jhub",
-        api,
-        api,
-        SimpleNamespace(inventory=inv, snapshot=inv.snapshot),
-        clock=lambda: now[0],
-        kernel_pods={pool_name("origin", "gpu-1"): build},
-    )
+    ctl, api, _ = kernel_pool_on_one_node(4, build, clock=lambda: now[0])
     await ctl.reconcile()
     # two pods, each made by its own call: each has a name (and so a Secret) of its own
     assert len(api.pods) == 2 and set(api.pods) <= {b["metadata"]["name"] for b in built}
@@ -231,25 +230,8 @@ async def test_a_kernel_being_adopted_costs_its_pool_no_other_waiting_kernel():
     # the request adopting a waiting kernel holds a reservation for that kernel's GPU: the pool
     # must not count the GPU twice and remove another waiting kernel to make room for it
     from jupyter_gpuburst.hub.kernels import prestarted
-    from jupyter_gpuburst.hub.pools.controller import PoolController
-    from jupyter_gpuburst.sim.cluster import node_object
-    from jupyter_gpuburst.sim.config import NodeConfig
 
-    inv = Inventory()
-    inv.apply_node_event(
-        "ADDED", node_object("g", NodeConfig(name="g", cpu="16", memory="64Gi", resources={"nvidia.com/gpu": 2}), "127.0.0.9", "t")
-    )
-    api = FakeApi()
-    settings = WarmPools(kernels=[{"site": "origin", "profile": "gpu-1", "count": 2}])
-    ctl = PoolController(
-        settings,
-        {},
-        "jhub",
-        api,
-        api,
-        SimpleNamespace(inventory=inv, snapshot=inv.snapshot),
-        kernel_pods={pool_name("origin", "gpu-1"): pooled},
-    )
+    ctl, api, inv = kernel_pool_on_one_node(2, pooled)
     await ctl.reconcile()
     for name in list(api.pods):
         api.bind(name, "g")
