@@ -502,7 +502,7 @@ def checks(counts: dict[str, Any], requested: int) -> dict[str, bool]:
         "none_on_a_site_its_placement_does_not_name": counts["wrong_placement"] == 0,
         # a student who pressed Cancel must be left with nothing, which ``count`` checked
         "every_student_ready_or_refused": counts["ready"] + counts["refused"] + counts.get("cancelled", 0) == requested,
-        # GPU-hours: each pod's GPU-seconds in the hub's ledger within 1 s of its real life
+        # GPU-hours: each pod's GPU-seconds in the hub's ledger within ledger_check.TOLERANCE_S of its real life
         "ledger_matches_pod_lifetimes": counts["ledger"]["off_by_more"] == 0 and counts["ledger"]["pods"] > 0,
     }
 

@@ -5,6 +5,13 @@ hub cannot see this watch, and nothing it counts comes from it): each pod's GPUs
 the moment it is bound until it is removed or has finished. The ledger is the hub's SQLite file,
 read after the run: per pod, its GPU-seconds on disk plus the time since it was last written
 (what the hub counts for a pod still running). Each pod must agree within ``tolerance_s``.
+
+Why ``TOLERANCE_S`` is 2 s: the cluster stamps whole seconds, and an end or a binding the hub
+heard late (a watch resuming after an outage, a restarted hub) is counted from the middle of its
+stamped second, so a session whose two ends both come from stamps is within 1 s by construction;
+and an offloaded pod leaves the origin's API server only once Liqo has removed its donor twin, a
+moment after the ``deletionTimestamp`` the hub counts to, which no stamp records. A defect of
+the ledger shows as tens of seconds (a restart's downtime), well beyond it.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Any
 from jupyter_gpuburst.core.inventory import Inventory
 
 LEDGER_FILE = "gpuburst-usage.sqlite"
+TOLERANCE_S = 2.0  # see the module docstring
 
 
 class PodLifetimes:
@@ -83,7 +91,7 @@ def ledger_seconds(path: Path, now: float) -> dict[str, float]:
     return {uid: charged + (0.0 if ended is not None else max(0.0, now - until) * count) for uid, count, until, ended, charged in rows}
 
 
-def compare(lifetimes: PodLifetimes, ledger: Path, tolerance_s: float = 1.0) -> dict[str, Any]:
+def compare(lifetimes: PodLifetimes, ledger: Path, tolerance_s: float = TOLERANCE_S) -> dict[str, Any]:
     """How far the ledger is from the pods' real GPU-seconds, pod by pod."""
     now = time.time()
     counted = ledger_seconds(ledger, now) if ledger.exists() else {}
