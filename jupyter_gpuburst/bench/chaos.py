@@ -33,8 +33,6 @@ import json
 import os
 import random
 import sqlite3
-import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -583,12 +581,4 @@ def main(argv: list[str]) -> int:
         parser.error("--spawns must be at least 1")
     if args.attempts < 1:
         parser.error("--attempts must be at least 1")
-    if args.state_dir is not None:
-        args.state_dir.mkdir(parents=True, exist_ok=True)
-        result = stopping.run(run(args, args.state_dir))
-    else:
-        with tempfile.TemporaryDirectory(prefix="gpuburst-bench-chaos-") as tmp:
-            result = stopping.run(run(args, Path(tmp)))
-    json.dump(result, sys.stdout, indent=None if args.json else 2)
-    sys.stdout.write("\n")
-    return 0 if result["ok"] else 1
+    return stopping.run_and_print(lambda state_dir: run(args, state_dir), args.state_dir, "chaos", args.json)

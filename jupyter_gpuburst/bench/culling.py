@@ -19,12 +19,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import re
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -254,12 +251,9 @@ def main(argv: list[str]) -> int:
         parser.error("--rounds and --servers must be at least 1")
     if not 0 < args.warning < args.timeout or args.period <= 0:
         parser.error("need 0 < --warning < --timeout and --period > 0")
-    if args.state_dir is not None:
-        args.state_dir.mkdir(parents=True, exist_ok=True)
-        result = stopping.run(run(args.rounds, args.servers, args.timeout, args.warning, args.period, args.seed, args.state_dir))
-    else:
-        with tempfile.TemporaryDirectory(prefix="gpuburst-bench-culling-") as tmp:
-            result = stopping.run(run(args.rounds, args.servers, args.timeout, args.warning, args.period, args.seed, Path(tmp)))
-    json.dump(result, sys.stdout, indent=None if args.json else 2)
-    sys.stdout.write("\n")
-    return 0 if result["ok"] else 1
+    return stopping.run_and_print(
+        lambda state_dir: run(args.rounds, args.servers, args.timeout, args.warning, args.period, args.seed, state_dir),
+        args.state_dir,
+        "culling",
+        args.json,
+    )

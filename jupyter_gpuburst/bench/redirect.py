@@ -21,11 +21,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -250,12 +247,4 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    if args.state_dir is not None:
-        args.state_dir.mkdir(parents=True, exist_ok=True)
-        result = stopping.run(run(args.runs, args.state_dir))
-    else:
-        with tempfile.TemporaryDirectory(prefix="gpuburst-bench-redirect-") as tmp:
-            result = stopping.run(run(args.runs, Path(tmp)))
-    json.dump(result, sys.stdout, indent=None if args.json else 2)
-    sys.stdout.write("\n")
-    return 0 if result["ok"] else 1
+    return stopping.run_and_print(lambda state_dir: run(args.runs, state_dir), args.state_dir, "redirect", args.json)

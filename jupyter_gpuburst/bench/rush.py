@@ -45,8 +45,6 @@ import os
 import random
 import secrets
 import sqlite3
-import sys
-import tempfile
 import time
 import uuid
 from collections import Counter
@@ -530,12 +528,4 @@ def main(argv: list[str]) -> int:
     args.modes = tuple(args.modes or ("kernel", "server"))
     if args.students < 1 or args.rounds < 1 or args.window <= 0 or not 0 < args.pool_fraction <= 1 or args.pull_speedup <= 0:
         parser.error("need --students and --rounds >= 1, --window > 0 and 0 < --pool-fraction <= 1")
-    if args.state_dir is not None:
-        args.state_dir.mkdir(parents=True, exist_ok=True)
-        result = stopping.run(run(args, args.state_dir))
-    else:
-        with tempfile.TemporaryDirectory(prefix="gpuburst-bench-rush-") as tmp:
-            result = stopping.run(run(args, Path(tmp)))
-    json.dump(result, sys.stdout, indent=None if args.json else 2)
-    sys.stdout.write("\n")
-    return 0 if result["ok"] else 1
+    return stopping.run_and_print(lambda state_dir: run(args, state_dir), args.state_dir, "rush", args.json)

@@ -29,12 +29,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -562,16 +560,11 @@ def main(argv: list[str]) -> int:
     donor = args.donor_gpus if args.donor_gpus is not None else args.concurrent - local
     if local < 0 or donor < 0:
         parser.error("--local-gpus and --donor-gpus must not be negative")
-    if args.state_dir is not None:
-        args.state_dir.mkdir(parents=True, exist_ok=True)
-        result = stopping.run(
-            run(args.concurrent, local, donor, args.state_dir, args.start_timeout, args.repeats, args.api_request_timeout, args.hub_db)
-        )
-    else:
-        with tempfile.TemporaryDirectory(prefix="gpuburst-bench-spawn-") as tmp:
-            result = stopping.run(
-                run(args.concurrent, local, donor, Path(tmp), args.start_timeout, args.repeats, args.api_request_timeout, args.hub_db)
-            )
-    json.dump(result, sys.stdout, indent=None if args.json else 2)
-    sys.stdout.write("\n")
-    return 0 if result["ok"] else 1
+    return stopping.run_and_print(
+        lambda state_dir: run(
+            args.concurrent, local, donor, state_dir, args.start_timeout, args.repeats, args.api_request_timeout, args.hub_db
+        ),
+        args.state_dir,
+        "spawn",
+        args.json,
+    )

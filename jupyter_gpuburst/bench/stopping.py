@@ -11,8 +11,12 @@ and the clean-up then waits on it forever.)
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
-from collections.abc import Coroutine
+import sys
+import tempfile
+from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -42,3 +46,18 @@ def run(main: Coroutine[Any, Any, T]) -> T:
             loop.remove_signal_handler(signal.SIGTERM)
 
     return asyncio.run(stoppable())
+
+
+def run_and_print(main: Callable[[Path], Coroutine[Any, Any, dict[str, Any]]], state_dir: Path | None, name: str, one_line: bool) -> int:
+    """A benchmark's end: ``main(directory)`` run as ``run`` does, in ``state_dir`` (kept) or a
+    temporary directory (removed); its result printed as JSON (one line with ``one_line``); the
+    exit status 0 when the result is ``ok``, else 1."""
+    if state_dir is not None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        result = run(main(state_dir))
+    else:
+        with tempfile.TemporaryDirectory(prefix=f"gpuburst-bench-{name}-") as tmp:
+            result = run(main(Path(tmp)))
+    json.dump(result, sys.stdout, indent=None if one_line else 2)
+    sys.stdout.write("\n")
+    return 0 if result["ok"] else 1

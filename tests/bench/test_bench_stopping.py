@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +55,19 @@ def test_a_cancellation_not_caused_by_sigterm_stays_a_cancellation():
 
     with pytest.raises(asyncio.CancelledError):
         stopping.run(benchmark())
+
+
+def test_run_and_print_runs_in_a_kept_or_a_removed_directory_and_exits_by_ok(tmp_path, capsys):
+    seen: list[Path] = []
+
+    async def bench(state_dir: Path) -> dict:
+        (state_dir / "hub.log").write_text("x")
+        seen.append(state_dir)
+        return {"ok": len(seen) == 1}
+
+    kept = tmp_path / "state" / "here"
+    assert stopping.run_and_print(bench, kept, "demo", one_line=True) == 0
+    assert (kept / "hub.log").exists() and capsys.readouterr().out == '{"ok": true}\n'
+    assert stopping.run_and_print(bench, None, "demo", one_line=False) == 1
+    assert seen[1].name.startswith("gpuburst-bench-demo-") and not seen[1].exists()
+    assert capsys.readouterr().out == '{\n  "ok": false\n}\n'
