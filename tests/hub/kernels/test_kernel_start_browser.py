@@ -132,13 +132,7 @@ def test_a_console_on_a_starting_gpu_kernel_runs_what_was_typed(page: Page, slow
     switch_theme(page, "JupyterLab Dark")
     expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "false", timeout=20_000)
     # a new console asks which kernel: the picker still lists the GPU kernels
-    page.locator(".lm-MenuBar-itemLabel", has_text="File").click()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^New$")).hover()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Console$")).click()
-    dialog = page.locator(".jp-Dialog")
-    dialog.locator("select").select_option(label="Python 3 (1 GPU)")
-    dialog.locator(".jp-mod-accept").click()
-    type_and_run(page, ".jp-CodeConsole-promptCell .jp-InputArea-editor", CODE)
+    run_in_a_new_console(page, "Python 3 (1 GPU)")
     # the status bar says so in the dark theme too: light text on the dark bar
     starting = page.locator(".jp-GpuBurst-kernelStarting")
     expect(starting).to_have_text(re.compile(r"^Starting a GPU kernel on (origin|donor-1)…"), timeout=20_000)
@@ -155,6 +149,17 @@ def test_a_console_on_a_starting_gpu_kernel_runs_what_was_typed(page: Page, slow
     expect(page.locator(".jp-CodeConsole-content > .jp-CodeConsole-banner")).to_have_count(1)
     assert page.locator(".jp-CodeConsole-content > *").first.evaluate("e => e.classList.contains('jp-CodeConsole-banner')")
     page.screenshot(path=str(artifacts / "kernel-console-ran-dark.png"))
+
+
+def run_in_a_new_console(page: Page, kernel: str) -> None:
+    """A student opens File > New > Console, picks ``kernel`` and runs a line at once."""
+    page.locator(".lm-MenuBar-itemLabel", has_text="File").click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^New$")).hover()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Console$")).click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.locator("select").select_option(label=kernel)
+    dialog.locator(".jp-mod-accept").click()
+    type_and_run(page, ".jp-CodeConsole-promptCell .jp-InputArea-editor", CODE)
 
 
 def run_in_a_broken_gpu_notebook(page: Page, site: KernelSite) -> None:
@@ -204,13 +209,7 @@ def test_the_gpu_panel_names_a_failed_gpu_kernel_and_says_why(page: Page, slow_s
     log_in_to(page, slow_site, "lab?reset", landing="lab**")
     page.locator("button.jp-GpuBurst-status").click()
     # a console keeps its dead GPU kernel (and the reason in its cell) until it is closed
-    page.locator(".lm-MenuBar-itemLabel", has_text="File").click()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^New$")).hover()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Console$")).click()
-    dialog = page.locator(".jp-Dialog")
-    dialog.locator("select").select_option(label="Python 3 (broken GPU)")
-    dialog.locator(".jp-mod-accept").click()
-    type_and_run(page, ".jp-CodeConsole-promptCell .jp-InputArea-editor", CODE)
+    run_in_a_new_console(page, "Python 3 (broken GPU)")
     # the console's cell says why, as a notebook's does
     output = page.locator(".jp-CodeConsole .jp-OutputArea-output").first
     expect(output).to_contain_text("GPU kernel not started: the kernel exited while starting (exit code 3)", timeout=60_000)
