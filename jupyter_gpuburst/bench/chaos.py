@@ -32,6 +32,7 @@ import http
 import json
 import os
 import random
+import re
 import sqlite3
 import time
 from collections import Counter
@@ -307,6 +308,13 @@ async def settle(fed: Federation, timeout: float = 60.0) -> None:
         await asyncio.sleep(0.5)
 
 
+def complaints_about(log_lines: list[str], user: str, most: int = 6) -> list[str]:
+    """The hub's last warning and error lines that name ``user``, each cut to 240 characters."""
+    name = re.compile(rf"\b{re.escape(user)}\b")
+    named = [line[:240] for line in log_lines if line.startswith(("[W ", "[E ", "[C ")) and name.search(line)]
+    return named[-most:]
+
+
 async def count(
     fed: Federation, hub: Hub, session: aiohttp.ClientSession, journeys: list[Journey], pools: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -316,9 +324,11 @@ async def count(
     ready = refused = cancelled = lost = duplicated = orphaned = wrong = 0
     reasons: Counter[str] = Counter()
     lost_detail: list[dict[str, Any]] = []
+    hub_log = hub.process.log_path.read_text(errors="replace").splitlines() if hub.process.log_path.exists() else []
 
     def why_lost(j: Journey, server: dict[str, Any], mine: list[dict[str, Any]]) -> None:
-        # what a lost student saw and what was left, to tell a spawner bug from a harness one
+        # what a lost student saw and what was left, to tell a spawner bug from a harness one;
+        # the hub's warnings and errors about them, since a failed run's state dir is often gone
         lost_detail.append(
             {
                 "user": j.user,
@@ -326,6 +336,8 @@ async def count(
                 "message": (j.message or "")[:160],
                 "hub_has_server": bool(server["server"]),
                 "pods": [f"{(p.get('status') or {}).get('phase')}{' ready' if _running_ready(p) else ''}" for p in mine],
+                "trace": j.trace,
+                "hub_log": complaints_about(hub_log, j.user),
             }
         )
 

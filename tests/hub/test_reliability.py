@@ -178,6 +178,18 @@ def test_counting_sees_what_the_hub_does_not_know(tmp_path):
     assert len(by_user["ann"]) == 2 and extra == 0 and donor_orphans == 0
 
 
+def test_a_lost_students_detail_carries_the_hubs_complaints_about_them():
+    log = [
+        "[I 12:00 JupyterHub base:1] User storm002 took 2 seconds to start",
+        "[E 12:01 JupyterHub web:2] Uncaught exception POST /hub/api/users/storm002/server",
+        "[W 12:02 JupyterHub users:3] Interrupting spawner storm0021, pending spawn",
+        "[E 12:03 JupyterHub web:2] Uncaught exception POST /hub/api/users/storm003/server " + "x" * 400,
+    ]
+    assert chaos.complaints_about(log, "storm003") == [log[3][:240]]
+    assert chaos.complaints_about(log, "storm002") == [log[1]]  # not storm0021's
+    assert chaos.complaints_about(log, "nobody") == []
+
+
 def test_a_clear_reason_is_short_and_says_something():
     assert chaos.is_clear("The cluster is busy; try again in a minute.")
     assert not chaos.is_clear("Internal Server Error")

@@ -22,6 +22,7 @@ from typing import Any
 BASES = ("utilization", "memory", "kernel")
 MAX_IDLE_S = 30 * 24 * 3600.0
 MAX_KERNELS = 256
+BOOTS_REMEMBERED = 8  # a server restarted more often than this between two culls is rare
 SERVER = "server"
 MAX_MEMORY_BYTES = float(2**50)  # a PiB: more than any pod's GPUs hold
 MAX_SAMPLES = 100_000
@@ -79,7 +80,10 @@ class Stopped:
 class SignalStore:
     stale_after_s: float = 180.0
     signals: dict[tuple[str, str, str], Signal] = field(default_factory=dict)
-    sequence: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    # per server, the last report number of each of its latest boots: a report recorded under an
+    # earlier boot stays a replay after the server restarted (and a test's or a second writer's
+    # reports do not reset the server's own numbering)
+    sequence: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
     stopped: list[Stopped] = field(default_factory=list)
 
     def report(self, user: str, body: Any, owns_kernel: Any, now: float | None = None, on_use: Any = None) -> tuple[str, list[str]]:
@@ -122,10 +126,14 @@ class SignalStore:
             figures = _use(entry.get("use"))
             if figures is not None:
                 kernel_use[str(record_id)] = figures
-        last = self.sequence.get((user, server_name))
-        if last is not None and last[0] == boot and seq <= last[1]:
-            raise ReportError(409, f"report {seq} is not newer than report {last[1]} (replayed or out of order); ignored")
-        self.sequence[(user, server_name)] = (boot, seq)
+        boots = self.sequence.setdefault((user, server_name), {})
+        last = boots.get(boot)
+        if last is not None and seq <= last:
+            raise ReportError(409, f"report {seq} is not newer than report {last} (replayed or out of order); ignored")
+        boots.pop(boot, None)  # the latest boot last, so the oldest is the one forgotten
+        boots[boot] = seq
+        while len(boots) > BOOTS_REMEMBERED:
+            del boots[next(iter(boots))]
         self._put(user, server_name, SERVER, "", idle, basis, now)
         if use is not None and on_use is not None:
             on_use(server_name, SERVER, use)

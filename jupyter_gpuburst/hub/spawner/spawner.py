@@ -525,6 +525,9 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             metrics.record_spawn(self._gb_site(), "cancelled")
             await self._gb_forget()
             await self._gb_drop_unused_claim()
+            # JupyterHub stops a cancelled server only if its poll finds the pod; a create that
+            # landed while the watch was away (API server down) would be left holding a GPU
+            self._gb_sweep_late_pod()
             raise
         except Exception as exc:
             if self._gb_placement is not None:
@@ -541,7 +544,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             raise refused from None
 
     def _gb_sweep_late_pod(self) -> None:
-        """After a spawn that timed out, delete its pod should a late create still land."""
+        """After a spawn that timed out or was cancelled, delete its pod should it show up."""
         if self._gb_tracker is None:
             return
         failed = self._start_future
@@ -551,7 +554,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             return self._start_future is failed
 
         async def delete() -> None:
-            self.log.warning("%s: pod %s was created after its spawn failed; deleting it", self._log_name, self.pod_name)
+            self.log.warning("%s: pod %s exists for a spawn that failed or was cancelled; deleting it", self._log_name, self.pod_name)
             await self.stop(now=True)
 
         self._gb_sweeper = asyncio.ensure_future(

@@ -8,7 +8,7 @@ from traitlets.config import Config
 
 from jupyter_gpuburst.hub.culling.policy import decide, duration
 from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
-from jupyter_gpuburst.hub.culling.store import ReportError, SignalStore
+from jupyter_gpuburst.hub.culling.store import BOOTS_REMEMBERED, ReportError, SignalStore
 
 NOW = 1_000_000.0
 
@@ -46,6 +46,22 @@ def test_a_replayed_or_reordered_report_is_refused_and_changes_nothing():
     # a restarted server numbers from 1 again under a new boot id
     report(store, 1.0, seq=1, boot="b2")
     assert store.get("alice", "", "server").idle_s(NOW) == 1.0
+    # and the earlier boot's recorded reports stay replays
+    with pytest.raises(ReportError):
+        report(store, 9999.0, seq=5)
+    report(store, 2.0, seq=2, boot="b2")
+    assert store.get("alice", "", "server").idle_s(NOW) == 2.0
+
+
+def test_only_the_latest_boots_are_remembered():
+    store = SignalStore()
+    for n in range(BOOTS_REMEMBERED + 1):
+        report(store, 1.0, seq=3, boot=f"b{n}")
+    assert list(store.sequence[("alice", "")]) == [f"b{n}" for n in range(1, BOOTS_REMEMBERED + 1)]
+    # the forgotten oldest boot is new again; a remembered one is not
+    report(store, 1.0, seq=3, boot="b0")
+    with pytest.raises(ReportError):
+        report(store, 1.0, seq=3, boot=f"b{BOOTS_REMEMBERED}")
 
 
 @pytest.mark.parametrize(

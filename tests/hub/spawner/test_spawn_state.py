@@ -241,3 +241,40 @@ async def test_a_pod_created_after_its_spawn_failed_is_deleted():
     tracker._on_pod_event("DELETED", late_pod())
     assert await spawnstate.delete_if_it_appears(tracker, "default", "jupyter-late", lambda: True, delete, 0.3) is False
     assert deleted == []
+
+
+async def test_a_pod_whose_spawn_was_cancelled_is_deleted_when_it_shows_up(no_cluster):
+    """The student pressed Cancel after the create was sent and before the watch saw the pod (the
+    API server went away between the two): JupyterHub's poll finds no pod and stops nothing."""
+    import asyncio
+
+    tracker = make_tracker()
+    spawner = make_spawner(tracker, {"profile": "gpu1"})
+    created = asyncio.Event()
+    stopped: list[bool] = []
+
+    async def kubespawner_start(self):
+        await manifest_of(spawner)
+        created.set()
+        await asyncio.Event().wait()  # waiting for the pod to run
+
+    async def stop(now=False):
+        stopped.append(now)
+        tracker._on_pod_event("DELETED", cancelled_pod)
+
+    cancelled_pod = pod("Pending", "donor-1")
+    cancelled_pod["metadata"]["name"] = spawner.pod_name
+    cancelled_pod["metadata"]["annotations"][keys.USER_ANNOTATION] = "mock"
+    with patch("kubespawner.KubeSpawner._start", kubespawner_start), patch.object(spawner, "stop", stop):
+        spawner._start_future = start = asyncio.ensure_future(spawner._start())
+        await asyncio.wait_for(created.wait(), 5)
+        start.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await start
+        assert stopped == []
+        tracker._on_pod_event("ADDED", cancelled_pod)  # the watch is back: the create had landed
+        for _ in range(50):
+            if stopped:
+                break
+            await asyncio.sleep(0.05)
+    assert stopped == [True]
