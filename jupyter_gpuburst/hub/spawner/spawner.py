@@ -667,18 +667,31 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             self.log.exception("Could not stop the GPU kernels of %s", self._log_name)
 
     async def _start_reflector(self, kind: str, reflector_class: Any, replace: bool = False, **kwargs: Any) -> Any:
-        """KubeSpawner's shared reflector, started again when its first list had failed.
+        """KubeSpawner's shared reflector, started again when its first list had failed, and
+        waited for so that one cancelled spawn does not fail every other.
 
         KubeSpawner keeps a reflector whose first list failed (the API server away longer than
         the client's retries) and hands it to every later spawn, which then fails on its first
         load for as long as the hub runs. A failed one is replaced instead.
+
+        KubeSpawner also awaits the reflector's shared ``first_load_future`` directly, and a task
+        cancelled while awaiting a future cancels that future. A student who pressed Cancel while
+        the first list was under way (a hub just restarted, the API server slow) thus cancelled
+        it for every spawn waiting on it: each of them failed with a bare "Internal Server
+        Error". The wait runs in a task of its own, behind a shield: a cancel ends only the wait.
         """
         previous = self.__class__.reflectors.get(self._get_reflector_key(kind))
         loaded = getattr(previous, "first_load_future", None)
         if not replace and loaded is not None and loaded.done() and (loaded.cancelled() or loaded.exception() is not None):
             self.log.warning("The %s reflector's first list had failed; starting it again", kind)
             replace = True
-        return await super()._start_reflector(kind, reflector_class, replace=replace, **kwargs)
+        if not replace and loaded is not None and loaded.done():
+            return await super()._start_reflector(kind, reflector_class, **kwargs)  # loaded: no wait
+        starting = asyncio.ensure_future(super()._start_reflector(kind, reflector_class, replace=replace, **kwargs))
+        # a failure nobody waits for any more (the spawn that started it was cancelled) is not
+        # "never retrieved": the next spawn sees it on the reflector and starts a new one
+        starting.add_done_callback(lambda task: task.cancelled() or task.exception())
+        return await asyncio.shield(starting)
 
     @property
     def ready(self) -> bool:

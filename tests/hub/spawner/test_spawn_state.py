@@ -278,3 +278,38 @@ async def test_a_pod_whose_spawn_was_cancelled_is_deleted_when_it_shows_up(no_cl
                 break
             await asyncio.sleep(0.05)
     assert stopped == [True]
+
+
+async def test_a_spawn_cancelled_during_the_first_list_leaves_the_others_waiting(no_cluster):
+    """Students waiting for the shared reflector's first list (a hub just restarted): one presses
+    Cancel; the others' starts go on and see the list once it arrives."""
+    import asyncio
+
+    class SlowReflector:
+        def __init__(self, **kwargs):
+            self.first_load_future = asyncio.get_running_loop().create_future()
+
+        async def start(self):
+            pass  # the first list is still under way
+
+        async def stop(self):
+            pass
+
+    first, second, third = (make_spawner(make_tracker(), {"profile": "gpu1"}) for _ in range(3))
+    key = first._get_reflector_key("gpuburst-slow")
+    GPUBurstSpawner.reflectors.pop(key, None)
+    try:
+        starts = [asyncio.ensure_future(s._start_reflector("gpuburst-slow", SlowReflector)) for s in (first, second, third)]
+        await asyncio.sleep(0.1)
+        reflector = GPUBurstSpawner.reflectors[key]
+        starts[0].cancel()  # the student who started the reflector
+        starts[1].cancel()  # and one who found it loading
+        await asyncio.sleep(0.1)
+        assert not reflector.first_load_future.cancelled()
+        reflector.first_load_future.set_result(None)
+        assert await asyncio.wait_for(starts[2], 5) is reflector
+        assert starts[0].cancelled() and starts[1].cancelled()
+        # the next spawn finds it loaded, not failed, and shares it
+        assert await first._start_reflector("gpuburst-slow", SlowReflector) is reflector
+    finally:
+        GPUBurstSpawner.reflectors.pop(key, None)
