@@ -16,9 +16,12 @@ env (its user). The key is new for each adopter and reaches the pod only then.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import importlib
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -38,7 +41,8 @@ from jupyter_gpuburst.core.keys import KERNEL_PRELOAD_ENV as PRELOAD_ENV
 from jupyter_gpuburst.core.keys import KERNEL_READY_PORT_ENV as READY_PORT_ENV
 from jupyter_gpuburst.core.keys import KERNEL_SCRATCH_ENV as SCRATCH_ENV
 
-POLL_S = 0.02  # how often a pre-started kernel looks for its connection: a fraction of a hub round trip
+POLL_S = 0.02  # how often a pre-started kernel looks for its connection without inotify: a fraction of a hub round trip
+FALLBACK_POLL_S = 1.0  # with inotify, a look now and then all the same
 
 
 def write_connection_file(environ: dict[str, str], raw: str | None = None) -> str:
@@ -87,28 +91,34 @@ def preload(environ: dict[str, str]) -> list[str]:
 class ReadyPort:
     """While a pre-started kernel waits: a listener on its heartbeat port that takes the
     kubelet's TCP readiness probe (accepted and closed, nothing read or written), so the pod is
-    Ready once its imports are done. Closed before ipykernel binds the port itself."""
+    Ready once its imports are done. Closed before ipykernel binds the port itself.
+
+    Its thread sleeps in ``accept`` (no timeout to wake for): a pool of hundreds of waiting
+    kernels on one node costs nothing between probes. ``close`` wakes it by connecting once.
+    """
 
     def __init__(self, ip: str, port: int) -> None:
+        self.address = ("127.0.0.1" if ip in ("0.0.0.0", "") else ip, port)
         self.socket = socket.create_server((ip, port))  # SO_REUSEADDR: ipykernel binds it next
-        self.socket.settimeout(0.1)
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._serve, name="ready-port", daemon=True)
         self.thread.start()
 
     def _serve(self) -> None:
-        while not self.done.is_set():
+        while True:
             try:
                 conn, _ = self.socket.accept()
-            except TimeoutError:
-                continue
             except OSError:
                 return
             conn.close()
+            if self.done.is_set():
+                return
 
     def close(self) -> None:
         self.done.set()
-        self.thread.join()
+        with contextlib.suppress(OSError), socket.create_connection(self.address, timeout=1):
+            pass
+        self.thread.join(2)
         self.socket.close()
 
 
@@ -119,19 +129,68 @@ def hold_ready_port(environ: dict[str, str]) -> ReadyPort | None:
     return ReadyPort(environ.get(POD_IP_ENV) or "0.0.0.0", int(port))
 
 
+class DirectoryChanges:
+    """Linux inotify on one directory, through libc: a waiting kernel sleeps until the kubelet
+    writes into its Secret volume (a file created, or the ``..data`` link renamed into place
+    as a kubelet updates a Secret volume) instead of looking every ``POLL_S``: hundreds of
+    waiting kernels on a node then cost no CPU. ``open`` returns None where inotify is not
+    available (another OS, a restricted runtime); the caller polls instead."""
+
+    # <sys/inotify.h>
+    IN_ATTRIB, IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE = 0x4, 0x8, 0x80, 0x100
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.poller = select.poll()
+        self.poller.register(fd, select.POLLIN)
+
+    @classmethod
+    def open(cls, directory: str) -> DirectoryChanges | None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
+        except (OSError, AttributeError):
+            return None
+        if fd < 0:
+            return None
+        mask = cls.IN_ATTRIB | cls.IN_CLOSE_WRITE | cls.IN_MOVED_TO | cls.IN_CREATE
+        if libc.inotify_add_watch(fd, os.fsencode(directory), mask) < 0:
+            os.close(fd)
+            return None
+        return cls(fd)
+
+    def wait(self, timeout: float) -> None:
+        """Until something in the directory changed, or ``timeout`` passed (a safety net)."""
+        if self.poller.poll(timeout * 1000):
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self.fd, 4096):
+                    pass
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 def wait_for_adoption(environ: dict[str, str], poll: float = POLL_S) -> str:
     """Wait until the hub has written this kernel's connection into the mounted Secret volume;
     put the adopter's env into ``environ``; return the connection (its raw JSON)."""
     directory = environ.pop(CONNECTION_DIR_ENV)
     path = os.path.join(directory, CONNECTION_FILE)
-    while True:
-        try:
-            with open(path) as fh:
-                raw = fh.read()
-            json.loads(raw)
-            break
-        except (OSError, ValueError):  # not there yet (or half there): the kubelet writes it soon
-            time.sleep(poll)
+    changes = DirectoryChanges.open(directory)
+    try:
+        while True:
+            try:
+                with open(path) as fh:
+                    raw = fh.read()
+                json.loads(raw)
+                break
+            except (OSError, ValueError):  # not there yet (or half there): the kubelet writes it soon
+                if changes is None:
+                    time.sleep(poll)
+                else:
+                    changes.wait(FALLBACK_POLL_S)
+    finally:
+        if changes is not None:
+            changes.close()
     try:
         with open(os.path.join(directory, ADOPTER_FILE)) as fh:
             adopter = json.load(fh)

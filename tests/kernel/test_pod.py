@@ -97,6 +97,36 @@ def test_a_pre_started_kernel_waits_for_its_adopters_connection_and_env(tmp_path
     assert keys.KERNEL_CONNECTION_DIR_ENV not in environ and keys.KERNEL_POD_IP_ENV not in environ
 
 
+@pytest.mark.parametrize("inotify", [True, False], ids=["inotify", "polling"])
+def test_a_waiting_kernel_sleeps_until_its_connection_is_written(tmp_path, monkeypatch, inotify):
+    """With inotify it wakes on the kubelet's write, not on its safety-net look (set to a minute
+    here); without, it polls."""
+    import threading
+    import time
+
+    from jupyter_gpuburst.core import keys
+
+    monkeypatch.setattr(kernel_pod, "FALLBACK_POLL_S", 60.0)
+    if not inotify:
+        monkeypatch.setattr(kernel_pod.DirectoryChanges, "open", classmethod(lambda cls, d: None))
+    elif kernel_pod.DirectoryChanges.open(str(tmp_path)) is None:
+        pytest.skip("no inotify here")
+    environ = {keys.KERNEL_CONNECTION_DIR_ENV: str(tmp_path)}
+    got: list[str] = []
+    waiter = threading.Thread(target=lambda: got.append(kernel_pod.wait_for_adoption(environ, poll=0.01)), daemon=True)
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive()
+    # as a kubelet updates a Secret volume: the new content written aside, then renamed into place
+    staged = tmp_path / "..data_tmp"
+    staged.write_text(json.dumps(CONNECTION))
+    written = time.monotonic()
+    os.replace(staged, tmp_path / keys.KERNEL_CONNECTION_FILE)
+    waiter.join(5)
+    assert not waiter.is_alive() and time.monotonic() - written < 2
+    assert json.loads(got[0])["key"] == CONNECTION["key"]
+
+
 def test_a_waiting_kernel_answers_its_probe_on_the_heartbeat_port_and_frees_it_for_ipykernel():
     import socket
 
@@ -112,6 +142,7 @@ def test_a_waiting_kernel_answers_its_probe_on_the_heartbeat_port_and_frees_it_f
         with socket.create_connection(("127.0.0.1", port), timeout=2):
             pass
     ready.close()
+    assert not ready.thread.is_alive()
     # ipykernel's heartbeat binds the same port next
     with socket.create_server(("127.0.0.1", port)):
         pass
