@@ -253,7 +253,9 @@ async def _first_cell(connection: dict[str, Any], key: str, deadline: float) -> 
 
     client = AsyncKernelClient()
     client.load_connection_info({**connection, "key": key.encode(), "signature_scheme": "hmac-sha256"})
-    client.start_channels()
+    # the shell channel only: the cell's reply is all that is timed, and five channels (and a
+    # heartbeat thread) a student reach ZMQ's 1023 sockets a context at about 200 students
+    client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
     try:
         msg_id = client.execute("import torch; torch.ones(1).cuda()")
         while time.monotonic() < deadline:
