@@ -41,7 +41,9 @@ from jupyter_gpuburst.core.keys import KERNEL_PRELOAD_ENV as PRELOAD_ENV
 from jupyter_gpuburst.core.keys import KERNEL_READY_PORT_ENV as READY_PORT_ENV
 from jupyter_gpuburst.core.keys import KERNEL_SCRATCH_ENV as SCRATCH_ENV
 
-POLL_S = 0.02  # how often a pre-started kernel looks for its connection without inotify: a fraction of a hub round trip
+# how often a pre-started kernel looks for its connection without inotify (none on another OS,
+# or a node's 128 inotify instances a user taken): an adoption waits at most this much longer
+POLL_S = 0.1
 FALLBACK_POLL_S = 1.0  # with inotify, a look now and then all the same
 
 
@@ -94,7 +96,7 @@ class ReadyPort:
     Ready once its imports are done. Closed before ipykernel binds the port itself.
 
     Its thread sleeps in ``accept`` (no timeout to wake for): a pool of hundreds of waiting
-    kernels on one node costs nothing between probes. ``close`` wakes it by connecting once.
+    kernels on one node costs nothing between probes. ``close`` wakes it.
     """
 
     def __init__(self, ip: str, port: int) -> None:
@@ -116,9 +118,14 @@ class ReadyPort:
 
     def close(self) -> None:
         self.done.set()
-        with contextlib.suppress(OSError), socket.create_connection(self.address, timeout=1):
-            pass
-        self.thread.join(2)
+        # Linux wakes an accept on a socket shut down; elsewhere a connection wakes it
+        with contextlib.suppress(OSError):
+            self.socket.shutdown(socket.SHUT_RDWR)
+        self.thread.join(0.5)
+        if self.thread.is_alive():
+            with contextlib.suppress(OSError), socket.create_connection(self.address, timeout=1):
+                pass
+            self.thread.join(2)
         self.socket.close()
 
 
