@@ -364,7 +364,10 @@ async def run_arm(setup: ArmSetup, round_: int, shape: Shape, arrivals: list[flo
     work = state_dir / f"r{round_}-{setup.name}"
     async with federation_process(federation_data(shape, args.pull_speedup, setup.pulled), work / "sim") as fed:
         hub = HubProcess(
-            work / "hub", hub_config(setup, users, args.start_timeout), env={"KUBECONFIG": str(fed.kubeconfig)}, log_level=HUB_LOG_LEVEL
+            work / "hub",
+            hub_config(setup, users, args.start_timeout, args.api_request_timeout),
+            env={"KUBECONFIG": str(fed.kubeconfig)},
+            log_level=HUB_LOG_LEVEL,
         )
         await hub.start(timeout=180)
         try:
@@ -491,6 +494,7 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
         "pools": {name: setup.describe() for name, setup in setups.items()},  # which pools each arm had
         "scaled": SCALED,
         "pull_speedup": args.pull_speedup,
+        "k8s_api_request_timeout_s": args.api_request_timeout,
         "load_average": [round(v, 2) for v in os.getloadavg()],
     }
     result["arms"] = combine(arms)
@@ -514,6 +518,13 @@ def main(argv: list[str]) -> int:
         type=float,
         default=1.0,
         help="image pulls this many times faster than rush.yaml's (short test runs only; default 1)",
+    )
+    parser.add_argument(
+        "--api-request-timeout",
+        type=int,
+        default=None,
+        help="KubeSpawner's k8s_api_request_timeout, seconds (default: KubeSpawner's, 3); on a small machine "
+        "the emulated API server answers hundreds of creates a minute slower than that",
     )
     parser.add_argument("--seed", type=int, default=1, help="arrivals' random seed")
     parser.add_argument(

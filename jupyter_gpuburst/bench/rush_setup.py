@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from jupyter_gpuburst.bench.spawn import NAMESPACE, STANDIN
+from jupyter_gpuburst.bench.spawn import NAMESPACE, STANDIN, api_timeout_lines
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim.config import FederationConfig, parse_config
 
@@ -176,8 +176,9 @@ def arm_setup(mode: str, with_pools: bool, shape: Shape, fraction: float) -> Arm
     return ArmSetup(mode, pools=sized_pools(shape, fraction))
 
 
-def hub_config(arm: ArmSetup, users: list[str], start_timeout: int) -> str:
-    """The hub's config for one arm (on top of ``HubProcess``'s base)."""
+def hub_config(arm: ArmSetup, users: list[str], start_timeout: int, api_timeout: int | None = None) -> str:
+    """The hub's config for one arm (on top of ``HubProcess``'s base); ``api_timeout`` as in
+    :func:`~jupyter_gpuburst.bench.spawn.api_timeout_lines`."""
     data = rush_yaml()
     gpu_image, server_image = cuda_image(data), cpu_image(data)
     profiles = [
@@ -221,7 +222,7 @@ c.GPUKernelSettings.profiles = {kernels!r}
 c.GPUKernelSettings.command = {STANDIN_KERNEL!r}
 c.GPUKernelSettings.start_timeout = {float(start_timeout)!r}
 c.GPUKernelSettings.queue_when_full = True
-{arm.config_lines()}
+{api_timeout_lines(api_timeout)}{arm.config_lines()}
 from jupyter_gpuburst.hub import install
 install(c)
 """

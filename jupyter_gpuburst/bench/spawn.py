@@ -107,17 +107,21 @@ def federation_config(local_gpus: int, donor_gpus: int, users: int) -> Federatio
     return parse_config(data, "<bench spawn>")
 
 
+def api_timeout_lines(api_timeout: int | None) -> str:
+    """Hub config setting KubeSpawner's per-request API timeout (and ten times that of retries,
+    at least KubeSpawner's 30 s); none for None (KubeSpawner's 3 s)."""
+    if api_timeout is None:
+        return ""
+    return f"c.KubeSpawner.k8s_api_request_timeout = {api_timeout!r}\nc.KubeSpawner.k8s_api_request_retry_timeout = {max(30, 10 * api_timeout)!r}\n"
+
+
 def hub_config(spawner: str, start_timeout: int = 600, extra: str = "", api_timeout: int | None = None) -> str:
     """Hub config lines on top of ``HubProcess``'s base: the spawner and the stand-in server.
 
     ``api_timeout``: KubeSpawner's per-request API timeout in seconds, for both spawners alike
     (None keeps KubeSpawner's default, 3 s per request and 30 s of retries).
     """
-    if api_timeout is not None:
-        extra = (
-            f"c.KubeSpawner.k8s_api_request_timeout = {api_timeout!r}\n"
-            f"c.KubeSpawner.k8s_api_request_retry_timeout = {max(30, 10 * api_timeout)!r}\n{extra}"
-        )
+    extra = api_timeout_lines(api_timeout) + extra
     return f"""
 import sys
 from jupyter_gpuburst.hub import install

@@ -8,6 +8,7 @@ import random
 
 import psutil
 import pytest
+from traitlets.config import Config
 
 from jupyter_gpuburst.bench import rush, rush_setup
 from jupyter_gpuburst.sim.config import parse_config
@@ -234,3 +235,12 @@ def test_one_mode_runs_its_two_arms_in_the_same_alternating_order():
     assert rush.arm_order(0, ("kernel",)) == [("kernel", True), ("kernel", False)]
     assert rush.arm_order(1, ("kernel",)) == [("kernel", False), ("kernel", True)]
     assert rush.arm_order(0, ("server",)) == [("server", False), ("server", True)]
+
+
+def test_the_api_request_timeout_reaches_kubespawner_only_when_asked():
+    arm = rush_setup.arm_setup("kernel", True, rush_setup.Shape.for_students(40), 1.0)
+    default = rush_setup.hub_config(arm, ["s0"], 600)
+    assert "k8s_api_request_timeout" not in default
+    config = Config()
+    exec(compile(rush_setup.hub_config(arm, ["s0"], 600, 30).replace("install(c)", ""), "hub_config", "exec"), {"c": config})
+    assert config.KubeSpawner.k8s_api_request_timeout == 30 and config.KubeSpawner.k8s_api_request_retry_timeout == 300
