@@ -44,34 +44,42 @@ PAGE = 16  # pods of a pool read at once while looking for a waiting kernel
 POOL_LABELS = (keys.POOL_LABEL, keys.POOL_SITE_LABEL, keys.POOL_PROFILE_LABEL, keys.POOL_KIND_LABEL)
 
 
-# Waiting kernels this hub is adopting, "namespace/name" -> until when (monotonic) the warm
-# pools leave them alone: a request's reservation would otherwise make its pool remove the very
-# pod it is about to adopt, and a pass that listed the pod before its adoption must not remove it after
-CLAIMS: dict[str, float] = {}
-CLAIM_S = 10.0  # from before the request is placed until it adopts (or gives up)
+# Waiting kernels this hub is adopting, "namespace/name" -> (until when, monotonic; the kernel
+# record holding it): the warm pools leave them alone (a request's reservation would otherwise
+# make its pool remove the very pod it is about to adopt, and a pass that listed the pod before
+# its adoption must not remove it after), and so does every other request
+CLAIMS: dict[str, tuple[float, str]] = {}
+CLAIM_S = 60.0  # from before the request is placed until it adopts (or gives up): longer than a loaded hub takes
 ADOPTED_HOLD_S = 30.0  # after: longer than a pools pass that listed it before takes
 
 
 def claimed(namespace: str, name: str) -> bool:
     """Whether the pods' pool must leave this waiting kernel alone: a request is adopting it."""
-    return CLAIMS.get(f"{namespace}/{name}", 0.0) > time.monotonic()
+    return CLAIMS.get(f"{namespace}/{name}", (0.0, ""))[0] > time.monotonic()
 
 
-def _take(pod: dict[str, Any], seconds: float = CLAIM_S) -> bool:
+def _take(pod: dict[str, Any], owner: str, seconds: float = CLAIM_S) -> bool:
+    """Hold ``pod`` for ``owner`` (again): False while another request holds it. A holder whose
+    time ran out (a hub loaded for longer than ``CLAIM_S``) has lost it to whoever took it
+    since: it must not go on to adopt it, or two requests race for one kernel and its Secret
+    (the loser would take the winner's adoption for a Secret someone else planted)."""
     now = time.monotonic()
-    for held in [k for k, until in CLAIMS.items() if until <= now]:
+    for held in [k for k, (until, _) in CLAIMS.items() if until <= now]:
         del CLAIMS[held]
     key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
-    if key in CLAIMS:
+    if key in CLAIMS and CLAIMS[key][1] != owner:
         return False
-    CLAIMS[key] = now + seconds
+    CLAIMS[key] = (now + seconds, owner)
     return True
 
 
-def _hold(pod: dict[str, Any], seconds: float) -> None:
+def _hold(pod: dict[str, Any], owner: str, seconds: float) -> None:
+    """Keep ``owner``'s hold on ``pod`` ``seconds`` longer, or let it go (0); another's is left."""
     key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    if CLAIMS.get(key, (0.0, owner))[1] != owner:
+        return
     if seconds > 0:
-        CLAIMS[key] = time.monotonic() + seconds
+        CLAIMS[key] = (time.monotonic() + seconds, owner)
     else:
         CLAIMS.pop(key, None)
 
@@ -230,7 +238,7 @@ async def claim(registry: KernelRegistry, record: KernelRecord, request: GPURequ
     except Exception:  # noqa: BLE001 - a bad request is refused by placement itself; no pool read: no claim
         registry.log.debug("GPU kernel %s: no pre-started kernel claimed", record.id, exc_info=True)
         return
-    record.claim = next((pod for pod in found if _take(pod)), None)
+    record.claim = next((pod for pod in found if _take(pod, record.id)), None)
 
 
 async def adopt(
@@ -242,13 +250,13 @@ async def adopt(
     if held is not None and (
         held["metadata"]["labels"].get(keys.POOL_SITE_LABEL) != placement.site or held["metadata"]["namespace"] != record.namespace
     ):
-        _hold(held, 0)  # placed elsewhere after all
+        _hold(held, record.id, 0)  # placed elsewhere after all
         held = None
     try:
         return await _adopt_any(registry, record, placement, server_pod, key, scheme, notebook_dir, held)
     finally:
         if held is not None and record.pod_name != held["metadata"]["name"]:
-            _hold(held, 0)
+            _hold(held, record.id, 0)
 
 
 async def _adopt_any(
@@ -283,11 +291,11 @@ async def _adopt_any(
             registry.log.warning("GPU kernel %s: cannot list the pre-started kernels of %s", record.id, placement.site, exc_info=True)
             return False
     for pod in found:
-        if pod is not held and not _take(pod):
-            continue  # another request of this hub is adopting it (it was listed before)
+        if not _take(pod, record.id):
+            continue  # another request of this hub is adopting it (listed before, or its hold on it ran out)
         adopted = await _adopt_one(registry, record, placement, server_pod, key, scheme, pod)
         # adopted: its pool's pass that listed it before must still leave it be
-        _hold(pod, ADOPTED_HOLD_S if adopted else 0)
+        _hold(pod, record.id, ADOPTED_HOLD_S if adopted else 0)
         if adopted:
             return True
     return False

@@ -236,10 +236,58 @@ async def test_a_kernel_being_adopted_costs_its_pool_no_other_waiting_kernel():
     for name in list(api.pods):
         api.bind(name, "g")
     held, other = sorted(api.pods)
-    assert prestarted._take(api.pods[held])  # a request claims one before it is placed...
+    assert prestarted._take(api.pods[held], "k1")  # a request claims one before it is placed...
     try:
         inv.hold("alice/k1", "g", {"nvidia.com/gpu": 1})  # ...and its reservation lands on its node
         await ctl.reconcile()
         assert set(api.pods) == {held, other}
     finally:
-        prestarted._hold(api.pods[held], 0)
+        prestarted._hold(api.pods[held], "k1", 0)
+
+
+def test_a_hold_that_ran_out_is_lost_to_the_request_that_took_the_kernel_since(monkeypatch):
+    from jupyter_gpuburst.hub.kernels import prestarted
+
+    waiting = pooled()
+    clock = [100.0]
+    monkeypatch.setattr(prestarted.time, "monotonic", lambda: clock[0])
+    try:
+        assert prestarted._take(waiting, "k1") and prestarted.claimed("jhub", waiting["metadata"]["name"])
+        assert not prestarted._take(waiting, "k2")  # held: nobody else takes it
+        assert prestarted._take(waiting, "k1")  # its holder may take it again
+        clock[0] += prestarted.CLAIM_S + 1  # a hub loaded for longer than a hold lasts
+        assert prestarted._take(waiting, "k2")
+        # the first holder lost it: it neither takes it back nor lets it go for the new holder
+        assert not prestarted._take(waiting, "k1")
+        prestarted._hold(waiting, "k1", 0)
+        assert prestarted.claimed("jhub", waiting["metadata"]["name"])
+        prestarted._hold(waiting, "k2", 0)
+        assert not prestarted.claimed("jhub", waiting["metadata"]["name"])
+    finally:
+        prestarted.CLAIMS.clear()
+
+
+async def test_a_request_whose_hold_ran_out_does_not_adopt_the_kernel_another_took(monkeypatch):
+    from jupyter_gpuburst.hub.kernels import prestarted
+
+    waiting = pooled()
+    tried = []
+
+    async def adopt_one(registry, record, placement, server_pod, key, scheme, pod):
+        tried.append(record.id)
+        return True
+
+    monkeypatch.setattr(prestarted, "_adopt_one", adopt_one)
+    registry = SimpleNamespace(prestarted={("origin", "gpu-1")}, settings=GPUKernelSettings())
+    registry.settings.files_policy = None
+    record = SimpleNamespace(id="k1", profile=PROFILE, ports=registry.settings.ports(prestarted.PORT_SET), relocated_from=None)
+    placement = Placement(site="origin", cluster_id=None, node=None, resource="nvidia.com/gpu", count=1, reason="")
+    try:
+        prestarted.CLAIMS[f"jhub/{waiting['metadata']['name']}"] = (float("inf"), "k2")  # taken since by k2
+        assert await prestarted._adopt_any(registry, record, placement, None, KEY, "hmac-sha256", "", waiting) is False
+        assert tried == []
+        prestarted.CLAIMS.clear()
+        assert await prestarted._adopt_any(registry, record, placement, None, KEY, "hmac-sha256", "", waiting) is True
+        assert tried == ["k1"]
+    finally:
+        prestarted.CLAIMS.clear()
