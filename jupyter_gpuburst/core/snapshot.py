@@ -44,6 +44,9 @@ class NodeCapacity(NamedTuple):
     requested: Mapping[str, int] = NO_COUNTS
     reserved: Mapping[str, int] = NO_COUNTS
     gpu_resources: tuple[str, ...] = ()  # the GPU resources in allocatable, for the index
+    # the images its kubelet reports (``core.images``, normalized); nodes that report the same
+    # list share one set, and an update that leaves the list as it was keeps the node's own
+    images: frozenset[str] = frozenset()
 
     @property
     def is_donor(self) -> bool:
@@ -171,17 +174,29 @@ class Snapshot(NamedTuple):
         """Largest number of ``resource`` units free together on one node of ``site``."""
         return max(self.index.get((site, resource), EMPTY), default=0)
 
-    def best_fit(self, site: str, resource: str, demand: Mapping[str, int]) -> tuple[str, int] | None:
-        """(node, free units of ``resource`` on it) of the node of ``site`` that takes the whole
-        ``demand`` and leaves the fewest units of ``resource`` free, or None."""
+    def best_fit(
+        self, site: str, resource: str, demand: Mapping[str, int], images: tuple[str, ...] = ()
+    ) -> tuple[str, int, bool] | None:
+        """(node, free units of ``resource`` on it, whether ``images`` chose it) of the node of
+        ``site`` that takes the whole ``demand`` and leaves the fewest units of ``resource``
+        free, or None. Among nodes that leave as few, one that already has ``images`` (normalized,
+        ``core.images``) wins over one that would pull them: see ``fitindex.best_fit``."""
         nodes, names = self.nodes, self.names
 
         def fits(slot: int) -> bool:
             node = nodes.get(names.get(slot))
             return node is not None and node.fits(demand)
 
-        found = fitindex.best_fit(self.index, site, resource, demand, fits)
-        return None if found is None else (names[found[0]], found[1])
+        held = None
+        if images:
+
+            def held(slot: int) -> int:
+                # the images a node already has: the number of the pod's images it would not pull
+                present = nodes[names[slot]].images
+                return sum(1 for image in images if image in present) if present else 0
+
+        found = fitindex.best_fit(self.index, site, resource, demand, fits, held, len(images))
+        return None if found is None else (names[found[0]], found[1], found[2])
 
     def donor_units(self, kind: str, name: str) -> int:
         return self.donor_usage.get((kind, name), 0)

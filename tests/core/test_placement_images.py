@@ -1,0 +1,129 @@
+"""Placement prefers a node that already has the pod's image, among the nodes that strand as few
+GPUs: GPU packing stays the rule, the image breaks its ties, in a bounded look, never across sites."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyter_gpuburst.bench import synthetic
+from jupyter_gpuburst.core import fitindex, images
+from jupyter_gpuburst.core.inventory import Inventory
+from jupyter_gpuburst.core.placement import GPURequest, Placement, PlacementInputError, Placer, Policy, Strategy, decide
+
+GPU = "nvidia.com/gpu"
+NOTEBOOK = "quay.io/jupyter/pytorch-notebook:cuda12"
+OTHER = "quay.io/jupyter/scipy-notebook:2024-10-07"
+
+
+def gpu_node(name, gpus, has=(), cluster_id=None):
+    node = synthetic.node(name, {GPU: gpus}, cluster_id=cluster_id)
+    if has:
+        node["status"]["images"] = [{"names": [image], "sizeBytes": 6 * 2**30} for image in has]
+    return node
+
+
+def inventory(*nodes):
+    inv = Inventory()
+    for node in nodes:
+        inv.apply_node_event("ADDED", node)
+    return inv
+
+
+def req(*pod_images, count=1):
+    return GPURequest(GPU, count, "ann", images=tuple(images.normalize(i) for i in pod_images))
+
+
+def test_of_two_equally_good_nodes_the_one_with_the_image_wins():
+    snapshot = inventory(gpu_node("gpu-a", 4), gpu_node("gpu-b", 4, has=[NOTEBOOK])).snapshot()
+    out = decide(req(NOTEBOOK), snapshot, Policy())
+    assert isinstance(out, Placement) and out.node == "gpu-b"
+    assert out.reason == "8 of 8 GPUs free on the origin; starting on the origin (node gpu-b, image already there)."
+    # without the image in the request, the first fit as before, and no word about images
+    out = decide(req(), snapshot, Policy())
+    assert out.node == "gpu-a" and "image" not in out.reason
+
+
+def test_the_first_fit_that_has_the_image_says_nothing_about_images():
+    snapshot = inventory(gpu_node("gpu-a", 4, has=[NOTEBOOK]), gpu_node("gpu-b", 4, has=[NOTEBOOK])).snapshot()
+    out = decide(req(NOTEBOOK), snapshot, Policy())
+    assert out.node == "gpu-a" and "image" not in out.reason
+
+
+def test_a_node_that_strands_fewer_gpus_wins_over_one_with_the_image():
+    snapshot = inventory(gpu_node("gpu-big", 8, has=[NOTEBOOK]), gpu_node("gpu-small", 2)).snapshot()
+    out = decide(req(NOTEBOOK, count=2), snapshot, Policy())
+    assert out.node == "gpu-small" and "image" not in out.reason
+
+
+def test_a_node_that_has_more_of_the_pods_images_wins():
+    snapshot = inventory(
+        gpu_node("gpu-a", 4),
+        gpu_node("gpu-b", 4, has=[OTHER]),
+        gpu_node("gpu-c", 4, has=[NOTEBOOK, OTHER]),
+    ).snapshot()
+    assert decide(req(NOTEBOOK, OTHER), snapshot, Policy()).node == "gpu-c"
+    assert decide(req(OTHER, "busybox"), snapshot, Policy()).node == "gpu-b"
+
+
+def test_names_match_the_way_runtimes_report_them():
+    # containerd reports Docker Hub images fully qualified; the pod says "busybox"
+    snapshot = inventory(gpu_node("gpu-a", 4), gpu_node("gpu-b", 4, has=["docker.io/library/busybox:latest"])).snapshot()
+    assert decide(req("busybox"), snapshot, Policy()).node == "gpu-b"
+
+
+def test_the_look_for_the_image_is_bounded(monkeypatch):
+    monkeypatch.setattr(fitindex, "IMAGE_SCAN", 4)
+    # slots follow the order nodes arrive in: the first fit, then the look covers four more
+    within = [gpu_node(f"gpu-{i}", 4, has=[NOTEBOOK] if i == 4 else ()) for i in range(8)]
+    assert decide(req(NOTEBOOK), inventory(*within).snapshot(), Policy()).node == "gpu-4"
+    beyond = [gpu_node(f"gpu-{i}", 4, has=[NOTEBOOK] if i == 5 else ()) for i in range(8)]
+    out = decide(req(NOTEBOOK), inventory(*beyond).snapshot(), Policy())
+    assert out.node == "gpu-0" and "image" not in out.reason
+
+
+def test_the_look_counts_nodes_that_do_not_fit_too(monkeypatch):
+    monkeypatch.setattr(fitindex, "IMAGE_SCAN", 2)
+    inv = inventory(*[gpu_node(f"gpu-{i}", 4, has=[NOTEBOOK] if i == 3 else ()) for i in range(4)])
+    snapshot = inv.snapshot()
+    calls = []
+    fits = lambda slot: calls.append(slot) or True  # noqa: E731
+    found = fitindex.best_fit(snapshot.index, "origin", GPU, {GPU: 1}, fits, lambda slot: int(slot == 3), 1)
+    assert found == (0, 4, False) and calls == [0, 1, 2]
+
+
+def test_a_reservation_holds_the_node_the_image_chose():
+    inv = inventory(gpu_node("gpu-a", 1), gpu_node("gpu-b", 1, has=[NOTEBOOK]))
+    placer = Placer(Policy(), inv)
+    first = placer.place("ann/", req(NOTEBOOK), now=0.0)
+    assert first.node == "gpu-b"
+    second = placer.place("bob/", GPURequest(GPU, 1, "bob", images=req(NOTEBOOK).images), now=0.0)
+    assert second.node == "gpu-a" and "image" not in second.reason
+
+
+def test_on_a_donor_the_virtual_node_with_the_image_wins():
+    snapshot = inventory(
+        gpu_node("liqo-donor-1-a", 8, cluster_id="donor-1"),
+        gpu_node("liqo-donor-1-b", 8, has=[NOTEBOOK], cluster_id="donor-1"),
+    ).snapshot()
+    out = decide(req(NOTEBOOK), snapshot, Policy(strategy=Strategy.DONOR_ONLY))
+    assert (out.site, out.node) == ("donor-1", "liqo-donor-1-b")
+    assert out.reason == "Donor-only policy: starting on donor-1 (16 of 16 GPUs free there, image already there)."
+
+
+def test_the_site_is_still_chosen_by_policy_never_by_image():
+    snapshot = inventory(gpu_node("gpu-a", 4), gpu_node("liqo-donor-1", 8, has=[NOTEBOOK], cluster_id="donor-1")).snapshot()
+    assert decide(req(NOTEBOOK), snapshot, Policy()).site == "origin"
+    assert decide(req(NOTEBOOK), snapshot, Policy(strategy=Strategy.DONOR_FIRST)).site == "donor-1"
+    # nor by a donor's order or loss: the donor listed first wins though only the other has it
+    snapshot = inventory(
+        gpu_node("liqo-donor-1", 8, cluster_id="donor-1"),
+        gpu_node("liqo-donor-2", 8, has=[NOTEBOOK], cluster_id="donor-2"),
+    ).snapshot()
+    out = decide(req(NOTEBOOK), snapshot, Policy(strategy=Strategy.DONOR_ONLY, donor_order=("donor-1", "donor-2")))
+    assert out.site == "donor-1"
+
+
+@pytest.mark.parametrize("bad", [["x"], ("x", 3), "x"])
+def test_images_that_are_not_names_are_refused(bad):
+    with pytest.raises(PlacementInputError, match="images must be a tuple of image names"):
+        decide(GPURequest(GPU, 1, "ann", images=bad), inventory(gpu_node("gpu-a", 4)).snapshot(), Policy())
