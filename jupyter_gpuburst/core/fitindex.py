@@ -166,7 +166,7 @@ def nodes_at(index: Map, site: str, resource: str, level: int) -> Iterator[int]:
         yield from members(bits)
 
 
-# nodes looked at, after the first that fits, for one that already has the pod's images
+# nodes that have the pod's images looked at (checked to fit) in the best level, at most
 IMAGE_SCAN = 64
 
 
@@ -176,21 +176,20 @@ def best_fit(
     resource: str,
     demand: Mapping[str, int],
     fits: Callable[[int], bool],
-    held: Callable[[int], int] | None = None,
-    wanted: int = 0,
+    prefer: tuple[int, ...] = (),
 ) -> tuple[int, int, bool] | None:
-    """(slot, its free units of ``resource``, whether ``held`` chose it) for the best-fitting
+    """(slot, its free units of ``resource``, whether ``prefer`` chose it) for the best-fitting
     node of ``site``, or None.
 
     ``demand`` is the whole pod; ``fits(slot)`` checks one node exactly. Levels are tried
     upward from the GPU count; within a level, grades that cannot fit are skipped unread,
     grades that surely fit cost one check, straddling grades are read node by node.
 
-    ``held(slot)``: how many of the pod's ``wanted`` images a node already has. The level stays
-    the rule (fewest GPUs stranded); within the level the first fit is chosen unless one of
-    the next ``IMAGE_SCAN`` nodes looked at holds more of the images (the first to hold them
-    all ends the look). The look is bounded so that a pod whose image no node has costs
-    ``IMAGE_SCAN`` more checks, never a walk of a 50,000-node level.
+    ``prefer``: bit sets of slots (the nodes that have the pod's images, best first). The
+    level stays the rule (fewest GPUs stranded); within it, the first node of the first set
+    that fits wins over the first fit. A set is intersected with each grade of the level (one
+    ``&`` of two ints), so nodes without the images are never read; at most ``IMAGE_SCAN`` of
+    those with them are checked, for grades that straddle the pod's CPU or memory.
     """
     per_level = index.get((site, resource))
     if per_level is None:
@@ -214,29 +213,27 @@ def best_fit(
             # smallest sure fit first (keeps big nodes for big pods), straddling grades after
             candidates.append((cpu_fit + memory_fit < 2, (gkey >> _MEM_BITS) + (gkey & mask), gkey))
         candidates.sort()
-        first = best = -1
-        best_held = left = 0
-        for _straddles, _size, gkey in candidates:
-            for slot in members(grades[gkey]):
-                if first >= 0:
-                    left -= 1
-                    if left < 0:
-                        break
-                if not fits(slot):
-                    continue
-                if held is None:
-                    return slot, level, False
-                if first < 0:
-                    first, left = slot, IMAGE_SCAN
-                have = held(slot)
-                if have > best_held:
-                    best, best_held = slot, have
-                    if have >= wanted:
-                        break
-            else:
-                continue
-            break
-        if first >= 0:
-            return (best, level, True) if best >= 0 and best != first else (first, level, False)
+        first = _first_fit(grades, candidates, fits)
+        if first is None:
+            continue
+        looked = 0
+        for wanted in prefer:
+            if wanted >> first & 1:
+                return first, level, False
+            for _straddles, _size, gkey in candidates:
+                for slot in members(grades[gkey] & wanted):
+                    looked += 1
+                    if looked > IMAGE_SCAN:
+                        return first, level, False
+                    if fits(slot):
+                        return slot, level, True
+        return first, level, False
     return None
 
+
+def _first_fit(grades: Map, candidates: list[tuple[bool, int, int]], fits: Callable[[int], bool]) -> int | None:
+    for _straddles, _size, gkey in candidates:
+        for slot in members(grades[gkey]):
+            if fits(slot):
+                return slot
+    return None

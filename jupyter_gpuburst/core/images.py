@@ -1,4 +1,4 @@
-"""Container image names as placement compares them: a pod's images against a node's ``status.images``.
+"""Container images as placement compares them: a pod's images against the nodes that have them.
 
 kube-scheduler's ImageLocality plugin (pkg/scheduler/framework/plugins/imagelocality,
 ``normalizedImageName``) only adds ``:latest`` to a name without a tag, and its own comment lists
@@ -93,3 +93,17 @@ class NodeImages:
             if len(self._sets) < self.LIMIT:
                 self._sets[names] = known
         return known
+
+
+def file_slot(having: Any, slot: int, before: frozenset[str], after: frozenset[str]) -> None:
+    """Move bit ``slot`` of ``having`` (image -> bit set, a map being mutated) from the images
+    of ``before`` to those of ``after``: which nodes have an image, as ``fitindex`` files them."""
+    bit = 1 << slot
+    for image in before - after:
+        bits = having.get(image, 0) & ~bit
+        if bits:
+            having[image] = bits
+        elif image in having:
+            del having[image]
+    for image in after - before:
+        having[image] = having.get(image, 0) | bit

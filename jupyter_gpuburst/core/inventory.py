@@ -96,6 +96,8 @@ class Inventory:
         # a container's resources as written (limits, requests) -> its interned shape
         self._by_resources: dict[tuple[Any, ...], tuple[tuple[tuple[str, int], ...], int]] = {}
         self._images = images.NodeImages()
+        # image -> bit set of the slots of the nodes that have it, written like ``_nodes``
+        self._image_slots = Map().mutate()
         self._version = 0
         # one bound method, so that parse caches keyed by it hit across events
         self._counts = self.counts
@@ -157,6 +159,8 @@ class Inventory:
                 # pods arrived before their node: their requests were parked under a guessed site
                 old = old._replace(site=new.site, cluster_id=new.cluster_id)
         self._replace_node(old, new, None)
+        if old is None or old.images is not new.images:
+            images.file_slot(self._image_slots, self._slots[name], old.images if old is not None else images.NO_IMAGES, new.images)
         return True
 
     # ---- pod events --------------------------------------------------------------------
@@ -430,6 +434,7 @@ class Inventory:
 
     def _forget_node(self, name: str) -> None:
         """Drop a node that is gone and holds nothing (so it is filed nowhere in the index)."""
+        images.file_slot(self._image_slots, self._slots[name], self._nodes[name].images, images.NO_IMAGES)
         del self._nodes[name]
         slot = self._slots.pop(name)
         self._names = self._names.delete(slot)
@@ -474,7 +479,9 @@ class Inventory:
     def snapshot(self) -> Snapshot:
         nodes = self._nodes.finish()
         self._nodes = nodes.mutate()
-        return Snapshot(self._sites, nodes, self._index, self._usage, self._version, self._names)
+        image_slots = self._image_slots.finish()
+        self._image_slots = image_slots.mutate()
+        return Snapshot(self._sites, nodes, self._index, self._usage, self._version, self._names, image_slots)
 
     def load(self, nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> None:
         """Seed from a list call, through the same path as watch events."""

@@ -155,6 +155,8 @@ class Snapshot(NamedTuple):
     version: int
     # slot -> node name, for the slots the index files nodes under
     names: Map = EMPTY
+    # normalized image -> bit set of the slots of the nodes that report it (``fitindex``'s bits)
+    image_slots: Map = EMPTY
 
     def site(self, name: str) -> SiteCapacity | None:
         return self.sites.get(name)
@@ -179,23 +181,24 @@ class Snapshot(NamedTuple):
     ) -> tuple[str, int, bool] | None:
         """(node, free units of ``resource`` on it, whether ``images`` chose it) of the node of
         ``site`` that takes the whole ``demand`` and leaves the fewest units of ``resource``
-        free, or None. Among nodes that leave as few, one that already has ``images`` (normalized,
-        ``core.images``) wins over one that would pull them: see ``fitindex.best_fit``."""
+        free, or None. Among the nodes that leave as few, one that already has all of
+        ``images`` (normalized, ``core.images``) wins, else one that has the first (the main
+        container's), else the first fit: see ``fitindex.best_fit``."""
         nodes, names = self.nodes, self.names
 
         def fits(slot: int) -> bool:
             node = nodes.get(names.get(slot))
             return node is not None and node.fits(demand)
 
-        held = None
+        prefer: tuple[int, ...] = ()
         if images:
-
-            def held(slot: int) -> int:
-                # the images a node already has: the number of the pod's images it would not pull
-                present = nodes[names[slot]].images
-                return sum(1 for image in images if image in present) if present else 0
-
-        found = fitindex.best_fit(self.index, site, resource, demand, fits, held, len(images))
+            having = self.image_slots
+            main = having.get(images[0], 0)
+            every = main
+            for image in images[1:]:
+                every &= having.get(image, 0)
+            prefer = tuple(bits for bits in dict.fromkeys((every, main)) if bits)
+        found = fitindex.best_fit(self.index, site, resource, demand, fits, prefer)
         return None if found is None else (names[found[0]], found[1], found[2])
 
     def donor_units(self, kind: str, name: str) -> int:

@@ -1,5 +1,6 @@
 """Placement prefers a node that already has the pod's image, among the nodes that strand as few
-GPUs: GPU packing stays the rule, the image breaks its ties, in a bounded look, never across sites."""
+GPUs: GPU packing stays the rule, the image breaks its ties, in a bounded look, never across sites;
+and the inventory's record of which nodes have which image follows the nodes."""
 
 from __future__ import annotations
 
@@ -55,13 +56,14 @@ def test_a_node_that_strands_fewer_gpus_wins_over_one_with_the_image():
     assert out.node == "gpu-small" and "image" not in out.reason
 
 
-def test_a_node_that_has_more_of_the_pods_images_wins():
+def test_a_node_with_all_the_pods_images_wins_else_one_with_its_main_containers():
     snapshot = inventory(
-        gpu_node("gpu-a", 4),
+        gpu_node("gpu-a", 4, has=["busybox"]),
         gpu_node("gpu-b", 4, has=[OTHER]),
         gpu_node("gpu-c", 4, has=[NOTEBOOK, OTHER]),
     ).snapshot()
     assert decide(req(NOTEBOOK, OTHER), snapshot, Policy()).node == "gpu-c"
+    # nobody has both: the main container's image (the first) decides, not the small one
     assert decide(req(OTHER, "busybox"), snapshot, Policy()).node == "gpu-b"
 
 
@@ -71,29 +73,33 @@ def test_names_match_the_way_runtimes_report_them():
     assert decide(req("busybox"), snapshot, Policy()).node == "gpu-b"
 
 
-def test_the_look_for_the_image_is_bounded(monkeypatch):
-    monkeypatch.setattr(fitindex, "IMAGE_SCAN", 4)
-    # slots follow the order nodes arrive in: the first fit, then the look covers four more
-    within = [gpu_node(f"gpu-{i}", 4, has=[NOTEBOOK] if i == 4 else ()) for i in range(8)]
-    assert decide(req(NOTEBOOK), inventory(*within).snapshot(), Policy()).node == "gpu-4"
-    beyond = [gpu_node(f"gpu-{i}", 4, has=[NOTEBOOK] if i == 5 else ()) for i in range(8)]
-    out = decide(req(NOTEBOOK), inventory(*beyond).snapshot(), Policy())
-    assert out.node == "gpu-0" and "image" not in out.reason
-
-
-def test_the_look_counts_nodes_that_do_not_fit_too(monkeypatch):
-    monkeypatch.setattr(fitindex, "IMAGE_SCAN", 2)
-    inv = inventory(*[gpu_node(f"gpu-{i}", 4, has=[NOTEBOOK] if i == 3 else ()) for i in range(4)])
-    snapshot = inv.snapshot()
+def test_nodes_without_the_image_are_never_read_however_many():
+    nodes = [gpu_node(f"gpu-{i:03}", 4, has=[NOTEBOOK] if i == 299 else ()) for i in range(300)]
+    snapshot = inventory(*nodes).snapshot()
     calls = []
     fits = lambda slot: calls.append(slot) or True  # noqa: E731
-    found = fitindex.best_fit(snapshot.index, "origin", GPU, {GPU: 1}, fits, lambda slot: int(slot == 3), 1)
-    assert found == (0, 4, False) and calls == [0, 1, 2]
+    bits = snapshot.image_slots[images.normalize(NOTEBOOK)]
+    assert fitindex.best_fit(snapshot.index, "origin", GPU, {GPU: 1}, fits, (bits,)) == (299, 4, True)
+    assert calls == [0, 299]
+    assert decide(req(NOTEBOOK), snapshot, Policy()).node == "gpu-299"
+
+
+def test_the_look_at_nodes_with_the_image_is_bounded(monkeypatch):
+    snapshot = inventory(*[gpu_node(f"gpu-{i}", 4) for i in range(5)]).snapshot()
+    # slots 1-3 have the image, and only slot 3 takes the pod (as in a grade that straddles it)
+    fits = lambda slot: slot in (0, 3, 4)  # noqa: E731
+    having = (1 << 1) | (1 << 2) | (1 << 3)
+    monkeypatch.setattr(fitindex, "IMAGE_SCAN", 3)
+    assert fitindex.best_fit(snapshot.index, "origin", GPU, {GPU: 1}, fits, (having,)) == (3, 4, True)
+    monkeypatch.setattr(fitindex, "IMAGE_SCAN", 2)
+    assert fitindex.best_fit(snapshot.index, "origin", GPU, {GPU: 1}, fits, (having,)) == (0, 4, False)
 
 
 def test_a_reservation_holds_the_node_the_image_chose():
     inv = inventory(gpu_node("gpu-a", 1), gpu_node("gpu-b", 1, has=[NOTEBOOK]))
     placer = Placer(Policy(), inv)
+    assert placer.place("cat/", req(), now=0.0).node == "gpu-a"
+    placer.release("cat/")
     first = placer.place("ann/", req(NOTEBOOK), now=0.0)
     assert first.node == "gpu-b"
     second = placer.place("bob/", GPURequest(GPU, 1, "bob", images=req(NOTEBOOK).images), now=0.0)
@@ -127,3 +133,22 @@ def test_the_site_is_still_chosen_by_policy_never_by_image():
 def test_images_that_are_not_names_are_refused(bad):
     with pytest.raises(PlacementInputError, match="images must be a tuple of image names"):
         decide(GPURequest(GPU, 1, "ann", images=bad), inventory(gpu_node("gpu-a", 4)).snapshot(), Policy())
+
+
+def test_which_nodes_have_an_image_follows_pulls_and_nodes_that_go():
+    inv = inventory(gpu_node("gpu-a", 4), gpu_node("gpu-b", 4, has=[NOTEBOOK]))
+    before = inv.snapshot()
+    notebook = images.normalize(NOTEBOOK)
+    assert before.image_slots[notebook] == 1 << 1
+    inv.apply_node_event("MODIFIED", gpu_node("gpu-a", 4, has=[NOTEBOOK, OTHER]))
+    inv.apply_node_event("MODIFIED", gpu_node("gpu-b", 4, has=[OTHER]))
+    after = inv.snapshot()
+    assert after.image_slots[notebook] == 1 << 0 and after.image_slots[images.normalize(OTHER)] == 0b11
+    assert before.image_slots[notebook] == 1 << 1  # an earlier snapshot keeps what it saw
+    # a node that goes frees its slot; the next node in it has none of its images
+    inv.apply_node_event("DELETED", gpu_node("gpu-a", 4))
+    inv.apply_node_event("ADDED", gpu_node("gpu-c", 4))
+    now = inv.snapshot()
+    assert notebook not in now.image_slots and now.image_slots[images.normalize(OTHER)] == 1 << 1
+    assert decide(req(NOTEBOOK), now, Policy()).node in ("gpu-b", "gpu-c")
+    assert "image" not in decide(req(NOTEBOOK), now, Policy()).reason
