@@ -176,9 +176,7 @@ class Snapshot(NamedTuple):
         """Largest number of ``resource`` units free together on one node of ``site``."""
         return max(self.index.get((site, resource), EMPTY), default=0)
 
-    def best_fit(
-        self, site: str, resource: str, demand: Mapping[str, int], images: tuple[str, ...] = ()
-    ) -> tuple[str, int, bool] | None:
+    def best_fit(self, site: str, resource: str, demand: Mapping[str, int], images: tuple[str, ...] = ()) -> tuple[str, int, bool] | None:
         """(node, free units of ``resource`` on it, whether ``images`` chose it) of the node of
         ``site`` that takes the whole ``demand`` and leaves the fewest units of ``resource``
         free, or None. Among the nodes that leave as few, one that already has all of

@@ -26,7 +26,9 @@ CONFIG = {
         "image_pull_bandwidth": "200Mi",
         "preloaded_images": [],
     },
-    "donors": [{"name": "donor-1", "nodes": [{"name": "donor-1-gpu", **GPU_NODE}], "grant": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": 2}}],
+    "donors": [
+        {"name": "donor-1", "nodes": [{"name": "donor-1-gpu", **GPU_NODE}], "grant": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": 2}}
+    ],
 }
 
 
