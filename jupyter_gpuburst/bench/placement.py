@@ -424,7 +424,7 @@ async def run(
         "decision_p999_ms": round(decision["p999"], 4),
         "decisions": len(decision_ms),
         "placed": len(decision_ms) - refused_timed,
-        # placed on a node that has the pod's image where the first fit had not
+        # placed on a node that already had the pod's image
         "placed_by_image": by_image,
         "outstanding_during_decisions": {"min": min(outstanding_seen, default=0), "max": max(outstanding_seen, default=0)},
         "holds_at_end": holds_at_end,

@@ -178,18 +178,19 @@ def best_fit(
     fits: Callable[[int], bool],
     prefer: tuple[int, ...] = (),
 ) -> tuple[int, int, bool] | None:
-    """(slot, its free units of ``resource``, whether ``prefer`` chose it) for the best-fitting
-    node of ``site``, or None.
+    """(slot, its free units of ``resource``, whether it is in ``prefer``) for the
+    best-fitting node of ``site``, or None.
 
     ``demand`` is the whole pod; ``fits(slot)`` checks one node exactly. Levels are tried
     upward from the GPU count; within a level, grades that cannot fit are skipped unread,
     grades that surely fit cost one check, straddling grades are read node by node.
 
     ``prefer``: bit sets of slots (the nodes that have the pod's images, best first). The
-    level stays the rule (fewest GPUs stranded); within it, the first node of the first set
-    that fits wins over the first fit. A set is intersected with each grade of the level (one
-    ``&`` of two ints), so nodes without the images are never read; at most ``IMAGE_SCAN`` of
-    those with them are checked, for grades that straddle the pod's CPU or memory.
+    level stays the rule (fewest GPUs stranded): a level is reached only when no lower one has
+    a node that fits. Within it, a node of the first set that fits wins, then of the next, then
+    the first fit. A set is intersected with each grade of the level (one ``&`` of two ints),
+    so nodes without the images are never read; at most ``IMAGE_SCAN`` of those with them are
+    checked, for grades that straddle the pod's CPU or memory.
     """
     per_level = index.get((site, resource))
     if per_level is None:
@@ -213,21 +214,21 @@ def best_fit(
             # smallest sure fit first (keeps big nodes for big pods), straddling grades after
             candidates.append((cpu_fit + memory_fit < 2, (gkey >> _MEM_BITS) + (gkey & mask), gkey))
         candidates.sort()
-        first = _first_fit(grades, candidates, fits)
-        if first is None:
-            continue
         looked = 0
         for wanted in prefer:
-            if wanted >> first & 1:
-                return first, level, False
             for _straddles, _size, gkey in candidates:
-                for slot in members(grades[gkey] & wanted):
+                having = grades[gkey] & wanted
+                if not having:
+                    continue
+                for slot in members(having):
                     looked += 1
                     if looked > IMAGE_SCAN:
-                        return first, level, False
+                        break
                     if fits(slot):
                         return slot, level, True
-        return first, level, False
+        first = _first_fit(grades, candidates, fits)
+        if first is not None:
+            return first, level, False
     return None
 
 

@@ -341,7 +341,7 @@ class _Candidate:
     leftover: int
     loss: float
     rank: tuple
-    image_chose: bool = False
+    has_image: bool = False
 
 
 def decide(request: GPURequest, snapshot: Snapshot, policy: Policy) -> Placement | NoCapacity:
@@ -376,7 +376,7 @@ def decide(request: GPURequest, snapshot: Snapshot, policy: Policy) -> Placement
                 node=best.node if pinned else None,
                 resource=request.resource,
                 count=request.count,
-                reason=reasons.placed(best.site, best.node, request, demand, snapshot, policy.strategy.value, best.image_chose),
+                reason=reasons.placed(best.site, best.node, request, demand, snapshot, policy.strategy.value, best.has_image),
                 loss=best.loss,
                 resources=demand,
                 held_node=best.node,
@@ -440,12 +440,12 @@ def _best_fit(site: SiteCapacity, request: GPURequest, demand: Mapping[str, int]
     found = snapshot.best_fit(site.site, request.resource, demand, request.images)
     if found is None:
         return None
-    node, free, image_chose = found
+    node, free, has_image = found
     leftover = free - request.count
     idle_gib = leftover * policy.resource_memory_gib.get(request.resource, 1.0)
     loss = _latency(site, policy) + policy.idle_memory_weight * idle_gib
     order = policy.donor_order.index(site.site) if site.site in policy.donor_order else len(policy.donor_order)
-    return _Candidate(site=site, node=node, leftover=leftover, loss=loss, rank=(order, loss, site.site, node), image_chose=image_chose)
+    return _Candidate(site=site, node=node, leftover=leftover, loss=loss, rank=(order, loss, site.site, node), has_image=has_image)
 
 
 class Placer:

@@ -120,7 +120,7 @@ def placed(
     site: SiteCapacity, node: str, request: _Request, demand: Mapping[str, int], snapshot: Snapshot, strategy: str, by_image: bool = False
 ) -> str:
     """Why the chosen site: free GPUs there and, for a donor, what kept the pod off the origin;
-    ``by_image``: the node was chosen over an equally good one because it has the image."""
+    ``by_image``: the node already has the pod's image (no pull before the start)."""
     resource, count = request.resource, request.count
     free, total = _free_of(site, resource)
     cached = IMAGE_THERE if by_image else ""

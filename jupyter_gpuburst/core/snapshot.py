@@ -177,7 +177,7 @@ class Snapshot(NamedTuple):
         return max(self.index.get((site, resource), EMPTY), default=0)
 
     def best_fit(self, site: str, resource: str, demand: Mapping[str, int], images: tuple[str, ...] = ()) -> tuple[str, int, bool] | None:
-        """(node, free units of ``resource`` on it, whether ``images`` chose it) of the node of
+        """(node, free units of ``resource`` on it, whether it has ``images``) of the node of
         ``site`` that takes the whole ``demand`` and leaves the fewest units of ``resource``
         free, or None. Among the nodes that leave as few, one that already has all of
         ``images`` (normalized, ``core.images``) wins, else one that has the first (the main
@@ -192,10 +192,15 @@ class Snapshot(NamedTuple):
         if images:
             having = self.image_slots
             main = having.get(images[0], 0)
-            every = main
-            for image in images[1:]:
-                every &= having.get(image, 0)
-            prefer = tuple(bits for bits in dict.fromkeys((every, main)) if bits)
+            if len(images) == 1:
+                prefer = (main,) if main else ()
+            else:
+                every = main
+                for image in images[1:]:
+                    every &= having.get(image, 0)
+                prefer = tuple(bits for bits in (every, main) if bits)
+                if len(prefer) == 2 and prefer[0] == prefer[1]:
+                    prefer = prefer[:1]
         found = fitindex.best_fit(self.index, site, resource, demand, fits, prefer)
         return None if found is None else (names[found[0]], found[1], found[2])
 

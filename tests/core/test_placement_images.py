@@ -44,10 +44,10 @@ def test_of_two_equally_good_nodes_the_one_with_the_image_wins():
     assert out.node == "gpu-a" and "image" not in out.reason
 
 
-def test_the_first_fit_that_has_the_image_says_nothing_about_images():
+def test_the_reason_says_the_image_is_there_whenever_it_is():
     snapshot = inventory(gpu_node("gpu-a", 4, has=[NOTEBOOK]), gpu_node("gpu-b", 4, has=[NOTEBOOK])).snapshot()
     out = decide(req(NOTEBOOK), snapshot, Policy())
-    assert out.node == "gpu-a" and "image" not in out.reason
+    assert out.node == "gpu-a" and out.reason.endswith("(node gpu-a, image already there).")
 
 
 def test_a_node_that_strands_fewer_gpus_wins_over_one_with_the_image():
@@ -80,19 +80,22 @@ def test_nodes_without_the_image_are_never_read_however_many():
     fits = lambda slot: calls.append(slot) or True  # noqa: E731
     bits = snapshot.image_slots[images.normalize(NOTEBOOK)]
     assert fitindex.best_fit(snapshot.index, "origin", GPU, {GPU: 1}, fits, (bits,)) == (299, 4, True)
-    assert calls == [0, 299]
+    assert calls == [299]
     assert decide(req(NOTEBOOK), snapshot, Policy()).node == "gpu-299"
 
 
 def test_the_look_at_nodes_with_the_image_is_bounded(monkeypatch):
     snapshot = inventory(*[gpu_node(f"gpu-{i}", 4) for i in range(5)]).snapshot()
     # slots 1-3 have the image, and only slot 3 takes the pod (as in a grade that straddles it)
-    fits = lambda slot: slot in (0, 3, 4)  # noqa: E731
+    calls = []
+    fits = lambda slot: calls.append(slot) or slot in (0, 3, 4)  # noqa: E731
     having = (1 << 1) | (1 << 2) | (1 << 3)
     monkeypatch.setattr(fitindex, "IMAGE_SCAN", 3)
     assert fitindex.best_fit(snapshot.index, "origin", GPU, {GPU: 1}, fits, (having,)) == (3, 4, True)
     monkeypatch.setattr(fitindex, "IMAGE_SCAN", 2)
+    calls.clear()
     assert fitindex.best_fit(snapshot.index, "origin", GPU, {GPU: 1}, fits, (having,)) == (0, 4, False)
+    assert calls == [1, 2, 0]  # two with the image, then the first fit
 
 
 def test_a_reservation_holds_the_node_the_image_chose():
@@ -119,6 +122,7 @@ def test_on_a_donor_the_virtual_node_with_the_image_wins():
 def test_the_site_is_still_chosen_by_policy_never_by_image():
     snapshot = inventory(gpu_node("gpu-a", 4), gpu_node("liqo-donor-1", 8, has=[NOTEBOOK], cluster_id="donor-1")).snapshot()
     assert decide(req(NOTEBOOK), snapshot, Policy()).site == "origin"
+    assert "image" not in decide(req(NOTEBOOK), snapshot, Policy()).reason
     assert decide(req(NOTEBOOK), snapshot, Policy(strategy=Strategy.DONOR_FIRST)).site == "donor-1"
     # nor by a donor's order or loss: the donor listed first wins though only the other has it
     snapshot = inventory(
