@@ -214,27 +214,32 @@ def best_fit(
             # smallest sure fit first (keeps big nodes for big pods), straddling grades after
             candidates.append((cpu_fit + memory_fit < 2, (gkey >> _MEM_BITS) + (gkey & mask), gkey))
         candidates.sort()
-        looked = 0
-        for wanted in prefer:
-            for _straddles, _size, gkey in candidates:
-                having = grades[gkey] & wanted
-                if not having:
-                    continue
-                for slot in members(having):
-                    looked += 1
-                    if looked > IMAGE_SCAN:
-                        break
-                    if fits(slot):
-                        return slot, level, True
-        first = _first_fit(grades, candidates, fits)
-        if first is not None:
-            return first, level, False
+        if prefer:
+            found = _first_preferred(grades, candidates, fits, prefer)
+            if found is not None:
+                return found, level, True
+        for _straddles, _size, gkey in candidates:
+            for slot in members(grades[gkey]):
+                if fits(slot):
+                    return slot, level, False
     return None
 
 
-def _first_fit(grades: Map, candidates: list[tuple[bool, int, int]], fits: Callable[[int], bool]) -> int | None:
-    for _straddles, _size, gkey in candidates:
-        for slot in members(grades[gkey]):
-            if fits(slot):
-                return slot
+def _first_preferred(
+    grades: Map, candidates: list[tuple[bool, int, int]], fits: Callable[[int], bool], prefer: tuple[int, ...]
+) -> int | None:
+    """The first node of one level that fits, of the first ``prefer`` set that has one; None
+    after ``IMAGE_SCAN`` nodes of the sets were checked."""
+    looked = 0
+    for wanted in prefer:
+        for _straddles, _size, gkey in candidates:
+            having = grades[gkey] & wanted
+            if not having:
+                continue
+            for slot in members(having):
+                looked += 1
+                if looked > IMAGE_SCAN:
+                    return None
+                if fits(slot):
+                    return slot
     return None

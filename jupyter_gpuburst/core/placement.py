@@ -316,8 +316,11 @@ def validate_request(request: GPURequest, policy: Policy) -> None:
         raise InvalidCount(f"GPU count must be between 1 and {policy.max_count}, not {request.count}")
     if policy.known_profiles is not None and request.profile not in policy.known_profiles:
         raise UnknownProfile(f"unknown profile {request.profile!r}; offered: {', '.join(sorted(policy.known_profiles))}")
-    if not isinstance(request.images, tuple) or not all(isinstance(i, str) for i in request.images):
+    if type(request.images) is not tuple:
         raise PlacementInputError("a request's images must be a tuple of image names")
+    for image in request.images:  # a loop, not all(): every decision passes here twice
+        if not isinstance(image, str):
+            raise PlacementInputError("a request's images must be a tuple of image names")
     if not isinstance(request.resources, Mapping):
         raise PlacementInputError(f"a request's resources must be a mapping, not {type(request.resources).__name__}")
     for resource, amount in request.resources.items():
