@@ -167,7 +167,7 @@ def nodes_at(index: Map, site: str, resource: str, level: int) -> Iterator[int]:
 
 
 # nodes that have the pod's images looked at (checked to fit) in the best level, at most
-IMAGE_SCAN = 64
+IMAGE_SCAN = 16
 
 
 def best_fit(
