@@ -10,7 +10,8 @@ The production path is timed, with the garbage collector on:
    the tracker's pod/node callback. Events that change the inventory and events that change
    nothing (status-only updates, heartbeats) are reported apart; JSON decoding apart too.
 3. **decisions**: ``tracker.placer.place`` (snapshot + whole-pod best fit + hold), as the
-   spawner calls it, with ``--outstanding`` reservations held the whole time: each timed
+   spawner calls it, for a pod of the notebook image a third of the nodes already have (so the
+   look for a node that has it runs, ``fitindex.IMAGE_SCAN``), with ``--outstanding`` reservations held the whole time: each timed
    decision keeps its hold, and the oldest hold is then released the way a spawn's is, by its
    pod's bind event through the tracker's callback.
 
@@ -37,6 +38,7 @@ from typing import Any
 import psutil
 
 from jupyter_gpuburst.bench import stopping, synthetic
+from jupyter_gpuburst.core import images, reasons
 from jupyter_gpuburst.core.inventory import Snapshot, full_recount, summarize
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, Policy
 from jupyter_gpuburst.hub.accounting import Accounting, GPUAccountingSettings
@@ -308,12 +310,14 @@ async def run(
     oracle_every = max(1, decisions // ORACLE_SAMPLES)
     now = time.monotonic()
     total = outstanding + decisions
+    pod_images = (images.normalize(synthetic.NOTEBOOK_IMAGE),)
+    by_image = 0
     gc_decisions = GCPauses().__enter__()
     for k in range(total):
         profile = k % len(PROFILES)
         resource, count, cpu, memory = PROFILES[profile]
         user = f"student{k}"
-        request = GPURequest(resource, count, user, profile=f"p{profile}", resources={"cpu": cpu, "memory": memory})
+        request = GPURequest(resource, count, user, profile=f"p{profile}", resources={"cpu": cpu, "memory": memory}, images=pod_images)
         key = server_key(user, "")
         timed_one = k >= outstanding
         check = timed_one and (k - outstanding) % oracle_every == 0
@@ -336,6 +340,7 @@ async def run(
             refused.append(outcome.reason)
             refused_timed += timed_one
             continue
+        by_image += timed_one and reasons.IMAGE_THERE in outcome.reason
         held.append((key, outcome, _PROFILE_SHAPE[profile]))
         if timed_one and len(held) > outstanding:
             # the oldest spawn's pod is bound: the tracker releases its hold on the bind event
@@ -419,6 +424,8 @@ async def run(
         "decision_p999_ms": round(decision["p999"], 4),
         "decisions": len(decision_ms),
         "placed": len(decision_ms) - refused_timed,
+        # placed on a node that already had the pod's image
+        "placed_by_image": by_image,
         "outstanding_during_decisions": {"min": min(outstanding_seen, default=0), "max": max(outstanding_seen, default=0)},
         "holds_at_end": holds_at_end,
         "decisions_checked_by_brute_force": oracle_checked,

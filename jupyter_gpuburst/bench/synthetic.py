@@ -24,8 +24,11 @@ def node(
     cpu: str = "32",
     memory: str = "256Gi",
     pods: int = 110,
+    images: list[str] | None = None,
 ) -> dict[str, Any]:
-    """A Node; with ``cluster_id`` it is a Liqo virtual node for that donor (allocatable = grant)."""
+    """A Node; with ``cluster_id`` it is a Liqo virtual node for that donor (allocatable = grant).
+
+    ``images``: what its kubelet reports in ``status.images`` (a tag and a digest name each)."""
     labels = {"kubernetes.io/hostname": name}
     node_taints = list(taints or [])
     if cluster_id is not None:
@@ -47,8 +50,28 @@ def node(
             "capacity": dict(allocatable),
             "allocatable": allocatable,
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            **({"images": [_image_status(i, image) for i, image in enumerate(images)]} if images else {}),
         },
     }
+
+
+def _image_status(i: int, image: str) -> dict[str, Any]:
+    digest = f"{image.rpartition(':')[0]}@sha256:{i:064x}"
+    return {"names": [digest, image], "sizeBytes": (50 - i) * 100 * 2**20}
+
+
+# what a GPU node's kubelet reports: the cluster's own images, and the notebook image where a
+# server ran before (a third of the nodes)
+SYSTEM_IMAGES = [
+    "nvcr.io/nvidia/k8s-device-plugin:v0.16.2",
+    "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.7-3.5.0-ubuntu22.04",
+    "nvcr.io/nvidia/gpu-feature-discovery:v0.8.2",
+    "registry.k8s.io/kube-proxy:v1.31.1",
+    "quay.io/jupyterhub/k8s-network-tools:4.0.0",
+    "docker.io/library/busybox:1.36",
+    "registry.k8s.io/pause:3.10",
+]
+NOTEBOOK_IMAGE = "quay.io/jupyter/pytorch-notebook:cuda12-2024-10-07"
 
 
 def pod(
@@ -164,7 +187,9 @@ class ClusterPlan:
             else:
                 gpus, resource, name = rng.randint(4, 8), "nvidia.com/gpu", f"gpu-node-{i}"
                 cores, mem_gib = 16 * gpus, 96 * gpus
-            self._add(node(name, {resource: gpus}, cpu=str(cores), memory=f"{mem_gib}Gi"), resource, gpus, cores * 1000, mem_gib, 110)
+            images = [NOTEBOOK_IMAGE, *SYSTEM_IMAGES] if i % 3 == 0 else SYSTEM_IMAGES
+            obj = node(name, {resource: gpus}, cpu=str(cores), memory=f"{mem_gib}Gi", images=images)
+            self._add(obj, resource, gpus, cores * 1000, mem_gib, 110)
         for d in range(n_donors):
             grant = {"nvidia.com/gpu": 64, MIG_RESOURCE: 56}
             self._add(

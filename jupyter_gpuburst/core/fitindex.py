@@ -166,18 +166,31 @@ def nodes_at(index: Map, site: str, resource: str, level: int) -> Iterator[int]:
         yield from members(bits)
 
 
+# nodes that have the pod's images looked at (checked to fit) in the best level, at most
+IMAGE_SCAN = 16
+
+
 def best_fit(
     index: Map,
     site: str,
     resource: str,
     demand: Mapping[str, int],
     fits: Callable[[int], bool],
-) -> tuple[int, int] | None:
-    """(slot, its free units of ``resource``) for the best-fitting node of ``site``, or None.
+    prefer: tuple[int, ...] = (),
+) -> tuple[int, int, bool] | None:
+    """(slot, its free units of ``resource``, whether it is in ``prefer``) for the
+    best-fitting node of ``site``, or None.
 
     ``demand`` is the whole pod; ``fits(slot)`` checks one node exactly. Levels are tried
     upward from the GPU count; within a level, grades that cannot fit are skipped unread,
     grades that surely fit cost one check, straddling grades are read node by node.
+
+    ``prefer``: bit sets of slots (the nodes that have the pod's images, best first). The
+    level stays the rule (fewest GPUs stranded): a level is reached only when no lower one has
+    a node that fits. Within it, a node of the first set that fits wins, then of the next, then
+    the first fit. A set is intersected with each grade of the level (one ``&`` of two ints),
+    so nodes without the images are never read; at most ``IMAGE_SCAN`` of those with them are
+    checked, for grades that straddle the pod's CPU or memory.
     """
     per_level = index.get((site, resource))
     if per_level is None:
@@ -201,8 +214,32 @@ def best_fit(
             # smallest sure fit first (keeps big nodes for big pods), straddling grades after
             candidates.append((cpu_fit + memory_fit < 2, (gkey >> _MEM_BITS) + (gkey & mask), gkey))
         candidates.sort()
+        if prefer:
+            found = _first_preferred(grades, candidates, fits, prefer)
+            if found is not None:
+                return found, level, True
         for _straddles, _size, gkey in candidates:
             for slot in members(grades[gkey]):
                 if fits(slot):
-                    return slot, level
+                    return slot, level, False
+    return None
+
+
+def _first_preferred(
+    grades: Map, candidates: list[tuple[bool, int, int]], fits: Callable[[int], bool], prefer: tuple[int, ...]
+) -> int | None:
+    """The first node of one level that fits, of the first ``prefer`` set that has one; None
+    after ``IMAGE_SCAN`` nodes of the sets were checked."""
+    looked = 0
+    for wanted in prefer:
+        for _straddles, _size, gkey in candidates:
+            having = grades[gkey] & wanted
+            if not having:
+                continue
+            for slot in members(having):
+                looked += 1
+                if looked > IMAGE_SCAN:
+                    return None
+                if fits(slot):
+                    return slot
     return None

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from immutables import Map
 
-from . import fitindex, keys, liqo
+from . import fitindex, images, keys, liqo
 from .quantities import COMPUTE_RESOURCES, PODS, parse_count, pod_requests, quantities
 from .snapshot import _COMPUTE, _ZERO, NO_COUNTS, NodeCapacity, SiteCapacity, Snapshot, Totals, summarize
 
@@ -95,6 +95,9 @@ class Inventory:
         self._shapes: dict[tuple[tuple[str, int], ...], tuple[tuple[tuple[str, int], ...], int]] = {}
         # a container's resources as written (limits, requests) -> its interned shape
         self._by_resources: dict[tuple[Any, ...], tuple[tuple[tuple[str, int], ...], int]] = {}
+        self._images = images.NodeImages()
+        # image -> bit set of the slots of the nodes that have it, written like ``_nodes``
+        self._image_slots = Map().mutate()
         self._version = 0
         # one bound method, so that parse caches keyed by it hit across events
         self._counts = self.counts
@@ -135,7 +138,8 @@ class Inventory:
         else:
             cluster_id = liqo.remote_cluster_id(node)
             ready = node_is_ready(node)
-            allocatable = quantities((node.get("status") or {}).get("allocatable"), self.counts)
+            status = node.get("status") or {}
+            allocatable = quantities(status.get("allocatable"), self.counts)
             new = NodeCapacity(
                 name=name,
                 site=cluster_id or keys.ORIGIN_SITE,
@@ -147,6 +151,7 @@ class Inventory:
                 requested=old.requested if old is not None else NO_COUNTS,
                 reserved=old.reserved if old is not None else NO_COUNTS,
                 gpu_resources=tuple(sorted(r for r in allocatable if r not in _COMPUTE)),
+                images=self._images.of(status.get("images")),
             )
             if new == old:
                 return False  # a heartbeat or a label change: nothing placement reads
@@ -154,6 +159,8 @@ class Inventory:
                 # pods arrived before their node: their requests were parked under a guessed site
                 old = old._replace(site=new.site, cluster_id=new.cluster_id)
         self._replace_node(old, new, None)
+        if old is None or old.images is not new.images:
+            images.file_slot(self._image_slots, self._slots[name], old.images if old is not None else images.NO_IMAGES, new.images)
         return True
 
     # ---- pod events --------------------------------------------------------------------
@@ -288,7 +295,7 @@ class Inventory:
         snapshot may hold them: one copy of a handful of entries costs less than a persistent
         map update per resource, and dicts of numbers are invisible to the garbage collector.
         """
-        name, site_name, _cluster, _present, _ready, eligible, allocatable, requested, held, gpus = old
+        name, site_name, _cluster, _present, _ready, eligible, allocatable, requested, held, gpus, node_images = old
         counts = dict(held if reserved else requested)
         if not eligible:
             for resource, value in requests:
@@ -328,7 +335,8 @@ class Inventory:
                         totals.pop(resource, None)
         new_requested, new_held = (requested, counts) if reserved else (counts, held)
         new = tuple.__new__(
-            NodeCapacity, (name, site_name, _cluster, _present, _ready, eligible, allocatable, new_requested, new_held, gpus)
+            NodeCapacity,
+            (name, site_name, _cluster, _present, _ready, eligible, allocatable, new_requested, new_held, gpus, node_images),
         )
         if frees and gpus:
             self._move_in_index(old, gpus, frees)
@@ -426,6 +434,7 @@ class Inventory:
 
     def _forget_node(self, name: str) -> None:
         """Drop a node that is gone and holds nothing (so it is filed nowhere in the index)."""
+        images.file_slot(self._image_slots, self._slots[name], self._nodes[name].images, images.NO_IMAGES)
         del self._nodes[name]
         slot = self._slots.pop(name)
         self._names = self._names.delete(slot)
@@ -470,7 +479,9 @@ class Inventory:
     def snapshot(self) -> Snapshot:
         nodes = self._nodes.finish()
         self._nodes = nodes.mutate()
-        return Snapshot(self._sites, nodes, self._index, self._usage, self._version, self._names)
+        image_slots = self._image_slots.finish()
+        self._image_slots = image_slots.mutate()
+        return Snapshot(self._sites, nodes, self._index, self._usage, self._version, self._names, image_slots)
 
     def load(self, nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> None:
         """Seed from a list call, through the same path as watch events."""

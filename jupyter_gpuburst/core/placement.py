@@ -16,6 +16,10 @@ Ordering, from strongest to weakest:
    latency is 0 on the origin and ``donor_latency_penalty`` (or a per-donor value) on a donor;
    idle memory is what the chosen node would leave stranded, so the smallest slice that fits
    wins (best fit) and GPUs stay together for larger requests.
+
+Inside the chosen site, among the nodes that strand as few GPUs, one that already has the pod's
+images wins (kube-scheduler's ImageLocality, which our pinned pods never reach): a bounded look
+(``fitindex.IMAGE_SCAN``), and never a reason to pick another site.
 """
 
 from __future__ import annotations
@@ -82,6 +86,9 @@ class GPURequest:
     # None: any site the policy allows; otherwise only these site names ("origin" or donor ids)
     allowed_sites: tuple[str, ...] | None = None
     resources: Mapping[str, int] = field(default_factory=dict, hash=False)
+    # the pod's images, normalized (``images.pod_images``): among nodes that strand as few GPUs,
+    # one that already has them is chosen, so the student does not wait for a pull
+    images: tuple[str, ...] = ()
 
     def demand(self) -> dict[str, int]:
         """Everything one node must have free for this pod (call after ``validate_request``)."""
@@ -309,6 +316,11 @@ def validate_request(request: GPURequest, policy: Policy) -> None:
         raise InvalidCount(f"GPU count must be between 1 and {policy.max_count}, not {request.count}")
     if policy.known_profiles is not None and request.profile not in policy.known_profiles:
         raise UnknownProfile(f"unknown profile {request.profile!r}; offered: {', '.join(sorted(policy.known_profiles))}")
+    if type(request.images) is not tuple:
+        raise PlacementInputError("a request's images must be a tuple of image names")
+    for image in request.images:  # a loop, not all(): every decision passes here twice
+        if not isinstance(image, str):
+            raise PlacementInputError("a request's images must be a tuple of image names")
     if not isinstance(request.resources, Mapping):
         raise PlacementInputError(f"a request's resources must be a mapping, not {type(request.resources).__name__}")
     for resource, amount in request.resources.items():
@@ -332,6 +344,7 @@ class _Candidate:
     leftover: int
     loss: float
     rank: tuple
+    has_image: bool = False
 
 
 def decide(request: GPURequest, snapshot: Snapshot, policy: Policy) -> Placement | NoCapacity:
@@ -366,7 +379,7 @@ def decide(request: GPURequest, snapshot: Snapshot, policy: Policy) -> Placement
                 node=best.node if pinned else None,
                 resource=request.resource,
                 count=request.count,
-                reason=reasons.placed(best.site, best.node, request, demand, snapshot, policy.strategy.value),
+                reason=reasons.placed(best.site, best.node, request, demand, snapshot, policy.strategy.value, best.has_image),
                 loss=best.loss,
                 resources=demand,
                 held_node=best.node,
@@ -425,16 +438,17 @@ def _latency(site: SiteCapacity, policy: Policy) -> float:
 
 
 def _best_fit(site: SiteCapacity, request: GPURequest, demand: Mapping[str, int], snapshot: Snapshot, policy: Policy) -> _Candidate | None:
-    """The node of ``site`` that takes the whole pod and strands the fewest GPUs."""
-    found = snapshot.best_fit(site.site, request.resource, demand)
+    """The node of ``site`` that takes the whole pod and strands the fewest GPUs (of those, one
+    that already has the pod's images)."""
+    found = snapshot.best_fit(site.site, request.resource, demand, request.images)
     if found is None:
         return None
-    node, free = found
+    node, free, has_image = found
     leftover = free - request.count
     idle_gib = leftover * policy.resource_memory_gib.get(request.resource, 1.0)
     loss = _latency(site, policy) + policy.idle_memory_weight * idle_gib
     order = policy.donor_order.index(site.site) if site.site in policy.donor_order else len(policy.donor_order)
-    return _Candidate(site=site, node=node, leftover=leftover, loss=loss, rank=(order, loss, site.site, node))
+    return _Candidate(site=site, node=node, leftover=leftover, loss=loss, rank=(order, loss, site.site, node), has_image=has_image)
 
 
 class Placer:

@@ -116,13 +116,17 @@ def _free_of(site: SiteCapacity | None, resource: str) -> tuple[int, int]:
     return totals.free, totals.allocatable
 
 
-def placed(site: SiteCapacity, node: str, request: _Request, demand: Mapping[str, int], snapshot: Snapshot, strategy: str) -> str:
-    """Why the chosen site: free GPUs there and, for a donor, what kept the pod off the origin."""
+def placed(
+    site: SiteCapacity, node: str, request: _Request, demand: Mapping[str, int], snapshot: Snapshot, strategy: str, by_image: bool = False
+) -> str:
+    """Why the chosen site: free GPUs there and, for a donor, what kept the pod off the origin;
+    ``by_image``: the node already has the pod's image (no pull before the start)."""
     resource, count = request.resource, request.count
     free, total = _free_of(site, resource)
+    cached = IMAGE_THERE if by_image else ""
     if not site.is_donor:
-        return f"{_free_text(free, total, resource)} on the origin; starting on the origin (node {node})."
-    donor_part = f"starting on {site.site} ({_free_text(free, total, resource)} there)."
+        return f"{_free_text(free, total, resource)} on the origin; starting on the origin (node {node}{cached})."
+    donor_part = f"starting on {site.site} ({_free_text(free, total, resource)} there{cached})."
     if strategy == "donor-first":
         return f"Donor-first policy: {donor_part}"
     if strategy == "donor-only":
@@ -144,6 +148,9 @@ def placed(site: SiteCapacity, node: str, request: _Request, demand: Mapping[str
     if lfree == 0:
         return f"All {ltotal} {units} on the origin are busy; {donor_part}"
     return f"The origin has {lfree} of {ltotal} {units} free, {count} needed; {donor_part}"
+
+
+IMAGE_THERE = ", image already there"
 
 
 def restarted(site: SiteCapacity, resource: str) -> str:

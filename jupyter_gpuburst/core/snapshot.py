@@ -44,6 +44,9 @@ class NodeCapacity(NamedTuple):
     requested: Mapping[str, int] = NO_COUNTS
     reserved: Mapping[str, int] = NO_COUNTS
     gpu_resources: tuple[str, ...] = ()  # the GPU resources in allocatable, for the index
+    # the images its kubelet reports (``core.images``, normalized); nodes that report the same
+    # list share one set, and an update that leaves the list as it was keeps the node's own
+    images: frozenset[str] = frozenset()
 
     @property
     def is_donor(self) -> bool:
@@ -152,6 +155,8 @@ class Snapshot(NamedTuple):
     version: int
     # slot -> node name, for the slots the index files nodes under
     names: Map = EMPTY
+    # normalized image -> bit set of the slots of the nodes that report it (``fitindex``'s bits)
+    image_slots: Map = EMPTY
 
     def site(self, name: str) -> SiteCapacity | None:
         return self.sites.get(name)
@@ -171,17 +176,33 @@ class Snapshot(NamedTuple):
         """Largest number of ``resource`` units free together on one node of ``site``."""
         return max(self.index.get((site, resource), EMPTY), default=0)
 
-    def best_fit(self, site: str, resource: str, demand: Mapping[str, int]) -> tuple[str, int] | None:
-        """(node, free units of ``resource`` on it) of the node of ``site`` that takes the whole
-        ``demand`` and leaves the fewest units of ``resource`` free, or None."""
+    def best_fit(self, site: str, resource: str, demand: Mapping[str, int], images: tuple[str, ...] = ()) -> tuple[str, int, bool] | None:
+        """(node, free units of ``resource`` on it, whether it has ``images``) of the node of
+        ``site`` that takes the whole ``demand`` and leaves the fewest units of ``resource``
+        free, or None. Among the nodes that leave as few, one that already has all of
+        ``images`` (normalized, ``core.images``) wins, else one that has the first (the main
+        container's), else the first fit: see ``fitindex.best_fit``."""
         nodes, names = self.nodes, self.names
 
         def fits(slot: int) -> bool:
             node = nodes.get(names.get(slot))
             return node is not None and node.fits(demand)
 
-        found = fitindex.best_fit(self.index, site, resource, demand, fits)
-        return None if found is None else (names[found[0]], found[1])
+        prefer: tuple[int, ...] = ()
+        if images:
+            having = self.image_slots
+            main = having.get(images[0], 0)
+            if len(images) == 1:
+                prefer = (main,) if main else ()
+            else:
+                every = main
+                for image in images[1:]:
+                    every &= having.get(image, 0)
+                prefer = tuple(bits for bits in (every, main) if bits)
+                if len(prefer) == 2 and prefer[0] == prefer[1]:
+                    prefer = prefer[:1]
+        found = fitindex.best_fit(self.index, site, resource, demand, fits, prefer)
+        return None if found is None else (names[found[0]], found[1], found[2])
 
     def donor_units(self, kind: str, name: str) -> int:
         return self.donor_usage.get((kind, name), 0)

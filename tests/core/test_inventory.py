@@ -91,9 +91,9 @@ def test_a_deleted_nodes_slot_is_reused_and_old_snapshots_still_name_their_nodes
     inv.apply_node_event("ADDED", synthetic.node("gpu-2", {GPU: 4}))
     after = inv.snapshot()
     assert list(before.nodes_with_free("origin", GPU, 4)) == ["gpu-0"]
-    assert before.best_fit("origin", GPU, {GPU: 3}) == ("gpu-0", 4)
+    assert before.best_fit("origin", GPU, {GPU: 3}) == ("gpu-0", 4, False)
     assert list(after.nodes_with_free("origin", GPU, 4)) == ["gpu-2"]
-    assert after.best_fit("origin", GPU, {GPU: 3}) == ("gpu-2", 4)
+    assert after.best_fit("origin", GPU, {GPU: 3}) == ("gpu-2", 4, False)
     # the index's bit sets stay as wide as the cluster is, not as its history
     assert sorted(after.names.values()) == ["gpu-1", "gpu-2"] and sorted(after.names) == [0, 1]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiException
 
-from jupyter_gpuburst.core import keys, reasons
+from jupyter_gpuburst.core import images, keys, reasons
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker, kernel_key
 from jupyter_gpuburst.hub.kernels import manifests, prestarted, queued
@@ -215,14 +215,19 @@ class KernelRegistry:
             )
             if not ready(pod):
                 record = self.records[record_id]
-                record.task = asyncio.ensure_future(self._watch_start(record, GPURequest(resource, count, record.user)))
+                request = GPURequest(resource, count, record.user, images=images.pod_images(pod.get("spec") or {}))
+                record.task = asyncio.ensure_future(self._watch_start(record, request))
 
     def availability(self, profile: KernelProfile, user: str, groups: frozenset[str]) -> dict[str, Any]:
         """How many kernels of ``profile`` could start now for ``user``, per site (no reservation)."""
-        request = GPURequest(profile.resource, profile.count, user, groups, profile.slug, profile.allowed_sites)
+        request = self._request(profile, user, groups)
         return availability(self.tracker.snapshot(), self.tracker.placer.policy, request)
 
     # ---- starting -----------------------------------------------------------------------------
+    def _request(self, profile: KernelProfile, user: str, groups: frozenset[str]) -> GPURequest:
+        pod_images = (images.normalize(profile.image or self.image),)  # the kernel pod's one container's
+        return GPURequest(profile.resource, profile.count, user, groups, profile.slug, profile.allowed_sites, images=pod_images)
+
     def profile(self, slug: Any) -> KernelProfile:
         if not isinstance(slug, str) or slug not in self.profiles:
             offered = ", ".join(sorted(self.profiles)) or "none"
@@ -266,7 +271,7 @@ class KernelRegistry:
         )
         # the tracker follows the kernel's pod only in a namespace it takes for the hub's own
         self.tracker.own_namespace(record.namespace)
-        request = GPURequest(profile.resource, profile.count, user, groups, profile.slug, profile.allowed_sites)
+        request = self._request(profile, user, groups)
         # a restart goes back where this kernel ran, as the hub's own record says: a site the
         # server names (its code can read its token) must never outrank the policy
         ran_on = (user, server_name, kernel_id)

@@ -32,7 +32,7 @@ from tornado import web
 from traitlets import TraitError, default
 
 from jupyter_gpuburst import __version__
-from jupyter_gpuburst.core import keys, names, release
+from jupyter_gpuburst.core import images, keys, names, release
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
 from jupyter_gpuburst.hub import metrics, retry
 from jupyter_gpuburst.hub.accounting.gate import budget_note, budget_refusal
@@ -232,6 +232,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
             profile=(self._gb_profile or {}).get("slug", ""),
             allowed_sites=block.allowed_sites if block else None,
             resources=demand.resources,
+            images=images.pod_images(spec),
         )
 
     # ---- the decision ------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import time
 import pytest
 from helpers.kernels import registry_on_federation
 
-from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.core import images, keys
 from jupyter_gpuburst.core.placement import GPURequest, Placement
 from jupyter_gpuburst.hub.kernels import manifests
 from jupyter_gpuburst.hub.kernels.handlers import record_json
@@ -70,6 +70,18 @@ async def test_a_gpu_promised_to_a_spawning_server_is_never_given_to_a_kernel(re
     assert [p["metadata"]["labels"][keys.SITE_LABEL] for p in kernel_pods(registry)] == ["donor-1"]
     # and the capacity report shows the kernel next to servers
     assert tracker.placements()[record.key]["site"] == "donor-1"
+
+
+async def test_a_kernel_is_placed_by_the_image_its_pod_runs(registry, monkeypatch):
+    asked = []
+    place = registry.tracker.placer.place
+    monkeypatch.setattr(
+        registry.tracker.placer, "place", lambda key, request, *a, **k: asked.append(request) or place(key, request, *a, **k)
+    )
+    await start(registry)
+    (pod,) = kernel_pods(registry)
+    # placement prefers a node that has it: the image the pod runs, as runtimes name it
+    assert asked and asked[-1].images == images.pod_images(pod["spec"]) == ("docker.io/library/img:latest",)
 
 
 async def test_bad_requests_are_refused_and_create_nothing(registry):
