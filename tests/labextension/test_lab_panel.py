@@ -171,7 +171,9 @@ def test_no_gpu_state_and_connection_lost(page: Page, start_lab, artifacts) -> N
 
 
 # The panel reads its stream from a fetch() response; a stream is open from the request until
-# its signal aborts (the client aborts every stream it leaves, on purpose or not).
+# its signal aborts (the client aborts every stream it leaves, on purpose or not), or until
+# the server ends it (then the client connects again: without counting that end, a stream the
+# server closed under load would count as open for good).
 TRACK_STREAMS = """
 (() => {
   const native = window.fetch;
@@ -185,7 +187,14 @@ TRACK_STREAMS = """
       let ended = false;
       const end = () => { if (!ended) { ended = true; window.__streams.open -= 1; } };
       if (signal) { signal.addEventListener('abort', end); }
-      return native.apply(this, arguments).catch(e => { end(); throw e; });
+      return native.apply(this, arguments).then(response => {
+        if (!response.body) { end(); return response; }
+        const [body, watched] = response.body.tee();
+        const reader = watched.getReader();
+        const drain = () => reader.read().then(r => (r.done ? end() : drain()), end);
+        drain();
+        return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
+      }, e => { end(); throw e; });
     }
     return native.apply(this, arguments);
   };
