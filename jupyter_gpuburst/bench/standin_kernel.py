@@ -110,7 +110,9 @@ def main() -> int:
     for socket in (shell, control, hb):
         poller.register(socket, zmq.POLLIN)
     while True:
-        for socket, _ in poller.poll():
+        # a timeout: a SIGTERM that a thread of ZMQ's takes leaves an endless poll uninterrupted,
+        # and Python runs the handler only once the main thread is back in Python code
+        for socket, _ in poller.poll(1000):
             if socket is hb:
                 hb.send(hb.recv())
             else:
