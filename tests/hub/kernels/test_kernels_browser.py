@@ -174,7 +174,9 @@ def test_lab_shows_gpu_kernels_where_they_run(page: Page, kernel_site: KernelSit
 def test_a_restarted_gpu_kernel_answers_in_the_open_notebook(page: Page, kernel_site: KernelSite) -> None:
     """Kernel → Restart: the kernel comes back in a new pod, and the notebook, whose websocket
     reconnects, runs its cell there. Twice: jupyter_server must see each restart as a move."""
-    log_in_to(page, kernel_site, "lab/tree/gpu.ipynb", landing="lab/tree/gpu.ipynb")
+    # a fresh workspace: the console and notebooks the test before left open would otherwise be
+    # restored, each starting a GPU kernel of its own for the one GPU this notebook's kernel holds
+    log_in_to(page, kernel_site, "lab/tree/gpu.ipynb?reset", landing="lab/tree/gpu.ipynb")
     expect(page.locator(".jp-GpuBurst-kernelStatusText")).to_have_text(re.compile(r"^GPU kernel: "), timeout=120_000)
     for restart in (1, 2):
         page.locator(".lm-MenuBar-itemLabel", has_text="Kernel").click()
