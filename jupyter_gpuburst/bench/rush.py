@@ -55,7 +55,7 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from jupyter_gpuburst.bench import stats, stopping
+from jupyter_gpuburst.bench import cpu_share, stats, stopping
 from jupyter_gpuburst.bench.chaos import is_clear
 from jupyter_gpuburst.bench.hubproc import HubProcess
 from jupyter_gpuburst.bench.ledger_check import LEDGER_FILE
@@ -118,6 +118,7 @@ class Arm:
     queue_student_s: float = 0.0
     pool_gpu_hours: float = 0.0
     wall_s: float = 0.0
+    cpu: dict[str, Any] = field(default_factory=dict)  # cpu_share's summary of the rush
 
     def summary(self) -> dict[str, Any]:
         times = [s.seconds for s in self.students if s.outcome == "ran" and s.seconds is not None]
@@ -153,6 +154,7 @@ class Arm:
             "double_booked_max": self.double_booked_max,
             "double_booked_samples_missed": self.double_booked_missed,
             "wall_s": round(self.wall_s, 1),
+            "cpu": self.cpu,
         }
 
     def _by_site(self, value: Any) -> dict[str, Any]:
@@ -379,6 +381,11 @@ async def run_arm(setup: ArmSetup, round_: int, shape: Shape, arrivals: list[flo
                     arm.warm_up_s, arm.pools_ready = await warm_up(fed, setup.warm, args.warm_up_timeout)
                 stop = asyncio.Event()
                 watcher = asyncio.create_task(watch(arm, fed, hub, http, stop))
+                cpu = cpu_share.CPUShare(
+                    {"hub": hub.proc.pid if hub.proc else -1, "federation": fed.pid or -1, "benchmark": os.getpid()},
+                    {"hub": "proxy", "federation": "pods"},
+                )
+                sampler = asyncio.create_task(cpu.run(stop))
                 started = time.monotonic()
                 deadline = started + arrivals[-1] + args.start_timeout + 60
 
@@ -394,7 +401,9 @@ async def run_arm(setup: ArmSetup, round_: int, shape: Shape, arrivals: list[flo
                 finally:
                     stop.set()
                     await watcher
+                    await sampler
                 arm.wall_s = time.monotonic() - started
+                arm.cpu = cpu.summary()
                 arm.double_booked_max = max(arm.double_booked_max, await fed.overcommitted())
                 arm.pool_gpu_hours = pool_gpu_hours(hub.workdir)
         finally:

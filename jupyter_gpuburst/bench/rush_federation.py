@@ -36,10 +36,11 @@ START_TIMEOUT_S = 120.0
 class FederationView:
     """One API client per cluster of the federation (its kubeconfig's contexts)."""
 
-    def __init__(self, apis: dict[str, client.ApiClient], origin: str, kubeconfig: Path):
+    def __init__(self, apis: dict[str, client.ApiClient], origin: str, kubeconfig: Path, pid: int | None = None):
         self.apis = apis
         self.origin = origin
         self.kubeconfig = kubeconfig  # the hub's, too
+        self.pid = pid  # the emulator's process, whose children are the pods' processes
 
     def core(self, cluster: str | None = None) -> client.CoreV1Api:
         return client.CoreV1Api(self.apis[cluster or self.origin])
@@ -91,7 +92,7 @@ async def federation_process(data: dict[str, Any], workdir: Path) -> AsyncIterat
             configuration = client.Configuration()
             await config.load_kube_config(config_file=str(kubeconfig), context=context["name"], client_configuration=configuration)
             apis[context["name"]] = client.ApiClient(configuration)
-        yield FederationView(apis, current["name"], kubeconfig)
+        yield FederationView(apis, current["name"], kubeconfig, proc.pid)
     finally:
         for api in apis.values():
             await api.close()

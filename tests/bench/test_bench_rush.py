@@ -54,6 +54,11 @@ def test_rush_small_runs_every_arm_and_an_impossible_goal_fails_it(capsys, tmp_p
     assert result["arms"]["kernel_pools"]["pool_gpu_hours_held"] > 0
     assert result["arms"]["kernel_no_pools"]["pool_gpu_hours_held"] == 0
     assert result["pull_speedup"] == 20 and set(result["scaled"]) == {"real", "stand_ins", "nodes", "federation"}
+    # each arm says who used the CPUs during its rush: the hub, the emulator and its pods all worked
+    for r in result["rounds"]:
+        used = r["cpu"]["cpu_s_by_role"]
+        assert used["hub"] > 0 and used["federation"] > 0 and used["pods"] > 0, (r["arm"], r["cpu"])
+        assert r["cpu"]["machine_busy_percent"]["periods"] >= 1 and r["cpu"]["window_s"] > 0
     # stopping leaves nothing behind: no arm's proxy outlives its hub (it runs in a session of its own)
     pids = [int(f.read_text()) for f in tmp_path.glob("r0-*/hub/jupyterhub-proxy.pid")]
     assert len(pids) == 4

@@ -1,0 +1,47 @@
+"""`bench.cpu_share`: CPU time by role, from the process tree, as a benchmark reports it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+
+from jupyter_gpuburst.bench.cpu_share import OTHER, CPUShare
+
+# burns half a second of its own CPU time, says so, then waits to be killed (still there to be read)
+BURN = "import time, sys\nwhile time.process_time() < 0.5: pass\nprint('done', flush=True)\ntime.sleep(60)\n"
+
+
+def test_a_child_s_cpu_time_counts_for_its_root_s_role_and_the_rest_is_other():
+    share = CPUShare({"benchmark": os.getpid()}, {"benchmark": "helpers"}, period=0.1)
+    share.sample()
+    child = subprocess.Popen([sys.executable, "-c", BURN], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "done\n"
+        time.sleep(0.05)  # the next period's look, as the sampler's loop makes it
+        share.sample()
+    finally:
+        child.kill()
+        child.wait()
+    used = share.seconds_by_role()
+    # the child's half second is its root's children's, not the root's own, nor another process's
+    assert 0.45 <= used["helpers"] < 5, used
+    assert used.get("benchmark", 0.0) < used["helpers"]
+    summary = share.summary()
+    assert summary["cpu_s_by_role"]["helpers"] == round(used["helpers"], 1)
+    assert summary["cores"] == psutil.cpu_count() and summary["machine_busy_percent"]["periods"] == 1
+    # the child was busy for most of the one period: its role's peak is near a whole core
+    assert 0.1 < summary["cores_by_role_peak"]["helpers"] <= summary["cores"]
+    assert 0 < summary["machine_busy_percent"]["mean"] <= 100
+
+
+def test_a_process_outside_every_root_is_other_and_a_root_is_its_own_role():
+    share = CPUShare({"me": os.getpid()})
+    ppid = {10: 1, 11: 10, os.getpid(): 10, 12: os.getpid(), 13: 12}
+    assert share._role(11, ppid) == OTHER
+    assert share._role(os.getpid(), ppid) == "me"
+    assert share._role(13, ppid) == "me"  # with no name for its children, they are the root's
+    assert share._role(99, ppid) == OTHER  # gone before its parent was read
