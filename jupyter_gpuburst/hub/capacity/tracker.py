@@ -90,6 +90,12 @@ class CapacityTracker:
         # decisions whose pod does not exist yet, by server key
         self._inflight: dict[str, dict[str, Any]] = {}
         self._pod_events: dict[str, asyncio.Event] = {}
+        # warm pools' pods (placeholders, pre-started kernels) by pool, then namespace/name: a
+        # GPU kernel request looks for a waiting kernel here, not in a list of the whole pool
+        self._pool_pods: dict[str, dict[str, dict[str, Any]]] = {}
+        self._pool_of: dict[str, str] = {}
+        # the one namespace whose pods the tracker sees (None: all; see _narrowed_namespace)
+        self.pods_namespace: str | None = None
         # set at the next change; made only when someone waits (most events have no waiter)
         self._changed: asyncio.Event | None = None
         self._queue: collections.OrderedDict[str, QueueEntry] = collections.OrderedDict()
@@ -167,6 +173,7 @@ class CapacityTracker:
                 raise
             pods = WatchFeed(functools.partial(self.api.list_namespaced_pod, namespace), self._on_pod_event, kind="pods", log=self.log)
             self._feeds = [nodes, pods]
+            self.pods_namespace = namespace
             await pods.start()
         self.loaded()
         if self.accounting is not None:
@@ -252,6 +259,7 @@ class CapacityTracker:
         else:
             self._labelled[key] = kept = _kept(pod)
             self._classify(key, kept)
+        self._keep_pool_pod(event_type, key, labels.get(keys.POOL_LABEL), pod)
         if self.accounting is not None:
             own = self._pods.get(key)
             if event_type == "DELETED":
@@ -267,6 +275,18 @@ class CapacityTracker:
                 event.set()
         if self._changed is not None:
             self._notify()
+
+    def _keep_pool_pod(self, event_type: str, key: str, pool: str | None, pod: Mapping[str, Any]) -> None:
+        pool = None if event_type == "DELETED" else pool
+        previous = self._pool_of.pop(key, None)
+        if previous is not None and previous != pool:
+            members = self._pool_pods[previous]
+            members.pop(key, None)
+            if not members:
+                del self._pool_pods[previous]
+        if pool:
+            self._pool_pods.setdefault(pool, {})[key] = _kept(pod)
+            self._pool_of[key] = pool
 
     def _classify(self, key: str, pod: dict[str, Any]) -> None:
         if not self.ownership.owns(pod):
@@ -299,6 +319,11 @@ class CapacityTracker:
         """The latest state of a pod this product placed (no API call): metadata and status
         whole, of the spec its node and its containers' resources only (``_kept``)."""
         return self._pods.get(f"{namespace}/{name}")
+
+    def pool_pods(self, pool: str) -> list[dict[str, Any]]:
+        """The pods of warm pool ``pool`` (its POOL_LABEL), as last seen (no API call); only
+        those of ``pods_namespace`` where the tracker sees no other."""
+        return list(self._pool_pods.get(pool, {}).values())
 
     def placed_pods(self) -> list[dict[str, Any]]:
         """Every pod this product placed, as last seen (no API call)."""

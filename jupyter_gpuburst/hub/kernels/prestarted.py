@@ -39,7 +39,7 @@ CONNECTION_VOLUME = "gpuburst-connection"
 CONNECTION_MOUNT = "/var/run/gpuburst/connection"
 POD_PREFIX = "gpuburst-kernel-pool-"  # a kernel pod's prefix (registry.POD_PREFIX), then the pool's
 PORT_SET = 0  # a first start's ports; a restart asks for the other set and starts cold
-PAGE = 16  # pods of a pool read at once while looking for a waiting kernel
+PAGE = 500  # pods of a pool read at once, where the hub's watch does not see its namespace
 # the pool's labels on a pod that waits; gone once it is adopted
 POOL_LABELS = (keys.POOL_LABEL, keys.POOL_SITE_LABEL, keys.POOL_PROFILE_LABEL, keys.POOL_KIND_LABEL)
 
@@ -189,37 +189,46 @@ def adoption_patch(
 
 async def candidates(registry: KernelRegistry, namespace: str, site: str, profile: str, prefer_node: str | None) -> list[dict[str, Any]]:
     """Kernels of the pool that wait now (running, not being deleted, not claimed): those on the
-    reserved node if any, else the site's. A request needs one: the pool (hundreds of pods at a
-    lab's start, listed by every request) is read a page at a time until some are found."""
-    selector = f"{keys.POOL_LABEL}={pool_name(site, profile)}"
-    waiting: list[dict[str, Any]] = []
-    if prefer_node:
-        waiting = await _waiting(registry, namespace, selector, f"status.phase=Running,spec.nodeName={prefer_node}")
-    if not waiting:
-        waiting = await _waiting(registry, namespace, selector, "status.phase=Running")
+    reserved node if any, else the site's, the oldest first.
+
+    Read from the hub's pod watch (``CapacityTracker.pool_pods``): at a lab's start every request
+    listing its pool from the API server (hundreds of pods, read and parsed each time) was a fifth
+    of the hub's busy time. A pod the watch has not yet seen go fails its adoption (the pod's
+    update finds it gone) and the next one is tried, as with a list a moment old. Only a hub whose
+    watch sees another namespace than the pool's (a namespaced Role) lists it.
+    """
+    pool = pool_name(site, profile)
+    tracker = registry.tracker
+    if tracker.pods_namespace in (None, namespace):
+        pods = [p for p in tracker.pool_pods(pool) if p["metadata"].get("namespace") == namespace]
+    else:
+        pods = await _listed(registry, namespace, f"{keys.POOL_LABEL}={pool}")
+    waiting = [
+        p
+        for p in pods
+        if (p.get("status") or {}).get("phase") == "Running"
+        and not p["metadata"].get("deletionTimestamp")
+        and not claimed(p["metadata"]["namespace"], p["metadata"]["name"])
+        and (p.get("spec") or {}).get("nodeName")
+    ]
+    on_node = [p for p in waiting if p["spec"]["nodeName"] == prefer_node] if prefer_node else []
     # the oldest first among equals: it has waited longest, its imports are surely done
-    waiting.sort(key=lambda p: (p["spec"]["nodeName"] != prefer_node, p["metadata"].get("creationTimestamp", "")))
-    return waiting
+    return sorted(on_node or waiting, key=lambda p: p["metadata"].get("creationTimestamp", ""))
 
 
-async def _waiting(registry: KernelRegistry, namespace: str, labels: str, fields: str) -> list[dict[str, Any]]:
+async def _listed(registry: KernelRegistry, namespace: str, labels: str) -> list[dict[str, Any]]:
+    """The running pods of a pool, a page at a time."""
+    items: list[dict[str, Any]] = []
     token = None
     while True:
         response = await registry.api.list_namespaced_pod(
-            namespace, label_selector=labels, field_selector=fields, limit=PAGE, _continue=token, _preload_content=False
+            namespace, label_selector=labels, field_selector="status.phase=Running", limit=PAGE, _continue=token, _preload_content=False
         )
         body = json.loads(await response.read())
-        waiting = [
-            p
-            for p in body.get("items") or []
-            if (p.get("status") or {}).get("phase") == "Running"
-            and not p["metadata"].get("deletionTimestamp")
-            and not claimed(p["metadata"]["namespace"], p["metadata"]["name"])
-            and (p.get("spec") or {}).get("nodeName")
-        ]
+        items += body.get("items") or []
         token = (body.get("metadata") or {}).get("continue")
-        if waiting or not token:
-            return waiting
+        if not token:
+            return items
 
 
 async def claim(registry: KernelRegistry, record: KernelRecord, request: GPURequest) -> None:

@@ -4,7 +4,7 @@ and the hub's own records (users, groups, running servers) as the kernel API rea
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, ClassVar
 
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.kernels.registry import KernelRegistry
@@ -21,6 +21,10 @@ class LiveHub:
     hub's own handlers do, on the same event loop, and never writes to them.
     """
 
+    # a user's id by name, for every LiveHub of the process (each request makes its own): a
+    # kernel request and each of its polls ask for their user several times
+    _ids: ClassVar[dict[str, int]] = {}
+
     @property
     def app(self) -> Any:
         from jupyterhub.app import JupyterHub
@@ -36,11 +40,26 @@ class LiveHub:
         return self.app.log
 
     def _user(self, name: str) -> Any:
+        """The hub's User of ``name`` (None: no such user), from the hub's own cache of users.
+
+        A query by name runs only the first time: at a lab's start the database queries (with
+        the user's roles and groups loaded each time) were a sixth of the hub's busy time. The
+        hub's cache drops a deleted user, and a renamed one no longer answers to the old name.
+        """
         from jupyterhub import orm
 
-        app = self.app
-        orm_user = orm.User.find(app.db, name)
-        return None if orm_user is None else app.users[orm_user]
+        users = self.app.users
+        known = self._ids.get(name)
+        if known is not None and dict.__contains__(users, known):
+            user = dict.__getitem__(users, known)
+            if user.name == name:
+                return user
+        self._ids.pop(name, None)
+        orm_user = orm.User.find(self.app.db, name)
+        if orm_user is None:
+            return None
+        self._ids[name] = orm_user.id
+        return users[orm_user]
 
     def active_spawner(self, user_name: str, server_name: str) -> Any:
         """The user's spawner of ``server_name`` when it runs or starts, else None."""

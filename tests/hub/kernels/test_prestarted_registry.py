@@ -33,7 +33,18 @@ async def registry(tmp_path):
         pod["spec"].pop("priorityClassName")  # no warm pool's class in this federation: the pod alone is under test
         reg.pooled = fed.origin.store.create("pods", pod, "default")["metadata"]["name"]
         await wait_until(lambda: ready(fed.origin.store.get("pods", "default", reg.pooled)), timeout=60, what="the kernel waits")
+        await seen_waiting(reg, reg.pooled, "origin")
         yield reg
+
+
+async def seen_waiting(registry, name: str, site: str) -> None:
+    """Until the hub's pod watch has the pool's pod waiting, where requests look for it."""
+    pool = prestarted.pool_name(site, "gpu-1")
+    await wait_until(
+        lambda: any(p["metadata"]["name"] == name and ready(p) for p in registry.tracker.pool_pods(pool)),
+        timeout=30,
+        what="the hub's watch sees the kernel waiting",
+    )
 
 
 async def start(registry, **overrides):
@@ -151,6 +162,7 @@ async def test_a_pre_started_kernel_on_a_donor_is_adopted_and_answers_with_the_a
         body["spec"].pop("priorityClassName")
         name = fed.origin.store.create("pods", body, "default")["metadata"]["name"]
         await wait_until(lambda: ready(fed.origin.store.get("pods", "default", name)), timeout=60, what="the donor's kernel waits")
+        await seen_waiting(reg, name, "donor-1")
 
         key = secrets.token_hex(16)
         record = await start(reg, key=key)
@@ -159,9 +171,9 @@ async def test_a_pre_started_kernel_on_a_donor_is_adopted_and_answers_with_the_a
         await first_reply(connection, key.encode(), timeout=30)
 
 
-async def test_a_request_reads_the_pool_a_page_at_a_time_from_the_node_its_reservation_holds(registry, monkeypatch):
-    # at a lab's start a pool is hundreds of pods and every request looks for one: it reads the
-    # reserved node's first, a page at a time, never the whole pool at once
+async def test_a_request_finds_its_waiting_kernel_in_the_hub_s_watch_without_listing_the_pool(registry, monkeypatch):
+    # at a lab's start a pool is hundreds of pods and every request looks for one: listing
+    # and parsing it each time was a fifth of the hub's work; the hub's pod watch has them all
     calls = []
     list_pods = registry.api.list_namespaced_pod
 
@@ -172,7 +184,28 @@ async def test_a_request_reads_the_pool_a_page_at_a_time_from_the_node_its_reser
     monkeypatch.setattr(registry.api, "list_namespaced_pod", listed)
     record = await start(registry)
     assert record.prestarted is True and record.pod_name == registry.pooled
+    assert not [c for c in calls if c.get("label_selector", "").startswith(keys.POOL_LABEL)]
+    # adopted, it leaves its pool in the watch's view too: the next request starts its own
+    await wait_until(
+        lambda: not registry.tracker.pool_pods(prestarted.pool_name("origin", "gpu-1")), timeout=30, what="the pool empty in the watch"
+    )
+    second = await start(registry, kernel_id="k2", key="e" * 32)
+    assert second.prestarted is False
+
+
+async def test_a_hub_that_sees_another_namespace_lists_the_pool_where_it_waits(registry, monkeypatch):
+    # a hub bound a namespaced Role watches that namespace's pods only (docs/security.md): a
+    # pool elsewhere is read from the API server, running pods only, as before the watch had it
+    calls = []
+    list_pods = registry.api.list_namespaced_pod
+
+    async def listed(namespace, **kwargs):
+        calls.append(kwargs)
+        return await list_pods(namespace, **kwargs)
+
+    monkeypatch.setattr(registry.api, "list_namespaced_pod", listed)
+    monkeypatch.setattr(registry.tracker, "pods_namespace", "elsewhere")
+    record = await start(registry)
+    assert record.prestarted is True and record.pod_name == registry.pooled
     looked = [c for c in calls if c.get("label_selector", "").startswith(keys.POOL_LABEL)]
     assert looked and all(c["limit"] == prestarted.PAGE and "status.phase=Running" in c["field_selector"] for c in looked)
-    # the first read is the node the request's reservation holds (placement names it on origin too)
-    assert "spec.nodeName=" in looked[0]["field_selector"]
