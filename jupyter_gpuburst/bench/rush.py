@@ -367,7 +367,7 @@ async def run_arm(setup: ArmSetup, round_: int, shape: Shape, arrivals: list[flo
     async with federation_process(federation_data(shape, args.pull_speedup, setup.pulled), work / "sim") as fed:
         hub = HubProcess(
             work / "hub",
-            hub_config(setup, users, args.start_timeout, args.api_request_timeout),
+            hub_config(setup, users, args.start_timeout, args.api_request_timeout, args.hub_sqlite == "wal"),
             env={"KUBECONFIG": str(fed.kubeconfig)},
             log_level=HUB_LOG_LEVEL,
         )
@@ -504,6 +504,7 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
         "scaled": SCALED,
         "pull_speedup": args.pull_speedup,
         "k8s_api_request_timeout_s": args.api_request_timeout,
+        "hub_sqlite": args.hub_sqlite,
         "load_average": [round(v, 2) for v in os.getloadavg()],
     }
     result["arms"] = combine(arms)
@@ -534,6 +535,13 @@ def main(argv: list[str]) -> int:
         default=None,
         help="KubeSpawner's k8s_api_request_timeout, seconds (default: KubeSpawner's, 3); on a small machine "
         "the emulated API server answers hundreds of creates a minute slower than that",
+    )
+    parser.add_argument(
+        "--hub-sqlite",
+        choices=("wal", "rollback"),
+        default="wal",
+        help="the hub's SQLite journal: WAL, as docs/warm-pools.md prepares a hub for a lab (default), "
+        "or SQLite's default rollback journal",
     )
     parser.add_argument("--seed", type=int, default=1, help="arrivals' random seed")
     parser.add_argument(

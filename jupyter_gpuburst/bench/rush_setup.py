@@ -176,9 +176,17 @@ def arm_setup(mode: str, with_pools: bool, shape: Shape, fraction: float) -> Arm
     return ArmSetup(mode, pools=sized_pools(shape, fraction))
 
 
-def hub_config(arm: ArmSetup, users: list[str], start_timeout: int, api_timeout: int | None = None) -> str:
+WAL_LINES = """
+from jupyter_gpuburst.hub.database import sqlite_wal
+sqlite_wal()
+"""
+
+
+def hub_config(arm: ArmSetup, users: list[str], start_timeout: int, api_timeout: int | None = None, sqlite_wal: bool = True) -> str:
     """The hub's config for one arm (on top of ``HubProcess``'s base); ``api_timeout`` as in
-    :func:`~jupyter_gpuburst.bench.spawn.api_timeout_lines`."""
+    :func:`~jupyter_gpuburst.bench.spawn.api_timeout_lines`; ``sqlite_wal``: the hub's SQLite
+    database in WAL mode, as docs/warm-pools.md has an admin prepare a hub for a lab
+    (``hub.database``), else in SQLite's default rollback-journal mode."""
     data = rush_yaml()
     gpu_image, server_image = cuda_image(data), cpu_image(data)
     profiles = [
@@ -222,7 +230,7 @@ c.GPUKernelSettings.profiles = {kernels!r}
 c.GPUKernelSettings.command = {STANDIN_KERNEL!r}
 c.GPUKernelSettings.start_timeout = {float(start_timeout)!r}
 c.GPUKernelSettings.queue_when_full = True
-{api_timeout_lines(api_timeout)}{arm.config_lines()}
+{api_timeout_lines(api_timeout)}{arm.config_lines()}{WAL_LINES if sqlite_wal else ""}
 from jupyter_gpuburst.hub import install
 install(c)
 """

@@ -53,6 +53,7 @@ def test_rush_small_runs_every_arm_and_an_impossible_goal_fails_it(capsys, tmp_p
     # the pools held GPUs before and during the rush, and the hub's ledger counted them as the pools'
     assert result["arms"]["kernel_pools"]["pool_gpu_hours_held"] > 0
     assert result["arms"]["kernel_no_pools"]["pool_gpu_hours_held"] == 0
+    assert result["hub_sqlite"] == "wal"
     assert result["pull_speedup"] == 20 and set(result["scaled"]) == {"real", "stand_ins", "nodes", "federation"}
     # each arm says who used the CPUs during its rush: the hub, the emulator and its pods all worked
     for r in result["rounds"]:
@@ -249,3 +250,9 @@ def test_the_api_request_timeout_reaches_kubespawner_only_when_asked():
     config = Config()
     exec(compile(rush_setup.hub_config(arm, ["s0"], 600, 30).replace("install(c)", ""), "hub_config", "exec"), {"c": config})
     assert config.KubeSpawner.k8s_api_request_timeout == 30 and config.KubeSpawner.k8s_api_request_retry_timeout == 300
+
+
+def test_the_rush_s_hub_keeps_its_database_in_wal_mode_unless_asked_for_the_default_journal():
+    arm = rush_setup.arm_setup("kernel", True, rush_setup.Shape.for_students(40), 1.0)
+    assert rush_setup.WAL_LINES in rush_setup.hub_config(arm, ["s0"], 600)
+    assert "sqlite_wal" not in rush_setup.hub_config(arm, ["s0"], 600, sqlite_wal=False)
