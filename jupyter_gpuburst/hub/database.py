@@ -2,9 +2,10 @@
 
 JupyterHub commits to its database several times per spawn, on its event loop. With SQLite's
 default rollback journal each commit creates, syncs and deletes a journal file: at a lab's start
-with 500 students those commits held the hub's loop for about a third of the rush (docs/warm-pools.md,
-"The hub's database"). In WAL mode with ``synchronous=NORMAL`` a commit appends to the log and
-syncs only at checkpoints; a power cut may lose the last commits, never corrupt the database.
+with 500 students those commits were a third of the time the hub's loop was busy
+(docs/warm-pools.md, "The hub's database"). In WAL mode with ``synchronous=NORMAL`` a commit
+appends to the log and syncs only at checkpoints; a power cut may lose the last commits, never
+corrupt the database.
 PostgreSQL or MySQL need none of this.
 
 In ``jupyterhub_config.py``::
