@@ -171,20 +171,27 @@ async def test_a_pre_started_kernel_on_a_donor_is_adopted_and_answers_with_the_a
         await first_reply(connection, key.encode(), timeout=30)
 
 
-async def test_a_request_finds_its_waiting_kernel_in_the_hub_s_watch_without_listing_the_pool(registry, monkeypatch):
-    # at a lab's start a pool is hundreds of pods and every request looks for one: listing
-    # and parsing it each time was a fifth of the hub's work; the hub's pod watch has them all
+@pytest.fixture
+def pool_lists(registry, monkeypatch):
+    """Each list of a pool's pods the registry asks of the API server (its arguments)."""
     calls = []
     list_pods = registry.api.list_namespaced_pod
 
     async def listed(namespace, **kwargs):
-        calls.append(kwargs)
+        if kwargs.get("label_selector", "").startswith(keys.POOL_LABEL):
+            calls.append(kwargs)
         return await list_pods(namespace, **kwargs)
 
     monkeypatch.setattr(registry.api, "list_namespaced_pod", listed)
+    return calls
+
+
+async def test_a_request_finds_its_waiting_kernel_in_the_hub_s_watch_without_listing_the_pool(registry, pool_lists):
+    # at a lab's start a pool is hundreds of pods and every request looks for one: listing
+    # and parsing it each time was a fifth of the hub's work; the hub's pod watch has them all
     record = await start(registry)
     assert record.prestarted is True and record.pod_name == registry.pooled
-    assert not [c for c in calls if c.get("label_selector", "").startswith(keys.POOL_LABEL)]
+    assert pool_lists == []
     # adopted, it leaves its pool in the watch's view too: the next request starts its own
     await wait_until(
         lambda: not registry.tracker.pool_pods(prestarted.pool_name("origin", "gpu-1")), timeout=30, what="the pool empty in the watch"
@@ -193,19 +200,10 @@ async def test_a_request_finds_its_waiting_kernel_in_the_hub_s_watch_without_lis
     assert second.prestarted is False
 
 
-async def test_a_hub_that_sees_another_namespace_lists_the_pool_where_it_waits(registry, monkeypatch):
+async def test_a_hub_that_sees_another_namespace_lists_the_pool_where_it_waits(registry, pool_lists, monkeypatch):
     # a hub bound a namespaced Role watches that namespace's pods only (docs/security.md): a
     # pool elsewhere is read from the API server, running pods only, as before the watch had it
-    calls = []
-    list_pods = registry.api.list_namespaced_pod
-
-    async def listed(namespace, **kwargs):
-        calls.append(kwargs)
-        return await list_pods(namespace, **kwargs)
-
-    monkeypatch.setattr(registry.api, "list_namespaced_pod", listed)
     monkeypatch.setattr(registry.tracker, "pods_namespace", "elsewhere")
     record = await start(registry)
     assert record.prestarted is True and record.pod_name == registry.pooled
-    looked = [c for c in calls if c.get("label_selector", "").startswith(keys.POOL_LABEL)]
-    assert looked and all(c["limit"] == prestarted.PAGE and "status.phase=Running" in c["field_selector"] for c in looked)
+    assert pool_lists and all(c["limit"] == prestarted.PAGE and "status.phase=Running" in c["field_selector"] for c in pool_lists)
