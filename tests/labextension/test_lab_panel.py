@@ -177,30 +177,45 @@ def test_no_gpu_state_and_connection_lost(page: Page, start_lab, artifacts) -> N
 TRACK_STREAMS = """
 (() => {
   const native = window.fetch;
-  window.__streams = { open: 0, urls: [] };
+  window.__streams = { open: 0, urls: [], log: [] };
   window.fetch = function (input, init) {
     const url = typeof input === 'string' ? input : input.url;
     if (url.includes('/api/gpuburst/stream')) {
       const signal = input instanceof Request ? input.signal : init && init.signal;
       window.__streams.open += 1;
       window.__streams.urls.push(url);
+      const t0 = Math.round(performance.now());
+      window.__streams.log.push([t0, 'open']);
       let ended = false;
-      const end = () => { if (!ended) { ended = true; window.__streams.open -= 1; } };
-      if (signal) { signal.addEventListener('abort', end); }
+      const end = how => { if (!ended) { ended = true; window.__streams.open -= 1; window.__streams.log.push([Math.round(performance.now()), `end ${t0}: ${how}`]); } };
+      if (signal) { signal.addEventListener('abort', () => end('aborted')); }
       return native.apply(this, arguments).then(response => {
-        if (!response.body) { end(); return response; }
+        if (!response.body) { end('no body'); return response; }
         const [body, watched] = response.body.tee();
         const reader = watched.getReader();
-        const drain = () => reader.read().then(r => (r.done ? end() : drain()), end);
+        const drain = () => reader.read().then(r => (r.done ? end('done') : drain()), () => end('errored'));
         drain();
         return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
-      }, e => { end(); throw e; });
+      }, e => { end('failed'); throw e; });
     }
     return native.apply(this, arguments);
   };
 })();
 """
 OPEN_STREAMS = "() => window.__streams.open"
+# what a failure needs to explain itself: each stream's open and end (ms since the page loaded),
+# and whether the panel is shown, and if not, which of its ancestors hides it
+STREAMS_STORY = """() => {
+  const panel = document.querySelector('#jupyter-gpuburst-panel');
+  const hiders = [];
+  for (let e = panel; e; e = e.parentElement) {
+    if (e.classList.contains('lm-mod-hidden')) { hiders.push(e.id || e.className); }
+  }
+  return {
+    now: Math.round(performance.now()), log: window.__streams.log, visibility: document.visibilityState,
+    panel: panel ? { width: panel.getBoundingClientRect().width, hiddenBy: hiders } : 'absent'
+  };
+}"""
 STREAM_URLS = "() => window.__streams.urls.length"
 LINGER_S = 10  # DEFAULT_LINGER_MS in labextension/src/client.ts
 
@@ -222,10 +237,11 @@ def test_stream_runs_only_while_needed(page: Page, donor_lab: LabServer) -> None
         while page.evaluate(OPEN_STREAMS) != 0 and time.monotonic() < deadline:
             if page.locator(PANEL).is_visible():
                 close_panel(page)
+                page.evaluate("() => window.__streams.log.push([Math.round(performance.now()), 'the test closed the panel'])")
                 # a panel the restorer showed late needed the stream until now: its linger runs from here
                 deadline = max(deadline, time.monotonic() + LINGER_S + 10)
             page.wait_for_timeout(250)
-        assert page.evaluate(OPEN_STREAMS) == 0, "a stream stayed open with nothing needing it"
+        assert page.evaluate(OPEN_STREAMS) == 0, f"a stream stayed open with nothing needing it: {page.evaluate(STREAMS_STORY)}"
         open_panel(page)
         page.wait_for_function(f"() => ({OPEN_STREAMS})() === 1")
         expect(page.locator(f"{PANEL} .jp-GpuBurst-gpu")).to_have_count(SIM_GPUS)
@@ -241,6 +257,9 @@ def test_stream_runs_only_while_needed(page: Page, donor_lab: LabServer) -> None
         page.wait_for_function(f"() => ({OPEN_STREAMS})() === 0", timeout=(LINGER_S + 5) * 1000)
         page.wait_for_timeout(500)
         assert page.evaluate(OPEN_STREAMS) == 0, "stream reopened while nothing needs it"
+        # the story a failure above would print: every stream opened has ended, the panel hidden
+        story = page.evaluate(STREAMS_STORY)
+        assert story["panel"]["hiddenBy"] and sum(e[1] == "open" for e in story["log"]) == sum(e[1].startswith("end") for e in story["log"])
         urls = page.evaluate("() => window.__streams.urls")
         assert urls and not [u for u in urls if "token" in u], f"a token in a stream URL: {urls}"
     finally:
