@@ -56,7 +56,10 @@ class CPUShare:
             cpu[(proc.pid, info["create_time"])] = info["cpu_times"].user + info["cpu_times"].system
         first = self._t0 is None
         for key, seconds in cpu.items():
-            role = self._role(key[0], ppid)
+            # a process keeps the role it had when first seen: one whose parent ends meanwhile
+            # is reparented, and its time so far would move to another role
+            known = self._last.get(key)
+            role = known[0] if known is not None else self._role(key[0], ppid)
             # a process born between two looks used its CPU time within the window
             self._start.setdefault(key, seconds if first else 0.0)
             self._last[key] = (role, seconds)

@@ -45,3 +45,31 @@ def test_a_process_outside_every_root_is_other_and_a_root_is_its_own_role():
     assert share._role(os.getpid(), ppid) == "me"
     assert share._role(13, ppid) == "me"  # with no name for its children, they are the root's
     assert share._role(99, ppid) == OTHER  # gone before its parent was read
+
+
+# starts a grandchild that waits, says its pid, then waits itself to be killed
+PARENT = (
+    "import subprocess, sys, time\n"
+    "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+    "print(p.pid, flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def test_a_process_whose_parent_ends_keeps_the_role_it_was_first_seen_with():
+    share = CPUShare({"benchmark": os.getpid()}, {"benchmark": "helpers"}, period=0.1)
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
+    grandchild = int(parent.stdout.readline())
+    try:
+        share.sample()
+        (key,) = [k for k in share._last if k[0] == grandchild]
+        assert share._last[key][0] == "helpers"
+        parent.kill()
+        parent.wait()
+        # reparented now (to init or a subreaper): its time stays the helpers'
+        assert psutil.Process(grandchild).ppid() != parent.pid
+        share.sample()
+        assert share._last[key][0] == "helpers"
+    finally:
+        parent.kill()
+        os.kill(grandchild, 9)
