@@ -19,8 +19,6 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-_installed = False
-
 
 def _on_connect(dbapi_connection: Any, _record: Any) -> None:
     if isinstance(dbapi_connection, sqlite3.Connection):
@@ -31,11 +29,8 @@ def _on_connect(dbapi_connection: Any, _record: Any) -> None:
 def sqlite_wal() -> None:
     """Open every SQLite database of this process through SQLAlchemy (JupyterHub's) in WAL mode
     with ``synchronous=NORMAL``; other databases are left as they are. Once per process."""
-    global _installed
-    if _installed:
-        return
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
-    event.listen(Engine, "connect", _on_connect)
-    _installed = True
+    if not event.contains(Engine, "connect", _on_connect):
+        event.listen(Engine, "connect", _on_connect)

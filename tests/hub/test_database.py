@@ -14,9 +14,8 @@ from jupyter_gpuburst.hub.database import sqlite_wal
 
 
 @pytest.fixture(autouse=True)
-def only_here(monkeypatch):
+def only_here():
     """The listener is process-wide: other tests in this worker open their databases as before."""
-    monkeypatch.setattr(database, "_installed", False)
     yield
     if event.contains(Engine, "connect", database._on_connect):
         event.remove(Engine, "connect", database._on_connect)
