@@ -9,9 +9,16 @@
  * (the hub's reason); JupyterLab then cancels the queued requests, which would leave each cell
  * an unexplained `[ ]`. Here, the reason is written into those cells as an error output
  * (JupyterLab's own "Error Starting Kernel" dialog shows it too, from the same model).
+ *
+ * A kernel refused at once can die before JupyterLab has finished setting its session up: the
+ * notebook names the session after its file (two requests) before it listens to the kernel, so
+ * on a loaded server the kernel's death comes first and JupyterLab says nothing at all. Such a
+ * kernel is dead when the notebook first hands it over; its dialog is shown here.
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
-import { Kernel } from '@jupyterlab/services';
+import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { Kernel, KernelAPI, ServerConnection } from '@jupyterlab/services';
+import { Widget } from '@lumino/widgets';
 
 import { isGpuKernelName, startFailedReason } from './kernelformat';
 
@@ -177,12 +184,38 @@ export function startFailedOutput(reason: string): Record<string, unknown> {
 /** Has the server drop the dead GPU kernel of a notebook (or console). */
 type Forget = (widget: IRunsCells) => Promise<void>;
 
+/** JupyterLab's own dialog for a kernel that could not start, with the same title and body. */
+function showStartError(reason: string): void {
+  const body = document.createElement('div');
+  body.appendChild(document.createElement('pre')).textContent = reason;
+  void showDialog({ title: 'Error Starting Kernel', body: new Widget({ node: body }), buttons: [Dialog.okButton()] });
+}
+
+/** Why a dead kernel died, as the server says: a kernel the list of running kernels ended
+ * (rather than its own websocket) never read its model. */
+async function deathReason(kernel: Kernel.IKernelConnection, settings: ServerConnection.ISettings): Promise<string> {
+  if (kernel.model.reason) {
+    return kernel.model.reason;
+  }
+  try {
+    return (await KernelAPI.getKernelModel(kernel.id, settings))?.reason ?? '';
+  } catch {
+    return '';
+  }
+}
+
 /**
  * Follows one notebook's or console's GPU kernels from their start. ``forget`` is called with
  * a GPU kernel that died (its start failed, or it died for good): its pod is gone and it can
  * never run again, so the server should drop it rather than list it as an existing kernel.
  */
-function follow(widget: IRunsCells, reported: WeakSet<object>, onDead: () => void, forget: Forget): void {
+function follow(
+  widget: IRunsCells,
+  reported: WeakSet<object>,
+  onDead: () => void,
+  forget: Forget,
+  settings: ServerConnection.ISettings
+): void {
   const session = widget.sessionContext;
   if (!session) {
     return;
@@ -191,8 +224,33 @@ function follow(widget: IRunsCells, reported: WeakSet<object>, onDead: () => voi
     consoles.set(session, widget.console);
   }
   startOnce(session);
+  /** ``unheard``: it died before JupyterLab listened, so JupyterLab showed no dialog. */
+  const died = (reason: string, unheard: boolean, waiting: ICellLike[]): void => {
+    // the hub may have stopped it (culling, an admin): its word on why should come now, not
+    // at the culling state's next poll
+    onDead();
+    if (unheard && reason) {
+      showStartError(reason);
+    }
+    window.setTimeout(() => {
+      for (const cell of reason ? waiting : []) {
+        cell.model.outputs.add(startFailedOutput(reason));
+      }
+      // JupyterLab read the reason when the kernel died (its dialog says it); what is left
+      // is a dead kernel that the kernel picker would offer to connect to (preselected for
+      // this notebook), so the server forgets it and the next run starts a new GPU kernel
+      void forget(widget).catch(reason => console.warn('gpuburst: a dead GPU kernel could not be shut down', reason));
+    }, 0);
+  };
   const watch = (kernel: Kernel.IKernelConnection | null | undefined): void => {
-    if (!kernel || !isGpuKernelName(kernel.name)) {
+    if (!kernel || !isGpuKernelName(kernel.name) || reported.has(kernel)) {
+      return;
+    }
+    if (kernel.status === 'dead') {
+      reported.add(kernel);
+      // the cells that waited for the session go on to fail in JupyterLab's hands now
+      const waiting = runningCells(widget);
+      void deathReason(kernel, settings).then(reason => died(reason, true, waiting));
       return;
     }
     kernel.statusChanged.connect((_, status) => {
@@ -200,21 +258,8 @@ function follow(widget: IRunsCells, reported: WeakSet<object>, onDead: () => voi
         return;
       }
       reported.add(kernel);
-      // the hub may have stopped it (culling, an admin): its word on why should come now, not
-      // at the culling state's next poll
-      onDead();
-      const reason = kernel.model.reason;
       // the cells still wait now; JupyterLab cancels their requests right after this signal
-      const waiting = reason ? runningCells(widget) : [];
-      window.setTimeout(() => {
-        for (const cell of waiting) {
-          cell.model.outputs.add(startFailedOutput(reason ?? ''));
-        }
-        // JupyterLab read the reason when the kernel died (its dialog says it); what is left
-        // is a dead kernel that the kernel picker would offer to connect to (preselected for
-        // this notebook), so the server forgets it and the next run starts a new GPU kernel
-        void forget(widget).catch(reason => console.warn('gpuburst: a dead GPU kernel could not be shut down', reason));
-      }, 0);
+      died(kernel.model.reason ?? '', false, runningCells(widget));
     });
   };
   // the first code cell tells JupyterLab's CodeCell class (a notebook's once its model loaded)
@@ -252,7 +297,7 @@ export function followGpuKernelStarts(app: JupyterFrontEnd, onDead: () => void =
   const add = (widget: unknown): void => {
     if (widget && typeof widget === 'object' && !followed.has(widget) && (widget as IRunsCells).sessionContext) {
       followed.add(widget);
-      follow(widget as IRunsCells, reported, onDead, forget);
+      follow(widget as IRunsCells, reported, onDead, forget, app.serviceManager.serverSettings);
     }
   };
   app.docRegistry.addWidgetExtension('Notebook', {

@@ -181,6 +181,49 @@ def test_a_gpu_kernel_that_cannot_start_says_why_in_the_waiting_cell(page: Page,
     expect(page.locator(".jp-Dialog")).to_contain_text("the kernel exited while starting")
 
 
+# the notebook names its new session after its file only once the server's kernel is dead: a
+# kernel refused at once, on a loaded server, dies before JupyterLab listens to it
+SESSION_NAMED_LATE = """
+const fetch0 = window.fetch;
+window.fetch = async (input, init) => {
+  const url = typeof input === 'string' ? input : input.url;
+  const method = (init && init.method) || (typeof input === 'string' ? 'GET' : input.method);
+  const session = /\\/api\\/sessions\\/([^/?]+)/.exec(url);
+  if (session && method === 'PATCH') {
+    const model = url.replace(/\\?.*/, '');
+    // JupyterLab's own headers: a cookie-authenticated API request needs its XSRF token
+    const headers = typeof input === 'string' ? init && init.headers : input.headers;
+    for (let i = 0; i < 300; i++) {
+      const reply = await fetch0(model, { headers });
+      const kernel = reply.ok ? (await reply.json()).kernel : null;
+      if (kernel && kernel.execution_state === 'dead') {
+        window.__sessionNamedAfterDeath = true;
+        await new Promise(resolve => setTimeout(resolve, 1500));
+        break;
+      }
+      await new Promise(resolve => setTimeout(resolve, 200));
+    }
+  }
+  return fetch0(input, init);
+};
+"""
+
+
+def test_a_gpu_kernel_dead_before_its_notebook_listens_still_says_why(page: Page, slow_site: KernelSite) -> None:
+    page.add_init_script(SESSION_NAMED_LATE)
+    run_in_a_broken_gpu_notebook(page, slow_site)
+    output = page.locator(".jp-Notebook .jp-OutputArea-output").first
+    expect(output).to_contain_text("GPU kernel not started: the kernel exited while starting (exit code 3)", timeout=90_000)
+    assert page.evaluate("() => window.__sessionNamedAfterDeath === true"), "the kernel did not die first"
+    dialog = page.locator(".jp-Dialog")
+    expect(dialog).to_contain_text("Error Starting Kernel")
+    expect(dialog.locator(".jp-Dialog-body pre")).to_contain_text("the kernel exited while starting (exit code 3)")
+    expect(dialog).to_have_count(1)
+    dialog.get_by_role("button", name="Ok").click()
+    # the dead kernel is dropped, as after a start that failed later
+    expect(page.locator(".jp-NotebookPanel-toolbar .jp-Toolbar-kernelName")).to_have_text("No Kernel", timeout=20_000)
+
+
 def test_a_gpu_kernel_that_could_not_start_is_not_offered_again(page: Page, slow_site: KernelSite) -> None:
     """The kernel picker offers a new start of the notebook's GPU kernel, not the dead one."""
     run_in_a_broken_gpu_notebook(page, slow_site)
