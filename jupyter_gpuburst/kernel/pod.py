@@ -9,9 +9,9 @@ A note from the hub (scratch space, a restart on another site) is printed once, 
 of the first cell run.
 
 A pre-started kernel (a warm pool's) has no connection yet: it imports ipykernel (and the GPU
-libraries named in its env, where installed) and waits for the connection file that the hub
-writes, at adoption, into the Secret volume it mounts; that file also carries the adopter's
-env (its user). The key is new for each adopter and reaches the pod only then.
+libraries named in its env, where installed) and waits for the two files that the hub writes,
+at adoption, into the Secret volume it mounts: the connection, and the adopter's env (its user).
+The key is new for each adopter and reaches the pod only then.
 """
 
 from __future__ import annotations
@@ -177,32 +177,40 @@ class DirectoryChanges:
         os.close(self.fd)
 
 
+def _adoption(directory: str) -> tuple[str, dict[str, Any]] | None:
+    """The connection (its raw JSON) and the adopter's record, once both files are whole.
+
+    The hub writes both in one Secret, but the kubelet shows a Secret's new keys one file at a
+    time (it swaps its data directory at once, then links each new key's file): the connection
+    can be there before the adopter's env, and a kernel that went on then would run without its
+    user.
+    """
+    try:
+        with open(os.path.join(directory, CONNECTION_FILE)) as fh:
+            raw = fh.read()
+        json.loads(raw)
+        with open(os.path.join(directory, ADOPTER_FILE)) as fh:
+            adopter = json.load(fh)
+    except (OSError, ValueError):  # not there yet (or half there): the kubelet writes it soon
+        return None
+    return raw, adopter if isinstance(adopter, dict) else {}
+
+
 def wait_for_adoption(environ: dict[str, str], poll: float = POLL_S) -> str:
-    """Wait until the hub has written this kernel's connection into the mounted Secret volume;
-    put the adopter's env into ``environ``; return the connection (its raw JSON)."""
+    """Wait until the hub has written this kernel's connection and its adopter's env into the
+    mounted Secret volume; put that env into ``environ``; return the connection (its raw JSON)."""
     directory = environ.pop(CONNECTION_DIR_ENV)
-    path = os.path.join(directory, CONNECTION_FILE)
     changes = DirectoryChanges.open(directory)
     try:
-        while True:
-            try:
-                with open(path) as fh:
-                    raw = fh.read()
-                json.loads(raw)
-                break
-            except (OSError, ValueError):  # not there yet (or half there): the kubelet writes it soon
-                if changes is None:
-                    time.sleep(poll)
-                else:
-                    changes.wait(FALLBACK_POLL_S)
+        while (adoption := _adoption(directory)) is None:
+            if changes is None:
+                time.sleep(poll)
+            else:
+                changes.wait(FALLBACK_POLL_S)
     finally:
         if changes is not None:
             changes.close()
-    try:
-        with open(os.path.join(directory, ADOPTER_FILE)) as fh:
-            adopter = json.load(fh)
-    except (OSError, ValueError):
-        adopter = {}
+    raw, adopter = adoption
     for name, value in (adopter.get("env") or {}).items():
         if isinstance(name, str) and isinstance(value, str):
             environ[name] = value

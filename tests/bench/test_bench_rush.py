@@ -221,6 +221,7 @@ def test_the_stand_in_kernel_waits_for_its_adopter_s_connection_as_a_pre_started
             socket.create_connection(("127.0.0.1", ports["shell_port"]), timeout=1).close()
         key = secrets.token_hex(32)
         connection = {"transport": "tcp", "ip": "0.0.0.0", "key": key, "signature_scheme": "hmac-sha256", **ports}
+        (tmp_path / keys.KERNEL_ADOPTER_FILE).write_text(json.dumps({"env": {"JUPYTERHUB_USER": "alice"}}))
         (tmp_path / keys.KERNEL_CONNECTION_FILE).write_text(json.dumps(connection))
         assert "Adopted" in kernel.stdout.readline()
         client = BlockingKernelClient()

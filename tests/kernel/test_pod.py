@@ -97,6 +97,26 @@ def test_a_pre_started_kernel_waits_for_its_adopters_connection_and_env(tmp_path
     assert keys.KERNEL_CONNECTION_DIR_ENV not in environ and keys.KERNEL_POD_IP_ENV not in environ
 
 
+def test_a_connection_shown_before_the_adopters_env_waits_for_it(tmp_path):
+    """The kubelet links a Secret's new keys one at a time: with the connection there and not yet
+    the adopter's file, the kernel waits, rather than start without its user."""
+    import threading
+
+    from jupyter_gpuburst.core import keys
+
+    environ = {keys.KERNEL_CONNECTION_DIR_ENV: str(tmp_path)}
+    got: list[str] = []
+    waiter = threading.Thread(target=lambda: got.append(kernel_pod.wait_for_adoption(environ, poll=0.01)), daemon=True)
+    waiter.start()
+    (tmp_path / keys.KERNEL_CONNECTION_FILE).write_text(json.dumps(CONNECTION))
+    waiter.join(0.3)
+    assert waiter.is_alive() and "JUPYTERHUB_USER" not in environ
+    (tmp_path / keys.KERNEL_ADOPTER_FILE).write_text(json.dumps({"env": {"JUPYTERHUB_USER": "bob"}}))
+    waiter.join(5)
+    assert not waiter.is_alive() and environ["JUPYTERHUB_USER"] == "bob"
+    assert json.loads(got[0])["key"] == CONNECTION["key"]
+
+
 @pytest.mark.parametrize("inotify", [True, False], ids=["inotify", "polling"])
 def test_a_waiting_kernel_sleeps_until_its_connection_is_written(tmp_path, monkeypatch, inotify):
     """With inotify it wakes on the kubelet's write, not on its safety-net look (set to a minute
@@ -118,6 +138,7 @@ def test_a_waiting_kernel_sleeps_until_its_connection_is_written(tmp_path, monke
     waiter.join(0.3)
     assert waiter.is_alive()
     # as a kubelet updates a Secret volume: the new content written aside, then renamed into place
+    (tmp_path / keys.KERNEL_ADOPTER_FILE).write_text(json.dumps({"env": {}}))
     staged = tmp_path / "..data_tmp"
     staged.write_text(json.dumps(CONNECTION))
     written = time.monotonic()
