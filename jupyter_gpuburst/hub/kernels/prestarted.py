@@ -119,7 +119,7 @@ def pooled_pod(
         profile=profile,
         placement=placement,
         attempts=1,
-        image=profile.image or image,
+        image=profile.pod_image(image),
         ports=settings.ports(PORT_SET),
         files=files,
         note=files.note,

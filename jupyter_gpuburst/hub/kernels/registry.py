@@ -225,7 +225,7 @@ class KernelRegistry:
 
     # ---- starting -----------------------------------------------------------------------------
     def _request(self, profile: KernelProfile, user: str, groups: frozenset[str]) -> GPURequest:
-        pod_images = (images.normalize(profile.image or self.image),)  # the kernel pod's one container's
+        pod_images = (images.normalize(profile.pod_image(self.image)),)  # the kernel pod's one container's
         return GPURequest(profile.resource, profile.count, user, groups, profile.slug, profile.allowed_sites, images=pod_images)
 
     def profile(self, slug: Any) -> KernelProfile:
@@ -390,7 +390,7 @@ class KernelRegistry:
             profile=record.profile,
             placement=placement,
             attempts=len(record.attempts) + 1,
-            image=record.profile.image or self.image,
+            image=record.profile.pod_image(self.image),
             ports=ports,
             files=files,
             note="\n".join(notes),

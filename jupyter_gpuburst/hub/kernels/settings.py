@@ -45,6 +45,11 @@ class KernelProfile:
     cpu_limit: str = ""
     memory_limit: str = ""
 
+    def pod_image(self, default: str) -> str:
+        """The image this profile's kernel pods run: its own, else ``default`` (the hub's kernel
+        image, ``service.kernel_image``). Placement, started and pre-started pods all ask here."""
+        return self.image or default
+
     def public(self) -> dict[str, Any]:
         return {
             "slug": self.slug,

@@ -72,16 +72,22 @@ async def test_a_gpu_promised_to_a_spawning_server_is_never_given_to_a_kernel(re
     assert tracker.placements()[record.key]["site"] == "donor-1"
 
 
-async def test_a_kernel_is_placed_by_the_image_its_pod_runs(registry, monkeypatch):
+@pytest.mark.parametrize(
+    ("own_image", "runs"),
+    [("", "docker.io/library/img:latest"), ("example.org/own:2", "example.org/own:2")],
+    ids=["hub's", "profile's own"],
+)
+async def test_a_kernel_is_placed_by_the_image_its_pod_runs(registry, monkeypatch, own_image, runs):
     asked = []
     place = registry.tracker.placer.place
     monkeypatch.setattr(
         registry.tracker.placer, "place", lambda key, request, *a, **k: asked.append(request) or place(key, request, *a, **k)
     )
+    monkeypatch.setitem(registry.profiles, "gpu-1", dataclasses.replace(registry.profiles["gpu-1"], image=own_image))
     await start(registry)
     (pod,) = kernel_pods(registry)
     # placement prefers a node that has it: the image the pod runs, as runtimes name it
-    assert asked and asked[-1].images == images.pod_images(pod["spec"]) == ("docker.io/library/img:latest",)
+    assert asked and asked[-1].images == images.pod_images(pod["spec"]) == (runs,)
 
 
 async def test_bad_requests_are_refused_and_create_nothing(registry):
