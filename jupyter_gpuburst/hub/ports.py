@@ -9,18 +9,29 @@ processes choosing ports themselves can still collide, which a random draw makes
 
 A port a browser refuses to open (the Fetch standard's "bad ports", 10080 among them above 10000)
 is never chosen either: a hub there answers curl but shows a student ERR_UNSAFE_PORT.
+
+A port is chosen a while before its server binds it (a hub starts its proxy a second or more
+later), and processes choosing at the same time (the test suite's workers, a demo beside a
+benchmark) could draw the same one: each chosen port is noted for ``RESERVED_S`` in a directory
+of this user's, and the others pass over it. The note is a hint: where it cannot be written, the
+draw goes on without it.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import socket
+import tempfile
+import time
+from pathlib import Path
 
 EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
 # the kernel's default range (Linux) where the file cannot be read
 DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
 LOWEST = 10000  # above the ports services customarily claim
 TRIES = 64
+RESERVED_S = 120.0  # longer than any server here takes to bind the port it was given
 # https://fetch.spec.whatwg.org/#port-blocking: browsers refuse to connect to these
 BROWSER_BLOCKED_PORTS = frozenset(
     {1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102, 103, 104}
@@ -62,6 +73,30 @@ def port_is_free(port: int, host: str = "127.0.0.1", reuse_address: bool = True)
     return True
 
 
+def reservations() -> Path:
+    """Where chosen ports are noted (one empty file per port), this user's own."""
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return Path(tempfile.gettempdir()) / f"jupyter-gpuburst-ports-{uid}"
+
+
+def reserve(port: int, now: float | None = None) -> bool:
+    """Note ``port`` as chosen; False when another choice noted it less than RESERVED_S ago."""
+    now = time.time() if now is None else now
+    directory = reservations()
+    note = directory / str(port)
+    try:
+        directory.mkdir(mode=0o700, exist_ok=True)
+        try:
+            os.close(os.open(note, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            if now - note.stat().st_mtime < RESERVED_S:
+                return False
+            os.utime(note, (now, now))  # an old note: its server has long bound the port, or died
+    except OSError:
+        pass  # no note to be had: a random draw alone
+    return True
+
+
 def free_port(host: str = "127.0.0.1", rng: random.Random | None = None) -> int:
     """A port nothing on ``host`` holds now, outside the ephemeral range where one exists."""
     rng = rng or random.SystemRandom()
@@ -75,7 +110,7 @@ def free_port(host: str = "127.0.0.1", rng: random.Random | None = None) -> int:
             if browser_blocks(port):
                 continue
             # strict: a port still in TIME_WAIT is passed over, for servers without SO_REUSEADDR
-            if port_is_free(port, host, reuse_address=False):
+            if port_is_free(port, host, reuse_address=False) and reserve(port):
                 return port
     while True:  # no room outside the range: the kernel's choice
         with socket.socket() as sock:
@@ -95,4 +130,13 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     return ports
 
 
-__all__ = ["BROWSER_BLOCKED_PORTS", "browser_blocks", "ephemeral_range", "free_port", "free_ports", "port_is_free"]
+__all__ = [
+    "BROWSER_BLOCKED_PORTS",
+    "browser_blocks",
+    "ephemeral_range",
+    "free_port",
+    "free_ports",
+    "port_is_free",
+    "reservations",
+    "reserve",
+]
