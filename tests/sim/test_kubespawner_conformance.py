@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
+import signal
 import sys
 from pathlib import Path
 
 import aiohttp
 import pytest
 
+from jupyter_gpuburst.bench.hubproc import PROXY_PID_FILE
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.demo import proxy_command
 from jupyter_gpuburst.hub.ports import free_port
@@ -88,6 +91,8 @@ async def test_unmodified_kubespawner_through_jupyterhub(federation, tmp_path):
         async with aiohttp.ClientSession(headers=headers, timeout=aiohttp.ClientTimeout(total=30)) as http:
 
             async def hub_up():
+                if hub.returncode is not None:
+                    raise AssertionError(f"the hub exited with {hub.returncode}:\n{(tmp_path / 'hub.log').read_text()[-4000:]}")
                 try:
                     async with http.get(f"{api}/") as r:
                         return r.status == 200
@@ -139,6 +144,9 @@ async def test_unmodified_kubespawner_through_jupyterhub(federation, tmp_path):
             except TimeoutError:
                 os.killpg(hub.pid, 9)
                 await hub.wait()
+        # the proxy runs in a session of its own: a hub that failed to start left it running
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int((tmp_path / PROXY_PID_FILE).read_text().strip()), signal.SIGTERM)
         log.close()
 
 
