@@ -177,8 +177,8 @@ class DirectoryChanges:
         os.close(self.fd)
 
 
-def _adoption(directory: str) -> tuple[str, dict[str, Any]] | None:
-    """The connection (its raw JSON) and the adopter's record, once both files are whole.
+def _adoption(directory: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The connection and the adopter's record, once both files are whole.
 
     The hub writes both in one Secret, but the kubelet shows a Secret's new keys one file at a
     time (it swaps its data directory at once, then links each new key's file): the connection
@@ -187,18 +187,17 @@ def _adoption(directory: str) -> tuple[str, dict[str, Any]] | None:
     """
     try:
         with open(os.path.join(directory, CONNECTION_FILE)) as fh:
-            raw = fh.read()
-        json.loads(raw)
+            connection = json.load(fh)
         with open(os.path.join(directory, ADOPTER_FILE)) as fh:
             adopter = json.load(fh)
     except (OSError, ValueError):  # not there yet (or half there): the kubelet writes it soon
         return None
-    return raw, adopter if isinstance(adopter, dict) else {}
+    return connection, adopter if isinstance(adopter, dict) else {}
 
 
 def wait_for_adoption(environ: dict[str, str], poll: float = POLL_S) -> str:
     """Wait until the hub has written this kernel's connection and its adopter's env into the
-    mounted Secret volume; put that env into ``environ``; return the connection (its raw JSON)."""
+    mounted Secret volume; put that env into ``environ``; return the connection (as JSON)."""
     directory = environ.pop(CONNECTION_DIR_ENV)
     changes = DirectoryChanges.open(directory)
     try:
@@ -210,18 +209,16 @@ def wait_for_adoption(environ: dict[str, str], poll: float = POLL_S) -> str:
     finally:
         if changes is not None:
             changes.close()
-    raw, adopter = adoption
+    connection, adopter = adoption
     for name, value in (adopter.get("env") or {}).items():
         if isinstance(name, str) and isinstance(value, str):
             environ[name] = value
-    connection = json.loads(raw)
     pod_ip = environ.pop(POD_IP_ENV, "")
     if pod_ip and connection.get("ip") == "0.0.0.0":
         # the pod's own address: the same interface a pod's network has, and where pods share
         # a host's network (the emulator) the only one that is this pod's alone
         connection["ip"] = pod_ip
-        raw = json.dumps(connection)
-    return raw
+    return json.dumps(connection)
 
 
 def enter_scratch(environ: dict[str, str]) -> str | None:
