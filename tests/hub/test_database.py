@@ -6,19 +6,11 @@ import sqlite3
 
 import pytest
 from jupyterhub import orm
-from sqlalchemy import event, text
-from sqlalchemy.engine import Engine
+from sqlalchemy import text
 
-from jupyter_gpuburst.hub import database
 from jupyter_gpuburst.hub.database import sqlite_wal
 
-
-@pytest.fixture(autouse=True)
-def only_here():
-    """The listener is process-wide: other tests in this worker open their databases as before."""
-    yield
-    if event.contains(Engine, "connect", database._on_connect):
-        event.remove(Engine, "connect", database._on_connect)
+pytestmark = pytest.mark.usefixtures("sqlite_wal_undone")
 
 
 def test_jupyterhub_s_sqlite_database_opens_in_wal_mode_with_normal_sync(tmp_path):

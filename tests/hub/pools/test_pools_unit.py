@@ -310,7 +310,7 @@ def test_pool_metrics_are_exported():
     assert REGISTRY.get_sample_value(metrics.metric_name("pool_gpu_seconds_total"), labels) == before + 12.5
 
 
-def test_the_readmes_lab_config_is_valid_and_its_bill_adds_up():
+def test_the_readmes_lab_config_is_valid_and_its_bill_adds_up(sqlite_wal_undone):
     """The README's "Preparing a lab" block is the config an admin pastes: it must load, and its
     pools must cost what the README says."""
     import re
@@ -320,13 +320,9 @@ def test_the_readmes_lab_config_is_valid_and_its_bill_adds_up():
     section = section[: section.index("\n## ", 1)]
     [block] = re.findall(r"```python\n(.*?)```", section, re.S)
     c = Config()
-    try:
-        exec(block, {"c": c})  # noqa: S102 - the README's own text, as jupyterhub_config.py runs it
-        # the hub's database in WAL mode: its spawns' commits stop holding the hub at a lab's start
-        assert event.contains(Engine, "connect", database._on_connect)
-    finally:
-        if event.contains(Engine, "connect", database._on_connect):
-            event.remove(Engine, "connect", database._on_connect)
+    exec(block, {"c": c})  # noqa: S102 - the README's own text, as jupyterhub_config.py runs it
+    # the hub's database in WAL mode: its spawns' commits stop holding the hub at a lab's start
+    assert event.contains(Engine, "connect", database._on_connect)
     settings = WarmPools(config=c)
     pools = settings.pool_list()
     assert {(p.site, p.kind) for p in pools} == {("donor-1", "placeholders"), ("origin", "kernels")}
