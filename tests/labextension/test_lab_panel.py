@@ -177,17 +177,16 @@ def test_no_gpu_state_and_connection_lost(page: Page, start_lab, artifacts) -> N
 TRACK_STREAMS = """
 (() => {
   const native = window.fetch;
-  window.__streams = { open: 0, urls: [], log: [] };
+  window.__streams = { urls: [], log: [] };
   window.fetch = function (input, init) {
     const url = typeof input === 'string' ? input : input.url;
     if (url.includes('/api/gpuburst/stream')) {
       const signal = input instanceof Request ? input.signal : init && init.signal;
-      window.__streams.open += 1;
       window.__streams.urls.push(url);
       const t0 = Math.round(performance.now());
       window.__streams.log.push([t0, 'open']);
       let ended = false;
-      const end = how => { if (!ended) { ended = true; window.__streams.open -= 1; window.__streams.log.push([Math.round(performance.now()), `end ${t0}: ${how}`]); } };
+      const end = how => { if (!ended) { ended = true; window.__streams.log.push([Math.round(performance.now()), `end ${t0}: ${how}`]); } };
       if (signal) { signal.addEventListener('abort', () => end('aborted')); }
       return native.apply(this, arguments).then(response => {
         if (!response.body) { end('no body'); return response; }
@@ -202,7 +201,8 @@ TRACK_STREAMS = """
   };
 })();
 """
-OPEN_STREAMS = "() => window.__streams.open"
+# open is what the log opened and has not ended
+OPEN_STREAMS = "() => window.__streams.log.reduce((n, e) => n + (e[1] === 'open') - e[1].startsWith('end '), 0)"
 # what a failure needs to explain itself: each stream's open and end (ms since the page loaded),
 # and whether the panel is shown, and if not, which of its ancestors hides it
 STREAMS_STORY = """() => {
