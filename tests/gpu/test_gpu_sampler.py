@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import threading
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ class CountingBackend(GPUBackend):
         self.device_reads = 0
         self.process_reads = 0
         self.threads: set[int] = set()
+        self.process_times: list[float] = []
 
     def read_devices(self, kernels: Sequence[KernelRef], now: float) -> list[GPUReading]:
         self.device_reads += 1
@@ -28,6 +30,7 @@ class CountingBackend(GPUBackend):
 
     def read_processes(self, kernels: Sequence[KernelRef], now: float) -> list[GPUProcess]:
         self.process_reads += 1
+        self.process_times.append(now)
         self.threads.add(threading.get_ident())
         return [GPUProcess(k.pid, "GPU-c", 7) for k in kernels if k.pid]
 
@@ -45,28 +48,53 @@ async def test_concurrent_requests_share_one_sample():
         await sampler.close()
 
 
-async def test_process_list_sampled_less_often_and_on_kernel_change():
+async def test_process_list_sampled_less_often():
+    backend = CountingBackend()
+
+    async def source():
+        return [KernelRef("k1", "python3", None, None, "idle")]
+
+    sampler = Sampler(backend, source, period_s=0.02, process_period_s=0.3)
+    try:
+        async with sampler.subscribe():
+            sample = await sampler.next_sample(None)
+            while backend.process_reads < 3:  # counted in samples, not seconds: a loaded machine is slow
+                sample = await sampler.next_sample(sample)
+        # a process read only once the last is a process period old; a device read every sample
+        gaps = [b - a for a, b in itertools.pairwise(backend.process_times)]
+        assert all(gap >= 0.3 for gap in gaps), gaps
+        assert backend.device_reads >= sample.seq > backend.process_reads
+    finally:
+        await sampler.close()
+
+
+async def test_process_list_read_again_when_a_kernel_starts():
     backend = CountingBackend()
     kernels = [KernelRef("k1", "python3", None, None, "idle")]
 
     async def source():
         return list(kernels)
 
-    sampler = Sampler(backend, source, period_s=0.02, process_period_s=0.2)
+    sampler = Sampler(backend, source, period_s=0.02, process_period_s=60.0)  # the clock never asks
     try:
         async with sampler.subscribe():
-            await asyncio.sleep(0.45)
-            assert backend.process_reads >= 2
-            assert backend.device_reads >= 3 * backend.process_reads  # period 0.02 s vs 0.2 s
-            before = backend.process_reads
+            sample = await sampler.next_sample(None)
+            assert backend.process_reads == 1
             kernels.append(KernelRef("k2", "python3", None, os.getpid(), "busy"))  # a real, visible pid
-            sample = await sampler.next_sample(sampler._latest)
+            sample = await sampler.next_sample(sample)  # may have listed kernels before k2 came
             sample = await sampler.next_sample(sample)
-            assert backend.process_reads > before
+            assert backend.process_reads == 2
             assert {k["kernel_id"] for k in sample.data["kernels"]} == {"k1", "k2"}
             assert sample.data["kernels"][1]["gpus"] == [{"uuid": "GPU-c", "memory_used_bytes": 7}]
     finally:
         await sampler.close()
+
+
+async def until(condition, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
 
 
 async def test_sampling_pauses_when_nobody_listens():
@@ -74,12 +102,13 @@ async def test_sampling_pauses_when_nobody_listens():
     sampler = Sampler(backend, period_s=0.02, process_period_s=0.02, lease_periods=3)
     try:
         async with sampler.subscribe():
-            await asyncio.sleep(0.1)
-        assert sampler.running
-        await asyncio.sleep(0.15)  # lease of 3 periods runs out
-        assert not sampler.running
+            await sampler.next_sample(None)
+        await sampler.current()  # a request: sampling goes on for its lease of 3 periods
+        leased_at = asyncio.get_running_loop().time()
+        await until(lambda: not sampler.running)
+        assert asyncio.get_running_loop().time() - leased_at >= 3 * 0.02
         reads = backend.device_reads
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # five periods with nobody listening
         assert backend.device_reads == reads
         await sampler.current()  # a request resumes it
         assert backend.device_reads == reads + 1
@@ -91,10 +120,12 @@ async def test_history_is_bounded():
     sampler = Sampler(CountingBackend(), period_s=0.01, process_period_s=0.01, history_length=5)
     try:
         async with sampler.subscribe():
-            await asyncio.sleep(0.15)
+            sample = await sampler.next_sample(None)
+            while sample.seq < 8:
+                sample = await sampler.next_sample(sample)
         history = sampler.history()
-        assert len(history) == 5
-        assert [s.seq for s in history] == sorted(s.seq for s in history)
+        latest = sampler._latest.seq  # the loop may have sampled again before this line
+        assert [s.seq for s in history] == list(range(latest - 4, latest + 1))
     finally:
         await sampler.close()
 

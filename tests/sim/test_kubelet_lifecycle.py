@@ -134,8 +134,18 @@ async def test_deletion_also_ends_children_that_left_the_process_group(cluster):
     store.delete("pods", "default", "family")
     while store.exists("pods", "default", "family"):
         await asyncio.sleep(0.05)
-    await asyncio.sleep(0.2)
-    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+    def gone() -> bool:
+        try:
+            return psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    for _ in range(100):  # killed before the pod went; a loaded machine may take a moment to reap it
+        if gone():
+            break
+        await asyncio.sleep(0.05)
+    assert gone()
 
 
 async def test_hostname_is_the_pod_name(cluster):
