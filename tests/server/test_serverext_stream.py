@@ -79,7 +79,7 @@ async def test_a_stopping_server_tells_open_streams_at_once(http_server, jp_http
         stopped = asyncio.ensure_future(extension.stop_extension())
         while b"event: stopping\n" not in raw:
             raw += await asyncio.wait_for(reader.read(65536), 2)
-        assert loop.time() - began < 1.0
+        assert loop.time() - began < 3.0  # at once: not the next sample (5 s) nor keepalive (30 s)
         await stopped
     finally:
         writer.close()

@@ -34,8 +34,8 @@ async def test_wait_ends_at_the_timeout_or_the_event():
     loop = asyncio.get_running_loop()
     started = loop.time()
     await _wait_event(event, 0.05)
-    assert 0.04 <= loop.time() - started < 1.0
+    assert 0.04 <= loop.time() - started < 3.0
     loop.call_later(0.01, event.set)
     started = loop.time()
     await _wait_event(event, 5.0)
-    assert loop.time() - started < 1.0
+    assert loop.time() - started < 3.0  # the event, not the 5 s timeout
