@@ -143,8 +143,9 @@ def test_a_waiting_kernel_sleeps_until_its_connection_is_written(tmp_path, monke
     staged.write_text(json.dumps(CONNECTION))
     written = time.monotonic()
     os.replace(staged, tmp_path / keys.KERNEL_CONNECTION_FILE)
-    waiter.join(5)
-    assert not waiter.is_alive() and time.monotonic() - written < 2
+    waiter.join(10)
+    # at the write, not at the 60 s safety-net look; a loaded machine may take a few seconds
+    assert not waiter.is_alive() and time.monotonic() - written < 10
     assert json.loads(got[0])["key"] == CONNECTION["key"]
 
 

@@ -103,7 +103,7 @@ async def test_cold_pull_takes_size_over_bandwidth_then_the_node_has_it(tmp_path
 
         # the next pod on that node finds it there
         store.create("pods", sleeper("second", BIG), "default")
-        await wait_for_pod(store, "default", "second", running, timeout=3)
+        await wait_for_pod(store, "default", "second", running, timeout=10)
         assert [e["message"] for e in events_of(store, "second") if e["reason"] == "Pulled"] == [
             f'Container image "{BIG}" already present on machine'
         ]

@@ -159,10 +159,10 @@ async def test_unschedulable_condition_event_and_retry_when_capacity_frees(clust
     store = cluster_store
     store.create("nodes", node("n", 1))
     store.create("pods", pod("first", gpus=1), "default")
-    await wait_for_pod(store, "default", "first", lambda p: p["spec"].get("nodeName"), timeout=2)
+    await wait_for_pod(store, "default", "first", lambda p: p["spec"].get("nodeName"), timeout=10)
     store.create("pods", pod("second", gpus=1), "default")
     waiting = await wait_for_pod(
-        store, "default", "second", lambda p: any(c.get("reason") == "Unschedulable" for c in p["status"].get("conditions", [])), timeout=2
+        store, "default", "second", lambda p: any(c.get("reason") == "Unschedulable" for c in p["status"].get("conditions", [])), timeout=10
     )
     cond = waiting["status"]["conditions"][0]
     assert cond["type"] == "PodScheduled" and cond["status"] == "False"
@@ -171,17 +171,19 @@ async def test_unschedulable_condition_event_and_retry_when_capacity_frees(clust
     assert events and events[0]["type"] == "Warning" and events[0]["reportingComponent"] == "default-scheduler"
     assert events[0]["eventTime"] and not events[0].get("lastTimestamp")
     store.delete("pods", "default", "first", grace_period_seconds=0)
-    bound = await wait_for_pod(store, "default", "second", lambda p: p["spec"].get("nodeName") == "n", timeout=3)
+    # retried when its 1 s backoff ends, well before the backoff's 10 s cap
+    bound = await wait_for_pod(store, "default", "second", lambda p: p["spec"].get("nodeName") == "n", timeout=5)
     assert bound["status"]["conditions"][0]["status"] == "True"
 
 
 async def test_new_node_makes_pending_pod_schedulable(cluster_store):
     store = cluster_store
     store.create("pods", pod("waits", gpus=2), "default")
-    await wait_for_pod(store, "default", "waits", lambda p: p["status"].get("conditions"), timeout=2)
+    await wait_for_pod(store, "default", "waits", lambda p: p["status"].get("conditions"), timeout=10)
     assert store.get("pods", "default", "waits")["status"]["conditions"][0]["message"] == "no nodes available to schedule pods"
     store.create("nodes", node("big", 4))
-    await wait_for_pod(store, "default", "waits", lambda p: p["spec"].get("nodeName") == "big", timeout=3)
+    # tried again when its 1 s backoff ends, well before the backoff's 10 s cap
+    await wait_for_pod(store, "default", "waits", lambda p: p["spec"].get("nodeName") == "big", timeout=5)
 
 
 async def test_scheduler_objects_validate(cluster_store):
@@ -189,7 +191,7 @@ async def test_scheduler_objects_validate(cluster_store):
     store.create("nodes", node("n", 1))
     store.create("pods", pod("a", gpus=1), "default")
     store.create("pods", pod("b", gpus=1), "default")
-    await wait_for_pod(store, "default", "b", lambda p: p["status"].get("conditions"), timeout=2)
+    await wait_for_pod(store, "default", "b", lambda p: p["status"].get("conditions"), timeout=10)
     await wait_until(lambda: len(store.list("events")[0]) >= 2, 5, "an event for each pod")
     events, _ = store.list("events")
     assert {e["reason"] for e in events} == {"Scheduled", "FailedScheduling"}

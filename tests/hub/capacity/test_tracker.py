@@ -72,13 +72,14 @@ async def test_pod_waiters_wake_on_their_pod_only(api_server):
     tracker = CapacityTracker(core, settings_from_config(None))
     await tracker.start()
     try:
-        waiter = asyncio.ensure_future(tracker.wait_pod_change("default", "p1", 5))
+        # its own timeout far beyond the wait below: woken by p1's event, not by running out
+        waiter = asyncio.ensure_future(tracker.wait_pod_change("default", "p1", 60))
         await asyncio.sleep(0.05)
         store.create("pods", store_pod("p2", site="origin"))
         await asyncio.sleep(0.2)
         assert not waiter.done()
         store.create("pods", store_pod("p1", site="origin"))
-        await asyncio.wait_for(waiter, 2)
+        await asyncio.wait_for(waiter, 30)  # the watch brings the event, late on a loaded machine
     finally:
         await tracker.stop()
 
