@@ -517,12 +517,14 @@ async def test_what_ran_names_the_slow_coroutine_and_the_collector():
 
     from jupyter_gpuburst.bench.telemetry_server import WhatRan
 
+    # far apart: on a loaded machine a fast step may be preempted for a few ms and pass a 5 ms
+    # threshold, but not 100 ms
     class Handler:
         async def get(self):
-            _time.sleep(0.01)  # holds the loop for 10 ms
+            _time.sleep(0.2)  # holds the loop for 200 ms
             await asyncio.sleep(0)
 
-    recorder = WhatRan(threshold_s=0.005)
+    recorder = WhatRan(threshold_s=0.1)
     recorder.install()
     try:
         await asyncio.ensure_future(Handler().get())
@@ -535,10 +537,10 @@ async def test_what_ran_names_the_slow_coroutine_and_the_collector():
     names = [what for _, _, what in recorder.timeline]
     assert any(n.endswith("get (Handler)") for n in names) and "collection of generation 2" in names
     step = next(t for t in recorder.timeline if t[2].endswith("get (Handler)"))
-    assert step[1] >= 0.005 and step[0] <= _time.monotonic() - step[1]
+    assert step[1] >= 0.1 and step[0] <= _time.monotonic() - step[1]
     assert [c["what"].rsplit(".", 1)[-1] for c in report["slow_callbacks"]] == ["get (Handler)"]
     assert "Handler.get" in report["slow_callbacks"][0]["what"]
-    assert report["slow_callbacks"][0]["ms"] >= 5
+    assert report["slow_callbacks"][0]["ms"] >= 100
     assert report["gc"]["2"]["n"] >= 1
     recorder.reset()
     assert recorder.report() == {"slow_callbacks": [], "gc": {}} and recorder.timeline == []

@@ -17,12 +17,14 @@ BURN = "import time, sys\nwhile time.process_time() < 0.5: pass\nprint('done', f
 
 def test_a_child_s_cpu_time_counts_for_its_root_s_role_and_the_rest_is_other():
     share = CPUShare({"benchmark": os.getpid()}, {"benchmark": "helpers"}, period=0.1)
+    began = time.monotonic()
     share.sample()
     child = subprocess.Popen([sys.executable, "-c", BURN], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline() == "done\n"
         time.sleep(0.05)  # the next period's look, as the sampler's loop makes it
         share.sample()
+        span = time.monotonic() - began
     finally:
         child.kill()
         child.wait()
@@ -33,8 +35,9 @@ def test_a_child_s_cpu_time_counts_for_its_root_s_role_and_the_rest_is_other():
     summary = share.summary()
     assert summary["cpu_s_by_role"]["helpers"] == round(used["helpers"], 1)
     assert summary["cores"] == psutil.cpu_count() and summary["machine_busy_percent"]["periods"] == 1
-    # the child was busy for most of the one period: its role's peak is near a whole core
-    assert 0.1 < summary["cores_by_role_peak"]["helpers"] <= summary["cores"]
+    # the child was busy for most of the one period: its role's peak is its CPU time over that
+    # period, not less (a loaded machine stretches the period, so the share is read from it)
+    assert used["helpers"] / span - 0.01 <= summary["cores_by_role_peak"]["helpers"] <= summary["cores"]
     assert 0 < summary["machine_busy_percent"]["mean"] <= 100
 
 
