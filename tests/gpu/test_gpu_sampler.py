@@ -12,6 +12,7 @@ import pytest
 
 from jupyter_gpuburst.gpu.backend import GPUBackend, GPUProcess, GPUReading, KernelRef, NoGPUBackend
 from jupyter_gpuburst.gpu.sampler import Sampler
+from jupyter_gpuburst.sim.testing import wait_until
 
 
 class CountingBackend(GPUBackend):
@@ -90,13 +91,6 @@ async def test_process_list_read_again_when_a_kernel_starts():
         await sampler.close()
 
 
-async def until(condition, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
-
-
 async def test_sampling_pauses_when_nobody_listens():
     backend = CountingBackend()
     sampler = Sampler(backend, period_s=0.02, process_period_s=0.02, lease_periods=3)
@@ -105,7 +99,7 @@ async def test_sampling_pauses_when_nobody_listens():
             await sampler.next_sample(None)
         await sampler.current()  # a request: sampling goes on for its lease of 3 periods
         leased_at = asyncio.get_running_loop().time()
-        await until(lambda: not sampler.running)
+        await wait_until(lambda: not sampler.running, 10, "sampling to pause", interval=0.01)
         assert asyncio.get_running_loop().time() - leased_at >= 3 * 0.02
         reads = backend.device_reads
         await asyncio.sleep(0.1)  # five periods with nobody listening

@@ -9,6 +9,7 @@ import pynvml
 import pytest
 
 from jupyter_gpuburst.gpu.testing import FakeGPU, FakeMIG, FakeNVML
+from jupyter_gpuburst.sim.testing import wait_until
 
 GiB = 1 << 30
 NVML_CONFIG = {"backend": "auto", "sampling_period_s": 0.1, "process_sampling_period_s": 0.2}
@@ -134,9 +135,12 @@ async def test_backend_none(jp_fetch):
 async def test_history_keeps_the_last_n(jp_fetch):
     first = await get_json(jp_fetch, "gpus")
     seen = {first["timestamp"]}
-    while len(seen) < 6:  # counted in samples, not seconds: a loaded machine samples late
-        await asyncio.sleep(0.05)
+
+    async def five_more() -> bool:  # counted in samples, not seconds: a loaded machine samples late
         seen.add((await get_json(jp_fetch, "gpus"))["timestamp"])
+        return len(seen) >= 6
+
+    await wait_until(five_more, 30, "five more samples", interval=0.05)
     history = await get_json(jp_fetch, "history")
     assert history["period_s"] == 0.05
     stamps = [s["timestamp"] for s in history["samples"]]
