@@ -126,14 +126,10 @@ async def test_deletion_also_ends_children_that_left_the_process_group(cluster):
     store.create("pods", pod("family", py("c", code)), "default")
     await wait_for_pod(store, "default", "family", lambda p: p["status"].get("phase") == "Running")
     log = cluster.kubelet.log_path("default", "family")
-    for _ in range(100):
-        if log.read_text().strip():
-            break
-        await asyncio.sleep(0.05)
+    await wait_until(lambda: log.read_text().strip(), 5, "the container to print its child's pid")
     child = int(log.read_text().split()[0])
     store.delete("pods", "default", "family")
-    while store.exists("pods", "default", "family"):
-        await asyncio.sleep(0.05)
+    await wait_until(lambda: not store.exists("pods", "default", "family"), 30, "the pod to go")
 
     def gone() -> bool:
         try:
@@ -141,11 +137,8 @@ async def test_deletion_also_ends_children_that_left_the_process_group(cluster):
         except psutil.NoSuchProcess:
             return True
 
-    for _ in range(100):  # killed before the pod went; a loaded machine may take a moment to reap it
-        if gone():
-            break
-        await asyncio.sleep(0.05)
-    assert gone()
+    # killed before the pod went; a loaded machine may take a moment to reap it
+    await wait_until(gone, 5, "the child that left the process group to end")
 
 
 async def test_hostname_is_the_pod_name(cluster):
