@@ -592,7 +592,7 @@ class ApiServer:
             meta["resourceVersion"] = current["metadata"]["resourceVersion"]
         return self.store.replace(rt.key, patched, subresource=sub, dry_run=_dry_run(request))
 
-    async def _delete_options(self, request: web.Request) -> tuple[int | None, str | None]:
+    async def _delete_options(self, request: web.Request) -> tuple[int | None, str | None, Any]:
         body = await self._body(request) or {}
         if not isinstance(body, dict):
             raise bad_request("DeleteOptions must be an object")
@@ -602,25 +602,27 @@ class ApiServer:
         policy = body.get("propagationPolicy") or request.query.get("propagationPolicy")
         if policy is None and (body.get("orphanDependents") is True or _truthy(request.query.get("orphanDependents"))):
             policy = "Orphan"
-        return grace, policy
+        return grace, policy, body.get("preconditions")
 
     async def _delete(self, request: web.Request, rt: ResourceType, ns: str | None, name: str) -> Obj:
-        grace, policy = await self._delete_options(request)
+        grace, policy, preconditions = await self._delete_options(request)
         if _dry_run(request):
             return self.store.get(rt.key, ns, name)
-        deleted = self.store.delete(rt.key, ns, name, grace, policy)
+        deleted = self.store.delete(rt.key, ns, name, grace, policy, preconditions)
         if rt.key in RETURNS_DELETED_OBJECT or self.store.exists(rt.key, ns, name):
             # kept for finalizers or a graceful deletion: the object, with its deletionTimestamp
             return deleted
         return deleted_status(rt, deleted)
 
     async def _delete_collection(self, request: web.Request, rt: ResourceType, ns: str | None) -> web.Response:
-        grace, policy = await self._delete_options(request)
+        grace, policy, preconditions = await self._delete_options(request)
         items, _rv = self.store.list(rt.key, ns, request.query.get("labelSelector"), request.query.get("fieldSelector"))
         deleted = []
         for obj in items:
             try:
-                deleted.append(self.store.delete(rt.key, obj["metadata"].get("namespace"), obj["metadata"]["name"], grace, policy))
+                deleted.append(
+                    self.store.delete(rt.key, obj["metadata"].get("namespace"), obj["metadata"]["name"], grace, policy, preconditions)
+                )
             except ApiError as err:
                 if err.code != 404:  # already gone through a cascade
                     raise

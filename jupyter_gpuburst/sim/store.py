@@ -20,7 +20,7 @@ import secrets
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -430,9 +430,19 @@ class Store:
         return self._update(rt, current, new)
 
     def delete(
-        self, rtype: str, namespace: str | None, name: str, grace_period_seconds: int | None = None, propagation_policy: str | None = None
+        self,
+        rtype: str,
+        namespace: str | None,
+        name: str,
+        grace_period_seconds: int | None = None,
+        propagation_policy: str | None = None,
+        preconditions: Mapping[str, Any] | None = None,
     ) -> Obj:
         """Delete with kube-apiserver's rules; returns the object as last stored.
+
+        ``preconditions`` (DeleteOptions'): a ``uid`` or ``resourceVersion`` the object no
+        longer has is 409 Conflict and deletes nothing, so a deleter acting on what it read
+        before cannot remove an object replaced or changed since.
 
         Pods: the grace period comes from the argument, else ``spec.terminationGracePeriodSeconds``.
         Zero, an unscheduled pod or a terminal one goes at once (DELETED); otherwise
@@ -445,6 +455,7 @@ class Store:
             raise bad_request(f'Unsupported propagation policy "{propagation_policy}"')
         current = self._current(rt, namespace, name)
         meta = current["metadata"]
+        _check_preconditions(rt, meta, preconditions)
         if propagation_policy == "Orphan":
             self._orphaning.add(meta["uid"])
         if rt.kind == "Pod":
@@ -692,3 +703,17 @@ def _drop_owner_reference(uid: str):
             obj["metadata"].pop("ownerReferences", None)
 
     return drop
+
+
+def _check_preconditions(rt: ResourceType, meta: Obj, preconditions: Mapping[str, Any] | None) -> None:
+    """DeleteOptions.preconditions as kube-apiserver checks them (storage.Preconditions.Check):
+    a mismatch is 409 Conflict with its wording."""
+    if preconditions is None:
+        return
+    if not isinstance(preconditions, Mapping):
+        raise bad_request("DeleteOptions.preconditions must be an object")
+    for field, said in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+        wanted = preconditions.get(field)
+        if wanted is not None and str(wanted) != str(meta.get(field)):
+            why = f"Precondition failed: {said} in precondition: {wanted}, {said} in object meta: {meta.get(field)}"
+            raise conflict(rt.plural, meta["name"], rt.group, why=why)
