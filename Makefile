@@ -79,25 +79,41 @@ demo: demo-setup
 # other (on one CPU, the default); `make test-py` or `make test-browser` runs one alone.
 TEST_WORKERS ?= 3
 BROWSER_WORKERS ?= 2
+KUBE_WORKERS ?= 1
 TIER_JOBS ?= $(if $(filter 1,$(shell nproc 2>/dev/null || echo 1)),1,2)
 
 # Setup's steps run two at a time where they do not need each other (pip beside npm ci and
-# chromium's install), then the lints (lint-ts compiles into labextension/lib, which the lab
-# extension's build clears: not beside it), then the two tiers.
-.PHONY: test-py test-browser
+# chromium's install, and the real control plane's build where Go is present), then the lints
+# (lint-ts compiles into labextension/lib, which the lab extension's build clears: not beside
+# it), then the tiers. Each tier writes its whole output to .test-logs/ and prints progress lines
+# while it runs, then its failures (with their logs' tails) and its summary (tools/test-tier).
+.PHONY: test-py test-browser test-kube
 test:
 	@$(MAKE) --no-print-directory -j2 --output-sync=target setup
 	@$(MAKE) --no-print-directory lint-py lint-ts
-	@$(MAKE) --no-print-directory -j$(TIER_JOBS) --output-sync=target test-py test-browser
+	@$(MAKE) --no-print-directory -j$(TIER_JOBS) test-py test-browser
 
 test-py: setup
-	$(BIN)/python -m pytest -q -ra -m "not browser" -n $(TEST_WORKERS) --dist loadfile
+	@tools/test-tier py -q -ra -m "not browser and not kube" -n $(TEST_WORKERS) --dist loadfile
 
 test-browser: setup
-	$(BIN)/python -m pytest -q -ra -m browser -n $(BROWSER_WORKERS) --dist loadfile
+	@tools/test-tier browser -q -ra -m browser -n $(BROWSER_WORKERS) --dist loadfile
+
+# The real control plane's tier (docs/emulator.md): kube-apiserver, kube-scheduler,
+# kube-controller-manager and etcd built here (make kube), the hub as its ServiceAccount.
+test-kube: setup kube
+	@tools/test-tier kube -q -ra -m kube -n $(KUBE_WORKERS) --dist loadfile
 
 test-unit: setup
 	$(BIN)/python -m pytest -q -ra -m "not integration and not browser"
+
+# The real control plane (kube-apiserver, kube-scheduler, kube-controller-manager, etcd) from
+# their Go modules at the release pinned in tools/kube/, cached per machine outside the
+# repository (~/.cache/jupyter-gpuburst/kube); a build whose pins are unchanged is reused at once.
+GO := $(shell command -v go 2>/dev/null)
+.PHONY: kube
+kube:
+	@tools/kube/build >/dev/null
 
 bench: setup
 	$(BIN)/gpuburst bench placement --nodes 5000 --pods 50000 --json

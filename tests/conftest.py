@@ -15,7 +15,14 @@ from jupyter_gpuburst.sim.hostgpus import GPUS_MODE_ENV
 
 # Fixtures several folders use: the local federation and a hub in front of it, the stand-in hub
 # of GPU kernels, chromium for browser tests, the real-cluster tier (tests/REALCLUSTER.md)
-pytest_plugins = ["helpers.fixtures", "helpers.fake_hub", "helpers.browser", "helpers.realcluster"]
+pytest_plugins = [
+    "helpers.fixtures",
+    "helpers.fake_hub",
+    "helpers.browser",
+    "helpers.realcluster",
+    "helpers.failure_logs",
+    "helpers.progress",
+]
 
 REPO = Path(__file__).resolve().parent.parent
 # Upstream reference data, vendored with its provenance and license (tests/reference/README.md)
