@@ -104,6 +104,12 @@ test-browser: setup
 test-kube: setup kube
 	@tools/test-tier kube -q -ra -m kube -n $(KUBE_WORKERS) --dist loadfile
 
+# Proof by repetition (tools/flake-check): each browser test file and each test once known to
+# flake, 10 times in a row beside two busy loops. Long (an hour or more on 2 cores): not in `make test`.
+.PHONY: flake-check
+flake-check: setup
+	tools/flake-check
+
 test-unit: setup
 	$(BIN)/python -m pytest -q -ra -m "not integration and not browser"
 
