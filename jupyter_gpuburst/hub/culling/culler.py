@@ -1,11 +1,15 @@
-"""The culling loop: every period, each reported server and GPU kernel is kept, warned or stopped.
+"""The culling loop: every period, each GPU server and GPU kernel the hub runs is kept, warned or stopped.
 
 Servers stop through JupyterHub's own REST API (``DELETE /hub/api/users/<name>/servers/<server>``,
 as jupyterhub-idle-culler stops them), with the ``gpuburst`` service's token, so the proxy route,
 the spawner and the database are cleaned up by the hub exactly as for any other stop. GPU kernels
-stop through the hub's kernel registry: deleting the kernel's pod frees its GPU. Nothing is
-stopped on a guess: a target whose server went silent is unknown and kept, a stop needs a warning
-the server could have shown first, and a stop of something already gone is logged and dropped.
+stop through the hub's kernel registry: deleting the kernel's pod frees its GPU. The targets are
+the hub's own: its running spawners and its kernel records (rebuilt from the pod watch after a
+restart), so a server that never reports still meets the maximum age, the budget and the silence
+limit; idleness alone needs the server's report. Nothing is stopped on a guess: a target whose
+server went silent is unknown, never idle (it is stopped only at ``silent_seconds``), a stop needs
+a warning the server could have shown first, and a stop of something already gone is logged and
+dropped.
 A GPU server or kernel whose user's GPU-hour budget is used up is warned and stopped the same way
 (culling/budget.py), whether or not idle culling is on.
 """
@@ -17,12 +21,12 @@ import datetime
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from jupyter_gpuburst.hub.culling.budget import MORE_HOURS, BudgetWatch, sooner
-from jupyter_gpuburst.hub.culling.policy import Decision, decide
+from jupyter_gpuburst.hub.culling.policy import Decision, decide, duration
 from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
 from jupyter_gpuburst.hub.culling.store import SERVER, Signal, SignalStore, Stopped
 
@@ -36,7 +40,7 @@ TEMPLATE_VAR = "gpuburst_stopped"
 
 @dataclass
 class Target:
-    """A reported server or GPU kernel, as the hub knows it now."""
+    """A GPU server or kernel (or a reported CPU server), as the hub knows it now."""
 
     signal: Signal
     profile: str
@@ -60,6 +64,7 @@ class Culler:
         stop_server: Callable[[str, str], Awaitable[str]],
         log: logging.Logger | None = None,
         budgets: BudgetWatch | None = None,
+        servers: Callable[[], Iterable[tuple[str, str]]] | None = None,
     ) -> None:
         self.settings = settings
         self.hub = hub
@@ -68,6 +73,10 @@ class Culler:
         self._stop_server = stop_server
         self.log = log or logging.getLogger(__name__)
         self.budgets = budgets  # None: no budget stops (no budgets, or accounting off)
+        # (user, server name) of every server the hub runs: its spawners, not its servers' reports
+        self.servers = servers
+        # (user, kernel record id) -> when the culler asked its server to shut it down
+        self._asked: dict[tuple[str, str], float] = {}
         self._task: asyncio.Task | None = None
         self._silent: set[tuple[str, str, str]] = set()
         self._culling: dict[tuple[str, str, str], asyncio.Task] = {}  # stops under way
@@ -96,28 +105,22 @@ class Culler:
         except Exception:  # noqa: BLE001 - KernelError 404: gone
             return None
 
-    async def targets(self) -> list[Target]:
-        """Every reported target whose server or kernel still runs; the rest are forgotten."""
+    async def targets(self, now: float | None = None) -> list[Target]:
+        """Every GPU server and GPU kernel the hub runs, reported or not (its spawners, its kernel
+        records), and every reported server; what no longer runs is forgotten. A student who
+        silences their server's report still meets the maximum age, the budget and the silence
+        limit, which come from these records alone."""
         registry = await self.registry()
-        now = time.time()
+        now = time.time() if now is None else now
+        self._find(registry, now)
         out = []
         for signal in list(self.store.signals.values()):
             spawner = self.hub.active_spawner(signal.user, signal.server_name)
             if spawner is None:
                 self.store.forget(signal)
                 continue
-            groups = self.hub.groups(signal.user)
-            admin = bool(getattr(getattr(spawner, "user", None), "admin", False))
             if signal.kind == SERVER:
-                placement = getattr(spawner, "_gb_placement", None)
-                site = getattr(placement, "site", "origin") or "origin"
-                started = _started(spawner)
-                age = None if started is None else now - started
-                profile = str((getattr(spawner, "user_options", None) or {}).get("profile") or "")
-                # after a hub restart only the saved placement says it (gpuburst_placement)
-                restored = getattr(spawner, "gpuburst_placement", None)
-                gpus = bool(getattr(placement, "count", 0)) or bool(isinstance(restored, dict) and restored.get("count"))
-                out.append(Target(signal, profile, "origin" if site == "origin" else "donor", groups, age, spawner, admin, gpus))
+                out.append(self._server_target(signal, spawner, now))
                 continue
             if registry is None:
                 continue
@@ -126,17 +129,46 @@ class Culler:
                 self.store.forget(signal)
                 continue
             site = record.placement.site if record.placement is not None else "origin"
+            groups, admin = self.hub.groups(signal.user), _admin(spawner)
             out.append(
                 Target(signal, record.profile.slug, "origin" if site == "origin" else "donor", groups, now - record.created, record, admin)
             )
+        if registry is not None:
+            live = {(t.signal.user, t.signal.target) for t in out if t.signal.kind != SERVER}
+            self._asked = {key: at for key, at in self._asked.items() if key in live}
         return out
+
+    def _server_target(self, signal: Signal, spawner: Any, now: float) -> Target:
+        placement = getattr(spawner, "_gb_placement", None)
+        site = getattr(placement, "site", "origin") or "origin"
+        started = _started(spawner)
+        age = None if started is None else now - started
+        profile = str((getattr(spawner, "user_options", None) or {}).get("profile") or "")
+        site_kind = "origin" if site == "origin" else "donor"
+        return Target(signal, profile, site_kind, self.hub.groups(signal.user), age, spawner, _admin(spawner), _holds_gpu(spawner))
+
+    def _find(self, registry: Any, now: float) -> None:
+        """File each GPU server and GPU kernel the hub runs that never reported, found ``now``."""
+        if self.servers is not None:
+            for user, server_name in self.servers():
+                if self.store.get(user, server_name, SERVER) is None:
+                    spawner = self.hub.active_spawner(user, server_name)
+                    if spawner is not None and _holds_gpu(spawner):
+                        self.store.found(user, server_name, SERVER, now)
+        if registry is None:
+            return
+        # kernel pods the hub started, or rebuilt from the pod watch after a restart: one its
+        # server never heard was started (the hub restarted before answering) reports nothing
+        for record in registry.all_records():
+            if record.state in ("pending", "running") and record.placement is not None:
+                self.store.found(record.user, record.server_name, record.id, now)
 
     async def session_ends(self, resource: str) -> list[tuple[float, int]]:
         """(seconds until this culler stops it, GPUs of ``resource`` it holds) for each server
         and GPU kernel whose stop is foreseen, for the queue's estimate (``hub.queue.ends``)."""
         now = time.time()
         ends = []
-        for target in await self.targets():
+        for target in await self.targets(now):
             # a server's spawner or a kernel's record: both know where their GPUs were placed
             placement = getattr(target.handle, "_gb_placement", None) or getattr(target.handle, "placement", None)
             if placement is None or placement.resource != resource:
@@ -151,7 +183,16 @@ class Culler:
     def decision(self, target: Target, now: float) -> Decision:
         policy = self.settings.policy(target.signal.kind, target.profile)
         state = self.store.state(target.signal, now)
-        idle = decide(target.signal, state, policy, now, age_s=target.age_s, site_kind=target.site_kind, groups=target.groups)
+        idle = decide(
+            target.signal,
+            state,
+            policy,
+            now,
+            age_s=target.age_s,
+            site_kind=target.site_kind,
+            groups=target.groups,
+            holds_gpu=target.holds_gpu,
+        )
         if self.budgets is None or target.admin or not target.holds_gpu:
             return idle
         return sooner(idle, self.budgets.decision(target.signal.user, now))
@@ -193,7 +234,7 @@ class Culler:
         (the loop does not wait). Donors' stops begin first, so that when the hub is stopped
         mid-sweep, borrowed GPUs are the ones already on their way back."""
         now = time.time() if now is None else now
-        targets = await self.targets()
+        targets = await self.targets(now)
         await self.refresh_budgets(targets, now)
         targets.sort(key=lambda t: t.site_kind != "donor")
         stopped: list[dict[str, Any]] = []
@@ -204,15 +245,17 @@ class Culler:
             due.append(self._due_in(target, decision, now))
             signal = target.signal
             key = (signal.user, signal.server_name, signal.target)
-            if decision.action == "unknown" and key not in self._silent:
+            silent = self.store.state(signal, now) == "unknown"
+            if silent and key not in self._silent:
                 self._silent.add(key)
                 self.log.warning(
-                    "GPU culling: no GPU activity report for %s's %s for %.0f s; its GPU state is unknown, so it is kept",
+                    "GPU culling: no GPU activity report for %s's %s for %.0f s; its GPU state is unknown (%s)",
                     signal.user,
                     _what(signal),
-                    now - signal.reported_at,
+                    signal.silent_s(now),
+                    self._silence_rule(target),
                 )
-            elif decision.action != "unknown":
+            elif not silent:
                 self._silent.discard(key)
             if decision.action in ("active", "off", "exempt", "no-gpu"):
                 # busy again, or hours granted: the next stop needs a warning of its own
@@ -269,6 +312,13 @@ class Culler:
             return decision.stops_in_s - warning_s + SWEEP_MARGIN_S
         return decision.stops_in_s + SWEEP_MARGIN_S
 
+    def _silence_rule(self, target: Target) -> str:
+        """What happens to ``target`` while it stays silent, for the log."""
+        policy = self.settings.policy(target.signal.kind, target.profile)
+        if policy.enabled and policy.silent_s > 0 and target.holds_gpu:
+            return f"stopped once silent for {duration(policy.silent_s)}"
+        return "kept"
+
     def warning_s(self, target: Target, decision: Decision) -> float:
         """How long before its stop a target is warned: its profile's, or the budget's grace."""
         if decision.cause == "budget" and self.budgets is not None:
@@ -308,8 +358,8 @@ class Culler:
                 self.store.forget(signal)
                 self.log.info("GPU culling: %s's GPU kernel %s was already gone", signal.user, signal.target)
                 return None
-            pending = next((s for s in self.store.stopped_for(signal.user, signal.server_name) if s.kernel_id == signal.kernel_id), None)
-            if pending is None:
+            asked = self._asked.get((signal.user, record.id))
+            if asked is None:
                 message = f"This GPU kernel was stopped because {reason}. {then or 'Restart the kernel to start it again on a free GPU.'}"
                 # the server hears first and shuts the kernel down itself (through the registry,
                 # as any shutdown), so the notebook sees a kernel shut down, not one that died;
@@ -317,12 +367,16 @@ class Culler:
                 self.store.stopped.append(Stopped(signal.user, signal.server_name, signal.kernel_id, message, now))
                 self.log.info("GPU culling: stopping %s's GPU kernel %s on %s: %s", signal.user, signal.target, target.site_kind, reason)
                 if signal.kernel_id:
+                    # the hub's own note of the ask, not the server's word: a server that hears
+                    # and then neither shuts the kernel down nor reports it still loses it
+                    self._asked[(signal.user, record.id)] = now
                     return None
-            elif now - pending.at < 2 * self.settings.period_seconds:
+            elif now - asked < 2 * self.settings.period_seconds:
                 return None
             else:
                 self.log.info("GPU culling: %s's server did not shut GPU kernel %s down; deleting its pod", signal.user, signal.target)
             await registry.stop(record, wait=0)
+            self._asked.pop((signal.user, record.id), None)
             self.store.forget(signal)
         self.stops.append(entry)
         return entry
@@ -351,7 +405,7 @@ class Culler:
                 # it runs again since the stop: the spawn page's note is done
                 self.stopped_servers.pop((user, server_name), None)
         # budgets as of the last sweep: a report's reply reads no ledger
-        targets = [t for t in await self.targets() if t.signal.user == user and t.signal.server_name == server_name]
+        targets = [t for t in await self.targets(now) if t.signal.user == user and t.signal.server_name == server_name]
         items = []
         for target in targets:
             decision = self.decision(target, now)
@@ -391,7 +445,7 @@ class Culler:
         """The student's Keep; (status, sentence)."""
         now = time.time() if now is None else now
         signal = self.store.get(user, server_name, target)
-        match = [t for t in await self.targets() if t.signal is signal] if signal is not None else []
+        match = [t for t in await self.targets(now) if t.signal is signal] if signal is not None else []
         if not match:
             return 404, "nothing of yours with that name is being watched for GPU idleness"
         policy = self.settings.policy(signal.kind, match[0].profile)
@@ -409,6 +463,17 @@ def _started(spawner: Any) -> float | None:
     if started.tzinfo is None:
         started = started.replace(tzinfo=datetime.timezone.utc)
     return started.timestamp()
+
+
+def _admin(spawner: Any) -> bool:
+    return bool(getattr(getattr(spawner, "user", None), "admin", False))
+
+
+def _holds_gpu(spawner: Any) -> bool:
+    """Whether a server was placed with GPUs; after a hub restart only its saved placement says it."""
+    placement = getattr(spawner, "_gb_placement", None)
+    restored = getattr(spawner, "gpuburst_placement", None)
+    return bool(getattr(placement, "count", 0)) or bool(isinstance(restored, dict) and restored.get("count"))
 
 
 def _what(signal: Signal) -> str:

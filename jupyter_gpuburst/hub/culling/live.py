@@ -33,7 +33,15 @@ def hub_culler(service_token: str) -> Culler:
         hub = LiveHub()
         settings = GPUCullingSettings(config=hub.config)
         budgets = budget_watch(hub)
-        _culler = Culler(settings, hub, default_registry, stop_server=partial(hub_api_stop, service_token), log=hub.log, budgets=budgets)
+        _culler = Culler(
+            settings,
+            hub,
+            default_registry,
+            stop_server=partial(hub_api_stop, service_token),
+            log=hub.log,
+            budgets=budgets,
+            servers=running_servers,
+        )
         queue_ends.provide(_culler.session_ends)
         if _enabled_anywhere(settings):
             hub.log.info("GPU culling on: GPUs idle for %.0f s are given back, after a warning", settings.timeout_seconds)
@@ -46,6 +54,15 @@ def hub_culler(service_token: str) -> Culler:
         if _enabled_anywhere(settings) or budgets is not None:
             _culler.start()
     return _culler
+
+
+def running_servers() -> list[tuple[str, str]]:
+    """(user, server name) of every server the hub runs or starts, from its own spawners (the
+    hub keeps every user with an active server in its cache of users)."""
+    out = []
+    for user in list(dict.values(JupyterHub.instance().users)):
+        out.extend((user.name, name) for name, spawner in list(dict.items(user.spawners)) if spawner.active)
+    return out
 
 
 def budget_watch(hub: LiveHub) -> BudgetWatch | None:

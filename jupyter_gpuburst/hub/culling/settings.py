@@ -16,6 +16,7 @@ OVERRIDES = (
     "threshold",
     "warning_seconds",
     "max_age_seconds",
+    "silent_seconds",
     "keep_limit",
     "exempt_groups",
     "enabled",
@@ -34,6 +35,7 @@ class CullPolicy:
     max_age_s: float
     keep_limit: int
     exempt_groups: frozenset[str]
+    silent_s: float = 1800.0
 
     def timeout_for(self, site_kind: str) -> float:
         """Idle seconds before a stop; a donor's GPU is borrowed, so it may go back sooner."""
@@ -48,6 +50,7 @@ class CullPolicy:
             "threshold": self.threshold,
             "warning_s": self.warning_s,
             "max_age_s": self.max_age_s,
+            "silent_s": self.silent_s,
             "keep_limit": self.keep_limit,
         }
 
@@ -61,7 +64,8 @@ class GPUCullingSettings(Configurable):
         help="""Stop servers and GPU kernels whose GPUs were idle longer than
         ``timeout_seconds``. Only GPUs count: a server without a GPU is never stopped by this
         culler (JupyterHub's idle culler handles those), and an open browser tab is no GPU
-        activity. A server or kernel that stops reporting is unknown, never idle, and is kept.""",
+        activity. A server or kernel that stops reporting is unknown, never idle, and is kept
+        until ``silent_seconds``, ``max_age_seconds`` or its user's budget stops it.""",
     ).tag(config=True)
 
     timeout_seconds = Float(
@@ -95,6 +99,17 @@ class GPUCullingSettings(Configurable):
         warning (0: no maximum age). Keep does not extend a maximum age.""",
     ).tag(config=True)
 
+    silent_seconds = Float(
+        1800.0,
+        help="""Stop a GPU server or kernel whose server has not reported its GPU activity for
+        this long, busy or not, after the same warning (0: keep it until ``max_age_seconds``
+        or its user's budget stops it). Silence is never taken for idleness, but a server
+        whose report is disabled or patched out, or a GPU kernel no server reports (one its
+        server never heard was started), must not hold GPUs for ever. Counted from the last
+        report, or from when the hub found it running if it never reported; a server is
+        silent only after three periods without a report, so keep this well above that.""",
+    ).tag(config=True)
+
     keep_limit = Int(
         3,
         help="""How many times a student may press Keep for one server or kernel; then the
@@ -116,7 +131,8 @@ class GPUCullingSettings(Configurable):
     server_profiles = Dict(
         help="""Per server profile (by its ``slug``), overrides of
         ``enabled``, ``timeout_seconds``, ``donor_timeout_seconds``, ``threshold``,
-        ``warning_seconds``, ``max_age_seconds``, ``keep_limit`` and ``exempt_groups``, e.g.
+        ``warning_seconds``, ``max_age_seconds``, ``silent_seconds``, ``keep_limit`` and
+        ``exempt_groups``, e.g.
         ``{"gpu-1": {"timeout_seconds": 7200}}``.""",
     ).tag(config=True)
 
@@ -124,6 +140,12 @@ class GPUCullingSettings(Configurable):
         help="""Per GPU kernel profile (by the slug of ``GPUKernelSettings.profiles``), the
         same overrides as ``server_profiles``.""",
     ).tag(config=True)
+
+    @validate("silent_seconds")
+    def _not_negative(self, proposal: Any) -> float:
+        if not proposal["value"] >= 0 or not math.isfinite(proposal["value"]):
+            raise TraitError(f"GPUCullingSettings.silent_seconds must be 0 (off) or more, got {proposal['value']}")
+        return proposal["value"]
 
     @validate("timeout_seconds", "period_seconds")
     def _positive(self, proposal: Any) -> float:
@@ -151,6 +173,7 @@ class GPUCullingSettings(Configurable):
             threshold=self.threshold,
             warning_s=self.warning_seconds,
             max_age_s=self.max_age_seconds,
+            silent_s=self.silent_seconds,
             keep_limit=self.keep_limit,
             exempt_groups=frozenset(self.exempt_groups),
         )

@@ -4,7 +4,9 @@ Reports carry ages ("idle for 312 s"), measured on the reporting pod's own monot
 timestamps: the hub turns an age into a time on its own clock, so a pod whose clock is hours off
 reports as truthfully as one in sync. Each server process numbers its reports (``boot``, ``seq``);
 a report that is not newer than the last one accepted is refused as replayed. A target whose
-last report is older than ``stale_after_s`` is unknown, and the culler never stops the unknown.
+last report is older than ``stale_after_s`` is unknown: never idle, but silence has a limit of its
+own (``GPUCullingSettings.silent_seconds``). The culler also files here each GPU server and kernel
+the hub runs that never reported (``found``), so that limits from the hub's own facts hold for it.
 
 A report may also carry ``use``, for the server and for each GPU kernel: what its GPUs used
 since the previous report (peak memory, the devices' memory, peak utilization, and a sum and
@@ -52,6 +54,7 @@ class Signal:
     kept_at: float = 0.0
     keeps: int = 0
     warned_at: float | None = None
+    found_at: float = 0.0  # hub clock: when the culler found it running without a report
 
     @property
     def kind(self) -> str:
@@ -61,6 +64,10 @@ class Signal:
         if self.last_busy is None:
             return None
         return max(0.0, now - max(self.last_busy, self.kept_at))
+
+    def silent_s(self, now: float) -> float:
+        """Seconds since its last report, or since the hub found it running if it never reported."""
+        return max(0.0, now - (self.reported_at or self.found_at))
 
 
 @dataclass
@@ -170,6 +177,15 @@ class SignalStore:
         if signal.last_busy is None:
             return "no-gpu"
         return "reported"
+
+    def found(self, user: str, server_name: str, target: str, now: float) -> Signal:
+        """The signal of a GPU server or kernel the hub runs, reported or not: one never heard
+        of is filed as found ``now``, silent from then on."""
+        key = (user, server_name, target)
+        signal = self.signals.get(key)
+        if signal is None:
+            signal = self.signals[key] = Signal(user, server_name, target, found_at=now)
+        return signal
 
     def get(self, user: str, server_name: str, target: str) -> Signal | None:
         return self.signals.get((user, server_name, target))

@@ -132,6 +132,11 @@ class KernelRegistry:
         self._adopt()
         return [r for r in self.records.values() if r.user == user and (server_name is None or r.server_name == server_name)]
 
+    def all_records(self) -> list[KernelRecord]:
+        """Every kernel of every user, those rebuilt from their pods included (for the culler)."""
+        self._adopt()
+        return list(self.records.values())
+
     def state(self, record: KernelRecord) -> str:
         if record.state != "running":
             return record.state

@@ -170,7 +170,13 @@ async def test_a_budget_that_cannot_be_read_stops_nothing(caplog):
 
 async def test_over_budget_a_gpu_kernel_is_stopped_and_its_notebook_hears_why():
     record = SimpleNamespace(
-        server_name="", placement=SimpleNamespace(site="donor-1"), profile=SimpleNamespace(slug="gpu-1"), created=NOW - 100
+        id="rec-1",
+        user="carol",
+        state="running",
+        server_name="",
+        placement=SimpleNamespace(site="donor-1"),
+        profile=SimpleNamespace(slug="gpu-1"),
+        created=NOW - 100,
     )
 
     class Registry:
@@ -181,6 +187,9 @@ async def test_over_budget_a_gpu_kernel_is_stopped_and_its_notebook_hears_why():
 
         async def stop(self, rec, wait=0):
             self.stopped.append(rec)
+
+        def all_records(self):
+            return [record]
 
     registry = Registry()
 

@@ -68,6 +68,20 @@ def test_a_wrong_override_stops_the_hub_at_start_with_the_reason():
         install(c)
 
 
+def test_the_silence_limit_is_on_by_default_can_be_set_per_profile_and_never_negative():
+    assert GPUCullingSettings().policy("server", "gpu-1").silent_s == 1800.0  # never kept for ever by default
+    c = Config()
+    c.GPUCullingSettings.kernel_profiles = {"gpu-1": {"silent_seconds": 0}}
+    assert GPUCullingSettings(config=c).policy("kernel", "gpu-1").silent_s == 0.0
+    c.GPUCullingSettings.silent_seconds = -1.0
+    with pytest.raises(TraitError, match="silent_seconds must be 0 .off. or more, got -1"):
+        install(c)
+    c = Config()
+    c.GPUCullingSettings.server_profiles = {"gpu-1": {"silent_seconds": -5}}
+    with pytest.raises(TraitError, match="silent_seconds must be a number of at least 0"):
+        install(c)
+
+
 def test_the_demo_keeps_the_stop_scope_when_culling_is_turned_on_over_it(tmp_path, monkeypatch):
     # an admin trying culling on the demo sets it first and then loads the demo's config; the
     # demo's own roles must not drop the role install(c) gives the gpuburst service

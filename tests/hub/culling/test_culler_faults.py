@@ -15,7 +15,7 @@ NOW = 1_000_000.0
 
 class FakeSpawner:
     def __init__(self, site: str) -> None:
-        self._gb_placement = type("P", (), {"site": site})()
+        self._gb_placement = type("P", (), {"site": site, "count": 1})()
         self.user_options = {"profile": "gpu-1"}
         self.orm_spawner = None
 
@@ -91,7 +91,7 @@ async def test_donors_go_first_a_failing_stop_is_logged_and_a_gone_server_is_dro
     assert order == ["bob", "alice", "bob"]
 
 
-async def test_a_server_that_went_silent_is_kept_and_said_once(caplog):
+async def test_a_server_that_went_silent_is_kept_until_the_silence_limit_and_said_once(caplog):
     async def stop(user, server):
         raise AssertionError("nothing is stopped on a guess")
 
@@ -100,7 +100,8 @@ async def test_a_server_that_went_silent_is_kept_and_said_once(caplog):
     with caplog.at_level(logging.WARNING, "test-culler"):
         await c.sweep(NOW + 1000)
         await c.sweep(NOW + 1005)
-    assert caplog.text.count("its GPU state is unknown, so it is kept") == 1
+    # idle for 17 min, if it were still telling; silent for less than the 30 min limit
+    assert caplog.text.count("its GPU state is unknown (stopped once silent for 30 min)") == 1
 
 
 async def test_a_gpu_busy_again_after_a_warning_needs_a_new_warning_before_a_stop():
@@ -123,6 +124,9 @@ async def test_a_gpu_busy_again_after_a_warning_needs_a_new_warning_before_a_sto
 
 
 class FakeRecord:
+    id = "r1"
+    user = "alice"
+    state = "running"
     server_name = ""
     created = NOW - 100
     profile = type("P", (), {"slug": "gpu-1"})()
@@ -142,6 +146,9 @@ class FakeRegistry:
     async def stop(self, record, wait=0.0):
         self.stopped.append("r1")
         self.records.pop("r1", None)
+
+    def all_records(self):
+        return list(self.records.values())
 
 
 async def test_a_gpu_kernel_is_shut_down_by_its_server_first_and_by_the_hub_when_it_does_not():

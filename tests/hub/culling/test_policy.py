@@ -95,15 +95,44 @@ def test_kernels_of_another_server_or_user_are_ignored_not_stored():
     assert store.get("alice", "", "mine") is not None and store.get("alice", "", "bobs") is None
 
 
-def test_a_silent_server_is_unknown_and_never_stopped():
-    s = settings(timeout_seconds=60)
+def test_a_silent_server_is_unknown_never_idle_and_stopped_only_at_the_silence_limit():
+    s = settings(timeout_seconds=60, silent_seconds=1800)
     store = SignalStore(stale_after_s=180)
     report(store, 59.0)
     signal = store.get("alice", "", "server")
-    later = NOW + 3600  # idle for an hour, if it were still telling
-    assert store.state(signal, later) == "unknown"
-    decision = decide(signal, store.state(signal, later), s.policy("server", ""), later, age_s=None, site_kind="origin", groups=frozenset())
-    assert decision.action == "unknown"
+
+    def at(t, **kw):
+        policy = s.policy("server", "")
+        return decide(signal, store.state(signal, t), policy, t, age_s=None, site_kind="origin", groups=frozenset(), **kw)
+
+    # idle for 16 min, if it were still telling: unknown, and its silence is what counts
+    assert store.state(signal, NOW + 1000) == "unknown"
+    assert at(NOW + 1000).action == "unknown" and at(NOW + 1000).stops_in_s == pytest.approx(800.0)
+    warned = at(NOW + 1300)
+    assert warned.action == "warn" and warned.cause == "silent" and not warned.keepable
+    stopped = at(NOW + 1800)
+    assert stopped.action == "stop" and stopped.cause == "silent"
+    assert (
+        stopped.reason
+        == "the hub heard nothing of its GPU for 30 min (the limit for this server is 30 min), so the GPU went back for others"
+    )
+    # a server placed without GPUs is never stopped as silent; 0 keeps every silent one
+    assert at(NOW + 1e6, holds_gpu=False).action == "unknown"
+    kept = settings(timeout_seconds=60, silent_seconds=0).policy("server", "")
+    t = NOW + 1e6
+    assert decide(signal, store.state(signal, t), kept, t, age_s=None, site_kind="origin", groups=frozenset()).action == "unknown"
+
+
+def test_a_server_that_reports_is_never_stopped_as_silent():
+    s = settings(timeout_seconds=3600, silent_seconds=60, warning_seconds=600)
+    store = SignalStore(stale_after_s=180)
+    report(store, 0.0)
+    signal = store.get("alice", "", "server")
+    # reported 2 min ago, more than silent_seconds: still known (not yet three periods)
+    decision = decide(
+        signal, store.state(signal, NOW + 120), s.policy("server", ""), NOW + 120, age_s=None, site_kind="origin", groups=frozenset()
+    )
+    assert decision.action == "active" and decision.cause == ""
 
 
 def test_no_gpu_readable_is_never_idle():
