@@ -21,7 +21,7 @@ donor's virtual node carries what the donor grants, so its allocatable is a quot
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from immutables import Map
@@ -71,9 +71,13 @@ class Inventory:
         self,
         resource_names: Iterable[str] = DEFAULT_RESOURCE_NAMES,
         resource_prefixes: Iterable[str] = DEFAULT_RESOURCE_PREFIXES,
+        pool_namespace: Callable[[str | None], bool] = lambda namespace: False,
     ) -> None:
         self.resource_names = frozenset(resource_names)
         self.resource_prefixes = tuple(resource_prefixes)
+        # whether a namespace is one the hub's warm pools put their pods in: a pool label is
+        # anyone's to set, so a pod elsewhere carrying it still holds its GPUs
+        self.pool_namespace = pool_namespace
         # The node table is written through a mutation of the last snapshot's map: between two
         # snapshots, a node's path in the map is copied once and then changed in place, so the
         # stream of watch events between two decisions does not copy the upper levels of a
@@ -188,7 +192,7 @@ class Inventory:
         spec = pod.get("spec") or {}
         node = spec.get("nodeName") or None
         labels = meta.get("labels") or {}
-        if keys.POOL_LABEL in labels:
+        if keys.POOL_LABEL in labels and self.pool_namespace(meta.get("namespace")):
             return None  # a warm pool's placeholder: real pods preempt it, so its room is free to them
         site = labels.get(keys.SITE_LABEL)
         donor_site = site if site and site != keys.ORIGIN_SITE else None

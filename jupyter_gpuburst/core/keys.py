@@ -26,7 +26,8 @@ COMPONENT_LABEL = "component"
 KERNEL_COMPONENT = "gpuburst-kernel"
 
 # Warm pools (hub/pools): placeholder pods that hold a site's capacity and pull a profile's image
-# for the next spawns. The placement inventory counts a pod with POOL_LABEL as free capacity.
+# for the next spawns. The placement inventory counts a pod with POOL_LABEL as free capacity
+# only in the pools' own namespace (the label is anyone's to set).
 POOL_LABEL = f"{GROUP}/pool"  # the pool's name, "<site>.<profile>"
 POOL_SITE_LABEL = f"{GROUP}/pool-site"
 POOL_PROFILE_LABEL = f"{GROUP}/pool-profile"

@@ -15,6 +15,10 @@ reservation. A pod is taken for one of the hub's servers only when both hold:
 The hub's own GPU kernel pods (``component=gpuburst-kernel``, made by the kernel registry) in an
 owned namespace are taken too: they carry a reservation and a placement like a server's.
 
+A pod is taken for one of the hub's warm pools' pods (room free to the next spawn, time the
+pool's, not a user's) only in a namespace the hub puts pods in (an owned one, or
+``WarmPools.namespace``): a pool label on a pod elsewhere is somebody's GPUs in use.
+
 Every other pod is counted by the inventory as plain GPU usage and nothing more.
 """
 
@@ -67,7 +71,9 @@ class PodOwnership:
         component: str = "singleuser-server",
         managed_by: str | None = "kubespawner",
         origin_cluster_id: str | None = None,
+        pool_namespaces: Iterable[str] = (),
     ) -> None:
+        self.pool_namespaces = frozenset(pool_namespaces)
         self.namespaces: set[str] = set()
         self.namespace_patterns = list(namespace_patterns)
         self.component = component
@@ -92,7 +98,17 @@ class PodOwnership:
             patterns.append(template_pattern(trait("user_namespace_template", "{hubnamespace}-{username}"), namespace))
         common = trait("common_labels", {MANAGED_BY_LABEL: "kubespawner"})
         managed_by = common.get(MANAGED_BY_LABEL) if isinstance(common, Mapping) else None
-        return cls([namespace], namespace_patterns=patterns, component=trait("component_label", "singleuser-server"), managed_by=managed_by)
+        pools = config["WarmPools"] if config is not None and "WarmPools" in config else {}
+        # where hub/pools/live.py puts them (WarmPools.namespace's help says the same)
+        pool_namespace = pools.get("namespace") or trait("namespace", None) or "default"
+        pool_namespaces = [pool_namespace] if pools.get("pools") or pools.get("kernels") else []
+        return cls(
+            [namespace],
+            namespace_patterns=patterns,
+            component=trait("component_label", "singleuser-server"),
+            managed_by=managed_by,
+            pool_namespaces=pool_namespaces,
+        )
 
     def add_namespace(self, namespace: str) -> bool:
         """Own ``namespace`` too (a spawner uses it); True when it was not owned before."""
@@ -110,6 +126,15 @@ class PodOwnership:
             # a donor's copy of an offloaded pod lives in Liqo's remapped namespace
             return any(liqo.remote_namespace_name(ns, self.origin_cluster_id) == namespace for ns in self.namespaces)
         return False
+
+    def owns_pool_namespace(self, namespace: str | None) -> bool:
+        """Whether the hub's warm pools may have pods in ``namespace``."""
+        return namespace in self.pool_namespaces or self.owns_namespace(namespace)
+
+    def is_pool_pod(self, pod: Mapping[str, Any]) -> bool:
+        """Whether ``pod`` is one of the hub's warm pools' pods (a placeholder or a waiting kernel)."""
+        meta = pod.get("metadata") or {}
+        return keys.POOL_LABEL in (meta.get("labels") or {}) and self.owns_pool_namespace(meta.get("namespace"))
 
     def owns(self, pod: Mapping[str, Any]) -> bool:
         """Whether ``pod`` is one of the hub's user servers (not merely a pod using GPUs)."""

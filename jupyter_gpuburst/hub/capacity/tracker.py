@@ -81,7 +81,11 @@ class CapacityTracker:
         self.settings = settings
         self.log = log or logging.getLogger(__name__)
         self.ownership = ownership or PodOwnership()
-        self.inventory = Inventory(resource_names=settings.gpu_resource_names, resource_prefixes=settings.gpu_resource_prefixes)
+        self.inventory = Inventory(
+            resource_names=settings.gpu_resource_names,
+            resource_prefixes=settings.gpu_resource_prefixes,
+            pool_namespace=self.ownership.owns_pool_namespace,
+        )
         self.placer = Placer(settings.policy(), self.inventory, ttl_s=settings.reservation_ttl_seconds)
         # pods carrying the site label, by namespace/name, whoever made them
         self._labelled: dict[str, dict[str, Any]] = {}
@@ -259,14 +263,14 @@ class CapacityTracker:
         else:
             self._labelled[key] = kept = _kept(pod)
             self._classify(key, kept)
-        self._keep_pool_pod(event_type, key, labels.get(keys.POOL_LABEL), pod)
+        self._keep_pool_pod(event_type, key, labels.get(keys.POOL_LABEL) if self.ownership.is_pool_pod(pod) else None, pod)
         if self.accounting is not None:
             own = self._pods.get(key)
             if event_type == "DELETED":
                 # the pod as the API server last had it: when it went is in it (deletionTimestamp,
                 # its containers' end), for a ledger that hears of it late; read, never kept
                 own = pod
-            elif own is None and keys.POOL_LABEL in labels:
+            elif own is None and self.ownership.is_pool_pod(pod):
                 own = _kept(pod)  # a warm pool's placeholder: the ledger counts it as the pool's
             self.accounting.ledger.pod_event(event_type, key, own)
         if self._pod_events:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubernetes_asyncio.client import V1DeleteOptions, V1Preconditions
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from jupyter_gpuburst.core import keys
@@ -275,11 +276,18 @@ class PoolController:
         return removed
 
     async def _delete(self, pod: dict[str, Any]) -> bool:
+        """Remove ``pod`` as this pass listed it, and nothing else: True when it is gone."""
+        meta = pod["metadata"]
         try:
-            await self.core.delete_namespaced_pod(pod["metadata"]["name"], self.namespace, grace_period_seconds=0)
+            await self.core.delete_namespaced_pod(meta["name"], self.namespace, body=delete_options(pod), grace_period_seconds=0)
         except ApiException as exc:
+            if exc.status == 409:
+                # someone acted since the list: a request adopted the kernel (its patch changed
+                # the pod's resourceVersion) or the name is another pod's now; it is not ours
+                self.log.debug("warm pools: %s changed since it was listed; left alone", meta["name"])
+                return False
             if exc.status != 404:
-                self.log.warning("warm pools: removing %s failed: %s %s", pod["metadata"]["name"], exc.status, exc.reason)
+                self.log.warning("warm pools: removing %s failed: %s %s", meta["name"], exc.status, exc.reason)
                 return False
         return True
 
@@ -303,6 +311,16 @@ class PoolController:
 
     def report(self) -> list[dict[str, Any]]:
         return [s.as_dict() for s in self.states.values()]
+
+
+def delete_options(pod: Mapping[str, Any]) -> V1DeleteOptions:
+    """Preconditions that make a delete act on the pod as listed: its uid (a pod of the same name
+    made since is not it) and, for a waiting kernel, its resourceVersion too: adoption is a patch
+    of the same pod, so only the version tells an adopted kernel from a waiting one."""
+    meta = pod["metadata"]
+    kernel = (meta.get("labels") or {}).get(keys.POOL_KIND_LABEL) == keys.POOL_KIND_KERNEL
+    version = meta.get("resourceVersion") if kernel else None
+    return V1DeleteOptions(preconditions=V1Preconditions(uid=meta["uid"], resource_version=version))
 
 
 async def _json(response: Any) -> dict[str, Any]:

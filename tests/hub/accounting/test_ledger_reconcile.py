@@ -14,6 +14,7 @@ from jupyter_gpuburst.bench import synthetic
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub import accounting
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
+from jupyter_gpuburst.hub.capacity.ownership import PodOwnership
 from jupyter_gpuburst.hub.settings import settings_from_config
 
 
@@ -123,7 +124,7 @@ def test_a_hub_that_starts_again_ends_what_finished_meanwhile_when_it_did_and_co
 def test_the_tracker_hands_the_ledger_the_deleted_placeholder_with_its_deletion_time(tmp_path) -> None:
     config = Config()
     config.JupyterHub.db_url = f"sqlite:///{tmp_path}/jupyterhub.sqlite"
-    tracker = CapacityTracker(NotUsed(), settings_from_config(config))
+    tracker = CapacityTracker(NotUsed(), settings_from_config(config), ownership=PodOwnership(["jhub"]))
     tracker.accounting = accounting.from_config(config, tracker.inventory.pod_requests)
     clock = Clock(DAY0 + 100.2)
     tracker.accounting.ledger.clock = clock

@@ -100,7 +100,7 @@ def test_placeholder_is_valid_restricted_and_pinned(site):
 
 
 def test_inventory_counts_placeholders_as_free():
-    inv = Inventory()
+    inv = Inventory(pool_namespace=lambda namespace: namespace == "jhub")
     inv.apply_node_event(
         "ADDED", node_object("g", NodeConfig(name="g", resources={"nvidia.com/gpu": 2}), "127.0.0.9", "2026-01-01T00:00:00Z")
     )
@@ -133,7 +133,7 @@ class FakeApi:
         pod["status"] = {"phase": "Pending"}
         self.pods[pod["metadata"]["name"]] = pod
 
-    async def delete_namespaced_pod(self, name, namespace, grace_period_seconds):
+    async def delete_namespaced_pod(self, name, namespace, body=None, grace_period_seconds=None):
         self.pods.pop(name)
 
     async def create_priority_class(self, body):
@@ -145,7 +145,7 @@ class FakeApi:
 
 
 def controller(pools, clock, wall_clock=None):
-    inv = Inventory()
+    inv = Inventory(pool_namespace=lambda namespace: namespace == "jhub")
     for name in ("g1", "g2"):
         inv.apply_node_event(
             "ADDED", node_object(name, NodeConfig(name=name, cpu="16", memory="64Gi", resources={"nvidia.com/gpu": 2}), "127.0.0.9", "t")

@@ -167,7 +167,7 @@ class FakeApi:
         pod["status"] = {"phase": "Pending"}
         self.pods[pod["metadata"]["name"]] = pod
 
-    async def delete_namespaced_pod(self, name, namespace, grace_period_seconds):
+    async def delete_namespaced_pod(self, name, namespace, body=None, grace_period_seconds=None):
         self.pods.pop(name)
 
     async def create_priority_class(self, body):
@@ -185,7 +185,7 @@ def kernel_pool_on_one_node(gpus: int, build, **kwargs):
     from jupyter_gpuburst.sim.cluster import node_object
     from jupyter_gpuburst.sim.config import NodeConfig
 
-    inv = Inventory()
+    inv = Inventory(pool_namespace=lambda namespace: namespace == "jhub")
     node = NodeConfig(name="g", cpu="16", memory="64Gi", resources={"nvidia.com/gpu": gpus})
     inv.apply_node_event("ADDED", node_object("g", node, "127.0.0.9", "t"))
     api = FakeApi()
