@@ -9,14 +9,19 @@ environment standing in for the image's Python. That catches what broke these im
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
+import zipfile
+from email.parser import HeaderParser
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from . import dockerfile_lint
 
@@ -71,6 +76,57 @@ def _nobody_env_dir() -> Path:
     return path
 
 
+def _wheel_requirements(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as zf:
+        [name] = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        return HeaderParser().parsestr(zf.read(name).decode()).get_all("Requires-Dist") or []
+
+
+def _distributions(requirements: list[str], extras: set[str]) -> list[metadata.Distribution]:
+    """The test environment's distributions that ``requirements`` (with ``extras``) need, and
+    theirs in turn, each with every extra something asks of it, pip included (the RUN step runs
+    ``python -m pip``)."""
+    found: dict[str, metadata.Distribution] = {}
+    asked: dict[str, set[str]] = {}
+    todo = [(Requirement(r), {"", *extras}) for r in requirements] + [(Requirement("pip"), {""})]
+    while todo:
+        req, wanted = todo.pop()
+        if req.marker is not None and not any(req.marker.evaluate({"extra": e}) for e in wanted):
+            continue
+        name = canonicalize_name(req.name)
+        new = {"", *req.extras} - asked.setdefault(name, set())
+        if not new:
+            continue
+        asked[name] |= new
+        dist = found.setdefault(name, metadata.distribution(req.name))
+        todo += [(Requirement(r), new) for r in dist.requires or []]
+    return list(found.values())
+
+
+def _dependencies_dir(wheel: Path, extras: set[str]) -> Path:
+    """The wheel's dependencies, from the test environment, in a directory anyone can read.
+
+    Not the test environment's own site-packages: a checkout in a directory other users cannot
+    enter (a ``mktemp -d`` folder, a home of mode 0700) hides it from the unprivileged user. Its
+    files are linked (copied across file systems), never chowned: they stay the environment's."""
+    deps = Path(tempfile.mkdtemp(prefix="gpuburst-image-deps-"))
+    deps.chmod(0o755)
+    for dist in _distributions(_wheel_requirements(wheel), extras):
+        assert dist.files is not None, f"{dist.metadata['Name']} lists no files; cannot offer it to the install"
+        for file in dist.files:
+            if file.parts[0] == "..":
+                continue  # scripts and data outside site-packages: the install makes its own
+            source, target = Path(dist.locate_file(file)), deps / file
+            if not source.is_file():
+                continue  # a RECORD line for a .pyc never written
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            try:
+                os.link(source, target)
+            except OSError:
+                shutil.copy2(source, target)
+    return deps
+
+
 def _runnable_by_anyone(path: Path) -> bool:
     path = path.resolve()
     return all(os.stat(p).st_mode & 0o001 for p in [*reversed(path.parents), path])
@@ -97,7 +153,13 @@ def test_run_step_installs_the_wheel_as_a_non_root_user(dockerfile, built_wheel)
     [mount] = dockerfile_lint.mounts(dockerfile_lint.parse((IMAGES / dockerfile).read_text()))
     assert mount["type"] == "bind" and mount["source"] == "dist"
     interpreter = _interpreter()
-    home = _nobody_env_dir()
+    extras = {e for group in re.findall(r"\.whl[^\]]*\)\[([\w,-]+)\]", script) for e in group.split(",")}
+    deps = _dependencies_dir(wheel, extras)
+    try:
+        home = _nobody_env_dir()
+    except BaseException:
+        shutil.rmtree(deps, ignore_errors=True)
+        raise
     try:
         dist = home / "dist"
         dist.mkdir()
@@ -107,7 +169,7 @@ def test_run_step_installs_the_wheel_as_a_non_root_user(dockerfile, built_wheel)
         subprocess.run([interpreter, "-m", "venv", "--without-pip", str(env_dir)], check=True)
         site = next(env_dir.glob("lib/python*/site-packages"))
         # dependencies (pip too) come from the test environment, so nothing is downloaded
-        (site / "test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        (site / "test-deps.pth").write_text(f"{deps}\n")
         bin_dir = env_dir / "bin"
         # Docker Stacks' helper: here it only has to exist and get a directory
         (bin_dir / "fix-permissions").write_text('#!/bin/sh\nfor d in "$@"; do test -d "$d" || exit 1; done\n')
@@ -146,3 +208,4 @@ def test_run_step_installs_the_wheel_as_a_non_root_user(dockerfile, built_wheel)
             assert (bin_dir / "gpuburst").exists()  # on PATH in the image: `kubectl exec deploy/hub -- gpuburst doctor`
     finally:
         shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(deps, ignore_errors=True)
