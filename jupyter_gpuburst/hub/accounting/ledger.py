@@ -14,6 +14,13 @@ finished while the hub was down is ended at its containers' end. A pod that was 
 hub watched has left no time of its own in the cluster: it is ended where the previous hub was
 last alive, so nothing is counted twice, and at most that hub's downtime of such a pod goes
 uncounted.
+
+New sessions wait ``write_delay`` to be written together, but an end is written at once (with
+whatever else is pending, at the loop's next turn): a hub killed before writing a binding leaves
+a pod the next hub still lists, bound at its scheduler's time, but one killed before writing an
+end leaves a pod that is gone, and the next hub could only end it where this one last wrote,
+up to a heartbeat before (a placeholder preempted, or a student's server stopped, just before
+the hub was killed was counted seconds short).
 """
 
 from __future__ import annotations
@@ -100,6 +107,7 @@ class UsageLedger:
         # GPU memory per unit of each resource as sessions measured it: (when read, bytes)
         self._unit_memory: dict[str, tuple[float, float | None]] = {}
         self._write_handle: asyncio.Handle | None = None
+        self._write_soon = False  # the handle is for the loop's next turn (an end is pending)
 
     # ---- the tracker's pod events -------------------------------------------------------------
     def pod_event(self, event_type: str, key: str, pod: Mapping[str, Any] | None) -> None:
@@ -202,7 +210,7 @@ class UsageLedger:
         for s in sessions:
             end = _end_time(pod, now, s.counted_until)
             self._pending.append((s, end, self._idle_since(s), end))
-        self._schedule_write()
+        self._schedule_write(soon=True)
 
     def _end_resumable(self, pod: Mapping[str, Any]) -> None:
         """A pod counted by the previous hub that finished (or went) while no hub watched: its
@@ -215,25 +223,31 @@ class UsageLedger:
         for session in sessions:
             end = _end_time(pod, now, session.counted_until, late=True)
             self._pending.append((session, end, None, end))
-        self._schedule_write()
+        self._schedule_write(soon=True)
 
-    def _schedule_write(self) -> None:
+    def _schedule_write(self, soon: bool = False) -> None:
         """Write soon, in one transaction with whatever else changed meanwhile: a commit on
-        every binding would cost each watch event more than the inventory's whole update."""
-        if self._write_handle is not None:
+        every binding would cost each watch event more than the inventory's whole update.
+        ``soon``: at the loop's next turn (an end: see the module docstring); the events of one
+        burst (a pool's placeholders preempted together) still share the commit."""
+        if self._write_handle is not None and (self._write_soon or not soon):
             return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             self.write()  # no loop (a script, a test): at once
             return
-        self._write_handle = loop.call_later(self.write_delay, self.write)
+        if self._write_handle is not None:
+            self._write_handle.cancel()
+        self._write_soon = soon
+        self._write_handle = loop.call_soon(self.write) if soon else loop.call_later(self.write_delay, self.write)
 
     def write(self) -> None:
         """Put what changed on disk, with the time this hub was last alive."""
         if self._write_handle is not None:
             self._write_handle.cancel()
             self._write_handle = None
+            self._write_soon = False
         new, pending, used = self._new, self._pending, self._used
         self._new, self._pending, self._used = [], [], {}
         try:

@@ -4,6 +4,7 @@ while the hub was down."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 
 import pytest
@@ -13,8 +14,8 @@ from traitlets.config import Config
 from jupyter_gpuburst.bench import synthetic
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub import accounting
-from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.capacity.ownership import PodOwnership
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.settings import settings_from_config
 
 
@@ -119,6 +120,39 @@ def test_a_hub_that_starts_again_ends_what_finished_meanwhile_when_it_did_and_co
     assert seconds(second, user="bob") == pytest.approx(49.5)
     assert [s.pod for s in second.open_sessions()] == ["jhub/new"]
     assert list(second.store.open_sessions()) == ["uid-new"]
+
+
+async def test_an_end_the_hub_heard_is_on_disk_before_it_can_be_killed(tmp_path) -> None:
+    path = tmp_path / "u.sqlite"
+    clock = Clock(DAY0 + 100.0)
+    first = ledger_at(path, clock, write_delay=0.5)
+    first.pod_event("ADDED", "jhub/p", pod("p"))  # bound, seen at once: 100.0
+    clock.t = DAY0 + 100.3
+    first.write()  # its last heartbeat
+    # preempted (or stopped) at 105.3, heard at 105.4; the loop turns once, and the hub is killed
+    # (SIGKILL: nothing of it runs again)
+    clock.t = DAY0 + 105.4
+    first.pod_event("DELETED", "jhub/p", deleted_at(pod("p"), DAY0 + 105.3))
+    await asyncio.sleep(0)
+    # the next hub's first list has no such pod: it can only go by what the first one wrote
+    clock.t = DAY0 + 130.0
+    second = ledger_at(path, clock)
+    second.loaded()
+    assert seconds(second) == pytest.approx(5.4)  # not 0.3: up to where the first hub last wrote
+
+
+async def test_bindings_still_wait_to_be_written_together_and_an_end_takes_them_along(tmp_path) -> None:
+    path = tmp_path / "u.sqlite"
+    clock = Clock(DAY0 + 100.0)
+    ledger = ledger_at(path, clock, write_delay=30.0)
+    ledger.pod_event("ADDED", "jhub/a", pod("a"))
+    ledger.pod_event("ADDED", "jhub/b", pod("b"))
+    await asyncio.sleep(0)
+    assert ledger.store.open_sessions() == {}  # a commit per binding would slow every watch event
+    clock.t = DAY0 + 110.0
+    ledger.pod_event("DELETED", "jhub/a", pod("a"))
+    await asyncio.sleep(0)
+    assert list(ledger.store.open_sessions()) == ["uid-b"]  # one commit: the end, and the binding before it
 
 
 def test_the_tracker_hands_the_ledger_the_deleted_placeholder_with_its_deletion_time(tmp_path) -> None:
