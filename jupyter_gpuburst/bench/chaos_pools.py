@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from jupyter_gpuburst.bench.ledger_check import LEDGER_FILE
 from jupyter_gpuburst.bench.spawn import DONOR, NAMESPACE, PROFILES
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub.pools.manifests import NAME_PREFIX, priority_class
@@ -90,21 +87,20 @@ def preempt_placeholders(fed: Federation) -> int:
 
 async def preempt_once_watched(fed: Federation, hub: Any, wait_s: float = 60.0) -> float:
     """``preempt_placeholders`` once the hub (``chaos.Hub``) is up and its capacity tracker has
-    listed the pods, and no hub kill until its ledger has ended their sessions; returns how long
-    the preemption waited.
+    listed the pods; returns how long the preemption waited.
 
     The schedule puts the preemptions after the API server's outage, but a hub started again
     during the outage can come up seconds after them on a loaded machine, and a pod removed
     while no hub watches leaves no time of its own in the cluster: the ledger ends it at the
     previous hub's last write, and the check would measure the hub's downtime, not the pools.
-    For the same reason the next hub kill waits until the ledger has counted them. A hub that
-    is up but whose watch is still resuming is not waited for: that is the case the ledger must
-    count by the cluster's own times."""
+    A hub that is up but whose watch is still resuming is not waited for: that is the case the
+    ledger must count by the cluster's own times; and a hub killed after the preemption is not
+    held off either: the ends it heard are on disk at once (``hub/accounting/ledger.py``)."""
     async with hub.restarting:
-        return await _preempt_once_watched(fed, hub, hub.process.workdir / LEDGER_FILE, wait_s)
+        return await _preempt_once_watched(fed, hub, wait_s)
 
 
-async def _preempt_once_watched(fed: Federation, hub: Any, ledger: Path, wait_s: float) -> float:
+async def _preempt_once_watched(fed: Federation, hub: Any, wait_s: float) -> float:
     started = time.monotonic()
     deadline = started + wait_s
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
@@ -116,25 +112,8 @@ async def _preempt_once_watched(fed: Federation, hub: Any, ledger: Path, wait_s:
                     break
             await asyncio.sleep(0.2)
     waited = time.monotonic() - started
-    pods, _ = fed.origin.store.list("pods", NAMESPACE, label_selector=keys.POOL_LABEL)
     preempt_placeholders(fed)
-    uids = [p["metadata"]["uid"] for p in pods]
-    while uids and time.monotonic() < deadline and _open_sessions(ledger, uids):
-        await asyncio.sleep(0.2)
     return waited
-
-
-def _open_sessions(ledger: Path, uids: list[str]) -> bool:
-    """Whether the hub's ledger still has a session of one of these pods open."""
-    try:
-        db = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True, timeout=5)
-        try:
-            marks = ",".join("?" * len(uids))
-            return db.execute(f"SELECT 1 FROM sessions WHERE ended IS NULL AND uid IN ({marks}) LIMIT 1", uids).fetchone() is not None
-        finally:
-            db.close()
-    except sqlite3.Error:
-        return True  # not readable yet: ask again
 
 
 def placeholders_bound(lifetimes: Any) -> int:
