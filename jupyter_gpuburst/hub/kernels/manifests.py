@@ -37,14 +37,14 @@ CONTAINER_SECURITY: dict[str, Any] = {
 }
 
 
-def pod_security(uid: int | None, gid: int | None) -> dict[str, Any]:
+def pod_security(uid: int | None, gid: int | None, fs_gid: int | None = None) -> dict[str, Any]:
     """The pod's securityContext: never root (an image whose user is root fails to start), the
-    runtime's default seccomp profile, and the user's uid/gid when the hub knows them."""
+    runtime's default seccomp profile, and the uid, gid and fsGroup the servers run with, where
+    set (unset: the image's, as for the servers)."""
     context: dict[str, Any] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
-    if uid is not None:
-        context["runAsUser"] = uid
-        if gid is not None:
-            context.update(runAsGroup=gid, fsGroup=gid)
+    for field, value in (("runAsUser", uid), ("runAsGroup", gid), ("fsGroup", fs_gid)):
+        if value is not None:
+            context[field] = value
     return context
 
 
@@ -96,8 +96,9 @@ def kernel_pod(
     grace_seconds: int,
     extra_env: dict[str, str] | None = None,
     command: list[str] | None = None,
-    uid: int | None = 1000,
-    gid: int | None = 100,
+    uid: int | None = None,
+    gid: int | None = None,
+    fs_gid: int | None = None,
 ) -> dict[str, Any]:
     """The kernel pod, pinned to ``placement`` exactly like a GPU server's pod."""
     env: list[dict[str, Any]] = [
@@ -140,7 +141,7 @@ def kernel_pod(
         "containers": [container],
         "volumes": list(files.volumes),
     }
-    spec["securityContext"] = pod_security(uid, gid)
+    spec["securityContext"] = pod_security(uid, gid, fs_gid)
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,

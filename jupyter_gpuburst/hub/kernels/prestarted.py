@@ -129,6 +129,9 @@ def pooled_pod(
         extra_env=dict(settings.extra_env),
         # the admin's command runs our entry point (in their environment): it waits the same way
         command=list(settings.command) or None,
+        uid=settings.uid,
+        gid=settings.gid,
+        fs_gid=settings.fs_gid,
     )
     container = pod["spec"]["containers"][0]
     # who adopts it is not known yet: no user, no connection (the adopter's env brings them)

@@ -404,6 +404,9 @@ class KernelRegistry:
             grace_seconds=self.settings.termination_grace_seconds,
             extra_env=dict(self.settings.extra_env),
             command=list(self.settings.command) or None,
+            uid=self.settings.uid,
+            gid=self.settings.gid,
+            fs_gid=self.settings.fs_gid,
         )
         if self.settings.modify_pod_hook is not None:
             pod = self.settings.modify_pod_hook(pod, placement)

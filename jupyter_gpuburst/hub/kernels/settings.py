@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -265,6 +266,46 @@ class GPUKernelSettings(Configurable):
         annotations, ports and its Secret reference.""",
     ).tag(config=True)
 
+    uid = Int(
+        None,
+        allow_none=True,
+        help="""The uid kernel pods run as (``runAsUser``). Default: the servers' own,
+        ``KubeSpawner.uid``; unset there too, the image's user, as for servers. A kernel reads
+        and writes the user's files as the server does. Never 0: kernel pods never run as root.""",
+    ).tag(config=True)
+
+    gid = Int(
+        None,
+        allow_none=True,
+        help="The gid kernel pods run as (``runAsGroup``). Default: the servers' own, ``KubeSpawner.gid``.",
+    ).tag(config=True)
+
+    fs_gid = Int(
+        None,
+        allow_none=True,
+        help="The kernel pods' ``fsGroup`` (owns their volumes). Default: the servers' own, ``KubeSpawner.fs_gid``.",
+    ).tag(config=True)
+
+    @validate("uid", "gid", "fs_gid")
+    def _valid_id(self, proposal: Any) -> Any:
+        value, name = proposal["value"], proposal["trait"].name
+        if value is not None and (value < 0 or (name == "uid" and value == 0)):
+            why = "kernel pods never run as root" if value == 0 else "it must be >= 0"
+            raise TraitError(f"GPUKernelSettings.{name} = {value}: {why}")
+        return value
+
+    async def modified_pod(self, pod: dict[str, Any], placement: Any) -> dict[str, Any]:
+        """``pod`` as ``modify_pod_hook`` leaves it (itself without a hook): every kernel pod,
+        started for a request or pre-started for a pool, goes through it."""
+        if self.modify_pod_hook is None:
+            return pod
+        pod = self.modify_pod_hook(pod, placement)
+        if inspect.isawaitable(pod):
+            pod = await pod
+        if not isinstance(pod, dict):
+            raise TypeError(f"GPUKernelSettings.modify_pod_hook must return the pod as a dict, not {type(pod).__name__}")
+        return pod
+
     def ports(self, port_set: int = 0) -> dict[str, int]:
         """The five ports of a kernel pod: ``port_set`` 0 or 1 (see PORT_SETS)."""
         first = self.base_port + port_set * len(CHANNELS)
@@ -294,6 +335,9 @@ def kernel_settings_from_config(config: Config | None) -> GPUKernelSettings:
     # a profile that sets no CPU or memory gets the spawner's hub-wide ones
     hub_wide = spawner_resources(lambda name: spawner_setting(config, name, None))
     settings.profiles = [{**hub_wide, **raw} if not set(raw) & set(RESOURCE_KEYS) else raw for raw in settings.profiles]
+    for name in ("uid", "gid", "fs_gid"):
+        if name not in (config.get("GPUKernelSettings") or {}):
+            setattr(settings, name, server_id(config, name))
     if settings.files_policy is None and spawner_setting(config, "storage_policy", None) == "shared":
         settings.files_policy = shared_storage
     return settings
@@ -331,6 +375,17 @@ def profile_notes(config: Config | None) -> list[str]:
         f"No GPU kernels are offered: {why}. List them in c.GPUKernelSettings.profiles "
         '(for example [{"resource": "nvidia.com/gpu", "count": 1, "cpu": "2", "memory": "8Gi"}]).'
     ]
+
+
+def server_id(config: Config, name: str) -> int | None:
+    """The spawner's ``uid``, ``gid`` or ``fs_gid``, which kernel pods share with servers; a
+    callable (decided per server) cannot be: the admin sets GPUKernelSettings' own."""
+    value = spawner_setting(config, name, None)
+    if callable(value):
+        raise ValueError(
+            f"KubeSpawner.{name} is a callable, decided per server; GPU kernel pods need one value: set GPUKernelSettings.{name}"
+        )
+    return value
 
 
 def spawner_setting(config: Config | None, name: str, default: Any) -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import inspect
 import json
 import logging
 import time
@@ -82,7 +83,7 @@ class PoolController:
         log: logging.Logger | None = None,
         clock: Callable[[], float] = time.monotonic,
         offloader: Any = None,
-        kernel_pods: Mapping[str, Callable[[], dict[str, Any]]] | None = None,
+        kernel_pods: Mapping[str, Callable[[], Any]] | None = None,
         wall_clock: Callable[[], dt.datetime] | None = None,
     ):
         self.offloader = offloader  # sites.offloading.NamespaceOffloader: donor placeholders need it
@@ -166,7 +167,7 @@ class PoolController:
                 continue
             if state.pool.site != keys.ORIGIN_SITE and self.offloader is not None:
                 await self.offloader.ensure(self.namespace)  # Liqo offloads only such namespaces
-            manifest = build()
+            manifest = await _built(build)
             demand = self.tracker.inventory.pod_resources(manifest)
             room = _room(snapshot, state.pool.site, demand, held)
             for _ in range(min(missing, room)):
@@ -177,7 +178,7 @@ class PoolController:
                     self.log.warning("warm pool %s: creating a placeholder failed: %s %s", name, exc.status, exc.reason)
                     break
                 state.created += 1
-                manifest = build()  # a kernel pool's pods each have a name (and a Secret) of their own
+                manifest = await _built(build)  # a kernel pool's pods each have a name (and a Secret) of their own
                 # the next placeholder of this pass must not count the same room
                 _hold_somewhere(snapshot, state.pool.site, demand, held)
             else:
@@ -192,8 +193,9 @@ class PoolController:
             state.target = state.pool.count if schedule.is_open(state.pool.schedule, today) else 0
             state.when = schedule.describe(state.pool.schedule, today)
 
-    def _builder(self, pool: Pool) -> Callable[[], dict[str, Any]] | None:
-        """What makes one pod of ``pool``; None when its profile is unknown."""
+    def _builder(self, pool: Pool) -> Callable[[], Any] | None:
+        """What makes one pod of ``pool`` (a kernel pool's may be async: the admin's hook); None
+        when its profile is unknown."""
         if pool.kind == KERNELS:
             return self.kernel_pods.get(pool.name)
         shape = self.shapes.get(pool.profile)
@@ -321,6 +323,11 @@ def delete_options(pod: Mapping[str, Any]) -> V1DeleteOptions:
     kernel = (meta.get("labels") or {}).get(keys.POOL_KIND_LABEL) == keys.POOL_KIND_KERNEL
     version = meta.get("resourceVersion") if kernel else None
     return V1DeleteOptions(preconditions=V1Preconditions(uid=meta["uid"], resource_version=version))
+
+
+async def _built(build: Callable[[], Any]) -> dict[str, Any]:
+    pod = build()
+    return await pod if inspect.isawaitable(pod) else pod
 
 
 async def _json(response: Any) -> dict[str, Any]:

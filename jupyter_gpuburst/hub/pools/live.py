@@ -60,7 +60,7 @@ def kernel_pod_builders(c: Any, settings: WarmPools, namespace: str) -> dict[str
         if profile is None:
             offered = ", ".join(sorted(profiles)) or "none"
             raise ValueError(f"WarmPools.kernels: no GPU kernel profile {pool.profile!r} (offered: {offered})")
-        builders[pool.name] = functools.partial(
+        pod = functools.partial(
             prestarted.pooled_pod,
             pool.site,
             profile,
@@ -70,7 +70,14 @@ def kernel_pod_builders(c: Any, settings: WarmPools, namespace: str) -> dict[str
             settings.priority_class,
             list(settings.kernel_preload),
         )
+        builders[pool.name] = functools.partial(_hooked, kernel_settings, pod, prestarted.site_placement(pool.site, profile))
     return builders
+
+
+async def _hooked(kernel_settings: Any, pod: Any, placement: Any) -> dict[str, Any]:
+    """A pre-started kernel's pod as the admin's ``modify_pod_hook`` leaves every kernel pod: an
+    adopted kernel is a kernel pod like any other, with the same changes."""
+    return await kernel_settings.modified_pod(pod(), placement)
 
 
 async def _start(settings: WarmPools, shapes: dict[str, Any], namespace: str, tracker_source: Any, kernel_pods: dict[str, Any]) -> None:

@@ -68,7 +68,7 @@ def placeholder_pod(pool: Pool, shape: Shape, namespace: str, priority_class_nam
             "enableServiceLinks": False,
             "affinity": {"nodeAffinity": affinity},
             "tolerations": tolerations,
-            "securityContext": pod_security(JOVYAN_UID, USERS_GID),
+            "securityContext": pod_security(JOVYAN_UID, USERS_GID, USERS_GID),
             "containers": [container],
         },
     }

@@ -87,7 +87,7 @@ def test_adoption_gives_the_pod_a_new_key_its_owner_and_a_kernels_labels():
     assert patch["metadata"]["ownerReferences"][0]["uid"] == "server-uid"
 
 
-def test_kernel_pools_are_checked_like_placeholder_pools():
+async def test_kernel_pools_are_checked_like_placeholder_pools():
     with pytest.raises(TraitError, match=r"WarmPools.kernels\[0\]: 'count'"):
         WarmPools(kernels=[{"site": "origin", "profile": "gpu-1", "count": -1}])
     settings = WarmPools(kernels=[{"site": "origin", "profile": "gpu-1", "count": 2}])
@@ -99,7 +99,7 @@ def test_kernel_pools_are_checked_like_placeholder_pools():
         live.install(c, lambda: None)
     c.WarmPools.kernels = [{"site": "origin", "profile": "gpu-1", "count": 1}]
     builders = live.kernel_pod_builders(c, WarmPools(config=c), "jhub")
-    assert builders["origin.gpu-1.kernels"]()["metadata"]["namespace"] == "jhub"
+    assert (await builders["origin.gpu-1.kernels"]())["metadata"]["namespace"] == "jhub"
 
 
 def test_capacity_page_shows_kernel_pools_apart():
