@@ -14,6 +14,8 @@ from jupyter_gpuburst.sim.faults import Faults
 from jupyter_gpuburst.sim.kubeconfig import write_kubeconfig
 from jupyter_gpuburst.sim.peering import Peering
 
+CONTROL_PLANES = ("emulator", "kube")
+
 
 class Federation:
     """Origin + donors, each with its own API server on 127.0.0.1; donors peered to the origin.
@@ -24,8 +26,17 @@ class Federation:
     """
 
     def __init__(
-        self, config: FederationConfig | None = None, state_dir: str | Path | None = None, faults: Mapping[str, Faults] | None = None
+        self,
+        config: FederationConfig | None = None,
+        state_dir: str | Path | None = None,
+        faults: Mapping[str, Faults] | None = None,
+        control_plane: str = "emulator",
     ):
+        if control_plane not in CONTROL_PLANES:
+            raise ValueError(f"control plane {control_plane!r} is not one of {', '.join(CONTROL_PLANES)}")
+        if control_plane == "kube" and faults:
+            raise ValueError("API faults are the emulator's; the real control plane's faults are its processes' (see sim/kube)")
+        self.control_plane = control_plane
         self.config = config or load_config()
         faults = dict(faults or {})
         unknown = set(faults) - {self.config.origin.name, *(d.cluster.name for d in self.config.donors)}
@@ -33,14 +44,21 @@ class Federation:
             raise ValueError(f"faults given for unknown clusters: {', '.join(sorted(unknown))}")
         self._own_state = state_dir is None
         self.state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="gpuburst-sim-"))
-        self.origin = Cluster(self.config.origin, 0, self.state_dir, faults=faults.get(self.config.origin.name))
+        self.origin = self._site(self.config.origin, 0, faults.get(self.config.origin.name))
         self.donors: dict[str, Cluster] = {}
         self.peerings: dict[str, Peering] = {}
         for i, donor in enumerate(self.config.donors, start=1):
-            cluster = Cluster(donor.cluster, i, self.state_dir, faults=faults.get(donor.cluster.name))
+            cluster = self._site(donor.cluster, i, faults.get(donor.cluster.name))
             self.donors[cluster.cluster_id] = cluster
             self.peerings[cluster.cluster_id] = Peering(self.origin, cluster, donor.grant, str(next(self.origin._node_ips)))
         self.started = False
+
+    def _site(self, config, index: int, faults: Faults | None) -> Cluster:
+        if self.control_plane == "kube":
+            from jupyter_gpuburst.sim.kube.site import KubeSite  # needs the built control plane, not the emulator
+
+            return KubeSite(config, index, self.state_dir)  # type: ignore[return-value] - Cluster's surface
+        return Cluster(config, index, self.state_dir, faults=faults)
 
     @property
     def clusters(self) -> dict[str, Cluster]:
@@ -52,6 +70,12 @@ class Federation:
         return {name: c.url for name, c in self.clusters.items()}
 
     def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
+        """A kubeconfig with a context per cluster: the emulator's open endpoints, or on the real
+        control plane each site's CA and the federation's own (cluster-admin) certificate."""
+        if self.control_plane == "kube":
+            from jupyter_gpuburst.sim.kube.credentials import write_admin_kubeconfig
+
+            return write_admin_kubeconfig(path, self.clusters, self.origin.name, namespace)  # type: ignore[arg-type]
         return write_kubeconfig(path, self.contexts(), self.origin.name, namespace)
 
     async def start(self) -> None:

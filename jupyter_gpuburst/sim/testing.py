@@ -23,14 +23,16 @@ async def running_federation(
     state_dir: str | Path | None = None,
     kubeconfig: str | Path | None = None,
     faults: dict[str, Faults] | None = None,
+    control_plane: str = "emulator",
 ) -> AsyncIterator[Federation]:
     """A started Federation (default config unless given a config, a dict or a YAML path);
-    with ``kubeconfig``, writes one there (contexts: origin and one per donor)."""
+    with ``kubeconfig``, writes one there (contexts: origin and one per donor).
+    ``control_plane="kube"``: each site on the real control plane (sim/kube)."""
     if isinstance(config, dict):
         config = parse_config(config, "<test config>")
     elif isinstance(config, (str, Path)):
         config = load_config(config)
-    fed = Federation(config, state_dir, faults)
+    fed = Federation(config, state_dir, faults, control_plane=control_plane)
     await fed.start()
     try:
         if kubeconfig is not None:

@@ -1,0 +1,44 @@
+"""Where the real control plane's binaries are: those ``tools/kube/build`` (``make kube``) made.
+
+``GPUBURST_KUBE_BIN`` names a folder holding them; otherwise the build's cache (``$GPUBURST_KUBE_CACHE``,
+else ``$XDG_CACHE_HOME`` or ``~/.cache``, ``/jupyter-gpuburst/kube``), whose ``current`` link the
+build points at its newest complete build.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+NAMES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
+class ControlPlaneMissing(RuntimeError):
+    """The binaries are not built here."""
+
+
+def cache_dir() -> Path:
+    if os.environ.get("GPUBURST_KUBE_CACHE"):
+        return Path(os.environ["GPUBURST_KUBE_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "jupyter-gpuburst" / "kube"
+
+
+def locate() -> Path:
+    """The folder holding every binary in ``NAMES``, or ControlPlaneMissing saying how to build them."""
+    folder = Path(os.environ["GPUBURST_KUBE_BIN"]) if os.environ.get("GPUBURST_KUBE_BIN") else cache_dir() / "current" / "bin"
+    missing = [name for name in NAMES if not os.access(folder / name, os.X_OK)]
+    if missing:
+        raise ControlPlaneMissing(
+            f"the real control plane is not built ({', '.join(missing)} missing in {folder}); "
+            "build it with `make kube` (needs Go >= 1.25), or use the emulator (the default)"
+        )
+    return folder
+
+
+def available() -> bool:
+    try:
+        locate()
+    except ControlPlaneMissing:
+        return False
+    return True

@@ -1,0 +1,202 @@
+"""One site on the real control plane: its ControlPlane, and the process kubelet joined to it.
+
+The same surface as ``sim.cluster.Cluster`` (name, cluster_id, url, store, kubelet, pool,
+virtual_kubelets, start/stop), so the federation and Liqo's reflection run unchanged on it.
+The kubelet joins as a node agent does: it registers its Nodes (capacity with ``nvidia.com/gpu``
+and MIG resources, their labels, Ready), renews each node's Lease in ``kube-node-lease`` every
+``LEASE_RENEW_S`` (kube-controller-manager's node lifecycle controller judges health by it, and
+evicts from a node whose lease lapses), writes ``pods/status``, and removes a deleted pod only
+when its containers have stopped. kube-scheduler binds the pods; garbage collection, namespace
+deletion and the other controllers are kube-controller-manager's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import ssl
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from jupyter_gpuburst.sim import defaults
+from jupyter_gpuburst.sim.cluster import NodeKubelet, node_object
+from jupyter_gpuburst.sim.config import ClusterConfig
+from jupyter_gpuburst.sim.errors import ApiError
+from jupyter_gpuburst.sim.kube.controlplane import ControlPlane
+from jupyter_gpuburst.sim.kube.remotestore import RemoteStore
+from jupyter_gpuburst.sim.kubelet import AddressPool, Kubelet
+from jupyter_gpuburst.sim.kubelet.devices import DevicePlugin
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+LEASE_RENEW_S = 10.0  # the kubelet's nodeLeaseRenewInterval
+LEASE_DURATION_S = 40  # the kubelet's nodeLeaseDurationSeconds
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+# what the node agents read through their cache
+CACHED = (
+    "pods",
+    "nodes",
+    "services",
+    "secrets",
+    "configmaps",
+    "persistentvolumeclaims",
+    "events",
+)
+LIQO_CACHED = ("namespaceoffloadings.offloading.liqo.io",)
+
+
+class KubeSite:
+    """A site whose API is a real kube-apiserver. ``index`` picks its pod network as Cluster does."""
+
+    def __init__(self, config: ClusterConfig, index: int, state_dir: Path, *, bin_dir: Path | None = None, liqo_crds: Path | None = None):
+        if not 0 <= index < 200:
+            raise ValueError(f"cluster index must be in [0, 200), got {index}")
+        self.config = config
+        self.name = config.name
+        self.cluster_id = config.id
+        self.state_dir = Path(state_dir)
+        self.control_plane = ControlPlane(config.name, self.state_dir / "control-planes", bin_dir)
+        self.liqo_crds = liqo_crds if liqo_crds is not None else self.control_plane.bin_dir.parent / "liqo-crds"
+        network = ipaddress.ip_network(f"127.{10 + index}.0.0/16")
+        self._node_ips = network.hosts()
+        self.pool = AddressPool(f"127.{10 + index}.128.0/17", random_start=True)
+        self._devices = DevicePlugin({name: node.devices for node in config.nodes for name in node.names()})
+        self.virtual_kubelets: dict[str, NodeKubelet] = {}
+        self.store: RemoteStore | None = None
+        self.kubelet: Kubelet | None = None
+        self._leases: asyncio.Task | None = None
+        self._lease_nodes: list[str] = []
+        self.running = False
+
+    @property
+    def url(self) -> str:
+        return self.control_plane.url
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.control_plane.admin_kubeconfig
+
+    def credentials(self) -> tuple[str, str, str]:
+        cp = self.control_plane
+        return str(cp.pki.ca), str(cp.harness_cert.cert), str(cp.harness_cert.key)
+
+    async def start(self) -> None:
+        try:
+            await self.control_plane.start()
+            await self._install_liqo_crds()
+            cached = CACHED + (LIQO_CACHED if self.liqo_crds.is_dir() else ())
+            self.store = RemoteStore(self.url, self.credentials(), cached)
+            await self.store.start()
+            self.register_nodes()
+            self._leases = asyncio.create_task(self._renew_leases(), name=f"leases-{self.name}")
+            self.kubelet = Kubelet(
+                self.store,  # type: ignore[arg-type] - RemoteStore serves the Store interface the kubelet uses
+                self.pool,
+                state_dir=self.state_dir / self.name,
+                image_settings=self.config.images,
+                devices=self._devices,
+            )
+            await self.kubelet.start()
+        except BaseException:
+            await self.stop()
+            raise
+        self.running = True
+
+    async def stop(self) -> None:
+        self.running = False
+        if self._leases is not None:
+            self._leases.cancel()
+            await asyncio.gather(self._leases, return_exceptions=True)
+        if self.kubelet is not None:
+            await self.kubelet.stop()
+        if self.store is not None:
+            await self.store.stop()
+        await self.control_plane.stop()
+
+    # -- nodes ---------------------------------------------------------------------------------
+
+    def register_nodes(self) -> list[Obj]:
+        assert self.store is not None
+        now = defaults.timestamp(self.store.now())
+        created = []
+        for node in self.config.nodes:
+            for name in node.names():
+                created.append(self.store.create("nodes", node_object(name, node, str(next(self._node_ips)), now)))
+                self._lease_nodes.append(name)
+        return created
+
+    def add_lease_node(self, name: str) -> None:
+        """Renew ``name``'s lease too (a virtual node, whose virtual kubelet keeps it alive)."""
+        self._lease_nodes.append(name)
+
+    def drop_lease_node(self, name: str) -> None:
+        if name in self._lease_nodes:
+            self._lease_nodes.remove(name)
+
+    async def _renew_leases(self) -> None:
+        assert self.store is not None
+        while True:
+            for name in list(self._lease_nodes):
+                try:
+                    await asyncio.to_thread(self._renew, name)
+                except (ApiError, httpx.HTTPError) as exc:
+                    log.debug("lease of node %s not renewed: %s", name, exc)
+            await asyncio.sleep(LEASE_RENEW_S)
+
+    def _renew(self, name: str) -> None:
+        store = self.store
+        assert store is not None
+        stamp = defaults.micro_timestamp(store.now())
+        spec = {"holderIdentity": name, "leaseDurationSeconds": LEASE_DURATION_S, "renewTime": stamp}
+        try:
+            lease = store.get("leases", NODE_LEASE_NAMESPACE, name)
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+            node = store.get("nodes", None, name)
+            owner = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": node["metadata"]["uid"]}
+            store.create(
+                "leases",
+                {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": name, "namespace": NODE_LEASE_NAMESPACE, "ownerReferences": [owner]},
+                    "spec": spec,
+                },
+            )
+            return
+        lease["spec"].update(spec)
+        store.replace("leases", lease)
+
+    # -- Liqo ----------------------------------------------------------------------------------
+
+    async def _install_liqo_crds(self) -> None:
+        """Liqo's CRDs, from the build (Liqo's Go module), each Established before it is used."""
+        if not self.liqo_crds.is_dir():
+            log.warning("Liqo's CRDs are not in %s: Liqo objects are not validated on %s", self.liqo_crds, self.name)
+            return
+        cp = self.control_plane
+        context = ssl.create_default_context(cafile=str(cp.pki.ca))
+        context.load_cert_chain(str(cp.harness_cert.cert), str(cp.harness_cert.key))
+        base = f"{self.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        async with httpx.AsyncClient(verify=context, timeout=10.0) as client:
+            names = []
+            for path in sorted(self.liqo_crds.glob("*.yaml")):
+                crd = yaml.safe_load(path.read_text())
+                response = await client.post(base, json=crd)
+                if response.status_code not in (200, 201, 409):
+                    raise RuntimeError(f"Liqo CRD {path.name} refused by {self.name}: {response.text[:300]}")
+                names.append(crd["metadata"]["name"])
+            for name in names:
+                for _ in range(300):
+                    crd = (await client.get(f"{base}/{name}")).json()
+                    conditions = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions", [])}
+                    if conditions.get("Established") == "True":
+                        break
+                    await asyncio.sleep(0.1)
+                else:
+                    raise RuntimeError(f"Liqo CRD {name} not Established on {self.name}")

@@ -1,0 +1,56 @@
+"""The hub's RBAC, judged by the real API server's audit log over the whole kube tier (this file
+runs last in it): every request the hub made is granted by the deployment's manifests (z2jh's
+hub Role and hub_config/), nothing it was refused, and nothing is granted that no request used
+unless listed below with the path that needs it. ``gpuburst doctor``'s permission list is held
+to the same set."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyter_gpuburst.doctor.permissions import KERNEL_PERMISSIONS, REQUIRED_PERMISSIONS
+from jupyter_gpuburst.sim.kube import audit
+from jupyter_gpuburst.sim.kube.hubaccount import documents, retarget
+
+from .conftest import HUB_RBAC, audit_collection
+
+pytestmark = pytest.mark.kube
+HUB_USER = "system:serviceaccount:default:hub"
+# Granted, and needed only on a path the tier does not take, each with that path.
+UNUSED_BUT_NEEDED: dict[audit.Use, str] = {}
+
+
+def hub_rules():
+    docs = [retarget(doc, "jhub", "default") for doc in documents(HUB_RBAC)]
+    return audit.grants(docs, "default", "hub")
+
+
+def test_the_hub_uses_what_its_rbac_grants_and_nothing_else(tmp_path_factory):
+    collected = audit_collection(tmp_path_factory)
+    if not collected.exists():
+        pytest.fail("no audit events were collected: run the whole kube tier (make test-kube), whose other files make them")
+    used = audit.uses([collected], HUB_USER)
+    assert used, "the hub made no request the audit log recorded"
+    rules = hub_rules()
+    refused = sorted(str(u) for u, code in used.items() if code == 403)
+    assert not refused, f"the API server refused the hub: {refused}"
+    ungranted = sorted(str(u) for u in used if not audit.granted(rules, u))
+    assert not ungranted, f"used, but granted by nothing: {ungranted}"
+    unused = sorted(str(g) for g in audit.granted_uses(rules) if g not in UNUSED_BUT_NEEDED and not any(_covers(g, u) for u in used))
+    assert not unused, f"granted, but no request of the tier used it (list it in UNUSED_BUT_NEEDED with its path, or drop it): {unused}"
+
+
+def _covers(grant: audit.Use, use: audit.Use) -> bool:
+    return (grant.verb, grant.group, grant.resource, grant.subresource) == (use.verb, use.group, use.resource, use.subresource) and (
+        not grant.namespaced or use.namespaced
+    )
+
+
+def test_doctor_checks_what_the_hub_uses(tmp_path_factory):
+    collected = audit_collection(tmp_path_factory)
+    if not collected.exists():
+        pytest.fail("no audit events were collected: run the whole kube tier (make test-kube)")
+    used = {(u.verb, u.group, u.resource_path, u.namespaced) for u in audit.uses([collected], HUB_USER)}
+    checked = {(p.verb, p.group, p.resource, p.namespaced) for p in (*REQUIRED_PERMISSIONS, *KERNEL_PERMISSIONS)}
+    missing = sorted(str(u) for u in used - checked)
+    assert not missing, f"doctor does not check these requests the hub makes: {missing}"
