@@ -104,7 +104,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
       label: 'Show GPU Panel',
       caption: 'Where this server runs and how its GPUs are used',
       icon: gpuIcon,
-      execute: () => app.shell.activateById(panel.id)
+      // Before the layout is restored, the restore would collapse the sidebar just opened: an
+      // open asked for that early (a click, a notice's action) is carried out once it is done.
+      execute: async () => {
+        await app.restored;
+        app.shell.activateById(panel.id);
+      }
     });
     palette?.addItem({ command: CommandIDs.openPanel, category: 'GPU' });
 
@@ -115,12 +120,18 @@ const plugin: JupyterFrontEndPlugin<void> = {
       status = new GpuBurstStatus(model, () => {
         void app.commands.execute(CommandIDs.openPanel);
       });
-      statusBar.registerStatusItem(PLUGIN_ID, {
-        item: status,
-        align: 'left',
-        rank: 4,
-        isActive: () => true
-      });
+      const item = status;
+      // Offered once the layout is restored: the restore collapses a sidebar saved collapsed, so
+      // a press on the item before it would open the panel only to hide it again. Not awaited
+      // here: the restore itself waits for every plugin, this one included, to activate.
+      void app.restored.then(() =>
+        statusBar.registerStatusItem(PLUGIN_ID, {
+          item,
+          align: 'left',
+          rank: 4,
+          isActive: () => true
+        })
+      );
     }
     apply(settings);
     const gpuKernels = installGpuKernels(app, client, panel, statusBar);
