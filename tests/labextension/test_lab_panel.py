@@ -55,14 +55,22 @@ def busy_kernel(donor_lab: LabServer):
     donor_lab.api("DELETE", f"api/sessions/{session['id']}")
 
 
+# JupyterLab's start ends by focusing the main area (the restored widget, or the launcher it
+# opens once the file browser has listed the home directory, seconds after the status bar
+# shows): a key pressed before that can land on the widget it focuses.
+MAIN_AREA_FOCUSED = "() => !!(document.activeElement && document.activeElement.closest('#jp-main-dock-panel'))"
+
+
 def open_lab(page: Page, server: LabServer) -> None:
     page.goto(server.lab_url)
     expect(page.locator(STATUS)).to_be_visible(timeout=45_000)
+    page.wait_for_function(MAIN_AREA_FOCUSED, timeout=45_000)
 
 
 def open_panel(page: Page) -> None:
     """Open the panel from the status bar with the keyboard (focus + Enter), as a user could."""
     page.locator(STATUS).focus()
+    expect(page.locator(STATUS)).to_be_focused()
     page.keyboard.press("Enter")
     expect(page.locator(PANEL)).to_be_visible()
 
@@ -232,6 +240,7 @@ def test_stream_runs_only_while_needed(page: Page, donor_lab: LabServer) -> None
     try:
         page.reload()
         expect(page.locator(STATUS)).to_have_text(DONOR, timeout=45_000)
+        page.wait_for_function(MAIN_AREA_FOCUSED, timeout=45_000)
         # the restored layout may show the panel, possibly only after the status bar is up
         deadline = time.monotonic() + 30 + LINGER_S
         while page.evaluate(OPEN_STREAMS) != 0 and time.monotonic() < deadline:
