@@ -14,6 +14,7 @@ from jupyter_gpuburst.sim.config import DEFAULT_CONFIG, ConfigError, FederationC
 from jupyter_gpuburst.sim.federation import Federation
 from jupyter_gpuburst.sim.hostgpus import GPUS_MODE_ENV, GPUS_MODES, HostGPUError, host_gpus, with_host_gpus
 from jupyter_gpuburst.sim.kubelet import netns
+from jupyter_gpuburst.sim.lifeline import on_parent_exit
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,16 +44,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="'auto': this machine's NVIDIA GPUs replace the origin's GPU node's when NVML finds any; 'real': the same, or an "
         "error; 'simulated': the config's GPUs as they are (donors are always as configured; default: $GPUBURST_GPUS, else auto)",
     )
+    parser.add_argument(
+        "--stop-with-parent",
+        action="store_true",
+        help="stop as on SIGTERM once the process that started this one is gone (for programs that start the federation "
+        "in a session of its own: it then outlives none of them, however they end)",
+    )
     parser.add_argument("--check", action="store_true", help="only check the config and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     return parser
 
 
-async def serve(config: FederationConfig, kubeconfig_out: Path, state_dir: Path | None) -> None:
+async def serve(config: FederationConfig, kubeconfig_out: Path, state_dir: Path | None, parent: int | None = None) -> None:
+    """Run the federation until SIGINT, SIGTERM or, with ``parent``, that process's end."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if parent is not None:
+        on_parent_exit(lambda: loop.call_soon_threadsafe(stop.set), parent)
     async with Federation(config, state_dir) as fed:
         path = fed.write_kubeconfig(kubeconfig_out)
         for name, url in fed.contexts().items():
@@ -74,6 +84,8 @@ def main(argv: list[str]) -> int:
     if args.check:
         print(f"{config.source}: ok ({1 + len(config.donors)} clusters)")
         return 0
+    # read first: a parent that is gone by the time the federation is up still counts
+    parent = os.getppid() if args.stop_with_parent else None
     try:
         host, found = host_gpus(args.gpus)
     except HostGPUError as exc:
@@ -95,7 +107,7 @@ def main(argv: list[str]) -> int:
         print(f"gpuburst sim: no pod network namespaces: {why}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(serve(config, args.kubeconfig_out, args.state_dir))
+        asyncio.run(serve(config, args.kubeconfig_out, args.state_dir, parent))
     except OSError as exc:
         print(f"gpuburst sim: {exc}", file=sys.stderr)
         return 1
