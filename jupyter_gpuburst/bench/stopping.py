@@ -1,11 +1,13 @@
-"""Run a benchmark's coroutine so that SIGTERM stops it the way Ctrl-C does.
+"""Run a benchmark's coroutine so that SIGTERM and Ctrl-C stop it, and everything it started.
 
 A benchmark starts hubs and proxies in sessions of their own and the federation's pods as
-processes; SIGTERM's default action (exit at once) left them all running. Here SIGTERM cancels
-the benchmark's main task, as asyncio.run does on a first Ctrl-C, so every ``finally`` that
-stops what was started runs on a loop still intact. (Raising KeyboardInterrupt from a plain
-signal handler instead lands in whatever task is running, the emulated kubelet's included,
-and the clean-up then waits on it forever.)
+processes; SIGTERM's default action (exit at once) left them all running. Here SIGTERM and
+SIGINT cancel the benchmark's main task, so every ``finally`` that stops what was started runs
+on a loop still intact. (Raising KeyboardInterrupt from a plain signal handler instead lands in
+whatever task is running, the emulated kubelet's included, and the clean-up then waits on it
+forever.) Only the first signal cancels: a second one (asyncio.run's own second Ctrl-C raises
+KeyboardInterrupt, a supervisor may repeat its SIGTERM) used to cancel the clean-up itself,
+midway through stopping a federation of hundreds of pods, and left them running.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
@@ -31,11 +34,15 @@ def run(main: Coroutine[Any, Any, T]) -> T:
         assert task is not None
         terminated = []
 
-        def on_sigterm() -> None:
-            terminated.append(True)
-            task.cancel()
+        def on_signal(signum: int) -> None:
+            if not terminated:
+                task.cancel()
+            else:
+                print(f"{signal.Signals(signum).name}: still stopping what the benchmark started", file=sys.stderr, flush=True)
+            terminated.append(signum)
 
-        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        for signum in SIGNALS:
+            loop.add_signal_handler(signum, on_signal, signum)
         try:
             return await main
         except asyncio.CancelledError:
@@ -43,7 +50,8 @@ def run(main: Coroutine[Any, Any, T]) -> T:
                 raise KeyboardInterrupt from None
             raise
         finally:
-            loop.remove_signal_handler(signal.SIGTERM)
+            for signum in SIGNALS:
+                loop.remove_signal_handler(signum)
 
     return asyncio.run(stoppable())
 

@@ -37,6 +37,30 @@ def test_sigterm_unwinds_the_benchmark_and_its_clean_up_can_still_await():
     assert signal.getsignal(signal.SIGTERM) == before  # the handler is gone afterwards
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_second_signal_during_the_clean_up_does_not_cut_it_short(signum, capsys):
+    cleaned: list[str] = []
+
+    async def benchmark():
+        loop = asyncio.get_running_loop()
+        try:
+            loop.call_later(0.2, os.kill, os.getpid(), signum)
+            await asyncio.sleep(30)
+        finally:
+            # stopping a large federation takes a while: a supervisor repeats its signal meanwhile
+            again = loop.create_future()
+            loop.call_soon(os.kill, os.getpid(), signum)
+            loop.call_later(0.3, again.set_result, None)
+            await again
+            cleaned.append("stopped")
+
+    with pytest.raises(KeyboardInterrupt):
+        stopping.run(benchmark())
+    assert cleaned == ["stopped"]
+    assert "still stopping" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGINT) == signal.default_int_handler
+
+
 def test_a_benchmark_that_ends_returns_its_result_and_leaves_sigterm_alone():
     before = signal.getsignal(signal.SIGTERM)
 
