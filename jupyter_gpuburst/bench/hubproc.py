@@ -4,6 +4,12 @@ The hub runs exactly as in production (its own process, its own proxy: JupyterHu
 ``configurable-http-proxy`` from npm, found as the demo finds it), on free ports, with its state in
 a temporary directory. An admin service token is generated for the caller; it is passed to the
 hub through the environment and never written to the log.
+
+The hub and its proxy run in sessions of their own (a Ctrl-C in the terminal reaches the
+benchmark, which stops them in order), so nothing but this class ends them: a hub that failed
+to start or was cancelled while starting is killed with its proxy, a stop or kill ends the
+proxy even when the hub is already gone, and the hub stops itself (as on SIGTERM, proxy
+included) once the process that started it is gone, however that one ended.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psutil
 
 from jupyter_gpuburst.hub.ports import free_port
 
@@ -31,6 +38,10 @@ ADMIN_TOKEN_ENV = "GPUBURST_ADMIN_TOKEN"
 
 BASE_CONFIG = """
 import os
+import signal
+from jupyter_gpuburst.sim.lifeline import on_parent_exit
+# in a session of its own, the hub outlives whoever started it unless it watches them
+on_parent_exit(lambda: os.kill(os.getpid(), signal.SIGTERM))
 c = get_config()  # noqa
 c.JupyterHub.ip = "127.0.0.1"
 c.JupyterHub.port = {port}
@@ -50,6 +61,17 @@ c.JupyterHub.load_roles = [
 ]
 c.JupyterHub.services = [{{"name": "{service}", "api_token": os.environ["{token_env}"]}}]
 """
+
+
+def running_proxy(workdir: Path) -> psutil.Process | None:
+    """The proxy the pid file in a hub's working directory names, if that process is still a
+    proxy (the hub removes the file when it stops the proxy; a killed hub leaves it, and its pid
+    may have gone to another process since)."""
+    try:
+        found = psutil.Process(int((Path(workdir) / PROXY_PID_FILE).read_text().strip()))
+        return found if any("configurable-http-proxy" in part for part in found.cmdline()) else None
+    except (OSError, ValueError, psutil.Error):
+        return None
 
 
 class HubProcess:
@@ -121,6 +143,15 @@ class HubProcess:
             start_new_session=True,
         )
         log.close()
+        try:
+            await self._wait_up(timeout)
+        except BaseException:
+            # exited, too slow, or the caller was stopped meanwhile: its proxy may be up
+            await asyncio.shield(self.kill())
+            raise
+
+    async def _wait_up(self, timeout: float) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         async with aiohttp.ClientSession() as session:
             while True:
@@ -133,7 +164,6 @@ class HubProcess:
                 except aiohttp.ClientError:
                     pass
                 if time.monotonic() > deadline:
-                    await self.stop()
                     raise RuntimeError(f"jupyterhub did not answer within {timeout}s:\n{self.log_tail()}")
                 await asyncio.sleep(0.2)
 
@@ -158,28 +188,34 @@ class HubProcess:
             return ""
 
     async def stop(self, timeout: float = 20.0) -> None:
-        """SIGTERM the hub (it stops its proxy and, with cleanup_servers, its servers)."""
+        """SIGTERM the hub (it stops its proxy and, with cleanup_servers, its servers); SIGKILL
+        after ``timeout``. The proxy goes either way, also when the hub had died already."""
         proc = self.proc
         if proc is None or proc.returncode is not None:
-            self.proc = None
+            await self.kill()
             return
         proc.send_signal(signal.SIGTERM)
         try:
             await asyncio.wait_for(proc.wait(), timeout)
         except asyncio.TimeoutError:
-            await self.kill()
-        self.proc = None
+            pass
+        await self.kill()
 
     async def kill(self) -> None:
         """SIGKILL the hub with no cleanup (a crash), and its proxy: JupyterHub starts the proxy
         in a session of its own, so it outlives the hub's process group."""
         proc, self.proc = self.proc, None
+        children: list[psutil.Process] = []
         if proc is not None and proc.returncode is None:
+            with contextlib.suppress(psutil.Error):
+                children = psutil.Process(proc.pid).children(recursive=True)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
-        with contextlib.suppress(OSError, ValueError):
-            os.kill(int((self.workdir / PROXY_PID_FILE).read_text().strip()), signal.SIGTERM)
+        proxy = running_proxy(self.workdir)
+        for child in [*children, *([proxy] if proxy is not None else [])]:
+            with contextlib.suppress(psutil.Error):
+                child.kill()  # psutil checks it is still the process it found, not a reused pid
 
     async def capacity(self, session: aiohttp.ClientSession, token: str | None = None) -> tuple[int, Any]:
         """The capacity report from the gpuburst service, through the proxy."""

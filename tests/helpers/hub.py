@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psutil
 
-from jupyter_gpuburst.bench.hubproc import PROXY_PID_FILE
+from jupyter_gpuburst.bench.hubproc import running_proxy
 from jupyter_gpuburst.demo import proxy_command
 from jupyter_gpuburst.hub.ports import free_port
 
@@ -126,7 +127,10 @@ c.Spawner.default_url = "/api"
 
     async def stop(self) -> None:
         """SIGTERM the hub (servers keep running: cleanup_servers is off) and wait for it."""
+        children: list[psutil.Process] = []
         if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(psutil.Error):
+                children = psutil.Process(self.proc.pid).children(recursive=True)
             os.killpg(self.proc.pid, signal.SIGTERM)
             deadline = time.monotonic() + 15
             while self.proc.poll() is None and time.monotonic() < deadline:
@@ -135,9 +139,12 @@ c.Spawner.default_url = "/api"
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         # the proxy runs in a session of its own: a hub that was killed (by a test, or above)
-        # left it running; one that stopped cleanly removed its pid file
-        with contextlib.suppress(OSError, ValueError):
-            os.kill(int((self.workdir / PROXY_PID_FILE).read_text().strip()), signal.SIGTERM)
+        # left it running; one that stopped cleanly removed its pid file. Checked to be a proxy
+        # still: a pid from an old file may be another process's by now
+        proxy = running_proxy(self.workdir)
+        for process in [*children, *([proxy] if proxy is not None else [])]:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
 
     def log(self) -> str:
         try:
