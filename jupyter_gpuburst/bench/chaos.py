@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http
 import json
 import os
@@ -459,10 +460,11 @@ async def run_phase(
     lifetimes = PodLifetimes(fed.origin.store, NAMESPACE)
     lifetimes.start()
     hub = Hub(workdir, kubeconfig, args.start_timeout, chaos_pools.config_lines(pools))
-    await hub.start()
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=args.start_timeout + 60)
+    faults_task: asyncio.Task | None = None
     try:
+        await hub.start()
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
             status, body = await _request(hub, session, "POST", "/users", json={"usernames": users})
             if status != 201:
@@ -494,6 +496,13 @@ async def run_phase(
             trace = [{"user": j.user, "outcome": j.outcome, "message": j.message[:300], "trace": j.trace} for j in phase.journeys]
             (workdir / "journeys.json").write_text(json.dumps({"faults": phase.faults_done, "journeys": trace}, indent=1))
     finally:
+        # the faults first: one still running would start a hub again after this one stopped
+        # (a kill and restart), or bring the API server back after the federation stopped
+        if faults_task is not None and not faults_task.done():
+            faults_task.cancel()
+        if faults_task is not None:
+            with contextlib.suppress(BaseException):
+                await faults_task
         await lifetimes.stop()
         await hub.stop()
         await clear_pods(fed)

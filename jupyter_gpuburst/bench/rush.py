@@ -371,8 +371,8 @@ async def run_arm(setup: ArmSetup, round_: int, shape: Shape, arrivals: list[flo
             env={"KUBECONFIG": str(fed.kubeconfig)},
             log_level=HUB_LOG_LEVEL,
         )
-        await hub.start(timeout=180)
         try:
+            await hub.start(timeout=180)
             async with aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=args.start_timeout + 120)
             ) as http:
@@ -398,16 +398,23 @@ async def run_arm(setup: ArmSetup, round_: int, shape: Shape, arrivals: list[flo
 
                 try:
                     await asyncio.gather(*(one(s) for s in arm.students))
+                except BaseException:
+                    # stopped (SIGTERM, Ctrl-C) or failed: the samplers' last look, a minute on a
+                    # loaded federation, must not hold up stopping the hub and the federation
+                    watcher.cancel()
+                    sampler.cancel()
+                    raise
                 finally:
                     stop.set()
-                    await watcher
-                    await sampler
+                    for task in (watcher, sampler):
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await task
                 arm.wall_s = time.monotonic() - started
                 arm.cpu = cpu.summary()
                 arm.double_booked_max = max(arm.double_booked_max, await fed.overcommitted())
                 arm.pool_gpu_hours = pool_gpu_hours(hub.workdir)
         finally:
-            await kill(hub)
+            await asyncio.shield(kill(hub))
     return arm
 
 

@@ -80,7 +80,8 @@ async def federation_process(data: dict[str, Any], workdir: Path) -> AsyncIterat
     config_path.write_text(yaml.safe_dump(data, sort_keys=False))
     log_path = workdir / "sim.log"
     argv = [sys.executable, "-m", "jupyter_gpuburst.cli", "sim", "--config", str(config_path), "--kubeconfig-out", str(kubeconfig)]
-    argv += ["--state-dir", str(workdir / "pods"), "--gpus", "simulated"]
+    # --stop-with-parent: a benchmark killed outright (no clean-up of its own) still ends it
+    argv += ["--state-dir", str(workdir / "pods"), "--gpus", "simulated", "--stop-with-parent"]
     with log_path.open("wb") as log:
         # a session of its own: its pods' processes go with it, whatever happens to the benchmark
         proc = await asyncio.create_subprocess_exec(*argv, stdout=log, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
@@ -94,8 +95,16 @@ async def federation_process(data: dict[str, Any], workdir: Path) -> AsyncIterat
             apis[context["name"]] = client.ApiClient(configuration)
         yield FederationView(apis, current["name"], kubeconfig, proc.pid)
     finally:
+        # shielded: a second cancellation must not leave the federation half stopped
+        await asyncio.shield(_close_and_stop(apis, proc))
+
+
+async def _close_and_stop(apis: dict[str, client.ApiClient], proc: asyncio.subprocess.Process) -> None:
+    try:
         for api in apis.values():
-            await api.close()
+            with contextlib.suppress(Exception):  # a client's close must not keep the federation up
+                await api.close()
+    finally:
         await _stop(proc)
 
 
@@ -109,19 +118,21 @@ async def _ready(proc: asyncio.subprocess.Process, log_path: Path) -> None:
         await asyncio.sleep(0.2)
 
 
-async def _stop(proc: asyncio.subprocess.Process) -> None:
-    """SIGTERM (the federation stops its pods), then after 60 s SIGKILL to it and to its pods'
-    processes, which its kubelets start in sessions of their own."""
+async def _stop(proc: asyncio.subprocess.Process, grace_s: float = 60.0) -> None:
+    """SIGTERM (the federation stops its pods), then after ``grace_s`` SIGKILL to it and to its
+    pods' processes, which its kubelets start in sessions of their own: those alive then, read
+    just before the federation goes (a pod started during its stop is one of them too)."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), grace_s)
+        except asyncio.TimeoutError:
+            pass
     pods: list[psutil.Process] = []
     if proc.returncode is None:
         with contextlib.suppress(psutil.Error):
             pods = psutil.Process(proc.pid).children(recursive=True)
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), 60)
-        except asyncio.TimeoutError:
-            pass
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     for pod in pods:

@@ -156,3 +156,6 @@ class FaultSchedule:
         finally:
             for task in running:
                 task.cancel()
+            # and wait for their own clean-up (an API server started again, a hub killed), so
+            # that none of it happens after the caller has moved on to stopping everything
+            await asyncio.gather(*running, return_exceptions=True)
