@@ -36,6 +36,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.hub.ports import browser_blocks, free_port, port_is_free
 from jupyter_gpuburst.sim.hostgpus import GPUS_MODE_ENV, GPUS_MODES, HostGPUError, HostGPUs, host_gpus
@@ -392,7 +394,12 @@ class Demo:
 
     async def stop(self, timeout: float = 30.0) -> None:
         hub, self.hub = self.hub, None
+        # the hub's own processes, its proxy among them: JupyterHub starts the proxy in a
+        # session of its own, which the hub's process group does not reach
+        children: list[psutil.Process] = []
         if hub is not None and hub.returncode is None:
+            with contextlib.suppress(psutil.Error):
+                children = psutil.Process(hub.pid).children(recursive=True)
             # SIGTERM: the hub stops every server (cleanup_servers) and then its proxy.
             with contextlib.suppress(ProcessLookupError):
                 hub.send_signal(signal.SIGTERM)
@@ -401,9 +408,12 @@ class Demo:
             except asyncio.TimeoutError:
                 pass
         if hub is not None:
-            # Anything the hub left in its session (a proxy it could not stop) goes now.
+            # Anything the hub left (a proxy it could not stop, killed before it got to it) goes now.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(hub.pid, signal.SIGKILL)
+            for child in children:
+                with contextlib.suppress(psutil.Error):
+                    child.kill()  # psutil checks it is still the process it listed, not a reused pid
             with contextlib.suppress(ProcessLookupError):
                 await hub.wait()
         if self.fed is not None:
@@ -441,13 +451,13 @@ async def run(opts: DemoOptions, ready: asyncio.Event | None = None, stop: async
             demo = Demo(opts, state, host)
             try:
                 print("starting the federation and JupyterHub ...", flush=True)
-                await demo.start()
-                print(banner(opts, demo.url, demo.kubeconfig, list(demo.fed.donors), host, found), flush=True)
-                kept = "" if opts.state_dir else ", removed on exit (keep it with --state-dir)"
-                print(f"  (login page up in {time.monotonic() - started:.1f}s; hub log: {demo.hub_log}{kept})", flush=True)
-                if ready is not None:
-                    ready.set()
-                await stop.wait()
+                if await _unless_stopped(demo.start(), stop):
+                    print(banner(opts, demo.url, demo.kubeconfig, list(demo.fed.donors), host, found), flush=True)
+                    kept = "" if opts.state_dir else ", removed on exit (keep it with --state-dir)"
+                    print(f"  (login page up in {time.monotonic() - started:.1f}s; hub log: {demo.hub_log}{kept})", flush=True)
+                    if ready is not None:
+                        ready.set()
+                    await stop.wait()
                 print("stopping ...", flush=True)
             except RuntimeError as exc:
                 print(f"gpuburst demo: {exc}", file=sys.stderr)
@@ -462,6 +472,23 @@ async def run(opts: DemoOptions, ready: asyncio.Event | None = None, stop: async
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+async def _unless_stopped(starting: Any, stop: asyncio.Event) -> bool:
+    """Await ``starting`` unless ``stop`` comes first (a SIGTERM or Ctrl-C while the federation
+    and the hub start, which take a while on a loaded machine): then it is cancelled, and what
+    it had started is for the caller to stop. True when it finished."""
+    start = asyncio.ensure_future(starting)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({start, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not start.done():
+            start.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await start  # its error, if it failed, goes to the caller
+    return not start.cancelled()
 
 
 def build_parser() -> argparse.ArgumentParser:
