@@ -41,9 +41,11 @@ async def start_when_free(
     request: GPURequest,
     prefer_site: str | None,
     launch: Callable[[Placement], Awaitable[None]],
+    refusal: Callable[[], str | None] | None = None,
 ) -> None:
     """Wait in line for ``record`` (a ``KernelRecord`` of ``registry``), then ``launch`` it where it was placed; fail it with the
-    reason when the wait ends without a GPU or the launch fails."""
+    reason when the wait ends without a GPU, ``refusal`` refuses it now (a budget used up while
+    it waited), or the launch fails."""
 
     def tell(text: str, position: int, wait: Estimate) -> None:
         record.line = Line(position, wait)
@@ -62,6 +64,11 @@ async def start_when_free(
         record.line = None
     if isinstance(outcome, NoCapacity):
         await registry._fail(record, outcome.reason)
+        return
+    # asked again at its turn: the hours its user's other sessions used meanwhile count
+    why = refusal() if refusal is not None else None
+    if why:
+        await registry._fail(record, why)
         return
     try:
         await launch(outcome)

@@ -13,6 +13,7 @@ import inspect
 import logging
 import secrets
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -44,6 +45,13 @@ class KernelError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+class Refused(KernelError):
+    """A start the hub's policy refuses (a used-up GPU-hour budget), not a failure."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(403, message)
 
 
 @dataclass
@@ -111,6 +119,9 @@ class KernelRegistry:
         self._last_sites: dict[tuple[str, str, str], str] = {}
         # (site, profile) with pre-started kernels (c.WarmPools.kernels)
         self.prestarted: set[tuple[str, str]] = set()
+        # one start at a time per user, from the limits' check to its record: concurrent starts
+        # all passed the check before any of them was recorded
+        self._user_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     @classmethod
     def for_tracker(cls, tracker: CapacityTracker, factory: Callable[[], "KernelRegistry"]) -> "KernelRegistry":
@@ -252,8 +263,13 @@ class KernelRegistry:
         kernel_id: Any,
         notebook_dir: Any,
         port_set: Any = 0,
+        refusal: Callable[[], str | None] | None = None,
     ) -> KernelRecord:
-        """Place a kernel and create its pod; raises KernelError (503 with the reason when full)."""
+        """Place a kernel and create its pod; raises KernelError (503 with the reason when full).
+
+        ``refusal`` says why the user may not start one now (their GPU-hour budget), or None: it
+        is asked under the user's lock with the kernel limit, and again when a queued kernel's
+        turn comes (Refused)."""
         profile = self.profile(profile_slug)
         if not isinstance(key, str) or not 16 <= len(key) <= 512:
             raise KernelError(400, "the kernel's connection key must be a string of 16 to 512 characters")
@@ -263,6 +279,52 @@ class KernelRegistry:
             raise KernelError(400, "kernel_id must be a string of at most 64 characters")
         if type(port_set) is not int or not 0 <= port_set < PORT_SETS:
             raise KernelError(400, f"port_set must be an integer from 0 to {PORT_SETS - 1}")
+        lock = self._user_locks.get(user)
+        if lock is None:
+            lock = self._user_locks[user] = asyncio.Lock()
+        async with lock:
+            record = self._accept(user, groups, server_name, server_pod, profile, kernel_id, port_set, refusal)
+            request = self._request(profile, user, groups)
+            # a restart goes back where this kernel ran, as the hub's own record says: a site the
+            # server names (its code can read its token) must never outrank the policy
+            ran_on = (user, server_name, kernel_id)
+            prefer = self._last_sites.get(ran_on) if kernel_id else None
+            await prestarted.claim(self, record, request)  # before its reservation makes the pools make room
+            placement = self._place(record, request, prefer)
+            if isinstance(placement, NoCapacity):
+                if not self.settings.queue_when_full:
+                    raise KernelError(503, placement.reason)
+                # accepted now, placed when its turn comes: the record says its place in line
+                self.records[record.id] = record
+                launch = functools.partial(self._launch, record, request, server_pod, key, signature_scheme, notebook_dir)
+                record.task = asyncio.ensure_future(queued.start_when_free(self, record, request, prefer, launch, refusal))
+                self._ensure_reaper()
+                return record
+            # recorded before the lock is let go: the next start of this user counts it
+            self.records[record.id] = record
+        try:
+            await self._launch(record, request, server_pod, key, signature_scheme, notebook_dir, placement)
+        except KernelError:
+            self._forget(record)
+            raise
+        self._ensure_reaper()
+        return record
+
+    def _accept(
+        self,
+        user: str,
+        groups: frozenset[str],
+        server_name: str,
+        server_pod: dict[str, Any] | None,
+        profile: KernelProfile,
+        kernel_id: str,
+        port_set: int,
+        refusal: Callable[[], str | None] | None,
+    ) -> KernelRecord:
+        """The record of a start the limits allow (called under the user's lock)."""
+        why = refusal() if refusal is not None else None
+        if why:
+            raise Refused(why)
         self._check_limit(user)
         record = KernelRecord(
             id=secrets.token_hex(6),
@@ -276,29 +338,6 @@ class KernelRegistry:
         )
         # the tracker follows the kernel's pod only in a namespace it takes for the hub's own
         self.tracker.own_namespace(record.namespace)
-        request = self._request(profile, user, groups)
-        # a restart goes back where this kernel ran, as the hub's own record says: a site the
-        # server names (its code can read its token) must never outrank the policy
-        ran_on = (user, server_name, kernel_id)
-        prefer = self._last_sites.get(ran_on) if kernel_id else None
-        await prestarted.claim(self, record, request)  # before its reservation makes the pools make room
-        placement = self._place(record, request, prefer)
-        if isinstance(placement, NoCapacity):
-            if not self.settings.queue_when_full:
-                raise KernelError(503, placement.reason)
-            # accepted now, placed when its turn comes: the record says its place in line
-            self.records[record.id] = record
-            launch = functools.partial(self._launch, record, request, server_pod, key, signature_scheme, notebook_dir)
-            record.task = asyncio.ensure_future(queued.start_when_free(self, record, request, prefer, launch))
-            self._ensure_reaper()
-            return record
-        self.records[record.id] = record
-        try:
-            await self._launch(record, request, server_pod, key, signature_scheme, notebook_dir, placement)
-        except KernelError:
-            self._forget(record)
-            raise
-        self._ensure_reaper()
         return record
 
     async def _launch(
@@ -414,19 +453,21 @@ class KernelRegistry:
                 pod = await pod
             if not isinstance(pod, dict):
                 raise TypeError(f"GPUKernelSettings.modify_pod_hook must return the pod as a dict, not {type(pod).__name__}")
-        await self.api.create_namespaced_secret(record.namespace, secret)
         try:
+            await self.api.create_namespaced_secret(record.namespace, secret)
             created = await self.api.create_namespaced_pod(record.namespace, pod)
+            uid = created.metadata.uid
+            # owned by its pod: the key goes with the kernel, whoever deletes it
+            await self.api.patch_namespaced_secret(
+                record.pod_name,
+                record.namespace,
+                {"metadata": {"ownerReferences": [manifests.owner_reference("Pod", record.pod_name, uid)]}},
+            )
         except BaseException:
-            await self._delete_secret(record.namespace, record.pod_name)
+            # a create that went through before its error (retried, it answers 409) left its
+            # Secret or pod behind: the name is this start's own, so whatever has it goes
+            await self._discard(record)
             raise
-        uid = created.metadata.uid
-        # owned by its pod: the key goes with the kernel, whoever deletes it
-        await self.api.patch_namespaced_secret(
-            record.pod_name,
-            record.namespace,
-            {"metadata": {"ownerReferences": [manifests.owner_reference("Pod", record.pod_name, uid)]}},
-        )
         self.log.info("GPU kernel %s of %s: pod %s on %s (%s)", record.id, record.user, record.pod_name, placement.site, placement.reason)
 
     async def _watch_start(
@@ -600,9 +641,23 @@ class KernelRegistry:
                 raise
         await self._delete_secret(record.namespace, record.pod_name)
 
+    async def _discard(self, record: KernelRecord) -> None:
+        """Delete the pod and Secret of a start that failed, whichever of them exists; never
+        raises (the start's own error is the one to report)."""
+        try:
+            await self.api.delete_namespaced_pod(record.pod_name, record.namespace, grace_period_seconds=0)
+        except Exception as exc:  # noqa: BLE001 - logged; the Secret is still deleted
+            if not (isinstance(exc, ApiException) and exc.status == 404):
+                self.log.warning(
+                    "Could not delete the pod %s/%s of a failed start: %s", record.namespace, record.pod_name, exc.__class__.__name__
+                )
+        await self._delete_secret(record.namespace, record.pod_name)
+
     async def _delete_secret(self, namespace: str, name: str) -> None:
         try:
             await self.api.delete_namespaced_secret(name, namespace)
         except ApiException as exc:
             if exc.status != 404:
                 self.log.warning("Could not delete the connection secret %s/%s: %s", namespace, name, exc.status)
+        except Exception as exc:  # noqa: BLE001 - the API server gone past the retries: said, not raised
+            self.log.warning("Could not delete the connection secret %s/%s: %s", namespace, name, exc.__class__.__name__)

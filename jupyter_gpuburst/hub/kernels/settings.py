@@ -208,11 +208,13 @@ class GPUKernelSettings(Configurable):
     ).tag(config=True)
 
     max_kernels_per_user = Int(
-        0,
-        help="""GPU kernels one user may have at once, over all their servers (0: no limit).
-        A start beyond it is refused with a sentence saying so; each GPU kernel holds its GPU
-        while it lives, so without a limit one student with many notebooks can hold every free
-        GPU.""",
+        2,
+        help="""GPU kernels one user may have at once, over all their servers, starting and
+        waiting in the queue included (0: no limit). A start beyond it is refused with a
+        sentence saying so. Each GPU kernel holds its GPU while it lives, so without a limit one
+        student with many notebooks (or a script posting starts at once) holds every free GPU.
+        The default, 2, is one notebook's kernel and one more; a restart needs no spare place
+        (it stops the old kernel before it starts the new one).""",
     ).tag(config=True)
 
     @validate("max_kernels_per_user")

@@ -250,8 +250,8 @@ async def test_the_files_policy_decides_where_the_kernel_starts(registry, tmp_pa
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["JUPYTER_GPUBURST_KERNEL_FILES"] == "volume" and env["JUPYTER_GPUBURST_KERNEL_NOTE"] == ""
 
-    # the origin's other GPU is taken by a second kernel; the third goes to the donor: scratch
-    await start(registry)
+    # the origin's other GPU is taken by bob's kernel; alice's second goes to the donor: scratch
+    await start(registry, user="bob")
     donor = await start(registry)
     assert donor.placement.site == "donor-1" and donor.files == "scratch"
     (pod,) = [p for p in kernel_pods(registry) if p["metadata"]["name"] == donor.pod_name]
