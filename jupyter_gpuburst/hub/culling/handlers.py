@@ -11,8 +11,9 @@ URLs, under the service's prefix ``/services/gpuburst/``:
 A report is accepted only with a token carrying ``users:activity!user=<its owner>``: the scope
 JupyterHub gives every server's own token to post its activity to ``/hub/api/users/<name>/activity``.
 A report is always about the token's owner, so another user's token can only ever speak for
-that other user; a kernel that is not one of the reporting server's GPU kernels is ignored and
-logged.
+that other user; a server's own token speaks (reports, Keep) for that server only, so whoever
+the server is shared with cannot keep or get culled its owner's other servers and kernels; a
+kernel that is not one of the reporting server's GPU kernels is ignored and logged.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub.culling.store import ReportError
 from jupyter_gpuburst.hub.tokenapi import UserTokenHandler
 
-MAX_BODY = 256 * 1024
-
 
 class ActivityAPIHandler(UserTokenHandler):
+    # a report names a server's GPUs and kernels: a few KiB
+    max_body_bytes = 256 * 1024
+
     def initialize(self, culler_source: Any) -> None:
         self.culler_source = culler_source
 
@@ -41,17 +43,16 @@ class ActivityAPIHandler(UserTokenHandler):
         if not check_scopes({scope}, set(model.get("scopes") or ())):
             self.culler.log.warning("GPU activity: a token of %s without %s was refused", model["name"], scope)
             raise web.HTTPError(403, f"This token may not report activity (it needs {scope}).")
+        self.resolve_token_server(self.culler.hub, model["name"])
 
     @property
     def culler(self) -> Any:
         return self.culler_source()
 
     def body(self) -> Any:
-        if len(self.request.body or b"") > MAX_BODY:
-            raise web.HTTPError(413, "activity report too large")
         try:
-            return json.loads(self.request.body or b"{}")
-        except ValueError:
+            return json.loads(self.body_bytes() or b"{}")
+        except (ValueError, RecursionError):  # nested past Python's depth: malformed too
             raise web.HTTPError(400, "the request body must be JSON") from None
 
 
@@ -61,6 +62,8 @@ class ActivityHandler(ActivityAPIHandler):
         name = self.user["name"]
         body = self.body()
         server_name = body.get("server_name", "") if isinstance(body, dict) else ""
+        if isinstance(server_name, str):
+            self.check_server(server_name)
         if isinstance(server_name, str) and culler.hub.active_spawner(name, server_name) is None:
             raise web.HTTPError(409, f"the server {server_name!r} of {name} is not running")
         registry = await culler.registry()
@@ -101,6 +104,7 @@ class KeepHandler(ActivityAPIHandler):
         body = self.body()
         if not isinstance(body, dict) or not isinstance(body.get("server_name", ""), str) or not isinstance(body.get("target"), str):
             raise web.HTTPError(400, 'a keep is {"server_name": ..., "target": "server" or a GPU kernel\'s id}')
+        self.check_server(body.get("server_name", ""))
         status, message = await self.culler.keep(self.user["name"], body.get("server_name", ""), body["target"])
         if status != 200:
             raise web.HTTPError(status, "%s", message)

@@ -10,8 +10,9 @@ The caller is a user's server with its own token (``Authorization: token ...``),
 hub (``HubAuth``). The token must carry ``access:services!service=gpuburst`` (it may reach this
 service) and the custom scope ``custom:gpuburst:kernels`` for its user; a token only carries
 scopes its owner holds, so the admin grants both per group. A user only ever sees their own
-kernels, and another user's kernel answers 404 like one that does not exist. The connection key
-comes in with the POST and never goes out again.
+kernels, and another user's kernel answers 404 like one that does not exist. A server's own
+token (readable by whoever the server is shared with) sees its own server's kernels only
+(``hub.tokenapi``). The connection key comes in with the POST and never goes out again.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from tornado import web
 
 from jupyter_gpuburst.hub.accounting.gate import budget_refusal, budget_state
 from jupyter_gpuburst.hub.accounting.rightsizing import Offer, suggestion_for
-from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRecord, KernelRegistry
+from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRecord, KernelRegistry, Refused
 from jupyter_gpuburst.hub.kernels.service import LiveHub, default_registry
 from jupyter_gpuburst.hub.tokenapi import UserTokenHandler
 
@@ -63,9 +64,9 @@ class KernelAPIHandler(UserTokenHandler):
             # expected for users the admin gave no GPU kernels: their servers ask once, at start
             self.log.info("GPU kernel API: a token of %s lacks %s", model["name"], ", ".join(missing))
             raise web.HTTPError(403, f"This server may not start GPU kernels (its token needs {' and '.join(missing)}; ask your admin).")
-        # a server's own token speaks for that server only (the server's code can read it)
-        server_of_token = getattr(self.hub, "server_of_token", None)
-        self.token_server = server_of_token(model["name"], self.token) if server_of_token else None
+        # a server's own token speaks for that server only (the server's code, and whoever
+        # the server is shared with, can read it)
+        self.resolve_token_server(self.hub, model["name"])
 
     def offered(self, registry: KernelRegistry, server_name: str | None) -> frozenset[str] | None:
         """The GPU kernel profiles ``server_name`` offers (None: all), as its profile says."""
@@ -89,15 +90,31 @@ class KernelAPIHandler(UserTokenHandler):
 
     def get_json(self) -> dict[str, Any]:
         try:
-            body = json.loads(self.request.body or b"{}")
-        except ValueError:
+            body = json.loads(self.body_bytes() or b"{}")
+        except (ValueError, RecursionError):  # nested past Python's depth: malformed too
             raise web.HTTPError(400, "the request body must be JSON") from None
         if not isinstance(body, dict):
             raise web.HTTPError(400, "the request body must be a JSON object")
         return body
 
     def kernel_error(self, exc: KernelError) -> web.HTTPError:
-        return web.HTTPError(exc.status, "%s", exc.message, reason=REFUSED_REASON if exc.status >= 500 else None)
+        refused = exc.status >= 500 or isinstance(exc, Refused)
+        return web.HTTPError(exc.status, "%s", exc.message, reason=REFUSED_REASON if refused else None)
+
+    def own_record(self, registry: KernelRegistry, record_id: str) -> KernelRecord:
+        """The caller's kernel; one of another of the user's servers reads as missing to a
+        server's token, as another user's does."""
+        try:
+            record = registry.get(self.user["name"], record_id)
+        except KernelError as exc:
+            raise self.kernel_error(exc) from None
+        if self.token_server is not None and record.server_name != self.token_server:
+            raise web.HTTPError(404, "%s", f"no GPU kernel {record_id!r}")
+        return record
+
+    def is_admin(self) -> bool:
+        # the hub's own record: a server's token does not show its owner's adminship
+        return self.hub.is_admin(self.user["name"])
 
     def write_record(self, registry: KernelRegistry, record: KernelRecord) -> None:
         self.write(json.dumps(record_json(registry, record)))
@@ -109,9 +126,13 @@ class KernelsHandler(KernelAPIHandler):
     async def get(self) -> None:
         registry = await self.registry()
         server = self.get_argument("server", None)
+        if self.token_server is not None:
+            if server is not None:
+                self.check_server(server)
+            server = self.token_server
         kernels = [record_json(registry, r) for r in registry.list(self.user["name"], server)]
         groups = self.hub.groups(self.user["name"])
-        offered = self.offered(registry, self.token_server if self.token_server is not None else server)
+        offered = self.offered(registry, server)
         profiles = [
             {**p.public(), "available": registry.availability(p, self.user["name"], groups)}
             for p in registry.profiles.values()
@@ -119,7 +140,7 @@ class KernelsHandler(KernelAPIHandler):
         ]
         # what is left of the user's GPU-hour budget, as the spawn form says it ("" without one);
         # used up, the launcher's cards say so rather than fail on a click
-        budget, used_up = budget_state(registry.tracker, self.user["name"], groups, bool(self.user.get("admin")))
+        budget, used_up = budget_state(registry.tracker, self.user["name"], groups, self.is_admin())
         # the smallest GPU kernel the user's past GPU sessions would have fitted ("" if none)
         suggestion = suggestion_for(
             registry.tracker,
@@ -155,8 +176,7 @@ class KernelsHandler(KernelAPIHandler):
         if not isinstance(server_name, str):
             raise web.HTTPError(400, "server_name must be a string")
         name = self.user["name"]
-        if self.token_server is not None and server_name != self.token_server:
-            raise web.HTTPError(403, "a server's token may start GPU kernels for that server only")
+        self.check_server(server_name)
         spawner = self.hub.active_spawner(name, server_name)
         if spawner is None:
             raise web.HTTPError(409, f"the server {server_name!r} of {name} is not running")
@@ -170,14 +190,13 @@ class KernelsHandler(KernelAPIHandler):
         offered = self.offered(registry, server_name)
         if offered is not None and body.get("profile") not in offered:
             raise web.HTTPError(403, "This server's profile offers no such GPU kernel; start a server whose profile offers GPU kernels.")
-        refusal = budget_refusal(registry.tracker, name, self.hub.groups(name), bool(self.user.get("admin")))
-        if refusal:
-            raise web.HTTPError(403, "%s", refusal, reason=REFUSED_REASON)
+        groups = self.hub.groups(name)
+        admin = self.is_admin()
         server_pod = await _server_pod(registry, spawner)
         try:
             record = await registry.start(
                 user=name,
-                groups=self.hub.groups(name),
+                groups=groups,
                 server_name=server_name,
                 server_pod=server_pod,
                 profile_slug=body.get("profile"),
@@ -186,6 +205,8 @@ class KernelsHandler(KernelAPIHandler):
                 kernel_id=body.get("kernel_id", ""),
                 notebook_dir=body.get("notebook_dir", ""),
                 port_set=body.get("port_set", 0),
+                # asked with the start's record made in one step, and again when a queued one is placed
+                refusal=lambda: budget_refusal(registry.tracker, name, groups, admin),
             )
         except KernelError as exc:
             raise self.kernel_error(exc) from None
@@ -198,10 +219,7 @@ class KernelHandler(KernelAPIHandler):
 
     async def get(self, record_id: str) -> None:
         registry = await self.registry()
-        try:
-            record = registry.get(self.user["name"], record_id)
-        except KernelError as exc:
-            raise self.kernel_error(exc) from None
+        record = self.own_record(registry, record_id)
         try:
             wait = min(MAX_WAIT_S, max(0.0, float(self.get_argument("wait", "0"))))
         except ValueError:
@@ -212,10 +230,7 @@ class KernelHandler(KernelAPIHandler):
 
     async def delete(self, record_id: str) -> None:
         registry = await self.registry()
-        try:
-            record = registry.get(self.user["name"], record_id)
-        except KernelError as exc:
-            raise self.kernel_error(exc) from None
+        record = self.own_record(registry, record_id)
         await registry.stop(record)
         self.set_status(204)
 

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.kernels.registry import KernelRegistry
 from jupyter_gpuburst.hub.kernels.settings import kernel_settings_from_config, spawner_setting
+from jupyter_gpuburst.hub.tokenapi import UnknownToken
 
 DEFAULT_IMAGE = "quay.io/jupyterhub/k8s-singleuser-sample:4.0.0"
 
@@ -70,21 +71,37 @@ class LiveHub:
         return spawner if spawner.active else None
 
     def server_of_token(self, user_name: str, token: str) -> str | None:
-        """The name of the user's server whose own token ``token`` is; None for any other token.
+        """The name of the user's server whose own token ``token`` is; None for a token of the
+        user's own (one they made, or a login's); raises ``UnknownToken`` when the hub has no
+        such token of this user, or it was a server's whose server is gone.
 
-        JupyterHub notes each server's token "Server at <its URL>" when it starts the server.
+        JupyterHub notes each server's token "Server at <its URL>" when it starts the server
+        (and deletes it when the server stops), or "retrieved from spawner <name>" when a
+        resumed server brought its own.
         """
         from jupyterhub import orm
         from jupyterhub.utils import url_escape_path, url_path_join
 
         user = self._user(user_name)
         orm_token = orm.APIToken.find(self.app.db, token) if user is not None else None
-        if orm_token is None:
-            return None
+        if orm_token is None or orm_token.user_id != user.id:
+            raise UnknownToken(user_name)
+        note = orm_token.note or ""
         for server_name in user.orm_spawners:
-            if orm_token.note == f"Server at {url_path_join(user.base_url, url_escape_path(server_name), '/')}":
+            if note in (
+                f"Server at {url_path_join(user.base_url, url_escape_path(server_name), '/')}",
+                f"retrieved from spawner {server_name}",
+            ):
                 return server_name
+        if note.startswith(("Server at ", "retrieved from spawner ")):
+            raise UnknownToken(user_name)  # a server's token whose server the hub no longer has
         return None
+
+    def is_admin(self, user_name: str) -> bool:
+        """Whether the hub's own record says the user is an admin (a server's token cannot
+        show it: its model carries the token's scopes, not the owner's)."""
+        user = self._user(user_name)
+        return bool(getattr(user, "admin", False)) if user is not None else False
 
     def server_profile(self, user_name: str, server_name: str) -> str | None:
         """The slug of the profile the user picked for ``server_name`` (None when it has none)."""
