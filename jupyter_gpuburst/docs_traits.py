@@ -30,6 +30,7 @@ def _sections() -> list[tuple[str, str, type[HasTraits]]]:
     from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
     from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
     from jupyter_gpuburst.hub.pools.settings import WarmPools
+    from jupyter_gpuburst.hub.service import GPUBurstService
     from jupyter_gpuburst.hub.spawner import GPUBurstSpawner
     from jupyter_gpuburst.server.app import GPUBurstServerExtension
     from jupyter_gpuburst.server.kernels.provisioner import GPUBurstProvisioner
@@ -51,6 +52,11 @@ def _sections() -> list[tuple[str, str, type[HasTraits]]]:
             "WarmPools",
             "the hub: warm pools of placeholder pods per site and profile (`jupyterhub_config.py`; docs/warm-pools.md)",
             WarmPools,
+        ),
+        (
+            "GPUBurstService",
+            "the hub: the `gpuburst` service's own HTTP server (`jupyterhub_config.py`; docs/security.md)",
+            GPUBurstService,
         ),
         (
             "GPUBurstServerExtension",

@@ -38,6 +38,8 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated,
 from tornado import web
 from tornado.httpserver import HTTPServer
 from tornado.log import access_log, app_log
+from traitlets import Bool
+from traitlets.config import Config, Configurable
 
 from jupyter_gpuburst.core import keys, names
 from jupyter_gpuburst.hub import metrics
@@ -52,6 +54,11 @@ from jupyter_gpuburst.hub.kernels.handlers import REFUSED_REASON
 from jupyter_gpuburst.hub.kernels.handlers import handlers as kernel_handlers
 from jupyter_gpuburst.hub.stops import STOP_PATH, STOP_SCOPE
 from jupyter_gpuburst.hub.stops import handlers as stop_handlers
+from jupyter_gpuburst.hub.tokenapi import MAX_BODY_BYTES
+
+# what the service's HTTP server reads of any body: past it Tornado answers 400 and closes; the
+# token APIs read up to here to answer 413 (a body past MAX_BODY_BYTES is read, never kept)
+READ_BODY_CEILING = 4 * MAX_BODY_BYTES
 
 SERVICE_NAME = "gpuburst"
 # The scope both URLs need; admins have it, and OAuth tokens of this service carry it for them.
@@ -61,6 +68,25 @@ API_PATH = "api/capacity"
 TEMPLATES = Path(__file__).with_name("templates")
 PAGE_TEMPLATE = "gpuburst_capacity.html"
 ERROR_TEMPLATE = "gpuburst_error.html"
+
+
+class GPUBurstService(Configurable):
+    """How the ``gpuburst`` service's own HTTP server treats its requests."""
+
+    behind_trusted_proxy = Bool(
+        False,
+        help="""Whether the service's address is reached only through a proxy that sets
+        ``X-Forwarded-For`` and ``X-Real-Ip`` itself (replacing what a client sent). Only then
+        are those headers taken as the caller's address (in the access log). Off (default):
+        users' servers call the service directly, and anything they put in those headers is
+        ignored.""",
+    ).tag(config=True)
+
+
+def _hub_config() -> Config:
+    from jupyterhub.app import JupyterHub
+
+    return JupyterHub.instance().config if JupyterHub.initialized() else Config()
 
 
 # the service of this hub process, once registered (the spawner reads its kernel API's URL)
@@ -101,6 +127,8 @@ class CapacityService:
         # the service's OAuth client secret; generated per hub start, never logged or sent to users
         self.token = secrets.token_hex(32)
         self._server: HTTPServer | None = None
+        # the config GPUBurstService is read from (None: the running hub's)
+        self.config: Config | None = None
 
     @property
     def url(self) -> str:
@@ -154,7 +182,8 @@ class CapacityService:
             templates=Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape()),
             log_function=log_request,
         )
-        self._server = HTTPServer(app, xheaders=True)
+        settings = GPUBurstService(config=self.config if self.config is not None else _hub_config())
+        self._server = HTTPServer(app, xheaders=settings.behind_trusted_proxy, max_body_size=READ_BODY_CEILING)
         self._server.listen(self.port, self.bind_host)
         app_log.info("GPU capacity service listening on %s:%s (%s)", self.bind_host, self.port, self.url)
 
@@ -209,6 +238,8 @@ class _Authenticated(HubOAuthenticated, web.RequestHandler):
         return self.service.hub_auth()
 
     async def prepare(self) -> None:
+        if len(self.request.body or b"") > MAX_BODY_BYTES:
+            raise web.HTTPError(413, f"the request body is larger than {MAX_BODY_BYTES // (1024 * 1024)} MiB")
         # The hub answers "who is this token" on this same event loop: HubAuth's blocking
         # lookup (the default of get_current_user) would wait for a reply it is blocking.
         user = await self.hub_auth.get_user(self, sync=False)
