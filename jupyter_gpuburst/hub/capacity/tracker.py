@@ -98,6 +98,9 @@ class CapacityTracker:
         # GPU kernel request looks for a waiting kernel here, not in a list of the whole pool
         self._pool_pods: dict[str, dict[str, dict[str, Any]]] = {}
         self._pool_of: dict[str, str] = {}
+        # pods with a pool label in a namespace not (yet) the hub's: GPUs in use, until the hub
+        # takes their namespace for its own (a donor's kernel namespace, once the registry runs)
+        self._foreign_pool: dict[str, dict[str, Any]] = {}
         # the one namespace whose pods the tracker sees (None: all; see _narrowed_namespace)
         self.pods_namespace: str | None = None
         # set at the next change; made only when someone waits (most events have no waiter)
@@ -263,7 +266,12 @@ class CapacityTracker:
         else:
             self._labelled[key] = kept = _kept(pod)
             self._classify(key, kept)
-        self._keep_pool_pod(event_type, key, labels.get(keys.POOL_LABEL) if self.ownership.is_pool_pod(pod) else None, pod)
+        pool_pod = self.ownership.is_pool_pod(pod)
+        self._keep_pool_pod(event_type, key, labels.get(keys.POOL_LABEL) if pool_pod else None, pod)
+        if event_type != "DELETED" and keys.POOL_LABEL in labels and not pool_pod:
+            self._foreign_pool[key] = _kept(pod)
+        else:
+            self._foreign_pool.pop(key, None)
         if self.accounting is not None:
             own = self._pods.get(key)
             if event_type == "DELETED":
@@ -307,13 +315,21 @@ class CapacityTracker:
                 self._inflight.pop(owner, None)
 
     def own_namespace(self, namespace: str) -> None:
-        """Take the user-server pods of ``namespace`` for the hub's own from now on."""
+        """Take the user-server pods (and warm pools' pods) of ``namespace`` for the hub's own from now on."""
         if self.ownership.add_namespace(namespace):
             for key, pod in self._labelled.items():
                 if pod.get("metadata", {}).get("namespace") == namespace:
                     self._classify(key, pod)
                     if self.accounting is not None:
                         self.accounting.ledger.pod_event("MODIFIED", key, self._pods.get(key))
+            # pool pods seen there before: their room is free and their time the pool's from now
+            for key, pod in [(k, p) for k, p in self._foreign_pool.items() if p["metadata"].get("namespace") == namespace]:
+                del self._foreign_pool[key]
+                self.inventory.apply_pod_event("MODIFIED", pod)
+                self._keep_pool_pod("MODIFIED", key, pod["metadata"]["labels"][keys.POOL_LABEL], pod)
+                if self.accounting is not None:
+                    self.accounting.ledger.pod_event("MODIFIED", key, pod)
+            self._notify()
 
     # ---- reading -----------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:

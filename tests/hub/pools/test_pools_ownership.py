@@ -182,3 +182,18 @@ def test_a_pool_label_frees_gpus_only_in_the_pools_namespace():
         assert tracker.snapshot().nodes["g"].free("nvidia.com/gpu") == 2
         assert [p["metadata"]["name"] for p in tracker.pool_pods("origin.gpu-1")] == ["p1"]
         tracker._on_pod_event("DELETED", gpu_pod(namespace))
+
+
+def test_pool_pods_seen_before_their_namespace_was_the_hubs_are_the_pools_once_it_is():
+    # a donor's kernel namespace is the hub's once its kernel registry runs: pods of a pool seen
+    # there before (a hub restarting) free their room and are found as the pool's from then on
+    tracker = CapacityTracker(None, settings_from_config(Config()), ownership=PodOwnership(["jhub"]))
+    node = NodeConfig(name="g", cpu="16", memory="64Gi", resources={"nvidia.com/gpu": 2})
+    tracker._on_node_event("ADDED", node_object("g", node, "127.0.0.9", "t"))
+    tracker._on_pod_event("ADDED", gpu_pod("jhub-kernels-donor-1"))
+    assert tracker.snapshot().nodes["g"].free("nvidia.com/gpu") == 1 and tracker.pool_pods("origin.gpu-1") == []
+    tracker.own_namespace("jhub-kernels-donor-1")
+    assert tracker.snapshot().nodes["g"].free("nvidia.com/gpu") == 2
+    assert [p["metadata"]["name"] for p in tracker.pool_pods("origin.gpu-1")] == ["p1"]
+    tracker._on_pod_event("DELETED", gpu_pod("jhub-kernels-donor-1"))
+    assert tracker.pool_pods("origin.gpu-1") == [] and tracker.snapshot().nodes["g"].free("nvidia.com/gpu") == 2
