@@ -65,6 +65,10 @@ class Hub:
 
     def _write_config(self) -> None:
         config = f"""
+import os, signal
+from jupyter_gpuburst.sim.lifeline import on_parent_exit
+# in a session of its own, the hub would outlive a test run that was killed
+on_parent_exit(lambda: os.kill(os.getpid(), signal.SIGTERM))
 c = get_config()  # noqa
 c.JupyterHub.spawner_class = "gpuburst"
 c.JupyterHub.authenticator_class = "dummy"
