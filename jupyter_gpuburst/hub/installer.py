@@ -21,6 +21,7 @@ from jupyter_gpuburst.hub.accounting import (
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.culling.live import idle_since
 from jupyter_gpuburst.hub.culling.live import install as install_culling
+from jupyter_gpuburst.hub.culling.live import start_with_hub as start_culler
 from jupyter_gpuburst.hub.kernels.scopes import install as install_kernels
 from jupyter_gpuburst.hub.pools.live import install as install_pools
 from jupyter_gpuburst.hub.ports import free_port
@@ -91,6 +92,7 @@ def install(
         return  # the config is only being read (not by a starting hub): no server
     # JupyterHub loads its config inside its running event loop, which then serves the hub
     loop.call_soon(service.start)
+    start_culler(c, service)
 
 
 def _bind_address(host: str) -> str:

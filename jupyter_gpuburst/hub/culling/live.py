@@ -4,7 +4,9 @@ and what ``install(c)`` adds to the hub's config for it."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 from urllib.parse import quote
@@ -81,6 +83,28 @@ def budget_watch(hub: LiveHub) -> BudgetWatch | None:
 def _enabled_anywhere(settings: GPUCullingSettings) -> bool:
     overrides = [*settings.server_profiles.values(), *settings.kernel_profiles.values()]
     return settings.enabled or any(o.get("enabled") for o in overrides)
+
+
+def start_with_hub(c: Any, service: Any) -> None:
+    """Build the culler, and with it start its loop, as soon as the hub has loaded its users,
+    where culling or budget stops are configured: its targets are the hub's own spawners and
+    kernel records, so it must not wait for a first report that a silenced server never sends."""
+    if "GPUCullingSettings" not in c and not GPUAccountingSettings(config=c).stops_over_budget:
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return  # the config is only being read (not by a starting hub)
+    source = service.culler_source or partial(hub_culler, service.token)
+    loop.call_soon(lambda: asyncio.ensure_future(_start_when_hub_runs(source)))
+
+
+async def _start_when_hub_runs(source: Callable[[], Culler]) -> None:
+    app = JupyterHub.instance()
+    # the hub sets its tornado settings' users once its users are loaded, before its spawners
+    while "users" not in app.tornado_settings:
+        await asyncio.sleep(0.2)
+    source()
 
 
 def install(c: Any, service_name: str) -> None:
