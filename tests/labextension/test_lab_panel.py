@@ -212,16 +212,19 @@ TRACK_STREAMS = """
 # open is what the log opened and has not ended
 OPEN_STREAMS = "() => window.__streams.log.reduce((n, e) => n + (e[1] === 'open') - e[1].startsWith('end '), 0)"
 # what a failure needs to explain itself: each stream's open and end (ms since the page loaded),
-# and whether the panel is shown, and if not, which of its ancestors hides it
+# whether the panel is shown, and if not, which of its ancestors hides it, and the status bar
+# item's text (a live item, one that reads the stream, shows utilization once a sample came)
 STREAMS_STORY = """() => {
   const panel = document.querySelector('#jupyter-gpuburst-panel');
+  const status = document.querySelector('button.jp-GpuBurst-status');
   const hiders = [];
   for (let e = panel; e; e = e.parentElement) {
     if (e.classList.contains('lm-mod-hidden')) { hiders.push(e.id || e.className); }
   }
   return {
     now: Math.round(performance.now()), log: window.__streams.log, visibility: document.visibilityState,
-    panel: panel ? { width: panel.getBoundingClientRect().width, hiddenBy: hiders } : 'absent'
+    panel: panel ? { width: panel.getBoundingClientRect().width, hiddenBy: hiders } : 'absent',
+    status: status ? status.textContent : 'absent'
   };
 }"""
 STREAM_URLS = "() => window.__streams.urls.length"
