@@ -71,7 +71,10 @@ class KernelSite:
 @pytest.fixture(scope="module")
 def kernel_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSite]:
     base = tmp_path_factory.mktemp("kernels-browser")
-    with federation_and_hub(base, KERNEL_HUB + '\nc.Spawner.default_url = "/lab"\n') as (loop, _, hub):
+    # the student holds two GPU kernels when the origin-only one is refused: the refusal shown
+    # must be the full origin's, not a per-user limit's
+    config = KERNEL_HUB + '\nc.Spawner.default_url = "/lab"\nc.GPUKernelSettings.max_kernels_per_user = 0\n'
+    with federation_and_hub(base, config) as (loop, _, hub):
         status, body = loop.run(hub.spawn(STUDENT, {"profile": "cpu"}))
         assert status in (201, 202), body
         loop.run(hub.wait_ready(STUDENT, timeout=90))
