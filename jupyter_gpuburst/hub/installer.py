@@ -1,4 +1,14 @@
-"""``install(c)``: the hub-side additions, registered from ``jupyterhub_config.py`` in one line."""
+"""``install(c)``: the hub-side additions, registered from ``jupyterhub_config.py`` in one line.
+
+``install(c)`` gives the same hub wherever it stands in the config file: before or after the
+feature settings (``c.GPUCullingSettings``, ``c.GPUAccountingSettings``), as the pages of
+docs/ and the examples in hub_config/ place them. What JupyterHub reads before any of our code
+runs, the roles, is granted whatever the features (the ``gpuburst`` service may stop servers:
+its token stays in the hub process); what can wait is decided once the hub runs, from its
+whole config: whether the culler starts, and whether the GPU-hours ledger counts held-idle time
+(servers report GPU activity only where culling is configured, so elsewhere idle time stays
+unknown, never a guessed 0).
+"""
 
 from __future__ import annotations
 
@@ -43,7 +53,8 @@ def install(
     page's template, the kernel scope, and check the profiles.
 
     ``c`` is the config object of ``jupyterhub_config.py``; call ``install(c)`` after setting
-    ``hub_connect_url`` and ``base_url``. The service's HTTP server runs in the hub process (hub/service.py says
+    ``hub_connect_url``, ``base_url`` and the profiles; feature settings may come before or after
+    it (the module's docstring says why). The service's HTTP server runs in the hub process (hub/service.py says
     why), on ``service_port`` (default: $GPUBURST_SERVICE_PORT, else 8082; a free port when the hub
     is reached on loopback), reached by the proxy and by users' servers at ``service_host``
     (default: $GPUBURST_SERVICE_HOST, else the host of ``hub_connect_url``, else 127.0.0.1).
@@ -53,7 +64,7 @@ def install(
 
     Kernel mode needs nothing more here: the kernel API is part of the service, and servers'
     tokens may carry its scopes (``jupyter_gpuburst.hub.kernels.install``); who may start GPU
-    kernels is the admin's role (README, "GPU kernels").
+    kernels is the admin's role (docs/kernels.md).
 
     Raises ``ProfilePolicyError`` (the hub does not start) when a profile's
     ``kubespawner_override`` sets a placement trait that can only be set hub-wide.
@@ -72,10 +83,6 @@ def install(
     hub.template_paths = template_paths
     install_kernels(c, SERVICE_NAME)
     install_culling(c, SERVICE_NAME)
-    if "GPUCullingSettings" in c:
-        # servers report their GPU activity only where culling is configured: elsewhere idle
-        # time is unknown (null in the usage reports), never a guessed 0
-        use_idle_source(idle_since)
     services = list(hub.services) if "services" in hub else []
     if any(s.get("name") == SERVICE_NAME for s in services):
         return
@@ -92,7 +99,23 @@ def install(
         return  # the config is only being read (not by a starting hub): no server
     # JupyterHub loads its config inside its running event loop, which then serves the hub
     loop.call_soon(service.start)
+    # by the time the loop runs these, the whole config file has been read
+    loop.call_soon(wire_idle_source, c)
     start_culler(c, service)
+
+
+def counts_idle(config: Any) -> bool:
+    """Whether the GPU-hours ledger counts held-idle time under ``config``: servers report their
+    GPU activity only where culling is configured (it may stay off)."""
+    return "GPUCullingSettings" in config
+
+
+def wire_idle_source(c: Any) -> None:
+    """At hub start: the ledger's idle source, from the hub's whole config (``c`` and the hub's
+    own, which includes every file and option it read)."""
+    hub_config = JupyterHub.instance().config if JupyterHub.initialized() else c
+    if counts_idle(c) or counts_idle(hub_config):
+        use_idle_source(idle_since)
 
 
 def _bind_address(host: str) -> str:

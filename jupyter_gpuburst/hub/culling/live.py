@@ -85,41 +85,52 @@ def _enabled_anywhere(settings: GPUCullingSettings) -> bool:
     return settings.enabled or any(o.get("enabled") for o in overrides)
 
 
+def wanted(config: Any) -> bool:
+    """Whether ``config`` (the hub's whole config) has the culler run: GPU culling is
+    configured, or budgets stop sessions."""
+    return "GPUCullingSettings" in config or GPUAccountingSettings(config=config).stops_over_budget
+
+
 def start_with_hub(c: Any, service: Any) -> None:
     """Build the culler, and with it start its loop, as soon as the hub has loaded its users,
     where culling or budget stops are configured: its targets are the hub's own spawners and
-    kernel records, so it must not wait for a first report that a silenced server never sends."""
-    if "GPUCullingSettings" not in c and not GPUAccountingSettings(config=c).stops_over_budget:
-        return
+    kernel records, so it must not wait for a first report that a silenced server never sends.
+    Whether it is configured is read then, from the hub's whole config: settings written after
+    ``install(c)`` count as those before it."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return  # the config is only being read (not by a starting hub)
     source = service.culler_source or partial(hub_culler, service.token)
-    loop.call_soon(lambda: asyncio.ensure_future(_start_when_hub_runs(source)))
+    loop.call_soon(lambda: asyncio.ensure_future(_start_when_hub_runs(source, c)))
 
 
-async def _start_when_hub_runs(source: Callable[[], Culler]) -> None:
+async def _start_when_hub_runs(source: Callable[[], Culler], c: Any) -> None:
     app = JupyterHub.instance()
     # the hub sets its tornado settings' users once its users are loaded, before its spawners
     while "users" not in app.tornado_settings:
         await asyncio.sleep(0.2)
-    source()
+    if wanted(app.config) or wanted(c):
+        source()
 
 
 def install(c: Any, service_name: str) -> None:
     """Let the spawn page say why a server was stopped (by the culler, or by an admin on the
-    capacity page), and the service stop servers where culling or budgets that stop sessions
-    are configured (before ``install(c)``)."""
-    # a wrong key or value stops the hub here, at start, with the reason (TraitError)
-    culling = "GPUCullingSettings" in c and GPUCullingSettings(config=c) is not None
+    capacity page), and the service stop servers. The stop scope is granted whatever is
+    configured yet: culling and budget settings may still follow ``install(c)`` in the config
+    file, JupyterHub creates its roles before anything of ours runs, and only the culler, which
+    starts where culling or budget stops are configured (``start_with_hub``), stops servers
+    with it. The service's token never leaves the hub process, which may stop any server
+    anyway."""
+    if "GPUCullingSettings" in c:
+        GPUCullingSettings(config=c)  # a wrong key or value stops the hub here, with the reason
     hub = c.JupyterHub
     template_vars = dict(hub.template_vars) if "template_vars" in hub else {}
     template_vars.setdefault(TEMPLATE_VAR, stopped_note)
     hub.template_vars = template_vars
-    if not culling and not GPUAccountingSettings(config=c).stops_over_budget:
-        return
-    roles = list(hub.load_roles) if "load_roles" in hub else []
+    roles = hub.load_roles if "load_roles" in hub else []
+    # `c.JupyterHub.load_roles.append(...)` before us: a lazy value holding the additions
+    roles = list(roles) if isinstance(roles, list | tuple) else list(roles.get_value([]))
     if any(r.get("name") == ROLE_NAME for r in roles):
         return
     # the scopes jupyterhub-idle-culler needs to stop a server, and no more
