@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 GRACE_S = 15
 PERIOD_S = 1
 # each student gets a few GPU-seconds of hours by an admin's grant before starting
-START_HOURS = 0.002  # 7.2 GPU-seconds
+START_HOURS = 0.01  # 36 GPU-seconds: the budget holds from the pod's start, so they must outlast a loaded start
 
 BUDGET_HUB = f"""
 c.KubeSpawner.environment = {{"JUPYTER_GPUBURST_BACKEND": "simulated"}}
