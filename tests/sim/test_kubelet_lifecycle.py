@@ -32,37 +32,52 @@ def ready(p: dict) -> bool:
 
 async def test_http_readiness_and_liveness_restart(cluster):
     store = cluster.store
-    # serves /healthz until the file "sick" appears in its working directory, then 500s
+    # /ready answers 500 once the file "sick" is in its working directory, /alive once "dead" is
     server = (
         "import http.server,os\n"
         "class H(http.server.BaseHTTPRequestHandler):\n"
         "    def do_GET(self):\n"
-        "        self.send_response(500 if os.path.exists('sick') else 200); self.end_headers()\n"
+        "        bad = {'/ready': 'sick', '/alive': 'dead'}.get(self.path)\n"
+        "        self.send_response(500 if bad and os.path.exists(bad) else 200); self.end_headers()\n"
         "    def log_message(self,*a): pass\n"
         "http.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()\n"
     )
-    # a loaded machine must not turn a probe's 500 into a timeout, nor let the liveness probe's
-    # restart come before the readiness probe's first failure is seen: a generous timeout, and
-    # liveness gives up only after several failures where readiness reports the first
-    probe = {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 1, "failureThreshold": 1, "timeoutSeconds": 5}
+
+    def probe(path: str) -> dict:
+        # a loaded machine's server may take seconds to answer: a 500 must not read as a timeout
+        return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": 1, "failureThreshold": 1, "timeoutSeconds": 5}
+
     c = py(
         "web",
         server,
         ports=[{"name": "http", "containerPort": 8080}],
-        readinessProbe=probe,
-        livenessProbe={**probe, "failureThreshold": 4},
+        # readiness and liveness begin once the server listens, however long its start takes
+        startupProbe={"tcpSocket": {"port": "http"}, "periodSeconds": 1, "failureThreshold": 60},
+        readinessProbe=probe("/ready"),
+        livenessProbe=probe("/alive"),
         workingDir="/srv",
         volumeMounts=[{"name": "w", "mountPath": "/srv"}],
     )
     store.create("pods", pod("web", c, volumes=[{"name": "w", "emptyDir": {}}]), "default")
     up = await wait_for_pod(store, "default", "web", ready)
     assert status_of(up, "web")["restartCount"] == 0
-    (cluster.kubelet._pods[("default", "web")].volumes["w"] / "sick").touch()
-    restarted = await wait_for_pod(store, "default", "web", lambda p: status_of(p, "web")["restartCount"] >= 1, timeout=40)
+    workdir = cluster.kubelet._pods[("default", "web")].volumes["w"]
+
+    def events() -> list[str]:
+        return [e["message"] for e in store.list("events", "default", field_selector="involvedObject.name=web")[0]]
+
+    # a failing readiness probe takes the pod out of service and leaves the container running
+    (workdir / "sick").touch()
+    await wait_until(lambda: "Readiness probe failed: HTTP probe failed with statuscode: 500" in events(), 10, "readiness to fail")
+    unready = store.get("pods", "default", "web")
+    assert not ready(unready) and status_of(unready, "web")["restartCount"] == 0
+    # a failing liveness probe restarts it, and the failure that did it is told
+    (workdir / "dead").touch()
+    restarted = await wait_for_pod(store, "default", "web", lambda p: status_of(p, "web")["restartCount"] >= 1)
     assert restarted["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] in (137, 143)
-    reasons = [e["message"] for e in store.list("events", "default", field_selector="involvedObject.name=web")[0]]
-    assert "Container web failed liveness probe, will be restarted" in reasons
-    assert any(m.startswith("Readiness probe failed: HTTP probe failed with statuscode: 500") for m in reasons)
+    told = events()
+    assert "Liveness probe failed: HTTP probe failed with statuscode: 500" in told
+    assert "Container web failed liveness probe, will be restarted" in told
 
 
 async def test_startup_probe_holds_started_and_ready(cluster):

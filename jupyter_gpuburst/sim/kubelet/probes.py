@@ -106,7 +106,8 @@ class ProbeWorker:
     """Runs one probe every period and reports state changes through ``on_result``.
 
     ``on_result(success)`` is called when the probe's result flips past its threshold (and once
-    at the first decision), as the kubelet's prober manager updates its result cache.
+    at the first decision), as the kubelet's prober manager updates its result cache;
+    ``on_failed_attempt(why)`` for every failed attempt, before that.
     """
 
     def __init__(
@@ -134,8 +135,10 @@ class ProbeWorker:
                     self._on_result(True, "")
             else:
                 successes, failures = 0, failures + 1
+                # the kubelet records each failed attempt before it acts on the result: the
+                # failure that trips the threshold (a liveness kill ends this worker) is told too
+                self._on_failed_attempt(why)
                 if failures >= self.spec.failure_threshold and self.result is not False:
                     self.result = False
                     self._on_result(False, why)
-                self._on_failed_attempt(why)
             await asyncio.sleep(self.spec.period_s)
