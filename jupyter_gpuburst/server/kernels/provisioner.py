@@ -212,6 +212,11 @@ class GPUBurstProvisioner(KernelProvisionerBase):
             raise KernelPlacementError(f"No GPU kernel: {data.get('error') or 'it stopped while starting'}")
         self._port_set = body.get("port_set", 0)
         self._poll_at, self._poll_value = time.monotonic(), None
+        # An interrupt while the kernel was pending made jupyter_client connect its control
+        # socket to the address it knew then (none yet, or the previous pod's), and it keeps a
+        # connected socket: every later interrupt and shutdown request would go there, lost.
+        # Closed, it is connected to this pod once the launch returns.
+        km._close_control_socket()
         connection = data["connection"]
         self.connection_info = {
             "transport": connection["transport"],
