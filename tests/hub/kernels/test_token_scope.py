@@ -6,6 +6,7 @@ API's handlers and the hub's registry, with the hub's records and its token chec
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from typing import Any
 
@@ -14,10 +15,12 @@ from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from tornado.httpserver import HTTPServer
 
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.kernels.handlers import handlers
 from jupyter_gpuburst.hub.kernels.registry import KernelRecord, KernelRegistry
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings, KernelProfile
 from jupyter_gpuburst.hub.ports import free_ports
+from jupyter_gpuburst.hub.settings import GPUBurstSettings
 from jupyter_gpuburst.hub.tokenapi import MAX_BODY_BYTES, UnknownToken
 
 PREFIX = "/services/gpuburst/"
@@ -31,7 +34,7 @@ STALE = "of-stopped"
 class Hub:
     """The hub's records as the kernel API reads them (kernels/service.LiveHub)."""
 
-    log = __import__("logging").getLogger("test")
+    log = logging.getLogger("test")
 
     def server_of_token(self, user: str, token: str) -> str | None:
         if token not in TOKENS or TOKENS[token][0] != user:
@@ -64,24 +67,11 @@ class Service:
         return Auth()
 
 
-class Tracker:
-    """No pods: every kernel here is a record still starting."""
-
-    accounting = None
-
-    def pod(self, namespace: str, name: str) -> None:
-        return None
-
-    def placed_pods(self) -> list:
-        return []
-
-    def forget_decision(self, key: str) -> None:
-        pass
-
-
 @pytest.fixture
 async def api():
-    registry = KernelRegistry(Tracker(), GPUKernelSettings(), None, None, "img", "default")
+    # the hub's tracker, never started: no cluster, no pods, so every kernel here is a record still starting
+    tracker = CapacityTracker(None, GPUBurstSettings(), logging.getLogger("test"))
+    registry = KernelRegistry(tracker, GPUKernelSettings(), None, None, "img", "default")
     registry.profiles = {}
     profile = KernelProfile(slug="gpu-1", display_name="GPU", resource="nvidia.com/gpu", count=1)
     for record_id, server in (("a1", "one"), ("a2", "two")):
