@@ -27,6 +27,9 @@ from jupyter_gpuburst.hub import install
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
 
 NAMESPACE = os.environ.get("GPUBURST_NAMESPACE", "jhub")
+# user servers and GPU kernels: never the hub's namespace, whose Secrets Liqo would reflect to
+# every donor once the namespace is offloaded (docs/security.md, "Kernel keys and Liqo")
+USER_NAMESPACE = os.environ.get("GPUBURST_USER_NAMESPACE", "jhub-users")
 IMAGE = os.environ.get("GPUBURST_SINGLEUSER_IMAGE", "registry.example.edu/jupyter-gpuburst/singleuser:0.2.0")
 
 # ---- hub and proxy ---------------------------------------------------------------------------
@@ -46,7 +49,7 @@ c.JupyterHub.cleanup_servers = False
 # c.JupyterHub.authenticator_class = "generic-oauth"
 
 # ---- where and how user servers run --------------------------------------------------------
-c.KubeSpawner.namespace = NAMESPACE
+c.KubeSpawner.namespace = USER_NAMESPACE
 c.KubeSpawner.image = IMAGE
 c.KubeSpawner.environment = {"JUPYTER_GPUBURST_BACKEND": "auto"}
 c.KubeSpawner.start_timeout = 600  # a donor may pull the image first

@@ -33,6 +33,9 @@ NAMESPACE_OFFLOADING_PLURAL = "namespaceoffloadings"
 # Liqo only honours the NamespaceOffloading with this exact name in a namespace.
 NAMESPACE_OFFLOADING_NAME = "offloading"
 VIRTUAL_NODE_KIND = "VirtualNode"
+# a virtual kubelet's settings, its reflectors' policies among them (spec.reflectorsConfig)
+VK_OPTIONS_TEMPLATE_KIND = "VkOptionsTemplate"
+VK_OPTIONS_TEMPLATE_PLURAL = "vkoptionstemplates"
 VIRTUAL_NODE_PLURAL = "virtualnodes"
 
 # Liqo's virtual storage class: a claim of this class is provisioned on the site where its first
@@ -42,10 +45,15 @@ VIRTUAL_STORAGE_CLASS = "liqo"
 STORAGE_PROVISIONER = "liqo.io/storage"
 
 # Objects Liqo's virtual kubelet reflects into a remote namespace carry these labels (forge
-# ReflectionLabels); an object annotated to skip reflection is not reflected (consts).
+# ReflectionLabels). Under the DenyList reflection policy (Liqo's default) every ConfigMap and
+# Secret of an offloaded namespace is reflected to every donor it is offloaded to, but for those
+# annotated to skip it; under AllowList only those annotated to allow it are (consts).
 REFLECTION_ORIGIN_LABEL = "offloading.liqo.io/origin"
 REFLECTION_DESTINATION_LABEL = "offloading.liqo.io/destination"
 SKIP_REFLECTION_ANNOTATION = "liqo.io/skip-reflection"
+ALLOW_REFLECTION_ANNOTATION = "liqo.io/allow-reflection"
+REFLECTION_POLICIES = ("DenyList", "AllowList")
+DEFAULT_REFLECTION_POLICY = "DenyList"
 
 INSTALL_DOCS_URL = "https://docs.liqo.io/en/stable/installation/install.html"
 

@@ -6,8 +6,11 @@ the origin and destination cluster ids; a change of the origin object is applied
 when the origin object goes (deleted, or collected with its owner), the copy is deleted. A
 remote object that is not labelled as reflected is someone else's and left alone. Not reflected:
 Secrets holding service-account tokens (a dedicated reflector's job, off by default) and objects
-annotated to skip it (``liqo.SKIP_REFLECTION_ANNOTATION``). The origin's ``kube-root-ca.crt`` is
-reflected under a name of its own, so as not to collide with the donor's.
+annotated to skip it (``liqo.SKIP_REFLECTION_ANNOTATION``), under Liqo's default DenyList
+policy; under AllowList (``secret_policy``, Liqo's ``offloading.reflection.secret.type``) a
+Secret is reflected only when annotated to allow it (``liqo.ALLOW_REFLECTION_ANNOTATION``).
+The origin's ``kube-root-ca.crt`` is reflected under a name of its own, so as not to collide with
+the donor's.
 """
 
 from __future__ import annotations
@@ -37,7 +40,18 @@ class ConfigurationReflector:
     donor, else None.
     """
 
-    def __init__(self, origin: Store, donor: Store, origin_id: str, donor_id: str, remote_namespace: Callable[[str], str | None]):
+    def __init__(
+        self,
+        origin: Store,
+        donor: Store,
+        origin_id: str,
+        donor_id: str,
+        remote_namespace: Callable[[str], str | None],
+        secret_policy: str = liqo.DEFAULT_REFLECTION_POLICY,
+    ):
+        if secret_policy not in liqo.REFLECTION_POLICIES:
+            raise ValueError(f"unknown reflection policy {secret_policy!r}; expected one of {', '.join(liqo.REFLECTION_POLICIES)}")
+        self.secret_policy = secret_policy
         self.origin = origin
         self.donor = donor
         self.labels = {ORIGIN_LABEL: origin_id, DESTINATION_LABEL: donor_id}
@@ -52,7 +66,10 @@ class ConfigurationReflector:
         return all(labels.get(k) == v for k, v in self.labels.items())
 
     def _skipped(self, rtype: str, obj: Obj) -> bool:
-        if (obj["metadata"].get("annotations") or {}).get(SKIP_ANNOTATION, "").lower() == "true":
+        annotations = obj["metadata"].get("annotations") or {}
+        if rtype == "secrets" and self.secret_policy == "AllowList":
+            return annotations.get(liqo.ALLOW_REFLECTION_ANNOTATION, "").lower() != "true"
+        if annotations.get(SKIP_ANNOTATION, "").lower() == "true":
             return True
         return rtype == "secrets" and obj.get("type") == "kubernetes.io/service-account-token"
 

@@ -18,9 +18,10 @@ KERNEL_SCOPES = ["custom:gpuburst:kernels", "access:services!service=gpuburst"]
 
 
 @asynccontextmanager
-async def registry_on_federation(tmp_path: Path) -> AsyncIterator:
-    """A KernelRegistry with one profile, ``gpu-1`` (1 GPU), on a running federation (``.federation``);
-    every kernel it still has is stopped on the way out."""
+async def registry_on_federation(tmp_path: Path, federation: dict | None = None, namespace: str = "default") -> AsyncIterator:
+    """A KernelRegistry with one profile, ``gpu-1`` (1 GPU), on a running federation (``.federation``,
+    the default one unless ``federation``) for servers in ``namespace``; every kernel it still has is
+    stopped on the way out."""
     from kubernetes_asyncio import client, config
 
     from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
@@ -30,7 +31,7 @@ async def registry_on_federation(tmp_path: Path) -> AsyncIterator:
     from jupyter_gpuburst.sim.testing import running_federation
 
     kubeconfig = tmp_path / "kubeconfig"
-    async with running_federation(state_dir=tmp_path / "sim", kubeconfig=kubeconfig) as fed:
+    async with running_federation(federation, state_dir=tmp_path / "sim", kubeconfig=kubeconfig) as fed:
         configuration = client.Configuration()
         await config.load_kube_config(config_file=str(kubeconfig), context="origin", client_configuration=configuration)
         async with client.ApiClient(configuration) as api_client:
@@ -39,7 +40,7 @@ async def registry_on_federation(tmp_path: Path) -> AsyncIterator:
             await tracker.start()
             settings = GPUKernelSettings(profiles=[{"slug": "gpu-1", "resource": "nvidia.com/gpu", "count": 1}])
             reg = KernelRegistry(
-                tracker, settings, client.CoreV1Api(api_client), client.CustomObjectsApi(api_client), "img", "default", log
+                tracker, settings, client.CoreV1Api(api_client), client.CustomObjectsApi(api_client), "img", namespace, log
             )
             reg.federation = fed
             try:

@@ -37,9 +37,12 @@ def command(prefix: str) -> list[str]:
 
 
 def apply_rbac_manifest(store: Store, namespace: str) -> None:
-    """Step 3's `kubectl apply -n NAMESPACE -f hub_config/rbac.yaml`, straight into an emulator's
-    ``Store``: its roles and bindings as the API server stores them."""
+    """Step 3's `kubectl apply -f hub_config/rbac.yaml`, straight into an emulator's ``Store``:
+    its roles and bindings as the API server stores them, the namespaced ones in ``namespace``
+    (the file's user namespace replaced, as an admin whose namespace differs does)."""
     for doc in yaml.safe_load_all(RBAC_MANIFEST.read_text()):
         if doc:
             namespaced = doc["kind"] in ("Role", "RoleBinding")
+            if namespaced:
+                doc["metadata"]["namespace"] = namespace
             store.create(f"{doc['kind'].lower()}s.{RBAC_GROUP}", doc, namespace if namespaced else None)

@@ -105,7 +105,7 @@ def test_bindings_point_at_the_roles_and_the_hub_account():
     for binding in bindings:
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": "jhub"}]
         if binding["kind"] == "RoleBinding":
-            assert binding["metadata"]["namespace"] == "jhub"
+            assert binding["metadata"]["namespace"] == "jhub-users"  # the users', apart from the hub's
 
 
 # ---- NamespaceOffloading ---------------------------------------------------------------------
@@ -114,7 +114,7 @@ def test_namespace_offloading_matches_liqo_crd_and_product(liqo_crd_dir):
     crd = yaml.safe_load((liqo_crd_dir / "offloading.liqo.io_namespaceoffloadings.yaml").read_text())
     [version] = [v for v in crd["spec"]["versions"] if v["name"] == liqo.OFFLOADING_VERSION]
     jsonschema.validate(doc, version["schema"]["openAPIV3Schema"])
-    assert doc == liqo.namespace_offloading("jhub")
+    assert doc == liqo.namespace_offloading("jhub-users")
 
 
 # ---- z2jh values -----------------------------------------------------------------------------

@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
-NAMESPACE = "jhub"
+NAMESPACE = "jhub-users"  # the user servers'; the hub's is jhub
 
 
 def federation_config_from_the_peer_command() -> dict:
@@ -138,12 +138,12 @@ async def test_the_real_cluster_guide_works_as_written(sim, tmp_path):
     assert granted["cpu"] == peer[peer.index("--cpu") + 1] and granted["memory"] == peer[peer.index("--memory") + 1]
 
     # 3. the namespace and the hub's grant, as written
-    doctor_cmd = command("gpuburst doctor -n jhub --as")
+    doctor_cmd = command("gpuburst doctor -n jhub-users --as")
     created = await run(command("kubectl create namespace"), env)
     assert created.returncode == 0, created.stderr
     ungranted = await run([*doctor_cmd, "--kubeconfig", str(sim)], env)
     assert ungranted.returncode == 1 and "FAIL    rbac" in ungranted.stdout, ungranted.stdout + ungranted.stderr
-    granted_rbac = await run(command("kubectl apply -n jhub -f hub_config/rbac.yaml"), env)
+    granted_rbac = await run(command("kubectl apply -f hub_config/rbac.yaml"), env)
     assert granted_rbac.returncode == 0, granted_rbac.stderr
 
     # 5. doctor as the hub's account: nothing needed missing (not offloaded yet is a warning); the
@@ -161,7 +161,7 @@ async def test_the_real_cluster_guide_works_as_written(sim, tmp_path):
     workdir.mkdir()
     hub = Hub(workdir, sim)
     hub.extra_config = (
-        f"import os\nos.environ['GPUBURST_NAMESPACE'] = {NAMESPACE!r}\n"
+        "import os\nos.environ['GPUBURST_NAMESPACE'] = 'jhub'\n"
         # the gpuburst service where a laptop reaches it (the hub Service's DNS name does not resolve)
         f"os.environ['GPUBURST_SERVICE_HOST'] = '127.0.0.1'\nos.environ['GPUBURST_SERVICE_PORT'] = '{free_port()}'\n"
         f"load_subconfig({str(REPO / 'hub_config' / 'jupyterhub_config.py')!r})\n"

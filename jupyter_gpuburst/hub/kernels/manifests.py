@@ -4,6 +4,14 @@ The key never appears in the pod spec: the pod reads it from the Secret through 
 ``secretKeyRef``, so ``kubectl get pod -o yaml``, events and the hub's API show only the
 Secret's name. The Secret is owned by the pod and the pod by the user's server pod, so
 Kubernetes' garbage collector removes both when the server goes.
+
+Liqo reflects every Secret of an offloaded namespace to every donor that namespace is offloaded
+to, unless the Secret is annotated to skip it. So a kernel on the origin keeps its Secret in the
+server's namespace, marked never to be reflected; a kernel on a donor lives, with its Secret, in
+a namespace of that donor's own (``kernel_namespace``), offloaded to that donor only: its key
+reaches the one cluster its pod runs on, and no other donor. A donor kernel is not owned by its
+server's pod (Kubernetes ignores an owner in another namespace and collects the dependent at
+once): the hub stops it with its server, as it stops every kernel.
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ import json
 from typing import Any
 
 from jupyter_gpuburst import __version__
-from jupyter_gpuburst.core import keys, release
+from jupyter_gpuburst.core import keys, liqo, release
 from jupyter_gpuburst.core.placement import Placement
 from jupyter_gpuburst.hub.kernels.files import SCRATCH_PATH, KernelFiles
 from jupyter_gpuburst.hub.kernels.resources import pod_resources
@@ -48,13 +56,46 @@ def pod_security(uid: int | None, gid: int | None, fs_gid: int | None = None) ->
     return context
 
 
+NAMESPACE_MAX = 63  # a namespace name is a DNS label
+
+
+def kernel_namespace(server_namespace: str, placement: Placement) -> str:
+    """Where a kernel placed at ``placement`` runs, its server being in ``server_namespace``: that
+    namespace on the origin; on a donor, the namespace of that donor's kernels alone."""
+    if not placement.is_donor:
+        return server_namespace
+    return donor_kernel_namespace(server_namespace, placement.cluster_id or placement.site)
+
+
+def donor_kernel_namespace(server_namespace: str, cluster_id: str) -> str:
+    """The namespace of the GPU kernels on donor ``cluster_id`` of servers in ``server_namespace``."""
+    name = f"{server_namespace}-kernels-{cluster_id}"
+    if len(name) > NAMESPACE_MAX:
+        raise ValueError(
+            f"the namespace for GPU kernels on donor {cluster_id}, {name!r}, is longer than "
+            f"{NAMESPACE_MAX} characters: use a shorter user namespace"
+        )
+    return name
+
+
+def reflection_annotations(placement: Placement) -> dict[str, str]:
+    """A kernel Secret's word to Liqo: never reflected from the origin; reflected (under the
+    AllowList policy as well) from a donor kernel's namespace, offloaded to that donor only."""
+    if placement.is_donor:
+        return {liqo.ALLOW_REFLECTION_ANNOTATION: "true"}
+    return {liqo.SKIP_REFLECTION_ANNOTATION: "true"}
+
+
 def kernel_labels(placement: Placement) -> dict[str, str]:
     """What the kernels' NetworkPolicy (hub_config/networkpolicy-kernels.yaml) and the hub select on."""
     return {keys.COMPONENT_LABEL: keys.KERNEL_COMPONENT, keys.VERSION_LABEL: release.label_value(__version__), **placement.labels()}
 
 
-def connection_secret(name: str, namespace: str, key: str, signature_scheme: str, ports: dict[str, int]) -> dict[str, Any]:
-    """The kernel's connection file, with its key; the kernel binds every interface of its pod."""
+def connection_secret(
+    name: str, namespace: str, key: str, signature_scheme: str, ports: dict[str, int], placement: Placement
+) -> dict[str, Any]:
+    """The kernel's connection file, with its key; the kernel binds every interface of its pod.
+    Reflected by Liqo only from a donor kernel's own namespace (``reflection_annotations``)."""
     connection = {
         "transport": "tcp",
         "ip": "0.0.0.0",
@@ -66,7 +107,12 @@ def connection_secret(name: str, namespace: str, key: str, signature_scheme: str
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": name, "namespace": namespace, "labels": {keys.COMPONENT_LABEL: keys.KERNEL_COMPONENT}},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {keys.COMPONENT_LABEL: keys.KERNEL_COMPONENT},
+            "annotations": reflection_annotations(placement),
+        },
         "type": "Opaque",
         "data": {CONNECTION_KEY: encoded},
     }
@@ -158,7 +204,16 @@ def kernel_pod(
             PORTS_ANNOTATION: json.dumps(ports, sort_keys=True),
         },
     }
-    server_meta = (server_pod or {}).get("metadata") or {}
-    if server_meta.get("uid"):
-        metadata["ownerReferences"] = [owner_reference("Pod", server_meta["name"], server_meta["uid"])]
+    owner = server_owner(server_pod, namespace)
+    if owner:
+        metadata["ownerReferences"] = owner
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def server_owner(server_pod: dict[str, Any] | None, namespace: str) -> list[dict[str, Any]]:
+    """The owner reference to the user's server pod for a kernel pod in ``namespace``; none for
+    a pod in another namespace (a donor kernel's), whose owner Kubernetes would take for gone."""
+    server_meta = (server_pod or {}).get("metadata") or {}
+    if not server_meta.get("uid") or server_meta.get("namespace", namespace) != namespace:
+        return []
+    return [owner_reference("Pod", server_meta["name"], server_meta["uid"])]

@@ -11,7 +11,10 @@ nothing and belongs to no one. Adoption, for a request placed on that site:
    user's server pod) come, exactly as on a kernel pod it creates; the update makes the
    kubelet sync the pod's volumes, so the connection file appears and the kernel starts.
 
-The key is in the Secret only, never in the pod spec, env, the hub's log or its API. A pod gone
+The key is in the Secret only, never in the pod spec, env, the hub's log or its API. Liqo
+reflects the Secret only where the kernel runs: never from the origin, and on a donor only from
+that donor's kernel namespace (``manifests.kernel_namespace``); a waiting kernel elsewhere (a
+donor's, in the servers' namespace, offloaded to every donor) is never adopted. A pod gone
 (preempted, removed by its pool) at any step leaves nothing: the Secret is deleted (and owned by
 the pod besides), and the request starts a pod of its own (``adopt`` returns False).
 """
@@ -30,6 +33,7 @@ from kubernetes_asyncio.client import ApiException
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.placement import GPURequest, Placement, decide, validate_request
 from jupyter_gpuburst.hub.kernels import manifests
+from jupyter_gpuburst.hub.kernels.donorspace import server_namespace
 from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, decide_files, scratch
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings, KernelProfile
 
@@ -159,10 +163,12 @@ def pooled_pod(
     return pod
 
 
-def adoption_secret(pod: dict[str, Any], key: str, scheme: str, ports: dict[str, int], env: dict[str, str]) -> dict[str, Any]:
+def adoption_secret(
+    pod: dict[str, Any], key: str, scheme: str, ports: dict[str, int], env: dict[str, str], placement: Placement
+) -> dict[str, Any]:
     """The adopter's connection (its key) and env, owned by the pod it is for."""
     meta = pod["metadata"]
-    secret = manifests.connection_secret(meta["name"], meta["namespace"], key, scheme, ports)
+    secret = manifests.connection_secret(meta["name"], meta["namespace"], key, scheme, ports, placement)
     secret["data"][keys.KERNEL_ADOPTER_FILE] = base64.b64encode(json.dumps({"env": env}).encode()).decode()
     secret["metadata"]["ownerReferences"] = [manifests.owner_reference("Pod", meta["name"], meta["uid"])]
     return secret
@@ -184,9 +190,9 @@ def adoption_patch(
         keys.PRESTARTED_ANNOTATION: (pod["metadata"].get("labels") or {}).get(keys.POOL_LABEL, ""),
     }
     patch: dict[str, Any] = {"metadata": {"labels": labels, "annotations": annotations}}
-    server_meta = (server_pod or {}).get("metadata") or {}
-    if server_meta.get("uid"):
-        patch["metadata"]["ownerReferences"] = [manifests.owner_reference("Pod", server_meta["name"], server_meta["uid"])]
+    owner = manifests.server_owner(server_pod, pod["metadata"]["namespace"])
+    if owner:
+        patch["metadata"]["ownerReferences"] = owner
     return patch
 
 
@@ -246,7 +252,8 @@ async def claim(registry: KernelRegistry, record: KernelRecord, request: GPURequ
         if not isinstance(decided, Placement) or (decided.site, slug) not in registry.prestarted:
             return
         # the node its reservation will hold (placement names a node only where it pins one)
-        found = await candidates(registry, record.namespace, decided.site, slug, decided.held_node or decided.node)
+        namespace = manifests.kernel_namespace(record.namespace, decided)
+        found = await candidates(registry, namespace, decided.site, slug, decided.held_node or decided.node)
     except Exception:  # noqa: BLE001 - a bad request is refused by placement itself; no pool read: no claim
         registry.log.debug("GPU kernel %s: no pre-started kernel claimed", record.id, exc_info=True)
         return
@@ -259,8 +266,9 @@ async def adopt(
     """Make a waiting kernel of the placement's site the record's; False when none can be (none
     waits, the request needs its own ports or files, the pod went): the caller starts one."""
     held, record.claim = record.claim, None
+    namespace = manifests.kernel_namespace(server_namespace(server_pod, record.namespace), placement)
     if held is not None and (
-        held["metadata"]["labels"].get(keys.POOL_SITE_LABEL) != placement.site or held["metadata"]["namespace"] != record.namespace
+        held["metadata"]["labels"].get(keys.POOL_SITE_LABEL) != placement.site or held["metadata"]["namespace"] != namespace
     ):
         _hold(held, record.id, 0)  # placed elsewhere after all
         held = None
@@ -298,7 +306,8 @@ async def _adopt_any(
         found = [held]
     else:
         try:
-            found = await candidates(registry, record.namespace, placement.site, profile.slug, placement.held_node or placement.node)
+            namespace = manifests.kernel_namespace(server_namespace(server_pod, record.namespace), placement)
+            found = await candidates(registry, namespace, placement.site, profile.slug, placement.held_node or placement.node)
         except Exception:  # noqa: BLE001 - no pool to read: the request starts its own pod
             registry.log.warning("GPU kernel %s: cannot list the pre-started kernels of %s", record.id, placement.site, exc_info=True)
             return False
@@ -323,7 +332,7 @@ async def _adopt_one(
     reason = f"{placement.reason} A pre-started kernel was waiting there.".strip()
     env = {"JUPYTERHUB_USER": record.user, keys.REASON_ENV: reason}
     try:
-        await registry.api.create_namespaced_secret(namespace, adoption_secret(pod, key, scheme, record.ports, env))
+        await registry.api.create_namespaced_secret(namespace, adoption_secret(pod, key, scheme, record.ports, env, placement))
     except ApiException as exc:
         # the Secret's create is the lock: one adopter only. 409: another request adopted the
         # pod since it was listed (it carries that kernel now: leave it), or a Secret of that
@@ -342,6 +351,8 @@ async def _adopt_one(
         await _remove(registry, namespace, name, secret=True, pod=exc.status != 404)
         return False
     record.placement = replace(adopted, reason=reason)
+    record.namespace = namespace
+    registry.tracker.own_namespace(namespace)  # a donor's kernel namespace: the watch follows its pods
     record.pod_name = name
     record.prestarted = True
     registry.log.info("GPU kernel %s of %s: adopted pre-started pod %s on %s", record.id, record.user, name, placement.site)

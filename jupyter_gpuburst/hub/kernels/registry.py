@@ -25,6 +25,7 @@ from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, P
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker, kernel_key
 from jupyter_gpuburst.hub.kernels import manifests, prestarted, queued
 from jupyter_gpuburst.hub.kernels.availability import availability
+from jupyter_gpuburst.hub.kernels.donorspace import DonorNamespaces, server_namespace
 from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, clean_notebook_dir, decide_files
 from jupyter_gpuburst.hub.kernels.podstate import exit_message, pod_ports, ready, where
 from jupyter_gpuburst.hub.kernels.queued import Line
@@ -109,6 +110,7 @@ class KernelRegistry:
         self.settings = settings
         self.api = core_api
         self.offloader = NamespaceOffloader(custom_api, log)
+        self.donor_namespaces = DonorNamespaces(core_api, self.offloader, log)
         self.image = image
         self.namespace = namespace
         self.log = log or logging.getLogger(__name__)
@@ -193,6 +195,8 @@ class KernelRegistry:
 
     def _adopt(self) -> None:
         """Records for kernel pods this process did not start (a hub restart)."""
+        for donor in self.tracker.snapshot().donors():  # the watch follows the donors' kernel namespaces too
+            self.tracker.own_namespace(manifests.donor_kernel_namespace(self.namespace, donor.cluster_id))
         for pod in self.tracker.placed_pods():
             meta = pod.get("metadata") or {}
             annotations = meta.get("annotations") or {}
@@ -420,10 +424,13 @@ class KernelRegistry:
             )
         if files.note:
             notes.append(files.note)
+        # a donor kernel and its key live in a namespace offloaded to that donor alone
+        record.namespace = manifests.kernel_namespace(server_namespace(server_pod, self.namespace), placement)
         if placement.is_donor:
-            await self.offloader.ensure(record.namespace)
+            self.tracker.own_namespace(record.namespace)
+            await self.donor_namespaces.ensure(record.namespace, placement.cluster_id)
         ports = record.ports
-        secret = manifests.connection_secret(record.pod_name, record.namespace, key, scheme, ports)
+        secret = manifests.connection_secret(record.pod_name, record.namespace, key, scheme, ports, placement)
         pod = manifests.kernel_pod(
             name=record.pod_name,
             namespace=record.namespace,

@@ -35,29 +35,30 @@ class NamespaceOffloader:
         self._done: set[str] = set()
         self._locks: dict[str, asyncio.Lock] = {}
 
-    def manifest(self, namespace: str) -> dict[str, Any]:
-        return liqo.namespace_offloading(namespace)
+    def manifest(self, namespace: str, cluster_ids: list[str] | None = None, strategy: str = "LocalAndRemote") -> dict[str, Any]:
+        return liqo.namespace_offloading(namespace, strategy, cluster_ids)
 
-    async def ensure(self, namespace: str) -> bool:
-        """Make sure ``namespace`` is offloaded; True when this call created the object."""
+    async def ensure(self, namespace: str, cluster_ids: list[str] | None = None, strategy: str = "LocalAndRemote") -> bool:
+        """Make sure ``namespace`` is offloaded (to ``cluster_ids`` only, when given); True when
+        this call created the object."""
         if namespace in self._done:
             return False
         lock = self._locks.setdefault(namespace, asyncio.Lock())
         async with lock:
             if namespace in self._done:
                 return False
-            created = await self._create(namespace)
+            created = await self._create(namespace, self.manifest(namespace, cluster_ids, strategy))
             self._done.add(namespace)
             return created
 
-    async def _create(self, namespace: str) -> bool:
+    async def _create(self, namespace: str, body: dict[str, Any]) -> bool:
         try:
             await self.api.create_namespaced_custom_object(
                 group=liqo.OFFLOADING_GROUP,
                 version=liqo.OFFLOADING_VERSION,
                 namespace=namespace,
                 plural=liqo.NAMESPACE_OFFLOADING_PLURAL,
-                body=self.manifest(namespace),
+                body=body,
             )
             self.log.info("Offloaded namespace %s through Liqo", namespace)
             return True

@@ -25,7 +25,8 @@ WHERE = "import os; print(os.environ['JUPYTER_GPUBURST_SITE'], os.getcwd())"
 
 
 def kernel_pods(federation) -> list[dict]:
-    items, _ = federation.origin.store.list("pods", "default", label_selector=f"{keys.COMPONENT_LABEL}={keys.KERNEL_COMPONENT}")
+    # every namespace: a donor kernel runs in its donor's kernel namespace
+    items, _ = federation.origin.store.list("pods", label_selector=f"{keys.COMPONENT_LABEL}={keys.KERNEL_COMPONENT}")
     return items
 
 

@@ -59,7 +59,7 @@ def test_kernel_pod_is_valid_and_pinned_like_a_server(placement):
 
 def test_the_key_lives_only_in_the_secret():
     settings = GPUKernelSettings()
-    secret = manifests.connection_secret("gpuburst-kernel-abc-1", "jhub", KEY, "hmac-sha256", settings.ports())
+    secret = manifests.connection_secret("gpuburst-kernel-abc-1", "jhub", KEY, "hmac-sha256", settings.ports(), ORIGIN)
     kubernetes_validate.validate(secret, K8S_VERSION, strict=True)
     connection = json.loads(base64.b64decode(secret["data"][manifests.CONNECTION_KEY]))
     assert connection["key"] == KEY and connection["shell_port"] == 50000

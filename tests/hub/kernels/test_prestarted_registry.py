@@ -78,7 +78,12 @@ async def test_a_secret_someone_made_beforehand_makes_the_waiting_kernel_nobodys
     store = registry.federation.origin.store
     # someone who may create Secrets in the namespace plants a connection with a key they know
     planted = prestarted.adoption_secret(
-        {"metadata": {"name": registry.pooled, "namespace": "default", "uid": "x"}}, "m" * 32, "hmac-sha256", registry.settings.ports(0), {}
+        {"metadata": {"name": registry.pooled, "namespace": "default", "uid": "x"}},
+        "m" * 32,
+        "hmac-sha256",
+        registry.settings.ports(0),
+        {},
+        prestarted.site_placement("origin", registry.profiles["gpu-1"]),
     )
     planted["metadata"].pop("ownerReferences")
     store.create("secrets", planted, "default")
@@ -143,9 +148,10 @@ async def test_two_requests_at_once_never_share_a_waiting_kernel(registry, monke
     assert adopted["metadata"]["annotations"][keys.USER_ANNOTATION] == adopter.user
 
 
-async def test_a_pre_started_kernel_on_a_donor_is_adopted_and_answers_with_the_adopter_s_key(tmp_path):
-    # Liqo carries the adopter's Secret and the pod's relabelling to the donor, whose kubelet
-    # then syncs the pod: the kernel gets its key and answers the first cell
+async def test_a_pre_started_kernel_on_a_donor_in_the_servers_namespace_never_gets_a_key(tmp_path):
+    # the servers' namespace is offloaded to every donor: an adopter's Secret there would reach
+    # them all. The request starts a pod of its own in the donor's kernel namespace, which
+    # answers with its key; the waiting kernel gets no Secret
     import secrets
 
     from jupyter_gpuburst.bench.kernels import first_reply
@@ -166,9 +172,11 @@ async def test_a_pre_started_kernel_on_a_donor_is_adopted_and_answers_with_the_a
 
         key = secrets.token_hex(16)
         record = await start(reg, key=key)
-        assert record.prestarted is True and record.pod_name == name and record.placement.site == "donor-1"
+        assert record.prestarted is False and record.pod_name != name and record.placement.site == "donor-1"
+        assert record.namespace == "default-kernels-donor-1"
         connection = {"transport": "tcp", "ip": reg.pod_ip(record), **record.ports}
         await first_reply(connection, key.encode(), timeout=30)
+        assert name not in {s["metadata"]["name"] for s in fed.origin.store.list("secrets", "default")[0]}
 
 
 @pytest.fixture

@@ -31,7 +31,8 @@ async def registry(tmp_path):
 
 
 def kernel_pods(registry) -> list[dict]:
-    items, _ = registry.federation.origin.store.list("pods", "default", label_selector=f"{keys.COMPONENT_LABEL}={keys.KERNEL_COMPONENT}")
+    # every namespace: a donor kernel runs in its donor's kernel namespace
+    items, _ = registry.federation.origin.store.list("pods", label_selector=f"{keys.COMPONENT_LABEL}={keys.KERNEL_COMPONENT}")
     return items
 
 

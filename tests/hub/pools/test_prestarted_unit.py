@@ -71,7 +71,7 @@ def test_adoption_gives_the_pod_a_new_key_its_owner_and_a_kernels_labels():
     record.groups = frozenset({"gpu-students"})
     placement = Placement("origin", None, "origin-gpu", "nvidia.com/gpu", 1, "1 of 2 GPUs free on the origin")
     server = {"metadata": {"name": "jupyter-alice", "uid": "server-uid"}}
-    secret = adoption_secret(pod, KEY, "hmac-sha256", GPUKernelSettings().ports(0), {"JUPYTERHUB_USER": "alice"})
+    secret = adoption_secret(pod, KEY, "hmac-sha256", GPUKernelSettings().ports(0), {"JUPYTERHUB_USER": "alice"}, placement)
     kubernetes_validate.validate(secret, "1.31", strict=True)
     assert json.loads(base64.b64decode(secret["data"][keys.KERNEL_CONNECTION_FILE]))["key"] == KEY
     assert json.loads(base64.b64decode(secret["data"][keys.KERNEL_ADOPTER_FILE])) == {"env": {"JUPYTERHUB_USER": "alice"}}
