@@ -487,11 +487,19 @@ def take_capacity(view: ClusterView, inventory: Inventory, nodes: list[dict[str,
     return inventory.snapshot()
 
 
-def diagnose(view: ClusterView, context: str, namespace: str, resources: Sequence[str] | None = None, kernels: bool = False) -> Report:
+def diagnose(
+    view: ClusterView,
+    context: str,
+    namespace: str,
+    resources: Sequence[str] | None = None,
+    kernels: bool = False,
+    hub_namespace: str | None = None,
+) -> Report:
     """Run every check; never raises for a missing piece, only for an unreachable cluster.
 
     ``kernels``: GPU kernels are in use, so their permissions are needed (FAIL when missing);
-    otherwise a missing one is a warning that kernel mode would not work.
+    otherwise a missing one is a warning that kernel mode would not work. ``hub_namespace``:
+    where the hub runs, whose Secrets must not be reflected (unknown: said, not checked).
     """
     report = Report(context=context, namespace=namespace)
     inventory = new_inventory(resources)
@@ -519,6 +527,7 @@ def diagnose(view: ClusterView, context: str, namespace: str, resources: Sequenc
             report.findings.append(_not_checked("offloading", f"namespace {namespace}", exc))
         else:
             report.findings += check_offloading(offloading, namespace, donors, may_offload)
+        report.findings += _reflection_findings(view, namespace, hub_namespace, donors)
     try:
         classes = view.list_storage_classes()
     except NotPermitted:
@@ -534,6 +543,31 @@ def diagnose(view: ClusterView, context: str, namespace: str, resources: Sequenc
         except NotPermitted as exc:
             report.findings.append(_not_checked("capacity", "free GPUs per site", exc))
     return report
+
+
+def _reflection_findings(view: ClusterView, namespace: str, hub_namespace: str | None, donors: list[dict[str, Any]]) -> list[Finding]:
+    from jupyter_gpuburst.doctor import reflection  # it builds on this module's Finding
+
+    try:
+        hub_offloading = view.namespace_offloading(hub_namespace) if hub_namespace else None
+    except NotPermitted as exc:
+        findings = [_not_checked("reflection", f"hub namespace {hub_namespace}", exc)]
+    else:
+        findings = reflection.check_hub_namespace(hub_namespace, namespace, hub_offloading)
+    try:
+        kernel_spaces = [reflection.donor_kernel_namespace(namespace, liqo.remote_cluster_id(d) or "") for d in donors]
+        offloadings = {ns: view.namespace_offloading(ns) for ns in kernel_spaces}
+    except NotPermitted as exc:
+        findings.append(_not_checked("reflection", "the donors' kernel namespaces", exc))
+    except ValueError:
+        pass  # a name too long for a namespace: the hub refuses such kernels with that reason
+    else:
+        findings += reflection.check_donor_kernel_namespaces(namespace, donors, offloadings)
+    try:
+        templates = view.vk_options_templates()
+    except NotPermitted:
+        templates = None  # the hub needs no such read: a warning with its own fix
+    return findings + reflection.check_secret_reflection(templates)
 
 
 def _own_version() -> str:

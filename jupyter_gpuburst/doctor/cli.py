@@ -14,6 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from jupyter_gpuburst.doctor.checks import KERNELS_RBAC_MANIFEST, diagnose, new_inventory, take_capacity
 from jupyter_gpuburst.doctor.connect import Connection, connect
+from jupyter_gpuburst.doctor.reflection import hub_namespace_of
 from jupyter_gpuburst.doctor.render import capacity_rows, render_capacity, render_report
 from jupyter_gpuburst.doctor.view import ClusterUnreachable, NotPermitted
 
@@ -49,6 +50,11 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--as-group", dest="impersonate_group", metavar="GROUP", help="a group to impersonate along with --as")
     parser.add_argument(
+        "--hub-namespace",
+        metavar="NAMESPACE",
+        help="the namespace the hub runs in, which must not be offloaded (default: that of --as system:serviceaccount:NS:NAME)",
+    )
+    parser.add_argument(
         "--kernels",
         action="store_true",
         help=f"GPU kernels are in use: their permissions ({KERNELS_RBAC_MANIFEST}) are needed, not a warning",
@@ -56,7 +62,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         conn = _connect(args, args.namespace)
-        report = diagnose(conn.cluster, conn.context, conn.namespace, args.resources, kernels=args.kernels)
+        hub_namespace = args.hub_namespace or hub_namespace_of(args.impersonate)
+        report = diagnose(conn.cluster, conn.context, conn.namespace, args.resources, kernels=args.kernels, hub_namespace=hub_namespace)
     except (ClusterUnreachable, NotPermitted) as exc:
         print(f"gpuburst doctor: {exc}", file=sys.stderr)
         return 2

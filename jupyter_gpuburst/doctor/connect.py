@@ -92,6 +92,22 @@ class KubernetesCluster:
     def list_storage_classes(self) -> list[dict[str, Any]]:
         return self._call("list storage classes", self._storage.list_storage_class).get("items") or []
 
+    def vk_options_templates(self) -> list[dict[str, Any]]:
+        """Liqo's virtual kubelet templates (none where Liqo predates them)."""
+        try:
+            answer = self._call(
+                "list Liqo's virtual kubelet templates",
+                self._custom.list_cluster_custom_object,
+                liqo.OFFLOADING_GROUP,
+                liqo.OFFLOADING_VERSION,
+                liqo.VK_OPTIONS_TEMPLATE_PLURAL,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return []
+            raise
+        return answer.get("items") or []
+
 
 @dataclass(frozen=True)
 class Connection:

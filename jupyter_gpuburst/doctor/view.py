@@ -21,6 +21,8 @@ class ClusterView(Protocol):
 
     def list_storage_classes(self) -> list[dict[str, Any]]: ...
 
+    def vk_options_templates(self) -> list[dict[str, Any]]: ...
+
 
 class ClusterUnreachable(RuntimeError):
     """The API server could not be reached or refused the question outright."""

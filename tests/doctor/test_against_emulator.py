@@ -46,7 +46,16 @@ async def test_healthy_origin_exits_zero(origin, capsys):
     assert await run(doctor.main, "--kubeconfig", kubeconfig, "--json") == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["namespace"] == "jhub" and report["context"] == "origin"
-    assert {f["area"] for f in report["findings"]} == {"liqo", "origin", "donors", "rbac", "offloading", "storage", "versions"}
+    assert {f["area"] for f in report["findings"]} == {
+        "liqo",
+        "origin",
+        "donors",
+        "rbac",
+        "offloading",
+        "reflection",
+        "storage",
+        "versions",
+    }
 
 
 async def test_capacity_prints_free_and_total_per_site(origin, capsys):

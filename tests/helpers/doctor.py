@@ -33,10 +33,11 @@ def gpu_pod(name: str, node_name: str, gpus: int, namespace: str = "default") ->
 
 class FakeCluster:
     """A ClusterView over in-memory objects, with a deny set for access reviews; without storage
-    classes, this identity may not list them."""
+    classes (or Liqo's virtual kubelet templates), this identity may not list them."""
 
-    def __init__(self, nodes, pods=(), offloadings=None, groups=None, denied=(), storage_classes=None):
+    def __init__(self, nodes, pods=(), offloadings=None, groups=None, denied=(), storage_classes=None, templates=None):
         self.storage_classes = storage_classes
+        self.templates = templates
         self.nodes = list(nodes)
         self.pods = list(pods)
         self.offloadings = dict(offloadings or {})
@@ -66,6 +67,11 @@ class FakeCluster:
         if self.storage_classes is None:
             raise doctor.NotPermitted("this identity may not list storage classes")
         return self.storage_classes
+
+    def vk_options_templates(self):
+        if self.templates is None:
+            raise doctor.NotPermitted("this identity may not list Liqo's virtual kubelet templates")
+        return self.templates
 
 
 def healthy(**overrides: Any) -> FakeCluster:
