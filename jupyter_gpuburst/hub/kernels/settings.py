@@ -101,8 +101,14 @@ def parse_profile(raw: Any) -> KernelProfile:
 
 
 def _slug(resource: str, count: int) -> str:
-    tail = resource.rsplit("/", 1)[-1]
-    return re.sub(r"[^a-z0-9-]+", "-", f"{tail}-{count}".lower()).strip("-")[:40]
+    """A derived kernel profile's slug: ``<name>-<count>`` for NVIDIA's resources (``gpu-1``,
+    ``mig-1g-10gb-1``), ``<vendor>-<name>-<count>`` for any other (``amd-gpu-1``,
+    ``habana-gaudi-2``, the vendor being the domain without its last label), so that two
+    vendors' GPUs never share one (docs/kernels.md, "Who may start them, and which kernels")."""
+    domain, _, tail = resource.rpartition("/")
+    vendor = domain.rsplit(".", 1)[0] if domain and domain != "nvidia.com" else ""
+    name = f"{vendor}-{tail}-{count}" if vendor else f"{tail}-{count}"
+    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:40]
 
 
 def profiles_from_server_profiles(profile_list: Any, gpus: GPUResources | None = None) -> list[dict[str, Any]]:
@@ -318,9 +324,16 @@ class GPUKernelSettings(Configurable):
         for raw in self.profiles:
             profile = parse_profile(raw)
             if profile.slug in out:
-                raise ValueError(f"two kernel profiles have the slug {profile.slug!r}")
+                raise ValueError(
+                    f"GPUKernelSettings.profiles: {_named(out[profile.slug])} and {_named(profile)} both have the slug "
+                    f"{profile.slug!r}; give one a slug of its own"
+                )
             out[profile.slug] = profile
         return out
+
+
+def _named(profile: KernelProfile) -> str:
+    return f"{profile.display_name!r} ({profile.count} × {profile.resource})"
 
 
 def kernel_settings_from_config(config: Config | None) -> GPUKernelSettings:

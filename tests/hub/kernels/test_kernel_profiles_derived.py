@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import pytest
 from traitlets.config import Config
 
 from jupyter_gpuburst.hub.kernels import install
@@ -53,3 +54,35 @@ async def test_the_hub_logs_the_reason_once_it_runs(caplog):
         install(c, "gpuburst")  # calling it twice changes nothing
         await asyncio.sleep(0)  # the hub's loop runs: the whole config has been read
     assert sum("No GPU kernels are offered" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_derived_slugs_are_unique_per_resource_and_count():
+    c = Config()
+    c.GPUBurstSpawner.gpu_resource_names = ["nvidia.com/gpu", "amd.com/gpu", "habana.ai/gaudi"]
+    c.KubeSpawner.profile_list = [
+        gpu_profile("nvidia", "nvidia.com/gpu"),
+        gpu_profile("amd", "amd.com/gpu"),
+        gpu_profile("amd-2", "amd.com/gpu", "2"),
+        gpu_profile("gaudi", "habana.ai/gaudi", "2"),
+        gpu_profile("mig", "nvidia.com/mig-1g.10gb"),
+    ]
+    slugs = {slug: (p.resource, p.count) for slug, p in kernel_settings_from_config(c).kernel_profiles().items()}
+    assert slugs == {
+        "gpu-1": ("nvidia.com/gpu", 1),
+        "amd-gpu-1": ("amd.com/gpu", 1),
+        "amd-gpu-2": ("amd.com/gpu", 2),
+        "habana-gaudi-2": ("habana.ai/gaudi", 2),
+        "mig-1g-10gb-1": ("nvidia.com/mig-1g.10gb", 1),
+    }
+
+
+def test_a_slug_collision_is_a_configuration_error_naming_both_profiles():
+    c = Config()
+    c.GPUKernelSettings.profiles = [
+        {"resource": "nvidia.com/gpu"},
+        {"slug": "gpu-1", "display_name": "AMD GPU", "resource": "amd.com/gpu"},
+    ]
+    with pytest.raises(
+        ValueError, match=r"'Python 3 \(1 GPU\)' \(1 × nvidia.com/gpu\) and 'AMD GPU' \(1 × amd.com/gpu\) both have the slug 'gpu-1'"
+    ):
+        kernel_settings_from_config(c).kernel_profiles()
