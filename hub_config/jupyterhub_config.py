@@ -138,6 +138,9 @@ c.JupyterHub.load_roles.append(
 # a kernel's first start on a donor's node may pull the image first, as a server's may
 c.GPUKernelSettings.start_timeout = 600
 c.GPUKernelSettings.max_kernels_per_user = 2
+# every profile but "CPU only" offers GPU kernels: a student who picked no GPU gets none (unset,
+# every server would offer them, and "CPU only" would be the kernel-mode profile under a new name)
+c.GPUKernelSettings.server_profiles = {"cpu-gpu-kernels": ["*"], "gpu-1": ["*"], "gpu-2": ["*"], "mig-1g": ["*"]}
 # idle kernels, GPU kernels included, culled after an hour even with a tab open
 c.KubeSpawner.args = [
     "--MappingKernelManager.cull_idle_timeout=3600",

@@ -315,3 +315,20 @@ def test_the_kernel_docs_quote_the_plain_config_as_it_is():
     section = text[text.index("## Without helm") : text.index("## Who may start them")]
     [block] = re.findall(r"```python\n(.*?)```", section, re.S)
     assert block in (HUB_CONFIG / "jupyterhub_config.py").read_text()
+
+
+def test_both_configs_offer_gpu_kernels_on_the_kernel_mode_profile_and_none_on_cpu_only(values, plain_config):
+    from traitlets.config import Config
+
+    from jupyter_gpuburst.hub.kernels.settings import kernel_settings_from_config
+
+    helm = Config(values["hub"]["config"])
+    helm.KubeSpawner.profile_list = values["singleuser"]["profileList"]  # z2jh's singleuser.profileList
+    for config in (helm, plain_config):
+        settings = kernel_settings_from_config(config)
+        kernels = set(settings.kernel_profiles())
+        offered = {p["slug"]: settings.offered_by(p["slug"]) for p in config.KubeSpawner.profile_list}
+        assert offered["cpu"] == frozenset(), "CPU only offers no GPU kernels"
+        assert offered["cpu-gpu-kernels"] is None and kernels, "the kernel-mode profile offers every GPU kernel"
+        # any other profile named in server_profiles exists: a typo would silently offer none
+        assert set(settings.server_profiles) <= set(offered)
