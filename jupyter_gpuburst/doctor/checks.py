@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from jupyter_gpuburst import __version__
 from jupyter_gpuburst.core import keys, liqo, release
 from jupyter_gpuburst.core.inventory import (
@@ -352,6 +354,18 @@ def check_offloading(
 SHARED_FS_PROVISIONER_WORDS = ("nfs", "cephfs", "efs", "filestore", "file.csi.azure", "azurefile", "lustre", "beegfs", "juicefs")
 
 
+def check_build(version: str) -> Finding:
+    """Which build this doctor is: a release, or a development build (``0.3.0.dev0``, or a local
+    version such as ``0.2.0+g1a2b3c``), whose pods' labels name no published release."""
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        return Finding("versions", "this doctor", Status.WARN, f"version {version!r}: not built from a release (no version it knows)")
+    if parsed.is_devrelease or parsed.local is not None:
+        return Finding("versions", "this doctor", Status.OK, f"development build {version}, not a release")
+    return Finding("versions", "this doctor", Status.OK, f"release {version}")
+
+
 def check_versions(pods: Iterable[Mapping[str, Any]], namespace: str, version: str) -> list[Finding]:
     """Servers and GPU kernels in ``namespace`` made by another release than ``version`` (doctor's
     own: run in the hub pod, the hub's). Hub, user and kernel images must match; a pod of an older
@@ -533,6 +547,7 @@ def diagnose(
     except NotPermitted:
         classes = None  # the hub needs none: a warning with its own fix, not a missing permission
     report.findings += check_storage(classes)
+    report.findings.append(check_build(_own_version()))
     try:
         report.findings += check_versions(view.list_pods(), namespace, _own_version())
     except NotPermitted as exc:

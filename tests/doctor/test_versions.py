@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from jupyter_gpuburst import __version__, doctor
 from jupyter_gpuburst.core import keys, release
 from jupyter_gpuburst.core.placement import Placement
@@ -43,3 +47,40 @@ def test_older_pods_are_named_with_their_release_and_the_fix():
 def test_a_local_version_is_a_valid_label_value():
     assert release.label_value("0.2.0+g1a2b3c.d20261127") == "0.2.0-g1a2b3c.d20261127"
     assert release.label_value("0.2.0") == "0.2.0"
+
+
+@pytest.mark.parametrize(
+    ("version", "says"),
+    [
+        ("0.2.0", "release 0.2.0"),
+        ("0.3.0.dev0", "development build 0.3.0.dev0, not a release"),
+        ("0.2.0+g1a2b3c.d20261127", "development build 0.2.0+g1a2b3c.d20261127, not a release"),
+    ],
+)
+def test_doctor_prints_whether_it_is_a_release_or_a_development_build(monkeypatch, version, says):
+    from helpers.doctor import healthy
+
+    from jupyter_gpuburst.doctor import checks
+
+    monkeypatch.setattr(checks, "_own_version", lambda: version)
+    printed = doctor.render_report(doctor.diagnose(healthy(), "ctx", "jhub"))
+    [line] = [row for row in printed.splitlines() if "this doctor" in row]
+    assert line.split("this doctor", 1)[1].strip() == says
+
+
+def test_this_checkout_is_a_development_build_until_it_is_released():
+    # the changelog's newest section is what the version says: dated for a release, else unreleased
+    from pathlib import Path
+
+    from packaging.version import Version
+
+    repo = Path(__file__).resolve().parents[2]
+    changelog = (repo / "CHANGELOG.md").read_text()
+    # the version every build takes (pyproject.toml), as Python writes it
+    version = str(Version(json.loads((repo / "labextension" / "package.json").read_text())["version"]))
+    newest = next(line for line in changelog.splitlines() if line.startswith("## ["))
+    if newest.endswith("- Unreleased"):
+        assert newest == f"## [{Version(version).base_version}] - Unreleased"
+        assert doctor.check_build(version).detail == f"development build {version}, not a release"
+    else:
+        assert doctor.check_build(version).detail == f"release {version}"

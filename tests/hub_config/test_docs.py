@@ -114,13 +114,25 @@ def test_the_reasons_the_readme_quotes_are_the_ones_placement_gives():
 
 
 def test_one_release_number_everywhere():
-    """The release comes from labextension/package.json; images, configs and guide use its tag,
-    and the changelog has a dated section for it."""
+    """The version comes from labextension/package.json. A release has a dated changelog section
+    and images, configs and guide use its tag; between releases the version is the next one's
+    development version (npm's 0.3.0-dev.0), whose section says it is unreleased, and they use the
+    last release's tag (the images an admin can pull)."""
     import json
     import re
 
-    version = json.loads((REPO / "labextension" / "package.json").read_text())["version"]
-    assert re.search(rf"^## \[{re.escape(version)}\] - \d{{4}}-\d{{2}}-\d{{2}}$", (REPO / "CHANGELOG.md").read_text(), re.M)
+    from packaging.version import Version
+
+    version = Version(json.loads((REPO / "labextension" / "package.json").read_text())["version"])
+    changelog = (REPO / "CHANGELOG.md").read_text()
+    released = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d{2}-\d{2}$", changelog, re.M)
+    if version.is_devrelease:
+        assert re.search(rf"^## \[{re.escape(version.base_version)}\] - Unreleased$", changelog, re.M)
+        assert version.base_version not in released and Version(released[0]) < version
+    else:
+        assert not version.is_prerelease and not version.local, f"{version}: a release or a .dev0 of the next one"
+        assert released[0] == str(version)
+    release = released[0]
     files = [
         "hub_config/values.yaml",
         "hub_config/jupyterhub_config.py",
@@ -133,7 +145,7 @@ def test_one_release_number_everywhere():
         tags = set(re.findall(r"jupyter-gpuburst/(?:hub|singleuser)(?::|\"\n\s+tag: \")(\d+\.\d+\.\d+)", text))
         tags |= set(re.findall(r"tag: \"(\d+\.\d+\.\d+)\"", text))
         tags |= set(re.findall(r"jupyter_gpuburst-(\d+\.\d+\.\d+)-py3", text))
-        assert tags == {version}, f"{name} uses {tags}, not {version}"
+        assert tags == {release}, f"{name} uses {tags}, not {release}"
 
 
 def test_the_kernel_defaults_and_messages_the_docs_quote_are_the_codes():

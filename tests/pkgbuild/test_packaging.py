@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -75,9 +76,10 @@ def test_one_version_for_the_python_package_and_the_lab_extension(sdist_and_whee
     _sdist, wheel = sdist_and_wheel
     labext = json.loads((REPO / "labextension" / "package.json").read_text())
     meta = metadata(wheel)
-    assert meta["Version"] == labext["version"]
+    python_version = str(Version(labext["version"]))  # npm's 0.3.0-dev.0 is Python's 0.3.0.dev0
+    assert meta["Version"] == python_version
     with zipfile.ZipFile(wheel) as zf:
-        assert f"__version__ = VERSION = '{labext['version']}'" in zf.read("jupyter_gpuburst/_version.py").decode()
+        assert f"__version__ = VERSION = '{python_version}'" in zf.read("jupyter_gpuburst/_version.py").decode()
         [built] = [n for n in zf.namelist() if n.endswith("labextensions/jupyter-gpuburst/package.json")]
         assert json.loads(zf.read(built))["version"] == labext["version"]
 
