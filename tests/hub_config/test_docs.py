@@ -186,3 +186,29 @@ def test_make_demo_installs_only_what_the_demo_needs():
 
     python = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"].removeprefix(">=")
     assert f"Python {python} or later and Node.js" in readme and "`make demo` needs no browser" in readme
+
+
+def test_the_server_api_doc_has_every_endpoint_of_the_server_extension_and_counts_them():
+    import re
+
+    from tornado.web import RequestHandler
+
+    from jupyter_gpuburst.server.app import GPUBurstServerExtension
+
+    app = GPUBurstServerExtension()
+    app.initialize_handlers()
+    methods = ("get", "post", "put", "patch", "delete")
+    routes = [
+        (method.upper(), path)
+        for path, handler, *_ in app.handlers
+        for method in methods
+        if getattr(handler, method) is not getattr(RequestHandler, method)
+    ]
+    text = (REPO / "docs" / "api.md").read_text()
+    documented = re.findall(r"^## `(GET|POST|PUT|PATCH|DELETE) (/api/gpuburst/\S+)`$", text, re.M)
+    assert sorted(documented) == sorted(routes)
+    words = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+    gets = sum(method == "GET" for method, _ in routes)
+    intro = " ".join(text[: text.index("## ")].split())
+    assert f"It has {words[len(routes)]} endpoints" in intro
+    assert f"{words[gets]} read-only `GET`s and {words[len(routes) - gets]} `POST`" in intro
