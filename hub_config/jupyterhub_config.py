@@ -7,8 +7,8 @@ its GPU kernel API there directly), so the spawner talks to the API server
 with in-cluster credentials. The same settings as hub_config/values.yaml, written out for
 ``jupyterhub -f``:
 
-    kubectl apply -n jhub -f hub_config/rbac.yaml
-    gpuburst doctor -n jhub --as system:serviceaccount:jhub:hub
+    kubectl create namespace jhub-users && kubectl apply -f hub_config/rbac.yaml
+    gpuburst doctor -n jhub-users --as system:serviceaccount:jhub:hub
     jupyterhub -f hub_config/jupyterhub_config.py
 
 As with z2jh, the proxy is JupyterHub's configurable-http-proxy running as its own pod (the hub

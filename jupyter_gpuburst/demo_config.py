@@ -60,7 +60,7 @@ c.SharedPasswordAuthenticator.user_password = env["GPUBURST_DEMO_PASSWORD"]
 c.SharedPasswordAuthenticator.admin_password = env["GPUBURST_DEMO_ADMIN_PASSWORD"]
 c.Authenticator.allow_all = True
 c.Authenticator.admin_users = {"teacher"}
-# GPU kernels for everyone in the demo (a real hub grants these scopes per group, see README);
+# GPU kernels for everyone in the demo (a real hub grants these scopes per group, see docs/kernels.md);
 # before install(c), which adds the gpuburst service's own role to this list (an assignment
 # after it would drop that role, and with it the scopes culling and budgets stop servers with)
 c.JupyterHub.load_roles = [

@@ -3,7 +3,7 @@
 # service, metrics, and `gpuburst doctor` on PATH for `kubectl exec deploy/hub -- gpuburst doctor`).
 # Build from the repository root after `python -m build --wheel` (BuildKit, Docker >= 23):
 #   docker build -f hub_config/images/hub.Dockerfile -t registry.example.edu/jupyter-gpuburst/hub:0.2.0 .
-# The base tag is the z2jh chart release that hub_config/values.yaml and the README pin.
+# The base tag is the z2jh chart release that hub_config/values.yaml and docs/install.md (step 4) pin.
 ARG BASE_IMAGE=quay.io/jupyterhub/k8s-hub:4.4.0
 FROM ${BASE_IMAGE}
 

@@ -212,3 +212,31 @@ def test_the_server_api_doc_has_every_endpoint_of_the_server_extension_and_count
     intro = " ".join(text[: text.index("## ")].split())
     assert f"It has {words[len(routes)]} endpoints" in intro
     assert f"{words[gets]} read-only `GET`s and {words[len(routes) - gets]} `POST`" in intro
+
+
+def test_citations_of_the_install_guide_name_its_steps_not_the_readme():
+    import re
+
+    guide = (REPO / "docs" / "install.md").read_text()
+    steps = set(re.findall(r"^(\d+)\. \*\*", guide, re.M))
+    files = [*(REPO / "hub_config").rglob("*.*"), *(REPO / "jupyter_gpuburst").rglob("*.py"), *(REPO / "docs").glob("*.md")]
+    for path in [REPO / "README.md", *files]:
+        if path.suffix not in (".py", ".md", ".yaml", ".Dockerfile"):
+            continue
+        text = " ".join(path.read_text().split())
+        # the guide left the README: its steps are docs/install.md's
+        assert not re.search(r"README[,:]? step", text), path
+        for step in re.findall(r"docs/install\.md,? \(?step (\d+)", text):
+            assert step in steps, f"{path} cites step {step} of docs/install.md, which has steps {sorted(steps)}"
+
+
+def test_the_example_values_quote_z2jh_s_own_start_timeout():
+    import re
+
+    import yaml
+
+    default = yaml.safe_load((REPO / "tests" / "reference" / "z2jh" / "values.yaml").read_text())["singleuser"]["startTimeout"]
+    text = " ".join((REPO / "hub_config" / "values.yaml").read_text().split())
+    quoted = re.findall(r"z2jh's default is (\d+) s", text)
+    assert quoted and {int(q) for q in quoted} == {default}
+    assert not re.search(r"\d+ s in z2jh", text)  # a value of ours, said to be z2jh's
