@@ -240,3 +240,32 @@ def test_the_example_values_quote_z2jh_s_own_start_timeout():
     quoted = re.findall(r"z2jh's default is (\d+) s", text)
     assert quoted and {int(q) for q in quoted} == {default}
     assert not re.search(r"\d+ s in z2jh", text)  # a value of ours, said to be z2jh's
+
+
+def test_uninstalling_deletes_every_pod_of_ours_before_the_offloading_that_reaches_donors():
+    import re
+    import shlex
+
+    from jupyter_gpuburst.core import keys
+    from jupyter_gpuburst.doctor.checks import SERVER_COMPONENT
+
+    text = (REPO / "docs" / "install.md").read_text()
+    section = text[text.index("## Uninstalling completely") :]
+    [block] = re.findall(r"```bash\n(.*?)```", section, re.S)
+    commands = [shlex.split(line) for line in block.splitlines() if line.strip()]
+    deleted: dict[str, set[str]] = {}  # namespace -> components whose pods are gone
+    offloaded = 0
+    for words in commands:
+        if words[:2] != ["kubectl", "delete"] or "-n" not in words:
+            continue
+        namespace = words[words.index("-n") + 1]
+        if "pods" in words:
+            [selector] = [words[i + 1] for i, w in enumerate(words) if w == "-l"]
+            deleted.setdefault(namespace, set()).update(re.findall(r"[\w-]+", selector.split(" in ", 1)[-1]))
+        elif "namespaceoffloading" in words:
+            offloaded += 1
+            ours = {keys.KERNEL_COMPONENT, keys.POOL_COMPONENT}
+            if "-kernels-" not in namespace:
+                ours.add(SERVER_COMPONENT)
+            assert ours <= deleted.get(namespace, set()), f"{namespace}: {ours - deleted.get(namespace, set())} left on the donors"
+    assert offloaded == 2  # the user namespace and the example donor's kernel namespace
