@@ -1,8 +1,8 @@
 """GPU-hours accounting and budgets: a worked example (docs/accounting.md).
 
 A department whose students each get 20 GPU-hours a week, whose course "ml101" shares 400 a
-week on top of nothing else, and whose staff are admins (exempt). Load it at the end of
-``jupyterhub_config.py``:
+week on top of nothing else, and whose staff are admins (exempt). Load it from
+``jupyterhub_config.py``, before or after ``install(c)`` (the hub is the same either way):
 
     load_subconfig("/etc/jupyterhub/accounting.py")
 

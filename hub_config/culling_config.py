@@ -1,11 +1,10 @@
-"""GPU idle culling for a 500-student GPU course: a worked example to load after jupyterhub_config.py.
+"""GPU idle culling for a 500-student GPU course: a worked example to load from jupyterhub_config.py.
 
-    jupyterhub -f hub_config/jupyterhub_config.py   # with, at its end, before install(c):
-    exec(open("hub_config/culling_config.py").read())
+    load_subconfig("/etc/jupyterhub/culling_config.py")
 
-or copy the lines below into your own config before ``install(c)`` (``install`` grants the
-``gpuburst`` service the ``delete:servers`` scope only where ``c.GPUCullingSettings`` is set).
-docs/culling.md explains each choice.
+before or after ``install(c)`` (the hub is the same either way: the culler starts where
+``c.GPUCullingSettings`` is set, read when the hub starts), or copy the lines below into your
+own config. docs/culling.md explains each choice.
 """
 
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file

@@ -269,3 +269,47 @@ def test_uninstalling_deletes_every_pod_of_ours_before_the_offloading_that_reach
                 ours.add(SERVER_COMPONENT)
             assert ours <= deleted.get(namespace, set()), f"{namespace}: {ours - deleted.get(namespace, set())} left on the donors"
     assert offloaded == 2  # the user namespace and the example donor's kernel namespace
+
+
+def test_the_readme_lists_every_demo_flag():
+    import re
+
+    from jupyter_gpuburst.demo import build_parser
+
+    flags = {o for action in build_parser()._actions for o in action.option_strings if o not in ("-h", "--help")}
+    text = " ".join((REPO / "README.md").read_text().split())
+    knobs = text[text.index("Knobs: `gpuburst demo --help`") :].split(";", 1)[0]
+    assert set(re.findall(r"`(--[\w-]+)`", knobs)) == flags
+
+
+def test_what_the_docs_quote_of_doctor_is_what_doctor_prints():
+    import re
+
+    source = "".join(path.read_text() for path in sorted((REPO / "jupyter_gpuburst" / "doctor").glob("*.py")))
+    quoted = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for line in page.read_text().splitlines():
+            if "`gpuburst doctor`" in line:
+                # a quote of its output: "..." stands for what differs per cluster
+                quoted += [(page.name, q) for q in re.findall(r"warns \"([^\"]+)\"", line)]
+    assert quoted, "the troubleshooting table quotes doctor's release warning"
+    for page, quote in quoted:
+        for fragment in filter(None, (f.strip(" ,") for f in quote.split("..."))):
+            assert fragment in source, f"{page} quotes doctor saying {quote!r}: {fragment!r} is not in doctor"
+
+
+def test_the_kernel_start_timeout_help_names_the_real_defaults():
+    import re
+
+    import yaml
+    from kubespawner import KubeSpawner
+
+    from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
+    from jupyter_gpuburst.server.kernels.provisioner import GPUBurstProvisioner
+
+    trait = GPUKernelSettings.start_timeout
+    text = " ".join(trait.help.split())
+    z2jh = yaml.safe_load((REPO / "tests" / "reference" / "z2jh" / "values.yaml").read_text())["singleuser"]["startTimeout"]
+    assert re.search(rf"Default {trait.default_value:g}\b", text)
+    assert f"{KubeSpawner.start_timeout.default_value:g} s from KubeSpawner" in text and f"{z2jh:g} s from z2jh" in text
+    assert f"default {GPUBurstProvisioner.start_timeout.default_value:g}" in text

@@ -197,10 +197,11 @@ class GPUKernelSettings(Configurable):
 
     start_timeout = Float(
         600.0,
-        help="""Seconds a kernel pod may take to become ready before the start fails. As long
-        as a server may take by default: the first kernel on a donor's node pulls the image
-        first. The user's server waits a little longer (``GPUBurstProvisioner.start_timeout``),
-        so the hub's reason reaches the notebook; raise both together.""",
+        help="""Seconds a kernel pod may take to become ready before the start fails. Default
+        600: the first kernel on a donor's node pulls the image first (servers get 60 s from
+        KubeSpawner, 300 s from z2jh, 600 s in the example configurations). The user's server
+        waits a little longer (``GPUBurstProvisioner.start_timeout``, default 630), so the hub's
+        reason reaches the notebook; raise both together.""",
     ).tag(config=True)
 
     queue_when_full = Bool(
