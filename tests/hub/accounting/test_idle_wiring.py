@@ -13,6 +13,7 @@ from jupyter_gpuburst.hub.accounting import wiring
 from jupyter_gpuburst.hub.culling import live
 from jupyter_gpuburst.hub.culling.culler import Culler
 from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
+from jupyter_gpuburst.hub.installer import wire_idle_source
 
 
 @pytest.fixture(autouse=True)
@@ -29,11 +30,14 @@ def hub_config(culling: bool) -> Config:
     return c
 
 
-def test_install_wires_the_culling_signal_only_where_servers_report_it():
-    install(hub_config(culling=False))
-    assert wiring._idle_source is None
-    install(hub_config(culling=True))
-    assert wiring._idle_source is live.idle_since
+def test_the_hub_wires_the_culling_signal_at_start_only_where_servers_report_it():
+    # install(c) leaves it to the hub's start, when the whole config has been read
+    for culling in (False, True):
+        c = hub_config(culling)
+        install(c)
+        assert wiring._idle_source is None
+        wire_idle_source(c)
+        assert wiring._idle_source is (live.idle_since if culling else None)
 
 
 async def stop(user: str, server_name: str) -> str:
