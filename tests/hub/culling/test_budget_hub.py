@@ -22,14 +22,16 @@ PERIOD_S = 1
 # each student gets a few GPU-seconds of hours by an admin's grant before starting
 START_HOURS = 0.01  # 36 GPU-seconds: the budget holds from the pod's start, so they must outlast a loaded start
 
+# the budgets come after install(c), as hub_config/accounting.py loaded at a config's end does:
+# the hub reads them when it starts, wherever they stand
 BUDGET_HUB = f"""
+from jupyter_gpuburst.hub import install
+install(c)
 c.KubeSpawner.environment = {{"JUPYTER_GPUBURST_BACKEND": "simulated"}}
 c.Authenticator.admin_users = {{"root"}}
 c.GPUCullingSettings.period_seconds = {PERIOD_S}  # idle culling itself stays off
 c.GPUAccountingSettings.user_budgets = {{"*": 20.0, "alice": 0.0, "bob": 0.0, "root": 0.0}}
 c.GPUAccountingSettings.budget_grace_seconds = {GRACE_S}
-from jupyter_gpuburst.hub import install
-install(c)
 """
 
 
