@@ -79,7 +79,6 @@ demo: demo-setup
 # other (on one CPU, the default); `make test-py` or `make test-browser` runs one alone.
 TEST_WORKERS ?= 3
 BROWSER_WORKERS ?= 2
-KUBE_WORKERS ?= 1
 TIER_JOBS ?= $(if $(filter 1,$(shell nproc 2>/dev/null || echo 1)),1,2)
 
 # Setup's steps run two at a time where they do not need each other (pip beside npm ci and
@@ -101,8 +100,12 @@ test-browser: setup
 
 # The real control plane's tier (docs/emulator.md): kube-apiserver, kube-scheduler,
 # kube-controller-manager and etcd built here (make kube), the hub as its ServiceAccount.
+# The emulator tiers' own files named here run unchanged on it (GPUBURST_CONTROL_PLANE=kube switches
+# the shared fixtures); in one process, in this order: tests/kube/test_zz_hub_rbac.py, last,
+# judges the hub's RBAC by the audit log of everything before it.
+KUBE_TESTS := tests/kube/test_site.py tests/hub/pools/test_prestarted_integration.py tests/kube/test_zz_hub_rbac.py
 test-kube: setup kube
-	@tools/test-tier kube -q -ra -m kube -n $(KUBE_WORKERS) --dist loadfile
+	@GPUBURST_CONTROL_PLANE=kube tools/test-tier kube -q -ra $(KUBE_TESTS)
 
 # Proof by repetition (tools/flake-check): each browser test file and each test once known to
 # flake, 10 times in a row beside two busy loops. Long (an hour or more on 2 cores): not in `make test`.

@@ -50,6 +50,7 @@ REQUIRED_PERMISSIONS: tuple[Permission, ...] = tuple(
 # (a test holds the two together). Without them GPU kernels cannot start; servers still can.
 KERNEL_PERMISSIONS: tuple[Permission, ...] = tuple(
     _perms("create,patch,delete", "secrets", why="keep each GPU kernel's connection key in a Secret owned by its pod")
+    + _perms("patch", "pods", why="adopt a pre-started GPU kernel (warm pools): its pod becomes the adopter's")
 )
 RBAC_MANIFEST = "hub_config/rbac.yaml"
 KERNELS_RBAC_MANIFEST = "hub_config/rbac-kernels.yaml"

@@ -6,6 +6,7 @@ import pytest
 from kubernetes_asyncio import client, config
 
 from helpers.hub import Hub
+from helpers.kubetier import hub_kubeconfig, kube_federation, on_kube
 from jupyter_gpuburst.sim.apiserver import ApiServer
 from jupyter_gpuburst.sim.kubeconfig import write_kubeconfig
 from jupyter_gpuburst.sim.store import Store
@@ -13,8 +14,13 @@ from jupyter_gpuburst.sim.testing import running_federation
 
 
 @pytest.fixture
-async def federation(tmp_path):
-    """The default local federation (origin 1 GPU node x 2; donor-1 granting 8), with a kubeconfig."""
+async def federation(tmp_path, tmp_path_factory):
+    """The default local federation (origin 1 GPU node x 2; donor-1 granting 8), with a kubeconfig;
+    on the real control plane with ``GPUBURST_CONTROL_PLANE=kube`` (the kube tier)."""
+    if on_kube():
+        async with kube_federation(tmp_path, tmp_path_factory) as fed:
+            yield fed
+        return
     kubeconfig = tmp_path / "kubeconfig"
     async with running_federation(state_dir=tmp_path / "sim", kubeconfig=kubeconfig) as fed:
         fed.kubeconfig_path = kubeconfig
@@ -23,16 +29,18 @@ async def federation(tmp_path):
 
 @pytest.fixture
 async def start_hub(federation, tmp_path):
-    """Factory: start a hub with extra config lines; every hub is stopped afterwards."""
+    """Factory: start a hub with extra config lines; every hub is stopped afterwards. On the real
+    control plane the hub acts as its ServiceAccount, bound only by the deployment's RBAC."""
     hubs: list[Hub] = []
+    kubeconfig = hub_kubeconfig(federation, tmp_path) if on_kube() else federation.kubeconfig_path
 
     async def start(extra_config: str = "") -> Hub:
         workdir = tmp_path / f"hub{len(hubs)}"
         workdir.mkdir()
-        hub = Hub(workdir, federation.kubeconfig_path, extra_config)
+        hub = Hub(workdir, kubeconfig, extra_config)
         hubs.append(hub)
         hub.start()
-        await hub.wait_up()
+        await hub.wait_up(timeout=120 if on_kube() else 60)
         return hub
 
     yield start

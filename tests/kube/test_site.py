@@ -60,8 +60,15 @@ async def test_kube_scheduler_binds_and_our_kubelet_runs_the_pod(federation):
     running = await wait_for_pod(origin, "default", "one", is_running_ready, timeout=60)
     assert running["spec"]["nodeName"] == "origin-gpu"
     assert running["status"]["podIP"].startswith("127.10.")
-    events, _ = origin.list("events", "default", field_selector="involvedObject.name=one")
-    assert {"Scheduled", "Started"} <= {e["reason"] for e in events}
+    # the kubelet posts its events beside the status, as the real one does: they come, in any order
+    await wait_until(
+        lambda: (
+            {"Scheduled", "Pulled", "Created", "Started"}
+            <= {e["reason"] for e in origin.list("events", "default", field_selector="involvedObject.name=one")[0]}
+        ),
+        timeout=30,
+        what="the scheduler's and the kubelet's events",
+    )
     # a second GPU pod does not fit: the real scheduler says why
     origin.create("pods", gpu_pod("two", 1), "default")
     pending = await wait_for_pod(

@@ -7,22 +7,35 @@ to the same set."""
 from __future__ import annotations
 
 import pytest
+from helpers.kubetier import HUB_NAMESPACE, HUB_RBAC, HUB_USER, NAMESPACES, OUR_RBAC, audit_collection
 
 from jupyter_gpuburst.doctor.permissions import KERNEL_PERMISSIONS, REQUIRED_PERMISSIONS
 from jupyter_gpuburst.sim.kube import audit
 from jupyter_gpuburst.sim.kube.hubaccount import documents, retarget
 
-from .conftest import HUB_RBAC, audit_collection
-
 pytestmark = pytest.mark.kube
-HUB_USER = "system:serviceaccount:default:hub"
-# Granted, and needed only on a path the tier does not take, each with that path.
-UNUSED_BUT_NEEDED: dict[audit.Use, str] = {}
+# Granted, and needed only on a path the tier does not take yet, each with that path.
+_HOME = "home volumes (KubeSpawner's claims; the kube tier runs no volume provisioner yet)"
+_DONOR = "a first pod for a donor offloads the user namespace (the kube tier spawns no donor server yet)"
+UNUSED_BUT_NEEDED: dict[audit.Use, str] = {
+    audit.Use("create", "", "persistentvolumeclaims"): _HOME,
+    audit.Use("get", "", "persistentvolumeclaims"): _HOME,
+    audit.Use("delete", "", "persistentvolumeclaims"): _HOME,
+    audit.Use("get", "offloading.liqo.io", "namespaceoffloadings"): _DONOR,
+    audit.Use("create", "offloading.liqo.io", "namespaceoffloadings"): _DONOR,
+}
+# Refused on purpose, each with why the hub asks anyway.
+EXPECTED_REFUSALS: dict[audit.Use, str] = {
+    audit.Use("create", "scheduling.k8s.io", "priorityclasses", namespaced=False): (
+        "warm pools: the hub creates its PriorityClass where it may; install has the admin apply "
+        "hub_config/warm-pools.yaml instead, and the hub says so once (hub/pools/controller.py)"
+    ),
+}
 
 
-def hub_rules():
-    docs = [retarget(doc, "jhub", "default") for doc in documents(HUB_RBAC)]
-    return audit.grants(docs, "default", "hub")
+def hub_rules(manifests):
+    docs = [retarget(doc, NAMESPACES) for doc in documents(manifests)]
+    return audit.grants(docs, HUB_NAMESPACE, "hub")
 
 
 def test_the_hub_uses_what_its_rbac_grants_and_nothing_else(tmp_path_factory):
@@ -31,12 +44,14 @@ def test_the_hub_uses_what_its_rbac_grants_and_nothing_else(tmp_path_factory):
         pytest.fail("no audit events were collected: run the whole kube tier (make test-kube), whose other files make them")
     used = audit.uses([collected], HUB_USER)
     assert used, "the hub made no request the audit log recorded"
-    rules = hub_rules()
-    refused = sorted(str(u) for u, code in used.items() if code == 403)
+    rules = hub_rules(HUB_RBAC)
+    refused = sorted(str(u) for u, code in used.items() if code == 403 and u not in EXPECTED_REFUSALS)
     assert not refused, f"the API server refused the hub: {refused}"
-    ungranted = sorted(str(u) for u in used if not audit.granted(rules, u))
+    ungranted = sorted(str(u) for u in used if not audit.granted(rules, u) and u not in EXPECTED_REFUSALS)
     assert not ungranted, f"used, but granted by nothing: {ungranted}"
-    unused = sorted(str(g) for g in audit.granted_uses(rules) if g not in UNUSED_BUT_NEEDED and not any(_covers(g, u) for u in used))
+    # z2jh's own Role is the chart's to judge; ours must each be used
+    ours = audit.granted_uses(hub_rules(OUR_RBAC))
+    unused = sorted(str(g) for g in ours if g not in UNUSED_BUT_NEEDED and not any(_covers(g, u) for u in used))
     assert not unused, f"granted, but no request of the tier used it (list it in UNUSED_BUT_NEEDED with its path, or drop it): {unused}"
 
 
@@ -50,7 +65,7 @@ def test_doctor_checks_what_the_hub_uses(tmp_path_factory):
     collected = audit_collection(tmp_path_factory)
     if not collected.exists():
         pytest.fail("no audit events were collected: run the whole kube tier (make test-kube)")
-    used = {(u.verb, u.group, u.resource_path, u.namespaced) for u in audit.uses([collected], HUB_USER)}
+    used = {(u.verb, u.group, u.resource_path, u.namespaced) for u in audit.uses([collected], HUB_USER) if u not in EXPECTED_REFUSALS}
     checked = {(p.verb, p.group, p.resource, p.namespaced) for p in (*REQUIRED_PERMISSIONS, *KERNEL_PERMISSIONS)}
     missing = sorted(str(u) for u in used - checked)
     assert not missing, f"doctor does not check these requests the hub makes: {missing}"

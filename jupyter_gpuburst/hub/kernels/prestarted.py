@@ -346,8 +346,17 @@ async def _adopt_one(
     try:
         await registry.api.patch_namespaced_pod(name, namespace, adoption_patch(pod, record, adopted, server_pod, reason))
     except ApiException as exc:
-        # gone (preempted, removed by its pool) or changed meanwhile: nothing of it is kept
-        registry.log.info("GPU kernel %s: pre-started kernel %s went before adoption (%s)", record.id, name, exc.status)
+        if exc.status == 403:
+            # not gone: the hub may not adopt at all, and every kernel would start cold unseen
+            registry.log.warning(
+                "GPU kernel %s: the hub may not patch pods (403), so it cannot adopt pre-started kernel %s and starts one "
+                "of its own; grant it with hub_config/rbac-kernels.yaml (gpuburst doctor checks it)",
+                record.id,
+                name,
+            )
+        else:
+            # gone (preempted, removed by its pool) or changed meanwhile: nothing of it is kept
+            registry.log.info("GPU kernel %s: pre-started kernel %s went before adoption (%s)", record.id, name, exc.status)
         await _remove(registry, namespace, name, secret=True, pod=exc.status != 404)
         return False
     record.placement = replace(adopted, reason=reason)

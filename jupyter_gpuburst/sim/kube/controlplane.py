@@ -234,6 +234,8 @@ class ControlPlane:
             "--authorization-mode=Node,RBAC",
             "--enable-admission-plugins=NodeRestriction",
             "--allow-privileged=true",
+            # the `kubernetes` Service's endpoint would be 127.0.0.1, which Endpoints refuse (loopback)
+            "--endpoint-reconciler-type=none",
             f"--audit-policy-file={self._audit_policy}",
             f"--audit-log-path={self.audit_log}",
             "--audit-log-format=json",

@@ -1,14 +1,15 @@
 """The hub's identity on the real control plane: its ServiceAccount, bound by the deployment's
 own RBAC manifests and nothing else, and a kubeconfig holding a token for it.
 
-The manifests are applied as written, with the namespace they name (``jhub`` in
-``hub_config/``) replaced by the one the hub runs in, as ``kubectl apply -n`` and an edit would.
+The manifests are applied as written, with the namespaces they name (``jhub`` for the hub's,
+``jhub-users`` for the users', in ``hub_config/``) replaced by those given, as an admin's edit
+would.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,37 +20,74 @@ from jupyter_gpuburst.sim.kube.credentials import service_account_kubeconfig
 
 KINDS = {
     "ServiceAccount": "serviceaccounts",
-    "Role": "roles",
-    "RoleBinding": "rolebindings",
-    "ClusterRole": "clusterroles",
-    "ClusterRoleBinding": "clusterrolebindings",
+    "Role": "roles.rbac.authorization.k8s.io",
+    "RoleBinding": "rolebindings.rbac.authorization.k8s.io",
+    "ClusterRole": "clusterroles.rbac.authorization.k8s.io",
+    "ClusterRoleBinding": "clusterrolebindings.rbac.authorization.k8s.io",
 }
+
+
+# what an admin applies besides RBAC, as hub_config/ ships it (the warm pools' PriorityClass, a
+# kernel network policy), with the type the API serves it under
+ADMIN_KINDS = {
+    "PriorityClass": "priorityclasses.scheduling.k8s.io",
+    "NetworkPolicy": "networkpolicies.networking.k8s.io",
+    "Namespace": "namespaces",
+}
+
+
+def apply_as_admin(site: Any, manifests: Iterable[Path], namespaces: Mapping[str, str]) -> None:
+    """Create what ``manifests`` hold with the federation's admin credentials, as an admin's
+    ``kubectl apply`` of the shipped files would (an existing object is left as it is)."""
+    for doc in documents(manifests):
+        obj = retarget(doc, namespaces)
+        rtype = ADMIN_KINDS.get(obj.get("kind", "")) or KINDS.get(obj.get("kind", ""))
+        if rtype is None:
+            raise ValueError(f"{obj.get('kind')} {obj.get('metadata', {}).get('name')}: not a kind the admin's step applies")
+        try:
+            site.store.create(rtype, obj, obj["metadata"].get("namespace"))
+        except ApiError as exc:
+            if exc.code != 409:
+                raise
 
 
 def documents(paths: Iterable[Path]) -> list[dict[str, Any]]:
     return [doc for path in paths for doc in yaml.safe_load_all(Path(path).read_text()) if doc]
 
 
-def retarget(doc: dict[str, Any], manifest_namespace: str, namespace: str) -> dict[str, Any]:
-    """``doc`` with ``manifest_namespace`` replaced by ``namespace`` where a namespace is named."""
+def retarget(doc: dict[str, Any], namespaces: Mapping[str, str]) -> dict[str, Any]:
+    """``doc`` with each namespace named in ``namespaces`` replaced by its value."""
     doc = copy.deepcopy(doc)
     meta = doc.setdefault("metadata", {})
-    if meta.get("namespace") == manifest_namespace:
-        meta["namespace"] = namespace
+    if meta.get("namespace") in namespaces:
+        meta["namespace"] = namespaces[meta["namespace"]]
     for subject in doc.get("subjects") or []:
-        if subject.get("namespace") == manifest_namespace:
-            subject["namespace"] = namespace
+        if subject.get("namespace") in namespaces:
+            subject["namespace"] = namespaces[subject["namespace"]]
     return doc
 
 
 def grant_hub(
-    site: Any, namespace: str, manifests: Iterable[Path], workdir: Path, *, service_account: str = "hub", manifest_namespace: str = "jhub"
+    site: Any,
+    manifests: Iterable[Path],
+    workdir: Path,
+    namespaces: Mapping[str, str],
+    *,
+    hub_namespace: str,
+    service_account: str = "hub",
 ) -> Path:
-    """Create the hub's ServiceAccount in ``namespace``, apply ``manifests``' RBAC objects, and
-    write a kubeconfig acting as that ServiceAccount (returned)."""
+    """Create the hub's ServiceAccount in ``hub_namespace``, apply ``manifests``' RBAC objects
+    (their namespaces mapped by ``namespaces``), and write a kubeconfig acting as that
+    ServiceAccount (returned)."""
     store = site.store
-    objects = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": service_account, "namespace": namespace}}]
-    objects += [retarget(doc, manifest_namespace, namespace) for doc in documents(manifests)]
+    for namespace in {hub_namespace, *namespaces.values()}:
+        try:
+            store.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        except ApiError as exc:
+            if exc.code != 409:
+                raise
+    objects = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": service_account, "namespace": hub_namespace}}]
+    objects += [retarget(doc, namespaces) for doc in documents(manifests)]
     for obj in objects:
         rtype = KINDS.get(obj.get("kind", ""))
         if rtype is None:
@@ -59,4 +97,4 @@ def grant_hub(
         except ApiError as exc:
             if exc.code != 409:
                 raise
-    return service_account_kubeconfig(Path(workdir) / f"{service_account}.kubeconfig", site, namespace, service_account)
+    return service_account_kubeconfig(Path(workdir) / f"{service_account}.kubeconfig", site, hub_namespace, service_account)

@@ -41,6 +41,7 @@ Key = tuple[str, str]
 WRITE_TRIES = 5
 WATCH_TIMEOUT_S = 300  # the server ends a watch after this; it is resumed from its last version
 RETRY_DELAY_S = 0.5
+STORAGE_READY_S = 60.0
 # kinds a node agent uses on a real API server that the emulator does not serve
 EXTRA_TYPES = {
     "leases": ResourceType("coordination.k8s.io", "v1", "Lease", "leases", True),
@@ -168,9 +169,15 @@ class RemoteStore:
         self._sync.close()
 
     async def _relist(self, rt: ResourceType) -> str:
-        response = await self._async.get(self._collection(rt, None))
-        if response.status_code != 200:
-            raise _error(response)
+        # a CRD just Established, or the API server just back, may answer 503 while its storage starts
+        deadline = time.monotonic() + STORAGE_READY_S
+        while True:
+            response = await self._async.get(self._collection(rt, None))
+            if response.status_code == 200:
+                break
+            if response.status_code not in (429, 503) or time.monotonic() > deadline:
+                raise _error(response)
+            await asyncio.sleep(RETRY_DELAY_S)
         body = response.json()
         fresh = {}
         for item in body.get("items", []):
@@ -461,9 +468,9 @@ class RemoteStore:
             "firstTimestamp": stamp,
             "lastTimestamp": stamp,
             "count": 1,
-            "reportingComponent": component,
-            "reportingInstance": host or "",
         }
+        if host:  # kube-apiserver wants both or neither
+            event.update({"reportingComponent": component, "reportingInstance": host})
         task = asyncio.get_running_loop().create_task(self._post_event(namespace, event))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -473,6 +480,6 @@ class RemoteStore:
         try:
             response = await self._async.post(self._collection(resource("events"), namespace), json=event)
             if response.status_code not in (200, 201):
-                log.debug("event %s dropped: %s", event["reason"], _error(response).message)
+                log.warning("event %s dropped: %s", event["reason"], _error(response).message)
         except httpx.HTTPError as exc:
             log.debug("event %s dropped: %s", event["reason"], exc)
