@@ -4,10 +4,9 @@ One local federation (origin + one donor) and a real JupyterHub running GPUBurst
 in one invocation, with the same arrivals (spawns spread over the run, not all at once):
 
 1. fault-free: the reference spawn times;
-2. chaos: under a :class:`~jupyter_gpuburst.sim.faults.FaultSchedule`: 429/500 bursts on the
-   origin's API, watch streams dropped, the history expired (410 Gone on resumed watches), the
-   origin's API server down 10 s, the donor's peering lost 10 s and back, and the hub killed
-   (SIGKILL, hub and proxy) and restarted twice.
+2. chaos: under a :class:`~jupyter_gpuburst.sim.faults.FaultSchedule`: 429/500 bursts on the origin's
+   API, watch streams dropped, the history expired (410 Gone on resumed watches), the origin's API
+   server down 10 s, the donor's peering lost 10 s and back, the hub SIGKILLed and restarted twice.
 
 Each student behaves as one would: starts the server, and when the hub went away under them,
 waits for it, looks at their server, and starts it again if it is not there (at most
@@ -496,11 +495,9 @@ async def run_phase(
             trace = [{"user": j.user, "outcome": j.outcome, "message": j.message[:300], "trace": j.trace} for j in phase.journeys]
             (workdir / "journeys.json").write_text(json.dumps({"faults": phase.faults_done, "journeys": trace}, indent=1))
     finally:
-        # the faults first: one still running would start a hub again after this one stopped
-        # (a kill and restart), or bring the API server back after the federation stopped
-        if faults_task is not None and not faults_task.done():
-            faults_task.cancel()
+        # the faults first: one still running would restart a hub or an API server after this stopped
         if faults_task is not None:
+            faults_task.cancel()
             with contextlib.suppress(BaseException):
                 await faults_task
         await lifetimes.stop()
@@ -586,14 +583,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--spawns", type=int, default=200, help="students starting a 1-GPU server (default 200)")
     parser.add_argument("--local-gpus", type=int, default=None, help="GPUs on the origin (default: a quarter of --spawns)")
     parser.add_argument("--donor-gpus", type=int, default=None, help="GPUs the donor grants (default: the rest and a tenth more)")
-    parser.add_argument(
-        "--span", type=float, default=None, help="seconds the arrivals and the fault schedule span (default: 0.6 s per spawn, at least 45)"
-    )
+    parser.add_argument("--span", type=float, default=None, help="seconds arrivals and faults span (default: 0.6 s a spawn, at least 45)")
     parser.add_argument("--attempts", type=int, default=4, help="times a student starts the server again after losing the hub (default 4)")
     parser.add_argument("--start-timeout", type=int, default=180, help="seconds one spawn may take before the hub gives up")
     parser.add_argument("--seed", type=int, default=1, help="arrival times' random seed")
     parser.add_argument(
-        "--no-pools", dest="pools", action="store_false", help="without warm pools (default: pools on, with their faults and cancels)"
+        "--no-pools", dest="pools", action="store_false", help="without warm pools (default: on, with their faults, cancels)"
     )
     parser.add_argument("--state-dir", type=Path, default=None, help="keep hub logs and pod logs here (default: a temp dir, removed)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on one line")

@@ -10,9 +10,7 @@ Every event costs O(resources) (a handful of small updates; no recount), and ``s
 O(1): the node and site tables are immutable HAMT maps (``immutables.Map``), and each node's
 counts and each site's totals are small dicts copied on change and never changed after, so a
 snapshot is the current set of references and never changes under its reader, however many
-events follow.
-
-What a reader sees (``Snapshot``, ``NodeCapacity``, ``SiteCapacity``) is in ``snapshot``.
+events follow. What a reader sees (``Snapshot``, ``NodeCapacity``, ``SiteCapacity``) is in ``snapshot``.
 
 A *site* is ``"origin"`` (the origin's own nodes) or one Liqo donor, named by its cluster id; a
 donor's virtual node carries what the donor grants, so its allocatable is a quota of every resource.
@@ -75,8 +73,7 @@ class Inventory:
     ) -> None:
         self.resource_names = frozenset(resource_names)
         self.resource_prefixes = tuple(resource_prefixes)
-        # whether a namespace is one the hub's warm pools put their pods in: a pool label is
-        # anyone's to set, so a pod elsewhere carrying it still holds its GPUs
+        # a pool label is anyone's to set: only in the pools' own namespaces does it free the GPUs
         self.pool_namespace = pool_namespace
         # The node table is written through a mutation of the last snapshot's map: between two
         # snapshots, a node's path in the map is copied once and then changed in place, so the

@@ -28,8 +28,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from enum import Enum
+from dataclasses import dataclass, field
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
@@ -44,7 +43,8 @@ from jupyter_gpuburst.core.inventory import (
     node_is_ready,
     parse_count,
 )
-from jupyter_gpuburst.core.nodeselector import selector_matches
+from jupyter_gpuburst.doctor import reflection
+from jupyter_gpuburst.doctor.findings import Finding, Status, selects
 from jupyter_gpuburst.doctor.permissions import (
     KERNEL_PERMISSIONS,
     KERNELS_RBAC_MANIFEST,
@@ -58,28 +58,6 @@ from jupyter_gpuburst.hub.sites.storage import StoragePolicy
 
 # KubeSpawner's component label on user servers (its component_label default)
 SERVER_COMPONENT = "singleuser-server"
-
-
-class Status(str, Enum):
-    OK = "ok"
-    WARN = "warn"
-    FAIL = "fail"
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One line of the report: what was checked, how it went, and how to fix it if needed."""
-
-    area: str
-    subject: str
-    status: Status
-    detail: str
-    fix: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["status"] = self.status.value
-        return out
 
 
 def _ready_message(node: Mapping[str, Any]) -> str:
@@ -257,12 +235,6 @@ def check_permissions(
         detail = f"denied {','.join(v for v, _ in denied)} (needed to {first.why})" + (f": {'; '.join(reasons)}" if reasons else "")
         findings.append(Finding("rbac", subject, denied_status, detail, fix))
     return findings
-
-
-def selects(cluster_selector: Mapping[str, Any] | None, node_labels: Mapping[str, str]) -> bool:
-    """Whether a NamespaceOffloading clusterSelector admits a virtual node (no selector: all)."""
-    terms = (cluster_selector or {}).get("nodeSelectorTerms") or []
-    return not terms or selector_matches(cluster_selector, node_labels)
 
 
 def check_offloading(
@@ -561,8 +533,6 @@ def diagnose(
 
 
 def _reflection_findings(view: ClusterView, namespace: str, hub_namespace: str | None, donors: list[dict[str, Any]]) -> list[Finding]:
-    from jupyter_gpuburst.doctor import reflection  # it builds on this module's Finding
-
     try:
         hub_offloading = view.namespace_offloading(hub_namespace) if hub_namespace else None
     except NotPermitted as exc:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from jupyter_gpuburst.core import liqo
-from jupyter_gpuburst.doctor.checks import Finding, Status, selects
+from jupyter_gpuburst.doctor.findings import Finding, Status, selects
 from jupyter_gpuburst.hub.kernels.manifests import donor_kernel_namespace
 
 AREA = "reflection"

@@ -15,20 +15,20 @@ import secrets
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from kubernetes_asyncio.client import ApiException
 
 from jupyter_gpuburst.core import images, keys, reasons
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
-from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker, kernel_key
+from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.kernels import manifests, prestarted, queued
 from jupyter_gpuburst.hub.kernels.availability import availability
 from jupyter_gpuburst.hub.kernels.donorspace import DonorNamespaces, server_namespace
 from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, clean_notebook_dir, decide_files
-from jupyter_gpuburst.hub.kernels.podstate import exit_message, pod_ports, ready, where
-from jupyter_gpuburst.hub.kernels.queued import Line
+from jupyter_gpuburst.hub.kernels.podstate import exit_message, ready, where
+from jupyter_gpuburst.hub.kernels.records import KernelError, KernelRecord, Refused, record_from_pod
 from jupyter_gpuburst.hub.kernels.settings import PORT_SETS, GPUKernelSettings, KernelProfile
 from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader
 from jupyter_gpuburst.hub.sites.unschedulable import started_on_donor, unschedulable_reason
@@ -37,58 +37,6 @@ POD_PREFIX = "gpuburst-kernel-"
 SIGNATURE_SCHEMES = frozenset({"hmac-sha256"})
 MAX_REDIRECTS = 2
 LAST_SITES_KEPT = 10000  # restarts remembered; an old kernel id past it is placed as a new one
-
-
-class KernelError(Exception):
-    """A request the hub refuses; ``message`` is meant for the notebook user."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-class Refused(KernelError):
-    """A start the hub's policy refuses (a used-up GPU-hour budget), not a failure."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(403, message)
-
-
-@dataclass
-class KernelRecord:
-    id: str
-    user: str
-    server_name: str
-    kernel_id: str
-    profile: KernelProfile
-    namespace: str
-    pod_name: str = ""
-    state: str = "pending"  # pending -> running -> stopped, or failed
-    placement: Placement | None = None
-    error: str = ""
-    files: str = "scratch"
-    relocated_from: str = ""
-    groups: frozenset[str] = frozenset()
-    ports: dict[str, int] = field(default_factory=dict)  # its pod's five, as the pod spec names them
-    attempts: list[dict[str, str]] = field(default_factory=list)
-    created: float = field(default_factory=time.time)
-    # when the start was asked for (monotonic): a wait in the queue counts against start_timeout
-    accepted: float = field(default_factory=time.monotonic)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task | None = None
-    # while it waits in the hub's queue for a GPU: its place and the expected wait
-    line: Line | None = None
-    prestarted: bool = False  # its pod is a pre-started kernel it adopted (hub/kernels/prestarted)
-    claim: dict[str, Any] | None = None  # the waiting kernel held for it until it is placed
-
-    @property
-    def key(self) -> str:
-        return kernel_key(self.user, self.id)
-
-    def notify(self) -> None:
-        self.changed.set()
-        self.changed = asyncio.Event()
 
 
 class KernelRegistry:
@@ -203,39 +151,12 @@ class KernelRegistry:
             record_id = annotations.get(keys.KERNEL_ANNOTATION)
             if not record_id or record_id in self.records or "deletionTimestamp" in meta:
                 continue
-            labels = meta.get("labels") or {}
-            profile = self.profiles.get(annotations.get(keys.PROFILE_ANNOTATION, ""))
-            requests = self.tracker.inventory.pod_requests(pod)
-            resource, count = next(iter(sorted(requests.items())), ("", 0))
-            if profile is None:
-                profile = KernelProfile(slug="unknown", display_name="GPU kernel", resource=resource, count=count)
-            site = labels.get(keys.SITE_LABEL, "")
-            placement = Placement(
-                site=site,
-                cluster_id=labels.get(keys.CLUSTER_LABEL),
-                node=(pod.get("spec") or {}).get("nodeName"),
-                resource=resource,
-                count=count,
-                reason=annotations.get(keys.REASON_ANNOTATION, ""),
-            )
-            self.records[record_id] = KernelRecord(
-                id=record_id,
-                user=annotations.get(keys.USER_ANNOTATION, ""),
-                server_name=annotations.get(keys.SERVER_ANNOTATION, ""),
-                kernel_id="",
-                profile=profile,
-                namespace=meta.get("namespace", ""),
-                pod_name=meta.get("name", ""),
-                state="running" if ready(pod) else "pending",
-                placement=placement,
-                files=annotations.get(keys.FILES_ANNOTATION, "scratch"),
-                # pods of a hub from before the annotation listen on the first set
-                ports=pod_ports(pod) or self.settings.ports(),
-                prestarted=bool(annotations.get(keys.PRESTARTED_ANNOTATION)),
-            )
+            self.records[record_id] = record_from_pod(pod, record_id, self.profiles, self.tracker.inventory, self.settings.ports())
             if not ready(pod):
                 record = self.records[record_id]
-                request = GPURequest(resource, count, record.user, images=images.pod_images(pod.get("spec") or {}))
+                request = GPURequest(
+                    record.profile.resource, record.placement.count, record.user, images=images.pod_images(pod.get("spec") or {})
+                )
                 record.task = asyncio.ensure_future(self._watch_start(record, request))
 
     def availability(self, profile: KernelProfile, user: str, groups: frozenset[str]) -> dict[str, Any]:
