@@ -88,9 +88,10 @@ TIER_JOBS ?= $(if $(filter 1,$(shell nproc 2>/dev/null || echo 1)),1,2)
 # while it runs, then its failures (with their logs' tails) and its summary (tools/test-tier).
 .PHONY: test-py test-browser test-kube
 test:
-	@$(MAKE) --no-print-directory -j2 --output-sync=target setup
+	@$(MAKE) --no-print-directory -j2 --output-sync=target setup $(if $(GO),kube)
 	@$(MAKE) --no-print-directory lint-py lint-ts
 	@$(MAKE) --no-print-directory -j$(TIER_JOBS) test-py test-browser
+	@$(if $(GO),$(MAKE) --no-print-directory test-kube,echo "kube tier skipped: Go is not installed (install Go >= 1.25 and run make test again to run it)")
 
 test-py: setup
 	@tools/test-tier py -q -ra -m "not browser and not kube" -n $(TEST_WORKERS) --dist loadfile
