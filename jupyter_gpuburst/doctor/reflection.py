@@ -7,8 +7,9 @@ to, unless told otherwise. Two settings decide whether a secret leaves the origi
   and the proxy's token), so user servers run in a namespace of their own;
 - Liqo's reflection policy for Secrets, per virtual kubelet template (``VkOptionsTemplate``
   ``spec.reflectorsConfig.secret``): ``DenyList``, the default, reflects every Secret not
-  annotated ``liqo.io/skip-reflection``; ``AllowList`` only those annotated
-  ``liqo.io/allow-reflection`` (a donor GPU kernel's Secret is, and nothing of the hub's).
+  annotated to skip it (``liqo.SKIP_REFLECTION_ANNOTATION``); ``AllowList`` only those annotated
+  to allow it (``liqo.ALLOW_REFLECTION_ANNOTATION``: a donor GPU kernel's Secret is, and nothing
+  of the hub's).
 """
 
 from __future__ import annotations

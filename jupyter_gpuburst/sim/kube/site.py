@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import yaml
 
+from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.cluster import NodeKubelet, node_object
 from jupyter_gpuburst.sim.config import ClusterConfig
@@ -46,7 +47,7 @@ CACHED = (
     "persistentvolumeclaims",
     "events",
 )
-LIQO_CACHED = ("namespaceoffloadings.offloading.liqo.io",)
+LIQO_CACHED = (f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}",)
 
 
 class KubeSite:

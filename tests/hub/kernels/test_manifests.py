@@ -163,7 +163,7 @@ def test_bad_kernel_profiles_are_refused_with_the_reason(raw, message):
         parse_profile(raw)
 
 
-def test_kernel_mode_rbac_is_valid_and_only_adds_secret_writes_in_the_namespace():
+def test_kernel_mode_rbac_is_valid_and_only_adds_secret_writes_and_pod_patches_in_the_namespace():
     from pathlib import Path
 
     import yaml
@@ -173,7 +173,12 @@ def test_kernel_mode_rbac_is_valid_and_only_adds_secret_writes_in_the_namespace(
     for doc in docs:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
     (role,) = [d for d in docs if d["kind"] == "Role"]
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "patch", "delete"]}]
+    # the kernels' Secrets, and the patch that adopts a pre-started kernel (found on the real
+    # control plane, tests/kube: without it every adoption is refused)
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "patch", "delete"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
+    ]
     assert not [d for d in docs if d["kind"].startswith("Cluster")]
     # and it is exactly what `gpuburst doctor` checks for kernel mode
     from jupyter_gpuburst import doctor
