@@ -176,17 +176,19 @@ async def run_kubectl(env: dict, *args: str, stdin: bytes | None = None, timeout
 
 
 async def test_the_readmes_rbac_manifest_applies(apiserver, kubectl_env):
-    # step 3 of the real-cluster guide, as an admin runs it against `gpuburst sim`
+    # step 3 of the real-cluster guide, as an admin runs it against `gpuburst sim`: the hub in
+    # jhub, the user servers in a namespace apart (jhub-users), which the file names itself
     await kubectl(kubectl_env, "create", "namespace", "jhub")
-    out = await kubectl(kubectl_env, "apply", "-n", "jhub", "-f", str(RBAC))
+    await kubectl(kubectl_env, "create", "namespace", "jhub-users")
+    out = await kubectl(kubectl_env, "apply", "-f", str(RBAC))
     assert out.split("\n")[:4] == [
         "clusterrole.rbac.authorization.k8s.io/gpuburst-hub-inventory created",
         "clusterrolebinding.rbac.authorization.k8s.io/gpuburst-hub-inventory created",
         "role.rbac.authorization.k8s.io/gpuburst-hub created",
         "rolebinding.rbac.authorization.k8s.io/gpuburst-hub created",
     ]
-    assert "unchanged" in await kubectl(kubectl_env, "apply", "-n", "jhub", "-f", str(RBAC))
-    role = apiserver.store.get("roles.rbac.authorization.k8s.io", "jhub", "gpuburst-hub")
+    assert "unchanged" in await kubectl(kubectl_env, "apply", "-f", str(RBAC))
+    role = apiserver.store.get("roles.rbac.authorization.k8s.io", "jhub-users", "gpuburst-hub")
     binding = apiserver.store.get("clusterrolebindings.rbac.authorization.k8s.io", None, "gpuburst-hub-inventory")
     assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete"]} in role["rules"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": "jhub"}]
@@ -198,18 +200,19 @@ async def test_kubectl_as_the_hub_is_refused_until_the_rbac_manifest_grants_it(a
     # `kubectl --as` (and `gpuburst doctor --as`) act as the hub's service account: RBAC decides
     hub = ["--as", "system:serviceaccount:jhub:hub"]
     await kubectl(kubectl_env, "create", "namespace", "jhub")
-    code, _, err = await run_kubectl(kubectl_env, *hub, "get", "pods", "-n", "jhub")
+    await kubectl(kubectl_env, "create", "namespace", "jhub-users")
+    code, _, err = await run_kubectl(kubectl_env, *hub, "get", "pods", "-n", "jhub-users")
     assert code == 1
     assert (
-        'pods is forbidden: User "system:serviceaccount:jhub:hub" cannot list resource "pods" in API group "" in the namespace "jhub"'
+        'pods is forbidden: User "system:serviceaccount:jhub:hub" cannot list resource "pods" in API group "" in the namespace "jhub-users"'
     ) in err
     code, out, _ = await run_kubectl(kubectl_env, *hub, "auth", "can-i", "watch", "nodes")
     assert (code, out.strip()) == (1, "no")
 
-    await kubectl(kubectl_env, "apply", "-n", "jhub", "-f", str(RBAC))
-    assert "No resources found" in (await run_kubectl(kubectl_env, *hub, "get", "pods", "-n", "jhub"))[2]
+    await kubectl(kubectl_env, "apply", "-f", str(RBAC))
+    assert "No resources found" in (await run_kubectl(kubectl_env, *hub, "get", "pods", "-n", "jhub-users"))[2]
     assert (await kubectl(kubectl_env, *hub, "auth", "can-i", "watch", "nodes")).strip() == "yes"
-    assert (await kubectl(kubectl_env, *hub, "auth", "can-i", "create", "pods", "-n", "jhub")).strip() == "yes"
+    assert (await kubectl(kubectl_env, *hub, "auth", "can-i", "create", "pods", "-n", "jhub-users")).strip() == "yes"
     code, out, _ = await run_kubectl(kubectl_env, *hub, "auth", "can-i", "create", "pods", "-n", "default")
     assert (code, out.strip()) == (1, "no")
     code, _, err = await run_kubectl(kubectl_env, *hub, "delete", "node", "gpu-a")
