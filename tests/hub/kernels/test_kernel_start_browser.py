@@ -26,6 +26,8 @@ GPU_CARD = ".jp-LauncherCard[data-category='GPU kernels']"
 CODE = "import os; print(os.environ['JUPYTER_GPUBURST_SITE'])"
 # a kernel pod answers only after START_DELAY_S; the "broken" profile's pods exit while starting
 SLOW_KERNELS = f"""
+# one student for the whole file, whose kernels outlive each test: no per-user limit to meet
+c.GPUKernelSettings.max_kernels_per_user = 0
 c.GPUKernelSettings.profiles = [
     {{"slug": "gpu-1", "display_name": "Python 3 (1 GPU)"}},
     {{"slug": "broken", "display_name": "Python 3 (broken GPU)", "image": "example.org/broken-kernel:1"}},
