@@ -110,3 +110,17 @@ def _no_visible_devices_from_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
     `--gpus auto` would put them on the origin; the `gpu` tier asks for `--gpus real` itself."""
     monkeypatch.delenv("NVIDIA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv(GPUS_MODE_ENV, "simulated")
+
+
+@pytest.fixture(autouse=True)
+def _no_jupyterhub_singleton_outlives_its_test():
+    """Code of the hub's that asks for ``JupyterHub.instance()`` makes the process's one
+    Application singleton when a test runs it without a hub; a later test in the same worker that
+    starts a jupyter_server ``ServerApp`` then fails with MultipleInstanceError. Each test gets a
+    process with no hub singleton, as it found it."""
+    from jupyterhub.app import JupyterHub
+
+    had = JupyterHub.initialized()
+    yield
+    if not had and JupyterHub.initialized():
+        JupyterHub.clear_instance()

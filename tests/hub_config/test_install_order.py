@@ -48,7 +48,7 @@ def hub_start(monkeypatch):
     monkeypatch.setattr(live, "hub_culler", live.hub_culler)  # restored after
     # a hub whose users are loaded, with no config of its own beyond the file's
     hub = SimpleNamespace(tornado_settings={"users": {}}, config=Config())
-    monkeypatch.setattr(live, "JupyterHub", SimpleNamespace(instance=lambda: hub))
+    monkeypatch.setattr(live, "JupyterHub", SimpleNamespace(instance=lambda: hub, initialized=lambda: True))
     yield
     wiring.use_idle_source(None)
 

@@ -24,6 +24,7 @@ from jupyter_gpuburst.hub.kernels.service import LiveHub, default_registry
 from jupyter_gpuburst.hub.queue import ends as queue_ends
 
 ROLE_NAME = "gpuburst-gpu-culler"
+HUB_APPEARS_S = 60.0  # a hub is instantiated before it reads its config; later than this there is none
 _culler: Culler | None = None
 
 
@@ -106,6 +107,14 @@ def start_with_hub(c: Any, service: Any) -> None:
 
 
 async def _start_when_hub_runs(source: Callable[[], Culler], c: Any) -> None:
+    # JupyterHub.instance() would make a hub where there is none (a program that only reads the
+    # config in a running loop), and that singleton then refuses every other Jupyter application
+    # in the process: wait for the hub to exist, and give up where none comes
+    deadline = asyncio.get_running_loop().time() + HUB_APPEARS_S
+    while not JupyterHub.initialized():
+        if asyncio.get_running_loop().time() > deadline:
+            return
+        await asyncio.sleep(0.2)
     app = JupyterHub.instance()
     # the hub sets its tornado settings' users once its users are loaded, before its spawners
     while "users" not in app.tornado_settings:
