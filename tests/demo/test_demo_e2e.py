@@ -125,10 +125,14 @@ def singleuser_processes(procs: list[psutil.Process]) -> list[psutil.Process]:
 
 
 async def origin_pods(kubeconfig: Path) -> list[dict]:
+    """The pods of the demo's users: their servers and origin kernels in ``default``, and a donor's
+    GPU kernels in that donor's kernel namespace (where its key reaches that donor alone)."""
     from jupyter_gpuburst.doctor import connect
+    from jupyter_gpuburst.hub.kernels.manifests import donor_kernel_namespace
 
     view = connect(str(kubeconfig)).cluster
-    return [p for p in await asyncio.to_thread(view.list_pods) if p["metadata"]["namespace"] == "default"]
+    ours = {"default", donor_kernel_namespace("default", "donor-1")}
+    return [p for p in await asyncio.to_thread(view.list_pods) if p["metadata"]["namespace"] in ours]
 
 
 async def test_two_students_land_on_origin_then_donor_and_everything_stops(tmp_path):

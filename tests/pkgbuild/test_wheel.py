@@ -62,7 +62,7 @@ def test_installed_wheel_enables_both_extensions(wheel: Path, tmp_path: Path) ->
     labext = subprocess.run([python, "-m", "jupyterlab.labextensions", "list"], capture_output=True, timeout=60, **run)
     listing = labext.stdout + labext.stderr
     assert str(env_dir / LABEXT).rsplit("/", 1)[0] in listing, listing
-    assert re.search(r"jupyter-gpuburst v[\d.]+\s+\S*enabled\S*\s+\S*OK", listing), listing
+    assert re.search(r"jupyter-gpuburst v[\w.-]+\s+\S*enabled\S*\s+\S*OK", listing), listing
 
     server = subprocess.run([python, "-m", "jupyter_server.extension.serverextension", "list"], capture_output=True, timeout=60, **run)
     listing = server.stdout + server.stderr
