@@ -137,21 +137,26 @@ def install(c: Any, service_name: str) -> None:
     template_vars = dict(hub.template_vars) if "template_vars" in hub else {}
     template_vars.setdefault(TEMPLATE_VAR, stopped_note)
     hub.template_vars = template_vars
-    roles = hub.load_roles if "load_roles" in hub else []
-    # `c.JupyterHub.load_roles.append(...)` before us: a lazy value holding the additions
-    roles = list(roles) if isinstance(roles, list | tuple) else list(roles.get_value([]))
-    if any(r.get("name") == ROLE_NAME for r in roles):
-        return
     # the scopes jupyterhub-idle-culler needs to stop a server, and no more
-    roles.append(
-        {
-            "name": ROLE_NAME,
-            "description": "Stop servers whose GPUs sat idle, or whose users' GPU-hour budget is used up (jupyter-gpuburst)",
-            "services": [service_name],
-            "scopes": ["read:users:name", "delete:servers"],
-        }
-    )
-    hub.load_roles = roles
+    role = {
+        "name": ROLE_NAME,
+        "description": "Stop servers whose GPUs sat idle, or whose users' GPU-hour budget is used up (jupyter-gpuburst)",
+        "services": [service_name],
+        "scopes": ["read:users:name", "delete:servers"],
+    }
+    current = hub.load_roles if "load_roles" in hub else None
+    if isinstance(current, list | tuple):
+        if not any(r.get("name") == ROLE_NAME for r in current):
+            hub.load_roles = [*current, role]
+        return
+    # unset, or `c.JupyterHub.load_roles.append(...)` before us: stay an addition (a lazy value),
+    # so that roles set elsewhere (a file that loads this one with load_subconfig) are kept
+    # (its to_dict(), not get_value(): that fixes the value, and later additions would be lost)
+    added = current.to_dict() if current is not None else {}
+    named = [*added.get("extend", []), *(r for _, r in added.get("inserts", []))]
+    if any(isinstance(r, dict) and r.get("name") == ROLE_NAME for r in named):
+        return
+    hub.load_roles.append(role)
 
 
 def idle_since(user: str, server_name: str, target: str) -> float | None:
