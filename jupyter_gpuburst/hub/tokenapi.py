@@ -45,6 +45,11 @@ class UserTokenHandler(web.RequestHandler):
         return None
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
+        # A refusal in prepare() comes before the streamed body is read, and Tornado then closes
+        # the connection after the reply. Said in the reply, the proxy (configurable-http-proxy)
+        # does not send the next request on that socket: unsaid, it did, and the student's next
+        # call got a 503 for the reset (seen on a kernel DELETE right after a refused GET).
+        self.set_header("Connection", "close")
         exc = kwargs.get("exc_info", (None, None, None))[1]
         message = self._reason
         if isinstance(exc, web.HTTPError) and exc.log_message:

@@ -68,4 +68,4 @@ def test_installed_wheel_enables_both_extensions(wheel: Path, tmp_path: Path) ->
     listing = server.stdout + server.stderr
     assert str(env_dir / "etc" / "jupyter") in listing, listing
     assert re.search(r"jupyter_gpuburst\s+\S*enabled", listing), listing
-    assert re.search(r"jupyter_gpuburst [\d.]+ \S*OK", listing), listing
+    assert re.search(r"jupyter_gpuburst [\w.]+ \S*OK", listing), listing

@@ -3,6 +3,9 @@ the admin puts the service behind a trusted proxy, and a body past the limit get
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+
 import pytest
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets.config import Config
@@ -68,3 +71,24 @@ async def test_a_body_past_the_limit_is_refused_before_anything_reads_it(started
     assert await fetch(service, "POST", b" " * (MAX_BODY_BYTES + 1), "api/capacity") == 413
     # and nothing past the read ceiling is buffered at all (Tornado's own default is 100 MB)
     assert service._server.conn_params.max_body_size == service_module.READ_BODY_CEILING < 100 * 1024 * 1024
+
+
+async def test_a_refused_token_s_reply_says_the_connection_closes(started, monkeypatch):
+    # Tornado closes the connection after a refusal in prepare() (the streamed body unread): a
+    # proxy that reused that socket for the next call got a reset, which a student saw as a 503
+    async def unknown(token, sync=False):
+        return None
+
+    monkeypatch.setattr(CapacityService, "hub_auth", lambda self: SimpleNamespace(user_for_token=unknown))
+    service = started(None)
+    host, port = service.url.split("//", 1)[1].rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port.rstrip("/")))
+    try:
+        # a keep-alive client, as the proxy is (Tornado's own client always asks to close)
+        request = f"GET {service.prefix}api/kernels HTTP/1.1\r\nHost: x\r\nAuthorization: token nobody-has-this\r\n\r\n"
+        writer.write(request.encode())
+        head = (await reader.readuntil(b"\r\n\r\n")).decode().lower()
+    finally:
+        writer.close()
+    assert head.startswith("http/1.1 403")
+    assert "\r\nconnection: close\r\n" in head
