@@ -23,7 +23,7 @@ import json
 import logging
 import ssl
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
@@ -34,6 +34,7 @@ from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.resources import ResourceType, resource
 from jupyter_gpuburst.sim.selectors import matcher
+from jupyter_gpuburst.sim.store import Watch
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -56,61 +57,6 @@ def _error(response: httpx.Response) -> ApiError:
     return ApiError(response.status_code, body.get("reason", "Unknown"), body.get("message", response.text[:200]), body.get("details"))
 
 
-class RemoteWatch:
-    """A watch on the cache: ``await next(timeout)`` or ``async for``, as ``store.Watch``."""
-
-    def __init__(self, owner: RemoteStore, rt: ResourceType, namespace: str | None, match: Callable[[Obj], bool]):
-        self._owner = owner
-        self.rtype = rt
-        self.namespace = namespace
-        self._match = match
-        self._queue: deque[tuple[str, Obj]] = deque()
-        self._ready = asyncio.Event()
-        self.closed = False
-
-    def _offer(self, etype: str, obj: Obj, old: Obj | None) -> None:
-        if self.closed or (self.namespace is not None and obj["metadata"].get("namespace") != self.namespace):
-            return
-        now = self._match(obj)
-        if etype == "MODIFIED" and old is not None:
-            before = self._match(old)
-            if before and not now:
-                etype, now = "DELETED", True
-            elif now and not before:
-                etype = "ADDED"
-        if now:
-            self._queue.append((etype, obj))
-            self._ready.set()
-
-    async def next(self, timeout: float | None = None) -> tuple[str, Obj] | None:
-        while not self._queue:
-            if self.closed:
-                return None
-            self._ready.clear()
-            try:
-                await asyncio.wait_for(self._ready.wait(), timeout)
-            except TimeoutError:
-                return None
-        etype, obj = self._queue.popleft()
-        return etype, copy.deepcopy(obj)
-
-    def __aiter__(self) -> RemoteWatch:
-        return self
-
-    async def __anext__(self) -> tuple[str, Obj]:
-        event = await self.next()
-        if event is None:
-            raise StopAsyncIteration
-        return event
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self._queue.clear()
-            self._ready.set()
-            self._owner._watchers[self.rtype.key].discard(self)
-
-
 class RemoteStore:
     """``Store``'s interface for node agents, against the API server at ``url``.
 
@@ -127,7 +73,7 @@ class RemoteStore:
         self._sync = httpx.Client(verify=self._ssl, timeout=10.0)
         self._types = {self._rt(k).key: self._rt(k) for k in cached}
         self._objects: dict[str, dict[Key, Obj]] = {k: {} for k in self._types}
-        self._watchers: dict[str, set[RemoteWatch]] = defaultdict(set)
+        self._watchers: dict[str, set[Watch]] = defaultdict(set)
         self._pending: dict[tuple[str, Key], list[Callable[[Obj], Any]]] = {}
         self._writers: dict[tuple[str, Key], asyncio.Task] = {}
         self._tasks: list[asyncio.Task] = []
@@ -290,11 +236,13 @@ class RemoteStore:
         field_selector: str | None = None,
         allow_bookmarks: bool = False,
         read_only: bool = False,
-    ) -> RemoteWatch:
-        """A watch from the cache: ADDED for what it holds now, then what the API server sends.
-        (A version to resume from is not kept here: node agents watch from now.)"""
+    ) -> Watch:
+        """A watch on the cache (``store.Watch``, fed by the API server's events): ADDED for what
+        it holds now, then what comes. A version to resume from is not kept here: node agents
+        watch from now."""
         rt = self._rt(rtype)
-        w = RemoteWatch(self, rt, namespace if rt.namespaced else None, matcher(label_selector, field_selector, rt.selectable_fields))
+        match = matcher(label_selector, field_selector, rt.selectable_fields)
+        w = Watch(self, rt, namespace if rt.namespaced else None, match, allow_bookmarks, read_only)  # type: ignore[arg-type]
         for obj in self._objects[rt.key].values():
             w._offer("ADDED", obj, None)
         self._watchers[rt.key].add(w)
