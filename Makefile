@@ -102,7 +102,7 @@ test-browser: setup
 # The real control plane's tier (docs/emulator.md): kube-apiserver, kube-scheduler,
 # kube-controller-manager and etcd built here (make kube), the hub as its ServiceAccount.
 # The emulator tiers' own files named here run unchanged on it (GPUBURST_CONTROL_PLANE=kube switches
-# the shared fixtures); in one process, in this order: tests/kube/test_zz_hub_rbac.py, last,
+# the shared fixtures); in one process, where tests/kube/test_zz_hub_rbac.py comes last and
 # judges the hub's RBAC by the audit log of everything before it.
 KUBE_TESTS := tests/kube/test_site.py tests/hub/pools/test_prestarted_integration.py tests/kube/test_zz_hub_rbac.py
 test-kube: setup kube
