@@ -5,6 +5,7 @@ gives the cards back. Light and dark theme."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,11 @@ USED_UP = f"{GPU_SECTION} .jp-GpuBurst-launcherNote[data-note='budget-used-up']"
 CARD = ".jp-LauncherCard[data-category='GPU kernels']"
 # alice has 20 GPU-hours a week like everyone; bob's week is used up (0 hours)
 BUDGET_HUB = KERNEL_HUB + '\nc.Spawner.default_url = "/lab"\nc.GPUAccountingSettings.user_budgets = {"*": 20.0, "bob": 0.0}\n'
+
+
+def resets() -> str:
+    """When this week's budget resets, as the launcher says it: on a Sunday (UTC) it is tomorrow."""
+    return "tomorrow" if dt.datetime.now(dt.UTC).weekday() == 6 else "Monday"
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +63,7 @@ def test_the_launcher_says_what_is_left(page: Page, budget_site: tuple[LoopThrea
     _, hub = budget_site
     log_in_to_lab(page, hub.url, "alice", "lab", landing="lab**")
     note = page.locator(NOTE)
-    expect(note).to_have_text(re.compile(r"^20 of 20 GPU-hours left this week, resets Monday 00:00 UTC\.$"), timeout=90_000)
+    expect(note).to_have_text(re.compile(rf"^20 of 20 GPU-hours left this week, resets {resets()} 00:00 UTC\.$"), timeout=90_000)
     # the cards still offer their kernels, with what is free now
     expect(page.locator(CARD, has_text="Python 3 (1 GPU) ·").first).to_contain_text("free on origin")
     expect(page.locator(USED_UP)).to_have_count(0)
@@ -74,7 +80,9 @@ def test_used_up_the_cards_say_why_and_a_grant_gives_them_back(page: Page, budge
     switch_theme(page, "JupyterLab Dark")
     expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "false", timeout=20_000)
     note = page.locator(NOTE)
-    used_up = "Your GPU-hour budget is used up: 0 of 0 GPU-hours left this week, resets Monday 00:00 UTC. Ask the hub's admins for more."
+    used_up = (
+        f"Your GPU-hour budget is used up: 0 of 0 GPU-hours left this week, resets {resets()} 00:00 UTC. Ask the hub's admins for more."
+    )
     expect(note).to_have_text(used_up, timeout=90_000)
     card = page.locator(CARD, has_text=re.compile(r"^Python 3 \(1 GPU\) ·"))
     expect(card).to_have_text("Python 3 (1 GPU) · GPU-hour budget used up")
@@ -98,6 +106,6 @@ def test_used_up_the_cards_say_why_and_a_grant_gives_them_back(page: Page, budge
 
     # an admin grants two hours: the launcher offers the kernels again
     grant(loop, hub, "bob", 2)
-    expect(note).to_have_text(re.compile(r"^2 of 2 GPU-hours left this week, resets Monday 00:00 UTC\.$"), timeout=60_000)
+    expect(note).to_have_text(re.compile(rf"^2 of 2 GPU-hours left this week, resets {resets()} 00:00 UTC\.$"), timeout=60_000)
     expect(card).to_contain_text("free on origin")
     expect(page.locator(USED_UP)).to_have_count(0)
