@@ -47,6 +47,18 @@ def _prune_nulls(value: Any) -> Any:
     return value
 
 
+def select(
+    objects: Mapping[tuple[str, str], Obj], rt: ResourceType, namespace: str | None, label_selector: str | None, field_selector: str | None
+) -> list[Obj]:
+    """Copies of the objects (keyed by (namespace, name)) a list call returns, sorted by key."""
+    match = matcher(label_selector, field_selector, rt.selectable_fields)
+    return [
+        copy.deepcopy(obj)
+        for (ns, _name), obj in sorted(objects.items())
+        if (namespace is None or not rt.namespaced or ns == namespace) and match(obj)
+    ]
+
+
 class Watch:
     """An open watch: an async iterator of ``(event_type, object)``.
 
@@ -203,13 +215,7 @@ class Store:
     ) -> tuple[list[Obj], str]:
         """Matching objects sorted by namespace/name, and the current resourceVersion."""
         rt = self._rt(rtype)
-        match = matcher(label_selector, field_selector, rt.selectable_fields)
-        items = [
-            copy.deepcopy(obj)
-            for (ns, _name), obj in sorted(self._objects[rt.key].items())
-            if (namespace is None or not rt.namespaced or ns == namespace) and match(obj)
-        ]
-        return items, str(self.resource_version)
+        return select(self._objects[rt.key], rt, namespace, label_selector, field_selector), str(self.resource_version)
 
     def list_page(
         self,

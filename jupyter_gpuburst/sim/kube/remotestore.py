@@ -34,7 +34,7 @@ from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.resources import ResourceType, resource
 from jupyter_gpuburst.sim.selectors import matcher
-from jupyter_gpuburst.sim.store import Watch
+from jupyter_gpuburst.sim.store import Watch, select
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -219,13 +219,7 @@ class RemoteStore:
         self, rtype: str, namespace: str | None = None, label_selector: str | None = None, field_selector: str | None = None
     ) -> tuple[list[Obj], str]:
         rt = self._rt(rtype)
-        match = matcher(label_selector, field_selector, rt.selectable_fields)
-        items = [
-            copy.deepcopy(obj)
-            for (ns, _), obj in sorted(self._objects[rt.key].items())
-            if (namespace is None or not rt.namespaced or ns == namespace) and match(obj)
-        ]
-        return items, str(self.resource_version)
+        return select(self._objects[rt.key], rt, namespace, label_selector, field_selector), str(self.resource_version)
 
     def watch(
         self,
