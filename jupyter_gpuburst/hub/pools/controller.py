@@ -20,7 +20,7 @@ import json
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,7 +85,10 @@ class PoolController:
         offloader: Any = None,
         kernel_pods: Mapping[str, Callable[[], Any]] | None = None,
         wall_clock: Callable[[], dt.datetime] | None = None,
+        booked: Callable[[dt.datetime], Iterable[Pool]] | None = None,
     ):
+        # pools that teachers' lab bookings ask for now (hub/labs), on top of the admin's
+        self.booked = booked
         self.offloader = offloader  # sites.offloading.NamespaceOffloader: donor placeholders need it
         self.settings = settings
         self.shapes = dict(shapes)
@@ -100,6 +103,7 @@ class PoolController:
         # the schedules' clock: the time of day in the pools' time zone
         self.wall_clock = wall_clock or (lambda: dt.datetime.now(settings.tz()))
         self.states = {p.name: PoolState(p) for p in settings.pool_list()}
+        self._static = frozenset(self.states)
         self._apply_schedules()
         for state in self.states.values():
             if self._builder(state.pool) is None:
@@ -135,6 +139,9 @@ class PoolController:
 
     # ---- one pass --------------------------------------------------------------------------
     async def reconcile(self) -> None:
+        self._apply_schedules()
+        if not self.states:
+            return  # only bookings drive this hub's pools, and none has asked for one yet
         await self._ensure_priority_class()
         listed = await self.core.list_namespaced_pod(self.namespace, label_selector=keys.POOL_LABEL, _preload_content=False)
         pods = [p for p in (await _json(listed)).get("items") or [] if _alive(p)]
@@ -147,7 +154,6 @@ class PoolController:
         self._first_seen = {uid: t for uid, t in self._first_seen.items() if uid in live}
         elapsed = now - self._last_pass if self._last_pass is not None else 0.0
         self._last_pass = now
-        self._apply_schedules()
         for name, state in self.states.items():
             # what they held since the last pass, those removed in this one included
             self._count(state, by_pool.get(name, []), elapsed)
@@ -189,9 +195,16 @@ class PoolController:
 
     def _apply_schedules(self) -> None:
         today = self.wall_clock()
-        for state in self.states.values():
-            state.target = state.pool.count if schedule.is_open(state.pool.schedule, today) else 0
-            state.when = schedule.describe(state.pool.schedule, today)
+        for name, state in self.states.items():
+            static = name in self._static
+            state.target = state.pool.count if static and schedule.is_open(state.pool.schedule, today) else 0
+            state.when = schedule.describe(state.pool.schedule, today) if static else ""
+        for pool in self.booked(today) if self.booked is not None else ():
+            state = self.states.setdefault(pool.name, PoolState(pool))
+            state.target += pool.count
+            state.when = state.when or "booked for a lab"
+            if self._builder(pool) is None:
+                state.note = f"no profile {pool.profile!r} to keep warm for a lab"
 
     def _builder(self, pool: Pool) -> Callable[[], Any] | None:
         """What makes one pod of ``pool`` (a kernel pool's may be async: the admin's hook); None

@@ -14,10 +14,12 @@ from jupyter_gpuburst.hub.pools.settings import KERNELS, SECTION, WarmPools, pro
 _controller: PoolController | None = None
 
 
-def install(c: Any, tracker_source: Any) -> None:
+def install(c: Any, tracker_source: Any, booked: Any = None) -> None:
     """Check ``c.WarmPools`` (a bad pool stops the hub at start, with the reason) and start the
-    pools once the hub's event loop runs. ``tracker_source()`` gives the hub's capacity tracker."""
-    if SECTION not in c:
+    pools once the hub's event loop runs. ``tracker_source()`` gives the hub's capacity tracker;
+    ``booked(now)`` the pools lab bookings ask for now (hub/labs), which keep the pools running
+    without any static pool."""
+    if SECTION not in c and booked is None:
         return
     settings = WarmPools(config=c)
     base, profiles = spawner_values(c)
@@ -29,7 +31,16 @@ def install(c: Any, tracker_source: Any) -> None:
             shapes[pool.profile] = profile_shape(pool.profile, base, profiles)
         except KeyError:
             raise ValueError(f"WarmPools.pools: no profile {pool.profile!r} in the spawner's profile_list") from None
-    if not settings.pools and not settings.kernels:
+    if booked is not None:
+        # a booking may name any GPU profile: each one's shape, where the profile has one
+        for profile in profiles:
+            slug = profile.get("slug") if isinstance(profile, dict) else None
+            if slug and slug not in shapes:
+                try:
+                    shapes[slug] = profile_shape(slug, base, profiles)
+                except (KeyError, ValueError, TypeError):
+                    continue
+    elif not settings.pools and not settings.kernels:
         return
     namespace = settings.namespace or base.get("namespace") or "default"
     kernel_pods = kernel_pod_builders(c, settings, namespace)
@@ -37,7 +48,7 @@ def install(c: Any, tracker_source: Any) -> None:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return  # the config is only being read (not by a starting hub)
-    loop.call_soon(lambda: asyncio.ensure_future(_start(settings, shapes, namespace, tracker_source, kernel_pods)))
+    loop.call_soon(lambda: asyncio.ensure_future(_start(settings, shapes, namespace, tracker_source, kernel_pods, booked)))
 
 
 def kernel_pod_builders(c: Any, settings: WarmPools, namespace: str) -> dict[str, Any]:
@@ -80,7 +91,9 @@ async def _hooked(kernel_settings: Any, pod: Any, placement: Any) -> dict[str, A
     return await kernel_settings.modified_pod(pod(), placement)
 
 
-async def _start(settings: WarmPools, shapes: dict[str, Any], namespace: str, tracker_source: Any, kernel_pods: dict[str, Any]) -> None:
+async def _start(
+    settings: WarmPools, shapes: dict[str, Any], namespace: str, tracker_source: Any, kernel_pods: dict[str, Any], booked: Any = None
+) -> None:
     global _controller
     log = logging.getLogger("JupyterHub")
     try:
@@ -103,6 +116,7 @@ async def _start(settings: WarmPools, shapes: dict[str, Any], namespace: str, tr
             log,
             offloader=offloader,
             kernel_pods=kernel_pods,
+            booked=booked,
         )
         _controller.start()
         on = ", ".join(
@@ -110,7 +124,8 @@ async def _start(settings: WarmPools, shapes: dict[str, Any], namespace: str, tr
             + (f" ({', '.join(w.text for w in p.schedule)} {settings.timezone})" if p.schedule else "")
             for p in settings.pool_list()
         )
-        log.info("Warm pools on: %s", on)
+        if on:
+            log.info("Warm pools on: %s", on)
     except Exception:
         log.exception("Warm pools could not start; spawns go on without them")
 
