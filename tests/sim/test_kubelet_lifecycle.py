@@ -11,7 +11,7 @@ import psutil
 import pytest
 from helpers.pods import pod, py
 
-from jupyter_gpuburst.sim.kubelet.pods import uts_namespaces
+from jupyter_gpuburst.sim.kubelet.processes import uts_namespaces
 from jupyter_gpuburst.sim.kubelet.volumes import PathMap
 from jupyter_gpuburst.sim.testing import one_node_cluster, wait_for_pod, wait_until
 

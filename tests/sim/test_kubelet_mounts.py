@@ -14,7 +14,7 @@ import pytest
 from helpers.pods import PY, pod, py
 
 from jupyter_gpuburst.sim.kubelet import mounts
-from jupyter_gpuburst.sim.kubelet.pods import uts_namespaces
+from jupyter_gpuburst.sim.kubelet.processes import uts_namespaces
 from jupyter_gpuburst.sim.testing import one_node_cluster, wait_for_pod, wait_until
 
 WHY_NOT = (

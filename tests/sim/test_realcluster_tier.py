@@ -49,7 +49,7 @@ def pod_networks() -> bool:
 
 def deselected(state_dir: Path) -> list[str]:
     from jupyter_gpuburst.sim.kubelet import mounts
-    from jupyter_gpuburst.sim.kubelet.pods import uts_namespaces
+    from jupyter_gpuburst.sim.kubelet.processes import uts_namespaces
 
     state_dir.mkdir(parents=True, exist_ok=True)
     real = uts_namespaces() and mounts.unavailable(state_dir) is None

@@ -4,7 +4,9 @@ Modules: ``network`` (pod IPs on loopback), ``runtime`` (argv, env, executable),
 (volumes as directories and each container's view of them), ``mounts`` (volumes bound at their
 mountPath in the container's mount namespace), ``servicenames`` (Service names in the pods'
 hosts files), ``probes``, ``status`` (phase and conditions from container states), ``pods``
-(the pod workers), ``exec`` (pods/exec streams).
+(the pod workers), with ``containers`` (a container's runs), ``lifecycle`` (its hooks, probes
+and stop), ``processes`` (its processes on the host) and ``hostsfile``, ``exec`` (pods/exec
+streams).
 """
 
 from jupyter_gpuburst.sim.kubelet.network import AddressPool, container_ports

@@ -1,7 +1,7 @@
 """Volume mounts made real in each container's own mount namespace, where this kubelet may.
 
 Where the kubelet runs as root and the kernel lets it, each container starts through util-linux
-``unshare --mount`` (see ``pods.enter_pod_argv``), and a shell script there binds every volume (or
+``unshare --mount`` (see ``processes.enter_pod_argv``), and a shell script there binds every volume (or
 ``subPath``) at its ``mountPath``, ``readOnly`` ones remounted read-only, parents before children
 as the kubelet sorts them. The program finds its files where the pod spec says, whatever way it
 learns the path (a path written in a ConfigMap file included); nothing it is handed is rewritten.

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from jupyter_gpuburst.sim.kubelet import netns
 
 Obj = dict[str, Any]
 
@@ -132,3 +135,36 @@ def conditions(old: list[Obj], phase: str, init: list[ContainerRun], main: list[
     if init and initialized and phase == "Succeeded":
         out[1]["reason"] = "PodCompleted"
     return out
+
+
+@dataclass
+class PodRun:
+    """What the kubelet knows of one running pod."""
+
+    key: tuple[str, str]
+    uid: str
+    ip: str
+    dir: Path
+    pod: Obj
+    init: list[ContainerRun]
+    main: list[ContainerRun]
+    hostname: str
+    volumes: dict[str, Path] = field(default_factory=dict)
+    hosts_file: Path | None = None
+    real_mounts: bool = False  # volumes bound at their mountPath (mounts.real_mounts), else mapped
+    network: netns.PodNetwork | None = None  # a network namespace of its own, else the host's
+    tasks: list[asyncio.Task] = field(default_factory=list)
+    killing: bool = False
+    sandbox: bool = False  # the pod IP is assigned and published
+    killed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def all(self) -> list[ContainerRun]:
+        return [*self.init, *self.main]
+
+    def container(self, name: str | None) -> ContainerRun | None:
+        for c in self.all():
+            if name is None and not c.init:
+                return c
+            if c.name == name:
+                return c
+        return None

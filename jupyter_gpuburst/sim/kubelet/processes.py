@@ -1,0 +1,115 @@
+"""A container's processes on the host, without any pod's state: the argv that starts one in
+the pod's own UTS and mount namespaces (``unshare``) or enters a running one's (``nsenter``),
+and stopping a container's whole process tree (SIGTERM, SIGKILL after the grace period)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from functools import cache
+from pathlib import Path
+
+import psutil
+
+from jupyter_gpuburst.sim.kubelet import mounts, netns
+
+UNSHARE = mounts.UNSHARE
+NSENTER = netns.NSENTER
+
+
+@cache
+def uts_namespaces() -> bool:
+    """Whether this kubelet may start a container in namespaces of its own (root, util-linux)."""
+    if os.geteuid() != 0 or not sys.platform.startswith("linux") or not shutil.which("mount") or not os.access(UNSHARE, os.X_OK):
+        return False
+    try:
+        probe = subprocess.run(enter_pod_argv(["hostname"], "gpuburst-probe", None, ""), timeout=10, capture_output=True, text=True)
+        return probe.returncode == 0 and probe.stdout.strip() == "gpuburst-probe"
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+# Run in the child by util-linux ``unshare`` (new UTS and mount namespaces): name the host (a
+# shell builtin write, one exec less than ``hostname``), mount what the container's fstab lists
+# (``mounts.plan``: volumes at their mountPath, the pod's hosts file at /etc/hosts) in one
+# ``mount --all``, go to the working directory, and exec the container's command (same pid
+# throughout). A preexec_fn would do the same without two execs, but forces a fork of this whole
+# process instead of a vfork, which blocks the event loop (100+ ms per container under gVisor).
+# A failed mount ends the start with 128, StartError's exit code.
+_ENTER_POD_SCRIPT = 'echo "$0" > /proc/sys/kernel/hostname; [ -z "$1" ] || mount --all --fstab "$1" || exit 128; [ -z "$2" ] || cd "$2" || exit 128; unset OLDPWD; shift 2; exec "$@"'
+
+
+def enter_pod_argv(argv: list[str], hostname: str, fstab: Path | None, workdir: str) -> list[str]:
+    """``argv`` wrapped to start in the pod's own UTS and mount namespaces, with what ``fstab``
+    lists mounted, in ``workdir`` (a path in the new namespace; empty: where it was started)."""
+    return [UNSHARE, "--uts", "--mount", "--", "/bin/sh", "-c", _ENTER_POD_SCRIPT, hostname, str(fstab or ""), workdir, *argv]
+
+
+def enter_container_argv(pid: int, argv: list[str], workdir: str, *, network: bool = False) -> list[str]:
+    """``argv`` to run in the namespaces of the container whose process is ``pid`` (exec, probes,
+    hooks); in its network namespace too where the pod has one."""
+    return [NSENTER, "--target", str(pid), "--uts", "--mount", *(["--net"] if network else []), f"--wdns={workdir}", "--", *argv]
+
+
+async def entered(pid: int, timeout: float = 2.0) -> None:
+    """Wait until the container ``pid`` has done its mounts and exec'd its program, so that what
+    enters its namespaces sees them all."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 3)
+        except OSError:
+            return
+        if argv0[0] not in (UNSHARE.encode(), NSENTER.encode()) and argv0[2:3] != [_ENTER_POD_SCRIPT.encode()]:
+            return
+        await asyncio.sleep(0.005)
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def signal_all(processes: list[psutil.Process], sig: int) -> None:
+    for child in processes:
+        try:
+            child.send_signal(sig)
+        except psutil.Error:
+            pass
+
+
+async def stop_process(proc: asyncio.subprocess.Process | None, grace: float) -> None:
+    """SIGTERM the container's processes, SIGKILL after ``grace`` seconds.
+
+    A container's processes are its process group and every descendant: a child that started
+    a session of its own (JupyterHub's proxy does) is still the container's, and goes with it,
+    as a cgroup would take it. Processes that left the tree by double-forking are not found.
+    """
+    if proc is None:
+        return
+    family = descendants(proc.pid) if proc.returncode is None else []
+    if proc.returncode is None:
+        signal_group(proc.pid, signal.SIGTERM)
+        signal_all(family, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=max(grace, 0.01))
+        except TimeoutError:
+            signal_group(proc.pid, signal.SIGKILL)
+            await proc.wait()
+    # children that ignored SIGTERM or outlived the main process go with it
+    signal_group(proc.pid, signal.SIGKILL)
+    signal_all([p for p in family if p.is_running()], signal.SIGKILL)
+
+
+def signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
