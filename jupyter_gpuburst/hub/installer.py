@@ -33,6 +33,9 @@ from jupyter_gpuburst.hub.culling.live import idle_since
 from jupyter_gpuburst.hub.culling.live import install as install_culling
 from jupyter_gpuburst.hub.culling.live import start_with_hub as start_culler
 from jupyter_gpuburst.hub.kernels.scopes import install as install_kernels
+from jupyter_gpuburst.hub.labs.live import book as lab_book
+from jupyter_gpuburst.hub.labs.live import booked_pools
+from jupyter_gpuburst.hub.labs.live import install as install_labs
 from jupyter_gpuburst.hub.pools.live import install as install_pools
 from jupyter_gpuburst.hub.ports import free_port
 from jupyter_gpuburst.hub.profiles.policy import check_profiles
@@ -86,12 +89,14 @@ def install(
     services = list(hub.services) if "services" in hub else []
     if any(s.get("name") == SERVICE_NAME for s in services):
         return
-    install_pools(c, tracker_source or _hub_tracker)
+    install_labs(c, tracker_source or _hub_tracker)
+    install_pools(c, tracker_source or _hub_tracker, booked=booked_pools)
     host = service_host or os.environ.get(SERVICE_HOST_ENV) or urlparse(hub.get("hub_connect_url") or "").hostname or "127.0.0.1"
     bind = _bind_address(host)
     local = bind != "0.0.0.0"
     port = service_port or int(os.environ.get(SERVICE_PORT_ENV, 0)) or (free_port(bind) if local else DEFAULT_SERVICE_PORT)
     service = CapacityService(tracker_source or _hub_tracker, bind, port, host, registry_source, hub.get("base_url") or "/")
+    service.lab_book_source = lab_book
     hub.services = services + [service.register()]
     try:
         loop = asyncio.get_running_loop()

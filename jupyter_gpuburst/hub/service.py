@@ -20,6 +20,7 @@ URLs, under the hub's base URL:
   service's own address (``url`` below, e.g. ``http://hub.jhub.svc.cluster.local:8082``), which
   the spawner passes them in ``$JUPYTER_GPUBURST_KERNELS_URL``: the same host as the hub API they
   already reach, so donor servers need no route through the public proxy.
+- ``/services/gpuburst/labs`` and ``api/labs``: teachers' lab bookings (``jupyter_gpuburst.hub.labs.handlers``)
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ from jupyter_gpuburst.hub.culling.live import hub_culler, refuses_start
 from jupyter_gpuburst.hub.kernels.handlers import API_PATH as KERNELS_API_PATH
 from jupyter_gpuburst.hub.kernels.handlers import REFUSED_REASON
 from jupyter_gpuburst.hub.kernels.handlers import handlers as kernel_handlers
+from jupyter_gpuburst.hub.labs.handlers import handlers as lab_handlers
+from jupyter_gpuburst.hub.labs.settings import SCOPE as LABS_SCOPE
 from jupyter_gpuburst.hub.stops import STOP_PATH, STOP_SCOPE
 from jupyter_gpuburst.hub.stops import handlers as stop_handlers
 from jupyter_gpuburst.hub.tokenapi import MAX_BODY_BYTES
@@ -121,6 +124,8 @@ class CapacityService:
         self.registry_source = registry_source
         # the GPU culler (tests may give their own)
         self.culler_source: Any = None
+        # the hub's lab book (hub/labs/live.py; the installer sets it)
+        self.lab_book_source: Any = None
         self.bind_host = bind_host
         self.port = port
         self.connect_host = connect_host
@@ -154,7 +159,7 @@ class CapacityService:
             "oauth_no_confirm": True,
             # the page's own scope, and the admin's admin:servers for its stop buttons (dropped
             # by the hub for whoever lacks it: they read the page and cannot stop)
-            "oauth_client_allowed_scopes": [REQUIRED_SCOPE, STOP_SCOPE],
+            "oauth_client_allowed_scopes": [REQUIRED_SCOPE, STOP_SCOPE, LABS_SCOPE],
         }
 
     def start(self) -> None:
@@ -172,6 +177,7 @@ class CapacityService:
                 *activity_handlers(self.prefix, self.culler_source or partial(hub_culler, self.token)),
                 *accounting_handlers(self.prefix, _Authenticated),
                 *stop_handlers(self.prefix, _Authenticated, self),
+                *lab_handlers(self.prefix, _Authenticated, lambda: self.lab_book_source() if self.lab_book_source else None),
             ],
             service=self,
             kernel_start_refusal=refuses_start,

@@ -1,0 +1,141 @@
+"""The hub's lab book: bookings judged against the hub's groups, profiles and GPUs, saved, and
+turned into the warm pools each active booking asks for."""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from jupyter_gpuburst.core.keys import ORIGIN_SITE
+from jupyter_gpuburst.hub.labs import cost
+from jupyter_gpuburst.hub.labs.model import APPROVED, CANCELLED, PENDING, Booking
+from jupyter_gpuburst.hub.labs.settings import LabSettings
+from jupyter_gpuburst.hub.labs.store import LabStore
+from jupyter_gpuburst.hub.labs.validation import BookingError, Context, judge, parse
+
+
+class LabBook:
+    def __init__(
+        self,
+        store: LabStore,
+        settings: LabSettings,
+        tz: dt.tzinfo,
+        profiles: Mapping[str, tuple[str, int]],
+        groups: Callable[[], Iterable[str]],
+        snapshot: Callable[[], Any],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.tz = tz
+        self.profiles = dict(profiles)
+        self.groups = groups
+        self.snapshot = snapshot
+        self.clock = clock
+        self._bookings = store.bookings()  # read again after each write of this process
+
+    def now(self) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self.clock(), self.tz)
+
+    def bookings(self) -> list[Booking]:
+        return list(self._bookings)
+
+    def context(self, others: Iterable[Booking]) -> Context:
+        snapshot = self.snapshot()
+        return Context(
+            now=self.now(),
+            tz=self.tz,
+            settings=self.settings,
+            groups=frozenset(self.groups()),
+            profiles=self.profiles,
+            others=tuple(others),
+            totals=lambda resource: cost.site_totals(snapshot, resource),
+        )
+
+    def preview(self, body: Mapping[str, Any], teacher: str) -> dict[str, Any]:
+        """What saving ``body`` would cost and whether it fits: nothing is saved."""
+        ctx = self.context(self._bookings)
+        booking = parse(body, teacher, ctx, "preview", self.clock())
+        out: dict[str, Any] = {"gpu_hours": round(cost.gpu_hours(booking, ctx.warmup), 2), "gpus": booking.demand}
+        out["warmup_gpu_hours"] = round(booking.demand * booking.weeks * self.settings.warmup_minutes / 60, 2)
+        if booking.resource:
+            check = cost.check_capacity(booking, ctx.others, ctx.totals(booking.resource), ctx.warmup, self.tz)
+            out["capacity"] = check.as_json()
+        try:
+            judge(booking, ctx)
+            out["problem"] = None
+        except BookingError as exc:
+            out["problem"] = str(exc)
+        out["approval"] = self.settings.require_approval
+        return out
+
+    def save(self, body: Mapping[str, Any], teacher: str) -> Booking:
+        """The booking saved; BookingError (nothing saved) where it may not be."""
+        status = PENDING if self.settings.require_approval else APPROVED
+
+        def judged(others: list[Booking]) -> Booking:
+            ctx = self.context(others)
+            booking = parse(body, teacher, ctx, secrets.token_hex(6), self.clock())
+            judge(booking, ctx)
+            return replace(booking, status=status)
+
+        booking = self.store.add(judged)
+        self._bookings = self.store.bookings()
+        return booking
+
+    def set_status(self, booking_id: str, status: str) -> Booking:
+        def change(booking: Booking) -> Booking:
+            if booking.status == CANCELLED:
+                raise BookingError(f"The lab {booking.title} was cancelled.")
+            return replace(booking, status=status)
+
+        try:
+            booking = self.store.replace(booking_id, change)
+        except KeyError:
+            raise BookingError(f"There is no booking {booking_id!r}.") from None
+        self._bookings = self.store.bookings()
+        return booking
+
+    def get(self, booking_id: str) -> Booking | None:
+        return next((b for b in self._bookings if b.id == booking_id), None)
+
+    # ---- what bookings do now ------------------------------------------------------------
+    def active(self, when: dt.datetime) -> list[tuple[Booking, dt.datetime, dt.datetime]]:
+        """Approved bookings whose window (warm-up included) is open at ``when``, with that lab's start and end."""
+        warmup = dt.timedelta(minutes=self.settings.warmup_minutes)
+        found = []
+        for booking in self._bookings:
+            if booking.status != APPROVED:
+                continue
+            for start, end in booking.occurrences():
+                if start - warmup <= when < end:
+                    found.append((booking, start, end))
+        return found
+
+    def pools(self, when: dt.datetime) -> list[Any]:
+        """A placeholder per expected student, on the booking's preferred sites in order (the
+        origin first, then donors, where it names none), as many on each as its GPUs allow."""
+        from jupyter_gpuburst.hub.pools.settings import Pool  # the pools import the spawner, which serves this package
+
+        totals_by_resource: dict[str, dict[str, int]] = {}
+        counts: Counter[tuple[str, str]] = Counter()
+        snapshot = self.snapshot()
+        for booking, _start, _end in self.active(when):
+            if not booking.gpus:
+                continue
+            totals = totals_by_resource.setdefault(booking.resource, cost.site_totals(snapshot, booking.resource))
+            order = list(booking.sites) or sorted(totals, key=lambda s: (s != ORIGIN_SITE, s))
+            left = booking.students
+            for site in order:
+                fits = min(left, totals.get(site, 0) // booking.gpus)
+                if fits > 0:
+                    counts[(site, booking.profile)] += fits
+                    left -= fits
+            if left > 0 and order:
+                counts[(order[0], booking.profile)] += left  # the pool says it ran short
+        return [Pool(site, profile, count) for (site, profile), count in sorted(counts.items())]

@@ -1,0 +1,101 @@
+"""The hub process's lab book: its scope registered at ``install(c)``, opened once the hub runs
+(from the hub's whole config, so ``c.LabSettings`` may stand before or after ``install(c)``),
+and read by the warm pools (``booked_pools``) and the labs page."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from jupyter_gpuburst.core.snapshot import is_gpu_resource
+from jupyter_gpuburst.hub.labs.book import LabBook
+from jupyter_gpuburst.hub.labs.settings import SCOPE, SCOPE_DESCRIPTION, STORE_FILE, LabSettings
+from jupyter_gpuburst.hub.labs.store import LabStore
+
+_book: LabBook | None = None
+
+
+def install(c: Any, tracker_source: Any) -> None:
+    """Define the labs scope, and open the book once the hub's event loop runs."""
+    hub = c.JupyterHub
+    if "custom_scopes" in hub and isinstance(hub["custom_scopes"], dict):
+        hub.custom_scopes = {SCOPE: {"description": SCOPE_DESCRIPTION}, **hub["custom_scopes"]}
+    else:
+        # unset, or additions made before us: stay an addition, as culling's role does
+        hub.custom_scopes.update({SCOPE: {"description": SCOPE_DESCRIPTION}})
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return  # the config is only being read (not by a starting hub)
+    loop.call_soon(lambda: asyncio.ensure_future(_open(c, tracker_source)))
+
+
+def book() -> LabBook | None:
+    return _book
+
+
+def booked_pools(now: Any) -> list[Any]:
+    """The pools active bookings ask for now (the warm pools' ``booked``)."""
+    return _book.pools(now) if _book is not None else []
+
+
+def gpu_profiles(config: Any) -> dict[str, tuple[str, int]]:
+    """Profile slug -> (its GPU resource, units per server), for the spawner's GPU profiles."""
+    # imported here: the pools' settings import the spawner, which imports the service (whose
+    # handlers this package serves); the hub imports them all before it runs this
+    from jupyter_gpuburst.hub.pools.settings import profile_shape, spawner_values
+
+    base, profiles = spawner_values(config)
+    found = {}
+    for profile in profiles:
+        slug = profile.get("slug") if isinstance(profile, dict) else None
+        try:
+            shape = profile_shape(slug, base, profiles) if slug else None
+        except (KeyError, ValueError, TypeError):
+            continue
+        gpus = {r: int(float(v)) for r, v in (shape.limits if shape else {}).items() if is_gpu_resource(r)}
+        if gpus:
+            resource = sorted(gpus)[0]
+            found[slug] = (resource, gpus[resource])
+    return found
+
+
+def store_path(config: Any, settings: LabSettings) -> str:
+    if settings.store_path:
+        return settings.store_path
+    db_url = str(config.JupyterHub.db_url) if "JupyterHub" in config and "db_url" in config.JupyterHub else "sqlite:///jupyterhub.sqlite"
+    if db_url.startswith("sqlite:///") and db_url != "sqlite:///:memory:":
+        return str(Path(db_url.removeprefix("sqlite:///")).parent / STORE_FILE)
+    return os.path.join(os.getcwd(), STORE_FILE)
+
+
+def hub_groups() -> list[str]:
+    from jupyterhub import orm
+    from jupyterhub.app import JupyterHub
+
+    return [name for (name,) in JupyterHub.instance().db.query(orm.Group.name)]
+
+
+async def _open(c: Any, tracker_source: Any) -> None:
+    global _book
+    from jupyterhub.app import JupyterHub
+
+    from jupyter_gpuburst.hub.pools.settings import WarmPools
+
+    log = logging.getLogger("JupyterHub")
+    config = JupyterHub.instance().config if JupyterHub.initialized() else c
+    settings = LabSettings(config=config)
+    if not settings.enabled:
+        return
+    try:
+        tracker = tracker_source()
+        if asyncio.iscoroutine(tracker):
+            tracker = await tracker
+        path = store_path(config, settings)
+        _book = LabBook(LabStore(path), settings, WarmPools(config=config).tz(), gpu_profiles(config), hub_groups, tracker.snapshot)
+        log.info("Lab bookings are kept in %s (%d booked)", path, len(_book.bookings()))
+    except Exception:
+        log.exception("Lab bookings could not open; the labs page is unavailable")

@@ -1,0 +1,76 @@
+"""The bookings on disk: one small SQLite file beside the hub's database, as the GPU-hours
+ledger keeps its rows (hub/accounting/store.py), so that bookings survive hub restarts.
+
+A save reads every booking and writes the new one in one ``BEGIN IMMEDIATE`` transaction:
+two saves at once (two requests, two hub processes on one file) are judged one after the
+other, and the second sees the first's GPUs as taken.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from jupyter_gpuburst.hub.labs.model import Booking
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS bookings (
+    id TEXT PRIMARY KEY,
+    created REAL NOT NULL,
+    data TEXT NOT NULL
+)
+"""
+
+
+class LabStore:
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        # a second writer waits for the first's transaction instead of failing at once
+        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute(SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def _all(self) -> list[Booking]:
+        rows = self.db.execute("SELECT data FROM bookings ORDER BY created, id").fetchall()
+        return [Booking.from_json(json.loads(row[0])) for row in rows]
+
+    def bookings(self) -> list[Booking]:
+        return self._all()
+
+    def add(self, judged: Callable[[list[Booking]], Booking]) -> Booking:
+        """Save what ``judged(every booking now)`` returns; what it raises saves nothing."""
+        with self._transaction() as db:
+            booking = judged(self._all())
+            db.execute(
+                "INSERT INTO bookings (id, created, data) VALUES (?, ?, ?)", (booking.id, booking.created, json.dumps(booking.as_json()))
+            )
+        return booking
+
+    def replace(self, booking_id: str, change: Callable[[Booking], Booking]) -> Booking:
+        """Save ``change(the booking)``; KeyError when there is none of that id."""
+        with self._transaction() as db:
+            row = db.execute("SELECT data FROM bookings WHERE id = ?", (booking_id,)).fetchone()
+            if row is None:
+                raise KeyError(booking_id)
+            booking = change(Booking.from_json(json.loads(row[0])))
+            db.execute("UPDATE bookings SET data = ? WHERE id = ?", (json.dumps(booking.as_json()), booking_id))
+        return booking

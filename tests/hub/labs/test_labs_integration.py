@@ -1,0 +1,89 @@
+"""Lab bookings on a real hub against the local federation: a teacher's booking through the API
+fills the pools at its warm-up time, without a restart, and outlives one; the scope decides who books."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import aiohttp
+import pytest
+
+from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.sim.testing import wait_until
+
+pytestmark = pytest.mark.integration
+WARMUP_S = 12
+LABS = f"""
+from jupyter_gpuburst.hub import install
+c.Authenticator.allowed_users = {{"tina", "sam"}}
+c.JupyterHub.load_roles.append({{"name": "ml-teacher", "users": ["tina"],
+    "scopes": ["custom:gpuburst:labs!group=ml-101", "access:services!service=gpuburst"]}})
+c.WarmPools.interval_seconds = 0.5
+install(c)
+c.LabSettings.warmup_minutes = {WARMUP_S / 60}
+"""
+
+
+def placeholders(federation) -> list[dict]:
+    pods, _ = federation.origin.store.list("pods", "default", label_selector=keys.POOL_LABEL)
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") == "Running"]
+
+
+async def labs(hub, token: str, method: str = "GET", path: str = "", body: dict | None = None) -> tuple[int, dict]:
+    async with aiohttp.ClientSession() as http:
+        url = f"{hub.url}/services/gpuburst/api/labs{path}"
+        async with http.request(method, url, json=body, headers={"Authorization": f"token {token}"}) as resp:
+            return resp.status, json.loads(await resp.text() or "{}")
+
+
+async def user_token(hub, user: str) -> str:
+    status, data = await hub.api("POST", f"/users/{user}/tokens", {"note": "labs test"})
+    assert status == 201, data
+    return data["token"]
+
+
+async def test_booking_fills_pools_at_warmup_and_survives_restart(federation, start_hub):
+    hub = await start_hub(LABS)
+    status, data = await hub.api("POST", "/groups/ml-101", {"users": ["sam"]})
+    assert status == 201, data
+    tina, sam = await user_token(hub, "tina"), await user_token(hub, "sam")
+
+    # sam has no labs scope: nothing to read or book
+    status, data = await labs(hub, sam)
+    assert status == 403 and "custom:gpuburst:labs" in data["message"]
+    # tina's scope names her class only
+    status, data = await labs(hub, tina)
+    assert status == 200 and data["groups"] == ["ml-101"] and data["profiles"]["gpu1"] == {"resource": "nvidia.com/gpu", "gpus": 1}
+    start = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=WARMUP_S + 10)
+    lab = {"title": "ML-101", "group": "ml-101", "profile": "gpu1", "students": 2, "sites": ["origin"]}
+    lab.update(start=start.isoformat(), end=(start + dt.timedelta(minutes=20)).isoformat())
+    status, data = await labs(hub, tina, "POST", "", {**lab, "group": "ml-102"})
+    assert status == 403 and "ml-102" in data["message"]
+    status, preview = await labs(hub, tina, "POST", "/preview", lab)
+    assert status == 200 and preview["problem"] is None and preview["capacity"]["total"] == 2, preview
+
+    status, booking = await labs(hub, tina, "POST", "", lab)
+    assert status == 201, booking
+    assert booking["status"] == "approved" and booking["teacher"] == "tina"
+    assert placeholders(federation) == []  # the warm-up opens 10 s from now
+    await wait_until(lambda: len(placeholders(federation)) == 2, timeout=45, what="the lab's pool filled")
+    warmup_opens = start - dt.timedelta(seconds=WARMUP_S)
+    for pod in placeholders(federation):
+        made = dt.datetime.fromisoformat(pod["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
+        assert made >= warmup_opens.replace(microsecond=0), (made, warmup_opens)
+
+    await hub.stop()
+    hub.start()
+    await hub.wait_up()
+    status, data = await labs(hub, tina)
+    assert status == 200 and [b["id"] for b in data["bookings"]] == [booking["id"]]
+
+    # the restarted hub's pools follow the booking too
+    async def booked_pool():
+        status, report = await hub.capacity()
+        return status == 200 and next(
+            (p for p in report["pools"] if p["site"] == "origin" and p["profile"] == "gpu1" and p["target"] == 2), None
+        )
+
+    await wait_until(booked_pool, timeout=30, what="the restarted hub keeps the lab's pool")
