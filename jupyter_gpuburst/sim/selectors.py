@@ -7,12 +7,14 @@ the fields a resource type declares; anything else is ``400 field label not supp
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from jupyter_gpuburst.sim.errors import bad_request
+from jupyter_gpuburst.sim.resources import ResourceType
 
 _LABEL_KEY = re.compile(r"^([a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?/)?[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$")
 _SET_EXPR = re.compile(r"^\s*(!?)\s*([^\s!=()]+)\s+(in|notin)\s*\((.*)\)\s*$")
@@ -143,3 +145,19 @@ def matcher(label_selector: str | None, field_selector: str | None, allowed_fiel
     if not lreqs and not freqs:
         return lambda obj: True
     return lambda obj: labels_match(lreqs, obj) and fields_match(freqs, obj)
+
+
+def select(
+    objects: Mapping[tuple[str, str], dict[str, Any]],
+    rt: ResourceType,
+    namespace: str | None,
+    label_selector: str | None,
+    field_selector: str | None,
+) -> list[dict[str, Any]]:
+    """Copies of the objects (keyed by (namespace, name)) a list call returns, sorted by key."""
+    match = matcher(label_selector, field_selector, rt.selectable_fields)
+    return [
+        copy.deepcopy(obj)
+        for (ns, _name), obj in sorted(objects.items())
+        if (namespace is None or not rt.namespaced or ns == namespace) and match(obj)
+    ]

@@ -8,13 +8,13 @@ every method except iterating a :class:`Watch` is synchronous, so a write handle
 Objects are kept as plain dicts in their API shape. A stored dict is never mutated after it is
 stored (writes replace it), and callers always receive deep copies.
 
-Longer than 600 lines: writes, the history ring and watches share one resource-version counter
-and must change together.
+Writes, the history ring and the opening of watches share one resource-version counter and
+live here together; an open watch's filtering is ``watch.Watch``'s, an Event's shape is
+``eventviews``'.
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import secrets
 import time
@@ -24,10 +24,11 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from jupyter_gpuburst.sim import defaults, paging, priority
+from jupyter_gpuburst.sim import defaults, eventviews, paging, priority
 from jupyter_gpuburst.sim.errors import ApiError, already_exists, bad_request, conflict, forbidden, gone, invalid, not_found
 from jupyter_gpuburst.sim.resources import RESOURCES, VIRTUAL_RESOURCES, ResourceType, resource
-from jupyter_gpuburst.sim.selectors import matcher
+from jupyter_gpuburst.sim.selectors import matcher, select
+from jupyter_gpuburst.sim.watch import Watch
 
 Obj = dict[str, Any]
 # Namespaces that exist in every fresh cluster.
@@ -45,101 +46,6 @@ def _prune_nulls(value: Any) -> Any:
     if isinstance(value, list):
         return [_prune_nulls(v) for v in value]
     return value
-
-
-def select(
-    objects: Mapping[tuple[str, str], Obj], rt: ResourceType, namespace: str | None, label_selector: str | None, field_selector: str | None
-) -> list[Obj]:
-    """Copies of the objects (keyed by (namespace, name)) a list call returns, sorted by key."""
-    match = matcher(label_selector, field_selector, rt.selectable_fields)
-    return [
-        copy.deepcopy(obj)
-        for (ns, _name), obj in sorted(objects.items())
-        if (namespace is None or not rt.namespaced or ns == namespace) and match(obj)
-    ]
-
-
-class Watch:
-    """An open watch: an async iterator of ``(event_type, object)``.
-
-    Events are filtered by namespace and selectors with the API server's enter/leave rule: an
-    object that stops matching yields DELETED, one that starts matching yields ADDED. Closing
-    ends the iteration; the store closes watches only on :meth:`Store.close_watches`.
-    """
-
-    def __init__(
-        self,
-        store: Store,
-        rtype: ResourceType,
-        namespace: str | None,
-        match: Callable[[Obj], bool],
-        allow_bookmarks: bool,
-        read_only: bool = False,
-    ):
-        self._store = store
-        self._read_only = read_only
-        self.rtype = rtype
-        self.namespace = namespace
-        self._match = match
-        self.allow_bookmarks = allow_bookmarks
-        self._queue: deque[tuple[str, Obj]] = deque()
-        self._ready = asyncio.Event()
-        self.closed = False
-
-    def _offer(self, etype: str, obj: Obj, old: Obj | None) -> None:
-        if self.closed:
-            return
-        if self.namespace is not None and obj["metadata"].get("namespace") != self.namespace:
-            return
-        now = self._match(obj)
-        if etype == "MODIFIED" and old is not None:
-            before = self._match(old)
-            if before and not now:
-                etype, now = "DELETED", True
-            elif now and not before:
-                etype = "ADDED"
-        if now:
-            self._queue.append((etype, obj))
-            self._ready.set()
-
-    def bookmark(self) -> tuple[str, Obj]:
-        """A BOOKMARK event at the store's current version (send only when the client asked)."""
-        rt = self.rtype
-        return "BOOKMARK", {
-            "kind": rt.kind,
-            "apiVersion": rt.api_version,
-            "metadata": {"resourceVersion": str(self._store.resource_version)},
-        }
-
-    async def next(self, timeout: float | None = None) -> tuple[str, Obj] | None:
-        """The next event, or None on timeout or when closed."""
-        while not self._queue:
-            if self.closed:
-                return None
-            self._ready.clear()
-            try:
-                await asyncio.wait_for(self._ready.wait(), timeout)
-            except TimeoutError:
-                return None
-        etype, obj = self._queue.popleft()
-        return etype, obj if self._read_only else copy.deepcopy(obj)
-
-    def __aiter__(self) -> Watch:
-        return self
-
-    async def __anext__(self) -> tuple[str, Obj]:
-        event = await self.next()
-        if event is None:
-            raise StopAsyncIteration
-        return event
-
-    def close(self) -> None:
-        """Stop the watch; a pending ``next`` returns None once the queue is drained."""
-        if not self.closed:
-            self.closed = True
-            self._queue.clear()
-            self._ready.set()
-            self._store._watchers[self.rtype.key].discard(self)
 
 
 class Store:
@@ -641,60 +547,23 @@ class Store:
         field_path: str | None = None,
         action: str | None = None,
     ) -> Obj:
-        """Create a core/v1 Event about ``involved``.
-
-        Kubelet style (default): ``source`` set, first/lastTimestamp set, ``eventTime`` null.
-        Scheduler style: ``eventTime`` set, first/lastTimestamp null, ``reportingComponent``
-        default-scheduler, as kube-scheduler's events.k8s.io recorder writes them.
-        """
+        """Create a core/v1 Event about ``involved`` (``eventviews.recorded_event``)."""
         meta = involved.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
-        ref = {
-            "kind": involved.get("kind"),
-            "namespace": meta.get("namespace"),
-            "name": meta.get("name"),
-            "uid": meta.get("uid"),
-            "apiVersion": involved.get("apiVersion"),
-            "resourceVersion": meta.get("resourceVersion"),
-            "fieldPath": field_path,
-        }
-        now = self.now()
         name = f"{meta.get('name')}.{time.time_ns() + self.resource_version:x}"
-        event: Obj = {
-            "metadata": {"name": name, "namespace": namespace},
-            "involvedObject": {k: v for k, v in ref.items() if v},
-            "reason": reason,
-            "message": message,
-            "type": type,
-        }
-        if scheduler_style:
-            event.update(
-                {
-                    "source": {},
-                    "firstTimestamp": None,
-                    "lastTimestamp": None,
-                    "eventTime": defaults.micro_timestamp(now),
-                    "action": action or "Scheduling",
-                    "reportingComponent": component,
-                    "reportingInstance": f"{component}-{host or 'sim'}",
-                }
-            )
-        else:
-            stamp = defaults.timestamp(now)
-            source = {"component": component}
-            if host:
-                source["host"] = host
-            event.update(
-                {
-                    "source": source,
-                    "firstTimestamp": stamp,
-                    "lastTimestamp": stamp,
-                    "count": 1,
-                    "eventTime": None,
-                    "reportingComponent": component,
-                    "reportingInstance": host or "",
-                }
-            )
+        event = eventviews.recorded_event(
+            involved,
+            name,
+            reason,
+            message,
+            type,
+            component,
+            scheduler_style=scheduler_style,
+            host=host,
+            field_path=field_path,
+            action=action,
+            now=self.now(),
+        )
         return self.create("events", event, namespace)
 
 

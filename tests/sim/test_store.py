@@ -283,7 +283,7 @@ def test_liqo_types_match_crds(liqo_crd_dir):
 
 
 def test_watch_event_lines_are_encoded_once_per_event_and_object():
-    from jupyter_gpuburst.sim.apiserver import EncodedEvents
+    from jupyter_gpuburst.sim.watchserve import EncodedEvents
 
     store = Store()
     store.create("pods", pod("p"))

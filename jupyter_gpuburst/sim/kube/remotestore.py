@@ -33,8 +33,8 @@ import httpx
 from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.resources import ResourceType, resource
-from jupyter_gpuburst.sim.selectors import matcher
-from jupyter_gpuburst.sim.store import Watch, select
+from jupyter_gpuburst.sim.selectors import matcher, select
+from jupyter_gpuburst.sim.watch import Watch
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -231,7 +231,7 @@ class RemoteStore:
         allow_bookmarks: bool = False,
         read_only: bool = False,
     ) -> Watch:
-        """A watch on the cache (``store.Watch``, fed by the API server's events): ADDED for what
+        """A watch on the cache (``watch.Watch``, fed by the API server's events): ADDED for what
         it holds now, then what comes. A version to resume from is not kept here: node agents
         watch from now."""
         rt = self._rt(rtype)
