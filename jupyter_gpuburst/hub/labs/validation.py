@@ -143,8 +143,7 @@ def _within_limit(booking: Booking, others: Iterable[Booking], ctx: Context, kin
             weeks.update(cost.hours_by_week(other, ctx.warmup, ctx.tz))
     for monday, hours in sorted(cost.hours_by_week(booking, ctx.warmup, ctx.tz).items()):
         if weeks[monday] + hours > limit + 1e-9:
-            subject = f"{who}'s bookings" if kind == "teacher" else f"The group {who}'s labs"
-            subject = subject[0].upper() + subject[1:]
+            subject = f"The bookings of {who}" if kind == "teacher" else f"The labs of the group {who}"
             raise BookingError(
                 f"{subject} would take {weeks[monday] + hours:.1f} GPU-hours in the week of {monday.isoformat()},"
                 f" over the limit of {limit:g} per week."
