@@ -22,6 +22,8 @@ ORIGIN_SITE = "origin"
 # reservation and placement are kept under the kernel's own key, never its server's.
 KERNEL_ANNOTATION = f"{GROUP}/kernel"
 SERVER_ANNOTATION = f"{GROUP}/server"
+# the same id as a label: the kernel's own NetworkPolicy selects its pod by it
+KERNEL_LABEL = f"{GROUP}/kernel"
 COMPONENT_LABEL = "component"
 KERNEL_COMPONENT = "gpuburst-kernel"
 

@@ -51,6 +51,12 @@ REQUIRED_PERMISSIONS: tuple[Permission, ...] = tuple(
 KERNEL_PERMISSIONS: tuple[Permission, ...] = tuple(
     _perms("create,patch,delete", "secrets", why="keep each GPU kernel's connection key in a Secret owned by its pod")
     + _perms("patch", "pods", why="adopt a pre-started GPU kernel (warm pools): its pod becomes the adopter's")
+    + _perms(
+        "create",
+        "networkpolicies",
+        "networking.k8s.io",
+        why="let only its own server into each GPU kernel (a NetworkPolicy owned by the kernel's pod)",
+    )
 )
 RBAC_MANIFEST = "hub_config/rbac.yaml"
 KERNELS_RBAC_MANIFEST = "hub_config/rbac-kernels.yaml"

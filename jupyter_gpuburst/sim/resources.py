@@ -137,6 +137,8 @@ _TYPES = [
         (),
         ("reason", "reportingController", "type", "regarding.kind", "regarding.name", "regarding.namespace", "regarding.uid"),
     ),
+    # stored, not enforced (the process kubelet has no pod network to filter): the hub gives each GPU kernel one
+    ResourceType("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", True, ("netpol",), STANDARD_VERBS, (), "networkpolicy"),
     ResourceType("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False, ("pc",), STANDARD_VERBS, (), "priorityclass"),
     # an admin's RBAC manifests apply as on a cluster; sim/rbac.py authorizes impersonated requests by them
     ResourceType("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", False, (), STANDARD_VERBS, (), "clusterrole"),

@@ -20,8 +20,14 @@ def test_kernel_secrets_and_adoption_are_reviewed_in_the_user_namespace():
         assert (perm.verb, perm.group, perm.resource, "jhub") in cluster.reviews
     # adopting a pre-started kernel patches its pod (found on the real control plane: tests/kube)
     assert ("patch", "", "pods", "jhub") in cluster.reviews
+    # each origin kernel's own NetworkPolicy, which lets its server in
+    assert ("create", "networking.k8s.io", "networkpolicies", "jhub") in cluster.reviews
     findings = {f.subject: f.status for f in kernel_findings(report)}
-    assert findings == {"secrets in jhub (GPU kernels)": Status.OK, "pods in jhub (GPU kernels)": Status.OK}
+    assert findings == {
+        "secrets in jhub (GPU kernels)": Status.OK,
+        "pods in jhub (GPU kernels)": Status.OK,
+        "networkpolicies.networking.k8s.io in jhub (GPU kernels)": Status.OK,
+    }
 
 
 def test_missing_kernel_permissions_warn_unless_kernels_are_in_use():

@@ -86,9 +86,13 @@ def reflection_annotations(placement: Placement) -> dict[str, str]:
     return {liqo.SKIP_REFLECTION_ANNOTATION: "true"}
 
 
-def kernel_labels(placement: Placement) -> dict[str, str]:
-    """What the kernels' NetworkPolicy (hub_config/networkpolicy-kernels.yaml) and the hub select on."""
-    return {keys.COMPONENT_LABEL: keys.KERNEL_COMPONENT, keys.VERSION_LABEL: release.label_value(__version__), **placement.labels()}
+def kernel_labels(placement: Placement, record_id: str = "") -> dict[str, str]:
+    """What the kernels' NetworkPolicies (hub_config/networkpolicy-kernels.yaml for all, and each
+    kernel's own, ``ingress.kernel_policy``, by the kernel's id) and the hub select on."""
+    labels = {keys.COMPONENT_LABEL: keys.KERNEL_COMPONENT, keys.VERSION_LABEL: release.label_value(__version__), **placement.labels()}
+    if record_id:
+        labels[keys.KERNEL_LABEL] = record_id
+    return labels
 
 
 def connection_secret(
@@ -191,7 +195,7 @@ def kernel_pod(
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
-        "labels": kernel_labels(placement),
+        "labels": kernel_labels(placement, record_id),
         "annotations": {
             keys.REASON_ANNOTATION: placement.reason,
             keys.USER_ANNOTATION: user,

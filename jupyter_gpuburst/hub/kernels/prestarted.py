@@ -9,7 +9,9 @@ nothing and belongs to no one. Adoption, for a request placed on that site:
    makes the pod unusable, not theirs), with the adopter's new key, owned by the pod;
 2. it patches the pod: the pool's labels go, the kernel's labels, annotations and owner (the
    user's server pod) come, exactly as on a kernel pod it creates; the update makes the
-   kubelet sync the pod's volumes, so the connection file appears and the kernel starts.
+   kubelet sync the pod's volumes, so the connection file appears and the kernel starts;
+3. on the origin, it creates the kernel's own NetworkPolicy (``ingress``), owned by the pod:
+   until then nothing reaches a waiting kernel, and from then on only the adopter's server.
 
 The key is in the Secret only, never in the pod spec, env, the hub's log or its API. Liqo
 reflects the Secret only where the kernel runs: never from the origin, and on a donor only from
@@ -32,7 +34,7 @@ from kubernetes_asyncio.client import ApiException
 
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.placement import GPURequest, Placement, decide, validate_request
-from jupyter_gpuburst.hub.kernels import manifests
+from jupyter_gpuburst.hub.kernels import ingress, manifests
 from jupyter_gpuburst.hub.kernels.donorspace import server_namespace
 from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, decide_files, scratch
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings, KernelProfile
@@ -179,7 +181,7 @@ def adoption_patch(
 ) -> dict[str, Any]:
     """The pod made the adopter's kernel pod: labels, annotations and owner as ``kernel_pod`` sets them."""
     labels: dict[str, Any] = {k: None for k in POOL_LABELS}
-    labels.update(manifests.kernel_labels(placement))
+    labels.update(manifests.kernel_labels(placement, record.id))
     annotations = {
         keys.REASON_ANNOTATION: reason,
         keys.USER_ANNOTATION: record.user,
@@ -361,10 +363,31 @@ async def _adopt_one(
         return False
     record.placement = replace(adopted, reason=reason)
     record.namespace = namespace
-    registry.tracker.own_namespace(namespace)  # a donor's kernel namespace: the watch follows its pods
     record.pod_name = name
+    if not placement.is_donor and not await _admit_server(registry, record, meta["uid"]):
+        record.pod_name = ""
+        return False
+    registry.tracker.own_namespace(namespace)  # a donor's kernel namespace: the watch follows its pods
     record.prestarted = True
     registry.log.info("GPU kernel %s of %s: adopted pre-started pod %s on %s", record.id, record.user, name, placement.site)
+    return True
+
+
+async def _admit_server(registry: KernelRegistry, record: KernelRecord, uid: str) -> bool:
+    """Let the adopter's server into the adopted kernel (``ingress.admit_server``); a kernel
+    nothing can reach is no one's: False, and the pod and its Secret go."""
+    try:
+        await ingress.admit_server(registry.networking, record, uid)
+    except ApiException as exc:
+        registry.log.warning(
+            "GPU kernel %s: pre-started kernel %s removed: its network policy was refused (%s)%s",
+            record.id,
+            record.pod_name,
+            exc.status,
+            "; grant it with hub_config/rbac-kernels.yaml (gpuburst doctor checks it)" if exc.status == 403 else "",
+        )
+        await _remove(registry, record.namespace, record.pod_name, secret=True)
+        return False
     return True
 
 

@@ -18,12 +18,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from kubernetes_asyncio.client import ApiException
+from kubernetes_asyncio.client import ApiException, NetworkingV1Api
 
 from jupyter_gpuburst.core import images, keys, reasons
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
-from jupyter_gpuburst.hub.kernels import manifests, prestarted, queued
+from jupyter_gpuburst.hub.kernels import ingress, manifests, prestarted, queued
 from jupyter_gpuburst.hub.kernels.availability import availability
 from jupyter_gpuburst.hub.kernels.donorspace import DonorNamespaces, server_namespace
 from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, clean_notebook_dir, decide_files
@@ -57,6 +57,8 @@ class KernelRegistry:
         self.tracker = tracker
         self.settings = settings
         self.api = core_api
+        # each origin kernel's own NetworkPolicy (hub/kernels/ingress.py), on the same connection
+        self.networking = NetworkingV1Api(core_api.api_client) if core_api is not None else None
         self.offloader = NamespaceOffloader(custom_api, log)
         self.donor_namespaces = DonorNamespaces(core_api, self.offloader, log)
         self.image = image
@@ -391,9 +393,13 @@ class KernelRegistry:
                 record.namespace,
                 {"metadata": {"ownerReferences": [manifests.owner_reference("Pod", record.pod_name, uid)]}},
             )
+            if not placement.is_donor:
+                # only its server gets in; owned by the pod, it goes with it
+                await ingress.admit_server(self.networking, record, uid)
         except BaseException:
             # a create that went through before its error (retried, it answers 409) left its
-            # Secret or pod behind: the name is this start's own, so whatever has it goes
+            # Secret or pod behind: the name is this start's own, so whatever has it goes (a
+            # policy created before its error is owned by the pod and goes with it)
             await self._discard(record)
             raise
         self.log.info("GPU kernel %s of %s: pod %s on %s (%s)", record.id, record.user, record.pod_name, placement.site, placement.reason)

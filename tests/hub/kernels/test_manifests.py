@@ -163,7 +163,7 @@ def test_bad_kernel_profiles_are_refused_with_the_reason(raw, message):
         parse_profile(raw)
 
 
-def test_kernel_mode_rbac_is_valid_and_only_adds_secret_writes_and_pod_patches_in_the_namespace():
+def test_kernel_mode_rbac_is_valid_and_only_adds_secret_writes_pod_patches_and_policy_creates_in_the_namespace():
     from pathlib import Path
 
     import yaml
@@ -173,16 +173,18 @@ def test_kernel_mode_rbac_is_valid_and_only_adds_secret_writes_and_pod_patches_i
     for doc in docs:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
     (role,) = [d for d in docs if d["kind"] == "Role"]
-    # the kernels' Secrets, and the patch that adopts a pre-started kernel (found on the real
-    # control plane, tests/kube: without it every adoption is refused)
+    # the kernels' Secrets, the patch that adopts a pre-started kernel (found on the real
+    # control plane, tests/kube: without it every adoption is refused), and each kernel's own
+    # NetworkPolicy (created only: its pod's garbage collection deletes it)
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "patch", "delete"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
+        {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create"]},
     ]
     assert not [d for d in docs if d["kind"].startswith("Cluster")]
     # and it is exactly what `gpuburst doctor` checks for kernel mode
     from jupyter_gpuburst import doctor
 
-    granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
-    assert granted == {(p.resource, p.verb) for p in doctor.KERNEL_PERMISSIONS}
-    assert all(p.namespaced and p.group == "" for p in doctor.KERNEL_PERMISSIONS)
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    assert granted == {(p.group, p.resource, p.verb) for p in doctor.KERNEL_PERMISSIONS}
+    assert all(p.namespaced for p in doctor.KERNEL_PERMISSIONS)
