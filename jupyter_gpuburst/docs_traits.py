@@ -6,6 +6,12 @@
 
 Only traits defined by this package are listed (KubeSpawner's own are documented upstream).
 The Markdown replaces whatever sits between the BEGIN/END markers in the target file.
+
+Each trait also gets where it goes in z2jh's values (``hub.config.<Class>.<trait>`` for plain
+data, which z2jh hands to the hub's config as it is; ``hub.extraConfig`` for a Python value such
+as a callable; ``singleuser.extraFiles`` for the user's server) and whether a server profile may
+set it for its own servers, as the hub enforces it (``hub.profiles.policy``, the culler's
+per-profile overrides).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from traitlets import HasTraits, TraitType
+from traitlets import Bool, Dict, Enum, Float, HasTraits, Int, List, TraitType, Unicode, Union
 
 BEGIN = "<!-- BEGIN GENERATED CONFIG REFERENCE (python -m jupyter_gpuburst.docs_traits --write docs/configuration.md) -->"
 END = "<!-- END GENERATED CONFIG REFERENCE -->"
@@ -82,6 +88,40 @@ def own_traits(cls: type[HasTraits]) -> dict[str, TraitType]:
     return out
 
 
+# trait types whose values z2jh's hub.config carries as YAML (anything else is Python code)
+PLAIN = (Bool, Dict, Enum, Float, Int, List, Unicode)
+SERVER_PACKAGE = f"{PACKAGE}.server"
+NOT_PER_PROFILE = "no"
+
+
+def helm_path(section: str, cls: type[HasTraits], name: str, trait: TraitType) -> str:
+    """Where the trait goes in z2jh's values."""
+    if cls.__module__.startswith(SERVER_PACKAGE):
+        return "`singleuser.extraFiles`"
+    if _plain(trait):
+        return f"`hub.config.{section}.{name}`"
+    return "`hub.extraConfig`"
+
+
+def _plain(trait: TraitType) -> bool:
+    if isinstance(trait, Union):
+        return all(_plain(member) for member in trait.trait_types)
+    return isinstance(trait, PLAIN)
+
+
+def per_profile(section: str, name: str) -> str:
+    """How a server profile may set the trait for its servers, or "no"."""
+    from jupyter_gpuburst.hub.culling.settings import OVERRIDES
+    from jupyter_gpuburst.hub.profiles.policy import HUB_WIDE_TRAITS
+    from jupyter_gpuburst.hub.settings import SPAWNER_SECTION
+
+    if section == SPAWNER_SECTION:
+        return f"{NOT_PER_PROFILE}: {HUB_WIDE_TRAITS[name]}" if name in HUB_WIDE_TRAITS else "`kubespawner_override`"
+    if section == "GPUCullingSettings" and name in OVERRIDES:
+        return "`server_profiles`, `kernel_profiles`"
+    return NOT_PER_PROFILE
+
+
 def _type_name(trait: TraitType) -> str:
     name = type(trait).__name__
     if trait.allow_none:
@@ -112,9 +152,22 @@ def _help(trait: TraitType) -> str:
 def render(sections: Iterable[tuple[str, str, type[HasTraits]]] | None = None) -> str:
     lines: list[str] = []
     for section, what, cls in sections if sections is not None else _sections():
-        lines += [f"#### `{section}`: {what}", "", "| Option | Type | Default | Description |", "|---|---|---|---|"]
+        lines += [
+            f"#### `{section}`: {what}",
+            "",
+            "| Option | Type | Default | Helm (z2jh values) | Per profile | Description |",
+            "|---|---|---|---|---|---|",
+        ]
         for name, trait in sorted(own_traits(cls).items()):
-            lines.append(f"| `c.{section}.{name}` | {_type_name(trait)} | `{_default(cls, name, trait)}` | {_help(trait)} |")
+            cells = [
+                f"`c.{section}.{name}`",
+                _type_name(trait),
+                f"`{_default(cls, name, trait)}`",
+                helm_path(section, cls, name, trait),
+                per_profile(section, name),
+                _help(trait),
+            ]
+            lines.append(f"| {' | '.join(cells)} |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
