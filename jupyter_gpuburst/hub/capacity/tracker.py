@@ -400,10 +400,15 @@ class CapacityTracker:
         return out
 
     # ---- the fair queue ------------------------------------------------------------------------
-    def enqueue(self, key: str, resource: str | None = None, count: int = 1) -> int:
-        """Put ``key`` (asking ``count`` GPUs of ``resource``) at the end of the line, once."""
+    def enqueue(self, key: str, resource: str | None = None, count: int = 1, first: bool = False) -> int:
+        """Put ``key`` (asking ``count`` GPUs of ``resource``) at the end of the line, once;
+        ``first`` (a student of a lab on now, hub/queue/classes.py): behind the others who go
+        first, ahead of everyone else."""
         if key not in self._queue:
-            self._queue[key] = QueueEntry(time.monotonic(), len(self._queue) + 1, resource, count)
+            entries = list(self._queue.items())
+            at = sum(1 for _, e in entries if e.first) if first else len(entries)
+            entry = QueueEntry(time.monotonic(), at + 1, resource, count, first)
+            self._queue = collections.OrderedDict([*entries[:at], (key, entry), *entries[at:]])
         return self.queue_position(key)
 
     def dequeue(self, key: str, placed: bool = False) -> None:
@@ -453,6 +458,7 @@ class QueueEntry(NamedTuple):
     position: int
     resource: str | None
     count: int
+    first: bool = False  # a student of a lab on now
 
 
 def _kept(pod: Mapping[str, Any]) -> dict[str, Any]:

@@ -29,7 +29,11 @@ class LabBook:
         groups: Callable[[], Iterable[str]],
         snapshot: Callable[[], Any],
         clock: Callable[[], float] = time.time,
+        class_use: Callable[[str, str], int] = lambda group, resource: 0,
     ) -> None:
+        # (group, GPU resource) -> the units the group's members hold now: the part of a
+        # lab's GPUs its students have taken, no longer held for them
+        self.class_use = class_use
         self.store = store
         self.settings = settings
         self.tz = tz
@@ -116,6 +120,25 @@ class LabBook:
                 if start - warmup <= when < end:
                     found.append((booking, start, end))
         return found
+
+    def goes_first(self, request: Any) -> bool:
+        """Whether ``request`` (a ``GPURequest``) is a student's of a class whose lab is on now."""
+        return any(b.group in request.groups and b.resource == request.resource for b, _s, _e in self.active(self.now()))
+
+    def hold_for(self, request: Any) -> Any:
+        """What is held now from ``request`` for labs of classes it is not in (a ``Hold``), or None."""
+        from jupyter_gpuburst.hub.queue.classes import Hold
+
+        units, sentences = 0, []
+        for booking, _start, end in self.active(self.now()):
+            if booking.group in request.groups or booking.resource != request.resource:
+                continue
+            held = max(0, booking.demand - self.class_use(booking.group, booking.resource))
+            if held:
+                units += held
+                what = "GPU is" if held == 1 else "GPUs are"
+                sentences.append(f"{held} {what} held for the lab {booking.title} until {end.astimezone(self.tz):%H:%M}.")
+        return Hold(units, " ".join(sentences)) if units else None
 
     def pools(self, when: dt.datetime) -> list[Any]:
         """A placeholder per expected student, on the booking's preferred sites in order (the

@@ -5,15 +5,18 @@ and read by the warm pools (``booked_pools``) and the labs page."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
+from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.snapshot import is_gpu_resource
 from jupyter_gpuburst.hub.labs.book import LabBook
 from jupyter_gpuburst.hub.labs.settings import SCOPE, SCOPE_DESCRIPTION, STORE_FILE, LabSettings
 from jupyter_gpuburst.hub.labs.store import LabStore
+from jupyter_gpuburst.hub.queue import classes
 
 _book: LabBook | None = None
 
@@ -72,6 +75,21 @@ def store_path(config: Any, settings: LabSettings) -> str:
     return os.path.join(os.getcwd(), STORE_FILE)
 
 
+def class_use(tracker: Any, group: str, resource: str) -> int:
+    """The units of ``resource`` that pods of ``group``'s members hold (the spawner notes a
+    server's groups on its pod; warm pools' placeholders are nobody's)."""
+    used = 0
+    for pod in tracker.placed_pods():
+        annotations = pod["metadata"].get("annotations") or {}
+        try:
+            groups = json.loads(annotations.get(keys.GROUPS_ANNOTATION) or "[]")
+        except ValueError:
+            continue
+        if group in groups and pod["metadata"].get("labels", {}).get(keys.COMPONENT_LABEL) != keys.POOL_COMPONENT:
+            used += tracker.inventory.pod_requests(pod).get(resource, 0)
+    return used
+
+
 def hub_groups() -> list[str]:
     from jupyterhub import orm
     from jupyterhub.app import JupyterHub
@@ -95,7 +113,16 @@ async def _open(c: Any, tracker_source: Any) -> None:
         if asyncio.iscoroutine(tracker):
             tracker = await tracker
         path = store_path(config, settings)
-        _book = LabBook(LabStore(path), settings, WarmPools(config=config).tz(), gpu_profiles(config), hub_groups, tracker.snapshot)
+        _book = LabBook(
+            LabStore(path),
+            settings,
+            WarmPools(config=config).tz(),
+            gpu_profiles(config),
+            hub_groups,
+            tracker.snapshot,
+            class_use=lambda group, resource: class_use(tracker, group, resource),
+        )
+        classes.provide(_book.goes_first, _book.hold_for)
         log.info("Lab bookings are kept in %s (%d booked)", path, len(_book.bookings()))
     except Exception:
         log.exception("Lab bookings could not open; the labs page is unavailable")

@@ -1,4 +1,5 @@
-"""Waiting in the one first-come-first-served line for a GPU, telling the student where they stand.
+"""Waiting in the one first-come-first-served line for a GPU, telling the student where they stand;
+the students of a lab on now come first among them (``hub.queue.classes``).
 
 Servers (the spawner) and GPU kernels (the kernel API) wait in the same line of the hub's
 ``CapacityTracker``: only its head is placed, so nobody is overtaken by a later request that
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement
 from jupyter_gpuburst.hub import metrics
+from jupyter_gpuburst.hub.queue import classes
 from jupyter_gpuburst.hub.queue.ends import known_ends
 from jupyter_gpuburst.hub.queue.estimate import Estimate, line_message
 
@@ -36,7 +38,7 @@ async def wait_in_line(
 
     Whatever ends the wait (placed, timed out, cancelled) takes ``key`` out of the line.
     """
-    tracker.enqueue(key, request.resource, request.count)
+    tracker.enqueue(key, request.resource, request.count, first=classes.goes_first(request))
     metrics.set_queue_length(tracker.queue_length)
     deadline = time.monotonic() + timeout_s
     outcome: Placement | NoCapacity = NoCapacity("queue wait ended")

@@ -16,6 +16,7 @@ from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, P
 from jupyter_gpuburst.hub.accounting.rightsizing import Offer
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.profiles.options import ProfileGPU, gpu_from_resources, profile_block
+from jupyter_gpuburst.hub.queue import classes as lab_classes
 from jupyter_gpuburst.hub.spawner.podrequest import RESOURCE_TRAITS, pod_spec_from_traits, request_of_pod
 
 # Most specific last: traitlets lets a subclass's section override its parents'.
@@ -98,11 +99,16 @@ def availability(
         outcome: Placement | NoCapacity = decide(request, snapshot, policy or tracker.placer.policy)
     except PlacementInputError as exc:
         outcome = NoCapacity(str(exc), never=True)
+    hold = lab_classes.hold_for(request)
+    if isinstance(outcome, Placement):
+        outcome = lab_classes.refusal(request, lambda: [(s["site"], s["free"]) for s in sites]) or outcome
     wanted = names.gpu_amount(gpu.resource, gpu.count)
     free_text = ", ".join(f"{s['site']} {s['free']} of {s['total']}" for s in sites) or "no site has any"
     common = {"resource": gpu.resource, "resource_name": names.gpu_name(gpu.resource), "count": gpu.count, "sites": sites}
     if isinstance(outcome, Placement):
         summary = f"{wanted}. Free now: {free_text}. Would start on {names.site_name(outcome.site)}."
+        if hold is not None:
+            summary += f" {hold.sentence}"
         return {"full": False, "never": False, "target": outcome.site, "summary": summary, **common}
     label = "Never fits" if outcome.never else "Full now"
     summary = f"{label}: {outcome.reason}"

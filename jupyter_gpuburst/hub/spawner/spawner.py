@@ -47,6 +47,7 @@ from jupyter_gpuburst.hub.profiles.options import (
     profile_block,
     validate_user_options,
 )
+from jupyter_gpuburst.hub.queue import classes as lab_classes
 from jupyter_gpuburst.hub.queue import wait as queue_wait
 from jupyter_gpuburst.hub.service import server_env as service_env
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
@@ -287,6 +288,10 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
     def _gb_place(self, tracker: CapacityTracker, key: str, request: GPURequest) -> Placement | NoCapacity:
         started = time.perf_counter()
         try:
+            # GPUs booked for a lab on now are not this request's to take unless it is in the class
+            held = lab_classes.refusal(request, lambda: [(n, s.total(request.resource).free) for n, s in tracker.snapshot().sites.items()])
+            if held is not None:
+                return held
             return tracker.placer.place(key, request, time.monotonic(), self._gb_policy(tracker))
         except PlacementInputError as exc:
             raise SpawnRefused(400, str(exc)) from None

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 WARMUP_S = 12
 LABS = f"""
 from jupyter_gpuburst.hub import install
-c.Authenticator.allowed_users = {{"tina", "sam"}}
+c.Authenticator.allowed_users = {{"tina", "sam", "oli"}}
 c.JupyterHub.load_roles.append({{"name": "ml-teacher", "users": ["tina"],
     "scopes": ["custom:gpuburst:labs!group=ml-101", "access:services!service=gpuburst"]}})
 c.WarmPools.interval_seconds = 0.5
@@ -87,3 +87,30 @@ async def test_booking_fills_pools_at_warmup_and_survives_restart(federation, st
         )
 
     await wait_until(booked_pool, timeout=30, what="the restarted hub keeps the lab's pool")
+
+
+async def test_during_the_lab_its_gpus_are_held_from_others_until_its_students_take_them(federation, start_hub):
+    hub = await start_hub(LABS)
+    status, data = await hub.api("POST", "/groups/ml-101", {"users": ["sam"]})
+    assert status == 201, data
+    tina = await user_token(hub, "tina")
+    # every GPU of the federation (2 on the origin, 8 on the donor), its warm-up open at once
+    start = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=WARMUP_S // 2)
+    lab = {"title": "ML-101", "group": "ml-101", "profile": "gpu1", "students": 10}
+    lab.update(start=start.isoformat(), end=(start + dt.timedelta(minutes=20)).isoformat())
+    status, booking = await labs(hub, tina, "POST", "", lab)
+    assert status == 201, booking
+    until = dt.datetime.fromisoformat(booking["end"]).strftime("%H:%M")
+
+    def gpu1_note(page: str) -> str:
+        return page.split('data-profile="gpu1"', 1)[1].split("</", 1)[0]
+
+    outsider = gpu1_note(await hub.spawn_page("oli"))
+    assert f"Full now: 10 GPUs are held for the lab ML-101 until {until}." in outsider, outsider
+    assert "held for the lab" not in gpu1_note(await hub.spawn_page("sam"))
+    status, body = await hub.spawn("sam", {"profile": "gpu1"})
+    assert status in (201, 202), body
+    await hub.wait_ready("sam", timeout=60)
+    # a GPU the class took is no longer held for it
+    outsider = gpu1_note(await hub.spawn_page("oli"))
+    assert f"9 GPUs are held for the lab ML-101 until {until}." in outsider, outsider

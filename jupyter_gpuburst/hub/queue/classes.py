@@ -1,0 +1,71 @@
+"""A class whose lab is on goes first: ahead in the line, and the GPUs booked for it are held
+from everyone else until its students have taken them.
+
+The lab bookings (hub/labs) provide both answers here, as the culler provides sessions' ends
+(``hub.queue.ends``); with no provider nobody goes first and nothing is held.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from jupyter_gpuburst.core.placement import GPURequest, NoCapacity
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """GPU units of a resource held for labs the requester is not in, and what to tell them."""
+
+    units: int
+    sentence: str  # "4 GPUs are held for the lab ML-101 until 10:30."
+
+
+GoesFirst = Callable[[GPURequest], bool]
+HoldFor = Callable[[GPURequest], Hold | None]
+_goes_first: GoesFirst | None = None
+_hold_for: HoldFor | None = None
+
+
+def provide(goes_first: GoesFirst | None, hold_for: HoldFor | None) -> None:
+    global _goes_first, _hold_for
+    _goes_first, _hold_for = goes_first, hold_for
+
+
+def goes_first(request: GPURequest) -> bool:
+    """Whether ``request`` belongs to a class whose lab is on now."""
+    if _goes_first is None:
+        return False
+    try:
+        return _goes_first(request)
+    except Exception:  # noqa: BLE001 - the line must form whatever the bookings say
+        log.warning("No lab priority for %s", request.user, exc_info=True)
+        return False
+
+
+def hold_for(request: GPURequest) -> Hold | None:
+    """What is held now from ``request`` for other classes' labs (None: nothing)."""
+    if _hold_for is None:
+        return None
+    try:
+        return _hold_for(request)
+    except Exception:  # noqa: BLE001 - a placement must not fail for a booking's sake
+        log.warning("No lab hold for %s", request.user, exc_info=True)
+        return None
+
+
+def refusal(request: GPURequest, free_by_site: Callable[[], Iterable[tuple[str, int]]]) -> NoCapacity | None:
+    """NoCapacity where what the request's sites have free of its GPU, less what is held for
+    other classes, leaves it too little (``free_by_site()``: (site, free units of its resource),
+    read only where something is held: a spawn at a lab's rush pays nothing for it otherwise)."""
+    hold = hold_for(request)
+    if hold is None or hold.units <= 0:
+        return None
+    allowed = request.allowed_sites
+    free = sum(units for site, units in free_by_site() if allowed is None or site in allowed)
+    if free - hold.units >= request.count:
+        return None
+    return NoCapacity(hold.sentence)
