@@ -57,6 +57,20 @@ def validate_name(kind: str, name: str, namespaced_kind_is_label: bool = False, 
         )
 
 
+def validate_persistent_volume(pv: dict[str, Any]) -> None:
+    """A CSI volume's driver name, as kube-apiserver checks it: a DNS subdomain of at most 63."""
+    driver = ((pv.get("spec") or {}).get("csi") or {}).get("driver")
+    if driver is None or (len(driver) <= 63 and _DNS1123_SUBDOMAIN.match(driver)):
+        return
+    message = (
+        f'Invalid value: "{driver}": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '
+        "'-' or '.', and must start and end with an alphanumeric character"
+    )
+    raise invalid(
+        "PersistentVolume", pv["metadata"]["name"], [{"field": "spec.csi.driver", "reason": "FieldValueInvalid", "message": message}]
+    )
+
+
 def validate_pod(pod: dict[str, Any]) -> None:
     """The required fields of a Pod spec."""
     name = pod["metadata"]["name"]

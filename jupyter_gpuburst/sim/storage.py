@@ -38,6 +38,10 @@ Obj = dict[str, Any]
 
 DEFAULT_CLASS = "standard"
 DEFAULT_PROVISIONER = "sim.gpuburst.jupyter.org/network-volume"
+# the CSI driver every emulated volume names, whichever class provisioned it: kube-apiserver
+# refuses a PersistentVolume whose spec.csi.driver is not a DNS subdomain (a provisioner's
+# name, with its "/", is not one)
+CSI_DRIVER = "volumes.sim.gpuburst.jupyter.org"
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 SELECTED_NODE_ANNOTATION = "volume.kubernetes.io/selected-node"
 BIND_COMPLETED_ANNOTATION = "pv.kubernetes.io/bind-completed"
@@ -74,6 +78,36 @@ def _ensure(store: Any, sc: Obj) -> None:
         store.get(STORAGE_CLASSES, None, sc["metadata"]["name"])
     except ApiError:
         store.create(STORAGE_CLASSES, sc)
+
+
+def provisioned_volume(pvc: Mapping[str, Any], sc: Mapping[str, Any], node_affinity: Obj | None = None) -> Obj:
+    """The PersistentVolume ``sc``'s provisioner makes for ``pvc``: named after the claim's uid
+    (where the kubelet keeps its data), pre-bound to it, and kept to ``node_affinity``'s nodes."""
+    meta = pvc["metadata"]
+    volume_name = f"pvc-{meta['uid']}"
+    spec = pvc.get("spec") or {}
+    pv: Obj = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": volume_name, "annotations": {"pv.kubernetes.io/provisioned-by": sc["provisioner"]}},
+        "spec": {
+            "capacity": {"storage": ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")},
+            "accessModes": list(spec.get("accessModes") or ["ReadWriteOnce"]),
+            "persistentVolumeReclaimPolicy": sc.get("reclaimPolicy", "Delete"),
+            "storageClassName": sc["metadata"]["name"],
+            "claimRef": {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": meta["uid"],
+            },
+            "csi": {"driver": CSI_DRIVER, "volumeHandle": volume_name},
+        },
+    }
+    if node_affinity is not None:
+        pv["spec"]["nodeAffinity"] = {"required": {"nodeSelectorTerms": [node_affinity]}}
+    return pv
 
 
 def pod_claims(pod: Mapping[str, Any]) -> list[str]:
@@ -146,29 +180,8 @@ class VolumeBinding:
 
     def _bind(self, pvc: Obj, sc: Obj, node_affinity: Obj | None, selected_node: str | None) -> Obj:
         meta = pvc["metadata"]
-        volume_name = f"pvc-{meta['uid']}"
-        spec = pvc.get("spec") or {}
-        pv: Obj = {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": volume_name, "annotations": {"pv.kubernetes.io/provisioned-by": sc["provisioner"]}},
-            "spec": {
-                "capacity": {"storage": ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")},
-                "accessModes": list(spec.get("accessModes") or ["ReadWriteOnce"]),
-                "persistentVolumeReclaimPolicy": sc.get("reclaimPolicy", "Delete"),
-                "storageClassName": sc["metadata"]["name"],
-                "claimRef": {
-                    "apiVersion": "v1",
-                    "kind": "PersistentVolumeClaim",
-                    "namespace": meta["namespace"],
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                },
-                "csi": {"driver": sc["provisioner"], "volumeHandle": volume_name},
-            },
-        }
-        if node_affinity is not None:
-            pv["spec"]["nodeAffinity"] = {"required": {"nodeSelectorTerms": [node_affinity]}}
+        pv = provisioned_volume(pvc, sc, node_affinity)
+        volume_name = pv["metadata"]["name"]
         self.store.create("persistentvolumes", pv)
 
         def bound(claim: Obj) -> None:

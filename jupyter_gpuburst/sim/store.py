@@ -252,6 +252,8 @@ class Store:
         if rt.kind == "Pod":
             defaults.validate_pod(obj)
             defaults.default_pod(obj)
+        elif rt.kind == "PersistentVolume":
+            defaults.validate_persistent_volume(obj)
         elif rt.kind == "Namespace":
             defaults.default_namespace(obj)
         elif rt.kind == "Service":

@@ -9,7 +9,9 @@ import pytest
 
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim import storage
+from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.peering import NSOFF
+from jupyter_gpuburst.sim.store import Store
 from jupyter_gpuburst.sim.testing import is_running_ready, wait_for_pod, wait_until
 
 pytestmark = pytest.mark.integration
@@ -149,3 +151,18 @@ async def test_a_pod_of_a_missing_claim_is_unschedulable_everywhere(federation):
 
     await wait_until(message, what="unschedulable")
     assert message().startswith("0/") and 'persistentvolumeclaim "claim-dan" not found' in message()
+
+
+def test_a_volume_whose_csi_driver_is_no_dns_subdomain_is_refused_as_kube_apiserver_refuses_it():
+    # kube-apiserver 1.35 answered the emulator's own volumes (driver "sim.gpuburst.jupyter.org/network-volume") with this 422
+    store = Store()
+    pvc = {"metadata": {"name": "claim-a", "namespace": "default", "uid": "u-1"}, "spec": claim("claim-a")["spec"]}
+    sc = storage.storage_class("standard", storage.DEFAULT_PROVISIONER, "Immediate")
+    bad = storage.provisioned_volume(pvc, sc)
+    bad["spec"]["csi"]["driver"] = storage.DEFAULT_PROVISIONER
+    with pytest.raises(ApiError) as refused:
+        store.create("persistentvolumes", bad)
+    assert refused.value.code == 422 and 'spec.csi.driver: Invalid value: "sim.gpuburst.jupyter.org/network-volume"' in str(refused.value)
+    made = store.create("persistentvolumes", storage.provisioned_volume(pvc, sc))
+    assert made["spec"]["csi"]["driver"] == storage.CSI_DRIVER
+    kubernetes_validate.validate(made, "1.31", strict=True)
