@@ -13,6 +13,7 @@ from typing import Any
 
 from jupyter_gpuburst.core.keys import ORIGIN_SITE
 from jupyter_gpuburst.hub.labs import cost
+from jupyter_gpuburst.hub.labs import report as lab_reports
 from jupyter_gpuburst.hub.labs.model import APPROVED, CANCELLED, PENDING, Booking
 from jupyter_gpuburst.hub.labs.settings import LabSettings
 from jupyter_gpuburst.hub.labs.store import LabStore
@@ -30,7 +31,11 @@ class LabBook:
         snapshot: Callable[[], Any],
         clock: Callable[[], float] = time.time,
         class_use: Callable[[str, str], int] = lambda group, resource: 0,
+        sources: Mapping[str, Callable[..., Any]] | None = None,
     ) -> None:
+        # for reports: "usage"(group, first UTC day, last UTC day) -> the ledger's rows,
+        # "members"(group) -> its users, "counts_idle"() -> whether the ledger counts idle time
+        self.sources = {"usage": lambda *_: [], "members": lambda _group: [], "counts_idle": lambda: False, **(sources or {})}
         # (group, GPU resource) -> the units the group's members hold now: the part of a
         # lab's GPUs its students have taken, no longer held for them
         self.class_use = class_use
@@ -139,6 +144,38 @@ class LabBook:
                 what = "GPU is" if held == 1 else "GPUs are"
                 sentences.append(f"{held} {what} held for the lab {booking.title} until {end.astimezone(self.tz):%H:%M}.")
         return Hold(units, " ".join(sentences)) if units else None
+
+    def report(self, booking_id: str, index: int | None = None) -> dict[str, Any]:
+        """How the booking's lab ``index`` (default: the latest that has begun) went."""
+        booking = self.get(booking_id)
+        if booking is None:
+            raise BookingError(f"There is no booking {booking_id!r}.")
+        warmup, now = dt.timedelta(minutes=self.settings.warmup_minutes), self.now()
+        if index is None:
+            index = lab_reports.lab_index(booking, now, warmup)
+            if index is None:
+                raise BookingError(f"The lab {booking.title} has not begun yet.")
+        if not 0 <= index < booking.weeks:
+            raise BookingError(f"The lab {booking.title} has labs 0 to {booking.weeks - 1}.")
+        start, end = booking.occurrences()[index]
+        days = [(start - warmup).astimezone(dt.UTC).date().isoformat(), end.astimezone(dt.UTC).date().isoformat()]
+        return lab_reports.lab_report(
+            booking,
+            index,
+            self.store.starts(booking.id, start.timestamp()),
+            self.sources["usage"](booking.group, *days),
+            self.sources["members"](booking.group),
+            now,
+            warmup,
+            self.sources["counts_idle"](),
+        )
+
+    def note_start(self, user: str, groups: frozenset[str], asked: float, ready: float | None) -> None:
+        """Keep a class's student's start for its lab's report (only during its lab)."""
+        when = dt.datetime.fromtimestamp(asked, self.tz)
+        for booking, start, _end in self.active(when):
+            if booking.group in groups:
+                self.store.note_start(booking.id, start.timestamp(), user, asked, ready)
 
     def pools(self, when: dt.datetime) -> list[Any]:
         """A placeholder per expected student, on the booking's preferred sites in order (the

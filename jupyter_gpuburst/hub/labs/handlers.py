@@ -9,6 +9,7 @@ and for admins (``admin:users``), who also approve:
 - ``POST api/labs/preview``: a booking's GPU-hours and the capacity then; saves nothing
 - ``POST api/labs``: save a booking (201), or 400 with one sentence and nothing saved
 - ``POST api/labs/<id>/cancel``, ``POST api/labs/<id>/approve`` (admins)
+- ``GET api/labs/<id>/report?lab=N``: how its lab N (default: the latest begun) went
 """
 
 from __future__ import annotations
@@ -138,6 +139,26 @@ def handlers(prefix: str, base: type, book_source: Callable[[], Any]) -> list[tu
                 raise web.HTTPError(400, "%s", str(exc)) from None
             self.write_json(booking_json(booking, book))
 
+    class LabReportHandler(_Labs):
+        def get_login_url(self) -> str:
+            raise web.HTTPError(403, f"a token with the {SCOPE} scope is needed")
+
+        @web.authenticated
+        async def get(self, booking_id: str) -> None:
+            book = self.lab_book()
+            booking = book.get(booking_id)
+            if booking is None or not (
+                self.is_admin or booking.teacher == self.current_user["name"] or may_book(self.scopes, booking.group)
+            ):
+                raise web.HTTPError(404, "%s", f"There is no booking {booking_id!r}.")
+            raw = self.get_argument("lab", None)
+            if raw is not None and not raw.isdigit():
+                raise web.HTTPError(400, "lab is the number of one of the booking's labs, 0 for the first")
+            try:
+                self.write_json(book.report(booking_id, int(raw) if raw is not None else None))
+            except BookingError as exc:
+                raise web.HTTPError(400, "%s", str(exc)) from None
+
     class LabsPageHandler(_Labs):
         @web.authenticated
         async def get(self) -> None:
@@ -158,6 +179,7 @@ def handlers(prefix: str, base: type, book_source: Callable[[], Any]) -> list[tu
         (rf"{prefix}{API_PATH}/?", LabsAPIHandler),
         (rf"{prefix}{API_PATH}/(preview)", LabsAPIHandler),
         (rf"{prefix}{API_PATH}/([0-9a-f]+)/(cancel|approve)", LabActionHandler),
+        (rf"{prefix}{API_PATH}/([0-9a-f]+)/report", LabReportHandler),
     ]
 
 

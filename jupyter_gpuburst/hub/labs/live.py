@@ -90,6 +90,23 @@ def class_use(tracker: Any, group: str, resource: str) -> int:
     return used
 
 
+def report_sources(tracker: Any) -> dict[str, Any]:
+    """What a lab's report reads: the GPU-hours ledger (where accounting is on) and the hub's groups."""
+    from jupyterhub import orm
+    from jupyterhub.app import JupyterHub
+
+    accounting = getattr(tracker, "accounting", None)
+
+    def usage(group: str, first: str, last: str) -> list[dict[str, Any]]:
+        return accounting.ledger.usage_rows(first, last, group=group) if accounting is not None else []
+
+    def members(group: str) -> list[str]:
+        found = orm.Group.find(JupyterHub.instance().db, group)
+        return [u.name for u in found.users] if found is not None else []
+
+    return {"usage": usage, "members": members, "counts_idle": lambda: bool(accounting is not None and accounting.ledger.counts_idle)}
+
+
 def hub_groups() -> list[str]:
     from jupyterhub import orm
     from jupyterhub.app import JupyterHub
@@ -121,8 +138,9 @@ async def _open(c: Any, tracker_source: Any) -> None:
             hub_groups,
             tracker.snapshot,
             class_use=lambda group, resource: class_use(tracker, group, resource),
+            sources=report_sources(tracker),
         )
-        classes.provide(_book.goes_first, _book.hold_for)
+        classes.provide(_book.goes_first, _book.hold_for, _book.note_start)
         log.info("Lab bookings are kept in %s (%d booked)", path, len(_book.bookings()))
     except Exception:
         log.exception("Lab bookings could not open; the labs page is unavailable")

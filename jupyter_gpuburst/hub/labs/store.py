@@ -21,6 +21,14 @@ CREATE TABLE IF NOT EXISTS bookings (
     id TEXT PRIMARY KEY,
     created REAL NOT NULL,
     data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS starts (
+    booking TEXT NOT NULL,
+    lab REAL NOT NULL,
+    user TEXT NOT NULL,
+    asked REAL NOT NULL,
+    ready REAL,
+    PRIMARY KEY (booking, lab, user)
 )
 """
 
@@ -34,7 +42,9 @@ class LabStore:
         self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute(SCHEMA)
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                self.db.execute(statement)
 
     def close(self) -> None:
         self.db.close()
@@ -64,6 +74,22 @@ class LabStore:
                 "INSERT INTO bookings (id, created, data) VALUES (?, ?, ?)", (booking.id, booking.created, json.dumps(booking.as_json()))
             )
         return booking
+
+    def note_start(self, booking_id: str, lab: float, user: str, asked: float, ready: float | None) -> None:
+        """A student's first start in a lab (``lab``: its start), and when it was first ready."""
+        with self._transaction() as db:
+            db.execute("INSERT OR IGNORE INTO starts (booking, lab, user, asked) VALUES (?, ?, ?, ?)", (booking_id, lab, user, asked))
+            if ready is not None:
+                db.execute(
+                    "UPDATE starts SET ready = ? WHERE booking = ? AND lab = ? AND user = ? AND ready IS NULL",
+                    (ready, booking_id, lab, user),
+                )
+
+    def starts(self, booking_id: str, lab: float) -> list[tuple[str, float, float | None]]:
+        """(user, asked, ready or None) of each student who started in that lab."""
+        return self.db.execute(
+            "SELECT user, asked, ready FROM starts WHERE booking = ? AND lab = ? ORDER BY asked", (booking_id, lab)
+        ).fetchall()
 
     def replace(self, booking_id: str, change: Callable[[Booking], Booking]) -> Booking:
         """Save ``change(the booking)``; KeyError when there is none of that id."""

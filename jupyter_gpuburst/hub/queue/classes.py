@@ -26,13 +26,26 @@ class Hold:
 
 GoesFirst = Callable[[GPURequest], bool]
 HoldFor = Callable[[GPURequest], Hold | None]
+# (user, groups, when the start was asked for, when the server was ready or None): a lab's report
+NoteStart = Callable[[str, frozenset[str], float, float | None], None]
 _goes_first: GoesFirst | None = None
 _hold_for: HoldFor | None = None
+_note_start: NoteStart | None = None
 
 
-def provide(goes_first: GoesFirst | None, hold_for: HoldFor | None) -> None:
-    global _goes_first, _hold_for
-    _goes_first, _hold_for = goes_first, hold_for
+def provide(goes_first: GoesFirst | None, hold_for: HoldFor | None, note_start: NoteStart | None = None) -> None:
+    global _goes_first, _hold_for, _note_start
+    _goes_first, _hold_for, _note_start = goes_first, hold_for, note_start
+
+
+def note_start(user: str, groups: frozenset[str], asked: float, ready: float | None = None) -> None:
+    """A server start asked for at ``asked`` (wall clock), ready at ``ready`` once it is."""
+    if _note_start is None:
+        return
+    try:
+        _note_start(user, groups, asked, ready)
+    except Exception:  # noqa: BLE001 - a lab's report never fails a start
+        log.warning("Could not note %s's start for a lab's report", user, exc_info=True)
 
 
 def goes_first(request: GPURequest) -> bool:

@@ -507,6 +507,10 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         self._gb_state = {}  # a new start replaces whatever placement was restored
         # also checked before start() by _run_apply_user_options; kept here for hubs without it
         await self._gb_validate_options()
+        # a lab's report reads how long its students waited from Start to a ready server
+        groups = frozenset(getattr(g, "name", str(g)) for g in (getattr(self.user, "groups", None) or []))
+        asked = time.time()
+        lab_classes.note_start(self.user.name, groups, asked)
         try:
             while True:
                 start_task = asyncio.ensure_future(super()._start())
@@ -522,6 +526,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                     url = await start_task
                     if self._gb_placement is not None:
                         metrics.record_spawn(self._gb_placement.site, "success")
+                    lab_classes.note_start(self.user.name, groups, asked, time.time())
                     return url
                 why = monitor.result()
                 await asyncio.gather(start_task, return_exceptions=True)

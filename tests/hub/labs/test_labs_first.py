@@ -12,6 +12,7 @@ from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.labs.book import LabBook
 from jupyter_gpuburst.hub.labs.settings import LabSettings
 from jupyter_gpuburst.hub.labs.store import LabStore
+from jupyter_gpuburst.hub.labs.validation import BookingError
 from jupyter_gpuburst.hub.queue import classes
 from jupyter_gpuburst.hub.settings import settings_from_config
 
@@ -89,3 +90,31 @@ def test_a_class_in_line_is_ahead_of_the_others_and_first_come_among_itself():
     assert [tracker.queue_position(k) for k in ("sam/", "eve/", "oli/", "ann/", "max/")] == [1, 2, 3, 4, 5]
     tracker.dequeue("sam/")
     assert tracker.queue_position("eve/") == 1 and tracker.queue_position("oli/") == 2
+
+
+def test_the_report_says_who_started_how_fast_and_what_was_used(book):
+    lab_start = dt.datetime(2026, 12, 3, 10, 0, tzinfo=UTC).timestamp()
+    book.sources["members"] = lambda group: ["sam", "eve", "max", "kim"]
+    book.sources["counts_idle"] = lambda: True
+    # sam's GPU from 09:50 to 10:40 (2 GPUs), eve's from 10:20 until now; a CPU-only row is not counted
+    book.sources["usage"] = lambda group, first, last: [
+        {"uid": "a", "resource": GPU, "started": lab_start - 600, "ended": lab_start + 2400, "count": 2, "idle_seconds": 600.0},
+        {"uid": "b", "resource": GPU, "started": lab_start + 1200, "ended": None, "count": 1, "idle_seconds": 0.0},
+        {"uid": "c", "resource": "example.com/fpga", "started": lab_start, "ended": None, "count": 1, "idle_seconds": 0.0},
+    ]
+    with pytest.raises(BookingError, match="^The lab ML-101 has not begun yet.$"):
+        book.report(book.bookings()[0].id)
+    book.clock_at["now"] = IN_LAB.timestamp()
+    student = frozenset({"ml-101"})
+    for user, asked, ready in (("sam", 0, 20), ("eve", 60, 100), ("max", 90, None)):
+        book.note_start(user, student, IN_LAB.timestamp() - 1000 + asked, None)
+        if ready is not None:
+            book.note_start(user, student, IN_LAB.timestamp() - 1000 + asked, IN_LAB.timestamp() - 1000 + ready)
+    book.note_start("oli", frozenset({"cv-200"}), IN_LAB.timestamp(), None)  # not in the class
+    book.clock_at["now"] = dt.datetime(2026, 12, 3, 11, 5, tzinfo=UTC).timestamp()
+    report = book.report(book.bookings()[0].id)
+    assert report["over"] and report["expected"] == 4
+    assert report["started"] == ["eve", "sam"] and report["still_waiting"] == ["max"] and report["never_started"] == ["kim"]
+    assert report["seconds_to_ready"] == {"p50": 20.0, "p95": 40.0, "measured": 2}
+    # sam 09:50-10:40 x 2 within 09:45-11:00, eve 10:20-11:00: 100 + 40 GPU-minutes; booked 4 x 75 minutes
+    assert report["gpu_hours"] == {"used": round(140 / 60, 2), "booked": 5.0, "held_idle": round(600 / 3600, 2)}

@@ -114,3 +114,9 @@ async def test_during_the_lab_its_gpus_are_held_from_others_until_its_students_t
     # a GPU the class took is no longer held for it
     outsider = gpu1_note(await hub.spawn_page("oli"))
     assert f"9 GPUs are held for the lab ML-101 until {until}." in outsider, outsider
+    # the teacher's report counts the start, from Start to a ready server
+    status, report = await labs(hub, tina, "GET", f"/{booking['id']}/report")
+    assert status == 200, report
+    assert report["started"] == ["sam"] and report["still_waiting"] == [] and not report["over"]
+    assert report["seconds_to_ready"]["measured"] == 1 and 0 < report["seconds_to_ready"]["p50"] < 60
+    assert report["gpu_hours"]["booked"] > report["gpu_hours"]["used"] >= 0
