@@ -35,6 +35,7 @@ def _sections() -> list[tuple[str, str, type[HasTraits]]]:
     from jupyter_gpuburst.hub.accounting.settings import GPUAccountingSettings
     from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
     from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
+    from jupyter_gpuburst.hub.labs.settings import LabSettings
     from jupyter_gpuburst.hub.pools.settings import WarmPools
     from jupyter_gpuburst.hub.service import GPUBurstService
     from jupyter_gpuburst.hub.spawner import GPUBurstSpawner
@@ -58,6 +59,11 @@ def _sections() -> list[tuple[str, str, type[HasTraits]]]:
             "WarmPools",
             "the hub: warm pools of placeholder pods per site and profile (`jupyterhub_config.py`; docs/warm-pools.md)",
             WarmPools,
+        ),
+        (
+            "LabSettings",
+            "the hub: teachers' lab bookings, their limits and approval (`jupyterhub_config.py`; docs/labs.md)",
+            LabSettings,
         ),
         (
             "GPUBurstService",
