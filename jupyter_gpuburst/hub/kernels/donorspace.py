@@ -15,6 +15,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiException
 
+from jupyter_gpuburst.core import podsecurity
 from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader
 
 
@@ -45,7 +46,12 @@ class DonorNamespaces:
             self._done.add(namespace)
 
     async def _create(self, namespace: str, cluster_id: str) -> None:
-        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+        # kernels only: the Pod Security admission refuses any pod less than restricted there
+        body = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": namespace, "labels": dict(podsecurity.KERNEL_NAMESPACE_LABELS)},
+        }
         try:
             await self.api.create_namespace(body)
             self.log.info("Created namespace %s for GPU kernels on donor %s", namespace, cluster_id)
