@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from jupyter_gpuburst.sim import defaults, eventviews, paging, priority
+from jupyter_gpuburst.sim import defaults, eventviews, paging, podsecurity, priority
 from jupyter_gpuburst.sim.errors import ApiError, already_exists, bad_request, conflict, forbidden, gone, invalid, not_found
 from jupyter_gpuburst.sim.resources import RESOURCES, VIRTUAL_RESOURCES, ResourceType, resource
 from jupyter_gpuburst.sim.selectors import matcher, select
@@ -211,6 +211,8 @@ class Store:
         elif rt.kind == "Pod":
             priority.admit_pod(self, obj)  # the Priority admission plugin, before validation as in kube-apiserver
         self._apply_defaults(rt, obj)
+        if rt.kind == "Pod":
+            podsecurity.admit_pod(self._objects["namespaces"].get(("", ns)), obj)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = defaults.timestamp(self.now())
         if rt.kind not in ("Event", "Secret", "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"):
