@@ -30,6 +30,7 @@ from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, clean_noteboo
 from jupyter_gpuburst.hub.kernels.podstate import exit_message, ready, where
 from jupyter_gpuburst.hub.kernels.records import KernelError, KernelRecord, Refused, record_from_pod
 from jupyter_gpuburst.hub.kernels.settings import PORT_SETS, GPUKernelSettings, KernelProfile
+from jupyter_gpuburst.hub.queue import classes as lab_classes
 from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader
 from jupyter_gpuburst.hub.sites.unschedulable import started_on_donor, unschedulable_reason
 
@@ -310,6 +311,8 @@ class KernelRegistry:
             sites = request.allowed_sites if request.allowed_sites is not None else tuple(tracker.snapshot().sites)
             request = replace(request, allowed_sites=tuple(s for s in sites if s not in tried))
         outcome: Placement | NoCapacity = NoCapacity("")
+        if (held := lab_classes.refusal_on(request, tracker.snapshot)) is not None:
+            return held  # GPUs booked for a lab on now are its class's to take
         try:
             if prefer_site and prefer_site not in tried and (request.allowed_sites is None or prefer_site in request.allowed_sites):
                 # a restart goes back where the kernel ran, if it still fits there

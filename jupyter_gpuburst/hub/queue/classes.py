@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity
 
@@ -68,6 +69,11 @@ def hold_for(request: GPURequest) -> Hold | None:
     except Exception:  # noqa: BLE001 - a placement must not fail for a booking's sake
         log.warning("No lab hold for %s", request.user, exc_info=True)
         return None
+
+
+def refusal_on(request: GPURequest, snapshot: Callable[[], Any]) -> NoCapacity | None:
+    """``refusal`` with the free units of the capacity tracker's ``snapshot()``."""
+    return refusal(request, lambda: [(name, site.total(request.resource).free) for name, site in snapshot().sites.items()])
 
 
 def refusal(request: GPURequest, free_by_site: Callable[[], Iterable[tuple[str, int]]]) -> NoCapacity | None:

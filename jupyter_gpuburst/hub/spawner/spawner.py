@@ -289,7 +289,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         started = time.perf_counter()
         try:
             # GPUs booked for a lab on now are not this request's to take unless it is in the class
-            held = lab_classes.refusal(request, lambda: [(n, s.total(request.resource).free) for n, s in tracker.snapshot().sites.items()])
+            held = lab_classes.refusal_on(request, tracker.snapshot)
             if held is not None:
                 return held
             return tracker.placer.place(key, request, time.monotonic(), self._gb_policy(tracker))

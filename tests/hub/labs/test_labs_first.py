@@ -118,3 +118,17 @@ def test_the_report_says_who_started_how_fast_and_what_was_used(book):
     assert report["seconds_to_ready"] == {"p50": 20.0, "p95": 40.0, "measured": 2}
     # sam 09:50-10:40 x 2 within 09:45-11:00, eve 10:20-11:00: 100 + 40 GPU-minutes; booked 4 x 75 minutes
     assert report["gpu_hours"] == {"used": round(140 / 60, 2), "booked": 5.0, "held_idle": round(600 / 3600, 2)}
+
+
+def test_servers_and_kernels_read_what_is_free_from_the_trackers_snapshot(book):
+    book.clock_at["now"] = IN_LAB.timestamp()
+
+    def site(free):
+        return SimpleNamespace(total=lambda resource: SimpleNamespace(free=free if resource == GPU else 0))
+
+    snapshot = SimpleNamespace(sites={"origin": site(2), "donor-1": site(3)})
+    assert classes.refusal_on(request("oli", "cv-200"), lambda: snapshot) is None  # 5 free, 4 held
+    snapshot.sites["donor-1"] = site(2)
+    assert classes.refusal_on(request("oli", "cv-200"), lambda: snapshot).reason.startswith("4 GPUs are held")
+    # a request that may use the origin only sees the origin's GPUs
+    assert classes.refusal_on(GPURequest(GPU, 1, "oli", frozenset(), "gpu1", ("origin",)), lambda: snapshot) is not None
