@@ -6,8 +6,10 @@ The kubelet joins as a node agent does: it registers its Nodes (capacity with ``
 and MIG resources, their labels, Ready), renews each node's Lease in ``kube-node-lease`` every
 ``LEASE_RENEW_S`` (kube-controller-manager's node lifecycle controller judges health by it, and
 evicts from a node whose lease lapses), writes ``pods/status``, and removes a deleted pod only
-when its containers have stopped. kube-scheduler binds the pods; garbage collection, namespace
-deletion and the other controllers are kube-controller-manager's own.
+when its containers have stopped. Claims of the default StorageClass get their volumes from a
+provisioner (volumes.py), as a cluster's storage driver makes them. kube-scheduler binds the
+pods; garbage collection, namespace deletion and the other controllers are
+kube-controller-manager's own.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from jupyter_gpuburst.sim.config import ClusterConfig
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.kube.controlplane import ControlPlane
 from jupyter_gpuburst.sim.kube.remotestore import RemoteStore
+from jupyter_gpuburst.sim.kube.volumes import Provisioner
 from jupyter_gpuburst.sim.kubelet import AddressPool, Kubelet
 from jupyter_gpuburst.sim.kubelet.devices import DevicePlugin
 
@@ -69,6 +72,7 @@ class KubeSite:
         self.virtual_kubelets: dict[str, NodeKubelet] = {}
         self.store: RemoteStore | None = None
         self.kubelet: Kubelet | None = None
+        self.provisioner: Provisioner | None = None
         self._leases: asyncio.Task | None = None
         self._lease_nodes: list[str] = []
         self.running = False
@@ -93,6 +97,8 @@ class KubeSite:
             self.store = RemoteStore(self.url, self.credentials(), cached)
             await self.store.start()
             self.register_nodes()
+            self.provisioner = Provisioner(self.store)
+            await self.provisioner.start()
             self._leases = asyncio.create_task(self._renew_leases(), name=f"leases-{self.name}")
             self.kubelet = Kubelet(
                 self.store,  # type: ignore[arg-type] - RemoteStore serves the Store interface the kubelet uses
@@ -114,6 +120,8 @@ class KubeSite:
             await asyncio.gather(self._leases, return_exceptions=True)
         if self.kubelet is not None:
             await self.kubelet.stop()
+        if self.provisioner is not None:
+            await self.provisioner.stop()
         if self.store is not None:
             await self.store.stop()
         await self.control_plane.stop()
