@@ -22,6 +22,7 @@ pytest_plugins = [
     "helpers.realcluster",
     "helpers.failure_logs",
     "helpers.progress",
+    "helpers.sigterm",
 ]
 
 REPO = Path(__file__).resolve().parent.parent
