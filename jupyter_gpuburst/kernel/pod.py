@@ -233,11 +233,18 @@ def enter_scratch(environ: dict[str, str]) -> str | None:
 
 
 def note_once(shell, note: str) -> None:
-    """Print ``note`` with the first cell's output, then never again."""
+    """Print ``note`` with the first cell's output, then never again.
+
+    Written, never flushed: IPython runs the callback before the cell's code and swallows what
+    it raises, KeyboardInterrupt included. A flush waits for ipykernel's IO thread, a while on
+    a loaded node, and an interrupt that landed in that wait was lost: the cell ran on, with no
+    reply for as long as it ran. The note goes out with the cell's first output, or at the IO
+    thread's next flush.
+    """
 
     def first_cell(*_args) -> None:
         shell.events.unregister("pre_run_cell", first_cell)
-        print(note, flush=True)
+        print(note)
 
     shell.events.register("pre_run_cell", first_cell)
 

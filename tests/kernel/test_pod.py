@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -9,6 +10,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+from types import SimpleNamespace
 
 import pytest
 
@@ -169,3 +171,26 @@ def test_a_waiting_kernel_answers_its_probe_on_the_heartbeat_port_and_frees_it_f
     with socket.create_server(("127.0.0.1", port)):
         pass
     assert kernel_pod.hold_ready_port({}) is None
+
+
+class InterruptedFlush(io.StringIO):
+    """A kernel's stdout whose flush is interrupted: SIGINT landing while ipykernel waits for
+    its IO thread to send what was written."""
+
+    def flush(self) -> None:
+        raise KeyboardInterrupt
+
+
+def test_the_first_cells_note_leaves_no_wait_for_an_interrupt_to_be_lost_in(monkeypatch):
+    from IPython.core.events import EventManager, available_events
+
+    swallowed = []  # IPython swallows what a pre_run_cell callback raises, interrupts included
+    shell = SimpleNamespace(showtraceback=lambda: swallowed.append(sys.exc_info()[0]))
+    shell.events = EventManager(shell, available_events)
+    out = InterruptedFlush()
+    monkeypatch.setattr(sys, "stdout", out)
+    kernel_pod.note_once(shell, "Note: scratch space only.")
+    for _ in range(2):
+        shell.events.trigger("pre_run_cell", None)
+    assert swallowed == []
+    assert out.getvalue() == "Note: scratch space only.\n"  # with the first cell only

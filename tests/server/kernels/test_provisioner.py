@@ -14,6 +14,7 @@ from jupyter_client.manager import AsyncKernelManager
 
 from jupyter_gpuburst.server.kernels.provisioner import DIALOG_COLUMNS, GPUBurstProvisioner, KernelPlacementError, remote_kernels
 from jupyter_gpuburst.server.kernels.specs import install_kernelspecs
+from jupyter_gpuburst.sim.testing import wait_until
 
 
 async def run(client, code: str) -> dict:
@@ -91,10 +92,12 @@ async def interrupt_the_running_cell(client, km, hub) -> dict:
     """Run a cell that sleeps, interrupt it once its own code runs; the cell's reply."""
     msg_id = client.execute("import time; print('sleeping', flush=True); time.sleep(60)")
     # interrupt once the cell's own code runs: a SIGINT that lands while ipykernel is still
-    # between execute_input and the cell ends its message handler, and no reply ever comes
+    # between execute_input and the cell ends its message handler, and no reply ever comes.
+    # The cell's own output says so; another stream of the cell (the kernel's note, on its
+    # first cell) comes before its code runs
     while True:
         msg = await client.get_iopub_msg(timeout=30)
-        if msg["header"]["msg_type"] == "stream" and msg["parent_header"].get("msg_id") == msg_id:
+        if msg["header"]["msg_type"] == "stream" and msg["parent_header"].get("msg_id") == msg_id and "sleeping" in msg["content"]["text"]:
             break
     await km.interrupt_kernel()
     deadline = time.monotonic() + 30
@@ -107,6 +110,45 @@ async def interrupt_the_running_cell(client, km, hub) -> dict:
         if reply["msg_type"] != "kernel_info_reply":
             assert reply["parent_header"]["msg_id"] == msg_id
             return reply
+
+
+@pytest.mark.parametrize("start", ["start", "restart"])
+async def test_an_interrupt_while_the_kernel_starts_leaves_later_ones_working(hub, specs, monkeypatch, start):
+    """A student may press interrupt while a GPU kernel waits for its pod (a queue, an image
+    pull): jupyter_client then connects its control socket to the address it knows, none yet
+    or the previous pod's. Later interrupts must still reach the kernel once it runs."""
+    held = asyncio.Event()  # set: the hub reports the new pod pending, however far it got
+    state = hub.state
+
+    def held_state(record):
+        out = state(record)
+        return {**out, "state": "pending", "connection": None} if held.is_set() and out["state"] == "running" else out
+
+    monkeypatch.setattr(hub, "state", held_state)
+    km = AsyncKernelManager(kernel_name="gpuburst-gpu-1", kernel_spec_manager=specs)
+    try:
+        if start == "restart":
+            await km.start_kernel()
+        held.set()
+        starting = asyncio.ensure_future(km.start_kernel() if start == "start" else km.restart_kernel())
+        posts = 1 if start == "start" else 2
+        await wait_until(
+            lambda: len(hub.posts) == posts and (km.provisioner.placement or {}).get("state") == "pending", 30, "a pending kernel"
+        )
+        await km.interrupt_kernel()
+        held.clear()
+        await starting
+        client = km.client()
+        client.start_channels()
+        try:
+            await client.wait_for_ready(timeout=60)
+            reply = await interrupt_the_running_cell(client, km, hub)
+            assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+        finally:
+            client.stop_channels()
+    finally:
+        await km.shutdown_kernel(now=True)
+    assert hub.kernels == {}
 
 
 async def test_restart_goes_elsewhere_when_the_site_is_full(hub, specs):
