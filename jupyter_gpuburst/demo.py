@@ -40,6 +40,7 @@ import psutil
 
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.hub.ports import browser_blocks, free_port, port_is_free
+from jupyter_gpuburst.sim.federation import CONTROL_PLANES
 from jupyter_gpuburst.sim.hostgpus import GPUS_MODE_ENV, GPUS_MODES, HostGPUError, HostGPUs, host_gpus
 
 DEMO_CONFIG = Path(__file__).with_name("demo_config.py")
@@ -71,8 +72,12 @@ class DemoOptions:
     # the admin's own password: JupyterHub's SharedPasswordAuthenticator lets admins in only with
     # one of 32 characters or more; "" makes one up for this run (the banner prints it)
     admin_password: str = ""
+    # "kube": each site on its own real control plane (make kube), the hub as its ServiceAccount
+    control_plane: str = "emulator"
 
     def __post_init__(self) -> None:
+        if self.control_plane not in CONTROL_PLANES:
+            raise ValueError(f"--control-plane must be one of {', '.join(CONTROL_PLANES)}, not {self.control_plane!r}")
         if self.gpus not in GPUS_MODES:
             raise ValueError(f"--gpus must be one of {', '.join(GPUS_MODES)}, not {self.gpus!r}")
         if not 1 <= self.port <= 65535:
@@ -320,7 +325,7 @@ class Demo:
             from jupyter_gpuburst.sim.hostgpus import with_host_gpus
 
             config = with_host_gpus(config, self.host)
-        self.fed = Federation(config, self.state / "sim")
+        self.fed = Federation(config, self.state / "sim", control_plane=self.opts.control_plane)
         await self.fed.start()
         self.fed.write_kubeconfig(self.kubeconfig, namespace=NAMESPACE)
         # What an admin does once on a real cluster (`liqoctl offload namespace`): the user
@@ -328,12 +333,20 @@ class Demo:
         self.fed.origin.store.create(
             f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}", liqo.namespace_offloading(NAMESPACE), NAMESPACE
         )
-        await self._start_hub()
+        await self._start_hub(self._hub_kubeconfig())
 
-    async def _start_hub(self, timeout: float = 60.0) -> None:
+    def _hub_kubeconfig(self) -> Path:
+        """The emulator's open endpoints, or on the real control plane the hub's ServiceAccount."""
+        if self.opts.control_plane != "kube":
+            return self.kubeconfig
+        from jupyter_gpuburst.sim.kube import deployment
+
+        return deployment.hub_kubeconfig(self.fed.origin, self.state, users=NAMESPACE)
+
+    async def _start_hub(self, kubeconfig: Path, timeout: float = 60.0) -> None:
         env = {
             **os.environ,
-            "KUBECONFIG": str(self.kubeconfig),
+            "KUBECONFIG": str(kubeconfig),
             "GPUBURST_DEMO_PORT": str(self.opts.port),
             "GPUBURST_DEMO_HUB_IP": self.opts.hub_ip,
             "GPUBURST_DEMO_HUB_PORT": str(free_port(self.opts.hub_ip)),
@@ -538,6 +551,14 @@ def build_parser() -> argparse.ArgumentParser:
         "or an error; 'simulated': simulated GPUs everywhere (donors are always simulated; default: $GPUBURST_GPUS, else auto; with GPUs "
         "found, --origin-gpus is ignored)",
     )
+    parser.add_argument(
+        "--control-plane",
+        choices=CONTROL_PLANES,
+        default=DemoOptions.control_plane,
+        help="'emulator': the Python API emulator per site (no Go needed); 'kube': each site, the origin and every donor, on "
+        "its own real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler; `make kube` builds it, "
+        "with Go >= 1.25), the hub acting as its ServiceAccount under the shipped RBAC (default: %(default)s)",
+    )
     return parser
 
 
@@ -554,10 +575,17 @@ def main(argv: list[str]) -> int:
             args.pod_network,
             args.gpus,
             args.admin_password,
+            args.control_plane,
         ).with_admin_password()
     except ValueError as exc:
         print(f"gpuburst demo: {exc}", file=sys.stderr)
         return 2
+    if opts.control_plane == "kube":
+        from jupyter_gpuburst.sim.kube import deployment
+
+        if why := deployment.unavailable():
+            print(f"gpuburst demo: {why}", file=sys.stderr)
+            return 2
     if opts.pod_network == "namespaces":
         from jupyter_gpuburst.sim.kubelet import netns
 

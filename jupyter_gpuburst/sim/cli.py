@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 
 from jupyter_gpuburst.sim.config import DEFAULT_CONFIG, ConfigError, FederationConfig, load_config
-from jupyter_gpuburst.sim.federation import Federation
+from jupyter_gpuburst.sim.federation import CONTROL_PLANES, Federation
 from jupyter_gpuburst.sim.hostgpus import GPUS_MODE_ENV, GPUS_MODES, HostGPUError, host_gpus, with_host_gpus
 from jupyter_gpuburst.sim.kubelet import netns
 from jupyter_gpuburst.sim.lifeline import on_parent_exit
@@ -22,6 +23,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpuburst sim", description="Run an origin cluster and its Liqo-peered donors locally (Kubernetes API emulators on 127.0.0.1)."
     )
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="federation YAML (default: the shipped default.yaml)")
+    parser.add_argument(
+        "--control-plane",
+        choices=CONTROL_PLANES,
+        default="emulator",
+        help="'emulator': each site's API server is the Python emulator (no Go needed); 'kube': each site, the origin and "
+        "every donor, runs its own real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), "
+        "built once with `make kube` (needs Go >= 1.25) (default: %(default)s)",
+    )
     parser.add_argument(
         "--kubeconfig-out",
         type=Path,
@@ -55,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def serve(config: FederationConfig, kubeconfig_out: Path, state_dir: Path | None, parent: int | None = None) -> None:
+async def serve(
+    config: FederationConfig, kubeconfig_out: Path, state_dir: Path | None, parent: int | None = None, control_plane: str = "emulator"
+) -> None:
     """Run the federation until SIGINT, SIGTERM or, with ``parent``, that process's end."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -63,7 +74,21 @@ async def serve(config: FederationConfig, kubeconfig_out: Path, state_dir: Path 
         loop.add_signal_handler(sig, stop.set)
     if parent is not None:
         on_parent_exit(lambda: loop.call_soon_threadsafe(stop.set), parent)
-    async with Federation(config, state_dir) as fed:
+    fed = Federation(config, state_dir, control_plane=control_plane)
+    # a real control plane per site takes a while to start: a stop asked meanwhile ends the start
+    # (Federation.start stops what it had started) rather than waiting for it
+    starting = asyncio.ensure_future(fed.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not starting.done():
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        print("stopped while starting", flush=True)
+        return
+    starting.result()  # a start that failed has stopped what it started: its error is the caller's
+    try:
         path = fed.write_kubeconfig(kubeconfig_out)
         for name, url in fed.contexts().items():
             print(f"{name}: {url}", flush=True)
@@ -71,6 +96,8 @@ async def serve(config: FederationConfig, kubeconfig_out: Path, state_dir: Path 
         print("ready; Ctrl-C to stop", flush=True)
         await stop.wait()
         print("stopping", flush=True)
+    finally:
+        await fed.stop()
 
 
 def main(argv: list[str]) -> int:
@@ -84,6 +111,12 @@ def main(argv: list[str]) -> int:
     if args.check:
         print(f"{config.source}: ok ({1 + len(config.donors)} clusters)")
         return 0
+    if args.control_plane == "kube":
+        from jupyter_gpuburst.sim.kube import binaries  # the emulator needs none of it
+
+        if why := binaries.missing():
+            print(f"gpuburst sim: {why}", file=sys.stderr)
+            return 2
     # read first: a parent that is gone by the time the federation is up still counts
     parent = os.getppid() if args.stop_with_parent else None
     try:
@@ -107,8 +140,8 @@ def main(argv: list[str]) -> int:
         print(f"gpuburst sim: no pod network namespaces: {why}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(serve(config, args.kubeconfig_out, args.state_dir, parent))
-    except OSError as exc:
+        asyncio.run(serve(config, args.kubeconfig_out, args.state_dir, parent, args.control_plane))
+    except (OSError, RuntimeError) as exc:  # a port taken, a control plane that did not come up (its log's tail follows)
         print(f"gpuburst sim: {exc}", file=sys.stderr)
         return 1
     return 0

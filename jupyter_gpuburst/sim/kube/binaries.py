@@ -37,8 +37,13 @@ def locate() -> Path:
 
 
 def available() -> bool:
+    return missing() is None
+
+
+def missing() -> str | None:
+    """Why the real control plane cannot run here (one line, saying how to build it), or None."""
     try:
         locate()
-    except ControlPlaneMissing:
-        return False
-    return True
+    except ControlPlaneMissing as exc:
+        return str(exc)
+    return None
