@@ -95,6 +95,15 @@ def pool_name(site: str, profile: str) -> str:
     return f"{site}.{profile}.kernels"
 
 
+def pool_namespace(namespace: str, site: str) -> str:
+    """Where a pool of pre-started kernels on ``site`` waits, the pools' namespace being
+    ``namespace``: there on the origin; on a donor, in that donor's kernel namespace, the one
+    place a request on that donor adopts from (its key's Secret reaches that donor alone)."""
+    if site == keys.ORIGIN_SITE:
+        return namespace
+    return manifests.donor_kernel_namespace(namespace, site)
+
+
 def site_placement(site: str, profile: KernelProfile) -> Placement:
     """Where a pooled kernel waits: the site, no node (the scheduler picks one)."""
     return Placement(

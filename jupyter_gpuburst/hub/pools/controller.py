@@ -31,6 +31,7 @@ from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.snapshot import is_gpu_resource
 from jupyter_gpuburst.hub import metrics
 from jupyter_gpuburst.hub.kernels import prestarted
+from jupyter_gpuburst.hub.kernels.donorspace import DonorNamespaces
 from jupyter_gpuburst.hub.pools import manifests, schedule
 from jupyter_gpuburst.hub.pools.settings import KERNELS, Pool, Shape, WarmPools
 
@@ -99,6 +100,8 @@ class PoolController:
         self.scheduling = scheduling_api
         self.tracker = tracker
         self.log = log or logging.getLogger(__name__)
+        # a donor's pre-started kernels wait in that donor's kernel namespace, made and offloaded here
+        self.donor_namespaces = DonorNamespaces(core_api, offloader, self.log) if offloader is not None else None
         self.clock = clock
         # the schedules' clock: the time of day in the pools' time zone
         self.wall_clock = wall_clock or (lambda: dt.datetime.now(settings.tz()))
@@ -143,8 +146,7 @@ class PoolController:
         if not self.states:
             return  # only bookings drive this hub's pools, and none has asked for one yet
         await self._ensure_priority_class()
-        listed = await self.core.list_namespaced_pod(self.namespace, label_selector=keys.POOL_LABEL, _preload_content=False)
-        pods = [p for p in (await _json(listed)).get("items") or [] if _alive(p)]
+        pods = await self._list()
         now = self.clock()
         by_pool: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for pod in pods:
@@ -171,14 +173,15 @@ class PoolController:
             if missing <= 0:
                 state.note = ""
                 continue
+            namespace = self._namespace_of(state.pool)
             if state.pool.site != keys.ORIGIN_SITE and self.offloader is not None:
-                await self.offloader.ensure(self.namespace)  # Liqo offloads only such namespaces
+                await self._offload(namespace, state.pool.site)
             manifest = await _built(build)
             demand = self.tracker.inventory.pod_resources(manifest)
             room = _room(snapshot, state.pool.site, demand, held)
             for _ in range(min(missing, room)):
                 try:
-                    await self.core.create_namespaced_pod(self.namespace, manifest)
+                    await self.core.create_namespaced_pod(namespace, manifest)
                 except ApiException as exc:
                     state.note = f"cannot create placeholders: {exc.status} {exc.reason}"
                     self.log.warning("warm pool %s: creating a placeholder failed: %s %s", name, exc.status, exc.reason)
@@ -205,6 +208,40 @@ class PoolController:
             state.when = state.when or "booked for a lab"
             if self._builder(pool) is None:
                 state.note = f"no profile {pool.profile!r} to keep warm for a lab"
+
+    def _namespace_of(self, pool: Pool) -> str:
+        """Where ``pool``'s pods are: a donor's pre-started kernels in that donor's kernel
+        namespace (``prestarted.pool_namespace``: a kernel pool's builder makes them there),
+        every other pod in the pools' namespace."""
+        return prestarted.pool_namespace(self.namespace, pool.site) if pool.kind == KERNELS else self.namespace
+
+    def _namespaces(self) -> list[str]:
+        return sorted({self.namespace} | {self._namespace_of(state.pool) for state in self.states.values()})
+
+    async def _list(self) -> list[dict[str, Any]]:
+        """The pools' pods, in the pools' namespace and each donor kernel namespace a pool uses.
+        A donor's namespace the hub may not read yet (its donor-kernels.yaml not applied) is
+        said, and keeps no other pool from its pass; the pools' own namespace failing fails it."""
+        pods: list[dict[str, Any]] = []
+        for namespace in self._namespaces():
+            try:
+                listed = await self.core.list_namespaced_pod(namespace, label_selector=keys.POOL_LABEL, _preload_content=False)
+            except ApiException as exc:
+                if namespace == self.namespace:
+                    raise
+                self.log.warning("warm pools: cannot list the pods of %s: %s %s", namespace, exc.status, exc.reason)
+                continue
+            pods += [p for p in (await _json(listed)).get("items") or [] if _alive(p)]
+        return pods
+
+    async def _offload(self, namespace: str, site: str) -> None:
+        """Let Liqo carry pods of ``namespace`` to donor ``site``: the pools' namespace (to every
+        donor, as the servers'), or a donor's kernel namespace, made if missing, to that donor alone."""
+        if namespace == self.namespace:
+            await self.offloader.ensure(self.namespace)  # Liqo offloads only such namespaces
+            return
+        await self.donor_namespaces.ensure(namespace, site)
+        self.tracker.own_namespace(namespace)  # the room its pods hold is the pool's, as in the pools' namespace
 
     def _builder(self, pool: Pool) -> Callable[[], Any] | None:
         """What makes one pod of ``pool`` (a kernel pool's may be async: the admin's hook); None
@@ -244,7 +281,7 @@ class PoolController:
         for pod in pods:
             unbound = not (pod.get("spec") or {}).get("nodeName")
             stuck = unbound and now - self._first_seen.get(pod["metadata"]["uid"], now) >= self.settings.pending_seconds
-            if (extra > 0 or stuck) and not prestarted.claimed(self.namespace, pod["metadata"]["name"]):
+            if (extra > 0 or stuck) and not prestarted.claimed(pod["metadata"]["namespace"], pod["metadata"]["name"]):
                 if await self._delete(pod):
                     state.removed += 1
                     extra -= 1
@@ -273,7 +310,7 @@ class PoolController:
             demands = [
                 (p, self.tracker.inventory.pod_resources(p))
                 for p in placeholders
-                if not prestarted.claimed(self.namespace, p["metadata"]["name"])
+                if not prestarted.claimed(p["metadata"]["namespace"], p["metadata"]["name"])
             ]
             for _pod, demand in demands:
                 need.update(demand)
@@ -294,7 +331,7 @@ class PoolController:
         """Remove ``pod`` as this pass listed it, and nothing else: True when it is gone."""
         meta = pod["metadata"]
         try:
-            await self.core.delete_namespaced_pod(meta["name"], self.namespace, body=delete_options(pod), grace_period_seconds=0)
+            await self.core.delete_namespaced_pod(meta["name"], meta["namespace"], body=delete_options(pod), grace_period_seconds=0)
         except ApiException as exc:
             if exc.status == 409:
                 # someone acted since the list: a request adopted the kernel (its patch changed

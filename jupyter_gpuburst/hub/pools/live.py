@@ -77,7 +77,7 @@ def kernel_pod_builders(c: Any, settings: WarmPools, namespace: str) -> dict[str
             profile,
             kernel_settings,
             image,
-            namespace,
+            prestarted.pool_namespace(namespace, pool.site),  # a donor's: its kernel namespace
             settings.priority_class,
             list(settings.kernel_preload),
         )

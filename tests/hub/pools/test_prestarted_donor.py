@@ -1,0 +1,101 @@
+"""Pre-started GPU kernels on a donor wait in that donor's kernel namespace, offloaded to it
+alone, where a request placed on that donor adopts one (its key's Secret there reaches no other
+donor); in the servers' namespace, offloaded to every donor, none is ever adopted
+(tests/hub/kernels/test_prestarted_registry.py)."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+from helpers.kernels import registry_on_federation
+from traitlets.config import Config
+
+from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.hub.kernels import prestarted
+from jupyter_gpuburst.hub.kernels.podstate import ready
+from jupyter_gpuburst.hub.pools import live
+from jupyter_gpuburst.hub.pools.controller import PoolController
+from jupyter_gpuburst.hub.pools.settings import WarmPools
+from jupyter_gpuburst.hub.settings import GPUBurstSettings
+from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader
+from jupyter_gpuburst.sim.testing import wait_until
+
+pytestmark = pytest.mark.integration
+
+DONOR_KERNELS = "default-kernels-donor-1"
+POOL = prestarted.pool_name("donor-1", "gpu-1")
+
+
+def waiting(store, namespace: str) -> list[dict]:
+    pods, _ = store.list("pods", namespace, label_selector=f"{keys.POOL_LABEL}={POOL}")
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp") and ready(p)]
+
+
+async def test_a_donor_kernel_pool_waits_in_the_donors_kernel_namespace_and_a_request_there_adopts_it(tmp_path):
+    from kubernetes_asyncio.client import CustomObjectsApi, SchedulingV1Api
+
+    from jupyter_gpuburst.bench.kernels import first_reply
+
+    async with registry_on_federation(tmp_path) as reg:
+        store = reg.federation.origin.store
+        reg.tracker.placer.policy = GPUBurstSettings(strategy="donor-only").policy()
+        reg.prestarted = {("donor-1", "gpu-1")}
+        c = Config()
+        c.GPUKernelSettings.profiles = [{"slug": "gpu-1", "resource": "nvidia.com/gpu", "count": 1}]
+        c.GPUKernelSettings.image = "img"
+        c.WarmPools.kernels = [{"site": "donor-1", "profile": "gpu-1", "count": 1}]
+        settings = WarmPools(config=c)
+        assert prestarted.pool_namespace("default", "donor-1") == DONOR_KERNELS
+        api_client = reg.api.api_client
+        pools = PoolController(
+            settings,
+            {},
+            "default",
+            reg.api,
+            SchedulingV1Api(api_client),
+            reg.tracker,
+            reg.log,
+            offloader=NamespaceOffloader(CustomObjectsApi(api_client), reg.log),
+            kernel_pods=live.kernel_pod_builders(c, settings, "default"),
+        )
+        await pools.reconcile()
+        # the pool made the donor's kernel namespace, offloaded to that donor alone, and waits there
+        [offloading] = store.list("namespaceoffloadings.offloading.liqo.io", DONOR_KERNELS)[0]
+        assert "donor-1" in str(offloading["spec"].get("clusterSelector"))
+        await wait_until(lambda: waiting(store, DONOR_KERNELS), timeout=90, what="the donor's kernel waits in its namespace")
+        assert not waiting(store, "default")
+        [name] = [p["metadata"]["name"] for p in waiting(store, DONOR_KERNELS)]
+        await wait_until(
+            lambda: any(p["metadata"]["name"] == name and ready(p) for p in reg.tracker.pool_pods(POOL)),
+            timeout=30,
+            what="the hub's watch sees it waiting",
+        )
+
+        key = secrets.token_hex(16)
+        record = await reg.start(
+            user="alice",
+            groups=frozenset(),
+            server_name="",
+            server_pod=None,
+            profile_slug="gpu-1",
+            key=key,
+            signature_scheme="hmac-sha256",
+            kernel_id="k1",
+            notebook_dir="",
+        )
+        await reg.wait(record, 60)
+        assert record.state == "running", record.error
+        assert (record.prestarted, record.pod_name, record.namespace) == (True, name, DONOR_KERNELS)
+        # it answers with the adopter's key, which is in that namespace only
+        connection = {"transport": "tcp", "ip": reg.pod_ip(record), **record.ports}
+        await first_reply(connection, key.encode(), timeout=30)
+        assert name not in {s["metadata"]["name"] for s in store.list("secrets", "default")[0]}
+
+        # adopted, it is no pool's: the next pass makes another one there
+        await pools.reconcile()
+        await wait_until(
+            lambda: [p for p in waiting(store, DONOR_KERNELS) if p["metadata"]["name"] != name],
+            timeout=90,
+            what="the pool refills in the donor's kernel namespace",
+        )
