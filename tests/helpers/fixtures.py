@@ -37,7 +37,7 @@ async def start_hub(federation, tmp_path):
     async def start(extra_config: str = "") -> Hub:
         workdir = tmp_path / f"hub{len(hubs)}"
         workdir.mkdir()
-        hub = Hub(workdir, kubeconfig, extra_config)
+        hub = Hub(workdir, kubeconfig, extra_config, admin_kubeconfig=federation.kubeconfig_path)
         hubs.append(hub)
         hub.start()
         await hub.wait_up(timeout=120 if on_kube() else 60)

@@ -22,6 +22,9 @@ from jupyter_gpuburst.demo import proxy_command
 from jupyter_gpuburst.hub.ports import free_port
 
 VENV_BIN = Path(sys.executable).parent
+# the federation's admin kubeconfig in the hub's environment, for config that acts as someone
+# other than the hub (on the real control plane the hub's own credentials are its RBAC's)
+ADMIN_KUBECONFIG_ENV = "GPUBURST_TEST_ADMIN_KUBECONFIG"
 
 GPU_PROFILES = [
     {
@@ -50,9 +53,10 @@ GPU_PROFILES = [
 class Hub:
     """Starts, restarts and stops one JupyterHub subprocess; talks to its REST API."""
 
-    def __init__(self, workdir: Path, kubeconfig: Path, extra_config: str = "") -> None:
+    def __init__(self, workdir: Path, kubeconfig: Path, extra_config: str = "", admin_kubeconfig: Path | None = None) -> None:
         self.workdir = workdir
         self.kubeconfig = kubeconfig
+        self.admin_kubeconfig = admin_kubeconfig
         self.token = secrets.token_hex(16)
         self.hub_port = free_port()
         self.proxy_port = free_port()
@@ -102,6 +106,8 @@ c.Spawner.default_url = "/api"
     def start(self) -> None:
         env = dict(os.environ)
         env["KUBECONFIG"] = str(self.kubeconfig)
+        if self.admin_kubeconfig is not None:
+            env[ADMIN_KUBECONFIG_ENV] = str(self.admin_kubeconfig)
         env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
         env.pop("KUBERNETES_SERVICE_HOST", None)
         log = open(self.log_path, "ab")

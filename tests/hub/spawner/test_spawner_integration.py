@@ -7,6 +7,7 @@ import time
 
 import pytest
 from helpers.federation import DONOR, SLEEPER, env_of, messages, occupy, pod_of, release
+from helpers.hub import ADMIN_KUBECONFIG_ENV
 
 from jupyter_gpuburst.core import keys, liqo
 from jupyter_gpuburst.sim.testing import wait_until
@@ -18,21 +19,23 @@ def steal_hook(limits: dict[str, str]) -> str:
     """Config: after the decision (the manifest is built, the pod not yet created) someone
     else's pod takes ``limits`` of the origin GPU node, so the scheduler finds the pinned node short."""
     return f"""
-import asyncio
-from kubespawner.clients import shared_client
+import os
+from kubernetes_asyncio import client, config
 _stolen = []
 async def steal(spawner, pod):
     if not _stolen and pod.spec.node_name is None:
         _stolen.append(1)
-        api = shared_client("CoreV1Api")
-        try:
-            await api.create_namespace({{"metadata": {{"name": "others"}}}})
-        except Exception:
-            pass
-        await api.create_namespaced_pod("others", {{"metadata": {{"name": "thief"}}, "spec": {{
-            "nodeName": "origin-gpu",
-            "containers": [{{"name": "c", "image": "busybox", "command": {SLEEPER!r},
-                             "resources": {{"limits": {limits!r}}}}}]}}}})
+        # someone else: the cluster's admin, not the hub (whose RBAC reaches no other namespace)
+        async with await config.new_client_from_config(os.environ[{ADMIN_KUBECONFIG_ENV!r}]) as admin:
+            api = client.CoreV1Api(admin)
+            try:
+                await api.create_namespace({{"metadata": {{"name": "others"}}}})
+            except Exception:
+                pass
+            await api.create_namespaced_pod("others", {{"metadata": {{"name": "thief"}}, "spec": {{
+                "nodeName": "origin-gpu",
+                "containers": [{{"name": "c", "image": "busybox", "command": {SLEEPER!r},
+                                 "resources": {{"limits": {limits!r}}}}}]}}}})
     return pod
 c.KubeSpawner.modify_pod_hook = steal
 """
@@ -143,7 +146,7 @@ async def test_capacity_stolen_after_decision_is_redirected_to_donor(federation,
     assert user["servers"][""]["ready"]
     code, _ = await hub.get_via_proxy("dave")
     assert code == 200
-    assert "Redirected: the origin could not schedule" in hub.log()
+    assert "Redirected: the origin could not schedule" in hub.log_path.read_text()
 
 
 async def test_memory_taken_after_decision_is_redirected_to_donor(federation, start_hub):
@@ -155,8 +158,8 @@ async def test_memory_taken_after_decision_is_redirected_to_donor(federation, st
     pod = pod_of(federation, "dora")
     assert pod["spec"]["nodeName"] == DONOR
     assert pod["metadata"]["annotations"][keys.ATTEMPTS_ANNOTATION] == "2"
-    assert "Redirected: the origin could not schedule" in hub.log()
-    assert "Insufficient memory" in hub.log()
+    assert "Redirected: the origin could not schedule" in hub.log_path.read_text()
+    assert "Insufficient memory" in hub.log_path.read_text()
 
 
 async def test_redirects_exhausted_fail_with_what_was_tried(federation, start_hub):
