@@ -95,8 +95,10 @@ async def interrupt_the_running_cell(client, km, hub) -> dict:
     # between execute_input and the cell ends its message handler, and no reply ever comes.
     # The cell's own output says so; another stream of the cell (the kernel's note, on its
     # first cell) comes before its code runs
+    seen = []  # what the kernel published, for a failure to say how far the interrupt got
     while True:
         msg = await client.get_iopub_msg(timeout=30)
+        seen.append(msg)
         if msg["header"]["msg_type"] == "stream" and msg["parent_header"].get("msg_id") == msg_id and "sleeping" in msg["content"]["text"]:
             break
     await km.interrupt_kernel()
@@ -105,11 +107,31 @@ async def interrupt_the_running_cell(client, km, hub) -> dict:
         try:
             reply = await client.get_shell_msg(timeout=max(deadline - time.monotonic(), 0.1))
         except queue.Empty:
-            raise AssertionError(f"no reply to the interrupted cell; the kernel's pod said:\n{hub.pod_logs()}") from None
+            published = await iopub_story(client, seen)
+            raise AssertionError(
+                f"no reply to the interrupted cell; the kernel published:\n{published}\nits pod said:\n{hub.pod_logs()}"
+            ) from None
         # wait_for_ready asks again each second the kernel is slow to answer: skip those replies
         if reply["msg_type"] != "kernel_info_reply":
             assert reply["parent_header"]["msg_id"] == msg_id
             return reply
+
+
+async def iopub_story(client, seen: list[dict]) -> str:
+    """Each IOPub message since the cell was sent, one a line: its type, what it answers (the
+    interrupt_request's busy and idle say the kernel handled it) and, for an error, its name (an
+    interrupt IPython swallowed still publishes its traceback)."""
+    while True:
+        try:
+            seen.append(await client.get_iopub_msg(timeout=0.5))
+        except queue.Empty:
+            break
+    lines = []
+    for msg in seen:
+        content = msg["content"]
+        detail = content.get("execution_state") or content.get("ename") or " ".join(content.get("text", "").split())[:60]
+        lines.append(f"  {msg['header']['msg_type']} ({msg['parent_header'].get('msg_type')}): {detail}")
+    return "\n".join(lines)
 
 
 @pytest.mark.parametrize("start", ["start", "restart"])
