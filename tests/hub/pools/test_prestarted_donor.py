@@ -99,3 +99,59 @@ async def test_a_donor_kernel_pool_waits_in_the_donors_kernel_namespace_and_a_re
             timeout=90,
             what="the pool refills in the donor's kernel namespace",
         )
+
+
+async def test_a_donor_kernel_namespace_the_hub_may_not_read_keeps_no_other_pool_from_its_pass(caplog):
+    import json
+    from types import SimpleNamespace
+
+    from kubernetes_asyncio.client import ApiException
+
+    from jupyter_gpuburst.core.inventory import Inventory
+    from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings, KernelProfile
+    from jupyter_gpuburst.sim.cluster import node_object
+    from jupyter_gpuburst.sim.config import NodeConfig
+
+    class Api:
+        """The pools' calls, on a dict, in a federation whose donor kernel namespace the hub may not read."""
+
+        def __init__(self):
+            self.pods: dict[tuple[str, str], dict] = {}
+
+        async def list_namespaced_pod(self, namespace, label_selector, _preload_content):
+            if namespace == prestarted.pool_namespace("jhub", "donor-1"):
+                raise ApiException(status=403, reason="Forbidden")
+            body = json.dumps({"items": [p for (ns, _), p in self.pods.items() if ns == namespace]}).encode()
+
+            async def read():
+                return body
+
+            return SimpleNamespace(read=read)
+
+        async def create_namespaced_pod(self, namespace, body):
+            assert body["metadata"]["namespace"] == namespace
+            pod = json.loads(json.dumps(body))
+            pod["metadata"].update(uid=f"u{len(self.pods)}", creationTimestamp="2026-01-01T00:00:00Z")
+            self.pods[(namespace, pod["metadata"]["name"])] = pod
+
+        async def create_priority_class(self, body):
+            pass
+
+    inv = Inventory(pool_namespace=lambda namespace: namespace == "jhub")
+    node = NodeConfig(name="g", cpu="16", memory="64Gi", resources={"nvidia.com/gpu": 2})
+    inv.apply_node_event("ADDED", node_object("g", node, "127.0.0.9", "t"))
+    profile = KernelProfile(slug="gpu-1", display_name="1 GPU", resource="nvidia.com/gpu", count=1)
+
+    def builder(site):
+        return lambda: prestarted.pooled_pod(
+            site, profile, GPUKernelSettings(), "img", prestarted.pool_namespace("jhub", site), "gpuburst-warm-pool", []
+        )
+
+    settings = WarmPools(kernels=[{"site": "origin", "profile": "gpu-1", "count": 2}, {"site": "donor-1", "profile": "gpu-1", "count": 1}])
+    kernel_pods = {prestarted.pool_name(site, "gpu-1"): builder(site) for site in ("origin", "donor-1")}
+    api = Api()
+    tracker = SimpleNamespace(inventory=inv, snapshot=inv.snapshot)
+    pools = PoolController(settings, {}, "jhub", api, api, tracker, kernel_pods=kernel_pods)
+    await pools.reconcile()
+    assert [ns for ns, _ in api.pods] == ["jhub", "jhub"]
+    assert f"cannot list the pods of {prestarted.pool_namespace('jhub', 'donor-1')}: 403" in caplog.text
