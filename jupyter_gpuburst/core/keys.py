@@ -45,6 +45,9 @@ PRESTARTED_ANNOTATION = f"{GROUP}/prestarted"
 # The release of the hub that created a server's or a kernel's pod (images are tagged alike):
 # `gpuburst doctor` warns about pods of another release than its own after an upgrade.
 VERSION_LABEL = f"{GROUP}/version"
+# The image a warm pool's pod was made to run (the hub's pod cache keeps no image): a pool's pod
+# of another release or image than its pool makes now is drained, never adopted (hub/pools/stale.py).
+POOL_IMAGE_ANNOTATION = f"{GROUP}/pool-image"
 
 # ---- environment of a user's server and of a kernel pod (the hub sets, the pod reads) ------
 ENV_PREFIX = "JUPYTER_GPUBURST_"

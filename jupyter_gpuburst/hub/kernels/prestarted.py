@@ -38,6 +38,7 @@ from jupyter_gpuburst.hub.kernels import ingress, manifests
 from jupyter_gpuburst.hub.kernels.donorspace import server_namespace
 from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, decide_files, scratch
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings, KernelProfile
+from jupyter_gpuburst.hub.pools import stale
 
 # the registry (hub/kernels/registry) calls in here: its types are Any here, not imported back
 KernelRegistry = KernelRecord = Any
@@ -171,7 +172,7 @@ def pooled_pod(
     }
     annotations = pod["metadata"]["annotations"]
     pod["metadata"]["annotations"] = {k: annotations[k] for k in (keys.PORTS_ANNOTATION, keys.PROFILE_ANNOTATION, keys.FILES_ANNOTATION)}
-    return pod
+    return stale.stamp(pod, profile.pod_image(image))
 
 
 def adoption_secret(
@@ -207,9 +208,12 @@ def adoption_patch(
     return patch
 
 
-async def candidates(registry: KernelRegistry, namespace: str, site: str, profile: str, prefer_node: str | None) -> list[dict[str, Any]]:
-    """Kernels of the pool that wait now (running, not being deleted, not claimed): those on the
-    reserved node if any, else the site's, the oldest first.
+async def candidates(
+    registry: KernelRegistry, namespace: str, site: str, profile: str, prefer_node: str | None, image: str
+) -> list[dict[str, Any]]:
+    """Kernels of the pool that wait now (running, not being deleted, not claimed, this release's
+    and made for ``image``: one an older hub left is its pool's to drain, ``pools.stale``): those
+    on the reserved node if any, else the site's, the oldest first.
 
     Read from the hub's pod watch (``CapacityTracker.pool_pods``): at a lab's start every request
     listing its pool from the API server (hundreds of pods, read and parsed each time) was a fifth
@@ -230,6 +234,7 @@ async def candidates(registry: KernelRegistry, namespace: str, site: str, profil
         and not p["metadata"].get("deletionTimestamp")
         and not claimed(p["metadata"]["namespace"], p["metadata"]["name"])
         and (p.get("spec") or {}).get("nodeName")
+        and stale.stale(p, image) is None
     ]
     on_node = [p for p in waiting if p["spec"]["nodeName"] == prefer_node] if prefer_node else []
     # the oldest first among equals: it has waited longest, its imports are surely done
@@ -264,7 +269,8 @@ async def claim(registry: KernelRegistry, record: KernelRecord, request: GPURequ
             return
         # the node its reservation will hold (placement names a node only where it pins one)
         namespace = manifests.kernel_namespace(record.namespace, decided)
-        found = await candidates(registry, namespace, decided.site, slug, decided.held_node or decided.node)
+        image = record.profile.pod_image(registry.image)
+        found = await candidates(registry, namespace, decided.site, slug, decided.held_node or decided.node, image)
     except Exception:  # noqa: BLE001 - a bad request is refused by placement itself; no pool read: no claim
         registry.log.debug("GPU kernel %s: no pre-started kernel claimed", record.id, exc_info=True)
         return
@@ -318,7 +324,8 @@ async def _adopt_any(
     else:
         try:
             namespace = manifests.kernel_namespace(server_namespace(server_pod, record.namespace), placement)
-            found = await candidates(registry, namespace, placement.site, profile.slug, placement.held_node or placement.node)
+            image = profile.pod_image(registry.image)
+            found = await candidates(registry, namespace, placement.site, profile.slug, placement.held_node or placement.node, image)
         except Exception:  # noqa: BLE001 - no pool to read: the request starts its own pod
             registry.log.warning("GPU kernel %s: cannot list the pre-started kernels of %s", record.id, placement.site, exc_info=True)
             return False

@@ -9,6 +9,11 @@ scheduler could not place within ``pending_seconds`` is removed too: its site ra
 list of the pools' pods per pass, and a pass whenever capacity changes (at most every
 ``interval_seconds``). A pool with a schedule is kept at its size only within its windows, and
 emptied outside them (a pre-started kernel being adopted stays: it is a student's now).
+
+After an upgrade the pods an older hub left are drained and replaced, never adopted: those of
+another release or image (``stale``), and those of a pool no longer configured. A kernel a
+student adopted is no pool's pod any more (adoption took the pool's labels off): it is never
+listed here, and a delete's preconditions leave one adopted since the list.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from jupyter_gpuburst.core.snapshot import is_gpu_resource
 from jupyter_gpuburst.hub import metrics
 from jupyter_gpuburst.hub.kernels import prestarted
 from jupyter_gpuburst.hub.kernels.donorspace import DonorNamespaces
-from jupyter_gpuburst.hub.pools import manifests, schedule
+from jupyter_gpuburst.hub.pools import manifests, schedule, stale
 from jupyter_gpuburst.hub.pools.settings import KERNELS, Pool, Shape, WarmPools
 
 TERMINAL = frozenset({"Succeeded", "Failed"})
@@ -115,6 +120,7 @@ class PoolController:
         self._last_pass: float | None = None
         self._class_ready = False
         self._task: asyncio.Task | None = None
+        self._images: dict[str, str] = {}  # the image each pool's pods are made for, by pool name
 
     # ---- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -159,7 +165,9 @@ class PoolController:
         for name, state in self.states.items():
             # what they held since the last pass, those removed in this one included
             self._count(state, by_pool.get(name, []), elapsed)
-        removed = await self._make_room(pods)
+        removed = await self._drain(by_pool)
+        pods = [p for p in pods if p["metadata"]["uid"] not in removed]
+        removed |= await self._make_room(pods)
         pods = [p for p in pods if p["metadata"]["uid"] not in removed]
         snapshot = self.tracker.snapshot()
         held = _held_by_node(pods, self.tracker.inventory.pod_resources)
@@ -252,6 +260,35 @@ class PoolController:
         if shape is None:
             return None
         return lambda: manifests.placeholder_pod(pool, shape, self.namespace, self.settings.priority_class)
+
+    async def _drain(self, by_pool: Mapping[str, list[dict[str, Any]]]) -> set[str]:
+        """Remove the pods no pool of this hub would make now (another release's or image's, or of
+        a pool no longer configured), which their pool then replaces: their uids."""
+        removed: set[str] = set()
+        for name, pods in by_pool.items():
+            state = self.states.get(name)
+            image = await self._image(state.pool) if state is not None else None
+            if state is not None and image is None:
+                continue  # an unknown profile: nothing to compare with (its note says why)
+            for pod in pods:
+                why = stale.stale(pod, image) if image is not None else "its pool is no longer configured"
+                if why is None or prestarted.claimed(pod["metadata"]["namespace"], pod["metadata"]["name"]):
+                    continue
+                self.log.info("warm pool %s: draining %s (%s)", name, pod["metadata"]["name"], why)
+                if await self._delete(pod):
+                    removed.add(pod["metadata"]["uid"])
+                    if state is not None:
+                        state.removed += 1
+        return removed
+
+    async def _image(self, pool: Pool) -> str | None:
+        """The image ``pool``'s pods are made for now (a kernel pool's, as its builder makes it)."""
+        if pool.name not in self._images:
+            build = self._builder(pool)
+            if build is None:
+                return None
+            self._images[pool.name] = stale.image_of(await _built(build))
+        return self._images[pool.name]
 
     def _count(self, state: PoolState, pods: list[dict[str, Any]], elapsed: float) -> None:
         """Ready and pending placeholders, and the GPU-seconds the bound ones held since the last pass."""

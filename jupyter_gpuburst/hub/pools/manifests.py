@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from jupyter_gpuburst import __version__
-from jupyter_gpuburst.core import keys, liqo, release
+from jupyter_gpuburst.core import keys, liqo
 from jupyter_gpuburst.hub.kernels.manifests import CONTAINER_SECURITY, pod_security
 from jupyter_gpuburst.hub.pools.settings import Pool, Shape, pool_labels
+from jupyter_gpuburst.hub.pools.stale import stamp
 
 PLACEHOLDER = "placeholder"
 # the image's own shell tools: a placeholder only has to stay up until it is preempted
@@ -52,13 +52,13 @@ def placeholder_pod(pool: Pool, shape: Shape, namespace: str, priority_class_nam
         "resources": {"requests": dict(shape.requests), "limits": dict(shape.limits)},
         "securityContext": CONTAINER_SECURITY,
     }
-    return {
+    pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "generateName": f"{NAME_PREFIX}{pool.site}-{pool.profile}-"[:58],
             "namespace": namespace,
-            "labels": {**pool_labels(pool), keys.VERSION_LABEL: release.label_value(__version__)},
+            "labels": pool_labels(pool),
         },
         "spec": {
             "priorityClassName": priority_class_name,
@@ -72,3 +72,4 @@ def placeholder_pod(pool: Pool, shape: Shape, namespace: str, priority_class_nam
             "containers": [container],
         },
     }
+    return stamp(pod, shape.image)
