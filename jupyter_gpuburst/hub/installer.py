@@ -1,13 +1,13 @@
 """``install(c)``: the hub-side additions, registered from ``jupyterhub_config.py`` in one line.
 
 ``install(c)`` gives the same hub wherever it stands in the config file: before or after the
-feature settings (``c.GPUCullingSettings``, ``c.GPUAccountingSettings``), as the pages of
+feature settings (``c.GPUCullingSettings``, ``c.GPUAccountingSettings``, ``c.WarmPools``), as the pages of
 docs/ and the examples in hub_config/ place them. What JupyterHub reads before any of our code
 runs, the roles, is granted whatever the features (the ``gpuburst`` service may stop servers:
 its token stays in the hub process); what can wait is decided once the hub runs, from its
-whole config: whether the culler starts, and whether the GPU-hours ledger counts held-idle time
+whole config: whether the culler starts, whether the GPU-hours ledger counts held-idle time
 (servers report GPU activity only where culling is configured, so elsewhere idle time stays
-unknown, never a guessed 0).
+unknown, never a guessed 0), and which warm pools run (a bad pool stops the hub either way).
 """
 
 from __future__ import annotations

@@ -1,26 +1,55 @@
-"""The hub process's warm pools: checked when the hub starts (``install``), run beside the
-capacity tracker, shown on the capacity page (``report``)."""
+"""The hub process's warm pools: checked by ``install(c)`` and started with the hub, from its
+whole config, run beside the capacity tracker, shown on the capacity page (``report``)."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import logging
+from dataclasses import dataclass
 from typing import Any
+
+from jupyterhub.app import JupyterHub
+from traitlets import TraitError
 
 from jupyter_gpuburst.hub.pools.controller import PoolController
 from jupyter_gpuburst.hub.pools.settings import KERNELS, SECTION, WarmPools, profile_shape, spawner_values
 
+HUB_APPEARS_S = 60.0  # a hub is instantiated before it reads its config; later than this there is none
 _controller: PoolController | None = None
 
 
 def install(c: Any, tracker_source: Any, booked: Any = None) -> None:
-    """Check ``c.WarmPools`` (a bad pool stops the hub at start, with the reason) and start the
-    pools once the hub's event loop runs. ``tracker_source()`` gives the hub's capacity tracker;
-    ``booked(now)`` the pools lab bookings ask for now (hub/labs), which keep the pools running
-    without any static pool."""
+    """Check ``c.WarmPools`` as it stands (a bad pool stops the hub here, with the reason) and,
+    once the hub runs, start the pools from the hub's whole config: pool settings written after
+    ``install(c)`` count as those before it (``start_with_hub``). ``tracker_source()`` gives the
+    hub's capacity tracker; ``booked(now)`` the pools lab bookings ask for now (hub/labs), which
+    keep the pools running without any static pool."""
+    if SECTION in c:
+        plan(c, booked)
+    check_when_read(c, booked)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return  # the config is only being read (not by a starting hub)
+    loop.call_soon(lambda: asyncio.ensure_future(start_with_hub(c, tracker_source, booked)))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the pools of a config need to run."""
+
+    settings: WarmPools
+    shapes: dict[str, Any]
+    namespace: str
+    kernel_pods: dict[str, Any]
+
+
+def plan(c: Any, booked: Any = None) -> Plan | None:
+    """The pools ``c`` asks for, None where it asks for none (and no booking may); ValueError
+    or TraitError, with the reason, for a bad pool."""
     if SECTION not in c and booked is None:
-        return
+        return None
     settings = WarmPools(config=c)
     base, profiles = spawner_values(c)
     shapes = {}
@@ -41,14 +70,50 @@ def install(c: Any, tracker_source: Any, booked: Any = None) -> None:
                 except (KeyError, ValueError, TypeError):
                     continue
     elif not settings.pools and not settings.kernels:
-        return
+        return None
     namespace = settings.namespace or base.get("namespace") or "default"
-    kernel_pods = kernel_pod_builders(c, settings, namespace)
+    return Plan(settings, shapes, namespace, kernel_pod_builders(c, settings, namespace))
+
+
+def check_when_read(c: Any, booked: Any = None) -> None:
+    """Where a hub is reading this file: check its pools again once the whole file is read, so
+    that a bad pool written after ``install(c)`` stops the hub as one before it does.
+
+    The hub loads its traits from the file's config then (``update_config``), ``template_paths``
+    among them: ``install(c)`` always adds ours, so the trait changes, and our check of it
+    interrupts the load with the reason, as any error in the file does, before anything of the
+    hub starts. (The ``config`` trait itself fires nothing: the hub replaces it with an equal copy.)"""
+    if not JupyterHub.initialized():
+        return
+    app = JupyterHub.instance()
+
+    def check(change: Any) -> None:
+        app.unobserve(check, names="template_paths")
+        plan(c, booked)
+
+    app.observe(check, names="template_paths")
+
+
+async def start_with_hub(c: Any, tracker_source: Any, booked: Any = None) -> None:
+    """Start the pools of the hub's whole config (``c``, the file's, where the hub has none of
+    its own: a program that only reads the config). A bad pool here is one no hub read the file
+    for (``check_when_read`` stops a hub at it): the pools stay off, and the log says why."""
+    # JupyterHub.instance() would make a hub where there is none (hub/culling/live.py says why)
+    deadline = asyncio.get_running_loop().time() + HUB_APPEARS_S
+    while not JupyterHub.initialized():
+        if asyncio.get_running_loop().time() > deadline:
+            return
+        await asyncio.sleep(0.2)
+    hub_config = JupyterHub.instance().config
+    # the hub's holds the file's and its command line's; without pools it holds nothing of ours
+    config = hub_config if SECTION in hub_config else c
     try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return  # the config is only being read (not by a starting hub)
-    loop.call_soon(lambda: asyncio.ensure_future(_start(settings, shapes, namespace, tracker_source, kernel_pods, booked)))
+        planned = plan(config, booked)
+    except (ValueError, TraitError) as exc:
+        logging.getLogger("JupyterHub").error("Warm pools are off: %s", exc)
+        return
+    if planned is not None:
+        await _start(planned.settings, planned.shapes, planned.namespace, tracker_source, planned.kernel_pods, booked)
 
 
 def kernel_pod_builders(c: Any, settings: WarmPools, namespace: str) -> dict[str, Any]:
