@@ -93,9 +93,9 @@ def handlers(prefix: str, base: type, book_source: Callable[[], Any]) -> list[tu
 
         def write_error(self, status_code: int, **kwargs: Any) -> None:
             exc = kwargs.get("exc_info", (None, None, None))[1]
-            message = (
-                exc.log_message if isinstance(exc, web.HTTPError) and exc.log_message else "The booking failed; the hub's log says why"
-            )
+            message = "The booking failed; the hub's log says why"
+            if isinstance(exc, web.HTTPError) and exc.log_message:
+                message = exc.log_message % exc.args if exc.args else exc.log_message
             self.set_header("Content-Type", "application/json")
             self.finish(json.dumps({"status": status_code, "message": message}))
 

@@ -60,6 +60,10 @@ async def test_booking_fills_pools_at_warmup_and_survives_restart(federation, st
     lab.update(start=start.isoformat(), end=(start + dt.timedelta(minutes=20)).isoformat())
     status, data = await labs(hub, tina, "POST", "", {**lab, "group": "ml-102"})
     assert status == 403 and "ml-102" in data["message"]
+    status, data = await labs(hub, tina, "POST", "", {**lab, "start": "2020-01-06T10:00", "end": "11:00"})
+    assert status == 400 and data["message"] == "The lab would start in the past (Mon 2020-01-06 10:00-11:00).", data
+    status, data = await labs(hub, tina, "POST", "", {**lab, "start": "2020-01-06T10:00", "end": "11:00"})
+    assert status == 400 and data["message"] == "The lab would start in the past (Mon 2020-01-06 10:00-11:00).", data
     status, preview = await labs(hub, tina, "POST", "/preview", lab)
     assert status == 200 and preview["problem"] is None and preview["capacity"]["total"] == 2, preview
 
