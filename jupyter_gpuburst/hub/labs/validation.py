@@ -121,7 +121,11 @@ def judge(booking: Booking, ctx: Context) -> tuple[float, cost.CapacityCheck]:
     hours = cost.gpu_hours(booking, ctx.warmup)
     _within_limit(booking, others, ctx, "teacher")
     _within_limit(booking, others, ctx, "group")
-    check = cost.check_capacity(booking, others, ctx.totals(booking.resource), ctx.warmup, ctx.tz)
+    totals = ctx.totals(booking.resource)
+    unknown = [site for site in booking.sites if site not in totals]
+    if unknown:
+        raise BookingError(f"There is no site {unknown[0]!r} (sites: {', '.join(sorted(totals)) or 'none'}).")
+    check = cost.check_capacity(booking, others, totals, ctx.warmup, ctx.tz)
     if not check.fits:
         named = f" ({'; '.join(check.conflicts)})" if check.conflicts else ""
         raise BookingError(

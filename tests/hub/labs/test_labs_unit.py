@@ -76,6 +76,7 @@ def test_capacity_left_names_the_labs_that_hold_it():
         ({"students": 0}, "The students must be a whole number from 1 to 1000."),
         ({"start": "tomorrow"}, "The start 'tomorrow' is not a date and time like 2026-12-07T10:00."),
         ({"sites": "origin"}, 'The preferred sites must be a list of site names like ["origin", "donor-1"].'),
+        ({"sites": ["origin", "donor-9"]}, "There is no site 'donor-9' (sites: donor-1, origin)."),
     ],
 )
 def test_bad_bookings_get_one_sentence_and_change_nothing(over, sentence):
