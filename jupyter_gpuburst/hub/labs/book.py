@@ -19,6 +19,8 @@ from jupyter_gpuburst.hub.labs.settings import LabSettings
 from jupyter_gpuburst.hub.labs.store import LabStore
 from jupyter_gpuburst.hub.labs.validation import BookingError, Context, judge, parse
 
+USE_FRESH_S = 1.0
+
 
 class LabBook:
     def __init__(
@@ -39,6 +41,9 @@ class LabBook:
         # (group, GPU resource) -> the units the group's members hold now: the part of a
         # lab's GPUs its students have taken, no longer held for them
         self.class_use = class_use
+        # at a lab's rush every start and every spawn form asks what the class holds, and each
+        # answer walks every pod: one walk serves them all for a second
+        self._used: dict[tuple[str, str], tuple[float, int]] = {}
         self.store = store
         self.settings = settings
         self.tz = tz
@@ -130,6 +135,13 @@ class LabBook:
         """Whether ``request`` (a ``GPURequest``) is a student's of a class whose lab is on now."""
         return any(b.group in request.groups and b.resource == request.resource for b, _s, _e in self.active(self.now()))
 
+    def _class_use(self, group: str, resource: str) -> int:
+        now = time.monotonic()
+        seen = self._used.get((group, resource))
+        if seen is None or now - seen[0] >= USE_FRESH_S:
+            seen = self._used[(group, resource)] = (now, self.class_use(group, resource))
+        return seen[1]
+
     def hold_for(self, request: Any) -> Any:
         """What is held now from ``request`` for labs of classes it is not in (a ``Hold``), or None."""
         from jupyter_gpuburst.hub.queue.classes import Hold
@@ -138,7 +150,7 @@ class LabBook:
         for booking, _start, end in self.active(self.now()):
             if booking.group in request.groups or booking.resource != request.resource:
                 continue
-            held = max(0, booking.demand - self.class_use(booking.group, booking.resource))
+            held = max(0, booking.demand - self._class_use(booking.group, booking.resource))
             if held:
                 units += held
                 what = "GPU is" if held == 1 else "GPUs are"
