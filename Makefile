@@ -104,7 +104,7 @@ test-browser: setup
 # The emulator tiers' own files named here run unchanged on it (GPUBURST_CONTROL_PLANE=kube switches
 # the shared fixtures); in one process, where tests/kube/test_zz_hub_rbac.py comes last and
 # judges the hub's RBAC by the audit log of everything before it.
-KUBE_TESTS := tests/kube/test_site.py tests/hub/pools/test_prestarted_integration.py tests/kube/test_zz_hub_rbac.py
+KUBE_TESTS := tests/kube/test_site.py tests/hub/pools/test_prestarted_integration.py tests/kube/test_zz_admission.py tests/kube/test_zz_hub_rbac.py
 test-kube: setup kube
 	@GPUBURST_CONTROL_PLANE=kube tools/test-tier kube -q -ra $(KUBE_TESTS)
 

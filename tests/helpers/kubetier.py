@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_gpuburst.core import podsecurity
 from jupyter_gpuburst.sim.kube import binaries
 
 CONTROL_PLANE_ENV = "GPUBURST_CONTROL_PLANE"
@@ -28,6 +29,8 @@ ADMIN_MANIFESTS = (REPO / "hub_config" / "warm-pools.yaml",)
 HUB_NAMESPACE = "jhub"
 NAMESPACES = {"jhub": HUB_NAMESPACE, "jhub-users": "default"}
 HUB_USER = f"system:serviceaccount:{HUB_NAMESPACE}:hub"
+# servers share the users' namespace with kernels: restricted is reported (warn, audit), not enforced
+USERS_POD_SECURITY = podsecurity.namespace_labels(warn=podsecurity.RESTRICTED, audit=podsecurity.RESTRICTED)
 
 
 def on_kube() -> bool:
@@ -62,7 +65,8 @@ async def kube_federation(tmp_path: Path, tmp_path_factory: pytest.TempPathFacto
 def hub_kubeconfig(federation, tmp_path: Path) -> Path:
     """Install as the docs ask an admin to (the warm pools' PriorityClass, the hub's RBAC), and a
     kubeconfig acting as the hub's ServiceAccount ``jhub/hub``."""
-    from jupyter_gpuburst.sim.kube.hubaccount import apply_as_admin, grant_hub
+    from jupyter_gpuburst.sim.kube.hubaccount import apply_as_admin, grant_hub, label_namespace
 
     apply_as_admin(federation.origin, ADMIN_MANIFESTS, NAMESPACES)
+    label_namespace(federation.origin, NAMESPACES["jhub-users"], USERS_POD_SECURITY)
     return grant_hub(federation.origin, HUB_RBAC, tmp_path, NAMESPACES, hub_namespace=HUB_NAMESPACE)

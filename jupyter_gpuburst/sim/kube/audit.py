@@ -3,13 +3,15 @@ RBAC grants: the ground truth for the hub's permissions.
 
 Each audit event (JSON, one per line, at Metadata level: ``controlplane.AUDIT_POLICY``) names the
 user, the verb, the resource, its subresource and namespace, and the response code, so a request
-RBAC refused shows as one with code 403.
+RBAC refused shows as one with code 403; admission's annotations (Pod Security's audit
+violations) ride on it, and a write's event carries the body the client sent (``writes``), but a
+Secret's.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,22 +37,36 @@ class Use:
         return f"{self.verb} {self.resource_path} ({group}) {scope}"
 
 
-def uses(audit_logs: Iterable[Path], username: str) -> dict[Use, int]:
-    """Every kind of request ``username`` made, with the worst response code seen for it."""
-    found: dict[Use, int] = {}
+def events(audit_logs: Iterable[Path], username: str) -> Iterator[dict[str, Any]]:
+    """``username``'s completed requests, in the order each log has them."""
     for path in audit_logs:
         if not Path(path).exists():
             continue
         for line in Path(path).read_text().splitlines():
             event = json.loads(line)
-            if (event.get("user") or {}).get("username") != username or event.get("stage") != "ResponseComplete":
-                continue
-            ref = event.get("objectRef")
-            if not ref:
-                continue  # a non-resource URL (discovery)
-            use = Use(event["verb"], ref.get("apiGroup", ""), ref["resource"], ref.get("subresource", ""), bool(ref.get("namespace")))
-            code = (event.get("responseStatus") or {}).get("code", 0)
-            found[use] = max(found.get(use, 0), code)
+            if (event.get("user") or {}).get("username") == username and event.get("stage") == "ResponseComplete":
+                yield event
+
+
+def writes(audit_logs: Iterable[Path], username: str) -> Iterator[dict[str, Any]]:
+    """``username``'s creates, updates and patches of a resource that the API server carried
+    out, each with the body it sent (``requestObject``)."""
+    for event in events(audit_logs, username):
+        code = (event.get("responseStatus") or {}).get("code", 0)
+        if event["verb"] in ("create", "update", "patch") and event.get("objectRef") and "requestObject" in event and code < 300:
+            yield event
+
+
+def uses(audit_logs: Iterable[Path], username: str) -> dict[Use, int]:
+    """Every kind of request ``username`` made, with the worst response code seen for it."""
+    found: dict[Use, int] = {}
+    for event in events(audit_logs, username):
+        ref = event.get("objectRef")
+        if not ref:
+            continue  # a non-resource URL (discovery)
+        use = Use(event["verb"], ref.get("apiGroup", ""), ref["resource"], ref.get("subresource", ""), bool(ref.get("namespace")))
+        code = (event.get("responseStatus") or {}).get("code", 0)
+        found[use] = max(found.get(use, 0), code)
     return found
 
 

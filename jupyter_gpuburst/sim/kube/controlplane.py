@@ -40,7 +40,11 @@ STOP_GRACE_S = 10.0
 _PR_SET_PDEATHSIG = 1
 
 # What is audited: every request but the control plane's own and the harness's, at Metadata
-# (verb, resource, subresource, namespace, user, response code: no bodies, so no secrets).
+# (verb, resource, subresource, namespace, user, response code, admission's annotations such as
+# Pod Security's audit violations), and the bodies of writes (Request: what the client sent,
+# never the response) so that each can be replayed under strict field validation; never the
+# bodies of Secrets, which hold kernels' keys.
+WRITES = ["create", "update", "patch"]
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
@@ -57,6 +61,8 @@ AUDIT_POLICY = {
         },
         {"level": "None", "userGroups": ["system:nodes", "system:serviceaccounts:kube-system"]},
         {"level": "None", "nonResourceURLs": ["/healthz*", "/readyz*", "/livez*", "/version", "/metrics"]},
+        {"level": "Metadata", "resources": [{"group": "", "resources": ["secrets"]}]},
+        {"level": "Request", "verbs": WRITES},
         {"level": "Metadata"},
     ],
 }

@@ -9,6 +9,7 @@ would.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,21 @@ def apply_as_admin(site: Any, manifests: Iterable[Path], namespaces: Mapping[str
         except ApiError as exc:
             if exc.code != 409:
                 raise
+
+
+def label_namespace(site: Any, name: str, labels: Mapping[str, str]) -> None:
+    """Add ``labels`` to namespace ``name`` as an admin (``kubectl label``), making it if missing."""
+    try:
+        site.store.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    except ApiError as exc:
+        if exc.code != 409:
+            raise
+    patch = json.dumps({"metadata": {"labels": dict(labels)}})
+    response = site.store._sync.patch(
+        f"{site.url}/api/v1/namespaces/{name}", content=patch, headers={"Content-Type": "application/merge-patch+json"}
+    )
+    if response.status_code != 200:
+        raise ApiError(response.status_code, "Label", f"namespace {name}: {response.text[:200]}")
 
 
 def documents(paths: Iterable[Path]) -> list[dict[str, Any]]:
