@@ -44,6 +44,10 @@ async def test_nodes_join_with_gpus_and_renew_their_leases(federation):
     # the node lifecycle controller saw a healthy node: no not-ready taint
     node = origin.get("nodes", None, "origin-gpu")
     assert not [t for t in node["spec"].get("taints") or [] if t["key"].startswith("node.kubernetes.io/")]
+    # a donor's virtual node too, as Liqo's virtual kubelet renews it (silent, it turned
+    # unreachable after the controller's 40 s grace and the hub took the donor for gone)
+    first = await wait_until(lambda: _lease(origin, "donor-1"), timeout=30, what="the virtual node's lease")
+    await wait_until(lambda: _lease(origin, "donor-1") != first, timeout=30, what="the virtual node's lease renewed")
 
 
 def _lease(store, name: str) -> str | None:

@@ -149,12 +149,20 @@ class KubeSite:
     async def _renew_leases(self) -> None:
         assert self.store is not None
         while True:
-            for name in list(self._lease_nodes):
+            for name in self._heartbeat_nodes():
                 try:
                     await asyncio.to_thread(self._renew, name)
                 except (ApiError, httpx.HTTPError) as exc:
                     log.debug("lease of node %s not renewed: %s", name, exc)
             await asyncio.sleep(LEASE_RENEW_S)
+
+    def _heartbeat_nodes(self) -> list[str]:
+        """Our kubelet's nodes, and each virtual node while its peering is up: Liqo's virtual
+        kubelet renews its node's lease as a kubelet does (without it the node lifecycle
+        controller finds the virtual node silent after its grace period, sets Ready Unknown and
+        taints it unreachable, and the hub takes the donor for gone)."""
+        virtual = [name for name, vk in self.virtual_kubelets.items() if getattr(vk, "ready", True)]
+        return [*self._lease_nodes, *(name for name in virtual if name not in self._lease_nodes)]
 
     def _renew(self, name: str) -> None:
         store = self.store
