@@ -19,11 +19,16 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "doctor": ("jupyter_gpuburst.doctor.cli", "main", "check a cluster for what the spawner needs"),
     "capacity": ("jupyter_gpuburst.doctor.cli", "capacity_main", "print free/total GPUs per site"),
     "bench": ("jupyter_gpuburst.bench.command", "main", "run a benchmark and print JSON"),
+    "uninstall": (
+        "jupyter_gpuburst.uninstall",
+        "main",
+        "remove what the hub made on the origin, in an order that leaves no namespace stuck",
+    ),
 }
 
 
 # The extra of the package each subcommand's dependencies come from (pyproject.toml).
-EXTRAS = {"demo": "demo", "sim": "demo", "bench": "demo", "doctor": "hub", "capacity": "hub"}
+EXTRAS = {"demo": "demo", "sim": "demo", "bench": "demo", "doctor": "hub", "capacity": "hub", "uninstall": "hub"}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -242,33 +242,25 @@ def test_the_example_values_quote_z2jh_s_own_start_timeout():
     assert not re.search(r"\d+ s in z2jh", text)  # a value of ours, said to be z2jh's
 
 
-def test_uninstalling_deletes_every_pod_of_ours_before_the_offloading_that_reaches_donors():
+def test_uninstalling_runs_gpuburst_uninstall_after_the_hub_and_before_the_namespaces():
+    # `gpuburst uninstall` deletes the pods before the offloadings (tests/test_uninstall.py): the
+    # guide runs it once the hub is gone (it makes nothing more) and before the user namespace goes
     import re
     import shlex
-
-    from jupyter_gpuburst.core import keys
-    from jupyter_gpuburst.doctor.checks import SERVER_COMPONENT
 
     text = (REPO / "docs" / "install.md").read_text()
     section = text[text.index("## Uninstalling completely") :]
     [block] = re.findall(r"```bash\n(.*?)```", section, re.S)
-    commands = [shlex.split(line) for line in block.splitlines() if line.strip()]
-    deleted: dict[str, set[str]] = {}  # namespace -> components whose pods are gone
-    offloaded = 0
-    for words in commands:
-        if words[:2] != ["kubectl", "delete"] or "-n" not in words:
-            continue
-        namespace = words[words.index("-n") + 1]
-        if "pods" in words:
-            [selector] = [words[i + 1] for i, w in enumerate(words) if w == "-l"]
-            deleted.setdefault(namespace, set()).update(re.findall(r"[\w-]+", selector.split(" in ", 1)[-1]))
-        elif "namespaceoffloading" in words:
-            offloaded += 1
-            ours = {keys.KERNEL_COMPONENT, keys.POOL_COMPONENT}
-            if "-kernels-" not in namespace:
-                ours.add(SERVER_COMPONENT)
-            assert ours <= deleted.get(namespace, set()), f"{namespace}: {ours - deleted.get(namespace, set())} left on the donors"
-    assert offloaded == 2  # the user namespace and the example donor's kernel namespace
+    commands = [shlex.split(line, comments=True) for line in block.splitlines() if line.strip()]
+    steps = [" ".join(words[:2]) for words in commands]
+    real = [i for i, words in enumerate(commands) if words[:2] == ["gpuburst", "uninstall"] and "--dry-run" not in words]
+    [uninstall] = real
+    assert steps.index("helm uninstall") < uninstall
+    assert commands[uninstall][2:4] == ["-n", "jhub-users"]
+    namespaces = [i for i, words in enumerate(commands) if words[:3] == ["kubectl", "delete", "namespace"]]
+    assert namespaces and min(namespaces) > uninstall
+    # nothing of ours is deleted by hand, out of the command's order
+    assert not [words for words in commands if words[:2] == ["kubectl", "delete"] and {"pods", "namespaceoffloading"} & set(words)]
 
 
 def test_the_readme_lists_every_demo_flag():
@@ -432,7 +424,9 @@ def test_every_gpuburst_command_and_flag_the_docs_give_exists():
     helps: dict[tuple[str, ...], set[str]] = {}
     used = 0
     for page in [*docs_pages(), REPO / "benchmarks" / "README.md"]:
-        for command in re.findall(r"(?:^|[`\s])gpuburst ((?:demo|sim|doctor|capacity|bench)(?![\w:-])[^`\n#|]*)", page.read_text(), re.M):
+        for command in re.findall(
+            r"(?:^|[`\s])gpuburst ((?:demo|sim|doctor|capacity|bench|uninstall)(?![\w:-])[^`\n#|]*)", page.read_text(), re.M
+        ):
             words = command.split()
             key = tuple(words[:2]) if words[0] == "bench" and len(words) > 1 and not words[1].startswith("-") else (words[0],)
             if key[-1] == "NAME":
