@@ -38,9 +38,11 @@ def stale(pod: Mapping[str, Any], image: str) -> str | None:
     made_by = (meta.get("labels") or {}).get(keys.VERSION_LABEL)
     if made_by != RELEASE:
         return f"release {made_by or 'unknown'}, the hub runs {RELEASE}"
-    made_for = (meta.get("annotations") or {}).get(keys.POOL_IMAGE_ANNOTATION)
+    # a hook that drops our annotations drops it on the pods and on the pool's own pod alike:
+    # both say '', and its pods are not drained over and over for it
+    made_for = (meta.get("annotations") or {}).get(keys.POOL_IMAGE_ANNOTATION) or ""
     if made_for != images.normalize(image):
-        return f"image {made_for or 'unknown'}, its pool's is {images.normalize(image)}"
+        return f"image {made_for or 'unknown'}, its pool's is {images.normalize(image) or 'unknown'}"
     return None
 
 
