@@ -17,6 +17,7 @@ BENCHMARKS = {
     "kernels": "jupyter_gpuburst.bench.kernels",
     "culling": "jupyter_gpuburst.bench.culling",
     "rush": "jupyter_gpuburst.bench.rush",
+    "hub-memory": "jupyter_gpuburst.bench.hub_memory",
 }
 
 
