@@ -7,10 +7,13 @@ launcher offers each GPU kernel once, in its GPU kernels section."""
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.browser import dismiss_news, log_in_to_lab, switch_theme
@@ -288,3 +291,86 @@ def theme_color(page: Page, variable: str) -> str:
         d.style.color = getComputedStyle(document.body).getPropertyValue(v).trim();
         document.body.append(d); const c = getComputedStyle(d).color; d.remove(); return c; }"""
     return page.evaluate(script, variable)
+
+
+REOPENED = "reopened.ipynb"
+BROKEN_NOTEBOOK = {
+    "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": CODE}],
+    "metadata": {"kernelspec": {"name": "gpuburst-broken", "display_name": "Python 3 (broken GPU)", "language": "python"}},
+    "nbformat": 4,
+    "nbformat_minor": 5,
+}
+
+
+def server_api(site: KernelSite, method: str, path: str, body: dict | None = None) -> Any:
+    """The student's server's REST API, as the hub's admin service reaches it through the proxy."""
+    import aiohttp
+
+    async def call() -> Any:
+        url = f"{site.hub.url}/user/{STUDENT}/api/{path}"
+        async with aiohttp.ClientSession() as http:
+            data = None if body is None else json.dumps(body)
+            async with http.request(method, url, data=data, headers={"Authorization": f"token {site.hub.token}"}) as response:
+                assert response.status < 300, (response.status, await response.text())
+                text = await response.text()
+                return json.loads(text) if text else None
+
+    return site.loop.run(call())
+
+
+def test_a_notebook_reopened_after_its_gpu_kernel_failed_offers_a_new_start(page: Page, slow_site: KernelSite) -> None:
+    """The student leaves while the GPU kernel starts; it fails meanwhile. Reopened, the notebook
+    says why and its kernel picker preselects a new start, not the dead kernel."""
+    server_api(slow_site, "PUT", f"contents/{REOPENED}", {"type": "notebook", "format": "json", "content": BROKEN_NOTEBOOK})
+    log_in_to(page, slow_site, f"lab/tree/{REOPENED}?reset", landing="lab/tree/**")
+    kernel_name = page.locator(".jp-NotebookPanel-toolbar .jp-Toolbar-kernelName")
+    expect(kernel_name).to_have_text("Python 3 (broken GPU)", timeout=60_000)
+    # the session is made: the student goes away before the kernel fails
+    deadline = time.monotonic() + 60
+    while not [s for s in server_api(slow_site, "GET", "sessions") if s["path"] == REOPENED]:
+        assert time.monotonic() < deadline, "the notebook made no session"
+        time.sleep(0.2)
+    page.goto("about:blank")
+    while True:
+        sessions = [s for s in server_api(slow_site, "GET", "sessions") if s["path"] == REOPENED]
+        if sessions and sessions[0]["kernel"]["execution_state"] == "dead":
+            break
+        assert time.monotonic() < deadline, f"the kernel did not fail: {sessions}"
+        time.sleep(0.5)
+    dead = sessions[0]["kernel"]["id"]
+
+    page.goto(f"{slow_site.hub.url}/user/{STUDENT}/lab/tree/{REOPENED}")
+    dialog = page.locator(".jp-Dialog")
+    expect(dialog.locator(".jp-Dialog-body pre")).to_contain_text("the kernel exited while starting (exit code 3)", timeout=60_000)
+    dialog.get_by_role("button", name="Ok").click()
+    expect(kernel_name).to_have_text("No Kernel", timeout=20_000)
+    kernel_name.click()
+    picker = page.locator(".jp-Dialog select")
+    expect(picker.locator("option:checked")).to_have_text("Python 3 (broken GPU)")
+    expect(picker.locator(f"option[value*='{dead}']")).to_have_count(0)
+    page.locator(".jp-Dialog .jp-mod-reject").click()
+
+
+def test_a_notebook_whose_gpu_kernel_was_stopped_offers_a_new_start(page: Page, slow_site: KernelSite) -> None:
+    """The server shuts the running GPU kernel down (as it does when the hub stops it: culling, a
+    budget, an admin): the notebook reads No Kernel and its picker preselects a new start."""
+    name = "stopped.ipynb"
+    notebook = {
+        **BROKEN_NOTEBOOK,
+        "metadata": {"kernelspec": {"name": "gpuburst-gpu-1", "display_name": "Python 3 (1 GPU)", "language": "python"}},
+    }
+    server_api(slow_site, "PUT", f"contents/{name}", {"type": "notebook", "format": "json", "content": notebook})
+    log_in_to(page, slow_site, f"lab/tree/{name}?reset", landing="lab/tree/**")
+    page.locator(".jp-Notebook .jp-Cell").first.click()
+    page.keyboard.press("Shift+Enter")
+    output = page.locator(".jp-Notebook .jp-OutputArea-output").first
+    expect(output).to_have_text(re.compile(r"(^|\n)(origin|donor-1)\s*$"), timeout=(START_DELAY_S + 60) * 1000)
+    session = next(s for s in server_api(slow_site, "GET", "sessions") if s["path"] == name)
+    server_api(slow_site, "DELETE", f"kernels/{session['kernel']['id']}")
+    kernel_name = page.locator(".jp-NotebookPanel-toolbar .jp-Toolbar-kernelName")
+    expect(kernel_name).to_have_text("No Kernel", timeout=30_000)
+    kernel_name.click()
+    picker = page.locator(".jp-Dialog select")
+    expect(picker.locator("option:checked")).to_have_text("Python 3 (1 GPU)")
+    expect(picker.locator(f"option[value*='{session['kernel']['id']}']")).to_have_count(0)
+    page.locator(".jp-Dialog .jp-mod-reject").click()
