@@ -103,8 +103,15 @@ test-browser: setup
 # kube-controller-manager and etcd built here (make kube), the hub as its ServiceAccount.
 # The emulator tiers' own files named here run unchanged on it (GPUBURST_CONTROL_PLANE=kube switches
 # the shared fixtures); in one process, where tests/kube/test_zz_hub_rbac.py comes last and
-# judges the hub's RBAC by the audit log of everything before it.
-KUBE_TESTS := tests/kube/test_site.py tests/hub/pools/test_prestarted_integration.py tests/kube/test_zz_admission.py tests/kube/test_zz_hub_rbac.py
+# judges the hub's RBAC by the audit log of everything before it. Of the emulator tier's longer
+# files, the tests that reach what the prestarted ones do not: a donor spawn (and the namespace's
+# offloading), the Unschedulable redirect from kube-scheduler's own refusal, home volumes (the
+# site's provisioner), and the queue's cancel that deletes an unused claim.
+KUBE_TESTS := tests/kube/test_site.py tests/hub/pools/test_prestarted_integration.py \
+	tests/hub/spawner/test_spawner_integration.py::test_capacity_stolen_after_decision_is_redirected_to_donor \
+	tests/hub/spawner/test_storage_and_profile_policy.py::test_scratch_on_donor_mounts_home_on_the_origin_and_scratch_on_the_donor \
+	tests/hub/spawner/test_queue_integration.py::test_the_queue_says_place_and_wait_live_and_cancel_leaves_nothing \
+	tests/kube/test_zz_admission.py tests/kube/test_zz_hub_rbac.py
 test-kube: setup kube
 	@GPUBURST_CONTROL_PLANE=kube tools/test-tier kube -q -ra $(KUBE_TESTS)
 

@@ -15,14 +15,10 @@ from jupyter_gpuburst.sim.kube.hubaccount import documents, retarget
 
 pytestmark = pytest.mark.kube
 # Granted, and needed only on a path the tier does not take yet, each with that path.
-_HOME = "home volumes (KubeSpawner's claims; the kube tier runs no volume provisioner yet)"
-_DONOR = "a first pod for a donor offloads the user namespace (the kube tier spawns no donor server yet)"
 UNUSED_BUT_NEEDED: dict[audit.Use, str] = {
-    audit.Use("create", "", "persistentvolumeclaims"): _HOME,
-    audit.Use("get", "", "persistentvolumeclaims"): _HOME,
-    audit.Use("delete", "", "persistentvolumeclaims"): _HOME,
-    audit.Use("get", "offloading.liqo.io", "namespaceoffloadings"): _DONOR,
-    audit.Use("create", "offloading.liqo.io", "namespaceoffloadings"): _DONOR,
+    audit.Use("get", "offloading.liqo.io", "namespaceoffloadings"): (
+        "read only where create is refused: an admin offloaded the namespace and granted get alone (hub/sites/offloading.py)"
+    ),
 }
 # Refused on purpose, each with why the hub asks anyway.
 EXPECTED_REFUSALS: dict[audit.Use, str] = {
