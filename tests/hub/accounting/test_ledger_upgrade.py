@@ -134,3 +134,52 @@ def test_use_figures_fold_across_reports_and_survive_a_restart(tmp_path):
     assert restarted.unit_memory("nvidia.com/mig-1g.10gb") is None
     rows = restarted.usage_rows("2000-01-01", "2100-01-01", user="alice")
     assert {r["mode"]: r["peak_memory_bytes"] for r in rows} == {"server": 6 * GIB, "kernel": 1 * GIB}
+
+
+def _layout(path) -> dict[str, object]:
+    """Every table's columns (name, type, not null, default, key) and the layout number."""
+    db = sqlite3.connect(path)
+    try:
+        tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        layout: dict[str, object] = {table: db.execute(f"PRAGMA table_info({table})").fetchall() for table in tables}
+        layout["user_version"] = db.execute("PRAGMA user_version").fetchone()[0]
+        return layout
+    finally:
+        db.close()
+
+
+def test_the_rollback_docs_operating_gives_takes_a_migrated_ledger_back_to_0_2_0(tmp_path):
+    """Release 0.2.0 reads and writes its ledger by position: on the migrated layout it fails, so
+    docs/operating.md gives the statements that take the ledger back before a rollback."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "operating.md").read_text()
+    [statements] = re.findall(r"db\.executescript\('''\n(.*?)'''\)", text, re.S)
+    old, migrated = tmp_path / "old.sqlite", tmp_path / "gpuburst-usage.sqlite"
+    db = sqlite3.connect(old)
+    db.executescript(SCHEMA_0_2_0)
+    db.close()
+    ledger_of_0_2_0(migrated)
+    store = UsageStore(migrated)
+    store.db.execute("UPDATE sessions SET peak_memory_bytes = ?, utilization_samples = 3 WHERE uid = 'uid-a'", (GIB,))
+    store.close()
+    assert _layout(migrated) != _layout(old)
+
+    db = sqlite3.connect(migrated)
+    db.executescript(statements)
+    assert _layout(migrated) == _layout(old)
+    # 0.2.0's own statements work again, and what was counted is still there
+    db.execute(
+        "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        ("uid-c", "p", "k", "u", "[]", "g", "origin", "r", 1, "server", 0, 0, None),
+    )
+    db.execute("INSERT INTO site_samples VALUES (?,?,?,?,?,?)", (DAY0, "origin", "nvidia.com/gpu", 4, 2, 0))
+    db.commit()
+    assert db.execute("SELECT SUM(gpu_seconds) FROM charges").fetchone()[0] == 4200.0
+    db.close()
+    # upgrading again migrates it again, its sessions kept
+    store = UsageStore(migrated)
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert store.db.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 3
+    store.close()
