@@ -14,7 +14,7 @@ import sys
 # name -> (module, function, one-line help). Each function takes argv (list[str]) and returns
 # an exit code; it owns its own argparse parser so `gpuburst NAME --help` is complete.
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
-    "demo": ("jupyter_gpuburst.demo", "main", "run the local federation + JupyterHub demo"),
+    "demo": ("jupyter_gpuburst.demo_cli", "main", "run the local federation + JupyterHub demo"),
     "sim": ("jupyter_gpuburst.sim.cli", "main", "run a local Kubernetes + Liqo federation"),
     "doctor": ("jupyter_gpuburst.doctor.cli", "main", "check a cluster for what the spawner needs"),
     "capacity": ("jupyter_gpuburst.doctor.cli", "capacity_main", "print free/total GPUs per site"),

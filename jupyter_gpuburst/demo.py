@@ -20,7 +20,6 @@ federation (which kills any pod process left), and checks that the public port i
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -39,9 +38,12 @@ from typing import Any
 import psutil
 
 from jupyter_gpuburst.core import liqo
+from jupyter_gpuburst.demo_lab import MEMBERS as LAB_MEMBERS
+from jupyter_gpuburst.demo_lab import booked_lab
+from jupyter_gpuburst.hub.labs.model import Booking
 from jupyter_gpuburst.hub.ports import browser_blocks, free_port, port_is_free
 from jupyter_gpuburst.sim.federation import CONTROL_PLANES
-from jupyter_gpuburst.sim.hostgpus import GPUS_MODE_ENV, GPUS_MODES, HostGPUError, HostGPUs, host_gpus
+from jupyter_gpuburst.sim.hostgpus import GPUS_MODES, HostGPUError, HostGPUs, host_gpus
 
 DEMO_CONFIG = Path(__file__).with_name("demo_config.py")
 REPO = Path(__file__).resolve().parent.parent
@@ -74,6 +76,8 @@ class DemoOptions:
     admin_password: str = ""
     # "kube": each site on its own real control plane (make kube), the hub as its ServiceAccount
     control_plane: str = "emulator"
+    # the admin's own jupyterhub_config.py, loaded after demo_config.py (its settings win)
+    config: Path | None = None
 
     def __post_init__(self) -> None:
         if self.control_plane not in CONTROL_PLANES:
@@ -199,6 +203,12 @@ def proxy_command() -> list[str]:
     return [find_proxy() or PROXY_NAME]
 
 
+def largest_node_gpus(opts: DemoOptions, donors: int) -> int:
+    """The most whole GPUs one node has: the demo's largest GPU kernel takes them all, so that
+    one user can fill the sites and meet the queue."""
+    return max(opts.origin_gpus, opts.donor_gpus if donors else 0, 1)
+
+
 def _where(free: dict[str, int], count: int) -> str | None:
     """Where local-first placement puts ``count`` GPUs given ``free`` per site (origin first)."""
     for site, left in free.items():
@@ -223,7 +233,9 @@ def gpuburst_command() -> str:
         return str(script)
 
 
-def try_steps(opts: DemoOptions, donor_names: list[str], url: str, kubeconfig: Path, real: bool = False) -> list[str]:
+def try_steps(
+    opts: DemoOptions, donor_names: list[str], url: str, kubeconfig: Path, real: bool = False, lab: Booking | None = None
+) -> list[str]:
     """The banner's "Try" steps, worked out from the options so that each one comes true."""
     count = 2 if opts.origin_gpus >= 2 or (opts.origin_gpus == 0 and opts.donor_gpus >= 2) else 1
     profile = "2 GPUs" if count == 2 else "1 GPU"
@@ -246,8 +258,21 @@ def try_steps(opts: DemoOptions, donor_names: list[str], url: str, kubeconfig: P
         "GPU kernels section says how many could start now and where, and a GPU kernel you start shows in the GPU panel "
         "with its site, node and GPU memory."
     )
+    from jupyter_gpuburst.core.names import plural
+
+    whole = largest_node_gpus(opts, len(donor_names))
     steps.append(
-        f"{len(steps) + 1}. Log in as {ADMIN} (with the admin's password above) and open {url}/services/gpuburst/capacity for capacity per site."
+        f"{len(steps) + 1}. As student5 with '{KERNEL_PROFILE}', start 'Python 3 ({plural(whole, 'GPU')})' in the launcher, then "
+        f"again until one waits in line: with no site's {plural(whole, 'GPU')} free, the status bar and the GPU panel say its "
+        "place, with Cancel."
+    )
+    labs = ""
+    if lab is not None:
+        when = f"{lab.start.astimezone():%H:%M}-{lab.end.astimezone():%H:%M}"
+        labs = f", and {url}/services/gpuburst/labs for the lab {lab.title}, booked {when} for {lab.group} ({', '.join(LAB_MEMBERS)})"
+    steps.append(
+        f"{len(steps) + 1}. Log in as {ADMIN} (with the admin's password above) and open {url}/services/gpuburst/capacity "
+        f"for capacity per site{labs}."
     )
     command = gpuburst_command()
     steps.append(f"{len(steps) + 1}. In another shell: {command} doctor --kubeconfig {kubeconfig}")
@@ -256,7 +281,13 @@ def try_steps(opts: DemoOptions, donor_names: list[str], url: str, kubeconfig: P
 
 
 def banner(
-    opts: DemoOptions, url: str, kubeconfig: Path, donor_names: list[str], host: HostGPUs | None = None, found: str | None = None
+    opts: DemoOptions,
+    url: str,
+    kubeconfig: Path,
+    donor_names: list[str],
+    host: HostGPUs | None = None,
+    found: str | None = None,
+    lab: Booking | None = None,
 ) -> str:
     from jupyter_gpuburst.core.names import plural
 
@@ -283,7 +314,7 @@ def banner(
             ),
             "",
             "  Try:",
-            *(f"    {step}" for step in try_steps(opts, donor_names, url, kubeconfig, real=host is not None)),
+            *(f"    {step}" for step in try_steps(opts, donor_names, url, kubeconfig, real=host is not None, lab=lab)),
             "",
             "  Ctrl-C stops everything.",
             "",
@@ -313,6 +344,7 @@ class Demo:
         self.kubeconfig = state / "kubeconfig"
         self.hub_log = state / "jupyterhub.log"
         self.url = f"http://127.0.0.1:{opts.port}"
+        self.lab: Booking | None = None
 
     async def start(self) -> None:
         from jupyter_gpuburst.sim.config import parse_config
@@ -333,6 +365,7 @@ class Demo:
         self.fed.origin.store.create(
             f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}", liqo.namespace_offloading(NAMESPACE), NAMESPACE
         )
+        self.lab = booked_lab(self.state, ADMIN)
         await self._start_hub(self._hub_kubeconfig())
 
     def _hub_kubeconfig(self) -> Path:
@@ -357,6 +390,8 @@ class Demo:
             "GPUBURST_DEMO_NAMESPACE": NAMESPACE,
             "GPUBURST_DEMO_GPU_PRODUCTS": json.dumps(gpu_products(federation_config(self.opts))),
             "GPUBURST_DEMO_REAL_GPUS": json.dumps(real_gpus(self.host)),
+            "GPUBURST_DEMO_NODE_GPUS": str(largest_node_gpus(with_host(self.opts, self.host), self.opts.donors)),
+            "GPUBURST_DEMO_USER_CONFIG": str(self.opts.config or ""),
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
         if self.opts.pod_network == "namespaces":
@@ -465,7 +500,7 @@ async def run(opts: DemoOptions, ready: asyncio.Event | None = None, stop: async
             try:
                 print("starting the federation and JupyterHub ...", flush=True)
                 if await _unless_stopped(demo.start(), stop):
-                    print(banner(opts, demo.url, demo.kubeconfig, list(demo.fed.donors), host, found), flush=True)
+                    print(banner(opts, demo.url, demo.kubeconfig, list(demo.fed.donors), host, found, demo.lab), flush=True)
                     kept = "" if opts.state_dir else ", removed on exit (keep it with --state-dir)"
                     print(f"  (login page up in {time.monotonic() - started:.1f}s; hub log: {demo.hub_log}{kept})", flush=True)
                     if ready is not None:
@@ -502,98 +537,3 @@ async def _unless_stopped(starting: Any, stop: asyncio.Event) -> bool:
     with contextlib.suppress(asyncio.CancelledError):
         await start  # its error, if it failed, goes to the caller
     return not start.cancelled()
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="gpuburst demo",
-        description="Run a local origin cluster and Liqo-peered donors, JupyterHub with GPUBurstSpawner and its "
-        "proxy, all on 127.0.0.1. Prints the URL and the demo users; Ctrl-C stops everything.",
-    )
-    parser.add_argument("--port", type=int, default=DemoOptions.port, help="public port of the hub (default: %(default)s)")
-    parser.add_argument(
-        "--origin-gpus",
-        type=int,
-        default=DemoOptions.origin_gpus,
-        help="whole GPUs on the origin's GPU node (default: %(default)s; the origin also has one GPU split into 7 MIG slices)",
-    )
-    parser.add_argument("--donor-gpus", type=int, default=DemoOptions.donor_gpus, help="GPUs each donor grants (default: %(default)s)")
-    parser.add_argument("--donors", type=int, default=DemoOptions.donors, help="number of donor clusters (default: %(default)s)")
-    parser.add_argument(
-        "--password",
-        default=os.environ.get("GPUBURST_DEMO_PASSWORD", DEFAULT_PASSWORD),
-        help="shared password of the demo users, 8 characters or more (default: $GPUBURST_DEMO_PASSWORD, else %(default)s)",
-    )
-    parser.add_argument(
-        "--admin-password",
-        default=os.environ.get("GPUBURST_DEMO_ADMIN_PASSWORD", ""),
-        help=f"password of the admin {ADMIN}, 32 characters or more (default: $GPUBURST_DEMO_ADMIN_PASSWORD, else one made up "
-        "for this run, printed with the URL)",
-    )
-    parser.add_argument(
-        "--state-dir",
-        type=Path,
-        default=None,
-        help="keep the hub database, logs and pod directories here (default: a temp dir, removed on exit)",
-    )
-    parser.add_argument(
-        "--pod-network",
-        choices=("shared", "namespaces"),
-        default=os.environ.get("GPUBURST_SIM_NETWORK") or "shared",
-        help="'namespaces': each pod a network namespace of its own, as on a cluster (root only; the hub then listens on 127.0.0.2); "
-        "'shared': the host's (default: $GPUBURST_SIM_NETWORK, else %(default)s)",
-    )
-    parser.add_argument(
-        "--gpus",
-        choices=GPUS_MODES,
-        default=os.environ.get(GPUS_MODE_ENV) or "auto",
-        help="'auto': this machine's NVIDIA GPUs on the origin when NVML finds any, else simulated ones; 'real': this machine's "
-        "or an error; 'simulated': simulated GPUs everywhere (donors are always simulated; default: $GPUBURST_GPUS, else auto; with GPUs "
-        "found, --origin-gpus is ignored)",
-    )
-    parser.add_argument(
-        "--control-plane",
-        choices=CONTROL_PLANES,
-        default=DemoOptions.control_plane,
-        help="'emulator': the Python API emulator per site (no Go needed); 'kube': each site, the origin and every donor, on "
-        "its own real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler; `make kube` builds it, "
-        "with Go >= 1.25), the hub acting as its ServiceAccount under the shipped RBAC (default: %(default)s)",
-    )
-    return parser
-
-
-def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        opts = DemoOptions(
-            args.port,
-            args.origin_gpus,
-            args.donor_gpus,
-            args.donors,
-            args.password,
-            args.state_dir,
-            args.pod_network,
-            args.gpus,
-            args.admin_password,
-            args.control_plane,
-        ).with_admin_password()
-    except ValueError as exc:
-        print(f"gpuburst demo: {exc}", file=sys.stderr)
-        return 2
-    if opts.control_plane == "kube":
-        from jupyter_gpuburst.sim.kube import deployment
-
-        if why := deployment.unavailable():
-            print(f"gpuburst demo: {why}", file=sys.stderr)
-            return 2
-    if opts.pod_network == "namespaces":
-        from jupyter_gpuburst.sim.kubelet import netns
-
-        why = netns.unavailable()
-        if why:
-            print(f"gpuburst demo: no pod network namespaces: {why}", file=sys.stderr)
-            return 2
-    try:
-        return asyncio.run(run(opts))
-    except KeyboardInterrupt:  # a second Ctrl-C during shutdown
-        return 130

@@ -17,6 +17,8 @@ Environment (set by `gpuburst demo`):
   GPUBURST_DEMO_NAMESPACE       the (offloaded) namespace user servers run in
   GPUBURST_DEMO_GPU_PRODUCTS    site -> GPU resource -> the simulated GPUs' model (demo.gpu_products)
   GPUBURST_DEMO_REAL_GPUS       site -> the GPU resources that are this machine's own (demo.real_gpus)
+  GPUBURST_DEMO_NODE_GPUS       the most whole GPUs one node has (the largest GPU kernel's count)
+  GPUBURST_DEMO_USER_CONFIG     the admin's own config (`--config`), loaded last; empty: none
 """
 
 import json
@@ -28,7 +30,9 @@ from kubernetes_asyncio.client import V1EnvVar
 
 from jupyter_gpuburst.core.keys import BACKEND_ENV, SIM_GPUS_ENV, SIM_MODEL_ENV
 from jupyter_gpuburst.demo import KERNEL_PROFILE, proxy_command
+from jupyter_gpuburst.demo_lab import GROUP, MEMBERS
 from jupyter_gpuburst.hub import install
+from jupyter_gpuburst.hub.kernels.settings import profiles_from_server_profiles
 
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
 
@@ -60,6 +64,8 @@ c.SharedPasswordAuthenticator.user_password = env["GPUBURST_DEMO_PASSWORD"]
 c.SharedPasswordAuthenticator.admin_password = env["GPUBURST_DEMO_ADMIN_PASSWORD"]
 c.Authenticator.allow_all = True
 c.Authenticator.admin_users = {"teacher"}
+# the class of the lab the demo has booked (demo_lab.py), so that the labs page shows one
+c.JupyterHub.load_groups = {GROUP: {"users": list(MEMBERS)}}
 # GPU kernels for everyone in the demo (a real hub grants these scopes per group, see docs/kernels.md);
 # before install(c), which adds the gpuburst service's own role to this list (an assignment
 # after it would drop that role, and with it the scopes culling and budgets stop servers with)
@@ -178,5 +184,21 @@ c.KubeSpawner.profile_list = [
 c.GPUKernelSettings.server_profiles = {p["slug"]: ["*"] for p in c.KubeSpawner.profile_list if p["slug"] != "cpu"}
 # GPU kernels' pods measure their own GPU for the panel: simulated GPUs, as the servers' are
 c.GPUKernelSettings.extra_env = {"JUPYTER_GPUBURST_BACKEND": "simulated"}
+# A new user should meet the queue: a GPU kernel that takes a whole node's GPUs (the donor's 8
+# by default) fills a site at once; started again until no site has that many free, the last
+# one waits in line, its place and Cancel in the status bar and the GPU panel. The limit lets
+# one user take every site this way (8 donors and the origin at most) and wait for one more.
+_whole = int(env.get("GPUBURST_DEMO_NODE_GPUS") or "8")
+c.GPUKernelSettings.profiles = [
+    *(kernels := profiles_from_server_profiles(c.KubeSpawner.profile_list)),
+    *([] if any(k["resource"] == "nvidia.com/gpu" and k["count"] == _whole for k in kernels) else [{"count": _whole}]),
+]
+c.GPUKernelSettings.queue_when_full = True
+c.GPUKernelSettings.max_kernels_per_user = 10
 
 c.GPUBurstSpawner.strategy = "local-first"
+
+# ---- the admin's own settings (`gpuburst demo --config FILE`) ------------------------------
+# last, as `jupyterhub -f FILE` would load it: what it sets wins over the demo's own
+if env.get("GPUBURST_DEMO_USER_CONFIG"):
+    load_subconfig(env["GPUBURST_DEMO_USER_CONFIG"])  # noqa: F821 - provided with get_config

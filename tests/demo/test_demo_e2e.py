@@ -296,11 +296,11 @@ async def test_busy_port_and_bad_knobs_are_refused(tmp_path):
 
 
 def test_pod_network_namespaces_where_they_cannot_be_had_are_refused(monkeypatch, capsys):
-    from jupyter_gpuburst import demo
+    from jupyter_gpuburst import demo, demo_cli
     from jupyter_gpuburst.sim.kubelet import netns
 
     monkeypatch.setattr(netns, "unavailable", lambda: "pod network namespaces need root on Linux")
-    assert demo.main(["--pod-network", "namespaces", "--port", "2"]) == 2
+    assert demo_cli.main(["--pod-network", "namespaces", "--port", "2"]) == 2
     assert "gpuburst demo: no pod network namespaces: pod network namespaces need root on Linux" in capsys.readouterr().err
     assert demo.DemoOptions(pod_network="namespaces").hub_ip == "127.0.0.2"
     assert demo.DemoOptions().hub_ip == "127.0.0.1"

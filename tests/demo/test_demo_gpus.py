@@ -13,7 +13,7 @@ import pytest
 from kubernetes_asyncio.client import V1Container, V1EnvVar, V1Pod, V1PodSpec
 from traitlets.config import Config
 
-from jupyter_gpuburst import demo
+from jupyter_gpuburst import demo, demo_cli
 from jupyter_gpuburst.gpu.testing import FakeGPU, FakeMIG, FakeNVML
 from jupyter_gpuburst.hub.ports import free_port
 from jupyter_gpuburst.sim import hostgpus
@@ -53,7 +53,7 @@ def test_without_a_gpu_the_banner_says_so_and_nothing_else_changes(monkeypatch):
 
 def test_real_without_a_gpu_is_refused_before_anything_starts(monkeypatch, capsys, tmp_path):
     fake = FakeNVML(init_error=pynvml.NVMLError_LibraryNotFound).install(monkeypatch.setattr)
-    assert demo.main(["--gpus", "real", "--port", str(free_port()), "--state-dir", str(tmp_path / "state")]) == 2
+    assert demo_cli.main(["--gpus", "real", "--port", str(free_port()), "--state-dir", str(tmp_path / "state")]) == 2
     err = capsys.readouterr().err
     assert err.strip() == (
         "gpuburst demo: --gpus real, but NVML finds no GPU here: no NVIDIA driver found (libnvidia-ml.so.1 missing);"
@@ -143,8 +143,8 @@ def test_a_mig_host_replaces_the_simulated_slices_and_its_pods_read_nvml(monkeyp
 
 def test_gpus_default_comes_from_the_environment(monkeypatch, tmp_path):
     # the suite sets it to "simulated" for every test; a GPU machine's own runs may set "real"
-    assert demo.build_parser().parse_args([]).gpus == "simulated"
+    assert demo_cli.build_parser().parse_args([]).gpus == "simulated"
     monkeypatch.setenv(hostgpus.GPUS_MODE_ENV, "real")
-    assert demo.build_parser().parse_args([]).gpus == "real"
+    assert demo_cli.build_parser().parse_args([]).gpus == "real"
     monkeypatch.setenv(hostgpus.GPUS_MODE_ENV, "cuda")
     assert sim_main(["--kubeconfig-out", str(tmp_path / "kc")]) == 2

@@ -266,7 +266,7 @@ def test_uninstalling_runs_gpuburst_uninstall_after_the_hub_and_before_the_names
 def test_the_readme_lists_every_demo_flag():
     import re
 
-    from jupyter_gpuburst.demo import build_parser
+    from jupyter_gpuburst.demo_cli import build_parser
 
     flags = {o for action in build_parser()._actions for o in action.option_strings if o not in ("-h", "--help")}
     text = " ".join((REPO / "README.md").read_text().split())
