@@ -211,7 +211,7 @@ class KubeSite:
             for name in names:
                 for _ in range(300):
                     crd = (await client.get(f"{base}/{name}")).json()
-                    conditions = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions", [])}
+                    conditions = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
                     if conditions.get("Established") == "True":
                         break
                     await asyncio.sleep(0.1)
