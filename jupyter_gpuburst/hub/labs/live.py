@@ -19,6 +19,9 @@ from jupyter_gpuburst.hub.labs.store import LabStore
 from jupyter_gpuburst.hub.queue import classes
 
 _book: LabBook | None = None
+# whether the book was read (opened, or found off or unable to open): until then no one knows
+# which pools bookings ask for, and the warm pools must not drain a booked pool's pods
+_read = False
 
 
 def install(c: Any, tracker_source: Any) -> None:
@@ -40,8 +43,11 @@ def book() -> LabBook | None:
     return _book
 
 
-def booked_pools(now: Any) -> list[Any]:
-    """The pools active bookings ask for now (the warm pools' ``booked``)."""
+def booked_pools(now: Any) -> list[Any] | None:
+    """The pools active bookings ask for now (the warm pools' ``booked``); None until the book
+    is read (a restarted hub's first pool pass may come first)."""
+    if not _read:
+        return None
     return _book.pools(now) if _book is not None else []
 
 
@@ -115,6 +121,14 @@ def hub_groups() -> list[str]:
 
 
 async def _open(c: Any, tracker_source: Any) -> None:
+    global _read
+    try:
+        await _open_book(c, tracker_source)
+    finally:
+        _read = True
+
+
+async def _open_book(c: Any, tracker_source: Any) -> None:
     global _book
     from jupyterhub.app import JupyterHub
 

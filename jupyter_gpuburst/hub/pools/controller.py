@@ -11,8 +11,10 @@ list of the pools' pods per pass, and a pass whenever capacity changes (at most 
 emptied outside them (a pre-started kernel being adopted stays: it is a student's now).
 
 After an upgrade the pods an older hub left are drained and replaced, never adopted: those of
-another release or image (``stale``), and those of a pool no longer configured. A kernel a
-student adopted is no pool's pod any more (adoption took the pool's labels off): it is never
+another release or image (``stale``), and those of a pool that neither the admin's settings
+nor, once the lab book is read, a booking asks for (a restarted hub's first pass may come before
+the book is read: a lab's warm pods drained then would be remade, their images pulled again). A
+kernel a student adopted is no pool's pod any more (adoption took the pool's labels off): it is never
 listed here, and a delete's preconditions leave one adopted since the list.
 """
 
@@ -91,10 +93,12 @@ class PoolController:
         offloader: Any = None,
         kernel_pods: Mapping[str, Callable[[], Any]] | None = None,
         wall_clock: Callable[[], dt.datetime] | None = None,
-        booked: Callable[[dt.datetime], Iterable[Pool]] | None = None,
+        booked: Callable[[dt.datetime], Iterable[Pool] | None] | None = None,
     ):
-        # pools that teachers' lab bookings ask for now (hub/labs), on top of the admin's
+        # pools that teachers' lab bookings ask for now (hub/labs), on top of the admin's; None
+        # while the bookings are not read yet
         self.booked = booked
+        self._bookings_read = booked is None
         self.offloader = offloader  # sites.offloading.NamespaceOffloader: donor placeholders need it
         self.settings = settings
         self.shapes = dict(shapes)
@@ -210,7 +214,9 @@ class PoolController:
             static = name in self._static
             state.target = state.pool.count if static and schedule.is_open(state.pool.schedule, today) else 0
             state.when = schedule.describe(state.pool.schedule, today) if static else ""
-        for pool in self.booked(today) if self.booked is not None else ():
+        booked = self.booked(today) if self.booked is not None else ()
+        self._bookings_read = booked is not None
+        for pool in booked or ():
             state = self.states.setdefault(pool.name, PoolState(pool))
             state.target += pool.count
             state.when = state.when or "booked for a lab"
@@ -267,6 +273,8 @@ class PoolController:
         removed: set[str] = set()
         for name, pods in by_pool.items():
             state = self.states.get(name)
+            if state is None and not self._bookings_read:
+                continue  # a booked pool's, maybe: a restarted hub's first pass may come before its bookings are read
             image = await self._image(state.pool) if state is not None else None
             if state is not None and image is None:
                 continue  # an unknown profile: nothing to compare with (its note says why)

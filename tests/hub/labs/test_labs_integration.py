@@ -127,3 +127,56 @@ async def test_during_the_lab_its_gpus_are_held_from_others_until_its_students_t
     assert report["started"] == ["sam"] and report["still_waiting"] == [] and not report["over"]
     assert report["seconds_to_ready"]["measured"] == 1 and 0 < report["seconds_to_ready"]["p50"] < 60
     assert report["gpu_hours"]["booked"] > report["gpu_hours"]["used"] >= 0
+
+
+# the book opens only once the pools have made a pass (their static pool's placeholder counted),
+# so that a restarted hub's first pass surely comes before its bookings are read
+LATE_BOOK = """
+import asyncio
+from jupyter_gpuburst.hub.labs import live as lab_live
+from jupyter_gpuburst.hub.pools import live as pool_live
+_open_now = lab_live._open
+async def _open_after_a_pass(*args):
+    while not any(pool["ready"] for pool in pool_live.report()):
+        await asyncio.sleep(0.1)
+    await _open_now(*args)
+lab_live._open = _open_after_a_pass
+c.WarmPools.pools = [{"site": "donor-1", "profile": "gpu1", "count": 1}]
+"""
+
+
+async def test_a_hub_restarted_mid_lab_keeps_the_lab_s_warm_placeholders(federation, start_hub):
+    hub = await start_hub(LABS + LATE_BOOK)
+    status, data = await hub.api("POST", "/groups/ml-101", {"users": ["sam"]})
+    assert status == 201, data
+    tina = await user_token(hub, "tina")
+
+    async def book_open() -> bool:
+        return (await labs(hub, tina))[0] == 200
+
+    await wait_until(book_open, timeout=30, what="the lab book open, after the static pool's first placeholder")
+    start = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=WARMUP_S // 2)  # its warm-up open at once
+    lab = {"title": "ML-101", "group": "ml-101", "profile": "gpu1", "students": 2, "sites": ["origin"]}
+    lab.update(start=start.isoformat(), end=(start + dt.timedelta(minutes=20)).isoformat())
+    status, booking = await labs(hub, tina, "POST", "", lab)
+    assert status == 201, booking
+
+    def booked_uids() -> set[str]:
+        return {p["metadata"]["uid"] for p in placeholders(federation) if p["metadata"]["labels"][keys.POOL_LABEL] == "origin.gpu1"}
+
+    await wait_until(lambda: len(booked_uids()) == 2, timeout=45, what="the lab's pool filled")
+    before = booked_uids()
+
+    await hub.stop()
+    hub.start()
+    await hub.wait_up()
+    await wait_until(book_open, timeout=30, what="the restarted hub's lab book open, after its pools' first pass")
+
+    async def booked_pool_seen() -> bool:
+        status, report = await hub.capacity()
+        return status == 200 and any(p["site"] == "origin" and p["profile"] == "gpu1" and p["target"] == 2 for p in report["pools"])
+
+    await wait_until(booked_pool_seen, timeout=30, what="the restarted hub's pools follow the lab")
+    # its first pass, before the book was read, drained none of them (nor did any pass since)
+    assert booked_uids() == before, hub.log()
+    assert "draining" not in hub.log_path.read_text()

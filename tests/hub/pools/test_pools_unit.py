@@ -144,7 +144,7 @@ class FakeApi:
         self.pods[name]["status"]["phase"] = "Running"
 
 
-def controller(pools, clock, wall_clock=None):
+def controller(pools, clock, wall_clock=None, booked=None):
     inv = Inventory(pool_namespace=lambda namespace: namespace == "jhub")
     for name in ("g1", "g2"):
         inv.apply_node_event(
@@ -154,7 +154,7 @@ def controller(pools, clock, wall_clock=None):
     api = FakeApi()
     settings = WarmPools(pools=pools, pending_seconds=10)
     shapes = {"gpu-1": profile_shape("gpu-1", {}, PROFILES)}
-    return PoolController(settings, shapes, "jhub", api, api, tracker, clock=clock, wall_clock=wall_clock), api, inv
+    return PoolController(settings, shapes, "jhub", api, api, tracker, clock=clock, wall_clock=wall_clock, booked=booked), api, inv
 
 
 async def test_controller_fills_to_the_room_gives_way_to_a_reservation_and_drops_stuck_placeholders():
@@ -208,6 +208,21 @@ async def test_a_scheduled_pool_fills_in_its_window_and_empties_outside_it():
     wall[0] = dt.datetime(2026, 11, 30, 9, 15)
     await ctl.reconcile()
     assert api.pods == {} and ctl.report()[0]["when"] == "off until Tue 08:30"
+
+
+async def test_a_pool_no_one_asks_for_is_drained_only_once_the_bookings_are_read():
+    booked: list = [None]  # a restarted hub: its lab book not read yet
+    ctl, api, _ = controller([{"site": "origin", "profile": "gpu-1", "count": 1}], lambda: 100.0, booked=lambda when: booked[0])
+    shape = profile_shape("gpu-1", {}, PROFILES)
+    for name, pool in [("lab", Pool("donor-1", "gpu-1", 1)), ("gone", Pool("donor-2", "gpu-1", 1))]:
+        api.pods[name] = placeholder_pod(pool, shape, "jhub", "gpuburst-warm-pool")
+        api.pods[name]["metadata"].update(name=name, uid=f"u-{name}", creationTimestamp="2026-01-01T00:00:00Z")
+        api.pods[name]["status"] = {"phase": "Running"}
+    await ctl.reconcile()
+    assert {"lab", "gone"} <= set(api.pods) and len(api.pods) == 3  # the static pool ran its pass
+    booked[0] = [Pool("donor-1", "gpu-1", 1)]  # the book is read: a lab is on, none asks for donor-2
+    await ctl.reconcile()
+    assert "lab" in api.pods and "gone" not in api.pods
 
 
 def test_capacity_page_shows_pools_apart():
