@@ -4,7 +4,8 @@ Served by the service's HTTP server in the hub process (``jupyter_gpuburst.hub.s
 places from the spawner's own ledger. URLs, under the service's prefix ``/services/gpuburst/``:
 
 - ``api/kernels``: ``GET`` the caller's kernels and the profiles offered; ``POST`` a new one
-- ``api/kernels/<id>``: ``GET`` (``?wait=<s>`` waits while it starts) and ``DELETE``
+- ``api/kernels/<id>``: ``GET`` (``?wait=<s>`` waits while it starts, ``&seen=<version>``
+  returns at once if it changed since that version) and ``DELETE``
 
 The caller is a user's server with its own token (``Authorization: token ...``), checked with the
 hub (``HubAuth``). The token must carry ``access:services!service=gpuburst`` (it may reach this
@@ -222,9 +223,13 @@ class KernelHandler(KernelAPIHandler):
         record = self.own_record(registry, record_id)
         try:
             wait = min(MAX_WAIT_S, max(0.0, float(self.get_argument("wait", "0"))))
+            seen = self.get_argument("seen", None)
+            seen = int(seen) if seen is not None else record.version
         except ValueError:
-            raise web.HTTPError(400, "wait must be a number of seconds") from None
-        if wait:
+            raise web.HTTPError(400, "wait must be a number of seconds, seen the version last read") from None
+        # a change since the caller's last read (its place in line, set after the start was
+        # answered) is news now, not after the next change or the whole wait
+        if wait and seen == record.version:
             await registry.wait(record, wait)
         self.write_record(registry, record)
 
@@ -287,6 +292,8 @@ def record_json(registry: KernelRegistry, record: KernelRecord) -> dict[str, Any
         # the fast path: a pre-started kernel of a warm pool was adopted
         "prestarted": record.prestarted,
         "pod": record.pod_name,
+        # what a long-poll names as ``seen`` to hear of any later change
+        "version": record.version,
     }
     if state == "running":
         out["connection"] = {"transport": "tcp", "ip": registry.pod_ip(record), **record.ports}

@@ -52,6 +52,9 @@ class KernelRecord:
     # when the start was asked for (monotonic): a wait in the queue counts against start_timeout
     accepted: float = field(default_factory=time.monotonic)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    # counts the changes notify() announced: a long-poll that names the version its caller read
+    # returns at once when one came in between, which ``changed`` alone cannot tell it
+    version: int = 0
     task: asyncio.Task | None = None
     # while it waits in the hub's queue for a GPU: its place and the expected wait
     line: Line | None = None
@@ -63,6 +66,7 @@ class KernelRecord:
         return kernel_key(self.user, self.id)
 
     def notify(self) -> None:
+        self.version += 1
         self.changed.set()
         self.changed = asyncio.Event()
 

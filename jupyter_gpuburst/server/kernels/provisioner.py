@@ -197,7 +197,10 @@ class GPUBurstProvisioner(KernelProvisionerBase):
             if time.monotonic() > deadline:
                 await self._delete()
                 raise KernelPlacementError(f"No GPU kernel: not ready within {self.start_timeout:g} s")
-            code, fresh = await self.hub.request("GET", f"/{data['id']}?wait={self.wait_step_s:g}", timeout=self.wait_step_s + 30)
+            # ``seen``: a change made after this answer (the queue's place, set once the start was
+            # accepted) returns at once rather than at the next change or after the whole step
+            seen = f"&seen={data['version']}" if isinstance(data.get("version"), int) else ""
+            code, fresh = await self.hub.request("GET", f"/{data['id']}?wait={self.wait_step_s:g}{seen}", timeout=self.wait_step_s + 30)
             if code != 200 or not isinstance(fresh, dict):
                 await self._delete()
                 if self._withdrawn:

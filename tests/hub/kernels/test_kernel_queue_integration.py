@@ -14,6 +14,7 @@ from helpers.kernels import KERNEL_HUB
 
 from jupyter_gpuburst.bench.cells import execute
 from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.server.kernels.provisioner import GPUBurstProvisioner
 from jupyter_gpuburst.sim.testing import wait_until
 
 pytestmark = pytest.mark.integration
@@ -22,6 +23,7 @@ QUEUED_KERNELS = KERNEL_HUB + "\nc.GPUKernelSettings.queue_when_full = True\n"
 # the origin-only profile: with the origin full, no site may take it
 ORIGIN_ONLY = "gpuburst-gpu-1-origin"
 server_api = partial(user_server.server_api, timeout=120)
+PROVISIONER_WAIT_STEP_S = GPUBurstProvisioner.wait_step_s.default_value
 
 
 def kernel_pods(federation) -> list[dict]:
@@ -51,7 +53,12 @@ async def test_a_kernel_waits_its_turn_says_its_place_and_a_cell_run_meanwhile_r
         row = await listed(hub, first["id"])
         return row is not None and row["queue"] is not None and row
 
+    # at once, not after the server's long-poll step (GPUBurstProvisioner.wait_step_s, 20 s): the
+    # place is set just after the hub answered the start, and a poll that waited for the next
+    # change missed it (nothing changes while the line stands still)
+    asked = time.monotonic()
     row = await wait_until(first_queued, 30, "the first kernel's place in line")
+    assert time.monotonic() - asked < PROVISIONER_WAIT_STEP_S / 2, "the place in line waited for the long-poll's step"
     assert row["queue"]["position"] == 1 and row["waiting"] == "a GPU: next in line, wait time unknown", row
     assert row["site"] is None and kernel_pods(federation) == []
     # the student runs a cell at once: it waits with the kernel, it is not lost
