@@ -126,7 +126,7 @@ async def test_a_gpu_kernel_over_budget_is_warned_then_stopped_and_its_notebook_
     await hub.wait_ready("bob")
     await grant(hub, "bob", START_HOURS)
     status, kernel = await server_api(hub, "bob", "POST", "/kernels", {"name": "gpuburst-gpu-1"})
-    assert status == 201, (kernel, hub.log())
+    assert status == 201, (kernel, hub.log_tail())
 
     async def kernel_target():
         status, state = await server_api(hub, "bob", "GET", "/gpuburst/culling")

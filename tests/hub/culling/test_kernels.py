@@ -47,7 +47,7 @@ async def test_idle_gpu_kernel_is_warned_then_stopped_and_a_computing_one_is_kep
     await hub.wait_ready("alice")
     base = f"{hub.url}/user/alice"
     status, idle = await server_api(hub, "alice", "POST", "/kernels", {"name": "gpuburst-gpu-1"})
-    assert status == 201, (idle, hub.log())
+    assert status == 201, (idle, hub.log_tail())
     status, busy = await server_api(hub, "alice", "POST", "/kernels", {"name": "gpuburst-gpu-1"})
     assert status == 201, busy
     assert (await execute(base, hub.token, idle["id"], "x = 1"))["error"] is None

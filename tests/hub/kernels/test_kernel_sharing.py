@@ -60,9 +60,9 @@ async def test_a_shared_servers_token_cannot_touch_the_owners_other_servers_kern
     status, kernel = await call(
         hub, two, "POST", "api/kernels", {"profile": "gpu-1", "key": "k" * 32, "server_name": "two", "kernel_id": "k2"}
     )
-    assert status == 202, (kernel, hub.log())
+    assert status == 202, (kernel, hub.log_tail())
     status, listing = await call(hub, two, "GET", "api/kernels")
-    assert status == 200 and [k["id"] for k in listing["kernels"]] == [kernel["id"]], (listing, hub.log())
+    assert status == 200 and [k["id"] for k in listing["kernels"]] == [kernel["id"]], (listing, hub.log_tail())
 
     # server "one"'s token: none of it
     status, listing = await call(hub, one, "GET", "api/kernels")
@@ -78,7 +78,7 @@ async def test_a_shared_servers_token_cannot_touch_the_owners_other_servers_kern
     assert status == 403 and "that server only" in refused["message"], refused
     # the kernel is untouched
     status, listing = await call(hub, two, "GET", "api/kernels")
-    assert status == 200 and [k["id"] for k in listing["kernels"]] == [kernel["id"]], (listing, hub.log())
+    assert status == 200 and [k["id"] for k in listing["kernels"]] == [kernel["id"]], (listing, hub.log_tail())
 
     # server "one" stops: the hub deletes its token, and it gets nothing even while cached
     status, _ = await hub.api("DELETE", "/users/alice/servers/one")
@@ -94,4 +94,4 @@ async def test_a_shared_servers_token_cannot_touch_the_owners_other_servers_kern
     status, _ = await call(hub, one, "DELETE", f"api/kernels/{kernel['id']}")
     assert status == 403
     status, listing = await call(hub, two, "GET", "api/kernels")
-    assert status == 200 and [k["id"] for k in listing["kernels"]] == [kernel["id"]], (listing, hub.log())
+    assert status == 200 and [k["id"] for k in listing["kernels"]] == [kernel["id"]], (listing, hub.log_tail())

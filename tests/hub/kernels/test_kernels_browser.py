@@ -80,7 +80,7 @@ def kernel_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSite
         loop.run(hub.wait_ready(STUDENT, timeout=90))
         site = KernelSite(hub, loop, "")
         status, kernel = site.server_api("POST", "/kernels", {"name": "gpuburst-gpu-1"})
-        assert status == 201, (kernel, hub.log())
+        assert status == 201, (kernel, hub.log_tail())
         site.kernel_id = kernel["id"]
         status, _ = site.server_api("PUT", "/contents/gpu.ipynb", {"type": "notebook", "format": "json", "content": NOTEBOOK})
         assert status in (200, 201)

@@ -96,7 +96,7 @@ async def test_cpu_server_runs_gpu_kernels_on_origin_then_donor(federation, star
 
     # first GPU kernel: a free origin GPU
     status, first = await server_api(hub, "alice", "POST", "/kernels", {"name": "gpuburst-gpu-1"})
-    assert status == 201, (first, hub.log())
+    assert status == 201, (first, hub.log_tail())
     out = await execute(f"{hub.url}/user/alice", hub.token, first["id"], WHERE)
     assert out["error"] is None, out
     assert "origin" in out["stdout"].split("\n")[-2], out
@@ -135,7 +135,7 @@ async def test_cpu_server_runs_gpu_kernels_on_origin_then_donor(federation, star
     # origin full (someone else holds its other GPU): the next kernel goes to the donor
     occupy_origin(federation, 1)
     status, second = await server_api(hub, "alice", "POST", "/kernels", {"name": "gpuburst-gpu-1"})
-    assert status == 201, (second, hub.log())
+    assert status == 201, (second, hub.log_tail())
     out = await execute(f"{hub.url}/user/alice", hub.token, second["id"], WHERE)
     assert out["stdout"].split("\n")[-2].split()[0] == "donor-1", out
     assert sorted(p["metadata"]["labels"][keys.SITE_LABEL] for p in kernel_pods(federation)) == ["donor-1", "origin"]

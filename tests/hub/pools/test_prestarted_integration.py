@@ -73,7 +73,7 @@ async def start_servers(hub, *users: str) -> None:
 async def gpu_kernel(hub, user: str) -> str:
     """Start a GPU kernel in ``user``'s server (its id), as a student's click does: no waiting."""
     status, kernel = await server_api(hub, user, "POST", "/kernels", {"name": "gpuburst-gpu-1"})
-    assert status == 201, (kernel, hub.log()[-3000:])
+    assert status == 201, (kernel, hub.log_tail(3000))
     return kernel["id"]
 
 

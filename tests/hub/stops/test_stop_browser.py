@@ -74,7 +74,7 @@ def stop_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StopSite]:
             loop.run(hub.wait_ready(user, timeout=90))
         site = StopSite(hub, loop, "")
         status, kernel = site.call("POST", "/user/bob/api/kernels", {"name": "gpuburst-gpu-1"})
-        assert status == 201, (kernel, hub.log())
+        assert status == 201, (kernel, hub.log_tail())
         # a pending kernel: its pod is placed while the start goes on
         wait_until_sync(lambda: any(p.startswith("bob/kernel:") for p in site.placements()), 90, "bob's GPU kernel placed")
         (site.kernel,) = [p for p in site.placements() if p.startswith("bob/kernel:")]
