@@ -221,3 +221,28 @@ export function startFailedReason(reason: string): string {
     .join(' ')
     .trim();
 }
+
+/** What the display status needs of a kernel connection. */
+export interface IKernelLike {
+  readonly name: string;
+  readonly status: string;
+  readonly connectionStatus: string;
+}
+
+/**
+ * JupyterLab's kernel status for ``kernel`` where it would show ``shown`` (see kernelstatus.ts):
+ * 'starting' for a GPU kernel that has not answered yet (``answered``: its websocket was open
+ * once), else ``shown``.
+ */
+export function gpuKernelDisplayStatus(shown: string, kernel: IKernelLike | null | undefined, answered: boolean): string {
+  if (!kernel || !isGpuKernelName(kernel.name)) {
+    return shown;
+  }
+  if (shown === 'connecting' && !answered) {
+    return 'starting';
+  }
+  if (shown === 'unknown' && kernel.connectionStatus === 'connected' && kernel.status === 'unknown') {
+    return 'starting';
+  }
+  return shown;
+}

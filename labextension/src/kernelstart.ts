@@ -21,6 +21,7 @@ import { Kernel, KernelAPI, ServerConnection } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
 import { isGpuKernelName, startFailedReason } from './kernelformat';
+import { sayGpuKernelStarting } from './kernelstatus';
 
 /** The ename of the error output a waiting cell gets when its GPU kernel cannot start. */
 export const START_FAILED = 'GPU kernel not started';
@@ -224,6 +225,7 @@ function follow(
     consoles.set(session, widget.console);
   }
   startOnce(session);
+  sayGpuKernelStarting(session);
   /** ``unheard``: it died before JupyterLab listened, so JupyterLab showed no dialog. */
   const died = (reason: string, unheard: boolean, waiting: ICellLike[]): void => {
     // the hub may have stopped it (culling, an admin): its word on why should come now, not

@@ -154,3 +154,20 @@ test("a cell whose GPU kernel did not start reads the hub's reason once, in one 
   );
   assert.equal(startFailedReason('it was shut down before it started'), 'it was shut down before it started');
 });
+
+test("JupyterLab's kernel status says a GPU kernel is starting, not connecting or unknown", async () => {
+  const { gpuKernelDisplayStatus } = await import('../lib/kernelformat.js');
+  const gpu = (status, connectionStatus) => ({ name: 'gpuburst-gpu-1', status, connectionStatus });
+  // its websocket opens only once its pod answers
+  assert.equal(gpuKernelDisplayStatus('connecting', gpu('unknown', 'connecting'), false), 'starting');
+  // open, before the kernel's first message
+  assert.equal(gpuKernelDisplayStatus('unknown', gpu('unknown', 'connected'), true), 'starting');
+  assert.equal(gpuKernelDisplayStatus('idle', gpu('idle', 'connected'), true), 'idle');
+  // a connection lost once the kernel had answered is JupyterLab's to name
+  assert.equal(gpuKernelDisplayStatus('connecting', gpu('idle', 'connecting'), true), 'connecting');
+  assert.equal(gpuKernelDisplayStatus('restarting', gpu('unknown', 'connecting'), false), 'restarting');
+  assert.equal(gpuKernelDisplayStatus('dead', gpu('dead', 'connecting'), false), 'dead');
+  // other kernels as JupyterLab says
+  assert.equal(gpuKernelDisplayStatus('connecting', { name: 'python3', status: 'unknown', connectionStatus: 'connecting' }, false), 'connecting');
+  assert.equal(gpuKernelDisplayStatus('unknown', null, false), 'unknown');
+});

@@ -120,6 +120,9 @@ def test_a_cell_run_while_the_gpu_kernel_starts_runs_once_it_is_ready(page: Page
     expect(prompt).to_have_text("[*]:", timeout=10_000)
     starting = page.locator(".jp-GpuBurst-kernelStarting")
     expect(starting).to_have_text(re.compile(r"^Starting a GPU kernel on origin…"), timeout=20_000)
+    # ...and JupyterLab's own kernel status says it starts, neither "Connecting" nor "Unknown"
+    lab_status = page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"^Python 3 \(1 GPU\) \| "))
+    expect(lab_status).to_have_text("Python 3 (1 GPU) | Starting")
     page.screenshot(path=str(artifacts / "kernel-starting-light.png"))
     expect(prompt).to_have_text("[*]:")  # still waiting, not dropped
     # ...and runs once the kernel is ready, where the status bar then says it runs
@@ -128,6 +131,7 @@ def test_a_cell_run_while_the_gpu_kernel_starts_runs_once_it_is_ready(page: Page
     expect(output).to_have_text(re.compile(r"(^|\n)origin\s*$"), timeout=(START_DELAY_S + 60) * 1000)
     expect(prompt).to_have_text("[1]:")
     expect(page.locator(".jp-GpuBurst-kernelStatusText")).to_have_text("GPU kernel: origin", timeout=20_000)
+    expect(lab_status).to_have_text("Python 3 (1 GPU) | Idle")
 
 
 def test_a_console_on_a_starting_gpu_kernel_runs_what_was_typed(page: Page, slow_site: KernelSite, artifacts: Path) -> None:
@@ -143,6 +147,8 @@ def test_a_console_on_a_starting_gpu_kernel_runs_what_was_typed(page: Page, slow
     expect(starting).to_have_text(re.compile(r"^Starting a GPU kernel on (origin|donor-1)…"), timeout=20_000)
     color = starting.evaluate("e => getComputedStyle(e).color")
     assert sum(int(v) for v in re.findall(r"\d+", color)[:3]) > 3 * 128, f"{color} is not light"
+    lab_status = page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"^Python 3 \(1 GPU\) \| "))
+    expect(lab_status).to_have_text("Python 3 (1 GPU) | Starting")
     page.screenshot(path=str(artifacts / "kernel-starting-dark.png"))
     output = page.locator(".jp-CodeConsole .jp-OutputArea-output").first
     expect(output).to_have_text(re.compile(r"(^|\n)(origin|donor-1)\s*$"), timeout=(START_DELAY_S + 60) * 1000)
