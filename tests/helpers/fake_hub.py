@@ -53,8 +53,12 @@ class FakeHub:
         self.responses: list[str] = []
         self.server: HTTPServer | None = None
         self.port = 0
-        # pods' addresses: loopback addresses of their own, far from those other tests use
-        self.pod_ips = (f"127.77.{n // 250}.{n % 250 + 2}" for n in range(60000))
+        # pods' addresses: loopback addresses of their own, far from those other tests use, and
+        # a block per test process: xdist's workers each had a FakeHub whose first pod was
+        # 127.77.0.2, so two workers' kernels could share an address, and a client whose kernel
+        # had gone could reach the other worker's on it
+        first = os.getpid() % 48 * 1250
+        self.pod_ips = (f"127.77.{n // 250}.{n % 250 + 2}" for n in range(first, first + 1250))
         self.settings = GPUKernelSettings(base_port=ten_free_ports())
 
     @property
