@@ -53,11 +53,12 @@ from jupyter_gpuburst.hub.service import server_env as service_env
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
 from jupyter_gpuburst.hub.sites import storage
 from jupyter_gpuburst.hub.sites.offloading import NamespaceOffloader, OffloadingPermissionError
-from jupyter_gpuburst.hub.sites.unschedulable import failed_scheduling_reason, started_on_donor, unschedulable_reason
+from jupyter_gpuburst.hub.sites.unschedulable import started_on_donor, unschedulable_reason
 from jupyter_gpuburst.hub.spawner import cpu_servers
 from jupyter_gpuburst.hub.spawner import form as spawn_form
 from jupyter_gpuburst.hub.spawner import messages as spawn_messages
 from jupyter_gpuburst.hub.spawner import state as spawnstate
+from jupyter_gpuburst.hub.spawner.donorrefusal import DonorRefusals
 from jupyter_gpuburst.hub.spawner.podrequest import RESOURCE_TRAITS, pod_spec_from_traits, request_of_pod
 
 TEMPLATES = Path(__file__).parent.parent / "templates"
@@ -110,6 +111,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         self._gb_decided = asyncio.Event()
         self._gb_dead_uids: set[str] = set()
         self._gb_new_events = watch.NewEvents()
+        self._gb_donor_refusals = DonorRefusals()
         self._gb_redirect_t0: float | None = None
         self._gb_cpu_only = False
         self.gpuburst_redirect_seconds: list[float] = []
@@ -652,6 +654,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         reflector = self.event_reflector if self.events_enabled else None
         if reflector is not None:
             self._gb_new_events.skip_to_end(reflector.resources)
+        self._gb_donor_refusals.forget()
 
     def _gb_failed_scheduling_event(self, pod: dict[str, Any], uid: str | None, resource: str) -> str | None:
         # only the events that arrived since the last look (watch.NewEvents says why)
@@ -659,7 +662,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         if reflector is None:
             return None
         fresh = self._gb_new_events.read(reflector.resources)
-        return failed_scheduling_reason(fresh, pod, uid, resource)
+        return self._gb_donor_refusals.reason(fresh, pod, uid, resource)
 
     async def stop(self, now: bool = False) -> None:
         await super().stop(now=now)

@@ -395,13 +395,45 @@ async def test_failed_scheduling_event_for_the_gpu_triggers_a_move(no_cluster, m
     }
     stale = {**event, "involvedObject": {**pod, "uid": "an-earlier-pod"}}
     # KubeSpawner's event reflector: events of the namespace by key, in the order they arrived
-    reflector = SimpleNamespace(resources={"default/stale": stale})
+    reflector = SimpleNamespace(resources={"default/stale": stale, "default/bound": scheduled_event(pod, "uid-1")})
     monkeypatch.setattr(GPUBurstSpawner, "event_reflector", property(lambda self: reflector))
     with pytest.raises(asyncio.TimeoutError):
         await asyncio.wait_for(spawner._gb_watch_pod(), 0.7)
     reflector.resources["default/event"] = event
     why = await asyncio.wait_for(spawner._gb_watch_pod(), 2)
     assert "Insufficient nvidia.com/gpu" in why
+
+
+def scheduled_event(pod: dict, uid: str) -> dict:
+    """The origin scheduler's report that it bound the pod to the donor's virtual node."""
+    return {"reason": "Scheduled", "message": "Successfully assigned default/x to donor-1", "involvedObject": {**pod, "uid": uid}}
+
+
+async def test_the_origins_refusal_read_after_its_preemption_bound_the_pod_is_no_move(no_cluster, monkeypatch):
+    # kube-scheduler nominates the virtual node (a warm pool's placeholders hold the room) with
+    # PodScheduled=False and reports that refusal as an event; the victims go at once and the pod
+    # is bound before the event reaches the hub: it is the origin's, read after the pod is bound
+    tracker = make_tracker(({"origin-gpu": 0},))
+    spawner = make_spawner(tracker, {"profile": "gpu1"}, donor_pending_grace_seconds=60)
+    await manifest_of(spawner)
+    tracker._on_pod_event("ADDED", donor_pod(spawner, conditions=[{"type": "PodScheduled", "status": "True"}]))
+    pod = {"kind": "Pod", "name": spawner.pod_name}
+    refusal = {
+        "reason": "FailedScheduling",
+        "message": "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) didn't match Pod's node affinity/selector.",
+        "involvedObject": {**pod, "uid": "uid-1"},
+    }
+    reflector = SimpleNamespace(resources={"default/refusal": refusal})
+    monkeypatch.setattr(GPUBurstSpawner, "event_reflector", property(lambda self: reflector))
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(spawner._gb_watch_pod(), 0.7)
+    reflector.resources["default/bound"] = scheduled_event(pod, "uid-1")
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(spawner._gb_watch_pod(), 0.7)
+    # the donor's own refusal, after the pod is bound there, still moves it
+    reflector.resources["default/donor"] = {**refusal, "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}
+    why = await asyncio.wait_for(spawner._gb_watch_pod(), 2)
+    assert why == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
 
 
 async def test_progress_closed_by_a_leaving_client_closes_kubespawners_stream(no_cluster):
