@@ -9,7 +9,8 @@ RunFilterPluginsWithNominatedPods), and a node where the pod would evict nobody 
 (DryRunPreemption: "expected at least one victim pod"): room someone else's preemption freed is
 theirs, not a second preemptor's. The chosen node has the lowest
 highest-victim priority, then the lowest sum of victim priorities, then the fewest victims.
-The preemptor gets ``status.nominatedNodeName``; each victim gets the ``DisruptionTarget``
+The preemptor gets ``status.nominatedNodeName`` with its PodScheduled=False condition in
+one update (kube-scheduler's updatePod with its nominating info); each victim gets the ``DisruptionTarget``
 condition (reason ``PreemptionByScheduler``) and a ``Preempted`` event, and is deleted with its
 grace period. While victims terminate, the node's freed room is held for the nominated pod:
 pods of lower priority do not take it (``nominated_usage``). PodDisruptionBudgets are not
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,17 +131,23 @@ def select_candidate(
     return min(candidates, key=Candidate.rank) if candidates else None
 
 
-def preempt(store: Store, pod: Obj, candidate: Candidate, host: str) -> tuple[Obj, dict[str, Obj | None]]:
+def preempt(
+    store: Store, pod: Obj, candidate: Candidate, host: str, unschedulable: Callable[[Obj], None]
+) -> tuple[Obj, dict[str, Obj | None]]:
     """Nominate the node for ``pod`` and evict the victims (condition, event, graceful delete).
 
-    Returns the nominated pod as now stored and each victim's state by uid (terminating, or None
-    once gone), so that the rest of a scheduling pass sees them as kube-scheduler's cache does."""
+    ``unschedulable`` sets the pod's PodScheduled=False condition: kube-scheduler writes it with
+    the nomination in one status update, before the victims go, so a reader never sees the pod
+    refused without its nomination. Returns the nominated pod as now stored and each victim's
+    state by uid (terminating, or None once gone), so that the rest of a scheduling pass sees
+    them as kube-scheduler's cache does."""
     meta = pod["metadata"]
     scheduler = (pod.get("spec") or {}).get("schedulerName", "default-scheduler")
     stamp = defaults.timestamp(store.now())
 
     def nominate(p: Obj) -> None:
         p.setdefault("status", {})["nominatedNodeName"] = candidate.node
+        unschedulable(p)
 
     nominated = store.mutate("pods", meta["namespace"], meta["name"], nominate)
     evicted: dict[str, Obj | None] = {}

@@ -338,12 +338,17 @@ class Scheduler:
             counted.pods += 1
             counted.requested.update(pod_requests(bound))
             return
+        nominated = False
         if failed:
-            message = self._preempt(pod, nodes, pods, usage, failed, message, held, pending)
+            message, nominated = self._preempt(pod, nodes, pods, usage, failed, message, held, pending)
         attempts = (backoff[1] if backoff else 0) + 1
         delay = min(self.backoff_initial_s * 2 ** (attempts - 1), self.backoff_max_s)
-        self._backoff[key] = (meta.get("uid", ""), attempts, now + delay)
-        self._mark_unschedulable(pod, message)
+        # a preemptor is tried again as soon as its victims are gone: kube-scheduler 1.35 requeues
+        # it on their deletion and pops it from backoff while nothing else waits (it bound a pod
+        # 0.1 s after nominating its node), so its refusal is often read after it is bound
+        self._backoff[key] = (meta.get("uid", ""), attempts, now if nominated else now + delay)
+        if not nominated:
+            self._mark_unschedulable(pod, message)
 
     def _preempt(
         self,
@@ -355,52 +360,68 @@ class Scheduler:
         message: str,
         held: Mapping[str, Counter[str]],
         pending: dict[str, Obj],
-    ) -> str:
-        """The PostFilter step: nominate a node and evict victims when that helps; the FailedScheduling text."""
+    ) -> tuple[str, bool]:
+        """The PostFilter step: nominate a node and evict victims when that helps.
+
+        Returns the FailedScheduling text and whether a node was nominated (the nomination's
+        update then carried the condition, and the event is recorded here, after it)."""
         reasons: Counter[str] = Counter(r for why in failed.values() for r in why)
         total = len(nodes)
         if len(failed) < total:  # a PreFilter (volume) rejection: the message is already final
-            return message
+            return message, False
         why_not = preemption.not_eligible(pod, pods)
         if why_not:
-            return failure_message(total, reasons, why_not)
+            return failure_message(total, reasons, why_not), False
         candidate = preemption.select_candidate(pod, nodes, pods, usage, failed, held)
         if candidate is None:
-            return message
+            return message, False
+        refused = failure_message(total, reasons, "")
         try:
-            nominated, evicted = preemption.preempt(self.store, pod, candidate, self.host)
+            nominated, evicted = preemption.preempt(self.store, pod, candidate, self.host, _unschedulable(refused, self.store.now()))
         except ApiError as exc:
             log.info("preemption for %s/%s failed: %s", pod["metadata"]["namespace"], pod["metadata"]["name"], exc.message)
-            return message
+            return message, False
         self._changed = True  # victims' deletions free the room
         _seen_preempted(pods, usage, pending, nominated, evicted)
-        return failure_message(total, reasons, "")
+        self._failed_scheduling(nominated, refused)
+        return refused, True
 
     def _mark_unschedulable(self, pod: Obj, message: str) -> None:
         meta = pod["metadata"]
-        stamp = defaults.timestamp(self.store.now())
-
-        def set_condition(p: Obj) -> None:
-            status = p.setdefault("status", {})
-            conditions = status.get("conditions") or []
-            old = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
-            cond = {
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": "Unschedulable",
-                "message": message,
-                "lastProbeTime": None,
-                "lastTransitionTime": old["lastTransitionTime"] if old and old.get("status") == "False" else stamp,
-            }
-            status["conditions"] = [cond] + [c for c in conditions if c.get("type") != "PodScheduled"]
-
         try:
-            updated = self.store.mutate("pods", meta["namespace"], meta["name"], set_condition)
+            updated = self.store.mutate("pods", meta["namespace"], meta["name"], _unschedulable(message, self.store.now()))
+        except ApiError:
+            return  # deleted meanwhile
+        self._failed_scheduling(updated, message)
+
+    def _failed_scheduling(self, pod: Obj, message: str) -> None:
+        try:
             self.store.record_event(
-                updated, "FailedScheduling", message, type="Warning", component=SCHEDULER_NAME, scheduler_style=True, host=self.host
+                pod, "FailedScheduling", message, type="Warning", component=SCHEDULER_NAME, scheduler_style=True, host=self.host
             )
         except ApiError:
-            pass  # deleted meanwhile
+            pass  # its namespace is going
+
+
+def _unschedulable(message: str, now: Any) -> Any:
+    """A mutation setting PodScheduled=False (Unschedulable, ``message``), keeping the time it first turned False."""
+    stamp = defaults.timestamp(now)
+
+    def set_condition(p: Obj) -> None:
+        status = p.setdefault("status", {})
+        conditions = status.get("conditions") or []
+        old = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+        cond = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": message,
+            "lastProbeTime": None,
+            "lastTransitionTime": old["lastTransitionTime"] if old and old.get("status") == "False" else stamp,
+        }
+        status["conditions"] = [cond] + [c for c in conditions if c.get("type") != "PodScheduled"]
+
+    return set_condition
 
 
 def _seen_preempted(

@@ -526,6 +526,8 @@ class Store:
             conditions = [c for c in status.get("conditions", []) if c.get("type") != "PodScheduled"]
             conditions.insert(0, {"type": "PodScheduled", "status": "True", "lastTransitionTime": stamp})
             status["conditions"] = conditions
+            # kube-apiserver 1.35 clears it on binding (ClearingNominatedNodeNameAfterBinding)
+            status.pop("nominatedNodeName", None)
 
         pod = self.mutate("pods", namespace, name, bind)
         self.record_event(
