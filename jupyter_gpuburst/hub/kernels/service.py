@@ -129,6 +129,7 @@ async def registry_for(config: Any, log: logging.Logger) -> KernelRegistry:
     def build() -> KernelRegistry:
         from kubespawner.clients import shared_client
 
+        from jupyter_gpuburst.hub.pools.kernelsites import KernelPoolSites
         from jupyter_gpuburst.hub.pools.settings import WarmPools
 
         settings = kernel_settings_from_config(config)
@@ -136,8 +137,9 @@ async def registry_for(config: Any, log: logging.Logger) -> KernelRegistry:
         registry = KernelRegistry(
             tracker, settings, shared_client("CoreV1Api"), shared_client("CustomObjectsApi"), kernel_image(config, settings), namespace, log
         )
-        # where pre-started kernels wait (hub/pools keeps them): a start there tries them first
-        registry.prestarted = {(p["site"], p["profile"]) for p in WarmPools(config=config).kernels if p.get("count")}
+        # where pre-started kernels wait (hub/pools keeps them, for the admin and for booked labs):
+        # a start there tries them first
+        registry.prestarted = KernelPoolSites({(p["site"], p["profile"]) for p in WarmPools(config=config).kernels if p.get("count")})
         return registry
 
     return KernelRegistry.for_tracker(tracker, build)

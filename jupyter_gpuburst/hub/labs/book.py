@@ -1,5 +1,6 @@
 """The hub's lab book: bookings judged against the hub's groups, profiles and GPUs, saved, and
-turned into the warm pools each active booking asks for."""
+turned into the warm pools each active booking asks for (placeholders of a GPU server profile,
+or pre-started kernels of a GPU kernel profile)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 from jupyter_gpuburst.core.keys import ORIGIN_SITE
 from jupyter_gpuburst.hub.labs import cost
 from jupyter_gpuburst.hub.labs import report as lab_reports
-from jupyter_gpuburst.hub.labs.model import APPROVED, CANCELLED, PENDING, Booking
+from jupyter_gpuburst.hub.labs.model import APPROVED, CANCELLED, KERNEL, PENDING, Booking
 from jupyter_gpuburst.hub.labs.settings import LabSettings
 from jupyter_gpuburst.hub.labs.store import LabStore
 from jupyter_gpuburst.hub.labs.validation import BookingError, Context, judge, parse
@@ -34,7 +35,10 @@ class LabBook:
         clock: Callable[[], float] = time.time,
         class_use: Callable[[str, str], int] = lambda group, resource: 0,
         sources: Mapping[str, Callable[..., Any]] | None = None,
+        kernel_profiles: Mapping[str, tuple[str, int]] | None = None,
     ) -> None:
+        # GPU kernel profile slug -> (its GPU resource, units per kernel): what a lab in kernel mode books
+        self.kernel_profiles = dict(kernel_profiles or {})
         # for reports: "usage"(group, first UTC day, last UTC day) -> the ledger's rows,
         # "members"(group) -> its users, "counts_idle"() -> whether the ledger counts idle time
         self.sources = {"usage": lambda *_: [], "members": lambda _group: [], "counts_idle": lambda: False, **(sources or {})}
@@ -69,6 +73,7 @@ class LabBook:
             profiles=self.profiles,
             others=tuple(others),
             totals=lambda resource: cost.site_totals(snapshot, resource),
+            kernel_profiles=self.kernel_profiles,
         )
 
     def preview(self, body: Mapping[str, Any], teacher: str) -> dict[str, Any]:
@@ -190,24 +195,27 @@ class LabBook:
                 self.store.note_start(booking.id, start.timestamp(), user, asked, ready)
 
     def pools(self, when: dt.datetime) -> list[Any]:
-        """A placeholder per expected student, on the booking's preferred sites in order (the
-        origin first, then donors, where it names none), as many on each as its GPUs allow."""
-        from jupyter_gpuburst.hub.pools.settings import Pool  # the pools import the spawner, which serves this package
+        """A placeholder (in kernel mode: a pre-started kernel) per expected student, on the
+        booking's preferred sites in order (the origin first, then donors, where it names none),
+        as many on each as its GPUs allow."""
+        # the pools import the spawner, which serves this package
+        from jupyter_gpuburst.hub.pools.settings import KERNELS, PLACEHOLDERS, Pool
 
         totals_by_resource: dict[str, dict[str, int]] = {}
-        counts: Counter[tuple[str, str]] = Counter()
+        counts: Counter[tuple[str, str, str]] = Counter()
         snapshot = self.snapshot()
         for booking, _start, _end in self.active(when):
             if not booking.gpus:
                 continue
             totals = totals_by_resource.setdefault(booking.resource, cost.site_totals(snapshot, booking.resource))
             order = list(booking.sites) or sorted(totals, key=lambda s: (s != ORIGIN_SITE, s))
+            kind = KERNELS if booking.mode == KERNEL else PLACEHOLDERS
             left = booking.students
             for site in order:
                 fits = min(left, totals.get(site, 0) // booking.gpus)
                 if fits > 0:
-                    counts[(site, booking.profile)] += fits
+                    counts[(site, booking.profile, kind)] += fits
                     left -= fits
             if left > 0 and order:
-                counts[(order[0], booking.profile)] += left  # the pool says it ran short
-        return [Pool(site, profile, count) for (site, profile), count in sorted(counts.items())]
+                counts[(order[0], booking.profile, kind)] += left  # the pool says it ran short
+        return [Pool(site, profile, count, kind) for (site, profile, kind), count in sorted(counts.items())]

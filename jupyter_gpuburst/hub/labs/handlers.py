@@ -197,6 +197,8 @@ def overview(book: Any, user: str, scopes: set[str], is_admin: bool) -> dict[str
         "bookings": [booking_json(b, book) for b in book.bookings() if b.status != CANCELLED],
         "groups": groups,
         "profiles": {slug: {"resource": r, "gpus": n} for slug, (r, n) in sorted(book.profiles.items())},
+        # a lab in kernel mode ("mode": "kernel") books one of these
+        "kernel_profiles": {slug: {"resource": r, "gpus": n} for slug, (r, n) in sorted(book.kernel_profiles.items())},
         "timezone": str(book.tz),
         "warmup_minutes": settings.warmup_minutes,
         "approval": settings.require_approval,
@@ -204,6 +206,7 @@ def overview(book: Any, user: str, scopes: set[str], is_admin: bool) -> dict[str
             "teacher": settings.weekly_limit(settings.teacher_weekly_hours, user),
             "groups": {g: settings.weekly_limit(settings.group_weekly_hours, g) for g in groups},
             "group_profiles": {g: settings.group_profiles[g] for g in groups if g in settings.group_profiles},
+            "group_kernel_profiles": {g: settings.group_kernel_profiles[g] for g in groups if g in settings.group_kernel_profiles},
         },
         "is_admin": is_admin,
         "user": user,

@@ -72,6 +72,20 @@ def gpu_profiles(config: Any) -> dict[str, tuple[str, int]]:
     return found
 
 
+def gpu_kernel_profiles(config: Any, log: logging.Logger) -> dict[str, tuple[str, int]]:
+    """GPU kernel profile slug -> (its GPU resource, units per kernel): what labs in kernel mode book."""
+    from traitlets import TraitError
+
+    from jupyter_gpuburst.hub.kernels.settings import kernel_settings_from_config
+
+    try:
+        profiles = kernel_settings_from_config(config).kernel_profiles()
+    except (ValueError, TraitError) as exc:  # the kernel API says the same at its start; servers may still be booked
+        log.warning("Labs book no GPU kernels: %s", exc)
+        return {}
+    return {slug: (p.resource, p.count) for slug, p in profiles.items()}
+
+
 def store_path(config: Any, settings: LabSettings) -> str:
     if settings.store_path:
         return settings.store_path
@@ -153,6 +167,7 @@ async def _open_book(c: Any, tracker_source: Any) -> None:
             tracker.snapshot,
             class_use=lambda group, resource: class_use(tracker, group, resource),
             sources=report_sources(tracker),
+            kernel_profiles=gpu_kernel_profiles(config, log),
         )
         classes.provide(_book.goes_first, _book.hold_for, _book.note_start)
         log.info("Lab bookings are kept in %s (%d booked)", path, len(_book.bookings()))

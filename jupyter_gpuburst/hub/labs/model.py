@@ -7,13 +7,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 APPROVED, PENDING, CANCELLED = "approved", "pending", "cancelled"
+# what each student of the lab holds: a GPU server, or GPU kernels of a CPU server (kernel mode)
+SERVER, KERNEL = "server", "kernel"
 WEEK = dt.timedelta(days=7)
 
 
 @dataclass(frozen=True)
 class Booking:
     """``weeks`` labs, a week apart, the first from ``start`` to ``end`` (aware datetimes);
-    each student holds ``gpus`` units of ``resource`` (the profile's)."""
+    each student holds ``gpus`` units of ``resource`` (the profile's): of a GPU server profile,
+    or (``mode`` KERNEL) of a GPU kernel profile, whose kernels the pools pre-start."""
 
     id: str
     title: str
@@ -28,6 +31,7 @@ class Booking:
     weeks: int = 1
     sites: tuple[str, ...] = ()
     status: str = APPROVED
+    mode: str = SERVER
     created: float = 0.0
     notes: dict[str, Any] = field(default_factory=dict, compare=False)
 

@@ -52,8 +52,14 @@ class LabSettings(Configurable):
     group_profiles = Dict(
         value_trait=List(Unicode()),
         config=True,
-        help="""Group name -> the profile slugs its labs may book; a group not named may book any
-        GPU profile. Example: {"ml-101": ["gpu1"]}.""",
+        help="""Group name -> the GPU server profile slugs its labs may book; a group not named
+        may book any GPU profile. Example: {"ml-101": ["gpu1"]}.""",
+    )
+    group_kernel_profiles = Dict(
+        value_trait=List(Unicode()),
+        config=True,
+        help="""Group name -> the GPU kernel profile slugs (GPUKernelSettings) its labs in
+        kernel mode may book; a group not named may book any. Example: {"ml-101": ["gpu-1"]}.""",
     )
     max_students = Int(1000, config=True, help="The most students one booking may expect.")
     max_weeks = Int(26, config=True, help="The most weeks a weekly booking may repeat.")

@@ -6,11 +6,11 @@ import datetime as dt
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_gpuburst.hub.labs import cost
-from jupyter_gpuburst.hub.labs.model import CANCELLED, Booking
+from jupyter_gpuburst.hub.labs.model import CANCELLED, KERNEL, SERVER, Booking
 from jupyter_gpuburst.hub.labs.settings import LabSettings
 
 TITLE_MAX = 80
@@ -32,6 +32,11 @@ class Context:
     profiles: Mapping[str, tuple[str, int]]  # GPU profile slug -> (GPU resource, units per student)
     others: tuple[Booking, ...]  # every other booking
     totals: Callable[[str], Mapping[str, int]]  # GPU resource -> each site's granted units
+    # GPU kernel profile slug -> (GPU resource, units per kernel), for labs in kernel mode
+    kernel_profiles: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+
+    def offered(self, mode: str) -> Mapping[str, tuple[str, int]]:
+        return self.kernel_profiles if mode == KERNEL else self.profiles
 
     @property
     def warmup(self) -> dt.timedelta:
@@ -82,7 +87,10 @@ def parse(body: Mapping[str, Any], teacher: str, ctx: Context, booking_id: str, 
     sites = body.get("sites") or []
     if not isinstance(sites, list) or not all(isinstance(s, str) and _SITE.match(s) for s in sites):
         raise BookingError('The preferred sites must be a list of site names like ["origin", "donor-1"].')
-    resource, gpus = ctx.profiles.get(profile, ("", 0))
+    mode = body.get("mode", SERVER)
+    if mode not in (SERVER, KERNEL):
+        raise BookingError(f'The mode must be "{SERVER}" (a GPU server per student) or "{KERNEL}" (GPU kernels of a CPU server).')
+    resource, gpus = ctx.offered(mode).get(profile, ("", 0))
     return Booking(
         id=booking_id,
         title=title,
@@ -96,6 +104,7 @@ def parse(body: Mapping[str, Any], teacher: str, ctx: Context, booking_id: str, 
         end=end,
         weeks=_count(body, "weeks", 1, ctx.settings.max_weeks),
         sites=tuple(dict.fromkeys(sites)),
+        mode=mode,
     )
 
 
@@ -103,13 +112,16 @@ def judge(booking: Booking, ctx: Context) -> tuple[float, cost.CapacityCheck]:
     """(its GPU-hours, the capacity then) where it may be saved; else BookingError."""
     if booking.group not in ctx.groups:
         raise BookingError(f"There is no group {booking.group!r} on this hub.")
-    if booking.profile not in ctx.profiles:
-        offered = ", ".join(sorted(ctx.profiles)) or "none"
-        raise BookingError(f"There is no GPU profile {booking.profile!r} (offered: {offered}).")
-    allowed = ctx.settings.group_profiles.get(booking.group)
+    kernel = booking.mode == KERNEL
+    if booking.profile not in ctx.offered(booking.mode):
+        offered = ", ".join(sorted(ctx.offered(booking.mode))) or "none"
+        what = "GPU kernel profile" if kernel else "GPU profile"
+        raise BookingError(f"There is no {what} {booking.profile!r} (offered: {offered}).")
+    allowed = (ctx.settings.group_kernel_profiles if kernel else ctx.settings.group_profiles).get(booking.group)
     if allowed is not None and booking.profile not in allowed:
+        what = "GPU kernel profile" if kernel else "profile"
         raise BookingError(
-            f"The group {booking.group} may not use the profile {booking.profile} (it may use: {', '.join(allowed) or 'none'})."
+            f"The group {booking.group} may not use the {what} {booking.profile} (it may use: {', '.join(allowed) or 'none'})."
         )
     if booking.start <= ctx.now:
         raise BookingError(f"The lab would start in the past ({cost.when(booking.start, booking.end, ctx.tz)}).")

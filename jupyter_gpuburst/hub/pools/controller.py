@@ -94,6 +94,7 @@ class PoolController:
         kernel_pods: Mapping[str, Callable[[], Any]] | None = None,
         wall_clock: Callable[[], dt.datetime] | None = None,
         booked: Callable[[dt.datetime], Iterable[Pool] | None] | None = None,
+        kernel_pod_for: Callable[[Pool], Callable[[], Any] | None] | None = None,
     ):
         # pools that teachers' lab bookings ask for now (hub/labs), on top of the admin's; None
         # while the bookings are not read yet
@@ -104,6 +105,8 @@ class PoolController:
         self.shapes = dict(shapes)
         # a pre-started kernel pool's pod, by pool name (hub/kernels/prestarted): a new one per call
         self.kernel_pods = dict(kernel_pods or {})
+        # and for a kernel pool no one configured: a booked lab's in kernel mode (None: no such profile)
+        self.kernel_pod_for = kernel_pod_for
         self.namespace = namespace
         self.core = core_api
         self.scheduling = scheduling_api
@@ -221,7 +224,8 @@ class PoolController:
             state.target += pool.count
             state.when = state.when or "booked for a lab"
             if self._builder(pool) is None:
-                state.note = f"no profile {pool.profile!r} to keep warm for a lab"
+                what = "GPU kernel profile" if pool.kind == KERNELS else "profile"
+                state.note = f"no {what} {pool.profile!r} to keep warm for a lab"
 
     def _namespace_of(self, pool: Pool) -> str:
         """Where ``pool``'s pods are: a donor's pre-started kernels in that donor's kernel
@@ -261,6 +265,8 @@ class PoolController:
         """What makes one pod of ``pool`` (a kernel pool's may be async: the admin's hook); None
         when its profile is unknown."""
         if pool.kind == KERNELS:
+            if pool.name not in self.kernel_pods and self.kernel_pod_for is not None:
+                self.kernel_pods[pool.name] = self.kernel_pod_for(pool)
             return self.kernel_pods.get(pool.name)
         shape = self.shapes.get(pool.profile)
         if shape is None:
@@ -408,6 +414,11 @@ class PoolController:
 
     def report(self) -> list[dict[str, Any]]:
         return [s.as_dict() for s in self.states.values()]
+
+    def kernel_pools(self) -> set[tuple[str, str]]:
+        """(site, GPU kernel profile) of each pre-started kernel pool kept now."""
+        kept = [s.pool for s in list(self.states.values()) if s.pool.kind == KERNELS and s.target > 0]
+        return {(pool.site, pool.profile) for pool in kept if self._builder(pool) is not None}
 
 
 def delete_options(pod: Mapping[str, Any]) -> V1DeleteOptions:

@@ -6,14 +6,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from jupyterhub.app import JupyterHub
 from traitlets import TraitError
 
+from jupyter_gpuburst.hub.pools import kernelsites
 from jupyter_gpuburst.hub.pools.controller import PoolController
-from jupyter_gpuburst.hub.pools.settings import KERNELS, SECTION, WarmPools, profile_shape, spawner_values
+from jupyter_gpuburst.hub.pools.settings import KERNELS, SECTION, Pool, WarmPools, profile_shape, spawner_values
 
 HUB_APPEARS_S = 60.0  # a hub is instantiated before it reads its config; later than this there is none
 _controller: PoolController | None = None
@@ -43,6 +45,8 @@ class Plan:
     shapes: dict[str, Any]
     namespace: str
     kernel_pods: dict[str, Any]
+    # what makes the pods of any pre-started kernel pool, where bookings may ask for one
+    kernel_pod_for: Any = None
 
 
 def plan(c: Any, booked: Any = None) -> Plan | None:
@@ -72,7 +76,8 @@ def plan(c: Any, booked: Any = None) -> Plan | None:
     elif not settings.pools and not settings.kernels:
         return None
     namespace = settings.namespace or base.get("namespace") or "default"
-    return Plan(settings, shapes, namespace, kernel_pod_builders(c, settings, namespace))
+    kernel_pod_for = kernel_pod_factory(c, settings, namespace) if booked is not None else None
+    return Plan(settings, shapes, namespace, kernel_pod_builders(c, settings, namespace), kernel_pod_for)
 
 
 def check_when_read(c: Any, booked: Any = None) -> None:
@@ -113,7 +118,15 @@ async def start_with_hub(c: Any, tracker_source: Any, booked: Any = None) -> Non
         logging.getLogger("JupyterHub").error("Warm pools are off: %s", exc)
         return
     if planned is not None:
-        await _start(planned.settings, planned.shapes, planned.namespace, tracker_source, planned.kernel_pods, booked)
+        await _start(
+            planned.settings,
+            planned.shapes,
+            planned.namespace,
+            tracker_source,
+            planned.kernel_pods,
+            booked,
+            kernel_pod_for=planned.kernel_pod_for,
+        )
 
 
 def kernel_pod_builders(c: Any, settings: WarmPools, namespace: str) -> dict[str, Any]:
@@ -121,13 +134,7 @@ def kernel_pod_builders(c: Any, settings: WarmPools, namespace: str) -> dict[str
     naming no GPU kernel profile."""
     if not settings.kernels:
         return {}
-    from jupyter_gpuburst.hub.kernels import prestarted
-    from jupyter_gpuburst.hub.kernels.service import kernel_image
-    from jupyter_gpuburst.hub.kernels.settings import kernel_settings_from_config
-
-    kernel_settings = kernel_settings_from_config(c)
-    profiles = kernel_settings.kernel_profiles()
-    image = kernel_image(c, kernel_settings)
+    kernel_settings, profiles, image = _kernel_context(c)
     builders = {}
     for pool in settings.pool_list():
         if pool.kind != KERNELS:
@@ -136,18 +143,52 @@ def kernel_pod_builders(c: Any, settings: WarmPools, namespace: str) -> dict[str
         if profile is None:
             offered = ", ".join(sorted(profiles)) or "none"
             raise ValueError(f"WarmPools.kernels: no GPU kernel profile {pool.profile!r} (offered: {offered})")
-        pod = functools.partial(
-            prestarted.pooled_pod,
-            pool.site,
-            profile,
-            kernel_settings,
-            image,
-            prestarted.pool_namespace(namespace, pool.site),  # a donor's: its kernel namespace
-            settings.priority_class,
-            list(settings.kernel_preload),
-        )
-        builders[pool.name] = functools.partial(_hooked, kernel_settings, pod, prestarted.site_placement(pool.site, profile))
+        builders[pool.name] = _kernel_builder(kernel_settings, profile, image, namespace, settings, pool)
     return builders
+
+
+def kernel_pod_factory(c: Any, settings: WarmPools, namespace: str) -> Callable[[Pool], Any]:
+    """What makes the pods of any pre-started kernel pool (a booked lab's: its sites and profile
+    are known only once it is on), None for a pool naming no GPU kernel profile. The kernel
+    settings are read at the first call, and a bad one makes none (the kernel API says why)."""
+    read: list[tuple[Any, dict[str, Any], str]] = []
+
+    def builder(pool: Pool) -> Any:
+        if not read:
+            try:
+                read.append(_kernel_context(c))
+            except (ValueError, TraitError):
+                read.append((None, {}, ""))
+        kernel_settings, profiles, image = read[0]
+        profile = profiles.get(pool.profile)
+        return _kernel_builder(kernel_settings, profile, image, namespace, settings, pool) if profile is not None else None
+
+    return builder
+
+
+def _kernel_context(c: Any) -> tuple[Any, dict[str, Any], str]:
+    """The kernel settings of ``c``, its GPU kernel profiles by slug, and the kernels' image."""
+    from jupyter_gpuburst.hub.kernels.service import kernel_image
+    from jupyter_gpuburst.hub.kernels.settings import kernel_settings_from_config
+
+    kernel_settings = kernel_settings_from_config(c)
+    return kernel_settings, kernel_settings.kernel_profiles(), kernel_image(c, kernel_settings)
+
+
+def _kernel_builder(kernel_settings: Any, profile: Any, image: str, namespace: str, settings: WarmPools, pool: Pool) -> Any:
+    from jupyter_gpuburst.hub.kernels import prestarted
+
+    pod = functools.partial(
+        prestarted.pooled_pod,
+        pool.site,
+        profile,
+        kernel_settings,
+        image,
+        prestarted.pool_namespace(namespace, pool.site),  # a donor's: its kernel namespace
+        settings.priority_class,
+        list(settings.kernel_preload),
+    )
+    return functools.partial(_hooked, kernel_settings, pod, prestarted.site_placement(pool.site, profile))
 
 
 async def _hooked(kernel_settings: Any, pod: Any, placement: Any) -> dict[str, Any]:
@@ -157,7 +198,13 @@ async def _hooked(kernel_settings: Any, pod: Any, placement: Any) -> dict[str, A
 
 
 async def _start(
-    settings: WarmPools, shapes: dict[str, Any], namespace: str, tracker_source: Any, kernel_pods: dict[str, Any], booked: Any = None
+    settings: WarmPools,
+    shapes: dict[str, Any],
+    namespace: str,
+    tracker_source: Any,
+    kernel_pods: dict[str, Any],
+    booked: Any = None,
+    kernel_pod_for: Any = None,
 ) -> None:
     global _controller
     log = logging.getLogger("JupyterHub")
@@ -182,8 +229,10 @@ async def _start(
             offloader=offloader,
             kernel_pods=kernel_pods,
             booked=booked,
+            kernel_pod_for=kernel_pod_for,
         )
         _controller.start()
+        kernelsites.follow(_controller.kernel_pools)
         on = ", ".join(
             f"{p.count} x {p.profile}{' kernels' if p.kind == KERNELS else ''} on {p.site}"
             + (f" ({', '.join(w.text for w in p.schedule)} {settings.timezone})" if p.schedule else "")
@@ -203,5 +252,6 @@ def report() -> list[dict[str, Any]]:
 async def stop() -> None:
     global _controller
     if _controller is not None:
+        kernelsites.follow(None)
         await _controller.stop()
         _controller = None

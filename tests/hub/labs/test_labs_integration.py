@@ -1,5 +1,7 @@
 """Lab bookings on a real hub against the local federation: a teacher's booking through the API
-fills the pools at its warm-up time, without a restart, and outlives one; the scope decides who books."""
+fills the pools at its warm-up time, without a restart, and outlives one (a restarted hub's pools
+keep its warm pods); the scope decides who books; a lab in kernel mode pre-starts the GPU kernels
+its students' starts adopt."""
 
 from __future__ import annotations
 
@@ -8,8 +10,13 @@ import json
 
 import aiohttp
 import pytest
+from helpers import user_server
+from helpers.kernels import KERNEL_SCOPES
 
+from jupyter_gpuburst.bench.cells import execute
 from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.hub.kernels.podstate import ready
+from jupyter_gpuburst.hub.kernels.prestarted import pool_name
 from jupyter_gpuburst.sim.testing import wait_until
 
 pytestmark = pytest.mark.integration
@@ -180,3 +187,50 @@ async def test_a_hub_restarted_mid_lab_keeps_the_lab_s_warm_placeholders(federat
     # its first pass, before the book was read, drained none of them (nor did any pass since)
     assert booked_uids() == before, hub.log()
     assert "draining" not in hub.log_path.read_text()
+
+
+KERNEL_LABS = f"""
+{LABS}
+c.JupyterHub.load_groups = {{"ml-101": {{"users": ["sam"]}}}}
+c.JupyterHub.load_roles.append({{"name": "gpu-kernels", "scopes": {KERNEL_SCOPES!r}, "groups": ["ml-101"]}})
+c.GPUKernelSettings.extra_env = {{"JUPYTER_GPUBURST_BACKEND": "simulated"}}
+"""
+KERNEL_POOL = pool_name("origin", "gpu-1")
+
+
+def waiting_kernels(federation) -> list[dict]:
+    pods, _ = federation.origin.store.list("pods", "default", label_selector=f"{keys.POOL_LABEL}={KERNEL_POOL}")
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp") and ready(p)]
+
+
+async def test_a_lab_in_kernel_mode_pre_starts_the_gpu_kernels_its_students_adopt(federation, start_hub):
+    hub = await start_hub(KERNEL_LABS)
+    tina = await user_token(hub, "tina")
+    status, data = await labs(hub, tina)
+    assert status == 200 and data["kernel_profiles"]["gpu-1"] == {"resource": "nvidia.com/gpu", "gpus": 1}, data
+    status, body = await hub.spawn("sam", {"profile": "cpu"})  # kernel mode: a CPU server
+    assert status in (201, 202), body
+    await hub.wait_ready("sam")
+    assert waiting_kernels(federation) == []  # no pool of kernels but the lab's
+
+    start = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=WARMUP_S // 2)  # its warm-up open at once
+    lab = {"title": "ML-101", "group": "ml-101", "mode": "kernel", "profile": "gpu-1", "students": 1, "sites": ["origin"]}
+    lab.update(start=start.isoformat(), end=(start + dt.timedelta(minutes=20)).isoformat())
+    status, booking = await labs(hub, tina, "POST", "", lab)
+    assert status == 201 and booking["mode"] == "kernel", booking
+    (pooled,) = await wait_until(lambda: waiting_kernels(federation) or None, timeout=60, what="the lab's GPU kernel pre-started")
+
+    status, kernel = await user_server.server_api(hub, "sam", "POST", "/kernels", {"name": "gpuburst-gpu-1"}, timeout=120)
+    assert status == 201, kernel
+    out = await execute(f"{hub.url}/user/sam", hub.token, kernel["id"], "import os; print(os.environ['JUPYTERHUB_USER'])")
+    assert out["error"] is None and out["stdout"].split()[-1] == "sam", out
+    status, token = await hub.api("POST", "/users/sam/tokens", {"scopes": KERNEL_SCOPES, "note": "labs test"})
+    assert status == 201, token
+    async with aiohttp.ClientSession() as http:
+        url = f"{hub.url}/services/gpuburst/api/kernels"
+        async with http.get(url, headers={"Authorization": f"token {token['token']}"}) as response:
+            assert response.status == 200
+            listing = await response.json(content_type=None)
+    (record,) = [k for k in listing["kernels"] if k["kernel_id"] == kernel["id"]]
+    # sam's kernel is the one the lab's pool started for the class, not a cold start
+    assert record["prestarted"] is True and record["pod"] == pooled["metadata"]["name"], record

@@ -36,6 +36,7 @@ def make_book(path=":memory:", groups=("ml-101", "ml-102", "cv-200"), federation
         lambda: groups,
         federation,
         clock=NOW.timestamp,
+        kernel_profiles={"gpu-1": (GPU, 1), "gpu-2": (GPU, 2)},
     )
 
 
@@ -136,11 +137,46 @@ def test_pools_follow_the_warmup_and_spill_to_the_next_site():
     assert [(p.site, p.count) for p in book.pools(warm)] == [("donor-1", 2), ("origin", 4)]
 
 
+def test_a_lab_in_kernel_mode_pre_starts_a_gpu_kernel_per_student():
+    book = make_book()
+    booking = book.save(lab(mode="kernel", profile="gpu-2", students=3, sites=["origin", "donor-1"]), "tina")
+    assert (booking.mode, booking.resource, booking.gpus, booking.demand) == ("kernel", GPU, 2, 6)
+    at_lab = dt.datetime(2026, 12, 3, 10, 30, tzinfo=UTC)
+    # two kernels of 2 GPUs fill the origin's 4, the third waits on the donor
+    assert [(p.site, p.profile, p.count, p.kind) for p in book.pools(at_lab)] == [
+        ("donor-1", "gpu-2", 1, "kernels"),
+        ("origin", "gpu-2", 2, "kernels"),
+    ]
+    # its kernels count against other labs' GPUs as servers do
+    assert book.preview(lab(group="ml-102", students=8), "bob")["capacity"]["booked"] == 6
+
+
+@pytest.mark.parametrize(
+    ("over", "sentence"),
+    [
+        ({"mode": "kernel", "profile": "gpu1"}, "There is no GPU kernel profile 'gpu1' (offered: gpu-1, gpu-2)."),
+        ({"mode": "kernel", "profile": "gpu-2"}, "The group ml-101 may not use the GPU kernel profile gpu-2 (it may use: gpu-1)."),
+        ({"mode": "kernels"}, 'The mode must be "server" (a GPU server per student) or "kernel" (GPU kernels of a CPU server).'),
+        # a server profile's rule is not a kernel profile's, nor the other way round
+        ({"profile": "gpu-1"}, "There is no GPU profile 'gpu-1' (offered: gpu1, gpu2)."),
+    ],
+)
+def test_kernel_profiles_a_class_may_not_book(over, sentence):
+    book = make_book(group_kernel_profiles={"ml-101": ["gpu-1"]}, group_profiles={"ml-101": ["gpu1"]})
+    with pytest.raises(BookingError) as refused:
+        book.save(lab(**over), "tina")
+    assert str(refused.value) == sentence
+    assert book.bookings() == []
+    assert book.save(lab(mode="kernel", profile="gpu-1"), "tina").mode == "kernel"
+
+
 def test_bookings_survive_a_new_store_on_the_same_file(tmp_path):
     path = tmp_path / "labs.sqlite"
-    saved = make_book(path).save(lab(sites=["donor-1"]), "tina")
-    again = make_book(path).bookings()
-    assert again == [saved] and again[0].start == dt.datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
+    book = make_book(path)
+    saved = [book.save(lab(sites=["donor-1"]), "tina"), book.save(lab(group="ml-102", mode="kernel", profile="gpu-1"), "tina")]
+    again = {b.id: b for b in make_book(path).bookings()}
+    assert again == {b.id: b for b in saved} and again[saved[0].id].start == dt.datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
+    assert again[saved[1].id].mode == "kernel"
 
 
 def test_two_teachers_saving_at_once_cannot_both_take_the_last_gpus(tmp_path):

@@ -58,7 +58,7 @@ async def start(texts: list[str]) -> tuple[Config, list[dict[str, Any]]]:
     install(c) left for the hub's start, and say which pools started."""
     started: list[dict[str, Any]] = []
 
-    async def pools_start(settings, shapes, namespace, tracker_source, kernel_pods, booked=None):
+    async def pools_start(settings, shapes, namespace, tracker_source, kernel_pods, booked=None, kernel_pod_for=None):
         pods = {name: await build() for name, build in kernel_pods.items()}  # as the admin's hook leaves them
         started.append(
             {

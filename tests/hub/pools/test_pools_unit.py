@@ -17,10 +17,11 @@ from traitlets.config import Config
 from jupyter_gpuburst.core import keys, liqo
 from jupyter_gpuburst.core.inventory import Inventory
 from jupyter_gpuburst.hub import database
-from jupyter_gpuburst.hub.pools import live
+from jupyter_gpuburst.hub.pools import kernelsites, live
 from jupyter_gpuburst.hub.pools.controller import PoolController
+from jupyter_gpuburst.hub.pools.kernelsites import KernelPoolSites
 from jupyter_gpuburst.hub.pools.manifests import placeholder_pod, priority_class
-from jupyter_gpuburst.hub.pools.settings import Pool, WarmPools, profile_shape, spawner_values
+from jupyter_gpuburst.hub.pools.settings import KERNELS, Pool, WarmPools, profile_shape, spawner_values
 from jupyter_gpuburst.sim.cluster import node_object
 from jupyter_gpuburst.sim.config import NodeConfig
 
@@ -223,6 +224,32 @@ async def test_a_pool_no_one_asks_for_is_drained_only_once_the_bookings_are_read
     booked[0] = [Pool("donor-1", "gpu-1", 1)]  # the book is read: a lab is on, none asks for donor-2
     await ctl.reconcile()
     assert "lab" in api.pods and "gone" not in api.pods
+
+
+async def test_a_booked_kernel_pool_pre_starts_kernels_that_gpu_kernel_starts_look_for():
+    booked: list = [[Pool("origin", "gpu-1", 2, KERNELS), Pool("origin", "nope", 1, KERNELS)]]
+    shape = profile_shape("gpu-1", {}, PROFILES)
+    asked: list[str] = []
+
+    def kernel_pod_for(pool):  # hub/pools/live's factory: a builder per pool, None for no such kernel profile
+        asked.append(pool.name)
+        return (lambda: placeholder_pod(pool, shape, "jhub", "gpuburst-warm-pool")) if pool.profile == "gpu-1" else None
+
+    ctl, api, _ = controller([], lambda: 100.0, booked=lambda when: booked[0])
+    ctl.kernel_pod_for = kernel_pod_for
+    kernelsites.follow(ctl.kernel_pools)
+    try:
+        sites = KernelPoolSites({("donor-1", "gpu-1")})  # the admin's own kernel pool
+        await ctl.reconcile()
+        assert sorted(p["metadata"]["labels"][keys.POOL_LABEL] for p in api.pods.values()) == ["origin.gpu-1.kernels"] * 2
+        assert sorted(asked) == ["origin.gpu-1.kernels", "origin.nope.kernels"]  # once per pool, kept
+        assert {s["profile"]: s["note"] for s in ctl.report()}["nope"] == "no GPU kernel profile 'nope' to keep warm for a lab"
+        assert ("origin", "gpu-1") in sites and set(sites) == {("origin", "gpu-1"), ("donor-1", "gpu-1")}
+        booked[0] = []  # the lab is over
+        await ctl.reconcile()
+        assert api.pods == {} and ("origin", "gpu-1") not in sites and set(sites) == {("donor-1", "gpu-1")}
+    finally:
+        kernelsites.follow(None)
 
 
 def test_capacity_page_shows_pools_apart():
