@@ -7,7 +7,10 @@ an expired history (as after an etcd compaction): a watch that resumes from a ve
 than the expiry gets 410 Gone in its stream, as kube-apiserver sends it, and must list again.
 
 A :class:`FaultSchedule` says which fault starts when, for how long; whoever runs the cluster
-(the chaos benchmark) carries each step out (see :meth:`FaultSchedule.run`).
+(the chaos benchmark) carries each step out (see :meth:`FaultSchedule.run`). The emulator's
+steps act on its answers; the real control plane's (``KUBE_STEPS``) on its processes
+(``sim/kube/controlplane.py``): etcd killed and started again, the API server restarted, a
+donor's whole control plane lost.
 """
 
 from __future__ import annotations
@@ -79,7 +82,15 @@ STEP_KINDS = {
     "peering_lost": "a donor's API server goes away and its virtual node turns NotReady for duration_s",
     "hub_kill": "kill -9 the hub process, then start it again",
     "pools_preempted": "delete every warm pool placeholder at once, grace period 0 (another workload preempts them)",
+    # the real control plane's (sim/kube): its processes, not an emulator's answers
+    "etcd_down": "SIGKILL the origin's etcd, and start it again on its data dir after duration_s",
+    "apiserver_restart": "SIGKILL the origin's kube-apiserver and start it again at once",
+    "donor_control_plane_lost": "SIGKILL every control-plane process of a donor (its virtual node NotReady), back after duration_s",
 }
+
+#: the steps each control plane can carry out
+EMULATOR_STEPS = frozenset({"errors", "watch_gone", "watch_drop", "api_down", "peering_lost", "hub_kill", "pools_preempted"})
+KUBE_STEPS = frozenset({"etcd_down", "apiserver_restart", "donor_control_plane_lost", "hub_kill", "pools_preempted"})
 
 
 @dataclass(frozen=True)
@@ -136,6 +147,25 @@ class FaultSchedule:
                 FaultStep(7.0 * t, "hub_kill"),
                 FaultStep(8.0 * t, "watch_gone"),
                 FaultStep(8.5 * t, "errors", 1 * t, {"rate_429": 0.25, "rate_500": 0.0}),
+            ]
+        )
+
+    @classmethod
+    def kube_chaos(cls, span_s: float, donor: str = "donor-1") -> "FaultSchedule":
+        """The real control plane's faults over ``span_s`` seconds: the origin's etcd killed for
+        8 s and its API server restarted while spawns are under way, the donor's whole control
+        plane lost for 15 s with servers running there, and the hub killed once.
+
+        They follow one another rather than overlap: each outage, and a kube-apiserver's 10-30 s
+        to come back on a loaded 2-core machine, must end before the next begins, or the run
+        measures one long outage instead of three."""
+        t = max(span_s, 60.0) / 10
+        return cls(
+            [
+                FaultStep(1.0 * t, "etcd_down", 8.0),
+                FaultStep(3.0 * t, "apiserver_restart"),
+                FaultStep(5.0 * t, "donor_control_plane_lost", 15.0, {"donor": donor}),
+                FaultStep(8.5 * t, "hub_kill"),
             ]
         )
 

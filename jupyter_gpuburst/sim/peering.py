@@ -354,10 +354,20 @@ class Peering:
     def _delete_remote(self, remote_key: tuple[str, str], grace: int | None) -> None:
         try:
             self.donor.store.delete("pods", *remote_key, grace_period_seconds=grace)
-        except ApiError:
+        except ApiError as exc:
+            if exc.code in (429, 500, 502, 503, 504):
+                # the donor is away: its twin still runs, and goes once the donor answers again
+                # (removing the origin's pod now would leave the twin running with nobody's pod)
+                self._tasks.append(asyncio.create_task(self._delete_remote_later(remote_key, grace)))
+                return
             origin_key = self._remote.pop(remote_key, None)
             if origin_key:
                 _remove(self.origin.store, *origin_key)
+
+    async def _delete_remote_later(self, remote_key: tuple[str, str], grace: int | None) -> None:
+        await asyncio.sleep(1.0)
+        if remote_key in self._remote:
+            self._delete_remote(remote_key, grace)
 
     async def _origin_offloadings(self) -> None:
         watch = self.origin.store.watch(NSOFF)

@@ -52,3 +52,17 @@ async def test_fault_schedule_runs_each_step_at_its_time_with_the_callers_action
     assert {s.kind for s in chaos.steps} == {"errors", "watch_drop", "watch_gone", "api_down", "peering_lost", "hub_kill"}
     assert sum(s.kind == "hub_kill" for s in chaos.steps) == 2
     assert [s.duration_s for s in chaos.steps if s.kind in ("api_down", "peering_lost")] == [10.0, 10.0]
+
+
+def test_kube_chaos_schedule_holds_the_real_control_planes_faults_one_after_another():
+    from jupyter_gpuburst.sim.faults import EMULATOR_STEPS, KUBE_STEPS, STEP_KINDS, FaultSchedule
+
+    assert EMULATOR_STEPS | KUBE_STEPS == set(STEP_KINDS)
+    schedule = FaultSchedule.kube_chaos(45, donor="donor-7")
+    assert [s.kind for s in schedule.steps] == ["etcd_down", "apiserver_restart", "donor_control_plane_lost", "hub_kill"]
+    assert {s.kind for s in schedule.steps} <= KUBE_STEPS
+    etcd, _, donor, _ = schedule.steps
+    assert etcd.duration_s == 8.0 and donor.params == {"donor": "donor-7"}
+    # none overlaps the next: each outage ends before the next fault starts
+    for step, after in zip(schedule.steps, schedule.steps[1:], strict=False):
+        assert step.at_s + step.duration_s < after.at_s, (step, after)

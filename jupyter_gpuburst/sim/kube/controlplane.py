@@ -11,6 +11,12 @@ a control plane here lives for a test run or a demo.
 
 Every process dies with its parent (``PR_SET_PDEATHSIG``), so a harness killed with SIGKILL
 leaves no control plane behind; ``stop()`` ends them in reverse order of start.
+
+Faults (the chaos benchmark on the real control plane): ``kill_process`` ends one component
+with a signal of the caller's choosing (SIGKILL: a crash; SIGSTOP: a hung process, until
+``resume_process``), and ``start_process`` starts it again with its own arguments, on the same
+data dir, certificates and ports, waiting until it is healthy; ``lose()`` kills every process
+at once, as a site that went away, and ``recover()`` starts them again in order.
 """
 
 from __future__ import annotations
@@ -102,6 +108,10 @@ class _Process:
     log_path: Path
 
 
+# the components in the order they start: each needs the one before it
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
 @dataclass
 class ControlPlane:
     """A control plane for the site ``name``, its files under ``state_dir/name``.
@@ -115,6 +125,7 @@ class ControlPlane:
     bin_dir: Path | None = None
     node_monitor_grace_s: int = 40  # kube-controller-manager's default
     _procs: list[_Process] = field(default_factory=list, init=False)
+    _args: dict[str, tuple[str, ...]] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self.dir = Path(self.state_dir) / self.name
@@ -160,6 +171,7 @@ class ControlPlane:
     # -- processes ---------------------------------------------------------------------------
 
     async def _spawn(self, name: str, *args: str) -> _Process:
+        self._args[name] = args  # to start it again as it was (faults)
         log_path = self.dir / f"{name}.log"
         fh = open(log_path, "ab")  # noqa: SIM115 - the child keeps the descriptor
         try:
@@ -199,6 +211,22 @@ class ControlPlane:
                     f"{entry.name} was not healthy at {url} within {START_TIMEOUT_S:.0f} s; its log: {entry.log_path}\n{_tail(entry.log_path)}"
                 )
             await asyncio.sleep(0.2)
+
+    def _health_url(self, name: str) -> str:
+        return {
+            "etcd": f"{self.etcd_url}/health",
+            "kube-apiserver": f"{self.url}/readyz",
+            "kube-controller-manager": f"https://127.0.0.1:{self._controllers_port}/healthz",
+            "kube-scheduler": f"https://127.0.0.1:{self._scheduler_port}/healthz",
+        }[name]
+
+    def _health_client(self, name: str) -> httpx.AsyncClient:
+        if name == "etcd":
+            return httpx.AsyncClient(timeout=5.0)
+        if name == "kube-apiserver":
+            return self._client()
+        # both serve /healthz to anyone (authorization-always-allow-paths) with a self-signed cert
+        return httpx.AsyncClient(verify=False, timeout=5.0)  # noqa: S501 - a loopback health probe
 
     async def start(self) -> None:
         try:
@@ -282,6 +310,57 @@ class ControlPlane:
         for entry in [p for p in self._procs if p.name == name]:
             await _terminate(entry)
             self._procs.remove(entry)
+
+    def _entry(self, name: str) -> _Process:
+        if name not in COMPONENTS:
+            raise ValueError(f"no component {name!r}; the control plane's: {', '.join(COMPONENTS)}")
+        for entry in self._procs:
+            if entry.name == name:
+                return entry
+        raise RuntimeError(f"{name} of {self.name} is not running")
+
+    async def kill_process(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Send ``sig`` to one component: SIGKILL (or SIGTERM) ends it, and it stays down until
+        ``start_process``; SIGSTOP freezes it, sockets open, until ``resume_process``."""
+        entry = self._entry(name)
+        if entry.proc.returncode is None:
+            entry.proc.send_signal(sig)
+        if sig in (signal.SIGSTOP, signal.SIGTSTP):
+            return
+        await entry.proc.wait()
+        self._procs.remove(entry)
+
+    def resume_process(self, name: str) -> None:
+        entry = self._entry(name)
+        if entry.proc.returncode is None:
+            entry.proc.send_signal(signal.SIGCONT)
+
+    async def start_process(self, name: str) -> None:
+        """Start a component that was ended, with its own arguments, and wait until it is healthy
+        (on a loaded machine a kube-apiserver takes 10-30 s to become ready again)."""
+        if name not in self._args:
+            raise RuntimeError(f"{name} of {self.name} never ran: start() the control plane first")
+        if any(p.name == name for p in self._procs):
+            raise RuntimeError(f"{name} of {self.name} is already running")
+        entry = await self._spawn(name, *self._args[name])
+        async with self._health_client(name) as client:
+            await self._wait_healthy(entry, self._health_url(name), client, time.monotonic() + START_TIMEOUT_S)
+        log.info("%s of %s started again", name, self.name)
+
+    async def lose(self) -> None:
+        """Every process SIGKILLed at once: the site is gone (its data dir and certificates stay)."""
+        for entry in list(self._procs):
+            if entry.proc.returncode is None:
+                entry.proc.kill()
+        for entry in list(self._procs):
+            await entry.proc.wait()
+        self._procs.clear()
+
+    async def recover(self) -> None:
+        """Start again, in order, every component that is not running (after ``lose``)."""
+        for name in COMPONENTS:
+            if not any(p.name == name for p in self._procs):
+                await self.start_process(name)
 
     async def stop(self) -> None:
         for entry in reversed(self._procs):

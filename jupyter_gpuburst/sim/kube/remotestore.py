@@ -13,6 +13,13 @@ instead, as a kubelet or a virtual kubelet does:
   recorder drops them);
 - ``create``, ``delete`` and ``remove`` go to the API server at once (a short blocking call: the
   callers use the object returned).
+
+An API server away (restarted, its etcd down, the whole site lost) is met as a node agent meets
+it: every watch is resumed from its last version once the server answers again, and listed anew
+when that version is gone (410); queued writes wait and are sent again on a 429 or 5xx answer
+or a broken connection, never dropped; and a blocking call that cannot reach the server raises
+``ApiError`` 503, as the emulator answers when it is unavailable, so that the node agents' own
+error handling (written against ``ApiError``) applies instead of a transport error ending them.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ WRITE_TRIES = 5
 WATCH_TIMEOUT_S = 300  # the server ends a watch after this; it is resumed from its last version
 RETRY_DELAY_S = 0.5
 STORAGE_READY_S = 60.0
+# answers that say "not now": the request is sent again rather than given up
+TRANSIENT = frozenset({429, 500, 502, 503, 504})
 # kinds a node agent uses on a real API server that the emulator does not serve
 EXTRA_TYPES = {
     "leases": ResourceType("coordination.k8s.io", "v1", "Lease", "leases", True),
@@ -55,6 +64,10 @@ def _error(response: httpx.Response) -> ApiError:
     except ValueError:
         body = {}
     return ApiError(response.status_code, body.get("reason", "Unknown"), body.get("message", response.text[:200]), body.get("details"))
+
+
+def _unreachable(exc: httpx.HTTPError) -> ApiError:
+    return ApiError(503, "ServiceUnavailable", f"the API server is not reachable: {type(exc).__name__}")
 
 
 class RemoteStore:
@@ -78,6 +91,7 @@ class RemoteStore:
         self._writers: dict[tuple[str, Key], asyncio.Task] = {}
         self._tasks: list[asyncio.Task] = []
         self._background: set[asyncio.Task] = set()
+        self._stopped = False
         self.resource_version = 0
 
     # -- paths ---------------------------------------------------------------------------------
@@ -99,6 +113,12 @@ class RemoteStore:
     def _rt(self, rtype: str) -> ResourceType:
         return EXTRA_TYPES.get(rtype) or resource(rtype)
 
+    def _call(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return self._sync.request(method, url, **kwargs)
+        except httpx.HTTPError as exc:
+            raise _unreachable(exc) from exc
+
     # -- cache ---------------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -107,6 +127,8 @@ class RemoteStore:
             self._tasks.append(asyncio.create_task(self._watch_loop(rt, version), name=f"remote-watch-{key}"))
 
     async def stop(self) -> None:
+        # no write is queued again once stopping: a cancelled writer would start another, on a closed client
+        self._stopped = True
         for task in [*self._tasks, *self._writers.values(), *self._background]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._writers.values(), *self._background, return_exceptions=True)
@@ -210,7 +232,7 @@ class RemoteStore:
             if obj is None:
                 raise ApiError(404, "NotFound", f'{rt.plural} "{name}" not found')
             return copy.deepcopy(obj)
-        response = self._sync.get(self._item(rt, namespace, name))
+        response = self._call("GET", self._item(rt, namespace, name))
         if response.status_code != 200:
             raise _error(response)
         return response.json()
@@ -255,7 +277,7 @@ class RemoteStore:
         body.setdefault("apiVersion", rt.api_version)
         namespace = namespace or body["metadata"].get("namespace")
         params = {"fieldValidation": "Strict", **({"dryRun": "All"} if dry_run else {})}
-        response = self._sync.post(self._collection(rt, namespace), json=body, params=params)
+        response = self._call("POST", self._collection(rt, namespace), json=body, params=params)
         if response.status_code not in (200, 201):
             raise _error(response)
         return response.json()
@@ -264,7 +286,7 @@ class RemoteStore:
         rt = self._rt(rtype)
         meta = obj["metadata"]
         params = {"fieldValidation": "Strict", **({"dryRun": "All"} if dry_run else {})}
-        response = self._sync.put(self._item(rt, meta.get("namespace"), meta["name"], subresource or ""), json=obj, params=params)
+        response = self._call("PUT", self._item(rt, meta.get("namespace"), meta["name"], subresource or ""), json=obj, params=params)
         if response.status_code != 200:
             raise _error(response)
         return response.json()
@@ -286,7 +308,7 @@ class RemoteStore:
             options["propagationPolicy"] = propagation_policy
         if preconditions:
             options["preconditions"] = preconditions
-        response = self._sync.request("DELETE", self._item(rt, namespace, name), json=options)
+        response = self._call("DELETE", self._item(rt, namespace, name), json=options)
         if response.status_code not in (200, 202):
             raise _error(response)
         return response.json()
@@ -299,8 +321,29 @@ class RemoteStore:
         try:
             self.delete(rtype, namespace, name, grace_period_seconds=0, preconditions=preconditions)
         except ApiError as exc:
-            if exc.code not in (404, 409):
+            if exc.code in TRANSIENT:
+                # the server away: the pod is still to go once it answers (its containers have stopped)
+                self._in_background(self._remove_later(rtype, namespace, name, preconditions))
+            elif exc.code not in (404, 409):
                 raise
+
+    async def _remove_later(self, rtype: str, namespace: str | None, name: str, preconditions: dict | None) -> None:
+        while True:
+            await asyncio.sleep(RETRY_DELAY_S)
+            try:
+                await asyncio.to_thread(self.delete, rtype, namespace, name, 0, None, preconditions)
+                return
+            except ApiError as exc:
+                if exc.code not in TRANSIENT:
+                    return  # gone already (404), or another pod of that name now (409)
+
+    def _in_background(self, coro: Any) -> None:
+        if self._stopped:  # the client is closed: a late event or removal has nowhere to go
+            coro.close()
+            return
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def mutate(self, rtype: str, namespace: str | None, name: str, fn: Callable[[Obj], Any]) -> Obj:
         """Apply ``fn`` to the cached object now and to the server's in the background (status
@@ -315,7 +358,7 @@ class RemoteStore:
         self._objects[rt.key][key] = new
         pending = self._pending.setdefault((rt.key, key), [])
         pending.append(fn)
-        if (rt.key, key) not in self._writers:
+        if (rt.key, key) not in self._writers and not self._stopped:
             self._writers[(rt.key, key)] = asyncio.get_running_loop().create_task(self._write(rt, key))
         for watcher in list(self._watchers[rt.key]):
             watcher._offer("MODIFIED", new, current)
@@ -335,6 +378,9 @@ class RemoteStore:
                     response = await self._async.get(item)
                     if response.status_code == 404:
                         return
+                    if response.status_code in TRANSIENT:
+                        await asyncio.sleep(RETRY_DELAY_S)
+                        continue
                     if response.status_code != 200:
                         raise _error(response)
                     before = response.json()
@@ -360,6 +406,10 @@ class RemoteStore:
                     continue
                 if response is not None and response.status_code == 404:
                     return
+                if response is not None and response.status_code in TRANSIENT:
+                    log.debug("write of %s %s/%s waits for the API server: HTTP %d", rt.key, namespace, name, response.status_code)
+                    await asyncio.sleep(RETRY_DELAY_S)
+                    continue
                 if response is not None and response.status_code != 200:
                     log.warning("the API server refused %s %s/%s: %s", rt.key, namespace, name, _error(response).message)
                     return
@@ -368,7 +418,7 @@ class RemoteStore:
             self._pending.pop((rt.key, key), None)
         finally:
             self._writers.pop((rt.key, key), None)
-            if self._pending.get((rt.key, key)):
+            if self._pending.get((rt.key, key)) and not self._stopped:
                 self._writers[(rt.key, key)] = asyncio.get_running_loop().create_task(self._write(rt, key))
             else:
                 self._pending.pop((rt.key, key), None)
@@ -413,9 +463,7 @@ class RemoteStore:
         }
         if host:  # kube-apiserver wants both or neither
             event.update({"reportingComponent": component, "reportingInstance": host})
-        task = asyncio.get_running_loop().create_task(self._post_event(namespace, event))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._in_background(self._post_event(namespace, event))
         return event
 
     async def _post_event(self, namespace: str, event: Obj) -> None:
