@@ -3,8 +3,7 @@
  * runs (origin cluster or a Liqo donor) and how its GPUs are used.
  */
 import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
-import { ICommandPalette, Notification } from '@jupyterlab/apputils';
-import { PageConfig } from '@jupyterlab/coreutils';
+import { ICommandPalette } from '@jupyterlab/apputils';
 import { ILauncher } from '@jupyterlab/launcher';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
@@ -14,11 +13,11 @@ import { CullingWatch, installGpuCulling } from './culling';
 import { gpuIcon } from './icon';
 import { installGpuKernels } from './kernels';
 import { followGpuKernelStarts } from './kernelstart';
-import { stoppingNotice } from './format';
 import { GpuKernelLauncher } from './launcher';
 import { GpuBurstModel } from './model';
 import { GpuBurstPanel } from './panel';
 import { GpuBurstStatus } from './statusbar';
+import { connectionLostPlugin, showStopNotice } from './stopnotice';
 
 const PLUGIN_ID = 'jupyter-gpuburst:plugin';
 
@@ -74,15 +73,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     client.placementReceived.connect((_, placement) => model.setPlacement(placement));
     client.samplesReceived.connect((_, samples) => model.addSamples(samples));
     client.statusChanged.connect((_, status) => model.setConnection(status));
-    // said at once, before JupyterLab finds the server gone and calls it only unavailable
-    client.serverStopping.connect(() => {
-      const notice = stoppingNotice(PageConfig.getOption('hubPrefix'), PageConfig.getOption('hubUser'), PageConfig.getOption('hubServerName'));
-      const href = notice.href;
-      Notification.warning(notice.text, {
-        autoClose: false,
-        actions: href ? [{ label: 'Why?', callback: () => window.location.assign(href) }] : []
-      });
-    });
+    // said at once, before JupyterLab finds the server gone (see stopnotice.ts)
+    client.serverStopping.connect(() => showStopNotice());
 
     const panel = new GpuBurstPanel(model, client);
     let status: GpuBurstStatus | null = null;
@@ -160,4 +152,4 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default plugin;
+export default [plugin, connectionLostPlugin];
