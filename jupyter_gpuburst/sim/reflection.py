@@ -1,4 +1,5 @@
-"""Liqo's reflection of ConfigMaps and Secrets from an offloaded namespace to its remote namespace.
+"""Liqo's reflection of ConfigMaps, Secrets, Services and EndpointSlices from an offloaded
+namespace to its remote namespace.
 
 As Liqo's virtual kubelet reflectors do (pkg/virtualKubelet/reflection/configuration): every
 ConfigMap and Secret of an offloaded namespace has a copy in the remote namespace, labelled with
@@ -11,6 +12,14 @@ policy; under AllowList (``secret_policy``, Liqo's ``offloading.reflection.secre
 Secret is reflected only when annotated to allow it (``liqo.ALLOW_REFLECTION_ANNOTATION``).
 The origin's ``kube-root-ca.crt`` is reflected under a name of its own, so as not to collide with
 the donor's.
+
+Services and EndpointSlices (Liqo's exposition reflectors) keep their names, so a Service's short
+name resolves on the donor as on the origin, and only from offloaded namespaces: the donor never
+learns a Service of a namespace that is not offloaded. A Service's copy has its ports and
+selector, not its ClusterIP (the donor allocates its own); an EndpointSlice's copy drops the
+endpoints on a virtual node (pods the donor runs itself) and keeps the others' addresses, which
+Liqo remaps into the range the donor routes to the origin and which the emulator's pods reach as
+they are (one host).
 """
 
 from __future__ import annotations
@@ -30,11 +39,25 @@ ORIGIN_LABEL = liqo.REFLECTION_ORIGIN_LABEL
 DESTINATION_LABEL = liqo.REFLECTION_DESTINATION_LABEL
 SKIP_ANNOTATION = liqo.SKIP_REFLECTION_ANNOTATION
 ROOT_CA = "kube-root-ca.crt"
-REFLECTED_TYPES = ("configmaps", "secrets")
+ENDPOINTSLICES = "endpointslices.discovery.k8s.io"
+REFLECTED_TYPES = ("configmaps", "secrets", "services", ENDPOINTSLICES)
+KINDS = {
+    "configmaps": ("v1", "ConfigMap"),
+    "secrets": ("v1", "Secret"),
+    "services": ("v1", "Service"),
+    ENDPOINTSLICES: ("discovery.k8s.io/v1", "EndpointSlice"),
+}
+# what a copy carries besides its metadata; a change in any of them is applied to the copy
+CONTENT = {
+    "configmaps": ("data", "binaryData", "immutable"),
+    "secrets": ("data", "binaryData", "immutable", "type"),
+    "services": ("spec",),
+    ENDPOINTSLICES: ("addressType", "endpoints", "ports"),
+}
 
 
 class ConfigurationReflector:
-    """Keeps the donor's copies of one origin's ConfigMaps and Secrets in offloaded namespaces.
+    """Keeps the donor's copies of one origin's reflected objects in offloaded namespaces.
 
     ``remote_namespace(ns)`` is the namespace's remote name when ``ns`` is offloaded to this
     donor, else None.
@@ -57,6 +80,7 @@ class ConfigurationReflector:
         self.labels = {ORIGIN_LABEL: origin_id, DESTINATION_LABEL: donor_id}
         self.origin_id = origin_id
         self.remote_namespace = remote_namespace
+        self._virtual_nodes: set[str] = set()
 
     def remote_name(self, rtype: str, name: str) -> str:
         return f"{ROOT_CA}.{self.origin_id}" if rtype == "configmaps" and name == ROOT_CA else name
@@ -71,13 +95,38 @@ class ConfigurationReflector:
             return annotations.get(liqo.ALLOW_REFLECTION_ANNOTATION, "").lower() != "true"
         if annotations.get(SKIP_ANNOTATION, "").lower() == "true":
             return True
+        if rtype in ("services", ENDPOINTSLICES) and obj["metadata"]["namespace"] == "default":
+            return obj["metadata"]["name"] == "kubernetes"  # the API server's own, meaningless there
         return rtype == "secrets" and obj.get("type") == "kubernetes.io/service-account-token"
+
+    def _on_virtual_node(self, endpoint: Obj) -> bool:
+        node = endpoint.get("nodeName")
+        if not node:
+            return False
+        if node not in self._virtual_nodes:
+            try:
+                if not liqo.is_virtual_node(self.origin.get("nodes", None, node)):
+                    return False
+            except ApiError:
+                return False
+            self._virtual_nodes.add(node)
+        return True
+
+    def _content(self, rtype: str, obj: Obj) -> Obj:
+        if rtype == "services":
+            spec = {k: v for k, v in (obj.get("spec") or {}).items() if k not in ("clusterIP", "clusterIPs")}
+            return {"spec": spec}
+        if rtype == ENDPOINTSLICES:
+            endpoints = [{**e, "nodeName": self.origin_id} for e in obj.get("endpoints") or [] if not self._on_virtual_node(e)]
+            return {"addressType": obj.get("addressType", "IPv4"), "endpoints": endpoints, "ports": obj.get("ports") or []}
+        return {k: obj[k] for k in CONTENT[rtype] if k in obj}
 
     def twin(self, rtype: str, obj: Obj, remote_ns: str) -> Obj:
         meta = obj["metadata"]
+        api_version, kind = KINDS[rtype]
         out: Obj = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap" if rtype == "configmaps" else "Secret",
+            "apiVersion": api_version,
+            "kind": kind,
             "metadata": {
                 "name": self.remote_name(rtype, meta["name"]),
                 "namespace": remote_ns,
@@ -85,9 +134,7 @@ class ConfigurationReflector:
                 "annotations": dict(meta.get("annotations") or {}),
             },
         }
-        for key in ("data", "binaryData", "immutable") + (("type",) if rtype == "secrets" else ()):
-            if key in obj:
-                out[key] = obj[key]
+        out.update(self._content(rtype, obj))
         return out
 
     def reflect(self, rtype: str, obj: Obj) -> None:
@@ -109,7 +156,7 @@ class ConfigurationReflector:
             elif self.reflected(current):
                 twin["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
                 if (
-                    any(current.get(k) != twin.get(k) for k in ("data", "binaryData", "type", "immutable"))
+                    any(self._differs(rtype, k, current, twin) for k in CONTENT[rtype])
                     or current["metadata"].get("labels") != twin["metadata"]["labels"]
                     or (current["metadata"].get("annotations") or {}) != twin["metadata"]["annotations"]
                 ):
@@ -121,6 +168,13 @@ class ConfigurationReflector:
         except ApiError as exc:
             if exc.code != 409:
                 log.warning("reflecting %s %s/%s failed: %s", rtype, obj["metadata"]["namespace"], obj["metadata"]["name"], exc.message)
+
+    @staticmethod
+    def _differs(rtype: str, key: str, current: Obj, twin: Obj) -> bool:
+        if rtype == "services":  # the donor's API server gave the copy its own ClusterIP
+            spec = {k: v for k, v in (current.get("spec") or {}).items() if k not in ("clusterIP", "clusterIPs")}
+            return spec != twin["spec"]
+        return current.get(key) != twin.get(key)
 
     def unreflect(self, rtype: str, namespace: str, name: str) -> None:
         """Delete the copy of the origin object ``namespace/name``, if there is one of ours."""
@@ -136,7 +190,7 @@ class ConfigurationReflector:
             pass  # gone already
 
     def reflect_namespace(self, namespace: str) -> None:
-        """Every ConfigMap and Secret of a namespace that has just been offloaded."""
+        """Every reflected object of a namespace that has just been offloaded."""
         for rtype in REFLECTED_TYPES:
             items, _ = self.origin.list(rtype, namespace)
             for obj in items:

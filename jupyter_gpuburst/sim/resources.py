@@ -137,6 +137,9 @@ _TYPES = [
         (),
         ("reason", "reportingController", "type", "regarding.kind", "regarding.name", "regarding.namespace", "regarding.uid"),
     ),
+    # the endpoints of Services without a selector (the hub's own address in the user namespace,
+    # hub/address): pods' hosts files name them (kubelet/servicenames.py), and Liqo reflects them
+    ResourceType("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", True, (), STANDARD_VERBS, (), "endpointslice"),
     # stored, not enforced (the process kubelet has no pod network to filter): the hub gives each GPU kernel one
     ResourceType("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", True, ("netpol",), STANDARD_VERBS, (), "networkpolicy"),
     ResourceType("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False, ("pc",), STANDARD_VERBS, (), "priorityclass"),

@@ -71,6 +71,7 @@ class Kubelet(ContainerRunner, ContainerLifecycle):
         self._services: set[tuple[str, str]] = set()
         self._service_table: list[tuple[str, str, str]] = []
         self._services_task: asyncio.Task | None = None
+        self._slices_task: asyncio.Task | None = None
         self._hosts_refresh: asyncio.TimerHandle | None = None
         self.pod_networks = netns.requested()
 
@@ -124,11 +125,12 @@ class Kubelet(ContainerRunner, ContainerLifecycle):
         self._task = asyncio.create_task(self._run(), name="kubelet")
         if processes.uts_namespaces():  # service names live in the pods' own /etc/hosts
             self._services_task = asyncio.create_task(self._watch_services(), name="kubelet-services")
+            self._slices_task = asyncio.create_task(self._watch_slices(), name="kubelet-endpointslices")
 
     async def stop(self) -> None:
         if self._hosts_refresh is not None:
             self._hosts_refresh.cancel()
-        for task in (self._task, self._services_task):
+        for task in (self._task, self._services_task, self._slices_task):
             if task:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -152,6 +154,15 @@ class Kubelet(ContainerRunner, ContainerLifecycle):
                     self._services.discard(key)
                 else:
                     self._services.add(key)
+                self._refresh_hosts_soon()
+        finally:
+            watch.close()
+
+    async def _watch_slices(self) -> None:
+        """A selector-less Service's address is in its EndpointSlices, kept by whoever made it."""
+        watch = self.store.watch(servicenames.ENDPOINTSLICES)
+        try:
+            async for _etype, _eps in watch:
                 self._refresh_hosts_soon()
         finally:
             watch.close()
