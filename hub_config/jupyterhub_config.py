@@ -4,7 +4,9 @@ The hub runs as a pod with the service account that hub_config/rbac.yaml binds (
 ``jhub``), behind a Service named ``hub`` (port 8081 for the hub, 8082 for the gpuburst service
 that ``install(c)`` registers: the proxy routes /services/gpuburst/ there, and user servers call
 its GPU kernel API there directly), so the spawner talks to the API server
-with in-cluster credentials. The same settings as hub_config/values.yaml, written out for
+with in-cluster credentials; its container sets ``GPUBURST_HUB_POD_IP`` from the downward API
+(``valueFrom: {fieldRef: {fieldPath: status.podIP}}``), the address servers reach it at from
+every site (``hub_connect_url`` below). The same settings as hub_config/values.yaml, written out for
 ``jupyterhub -f``:
 
     kubectl create namespace jhub-users && kubectl apply -f hub_config/rbac.yaml
@@ -13,7 +15,8 @@ with in-cluster credentials. The same settings as hub_config/values.yaml, writte
 
 As with z2jh, the proxy is JupyterHub's configurable-http-proxy running as its own pod (the hub
 image has no Node): run ``quay.io/jupyterhub/configurable-http-proxy`` with
-``--default-target=http://hub.jhub.svc.cluster.local:8081 --error-target=http://hub.jhub.svc.cluster.local:8081/hub/error``,
+``--default-target=http://hub:8081 --error-target=http://hub:8081/hub/error`` (in ``jhub``, where ``hub``
+is the hub's Service),
 its API on port 8001 behind a Service named ``proxy-api``, and the same ``CONFIGPROXY_AUTH_TOKEN``
 in both pods.
 
@@ -35,10 +38,12 @@ IMAGE = os.environ.get("GPUBURST_SINGLEUSER_IMAGE", "registry.example.edu/jupyte
 # ---- hub and proxy ---------------------------------------------------------------------------
 c.JupyterHub.spawner_class = "gpuburst"
 c.JupyterHub.hub_bind_url = "http://:8081"
-# The proxy and the user pods reach the hub through its Service. A donor pod runs in another
-# namespace (jhub-<origin cluster id>, Liqo's DefaultName mapping) and resolves names through
-# Liqo's network: only the Service's full DNS name works from there.
-c.JupyterHub.hub_connect_url = f"http://hub.{NAMESPACE}.svc.cluster.local:8081"
+# "hub" by its short name, resolved in each pod's own namespace: the proxy's (NAMESPACE) has the
+# hub's Service; the user namespace has the Service the hub keeps there with its pod's IP
+# (c.HubAddress, from $GPUBURST_HUB_POD_IP: set it from the downward API's status.podIP), and Liqo
+# reflects that one under the same name into each donor's copy of the namespace, where
+# hub.<NAMESPACE>.svc.cluster.local does not exist (docs/donors.md).
+c.JupyterHub.hub_connect_url = "http://hub:8081"
 # The proxy is its own pod; the hub only talks to its API (token from the environment).
 c.ConfigurableHTTPProxy.should_start = False
 c.ConfigurableHTTPProxy.api_url = f"http://proxy-api.{NAMESPACE}.svc.cluster.local:8001"

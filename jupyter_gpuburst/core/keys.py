@@ -91,6 +91,8 @@ FILES_ANNOTATION = f"{GROUP}/files"
 SERVICE_PORT = 8082
 SERVICE_HOST_ENV = "GPUBURST_SERVICE_HOST"
 SERVICE_PORT_ENV = "GPUBURST_SERVICE_PORT"
+# the hub pod's own IP (downward API: status.podIP), for the hub's address in the user namespace
+HUB_POD_IP_ENV = "GPUBURST_HUB_POD_IP"
 
 # GPU idle culling: where a user's server reports when its GPUs (and its GPU kernels') were last
 # busy, with its own token; the hub's reply carries the warnings the Lab panel shows.

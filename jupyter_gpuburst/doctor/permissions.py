@@ -44,6 +44,8 @@ REQUIRED_PERMISSIONS: tuple[Permission, ...] = tuple(
         liqo.OFFLOADING_GROUP,
         why="offload the user namespace to donors, the first time a pod goes to one",
     )
+    + _perms("get,create,update", "services", why="keep the Service 'hub' by which servers on every site reach the hub")
+    + _perms("get,create,update", "endpointslices", "discovery.k8s.io", why="point the Service 'hub' at the hub pod's IP")
 )
 
 # Kernel mode (remote GPU kernels) adds these, granted by the opt-in hub_config/rbac-kernels.yaml

@@ -28,6 +28,7 @@ from jupyter_gpuburst.hub.accounting import (
     counters,  # noqa: F401 - and the GPU-seconds counters
     use_idle_source,
 )
+from jupyter_gpuburst.hub.address import start_with_hub as start_address
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
 from jupyter_gpuburst.hub.culling.live import idle_since
 from jupyter_gpuburst.hub.culling.live import install as install_culling
@@ -106,6 +107,8 @@ def install(
     loop.call_soon(service.start)
     # by the time the loop runs these, the whole config file has been read
     loop.call_soon(wire_idle_source, c)
+    # servers on donors reach the hub by a name Liqo reflects (hub/address)
+    loop.call_soon(start_address, c)
     start_culler(c, service)
 
 

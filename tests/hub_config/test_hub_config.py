@@ -167,9 +167,9 @@ def test_plain_config_matches_the_helm_values(values, plain_config):
     assert plain_config.KubeSpawner.profile_list == as_profiles
     assert dict(plain_config.GPUBurstSpawner) == values["hub"]["config"]["GPUBurstSpawner"]
     assert plain_config.JupyterHub.spawner_class == "gpuburst"
-    # install(c) ran: the capacity service is registered, reached by the hub Service's DNS name
+    # install(c) ran: the capacity service is registered, at the host of hub_connect_url
     [service] = [s for s in plain_config.JupyterHub.services if s["name"] == "gpuburst"]
-    assert service["url"] == "http://hub.jhub.svc.cluster.local:8082"
+    assert service["url"] == "http://hub:8082"
     assert "extra_handlers" not in plain_config.JupyterHub
 
 
@@ -239,9 +239,16 @@ def test_readme_pins_the_chart_release_the_files_use(values):
 
 
 def test_both_configs_reach_the_hub_from_donor_namespaces(values, plain_config):
-    full_name = "http://hub.jhub.svc.cluster.local:8081"
-    assert values["hub"]["config"]["JupyterHub"]["hub_connect_url"] == full_name
-    assert plain_config.JupyterHub.hub_connect_url == full_name
+    # the short name: the user namespace's Service "hub" (the hub keeps it from its pod's IP),
+    # reflected by Liqo into each donor's namespace; hub.jhub.svc.cluster.local is the origin's only
+    # (tests/sim/test_hub_address_names.py resolves both from a donor's pod)
+    short_name = "http://hub:8081"
+    assert values["hub"]["config"]["JupyterHub"]["hub_connect_url"] == short_name
+    assert plain_config.JupyterHub.hub_connect_url == short_name
+    assert values["hub"]["extraEnv"]["GPUBURST_HUB_POD_IP"] == {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    assert "GPUBURST_HUB_POD_IP" in (HUB_CONFIG / "jupyterhub_config.py").read_text()
+    # z2jh's hub policy admits labelled pods of other namespaces (jhub-users) only with "accept"
+    assert values["hub"]["networkPolicy"]["interNamespaceAccessLabels"] == "accept"
     # the proxy is its own pod (z2jh's too): the hub image has no Node to run one
     assert plain_config.ConfigurableHTTPProxy.should_start is False
 

@@ -19,6 +19,14 @@ UNUSED_BUT_NEEDED: dict[audit.Use, str] = {
     audit.Use("get", "offloading.liqo.io", "namespaceoffloadings"): (
         "read only where create is refused: an admin offloaded the namespace and granted get alone (hub/sites/offloading.py)"
     ),
+    **{
+        audit.Use(verb, group, resource): (
+            "the hub's address in the user namespace, kept where the hub knows its pod's IP (GPUBURST_HUB_POD_IP): "
+            "the tier's hub is a local process (hub/address; tests/sim/test_hub_address_names.py)"
+        )
+        for verb in ("get", "create", "update")
+        for group, resource in (("", "services"), ("discovery.k8s.io", "endpointslices"))
+    },
 }
 # Refused on purpose, each with why the hub asks anyway.
 EXPECTED_REFUSALS: dict[audit.Use, str] = {
