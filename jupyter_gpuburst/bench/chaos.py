@@ -8,6 +8,11 @@ in one invocation, with the same arrivals (spawns spread over the run, not all a
    API, watch streams dropped, the history expired (410 Gone on resumed watches), the origin's API
    server down 10 s, the donor's peering lost 10 s and back, the hub SIGKILLed and restarted twice.
 
+``--control-plane kube`` runs the same students and checks with every site on its own real
+control plane, the hub as its ServiceAccount, and real faults in place of the emulated ones
+(``chaos_kube``): the origin's etcd killed for 8 s, its kube-apiserver restarted mid-spawn, the
+donor's whole control plane lost with servers running there, the hub killed.
+
 Each student behaves as one would: starts the server, and when the hub went away under them,
 waits for it, looks at their server, and starts it again if it is not there (at most
 ``--attempts`` times). A refusal the hub answers with a message ends their attempt.
@@ -32,29 +37,27 @@ import http
 import json
 import os
 import random
-import re
-import sqlite3
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from jupyter_gpuburst.bench import chaos_pools, stopping
+from jupyter_gpuburst.bench import chaos_kube, chaos_pools, stopping
+from jupyter_gpuburst.bench.chaos_count import USER_LABEL as USER_LABEL  # the tests' name for it
+from jupyter_gpuburst.bench.chaos_count import complaints_about as complaints_about
+from jupyter_gpuburst.bench.chaos_count import count
+from jupyter_gpuburst.bench.chaos_count import user_pods as user_pods
 from jupyter_gpuburst.bench.hubproc import HubProcess
 from jupyter_gpuburst.bench.ledger_check import LEDGER_FILE, PodLifetimes, compare
 from jupyter_gpuburst.bench.spawn import NAMESPACE, clear_pods, federation_config, hub_config, percentile
-from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.sim.faults import FaultSchedule, FaultStep
-from jupyter_gpuburst.sim.federation import Federation
+from jupyter_gpuburst.sim.federation import CONTROL_PLANES, Federation
 from jupyter_gpuburst.sim.testing import running_federation
 
 T0 = time.monotonic()
 HUB_LOG_LEVEL = os.environ.get("GPUBURST_BENCH_HUB_LOG_LEVEL", "INFO")
-USER_LABEL = "hub.jupyter.org/username"
-SERVER_COMPONENT = "singleuser-server"
 # what must never reach a student: the kubernetes client's dump of an error
 RAW_MARKERS = ("HTTP response headers", "HTTP response body", "CIMultiDict", "Traceback", "Reason: ")
 CLEAR_MESSAGE_MAX = 300
@@ -97,6 +100,7 @@ class Phase:
     wall_s: float = 0.0
     faults_done: list[tuple[float, str]] = field(default_factory=list)
     hub_restarts: int = 0
+    kube_faults: list[dict[str, Any]] = field(default_factory=list)  # what each real fault did
 
 
 class Hub:
@@ -229,171 +233,18 @@ async def _after_hub_loss(hub: Hub, session: aiohttp.ClientSession, user: str, d
     return await _wait_not_pending(hub, session, user, deadline), None
 
 
-# ---- what exists -------------------------------------------------------------------------------
-
-
-def hub_servers(workdir: Path) -> dict[str, dict[str, Any]]:
-    """Per user: whether the hub's database has a server, and the spawner's saved state."""
-    db = sqlite3.connect(f"file:{workdir / 'jupyterhub.sqlite'}?mode=ro", uri=True, timeout=30)
-    try:
-        rows = db.execute(
-            "SELECT users.name, spawners.name, spawners.server_id, spawners.state FROM spawners JOIN users ON users.id = spawners.user_id"
-        ).fetchall()
-    finally:
-        db.close()
-    out = {}
-    for user, name, server_id, state in rows:
-        if name:
-            continue
-        saved = json.loads(state) if state else {}
-        out[user] = {"server": server_id is not None, "state": saved or {}}
-    return out
-
-
-def user_pods(fed: Federation) -> tuple[dict[str, list[dict[str, Any]]], int, int]:
-    """Origin user-server pods by user; donor twins beyond one per origin pod; donor orphans.
-
-    A donor's twin of an offloaded pod has the origin pod's name in Liqo's remapped namespace.
-    """
-    by_user: dict[str, list[dict[str, Any]]] = {}
-    origin_names = set()
-    for pod in fed.origin.store.list("pods", NAMESPACE)[0]:
-        labels = pod["metadata"].get("labels") or {}
-        if labels.get("component") != SERVER_COMPONENT:
-            continue
-        by_user.setdefault(labels.get(USER_LABEL, "?"), []).append(pod)
-        origin_names.add(pod["metadata"]["name"])
-    twins: Counter[str] = Counter()
-    donor_orphans = 0
-    for donor_id, donor in fed.donors.items():
-        remote_ns = fed.peerings[donor_id].remote_namespace(NAMESPACE)
-        for pod in donor.store.list("pods", remote_ns)[0]:
-            if (pod["metadata"].get("labels") or {}).get("component") != SERVER_COMPONENT:
-                continue
-            name = pod["metadata"]["name"]
-            if name not in origin_names:
-                donor_orphans += 1
-            twins[name] += 1
-    extra_twins = sum(n - 1 for n in twins.values() if n > 1)
-    return by_user, extra_twins, donor_orphans
-
-
-def _running_ready(pod: dict[str, Any]) -> bool:
-    status = pod.get("status") or {}
-    if status.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
-        return False
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-
-
-async def leaked_reservations(hub: Hub, session: aiohttp.ClientSession) -> int:
-    status, report = await hub.process.capacity(session)
-    if status != 200 or not isinstance(report, dict):
-        raise RuntimeError(f"capacity API: HTTP {status}")
-    if "reservations" not in report:
-        raise RuntimeError("the capacity API does not report reservations")
-    return int(report["reservations"])
-
-
-async def settle(fed: Federation, timeout: float = 60.0) -> None:
-    """Wait until no pod is pending or terminating, so what is counted is what stays."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        busy = False
-        for cluster in fed.clusters.values():
-            for pod in cluster.store.list("pods")[0]:
-                if pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") == "Pending":
-                    busy = True
-        if not busy:
-            return
-        await asyncio.sleep(0.5)
-
-
-def complaints_about(log_lines: list[str], user: str, most: int = 6) -> list[str]:
-    """The hub's last warning and error lines that name ``user``, each cut to 240 characters."""
-    name = re.compile(rf"\b{re.escape(user)}\b")
-    named = [line[:240] for line in log_lines if line.startswith(("[W ", "[E ", "[C ")) and name.search(line)]
-    return named[-most:]
-
-
-async def count(
-    fed: Federation, hub: Hub, session: aiohttp.ClientSession, journeys: list[Journey], pools: list[dict[str, Any]]
-) -> dict[str, Any]:
-    await settle(fed)
-    servers = hub_servers(hub.process.workdir)
-    pods, extra_copies, donor_orphans = user_pods(fed)
-    ready = refused = cancelled = lost = duplicated = orphaned = wrong = 0
-    reasons: Counter[str] = Counter()
-    lost_detail: list[dict[str, Any]] = []
-    hub_log = hub.process.log_path.read_text(errors="replace").splitlines() if hub.process.log_path.exists() else []
-
-    def why_lost(j: Journey, server: dict[str, Any], mine: list[dict[str, Any]]) -> None:
-        # what a lost student saw and what was left, to tell a spawner bug from a harness one;
-        # the hub's warnings and errors about them, since a failed run's state dir is often gone
-        lost_detail.append(
-            {
-                "user": j.user,
-                "outcome": j.outcome,
-                "message": (j.message or "")[:160],
-                "hub_has_server": bool(server["server"]),
-                "pods": [f"{(p.get('status') or {}).get('phase')}{' ready' if _running_ready(p) else ''}" for p in mine],
-                "trace": j.trace,
-                "hub_log": complaints_about(hub_log, j.user),
-            }
-        )
-
-    for j in journeys:
-        mine = pods.get(j.user, [])
-        server = servers.get(j.user, {"server": False, "state": {}})
-        duplicated += max(0, len(mine) - 1)
-        if server["server"]:
-            saved = (server["state"] or {}).get("gpuburst") or {}
-            live = [p for p in mine if _running_ready(p)]
-            if len(live) == 1 and j.outcome == "ready":
-                site = (live[0]["metadata"].get("labels") or {}).get(keys.SITE_LABEL)
-                if saved.get("site") == site:
-                    ready += 1
-                else:
-                    wrong += 1
-                    lost += 1
-                    why_lost(j, server, mine)
-            else:
-                lost += 1
-                why_lost(j, server, mine)
-        else:
-            orphaned += len(mine)
-            if j.outcome == "refused" and not mine:
-                refused += 1
-                reasons[j.message] += 1
-            elif j.outcome == "cancelled" and not mine:
-                cancelled += 1
-            else:
-                lost += 1
-                why_lost(j, server, mine)
-    known = {j.user for j in journeys}
-    orphaned += sum(len(p) for user, p in pods.items() if user not in known)
-    orphaned += donor_orphans
-    placeholders = chaos_pools.placeholder_counts(fed, pools)
-    return {
-        "ready": ready,
-        "refused": refused,
-        "cancelled": cancelled,
-        "refused_reasons": dict(reasons.most_common(5)),
-        "lost": lost,
-        "duplicated": duplicated + extra_copies,
-        "orphaned": orphaned + placeholders["orphaned"],
-        "leaked_reservations": await leaked_reservations(hub, session),
-        "leaked_placeholders": placeholders["leaked"],
-        "placeholders": placeholders["placeholders"],
-        "wrong_placement": wrong,
-        "lost_detail": lost_detail[:10],
-        "unclear_refusals": [j.message[:160] for j in journeys if j.outcome == "unclear"][:3],
-    }
-
-
 # ---- the run -----------------------------------------------------------------------------------
 
 
-def chaos_actions(fed: Federation, hub: Hub) -> dict[str, Any]:
+def chaos_actions(fed: Federation, hub: Hub, kube_notes: list[dict[str, Any]]) -> dict[str, Any]:
+    async def hub_kill(step: FaultStep) -> None:
+        await hub.kill_and_restart()
+
+    async def pools_preempted(step: FaultStep) -> None:
+        hub.preempt_waits.append(await chaos_pools.preempt_once_watched(fed, hub))
+
+    if fed.control_plane == "kube":
+        return {**chaos_kube.actions(fed, kube_notes), "hub_kill": hub_kill, "pools_preempted": pools_preempted}
     faults = fed.origin.api.faults
 
     async def errors(step: FaultStep) -> None:
@@ -425,12 +276,6 @@ def chaos_actions(fed: Federation, hub: Hub) -> dict[str, Any]:
             await asyncio.sleep(step.duration_s)
         finally:
             await fed.donor_outage(donor, False)
-
-    async def hub_kill(step: FaultStep) -> None:
-        await hub.kill_and_restart()
-
-    async def pools_preempted(step: FaultStep) -> None:
-        hub.preempt_waits.append(await chaos_pools.preempt_once_watched(fed, hub))
 
     return {
         "errors": errors,
@@ -480,7 +325,7 @@ async def run_phase(
                 return await journey(hub, session, user, args.attempts, deadline)
 
             started = time.monotonic()
-            faults_task = asyncio.create_task(schedule.run(chaos_actions(fed, hub))) if schedule else None
+            faults_task = asyncio.create_task(schedule.run(chaos_actions(fed, hub, phase.kube_faults))) if schedule else None
             phase.journeys = list(await asyncio.gather(*(one(i, u, t) for i, (u, t) in enumerate(zip(users, arrivals, strict=True)))))
             if faults_task is not None:
                 await faults_task  # every fault has ended and the hub is back before counting
@@ -525,6 +370,8 @@ def checks(counts: dict[str, Any], requested: int) -> dict[str, bool]:
 
 async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
     n = args.spawns
+    control_plane = getattr(args, "control_plane", "emulator")
+    kube = control_plane == "kube"
     kubeconfig = state_dir / "kubeconfig"
     local = args.local_gpus if args.local_gpus is not None else max(1, n // 4)
     donor = args.donor_gpus if args.donor_gpus is not None else n - local + max(2, n // 10)
@@ -533,12 +380,15 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
     rng = random.Random(args.seed)
     arrivals = sorted(rng.uniform(0, span * 0.8) for _ in range(n))
     pools = chaos_pools.pools_for(local, donor) if args.pools else []
-    async with running_federation(config, state_dir=state_dir / "sim", kubeconfig=kubeconfig) as fed:
+    async with running_federation(config, state_dir=state_dir / "sim", kubeconfig=kubeconfig, control_plane=control_plane) as fed:
         chaos_pools.prepare_donors(fed)
+        if kube:  # the hub as its ServiceAccount, never with the federation's admin certificate
+            kubeconfig = chaos_kube.hub_kubeconfig(fed, state_dir / "hub-account")
         base, base_counts = await run_phase(
             fed, state_dir / "hub-fault-free", kubeconfig, "fault-free", [f"calm{i:03d}" for i in range(n)], arrivals, None, args, pools
         )
-        schedule = FaultSchedule.chaos(span, donor=next(iter(fed.donors)))
+        donor_id = next(iter(fed.donors))
+        schedule = FaultSchedule.kube_chaos(span, donor_id) if kube else FaultSchedule.chaos(span, donor=donor_id)
         if pools:
             schedule = chaos_pools.with_pool_faults(schedule, span)
         chaos, counts = await run_phase(
@@ -549,6 +399,7 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
     passed = checks(counts, n)
     return {
         "benchmark": "chaos",
+        "control_plane": control_plane,
         "load_average": [round(v, 2) for v in os.getloadavg()],
         "requested": n,
         "local_gpus": local,
@@ -571,6 +422,7 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
         "fault_free_ledger": base_counts["ledger"],
         "hub_restarts": chaos.hub_restarts,
         "faults": [f"{t:.0f}s {kind}" for t, kind in chaos.faults_done],
+        **({"kube_faults": chaos.kube_faults} if kube else {}),
         "spawn_requests": sum(j.posts for j in chaos.journeys),
         "spawns_cut_by_hub_kill": sum(1 for j in chaos.journeys if j.hub_gone),
         "wall_s": round(chaos.wall_s, 1),
@@ -580,7 +432,9 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="gpuburst bench chaos", description=__doc__.splitlines()[0])
-    parser.add_argument("--spawns", type=int, default=200, help="students starting a 1-GPU server (default 200)")
+    parser.add_argument(
+        "--spawns", type=int, default=None, help="students starting a 1-GPU server (default 200; 12 on the real control plane)"
+    )
     parser.add_argument("--local-gpus", type=int, default=None, help="GPUs on the origin (default: a quarter of --spawns)")
     parser.add_argument("--donor-gpus", type=int, default=None, help="GPUs the donor grants (default: the rest and a tenth more)")
     parser.add_argument("--span", type=float, default=None, help="seconds arrivals and faults span (default: 0.6 s a spawn, at least 45)")
@@ -590,11 +444,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--no-pools", dest="pools", action="store_false", help="without warm pools (default: on, with their faults, cancels)"
     )
+    parser.add_argument(
+        "--control-plane",
+        choices=CONTROL_PLANES,
+        default="emulator",
+        help="'kube': every site on its own real control plane (make kube), the hub as its ServiceAccount, and the faults "
+        "are its processes': etcd killed 8 s, kube-apiserver restarted, the donor's control plane lost (default: %(default)s)",
+    )
     parser.add_argument("--state-dir", type=Path, default=None, help="keep hub logs and pod logs here (default: a temp dir, removed)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on one line")
     args = parser.parse_args(argv)
+    if args.spawns is None:
+        args.spawns = 12 if args.control_plane == "kube" else 200
     if args.spawns < 1:
         parser.error("--spawns must be at least 1")
     if args.attempts < 1:
         parser.error("--attempts must be at least 1")
+    if args.control_plane == "kube" and (why := chaos_kube.unavailable()):
+        parser.exit(2, f"gpuburst bench chaos: {why}\n")
     return stopping.run_and_print(lambda state_dir: run(args, state_dir), args.state_dir, "chaos", args.json)

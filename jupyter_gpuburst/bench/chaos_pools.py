@@ -26,6 +26,7 @@ from jupyter_gpuburst.bench.spawn import DONOR, NAMESPACE, PROFILES
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub.pools.manifests import NAME_PREFIX, priority_class
 from jupyter_gpuburst.hub.pools.settings import WarmPools
+from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.faults import FaultSchedule, FaultStep
 from jupyter_gpuburst.sim.federation import Federation
 
@@ -55,8 +56,11 @@ def prepare_donors(fed: Federation) -> None:
     pod's class to the donor, so it changes nothing there)."""
     settings = WarmPools()
     for donor in fed.donors.values():
-        if not any(pc["metadata"]["name"] == settings.priority_class for pc in donor.store.list(PRIORITY_CLASSES)[0]):
+        try:  # a create, not a list: a real control plane's node-agent cache holds no PriorityClass
             donor.store.create(PRIORITY_CLASSES, priority_class(settings.priority_class, settings.priority))
+        except ApiError as exc:
+            if exc.code != 409:
+                raise
 
 
 def with_pool_faults(schedule: FaultSchedule, span_s: float) -> FaultSchedule:
