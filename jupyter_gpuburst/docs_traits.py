@@ -33,6 +33,7 @@ PACKAGE = "jupyter_gpuburst"
 def _sections() -> list[tuple[str, str, type[HasTraits]]]:
     """(config section, what it configures, class) for every configurable class we ship."""
     from jupyter_gpuburst.hub.accounting.settings import GPUAccountingSettings
+    from jupyter_gpuburst.hub.address import HubAddress
     from jupyter_gpuburst.hub.culling.settings import GPUCullingSettings
     from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings
     from jupyter_gpuburst.hub.labs.settings import LabSettings
@@ -64,6 +65,11 @@ def _sections() -> list[tuple[str, str, type[HasTraits]]]:
             "LabSettings",
             "the hub: teachers' lab bookings, their limits and approval (`jupyterhub_config.py`; docs/labs.md)",
             LabSettings,
+        ),
+        (
+            "HubAddress",
+            "the hub: its address in the user namespace, by which servers on every site reach it (`jupyterhub_config.py`; docs/donors.md)",
+            HubAddress,
         ),
         (
             "GPUBurstService",

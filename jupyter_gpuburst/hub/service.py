@@ -17,7 +17,7 @@ URLs, under the hub's base URL:
   (``jupyter_gpuburst.hub.accounting.handlers``; same scope)
 - ``/services/gpuburst/api/kernels``: the GPU kernel API of users' servers (see
   ``jupyter_gpuburst.hub.kernels.handlers`` for its scopes). Servers call it directly at the
-  service's own address (``url`` below, e.g. ``http://hub.jhub.svc.cluster.local:8082``), which
+  service's own address (``url`` below, e.g. ``http://hub:8082``), which
   the spawner passes them in ``$JUPYTER_GPUBURST_KERNELS_URL``: the same host as the hub API they
   already reach, so donor servers need no route through the public proxy.
 - ``/services/gpuburst/labs`` and ``api/labs``: teachers' lab bookings (``jupyter_gpuburst.hub.labs.handlers``)

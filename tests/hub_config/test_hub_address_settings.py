@@ -35,9 +35,14 @@ def test_bad_settings_say_what_is_wrong(trait, value, message):
         HubAddress(**{trait: value})
 
 
-def test_a_hub_that_does_not_know_its_pod_ip_keeps_no_address(monkeypatch):
+def test_a_hub_that_does_not_know_its_pod_ip_keeps_no_address(monkeypatch, caplog):
     monkeypatch.delenv("GPUBURST_HUB_POD_IP", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     assert start_with_hub(Config()) is None
+    assert not caplog.records  # outside a cluster there is nothing to say
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    assert start_with_hub(Config()) is None
+    assert "no GPUBURST_HUB_POD_IP" in caplog.text  # in a pod, servers would resolve "hub" to nothing
     c = Config()
     c.HubAddress.pod_ip = "not-an-ip"
     assert start_with_hub(c) is None  # logged with the reason; the hub itself goes on

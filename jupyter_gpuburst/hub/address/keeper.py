@@ -176,7 +176,15 @@ def start_with_hub(c: Any) -> asyncio.Task | None:
     except TraitError as exc:
         log.error("hub address: not kept, %s", exc)
         return None
-    if not settings.pod_ip or (_task is not None and not _task.done()):
+    if not settings.pod_ip:
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):  # in a pod: servers in the user namespace resolve hub_connect_url there
+            log.warning(
+                "hub address: no %s (the downward API's status.podIP), so no Service %r in the user namespace",
+                HUB_POD_IP_ENV,
+                settings.service_name,
+            )
+        return None
+    if _task is not None and not _task.done():
         return None
     from kubespawner.clients import load_config, shared_client
 
