@@ -226,6 +226,26 @@ async def test_a_pool_no_one_asks_for_is_drained_only_once_the_bookings_are_read
     assert "lab" in api.pods and "gone" not in api.pods
 
 
+async def test_with_every_pool_turned_off_a_hub_drains_what_an_earlier_one_left_once_its_bookings_are_read():
+    booked: list = [None]
+    ctl, api, _ = controller([], lambda: 100.0, booked=lambda when: booked[0])
+    shape = profile_shape("gpu-1", {}, PROFILES)
+
+    def left_behind(name):
+        api.pods[name] = placeholder_pod(Pool("origin", "gpu-1", 1), shape, "jhub", "gpuburst-warm-pool")
+        api.pods[name]["metadata"].update(name=name, uid=f"u-{name}", creationTimestamp="2026-01-01T00:00:00Z")
+
+    left_behind("old")
+    await ctl.reconcile()
+    assert "old" in api.pods  # a lab's, maybe: the bookings are not read yet
+    booked[0] = []
+    await ctl.reconcile()
+    assert "old" not in api.pods and api.classes == []  # drained; no PriorityClass made for no pool
+    left_behind("later")  # once: while no pool runs, later passes list nothing
+    await ctl.reconcile()
+    assert "later" in api.pods
+
+
 async def test_a_booked_kernel_pool_pre_starts_kernels_that_gpu_kernel_starts_look_for():
     booked: list = [[Pool("origin", "gpu-1", 2, KERNELS), Pool("origin", "nope", 1, KERNELS)]]
     shape = profile_shape("gpu-1", {}, PROFILES)
