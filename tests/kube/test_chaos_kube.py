@@ -35,7 +35,7 @@ async def test_chaos_on_real_control_planes(tmp_path):
     print(json.dumps(result, indent=1, default=str))  # whole, in a failure's report
     assert result["control_plane"] == "kube"
     kinds = [f.split()[1] for f in result["faults"]]
-    assert kinds == ["etcd_down", "apiserver_restart", "donor_control_plane_lost", "hub_kill"], kinds
+    assert kinds == ["etcd_down", "apiserver_restart", "hub_kill", "donor_control_plane_lost"], kinds
     done = {note["fault"]: note for note in result["kube_faults"]}
     assert done["etcd_down"]["down_s"] >= 8.0
     # the donor went with servers on it: what it held must have come through

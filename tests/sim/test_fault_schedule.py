@@ -59,9 +59,9 @@ def test_kube_chaos_schedule_holds_the_real_control_planes_faults_one_after_anot
 
     assert EMULATOR_STEPS | KUBE_STEPS == set(STEP_KINDS)
     schedule = FaultSchedule.kube_chaos(45, donor="donor-7")
-    assert [s.kind for s in schedule.steps] == ["etcd_down", "apiserver_restart", "donor_control_plane_lost", "hub_kill"]
+    assert [s.kind for s in schedule.steps] == ["etcd_down", "apiserver_restart", "hub_kill", "donor_control_plane_lost"]
     assert {s.kind for s in schedule.steps} <= KUBE_STEPS
-    etcd, _, donor, _ = schedule.steps
+    etcd, _, _, donor = schedule.steps
     assert etcd.duration_s == 8.0 and donor.params == {"donor": "donor-7"}
     # none overlaps the next: each outage ends before the next fault starts
     for step, after in zip(schedule.steps, schedule.steps[1:], strict=False):
