@@ -14,20 +14,16 @@ from pathlib import Path
 import pytest
 
 from jupyter_gpuburst.core import podsecurity
-from jupyter_gpuburst.sim.kube import binaries
+from jupyter_gpuburst.sim.kube import binaries, deployment
+from jupyter_gpuburst.sim.kube.deployment import ADMIN_MANIFESTS, HUB_NAMESPACE, HUB_RBAC, OUR_RBAC
+
+__all__ = ["ADMIN_MANIFESTS", "HUB_NAMESPACE", "HUB_RBAC", "HUB_USER", "NAMESPACES", "OUR_RBAC"]
 
 CONTROL_PLANE_ENV = "GPUBURST_CONTROL_PLANE"
 NOT_BUILT = "kube tier: the real control plane is not built here (`make kube` builds it; it needs Go >= 1.25)"
-REPO = Path(__file__).resolve().parents[2]
-# The hub's whole grant: z2jh's own hub Role (vendored) and what hub_config/ adds to it
-Z2JH_HUB_ROLE = REPO / "tests" / "reference" / "z2jh" / "hub-role.yaml"
-OUR_RBAC = (REPO / "hub_config" / "rbac.yaml", REPO / "hub_config" / "rbac-kernels.yaml")
-HUB_RBAC = (Z2JH_HUB_ROLE, *OUR_RBAC)
-# what install asks an admin to apply besides the hub's RBAC (docs/install.md)
-ADMIN_MANIFESTS = (REPO / "hub_config" / "warm-pools.yaml",)
-# the manifests' namespaces -> the tier's: the hub's own apart from the users' (the tests' pods are in default)
-HUB_NAMESPACE = "jhub"
-NAMESPACES = {"jhub": HUB_NAMESPACE, "jhub-users": "default"}
+# the tier's users' namespace is the one the tests' pods are in
+USERS_NAMESPACE = "default"
+NAMESPACES = deployment.namespaces(USERS_NAMESPACE)
 HUB_USER = f"system:serviceaccount:{HUB_NAMESPACE}:hub"
 # servers share the users' namespace with kernels: restricted is reported (warn, audit), not enforced
 USERS_POD_SECURITY = podsecurity.namespace_labels(warn=podsecurity.RESTRICTED, audit=podsecurity.RESTRICTED)
@@ -63,10 +59,10 @@ async def kube_federation(tmp_path: Path, tmp_path_factory: pytest.TempPathFacto
 
 
 def hub_kubeconfig(federation, tmp_path: Path) -> Path:
-    """Install as the docs ask an admin to (the warm pools' PriorityClass, the hub's RBAC), and a
-    kubeconfig acting as the hub's ServiceAccount ``jhub/hub``."""
-    from jupyter_gpuburst.sim.kube.hubaccount import apply_as_admin, grant_hub, label_namespace
+    """Install as the docs ask an admin to (deployment.py: the warm pools' PriorityClass, the
+    hub's RBAC), with the users' namespace reporting restricted Pod Security, and a kubeconfig
+    acting as the hub's ServiceAccount ``jhub/hub``."""
+    from jupyter_gpuburst.sim.kube.hubaccount import label_namespace
 
-    apply_as_admin(federation.origin, ADMIN_MANIFESTS, NAMESPACES)
-    label_namespace(federation.origin, NAMESPACES["jhub-users"], USERS_POD_SECURITY)
-    return grant_hub(federation.origin, HUB_RBAC, tmp_path, NAMESPACES, hub_namespace=HUB_NAMESPACE)
+    label_namespace(federation.origin, USERS_NAMESPACE, USERS_POD_SECURITY)
+    return deployment.hub_kubeconfig(federation.origin, tmp_path, users=USERS_NAMESPACE)
