@@ -49,6 +49,8 @@ CACHED = (
     "configmaps",
     "persistentvolumeclaims",
     "events",
+    # a Service without a selector resolves in pods to its slices' addresses (kubelet/servicenames.py)
+    "endpointslices.discovery.k8s.io",
 )
 LIQO_CACHED = (f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}",)
 
