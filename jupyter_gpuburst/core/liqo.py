@@ -52,6 +52,9 @@ REFLECTION_ORIGIN_LABEL = "offloading.liqo.io/origin"
 REFLECTION_DESTINATION_LABEL = "offloading.liqo.io/destination"
 SKIP_REFLECTION_ANNOTATION = "liqo.io/skip-reflection"
 ALLOW_REFLECTION_ANNOTATION = "liqo.io/allow-reflection"
+# the manager of EndpointSlices Liqo reflects (forge.EndpointSliceManagedBy): the donor's own
+# endpointslice controllers leave them alone
+ENDPOINTSLICE_MANAGED_BY = "endpointslice.reflection.liqo.io"
 REFLECTION_POLICIES = ("DenyList", "AllowList")
 DEFAULT_REFLECTION_POLICY = "DenyList"
 

@@ -40,6 +40,7 @@ DESTINATION_LABEL = liqo.REFLECTION_DESTINATION_LABEL
 SKIP_ANNOTATION = liqo.SKIP_REFLECTION_ANNOTATION
 ROOT_CA = "kube-root-ca.crt"
 ENDPOINTSLICES = "endpointslices.discovery.k8s.io"
+MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 REFLECTED_TYPES = ("configmaps", "secrets", "services", ENDPOINTSLICES)
 KINDS = {
     "configmaps": ("v1", "ConfigMap"),
@@ -112,6 +113,10 @@ class ConfigurationReflector:
             self._virtual_nodes.add(node)
         return True
 
+    @staticmethod
+    def _own_labels(rtype: str) -> dict[str, str]:
+        return {MANAGED_BY_LABEL: liqo.ENDPOINTSLICE_MANAGED_BY} if rtype == ENDPOINTSLICES else {}
+
     def _content(self, rtype: str, obj: Obj) -> Obj:
         if rtype == "services":
             spec = {k: v for k, v in (obj.get("spec") or {}).items() if k not in ("clusterIP", "clusterIPs")}
@@ -130,7 +135,7 @@ class ConfigurationReflector:
             "metadata": {
                 "name": self.remote_name(rtype, meta["name"]),
                 "namespace": remote_ns,
-                "labels": {**(meta.get("labels") or {}), **self.labels},
+                "labels": {**(meta.get("labels") or {}), **self.labels, **self._own_labels(rtype)},
                 "annotations": dict(meta.get("annotations") or {}),
             },
         }

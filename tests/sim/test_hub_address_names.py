@@ -106,6 +106,8 @@ async def test_a_donor_pod_resolves_the_shipped_hub_url_to_the_hub_pod(federatio
         # what the donor resolves it by: Liqo's copies, under the same names, in the donor's namespace
         assert donor.store.get("services", DONOR_USERS, settings.service_name)["spec"].get("selector") is None
         assert not donor.store.list("services", "jhub")[0]
+        copy = donor.store.get("endpointslices.discovery.k8s.io", DONOR_USERS, settings.service_name)
+        assert copy["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] == liqo.ENDPOINTSLICE_MANAGED_BY
 
         # a restarted hub has another pod IP: its keeper points the slice there, on both sides
         moved = AddressKeeper(HubAddress(pod_ip="127.0.0.1"), USERS, CoreV1Api(api), DiscoveryV1Api(api))
