@@ -14,9 +14,9 @@ After an upgrade the pods an older hub left are drained and replaced, never adop
 another release or image (``stale``), and those of a pool that neither the admin's settings
 nor, once the lab book is read, a booking asks for (a restarted hub's first pass may come before
 the book is read: a lab's warm pods drained then would be remade, their images pulled again);
-with no pool left at all, a hub drains them once at its start. A kernel a student adopted is
-no pool's pod any more (adoption took the pool's labels off): it is never listed here, and a
-delete's preconditions leave one adopted since the list.
+with no pool left at all, a hub drains those in the pools' namespace once at its start. A
+kernel a student adopted is no pool's pod any more (adoption took the pool's labels off): it is
+never listed here, and a delete's preconditions leave one adopted since the list.
 """
 
 from __future__ import annotations
@@ -242,38 +242,36 @@ class PoolController:
 
     async def _sweep(self) -> None:
         """No pool runs here (the admin's pools turned off, no lab on): drain what an earlier
-        hub's pools left, once, in the pools' namespace and each donor's kernel namespace, as
-        the pods of a pool no longer configured are drained beside running pools. Only once the
-        bookings are read: a running lab's pool comes back with them."""
+        hub's pools left in the pools' namespace, once, as the pods of a pool no longer
+        configured are drained beside running pools. A donor's kernel namespace is left: with no
+        kernel pool the hub may have no right to read it. Only once the bookings are read: a
+        running lab's pool comes back with them."""
         if self._swept or not self._bookings_read:
             return
-        donors = [prestarted.pool_namespace(self.namespace, site.site) for site in self.tracker.snapshot().donors()]
-        by_pool: dict[str, list[dict[str, Any]]] = defaultdict(list)
         try:
-            # a donor's kernel namespace the hub may not read (no kernel pools there) is no news
-            pods = await self._list([self.namespace, *donors], quiet=True)
+            pods = await self._list()
         except ApiException as exc:  # a hub with no pools must not fail a pass every few seconds
             self.log.warning("warm pools: cannot list what earlier pools left in %s: %s %s", self.namespace, exc.status, exc.reason)
             self._swept = True
             return
+        by_pool: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for pod in pods:
             by_pool[pod["metadata"]["labels"].get(keys.POOL_LABEL, "")].append(pod)
         await self._drain(by_pool)
         self._swept = True
 
-    async def _list(self, namespaces: list[str] | None = None, quiet: bool = False) -> list[dict[str, Any]]:
+    async def _list(self) -> list[dict[str, Any]]:
         """The pools' pods, in the pools' namespace and each donor kernel namespace a pool uses.
         A donor's namespace the hub may not read yet (its donor-kernels.yaml not applied) is
         said, and keeps no other pool from its pass; the pools' own namespace failing fails it."""
         pods: list[dict[str, Any]] = []
-        for namespace in namespaces or self._namespaces():
+        for namespace in self._namespaces():
             try:
                 listed = await self.core.list_namespaced_pod(namespace, label_selector=keys.POOL_LABEL, _preload_content=False)
             except ApiException as exc:
                 if namespace == self.namespace:
                     raise
-                level = logging.DEBUG if quiet else logging.WARNING
-                self.log.log(level, "warm pools: cannot list the pods of %s: %s %s", namespace, exc.status, exc.reason)
+                self.log.warning("warm pools: cannot list the pods of %s: %s %s", namespace, exc.status, exc.reason)
                 continue
             pods += [p for p in (await _json(listed)).get("items") or [] if _alive(p)]
         return pods
