@@ -138,11 +138,12 @@ bench: setup
 clean:
 	rm -rf $(VENV) build dist .pytest_cache node_modules labextension/lib jupyter_gpuburst/labextension
 
-# KubeSpawner's own test suite, unmodified, against `gpuburst sim` (docs/emulator.md). It fetches
-# the release's tests and its test dependencies, so it needs the network: not part of `make test`.
+# KubeSpawner's own test suite, unmodified, against `gpuburst sim` (docs/emulator.md), on the
+# emulator or, with CONTROL_PLANE=kube, on the real control plane. It fetches the release's tests
+# and its test dependencies, so it needs the network: not part of `make test`.
 .PHONY: kubespawner-suite
-kubespawner-suite: $(STAMP)
-	tools/kubespawner-suite.sh
+kubespawner-suite: $(STAMP) $(if $(filter kube,$(CONTROL_PLANE)),kube)
+	CONTROL_PLANE=$(CONTROL_PLANE) tools/kubespawner-suite.sh
 
 # The `gpu` tier on a machine with an NVIDIA GPU (docs/gpu.md). `make gpu-bundle` builds, here,
 # the wheels tools/gpu-check installs there with nothing fetched (GPU_PYTHON_VERSION: that

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# KubeSpawner's own test suite, unmodified, against `gpuburst sim`.
+# KubeSpawner's own test suite, unmodified, against `gpuburst sim`, on the emulator or on the real
+# control plane (CONTROL_PLANE=kube, built by `make kube`).
 #
 # Fetches the tests of the KubeSpawner release below (the PyPI sdist ships no tests/, so they come
 # from the release tag of its repository, or from a local clone named by KUBESPAWNER_SOURCE),
@@ -11,6 +12,7 @@
 # Needs the network (PyPI, and the tag archive unless KUBESPAWNER_SOURCE is given) and the
 # project's virtual environment (`make setup`, or `make kubespawner-suite` which checks it).
 #
+#   CONTROL_PLANE        emulator (default) or kube: each site on its own real control plane
 #   KUBESPAWNER_VERSION  release to test (default 7.1.0)
 #   KUBESPAWNER_RELEASED install its test dependencies as PyPI held them before this time
 #                        (default: the day after 7.1.0 was tagged)
@@ -24,6 +26,7 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VERSION="${KUBESPAWNER_VERSION:-7.1.0}"
+CONTROL_PLANE="${CONTROL_PLANE:-emulator}"
 # The day after the release: its CI resolved its test dependencies from PyPI as of then.
 RELEASED="${KUBESPAWNER_RELEASED:-2026-07-17T00:00:00Z}"
 SUITE_DIR="${SUITE_DIR:-${TMPDIR:-/tmp}/gpuburst-kubespawner-suite}"
@@ -35,6 +38,12 @@ if [ ! -x "$REPO/.venv/bin/gpuburst" ]; then
     echo "kubespawner-suite: run 'make setup' first (the project's .venv is the pods' image)" >&2
     exit 2
 fi
+case "$CONTROL_PLANE" in
+    emulator) READY_WITHIN=60 ;;
+    # each site's etcd, kube-apiserver, controller manager and scheduler: 20-40 s a site under load
+    kube) READY_WITHIN=300 ;;
+    *) echo "kubespawner-suite: CONTROL_PLANE is emulator or kube, not '$CONTROL_PLANE'" >&2; exit 2 ;;
+esac
 mkdir -p "$SUITE_DIR"
 
 # 1. The release's tests and pyproject (pytest options, test extras), untouched.
@@ -91,24 +100,26 @@ if [ -z "${GPUBURST_SIM_NETWORK:-}" ] && [ "$(id -u)" = 0 ]; then
     export GPUBURST_SIM_NETWORK=namespaces
 fi
 echo "kubespawner-suite: pod network: ${GPUBURST_SIM_NETWORK:-shared}"
-"$REPO/.venv/bin/gpuburst" sim --state-dir "$STATE" --kubeconfig-out "$KUBECONFIG_FILE" >"$SUITE_DIR/sim.log" 2>&1 &
+SIM_LOG="$SUITE_DIR/sim-$CONTROL_PLANE.log"
+LOG="$SUITE_DIR/pytest-$CONTROL_PLANE.log"
+"$REPO/.venv/bin/gpuburst" sim --control-plane "$CONTROL_PLANE" --state-dir "$STATE" --kubeconfig-out "$KUBECONFIG_FILE" >"$SIM_LOG" 2>&1 &
 SIM_PID=$!
 trap 'kill "$SIM_PID" 2>/dev/null; wait "$SIM_PID" 2>/dev/null || true' EXIT
-for _ in $(seq 1 120); do
-    grep -q "^ready" "$SUITE_DIR/sim.log" 2>/dev/null && break
-    kill -0 "$SIM_PID" 2>/dev/null || { cat "$SUITE_DIR/sim.log" >&2; exit 1; }
+for _ in $(seq 1 $((READY_WITHIN * 2))); do
+    grep -q "^ready" "$SIM_LOG" 2>/dev/null && break
+    kill -0 "$SIM_PID" 2>/dev/null || { cat "$SIM_LOG" >&2; exit 1; }
     sleep 0.5
 done
-grep -q "^ready" "$SUITE_DIR/sim.log" || { echo "kubespawner-suite: the federation did not start" >&2; exit 1; }
+grep -q "^ready" "$SIM_LOG" || { echo "kubespawner-suite: the federation did not start within ${READY_WITHIN} s" >&2; exit 1; }
 
 # 4. The suite, from its own directory so its pyproject's pytest options apply.
-echo "kubespawner-suite: KubeSpawner $VERSION tests against gpuburst sim; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "kubespawner-suite: KubeSpawner $VERSION tests against gpuburst sim --control-plane $CONTROL_PLANE; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 set +e
-(cd "$SRC" && KUBECONFIG="$KUBECONFIG_FILE" "$VENV/bin/python" -m pytest -p no:cacheprovider --color=no ${PYTEST_ARGS:-} tests) >"$SUITE_DIR/pytest.log" 2>&1
+(cd "$SRC" && KUBECONFIG="$KUBECONFIG_FILE" "$VENV/bin/python" -m pytest -p no:cacheprovider --color=no ${PYTEST_ARGS:-} tests) >"$LOG" 2>&1
 rc=$?
 set -e
-grep -E "^(FAILED|ERROR) " "$SUITE_DIR/pytest.log" || true
-summary="$(grep -E "^=+ .*(passed|failed|error).* in [0-9.]+s" "$SUITE_DIR/pytest.log" | tail -1)"
-echo "kubespawner-suite: ${summary:-no summary, see $SUITE_DIR/pytest.log}"
-echo "kubespawner-suite: load average after: $(cut -d' ' -f1-3 /proc/loadavg); log: $SUITE_DIR/pytest.log"
+grep -E "^(FAILED|ERROR) " "$LOG" || true
+summary="$(grep -E "^=+ .*(passed|failed|error).* in [0-9.]+s" "$LOG" | tail -1)"
+echo "kubespawner-suite: ${summary:-no summary, see $LOG}"
+echo "kubespawner-suite: load average after: $(cut -d' ' -f1-3 /proc/loadavg); log: $LOG"
 exit $rc
