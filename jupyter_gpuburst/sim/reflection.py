@@ -119,7 +119,7 @@ class ConfigurationReflector:
 
     def _content(self, rtype: str, obj: Obj) -> Obj:
         if rtype == "services":
-            spec = {k: v for k, v in (obj.get("spec") or {}).items() if k not in ("clusterIP", "clusterIPs")}
+            spec = _without_cluster_ip(obj)
             return {"spec": spec}
         if rtype == ENDPOINTSLICES:
             endpoints = [{**e, "nodeName": self.origin_id} for e in obj.get("endpoints") or [] if not self._on_virtual_node(e)]
@@ -177,7 +177,7 @@ class ConfigurationReflector:
     @staticmethod
     def _differs(rtype: str, key: str, current: Obj, twin: Obj) -> bool:
         if rtype == "services":  # the donor's API server gave the copy its own ClusterIP
-            spec = {k: v for k, v in (current.get("spec") or {}).items() if k not in ("clusterIP", "clusterIPs")}
+            spec = _without_cluster_ip(current)
             return spec != twin["spec"]
         return current.get(key) != twin.get(key)
 
@@ -212,3 +212,13 @@ class ConfigurationReflector:
                     self.reflect(rtype, obj)
         finally:
             watch.close()
+
+
+def _without_cluster_ip(svc: Obj) -> Obj:
+    """A Service's spec as Liqo reflects it: the donor allocates its own ClusterIP, and a headless
+    Service (ClusterIP None) stays headless."""
+    spec = dict(svc.get("spec") or {})
+    if spec.get("clusterIP") != "None":
+        spec.pop("clusterIP", None)
+        spec.pop("clusterIPs", None)
+    return spec
