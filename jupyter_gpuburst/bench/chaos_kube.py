@@ -13,7 +13,9 @@ own processes failing (``FaultSchedule.kube_chaos``):
 - ``donor_control_plane_lost``: every control-plane process of the donor SIGKILLed while
   servers run there, the donor's virtual node NotReady (as Liqo's virtual kubelet reports a
   foreign cluster it cannot reach), and after ``duration_s`` the donor's admin starts it again
-  on its data dir; the servers' processes, run by the donor's node agent, keep running.
+  on its data dir; the servers' processes, run by the donor's node agent, keep running. It
+  waits, up to ``SERVERS_WAIT_S``, for a server to run there first: the origin's outages hold
+  spawns back, by seconds or tens of seconds as the machine is loaded.
 
 The emulator's answer-level faults (429/500 bursts, dropped watches, expired history) have no
 place here: what fails is what fails in a cluster.
@@ -30,6 +32,8 @@ from jupyter_gpuburst.bench.chaos_count import SERVER_COMPONENT
 from jupyter_gpuburst.bench.spawn import NAMESPACE
 from jupyter_gpuburst.sim.faults import FaultStep
 from jupyter_gpuburst.sim.federation import Federation
+
+SERVERS_WAIT_S = 60.0  # how long the donor's loss waits for a server to run there
 
 
 def unavailable() -> str | None:
@@ -56,6 +60,14 @@ def running_on(fed: Federation, node: str) -> int:
     return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp"))
 
 
+async def until_running_on(fed: Federation, node: str, timeout: float) -> float:
+    """Wait until a server runs on ``node`` (at most ``timeout``); how long it took."""
+    started = time.monotonic()
+    while not running_on(fed, node) and time.monotonic() - started < timeout:
+        await asyncio.sleep(0.5)
+    return time.monotonic() - started
+
+
 def actions(fed: Federation, notes: list[dict[str, Any]]) -> dict[str, Any]:
     """The real control plane's fault steps; what each did goes to ``notes`` (the JSON's ``kube_faults``)."""
     origin = fed.origin.control_plane  # type: ignore[attr-defined] - a KubeSite's
@@ -78,6 +90,9 @@ def actions(fed: Federation, notes: list[dict[str, Any]]) -> dict[str, Any]:
     async def donor_control_plane_lost(step: FaultStep) -> None:
         donor_id = str(step.params.get("donor") or next(iter(fed.donors)))
         site, peering = fed.donors[donor_id], fed.peerings[donor_id]
+        # the loss is of a donor with servers on it: on a loaded machine the spawns that the
+        # origin's outages held back may reach it seconds after the schedule's time
+        waited = await until_running_on(fed, peering.node_name, SERVERS_WAIT_S)
         running = running_on(fed, peering.node_name)
         await site.control_plane.lose()  # type: ignore[attr-defined] - a KubeSite's
         peering.set_ready(False)  # Liqo's virtual kubelet: the foreign cluster is unreachable
@@ -92,6 +107,7 @@ def actions(fed: Federation, notes: list[dict[str, Any]]) -> dict[str, Any]:
                     "fault": "donor_control_plane_lost",
                     "donor": donor_id,
                     "servers_running_there": running,
+                    "waited_for_them_s": round(waited, 1),
                     "down_s": round(time.monotonic() - started, 1),
                 }
             )
