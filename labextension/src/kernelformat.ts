@@ -82,6 +82,14 @@ export function launcherBudgetText(budget: ILauncherBudget | null | undefined): 
   return budget?.budget ?? '';
 }
 
+/**
+ * The sentence on GPUs a lab of another class holds now, under the launcher's GPU kernels title
+ * ('' when none). Said as the hub says it on the spawn form; a hub of an earlier version sends none.
+ */
+export function launcherHeldText(held: unknown): string {
+  return typeof held === 'string' ? held.trim() : '';
+}
+
 /** What the launcher needs of this server's own placement (`GET api/gpuburst/placement`). */
 export interface IServerGpus {
   gpu_count: number | null;

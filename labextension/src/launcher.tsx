@@ -13,7 +13,9 @@
  *
  * With a GPU-hour budget, the hub's sentence on what is left stands under the section's title;
  * with it used up, each card says so and a click tells why instead of starting a kernel the hub
- * would refuse. With no GPU free for a card and a hub that refuses rather than queues, a click
+ * would refuse. While a lab of a class the student is not in holds GPUs of these kernels, the
+ * hub's sentence saying so ("4 GPUs are held for the lab ML-101 until 10:30.") stands there too,
+ * as on the spawn form. With no GPU free for a card and a hub that refuses rather than queues, a click
  * says so first and starts the kernel only if the student still wants to try (the figures are
  * up to ten seconds old).
  */
@@ -32,6 +34,7 @@ import {
   launcherBudgetText,
   launcherCaption,
   launcherCategory,
+  launcherHeldText,
   launcherLabel,
   noneFree
 } from './kernelformat';
@@ -46,6 +49,8 @@ export const SUGGESTION_NOTE = 'suggestion';
 // the GPU-hour budget's sentence; used up, under a note id of its own that dims the cards (base.css)
 export const BUDGET_NOTE = 'budget';
 export const BUDGET_USED_UP_NOTE = 'budget-used-up';
+// GPUs a lab of another class holds now
+export const HELD_NOTE = 'held';
 
 
 /** Whether a launcher card is JupyterLab's own Notebook or Console card of a GPU kernel. */
@@ -98,6 +103,7 @@ export class GpuKernelLauncher implements IDisposable {
     });
     this._budgetNote = new LauncherNote(this._app.shell.node, BUDGET_NOTE);
     this._usedUpNote = new LauncherNote(this._app.shell.node, BUDGET_USED_UP_NOTE);
+    this._heldNote = new LauncherNote(this._app.shell.node, HELD_NOTE);
     this._client.placementReceived.connect(this._onPlacement, this);
     void this.refresh();
     this._timer = window.setInterval(() => {
@@ -123,7 +129,8 @@ export class GpuKernelLauncher implements IDisposable {
     const profiles = reply.profiles ?? [];
     const budget = { budget: reply.budget ?? '', budget_used_up: reply.budget_used_up === true };
     const queues = reply.queues === true;
-    const key = JSON.stringify([profiles, budget, queues]);
+    const held = launcherHeldText(reply.held);
+    const key = JSON.stringify([profiles, budget, queues, held]);
     if (key === this._shown) {
       return;
     }
@@ -131,6 +138,7 @@ export class GpuKernelLauncher implements IDisposable {
     this._queues = queues;
     this._profiles = new Map(profiles.map(p => [p.kernel_name, p]));
     this._budget = budget;
+    this._held = held;
     this._app.commands.notifyCommandChanged(CREATE_COMMAND);
     this._register();
   }
@@ -166,6 +174,7 @@ export class GpuKernelLauncher implements IDisposable {
     const budget = launcherBudgetText(this._budget);
     this._budgetNote.show(category, this._budget.budget_used_up ? '' : budget);
     this._usedUpNote.show(category, this._budget.budget_used_up ? budget : '');
+    this._heldNote.show(category, this._held);
   }
 
   dispose(): void {
@@ -179,6 +188,7 @@ export class GpuKernelLauncher implements IDisposable {
     this._suggestionNote.dispose();
     this._budgetNote.dispose();
     this._usedUpNote.dispose();
+    this._heldNote.dispose();
   }
 
   private async _create(kernelName: string, cwd: unknown): Promise<unknown> {
@@ -222,5 +232,7 @@ export class GpuKernelLauncher implements IDisposable {
   private _budget: ILauncherBudget = { budget: '', budget_used_up: false };
   private readonly _budgetNote: LauncherNote;
   private readonly _usedUpNote: LauncherNote;
+  private _held = '';
+  private readonly _heldNote: LauncherNote;
   private _timer: number | null;
 }

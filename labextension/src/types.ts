@@ -109,6 +109,8 @@ export interface IProfilesReply {
   error: string | null;
   /** The hub's right-sizing sentence ('' or absent when it has none). */
   suggestion?: string;
+  /** What labs of other classes hold now ("4 GPUs are held for the lab ML-101 until 10:30."); '' or absent when none. */
+  held?: string;
   /** With none free, a new GPU kernel waits in line for one (else the hub refuses it). */
   queues?: boolean;
 }

@@ -146,6 +146,17 @@ test('the launcher says what is left of the GPU-hour budget, and over it, why a 
   );
 });
 
+test('the launcher says what a lab of another class holds, as the hub says it, and nothing otherwise', async () => {
+  const { launcherHeldText } = await import('../lib/kernelformat.js');
+  const held = '4 GPUs are held for the lab ML-101 until 10:30.';
+  assert.equal(launcherHeldText(held), held);
+  assert.equal(launcherHeldText(` ${held}\n`), held);
+  // nothing held, the class's own students, or a hub of an earlier version: no note
+  for (const none of ['', '  ', undefined, null, 4, { held }]) {
+    assert.equal(launcherHeldText(none), '', JSON.stringify(none));
+  }
+});
+
 test("a cell whose GPU kernel did not start reads the hub's reason once, in one paragraph", async () => {
   const { startFailedReason } = await import('../lib/kernelformat.js');
   assert.equal(

@@ -24,10 +24,13 @@ from typing import Any
 from jupyterhub.services.auth import check_scopes
 from tornado import web
 
+from jupyter_gpuburst.core.placement import GPURequest
 from jupyter_gpuburst.hub.accounting.gate import budget_refusal, budget_state
 from jupyter_gpuburst.hub.accounting.rightsizing import Offer, suggestion_for
 from jupyter_gpuburst.hub.kernels.registry import KernelError, KernelRecord, KernelRegistry, Refused
 from jupyter_gpuburst.hub.kernels.service import LiveHub, default_registry
+from jupyter_gpuburst.hub.kernels.settings import KernelProfile
+from jupyter_gpuburst.hub.queue import classes as lab_classes
 from jupyter_gpuburst.hub.tokenapi import UserTokenHandler
 
 SCOPE = "custom:gpuburst:kernels"
@@ -134,11 +137,8 @@ class KernelsHandler(KernelAPIHandler):
         kernels = [record_json(registry, r) for r in registry.list(self.user["name"], server)]
         groups = self.hub.groups(self.user["name"])
         offered = self.offered(registry, server)
-        profiles = [
-            {**p.public(), "available": registry.availability(p, self.user["name"], groups)}
-            for p in registry.profiles.values()
-            if offered is None or p.slug in offered
-        ]
+        offers = [p for p in registry.profiles.values() if offered is None or p.slug in offered]
+        profiles = [{**p.public(), "available": registry.availability(p, self.user["name"], groups)} for p in offers]
         # what is left of the user's GPU-hour budget, as the spawn form says it ("" without one);
         # used up, the launcher's cards say so rather than fail on a click
         budget, used_up = budget_state(registry.tracker, self.user["name"], groups, self.is_admin())
@@ -146,11 +146,7 @@ class KernelsHandler(KernelAPIHandler):
         suggestion = suggestion_for(
             registry.tracker,
             self.user["name"],
-            [
-                Offer(p.slug, p.display_name, p.resource, p.count)
-                for p in registry.profiles.values()
-                if offered is None or p.slug in offered
-            ],
+            [Offer(p.slug, p.display_name, p.resource, p.count) for p in offers],
         )
         self.write(
             json.dumps(
@@ -160,6 +156,8 @@ class KernelsHandler(KernelAPIHandler):
                     "budget": budget,
                     "budget_used_up": used_up,
                     "suggestion": suggestion,
+                    # GPUs a lab on now holds from this user, as the spawn form says it ("" if none)
+                    "held": held_for_labs(offers, self.user["name"], groups),
                     # with none free, whether a start waits in line or is refused (the launcher says which)
                     "queue_when_full": registry.settings.queue_when_full,
                 }
@@ -262,6 +260,18 @@ def handlers(prefix: str, registry_source: Any = None, hub: Any = None) -> list[
         (rf"{prefix}{API_PATH}/?", KernelsHandler, kwargs),
         (rf"{prefix}{API_PATH}/([0-9a-f]{{1,32}})", KernelHandler, kwargs),
     ]
+
+
+def held_for_labs(profiles: list[KernelProfile], user: str, groups: frozenset[str]) -> str:
+    """The lab bookings' sentences on what labs of classes ``user`` is not in hold now of the
+    GPUs of ``profiles`` ("4 GPUs are held for the lab ML-101 until 10:30."), each once: profiles
+    of one resource meet the same hold."""
+    sentences: list[str] = []
+    for profile in profiles:
+        hold = lab_classes.hold_for(GPURequest(profile.resource, profile.count, user, groups, profile.slug, profile.allowed_sites))
+        if hold is not None and hold.sentence not in sentences:
+            sentences.append(hold.sentence)
+    return " ".join(sentences)
 
 
 def record_json(registry: KernelRegistry, record: KernelRecord) -> dict[str, Any]:

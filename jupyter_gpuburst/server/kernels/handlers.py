@@ -75,8 +75,9 @@ class ProfilesCache:
 
 async def fetch_profiles_now() -> dict:
     """``{"profiles": [{slug, display_name, kernel_name, available}], "budget", "budget_used_up",
-    "error", "suggestion", "queues"}``: ``budget`` is the hub's sentence on the user's GPU-hour budget
-    ("" without one); ``queues``, whether a kernel started with none free waits in line (else it is refused)."""
+    "error", "suggestion", "held", "queues"}``: ``budget`` is the hub's sentence on the user's GPU-hour
+    budget ("" without one); ``held``, on the GPUs a lab of another class holds now ("" when none);
+    ``queues``, whether a kernel started with none free waits in line (else it is refused)."""
     client = client_from_env()
     if client is None:
         return {"profiles": [], "budget": "", "budget_used_up": False, "error": None}
@@ -105,6 +106,9 @@ async def fetch_profiles_now() -> dict:
     reply["budget_used_up"] = bool(reply["budget"] and data.get("budget_used_up") is True)
     # the hub's right-sizing sentence for the launcher ("" when it has none to say)
     reply["suggestion"] = data["suggestion"] if isinstance(data.get("suggestion"), str) else ""
+    # what a lab of another class holds now ("4 GPUs are held for the lab ML-101 until 10:30.");
+    # a hub of an earlier version does not say
+    reply["held"] = data["held"] if isinstance(data.get("held"), str) else ""
     # a hub of an earlier version does not say, and refused a start with none free
     reply["queues"] = data.get("queue_when_full") is True
     return reply
