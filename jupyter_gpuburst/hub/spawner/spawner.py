@@ -274,6 +274,24 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
         tracker.note_decision(key, outcome, len(self._gb_attempts) + 1)
         return outcome
 
+    def _gb_note_ready(self, groups: frozenset[str], asked: float) -> None:
+        """Note a class student's server ready for the lab's report once the student can reach it.
+
+        start() returns when the pod runs, before the server in it answers: the hub then waits
+        up to http_timeout for it and adds its route, and only then clears the spawn's pending
+        flag, in a callback of the spawn's future. A callback added now runs after that one.
+        """
+
+        def ready(_future: Any) -> None:
+            if self.ready:  # not when the server never answered, or its route failed
+                lab_classes.note_start(self.user.name, groups, asked, time.time())
+
+        future = getattr(self, "_spawn_future", None)
+        if future is None or future.done():  # started other than by the hub's spawn handler
+            lab_classes.note_start(self.user.name, groups, asked, time.time())
+        else:
+            future.add_done_callback(ready)
+
     @staticmethod
     def _gb_redirect_reason(tracker: CapacityTracker, outcome: Placement, previous: str) -> str:
         site = tracker.snapshot().site(outcome.site)
@@ -528,7 +546,7 @@ class GPUBurstSpawner(KubeSpawner, GPUBurstSettings):
                     url = await start_task
                     if self._gb_placement is not None:
                         metrics.record_spawn(self._gb_placement.site, "success")
-                    lab_classes.note_start(self.user.name, groups, asked, time.time())
+                    self._gb_note_ready(groups, asked)
                     return url
                 why = monitor.result()
                 await asyncio.gather(start_task, return_exceptions=True)
