@@ -111,6 +111,7 @@ KUBE_TESTS := tests/kube/test_site.py tests/hub/pools/test_prestarted_integratio
 	tests/hub/spawner/test_spawner_integration.py::test_capacity_stolen_after_decision_is_redirected_to_donor \
 	tests/hub/spawner/test_storage_and_profile_policy.py::test_scratch_on_donor_mounts_home_on_the_origin_and_scratch_on_the_donor \
 	tests/hub/spawner/test_queue_integration.py::test_the_queue_says_place_and_wait_live_and_cancel_leaves_nothing \
+	tests/hub/pools/test_pools_integration.py::test_a_donor_pool_gives_way_to_a_spawn_that_needs_its_room \
 	tests/kube/test_zz_admission.py tests/kube/test_zz_hub_rbac.py
 test-kube: setup kube
 	@GPUBURST_CONTROL_PLANE=kube tools/test-tier kube -q -ra $(KUBE_TESTS)
