@@ -1,11 +1,13 @@
 """The GPU-hour budget in the Lab's GPU kernel launcher, behind the hub and its proxy: a student
 with hours left reads what is left under the section's title; one whose budget is used up sees
 the cards say so and, on a click, why no GPU kernel starts (no notebook opens); an admin's grant
-gives the cards back. Light and dark theme."""
+gives the cards back. During another class's lab, the launcher says what the lab holds. Light and
+dark theme."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,8 +26,19 @@ GPU_SECTION = ".jp-Launcher-section:has(.jp-LauncherCard[data-category='GPU kern
 NOTE = f"{GPU_SECTION} .jp-GpuBurst-launcherNote[data-note^='budget']"
 USED_UP = f"{GPU_SECTION} .jp-GpuBurst-launcherNote[data-note='budget-used-up']"
 CARD = ".jp-LauncherCard[data-category='GPU kernels']"
-# alice has 20 GPU-hours a week like everyone; bob's week is used up (0 hours)
-BUDGET_HUB = KERNEL_HUB + '\nc.Spawner.default_url = "/lab"\nc.GPUAccountingSettings.user_budgets = {"*": 20.0, "bob": 0.0}\n'
+HELD = f"{GPU_SECTION} .jp-GpuBurst-launcherNote[data-note='held']"
+# alice has 20 GPU-hours a week like everyone; bob's week is used up (0 hours); tina teaches
+# ml-101, a class neither is in
+BUDGET_HUB = (
+    KERNEL_HUB
+    + """
+c.Spawner.default_url = "/lab"
+c.GPUAccountingSettings.user_budgets = {"*": 20.0, "bob": 0.0}
+c.JupyterHub.load_groups["ml-101"] = {"users": []}
+c.JupyterHub.load_roles.append({"name": "ml-teacher", "users": ["tina"],
+    "scopes": ["custom:gpuburst:labs!group=ml-101", "access:services!service=gpuburst"]})
+"""
+)
 
 
 def resets() -> str:
@@ -45,17 +58,17 @@ def budget_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Loop
         yield loop, hub
 
 
-def grant(loop: LoopThread, hub: Hub, user: str, hours: float) -> None:
-    async def post() -> tuple[int, str]:
+def post(loop: LoopThread, hub: Hub, path: str, body: dict, token: str) -> tuple[int, str]:
+    async def send() -> tuple[int, str]:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
-            async with http.post(
-                f"{hub.url}/services/gpuburst/api/budgets/grants",
-                json={"user": user, "hours": hours},
-                headers={"Authorization": f"token {hub.token}"},
-            ) as response:
+            async with http.post(f"{hub.url}/services/gpuburst/{path}", json=body, headers={"Authorization": f"token {token}"}) as response:
                 return response.status, await response.text()
 
-    status, text = loop.run(post())
+    return loop.run(send())
+
+
+def grant(loop: LoopThread, hub: Hub, user: str, hours: float) -> None:
+    status, text = post(loop, hub, "api/budgets/grants", {"user": user, "hours": hours}, hub.token)
     assert status == 200, text
 
 
@@ -109,3 +122,35 @@ def test_used_up_the_cards_say_why_and_a_grant_gives_them_back(page: Page, budge
     expect(note).to_have_text(re.compile(rf"^2 of 2 GPU-hours left this week, resets {resets()} 00:00 UTC\.$"), timeout=60_000)
     expect(card).to_contain_text("free on origin")
     expect(page.locator(USED_UP)).to_have_count(0)
+
+
+def test_during_another_classs_lab_the_launcher_says_what_it_holds(
+    page: Page, budget_site: tuple[LoopThread, Hub], artifacts: Path
+) -> None:
+    loop, hub = budget_site
+    log_in_to_lab(page, hub.url, "alice", "lab", landing="lab**")
+    expect(page.locator(NOTE)).to_have_count(1, timeout=90_000)
+    expect(page.locator(HELD)).to_have_count(0)  # no lab on
+    loop.run(hub.create_user("tina"))
+    status, token = loop.run(hub.api("POST", "/users/tina/tokens", {"note": "launcher test"}))
+    assert status == 201, token
+    # its warm-up (15 minutes) already open: on now; its one placeholder on the donor leaves the origin's GPUs be
+    start = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5)
+    lab = {"title": "ML-101", "group": "ml-101", "profile": "gpu1", "students": 1, "sites": ["donor-1"]}
+    lab.update(start=start.isoformat(), end=(start + dt.timedelta(hours=1)).isoformat())
+    status, text = post(loop, hub, "api/labs", lab, token["token"])
+    assert status == 201, text
+    until = dt.datetime.fromisoformat(json.loads(text)["end"]).strftime("%H:%M")
+    held = page.locator(HELD)
+    # the launcher asks every 10 s, the server the hub every 5 s at most
+    expect(held).to_have_text(f"1 GPU is held for the lab ML-101 until {until}.", timeout=60_000)
+    title = page.locator(f"{GPU_SECTION} .jp-Launcher-sectionTitle").bounding_box()
+    assert held.bounding_box()["y"] > title["y"] + title["height"] - 1
+    page.locator(GPU_SECTION).screenshot(path=str(artifacts / "launcher-lab-held-light.png"))
+    switch_theme(page, "JupyterLab Dark")
+    expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "false", timeout=20_000)
+    expect(held).to_have_text(f"1 GPU is held for the lab ML-101 until {until}.")
+    expect(page.locator("#jupyterlab-splash")).to_have_count(0)  # the theme's change is over
+    color = held.evaluate("e => getComputedStyle(e).color")
+    assert sum(int(v) for v in re.findall(r"\d+", color)[:3]) > 3 * 96, f"{color} is not readable on dark"
+    page.locator(GPU_SECTION).screenshot(path=str(artifacts / "launcher-lab-held-dark.png"))
