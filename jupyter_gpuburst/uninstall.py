@@ -8,8 +8,9 @@ terminating. So, in order, each step waiting for the one before to be gone:
 
 1. the pods: user servers, GPU kernels and the warm pools' pods, in the user namespace and in
    each donor's kernel namespace (``<namespace>-kernels-<cluster id>``);
-2. what the hub made beside them there: the kernels' Secrets and NetworkPolicies, and the
-   kernels' shared NetworkPolicy from hub_config/networkpolicy-kernels.yaml;
+2. what the hub made beside them there: the kernels' Secrets and NetworkPolicies, the
+   kernels' shared NetworkPolicy from hub_config/networkpolicy-kernels.yaml, and the hub's
+   address in the user namespace (the Service ``hub`` and its EndpointSlice, hub/address/);
 3. the NamespaceOffloadings of those namespaces (Liqo then removes the donors' namespaces);
 4. the donors' kernel namespaces, and the warm pools' PriorityClass, the one cluster-wide object
    the hub makes.
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_gpuburst.core import keys, liqo
+from jupyter_gpuburst.hub.address import manifests as address
 
 SERVER_COMPONENT = "singleuser-server"  # KubeSpawner's label on a user's server pod
 PODS = f"{keys.COMPONENT_LABEL} in ({SERVER_COMPONENT},{keys.KERNEL_COMPONENT},{keys.POOL_COMPONENT})"
@@ -58,6 +60,7 @@ class Uninstall:
         self.core = client.CoreV1Api(api_client)
         self.networking = client.NetworkingV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.discovery = client.DiscoveryV1Api(api_client)
         self.scheduling = client.SchedulingV1Api(api_client)
         self.namespace = namespace
         self.priority_class = priority_class
@@ -83,6 +86,12 @@ class Uninstall:
             for selector in (KERNEL_OBJECTS, SHIPPED):
                 policies = self.networking.list_namespaced_network_policy(ns, label_selector=selector).items
                 found += [Found("networkpolicy", ns, p.metadata.name) for p in policies]
+        # the hub writes its address again every minute: stop the hub before uninstalling
+        user_namespace = namespaces[0]
+        services = self.core.list_namespaced_service(user_namespace, label_selector=address.SELECTOR).items
+        slices = self.discovery.list_namespaced_endpoint_slice(user_namespace, label_selector=address.SELECTOR).items
+        found += [Found("service", user_namespace, s.metadata.name) for s in services]
+        found += [Found("endpointslice", user_namespace, s.metadata.name) for s in slices]
         return found
 
     def offloadings(self, namespaces: list[str]) -> list[Found]:
@@ -107,6 +116,8 @@ class Uninstall:
             "pod": lambda: self.core.delete_namespaced_pod(what.name, what.namespace),
             "secret": lambda: self.core.delete_namespaced_secret(what.name, what.namespace),
             "networkpolicy": lambda: self.networking.delete_namespaced_network_policy(what.name, what.namespace),
+            "service": lambda: self.core.delete_namespaced_service(what.name, what.namespace),
+            "endpointslice": lambda: self.discovery.delete_namespaced_endpoint_slice(what.name, what.namespace),
             "namespaceoffloading": lambda: self.custom.delete_namespaced_custom_object(
                 liqo.OFFLOADING_GROUP, liqo.OFFLOADING_VERSION, what.namespace, liqo.NAMESPACE_OFFLOADING_PLURAL, what.name
             ),
@@ -123,7 +134,7 @@ class Uninstall:
         namespaces = self.namespaces()
         steps: list[tuple[str, Callable[[list[str]], list[Found]]]] = [
             ("user servers, GPU kernels and warm pool pods", self.pods),
-            ("the kernels' Secrets and network policies", self.beside),
+            ("the kernels' Secrets and network policies, and the hub's address", self.beside),
             ("the NamespaceOffloadings (Liqo removes the donors' namespaces)", self.offloadings),
             ("the donors' kernel namespaces and the warm pools' PriorityClass", self.last),
         ]

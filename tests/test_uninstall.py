@@ -13,6 +13,7 @@ import pytest
 
 from jupyter_gpuburst import cli
 from jupyter_gpuburst.core import keys, liqo
+from jupyter_gpuburst.hub.address import manifests as address
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.peering import NSOFF
 from jupyter_gpuburst.sim.testing import wait_until
@@ -23,6 +24,7 @@ USERS = "jhub-users"
 KERNELS = f"{USERS}-kernels-donor-1"
 PC = "priorityclasses.scheduling.k8s.io"
 NETPOL = "networkpolicies.networking.k8s.io"
+SLICES = "endpointslices.discovery.k8s.io"
 SLEEPER = ["sleep", "600"]
 
 
@@ -69,6 +71,11 @@ def what_the_hub_made(store) -> None:
             "spec": {"podSelector": {}},
         }
         store.create(NETPOL, policy, KERNELS if name == "gpuburst-kernel-k1" else USERS)
+    # the hub's address, as the hub keeps it (hub/address/)
+    store.create("services", address.service("hub", USERS, {"hub": 8081}), USERS)
+    store.create(SLICES, address.endpoint_slice("hub", USERS, "10.1.2.3", {"hub": 8081}), USERS)
+    other = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "not-ours"}, "spec": {"ports": [{"port": 80}]}}
+    store.create("services", other, USERS)
 
 
 def exists(store, rtype: str, namespace: str | None, name: str) -> bool:
@@ -111,12 +118,14 @@ async def test_uninstall_removes_what_the_hub_made_pods_before_offloadings(feder
         f"would delete secret {KERNELS}/gpuburst-kernel-k1",
         f"would delete networkpolicy {KERNELS}/gpuburst-kernel-k1",
         f"would delete networkpolicy {USERS}/gpuburst-kernels",
+        f"would delete service {USERS}/hub",
+        f"would delete endpointslice {USERS}/hub",
         f"would delete namespaceoffloading {USERS}/offloading",
         f"would delete namespace {KERNELS}",
         "would delete priorityclass gpuburst-warm-pool",
     ):
         assert line in dry, dry
-    assert "someone-elses" not in dry and f"namespace {USERS}\n" not in dry
+    assert "someone-elses" not in dry and "not-ours" not in dry and f"namespace {USERS}\n" not in dry
     assert exists(store, "pods", USERS, "jupyter-alice") and exists(store, PC, None, "gpuburst-warm-pool")  # nothing deleted
 
     # the order as the API server saw it: no NamespaceOffloading goes while one of our pods is there
@@ -141,6 +150,8 @@ async def test_uninstall_removes_what_the_hub_made_pods_before_offloadings(feder
     assert not exists(store, "secrets", KERNELS, "gpuburst-kernel-k1") and not exists(store, NETPOL, USERS, "gpuburst-kernels")
     assert not exists(store, NSOFF, USERS, "offloading") and not exists(store, NSOFF, KERNELS, "offloading")
     assert not exists(store, "namespaces", None, KERNELS) and not exists(store, PC, None, "gpuburst-warm-pool")
+    assert not exists(store, "services", USERS, "hub") and not exists(store, SLICES, USERS, "hub")
+    assert exists(store, "services", USERS, "not-ours")
     # not ours, or the students' files: kept, and said so
     assert exists(store, "pods", USERS, "someone-elses") and exists(store, "namespaces", None, USERS)
     assert f"kubectl delete namespace {USERS}" in out

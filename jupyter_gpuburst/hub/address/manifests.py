@@ -13,8 +13,13 @@ MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 MANAGER = GROUP
 
 
+COMPONENT = "hub-address"
+# what `gpuburst uninstall` finds the Service and its EndpointSlice by
+SELECTOR = f"app.kubernetes.io/component={COMPONENT}"
+
+
 def _labels(name: str) -> dict[str, str]:
-    return {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "hub-address", "app.kubernetes.io/managed-by": MANAGER}
+    return {"app.kubernetes.io/name": name, "app.kubernetes.io/component": COMPONENT, "app.kubernetes.io/managed-by": MANAGER}
 
 
 def service(name: str, namespace: str, ports: dict[str, int]) -> Obj:
