@@ -41,6 +41,9 @@ def run(main: Coroutine[Any, Any, T]) -> T:
                 print(f"{signal.Signals(signum).name}: still stopping what the benchmark started", file=sys.stderr, flush=True)
             terminated.append(signum)
 
+        # asyncio's removal sets SIG_DFL (SIGINT: Python's default), not what was there before:
+        # a caller's own handler (a test runner's, a supervisor's) is put back as it was
+        previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
         for signum in SIGNALS:
             loop.add_signal_handler(signum, on_signal, signum)
         try:
@@ -52,6 +55,8 @@ def run(main: Coroutine[Any, Any, T]) -> T:
         finally:
             for signum in SIGNALS:
                 loop.remove_signal_handler(signum)
+                if previous[signum] is not None:
+                    signal.signal(signum, previous[signum])
 
     return asyncio.run(stoppable())
 
