@@ -29,6 +29,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from jupyter_gpuburst.bench.kernels import overcommitted
 from jupyter_gpuburst.core import keys
+from jupyter_gpuburst.hub.kernels.prestarted import pool_namespace
 
 START_TIMEOUT_S = 120.0
 
@@ -60,8 +61,12 @@ class FederationView:
         return over
 
     async def pools_ready(self, namespace: str) -> list[dict[str, Any]]:
-        """The pools' pods on the origin (placeholders and pre-started kernels), as listed now."""
-        return await self._items(self.core().list_namespaced_pod, namespace, label_selector=keys.POOL_LABEL)
+        """The pools' pods on the origin (placeholders and pre-started kernels), as listed now: in
+        the pools' ``namespace``, and a donor's pre-started kernels in that donor's kernel
+        namespace (``prestarted.pool_namespace``), where they wait."""
+        waiting_in = {namespace, *(pool_namespace(namespace, site) for site in self.apis)}  # a site's context is named after it
+        pods = await self._items(self.core().list_pod_for_all_namespaces, label_selector=keys.POOL_LABEL)
+        return [p for p in pods if p["metadata"]["namespace"] in waiting_in]
 
     async def site_of(self, namespace: str, pod: str) -> str | None:
         try:
