@@ -17,6 +17,8 @@ In ``jupyterhub_config.py``::
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -34,3 +36,17 @@ def sqlite_wal() -> None:
 
     if not event.contains(Engine, "connect", _on_connect):
         event.listen(Engine, "connect", _on_connect)
+
+
+@contextmanager
+def immediate_transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One write transaction on ``db`` (opened with ``isolation_level=None``), its write lock taken
+    at the start: a second writer, in this process or another, waits for it and then reads what
+    it wrote. Rolled back on any exception."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")

@@ -21,10 +21,12 @@ import datetime as dt
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from jupyter_gpuburst.hub.database import immediate_transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -209,15 +211,8 @@ class UsageStore:
     def close(self) -> None:
         self.db.close()
 
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return immediate_transaction(self.db)
 
     # ---- sessions ----------------------------------------------------------------------------
     def open_sessions(self) -> dict[str, Session]:

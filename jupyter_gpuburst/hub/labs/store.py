@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
+from jupyter_gpuburst.hub.database import immediate_transaction
 from jupyter_gpuburst.hub.labs.model import Booking
 
 SCHEMA = """
@@ -49,15 +50,8 @@ class LabStore:
     def close(self) -> None:
         self.db.close()
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return immediate_transaction(self.db)
 
     def _all(self) -> list[Booking]:
         rows = self.db.execute("SELECT data FROM bookings ORDER BY created, id").fetchall()
