@@ -9,24 +9,19 @@
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 from helpers.browser import dismiss_news, switch_theme
+from helpers.demo_process import running_demo
 from playwright.sync_api import Page, expect
 
 from jupyter_gpuburst.demo import DEFAULT_PASSWORD, free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.timeout(420)]
 
-READY = re.compile(r"login page up in ([0-9.]+)s")
 ADMIN_PASSWORD = re.compile(r"admin:\s+teacher;\s+password: (\S+)")
 ANNOUNCEMENT = "Trying my own settings before deploying them"
 PANEL = "#jupyter-gpuburst-panel"
@@ -47,35 +42,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     mine = state / "my_config.py"
     mine.write_text(f"c.JupyterHub.template_vars = {{'announcement_login': {ANNOUNCEMENT!r}}}\n")
     port = free_port()
-    out = (state / "demo.out").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_gpuburst.cli", "demo", "--port", str(port), "--state-dir", str(state), "--config", str(mine)],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    deadline = time.monotonic() + 120
-    text = ""
-    while time.monotonic() < deadline:
-        text = (state / "demo.out").read_text()
-        if READY.search(text):
-            break
-        if proc.poll() is not None:
-            raise AssertionError(f"demo exited:\n{text}")
-        time.sleep(0.3)
-    else:
-        proc.kill()
-        raise AssertionError(f"demo not ready:\n{text}")
-    assert f"start '{WHOLE_NODE}' in the launcher, then again until one waits in line" in text, text
-    try:
+    with running_demo(state, "--port", str(port), "--config", str(mine)) as (_proc, text):
+        assert f"start '{WHOLE_NODE}' in the launcher, then again until one waits in line" in text, text
         yield Demo(f"http://127.0.0.1:{port}", ADMIN_PASSWORD.search(text)[1])
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        out.close()
 
 
 def log_in(page: Page, demo: Demo, user: str, password: str, next_path: str = "") -> None:

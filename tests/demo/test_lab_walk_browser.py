@@ -22,9 +22,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,13 +29,13 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from helpers.demo_process import running_demo
 from playwright.sync_api import Browser, Page, expect
 
 from jupyter_gpuburst.demo import DEFAULT_PASSWORD, free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.timeout(420)]
 
-READY = re.compile(r"login page up in ([0-9.]+)s")
 ADMIN_PASSWORD = re.compile(r"admin:\s+teacher;\s+password: (\S+)")
 LABS = "/services/gpuburst/labs"
 TITLE = "ML-101 quiz"
@@ -67,33 +64,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     mine = state / "admin_config.py"
     mine.write_text(ADMIN_CONFIG)
     port = free_port()
-    out = (state / "demo.out").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_gpuburst.cli", "demo", "--port", str(port), "--state-dir", str(state),
-         "--origin-gpus", "2", "--donors", "0", "--config", str(mine)],
-        stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
-    deadline = time.monotonic() + 120
-    text = ""
-    while time.monotonic() < deadline:
-        text = (state / "demo.out").read_text()
-        if READY.search(text):
-            break
-        if proc.poll() is not None:
-            raise AssertionError(f"demo exited:\n{text}")
-        time.sleep(0.3)
-    else:
-        proc.kill()
-        raise AssertionError(f"demo not ready:\n{text}")
-    try:
+    with running_demo(state, "--port", str(port), "--origin-gpus", "2", "--donors", "0", "--config", str(mine)) as (_proc, text):
         yield Demo(f"http://127.0.0.1:{port}", ADMIN_PASSWORD.search(text)[1])
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        out.close()
 
 
 def person(browser: Browser, demo: Demo, name: str, password: str, next_path: str = "") -> Page:

@@ -24,11 +24,8 @@ reaches a pod's loopback.
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,6 +33,7 @@ from pathlib import Path
 
 import pytest
 from helpers.browser import save_docs_screenshot, switch_theme
+from helpers.demo_process import running_demo
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -44,7 +42,6 @@ from jupyter_gpuburst.sim.kubelet import netns
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.timeout(420)]
 
-READY = re.compile(r"login page up in ([0-9.]+)s")
 PANEL = "#jupyter-gpuburst-panel"
 STATUS = "button.jp-GpuBurst-status"
 SPAWN_TO_LAB_LIMIT_S = 15.0  # on a quiet machine; the figure measured is printed, not asserted
@@ -63,33 +60,9 @@ def demo(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         pytest.skip(f"no pod network namespaces here: {netns.unavailable()}")
     state = tmp_path_factory.mktemp(f"journey-demo-{request.param}")
     port = free_port()
-    out = (state / "demo.out").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_gpuburst.cli", "demo", "--port", str(port), "--state-dir", str(state),
-         "--origin-gpus", "2", "--donor-gpus", "2", "--pod-network", request.param],
-        stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
-    deadline = time.monotonic() + 120
-    text = ""
-    while time.monotonic() < deadline:
-        text = (state / "demo.out").read_text()
-        if READY.search(text):
-            break
-        if proc.poll() is not None:
-            raise AssertionError(f"demo exited:\n{text}")
-        time.sleep(0.3)
-    else:
-        proc.kill()
-        raise AssertionError(f"demo not ready:\n{text}")
-    try:
+    args = ["--port", str(port), "--origin-gpus", "2", "--donor-gpus", "2", "--pod-network", request.param]
+    with running_demo(state, *args) as (proc, _text):
         yield Demo(f"http://127.0.0.1:{port}", proc, state)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        out.close()
 
 
 class Student:
