@@ -439,16 +439,17 @@ def test_every_gpuburst_command_and_flag_the_docs_give_exists():
     assert used > 20 and {key[0] for key in helps} == set(SUBCOMMANDS)
 
 
-def test_every_service_path_the_docs_give_is_served(monkeypatch):
-    import re
-
+def _service_app(monkeypatch):
+    """The hub service's tornado application as the hub starts it, without listening."""
     from traitlets.config import Config
 
     from jupyter_gpuburst.hub import service
 
+    built = {}
+
     class Server:
         def __init__(self, app, **_kwargs):
-            Server.app = app
+            built["app"] = app
 
         def listen(self, *_args):
             pass
@@ -457,7 +458,13 @@ def test_every_service_path_the_docs_give_is_served(monkeypatch):
     capacity = service.CapacityService(None, "127.0.0.1", 0, "hub")
     capacity.config = Config()
     capacity.start()
-    patterns = [rule.matcher.regex for rule in Server.app.wildcard_router.rules]
+    return built["app"]
+
+
+def test_every_service_path_the_docs_give_is_served(monkeypatch):
+    import re
+
+    patterns = [rule.matcher.regex for rule in _service_app(monkeypatch).wildcard_router.rules]
     paths = set()
     for page in [*docs_pages(), *sorted((REPO / "hub_config").glob("*.*"))]:
         paths |= set(re.findall(r"/services/gpuburst/[\w./<>-]*", page.read_text()))
@@ -555,26 +562,13 @@ def test_every_how_to_gives_the_same_settings_for_helm_and_for_jupyterhub_config
 def test_the_service_api_page_lists_every_endpoint_and_the_capacity_json(monkeypatch):
     import re
 
-    from traitlets.config import Config
-
-    from jupyter_gpuburst.hub import service
     from jupyter_gpuburst.hub.capacity.report import capacity_report
 
-    class Server:
-        def __init__(self, app, **_kwargs):
-            Server.app = app
-
-        def listen(self, *_args):
-            pass
-
-    monkeypatch.setattr(service, "HTTPServer", Server)
-    capacity = service.CapacityService(None, "127.0.0.1", 0, "hub")
-    capacity.config = Config()
-    capacity.start()
+    app = _service_app(monkeypatch)
     text = (REPO / "docs" / "service-api.md").read_text()
     table = text[: text.index("## The capacity JSON")]
     documented = [p.replace("<id>", "0a1b") for p in re.findall(r"(/services/gpuburst/[\w./<>-]*)`", table)]
-    for rule in Server.app.wildcard_router.rules:
+    for rule in app.wildcard_router.rules:
         assert any(rule.matcher.regex.fullmatch(p) for p in documented), f"docs/service-api.md does not list {rule.matcher.regex.pattern}"
 
     class Tracker:

@@ -10,13 +10,13 @@ defaults, with z2jh's own pods looked for in the hub's namespace; so a change to
 from __future__ import annotations
 
 import copy
-import ipaddress
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
+from helpers.netpol import DNS, PRIVATE, tcp_egress_allowed
 from kubespawner import KubeSpawner
 
 from hub_config.readme import command
@@ -26,8 +26,6 @@ POLICY = yaml.safe_load((REPO / "hub_config" / "networkpolicy-users.yaml").read_
 VALUES = yaml.safe_load((REPO / "hub_config" / "values.yaml").read_text())
 Z2JH = yaml.safe_load((REPO / "tests" / "reference" / "z2jh" / "values.yaml").read_text())
 K8S_VERSION = kubernetes_validate.latest_version()
-PRIVATE = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]
-DNS = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
 # z2jh's pods: every other pod a rule of the values selects (GPU kernels) lives with the servers
 Z2JH_COMPONENTS = {"hub", "proxy", "autohttps"}
 
@@ -141,21 +139,6 @@ def test_egress_is_z2jhs_plus_the_example_values_extras():
     assert POLICY["spec"]["egress"] == z2jh_egress(netpol, ip)
 
 
-def tcp_allowed(ip: str, port: int) -> bool:
-    """Whether the policy lets a user server open a TCP connection to ip:port (ipBlocks only)."""
-    address = ipaddress.ip_address(ip)
-    for rule in POLICY["spec"]["egress"]:
-        ports = rule.get("ports")
-        if ports and not any(p.get("protocol", "TCP") == "TCP" and p["port"] <= port <= p.get("endPort", p["port"]) for p in ports):
-            continue
-        for peer in rule.get("to") or []:
-            block = peer.get("ipBlock")
-            if block and address in ipaddress.ip_network(block["cidr"]):
-                if not any(address in ipaddress.ip_network(c) for c in block.get("except") or []):
-                    return True
-    return False
-
-
 @pytest.mark.parametrize(
     ("ip", "port", "allowed"),
     [
@@ -169,7 +152,7 @@ def tcp_allowed(ip: str, port: int) -> bool:
     ],
 )
 def test_a_student_reaches_the_internet_and_kernels_but_no_other_private_address(ip, port, allowed):
-    assert tcp_allowed(ip, port) is allowed
+    assert tcp_egress_allowed(POLICY, ip, port) is allowed
 
 
 def test_z2jhs_pods_are_looked_for_in_the_hubs_namespace_and_kernels_in_the_users():

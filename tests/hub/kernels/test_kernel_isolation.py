@@ -9,13 +9,13 @@ so that no kernel pod is BestEffort.
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
+from helpers.netpol import DNS, PRIVATE, tcp_egress_allowed
 from kubespawner import KubeSpawner
 from traitlets.config import Config
 
@@ -29,8 +29,6 @@ POLICY = yaml.safe_load((REPO / "hub_config" / "networkpolicy-kernels.yaml").rea
 VALUES = yaml.safe_load((REPO / "hub_config" / "values.yaml").read_text())
 Z2JH = yaml.safe_load((REPO / "tests" / "reference" / "z2jh" / "values.yaml").read_text())
 K8S_VERSION = kubernetes_validate.latest_version()
-PRIVATE = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]
-DNS = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
 ORIGIN = Placement("origin", None, "gpu-0", "nvidia.com/gpu", 1, "1 of 2 free on the origin")
 
 
@@ -60,21 +58,6 @@ def users_egress_allow_rules() -> dict[str, bool]:
     return {**Z2JH["singleuser"]["networkPolicy"]["egressAllowRules"], **ours}
 
 
-def egress_allows(ip: str, port: int) -> bool:
-    """Whether the kernels' policy lets a kernel pod open a TCP connection to ip:port (ipBlocks only)."""
-    address = ipaddress.ip_address(ip)
-    for rule in POLICY["spec"]["egress"]:
-        ports = rule.get("ports")
-        if ports and not any(p["port"] == port and p.get("protocol", "TCP") == "TCP" for p in ports):
-            continue
-        for peer in rule.get("to") or []:
-            block = peer.get("ipBlock")
-            if block and address in ipaddress.ip_network(block["cidr"]):
-                if not any(address in ipaddress.ip_network(c) for c in block.get("except") or []):
-                    return True
-    return False
-
-
 def user_server_labels() -> dict[str, str]:
     """The labels KubeSpawner puts on every user server (z2jh keeps its defaults)."""
     return {**KubeSpawner.common_labels.default(), "component": KubeSpawner.component_label.default()}
@@ -97,11 +80,11 @@ def test_kernels_may_reach_exactly_what_user_servers_may():
     metadata_ip = Z2JH["singleuser"]["cloudMetadata"]["ip"]
     assert POLICY["spec"]["egress"] == z2jh_egress(users_egress_allow_rules(), metadata_ip)
     # what that means for a student's code in a GPU kernel
-    assert egress_allows("151.101.0.223", 443)  # pypi.org
-    assert not egress_allows(metadata_ip, 80)  # the cloud metadata server: credentials
-    assert not egress_allows("10.96.0.1", 443)  # the cluster's API server, any private address
-    assert not egress_allows("192.168.1.10", 8081)  # the hub
-    assert egress_allows("10.96.0.10", 53)  # DNS
+    assert tcp_egress_allowed(POLICY, "151.101.0.223", 443)  # pypi.org
+    assert not tcp_egress_allowed(POLICY, metadata_ip, 80)  # the cloud metadata server: credentials
+    assert not tcp_egress_allowed(POLICY, "10.96.0.1", 443)  # the cluster's API server, any private address
+    assert not tcp_egress_allowed(POLICY, "192.168.1.10", 8081)  # the hub
+    assert tcp_egress_allowed(POLICY, "10.96.0.10", 53)  # DNS
 
 
 def test_the_shared_policy_lets_nothing_in_and_no_donor_range_anywhere():
