@@ -37,7 +37,7 @@ from typing import Any
 
 import httpx
 
-from jupyter_gpuburst.sim import defaults
+from jupyter_gpuburst.sim import eventviews
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.resources import ResourceType, resource
 from jupyter_gpuburst.sim.selectors import matcher, select
@@ -436,33 +436,23 @@ class RemoteStore:
         field_path: str | None = None,
         action: str | None = None,
     ) -> Obj:
+        """Post a core/v1 Event about ``involved`` (``eventviews.recorded_event``), in the background."""
         meta = involved.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
-        ref = {
-            "kind": involved.get("kind"),
-            "namespace": meta.get("namespace"),
-            "name": meta.get("name"),
-            "uid": meta.get("uid"),
-            "apiVersion": involved.get("apiVersion"),
-            "resourceVersion": meta.get("resourceVersion"),
-            "fieldPath": field_path,
-        }
-        stamp = defaults.timestamp(self.now())
-        event: Obj = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{meta.get('name')}.{time.time_ns():x}", "namespace": namespace},
-            "involvedObject": {k: v for k, v in ref.items() if v},
-            "reason": reason,
-            "message": message,
-            "type": type,
-            "source": {"component": component, **({"host": host} if host else {})},
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        if host:  # kube-apiserver wants both or neither
-            event.update({"reportingComponent": component, "reportingInstance": host})
+        event = eventviews.recorded_event(
+            involved,
+            f"{meta.get('name')}.{time.time_ns():x}",
+            reason,
+            message,
+            type,
+            component,
+            scheduler_style=scheduler_style,
+            host=host,
+            field_path=field_path,
+            action=action,
+            now=self.now(),
+        )
+        event.update({"apiVersion": "v1", "kind": "Event"})
         self._in_background(self._post_event(namespace, event))
         return event
 
