@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 from helpers.browser import dismiss_news, switch_theme
-from helpers.demo_process import running_demo
+from helpers.demo_process import DemoSite, demo_site
 from playwright.sync_api import Page, expect
 
-from jupyter_gpuburst.demo import DEFAULT_PASSWORD, free_port
+from jupyter_gpuburst.demo import DEFAULT_PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.timeout(420)]
 
-ADMIN_PASSWORD = re.compile(r"admin:\s+teacher;\s+password: (\S+)")
 ANNOUNCEMENT = "Trying my own settings before deploying them"
 PANEL = "#jupyter-gpuburst-panel"
 STATUS = "button.jp-GpuBurst-status"
@@ -30,24 +28,17 @@ KERNEL_STATUS = ".jp-GpuBurst-kernelStatusText"
 WHOLE_NODE = "Python 3 (8 GPUs)"
 
 
-@dataclass
-class Demo:
-    url: str
-    admin_password: str
-
-
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoSite]:
     state = tmp_path_factory.mktemp("demo-queue")
     mine = state / "my_config.py"
     mine.write_text(f"c.JupyterHub.template_vars = {{'announcement_login': {ANNOUNCEMENT!r}}}\n")
-    port = free_port()
-    with running_demo(state, "--port", str(port), "--config", str(mine)) as (_proc, text):
-        assert f"start '{WHOLE_NODE}' in the launcher, then again until one waits in line" in text, text
-        yield Demo(f"http://127.0.0.1:{port}", ADMIN_PASSWORD.search(text)[1])
+    with demo_site(state, "--config", str(mine)) as site:
+        assert f"start '{WHOLE_NODE}' in the launcher, then again until one waits in line" in site.output, site.output
+        yield site
 
 
-def log_in(page: Page, demo: Demo, user: str, password: str, next_path: str = "") -> None:
+def log_in(page: Page, demo: DemoSite, user: str, password: str, next_path: str = "") -> None:
     page.set_default_timeout(60_000)
     page.goto(f"{demo.url}/hub/login" + (f"?next={next_path}" if next_path else ""))
     # the admin's --config file: loaded after the demo's own, its settings show
@@ -62,7 +53,7 @@ def lightness(css_color: str) -> float:
 
 
 @pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
-def test_a_new_user_fills_the_gpus_and_meets_the_queue(page: Page, demo: Demo, theme: str) -> None:
+def test_a_new_user_fills_the_gpus_and_meets_the_queue(page: Page, demo: DemoSite, theme: str) -> None:
     dark = theme.endswith("Dark")
     user = "student6" if dark else "student5"
     log_in(page, demo, user, DEFAULT_PASSWORD)
@@ -101,7 +92,7 @@ def test_a_new_user_fills_the_gpus_and_meets_the_queue(page: Page, demo: Demo, t
 
 
 @pytest.mark.parametrize("theme", ["light", "dark"])
-def test_the_admin_finds_the_demos_booked_lab(page: Page, demo: Demo, theme: str) -> None:
+def test_the_admin_finds_the_demos_booked_lab(page: Page, demo: DemoSite, theme: str) -> None:
     page.goto(f"{demo.url}/hub/logout")
     log_in(page, demo, "teacher", demo.admin_password, "/services/gpuburst/labs")
     expect(page.locator("#gpuburst-labs")).to_be_visible(timeout=30_000)

@@ -24,19 +24,17 @@ import os
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from helpers.demo_process import running_demo
+from helpers.demo_process import DemoSite, demo_site
 from playwright.sync_api import Browser, Page, expect
 
-from jupyter_gpuburst.demo import DEFAULT_PASSWORD, free_port
+from jupyter_gpuburst.demo import DEFAULT_PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.timeout(420)]
 
-ADMIN_PASSWORD = re.compile(r"admin:\s+teacher;\s+password: (\S+)")
 LABS = "/services/gpuburst/labs"
 TITLE = "ML-101 quiz"
 OUTSIDER = "student3"
@@ -52,23 +50,16 @@ POST_S = 1.0
 VIEWPORT = {"width": 1280, "height": 860}
 
 
-@dataclass
-class Demo:
-    url: str
-    admin_password: str
-
-
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoSite]:
     state = tmp_path_factory.mktemp("lab-walk")
     mine = state / "admin_config.py"
     mine.write_text(ADMIN_CONFIG)
-    port = free_port()
-    with running_demo(state, "--port", str(port), "--origin-gpus", "2", "--donors", "0", "--config", str(mine)) as (_proc, text):
-        yield Demo(f"http://127.0.0.1:{port}", ADMIN_PASSWORD.search(text)[1])
+    with demo_site(state, "--origin-gpus", "2", "--donors", "0", "--config", str(mine)) as site:
+        yield site
 
 
-def person(browser: Browser, demo: Demo, name: str, password: str, next_path: str = "") -> Page:
+def person(browser: Browser, demo: DemoSite, name: str, password: str, next_path: str = "") -> Page:
     """``name`` logged in at the demo's hub, in a browser context of their own."""
     page = browser.new_context(viewport=VIEWPORT).new_page()
     page.set_default_timeout(60_000)
@@ -148,7 +139,7 @@ def report(page: Page, booking_id: str) -> dict:
     )
 
 
-def test_a_teacher_books_a_lab_its_class_goes_first_and_the_teacher_reads_how_it_went(browser: Browser, demo: Demo) -> None:
+def test_a_teacher_books_a_lab_its_class_goes_first_and_the_teacher_reads_how_it_went(browser: Browser, demo: DemoSite) -> None:
     began = time.monotonic()
     # 1. the teacher books the lab
     teacher = person(browser, demo, "teacher", demo.admin_password, LABS)

@@ -25,19 +25,17 @@ reaches a pod's loopback.
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from helpers.browser import save_docs_screenshot, switch_theme
-from helpers.demo_process import running_demo
+from helpers.demo_process import DemoSite, demo_site
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from jupyter_gpuburst.demo import DEFAULT_PASSWORD, free_port
+from jupyter_gpuburst.demo import DEFAULT_PASSWORD
 from jupyter_gpuburst.sim.kubelet import netns
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.timeout(420)]
@@ -47,28 +45,19 @@ STATUS = "button.jp-GpuBurst-status"
 SPAWN_TO_LAB_LIMIT_S = 15.0  # on a quiet machine; the figure measured is printed, not asserted
 
 
-@dataclass
-class Demo:
-    url: str
-    proc: subprocess.Popen
-    state: Path
-
-
 @pytest.fixture(scope="module", params=["shared", "namespaces"])
-def demo(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+def demo(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoSite]:
     if request.param == "namespaces" and netns.unavailable():
         pytest.skip(f"no pod network namespaces here: {netns.unavailable()}")
     state = tmp_path_factory.mktemp(f"journey-demo-{request.param}")
-    port = free_port()
-    args = ["--port", str(port), "--origin-gpus", "2", "--donor-gpus", "2", "--pod-network", request.param]
-    with running_demo(state, *args) as (proc, _text):
-        yield Demo(f"http://127.0.0.1:{port}", proc, state)
+    with demo_site(state, "--origin-gpus", "2", "--donor-gpus", "2", "--pod-network", request.param) as site:
+        yield site
 
 
 class Student:
     """One student: a browser context of their own (cookies), with the requests it made."""
 
-    def __init__(self, browser: Browser, demo: Demo, name: str) -> None:
+    def __init__(self, browser: Browser, demo: DemoSite, name: str) -> None:
         self.name = name
         self.demo = demo
         self.context: BrowserContext = browser.new_context(viewport={"width": 1280, "height": 860})
@@ -175,7 +164,7 @@ def shoot(student: Student, name: str, artifacts: Path) -> None:
     save_docs_screenshot(shot, name)
 
 
-def test_student_journey(browser: Browser, demo: Demo, artifacts: Path) -> None:
+def test_student_journey(browser: Browser, demo: DemoSite, artifacts: Path) -> None:
     students: list[Student] = []
 
     def student(name: str) -> Student:

@@ -10,10 +10,23 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+
+from jupyter_gpuburst.demo import free_port
 
 READY = re.compile(r"login page up in ([0-9.]+)s")
 READY_S = 120.0
+ADMIN_PASSWORD = re.compile(r"admin:\s+teacher;\s+password: (\S+)")
+
+
+@dataclass
+class DemoSite:
+    url: str
+    admin_password: str
+    output: str  # what it printed up to its login page
+    proc: subprocess.Popen
+    state: Path
 
 
 @contextmanager
@@ -47,3 +60,11 @@ def running_demo(state: Path, *args: str) -> Iterator[tuple[subprocess.Popen, st
         except subprocess.TimeoutExpired:
             proc.kill()
         out.close()
+
+
+@contextmanager
+def demo_site(state: Path, *args: str) -> Iterator[DemoSite]:
+    """``running_demo`` on a free port: its URL, the admin's password it printed, and the rest."""
+    port = free_port()
+    with running_demo(state, "--port", str(port), *args) as (proc, text):
+        yield DemoSite(f"http://127.0.0.1:{port}", ADMIN_PASSWORD.search(text)[1], text, proc, state)
