@@ -44,6 +44,9 @@ class KernelGPUReporter:
         self.threshold = 0.05
         self.busy_at = time.monotonic()
         self.busy_basis = "utilization"
+        # when the first cell began (monotonic; None until one ran): a lab's report times a
+        # student from asking for a GPU kernel to it (hub/labs/report.py)
+        self.first_cell_at: float | None = None
         self._busy_last_sample = False
         self._memory_used: int | None = None
         self._latest: dict[str, Any] = self._empty(getattr(backend, "reason", None))
@@ -121,6 +124,7 @@ class KernelGPUReporter:
             self.busy_at = time.monotonic()
         report["busy_ago_s"] = round(time.monotonic() - self.busy_at, 1)
         report["busy_basis"] = self.busy_basis
+        report["first_cell_ago_s"] = None if self.first_cell_at is None else round(time.monotonic() - self.first_cell_at, 1)
         return report
 
     @property
@@ -162,6 +166,8 @@ def install_in_kernel(kernel: Any, shell: Any, reporter: KernelGPUReporter) -> N
 
     def busy(*_args: Any) -> None:
         reporter.busy = True
+        if reporter.first_cell_at is None:
+            reporter.first_cell_at = time.monotonic()
 
     def idle(*_args: Any) -> None:
         reporter.busy = False

@@ -9,6 +9,8 @@ may differ from this pod's), and every report is numbered, so the hub can refuse
 Each report also says what the GPUs used since the previous one (``use``: peak memory and
 utilization, see ``gpuuse``), for the GPU-hours ledger's right-sizing; the hub's reply says
 whether it keeps them (``measure_use``), and then the GPUs are sampled even where nothing is culled.
+A GPU kernel's entry also says how long ago its first cell began, where its pod says so: a
+lab's report in kernel mode times each student to it (hub/labs/report.py).
 """
 
 from __future__ import annotations
@@ -152,6 +154,10 @@ class ActivityReporter:
             if not isinstance(idle, int | float) or isinstance(idle, bool) or idle < 0:
                 return  # no answer: the hub hears nothing of it, and treats it as unknown
             entries[record_id] = {"kernel_id": kernel_id, "idle_s": round(float(idle), 1), "basis": gpu.get("busy_basis") or "utilization"}
+            first_cell = gpu.get("first_cell_ago_s")
+            if isinstance(first_cell, int | float) and not isinstance(first_cell, bool) and first_cell >= 0:
+                # for a kernel-mode lab's report: how long ago the kernel's first cell began
+                entries[record_id]["first_cell_ago_s"] = float(first_cell)
             figures = kernel_use(gpu)
             if figures is not None:
                 entries[record_id]["use"] = figures

@@ -26,6 +26,7 @@ from tornado import web
 
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub.culling.store import ReportError
+from jupyter_gpuburst.hub.queue import classes as lab_classes
 from jupyter_gpuburst.hub.tokenapi import UserTokenHandler
 
 
@@ -79,8 +80,14 @@ class ActivityHandler(ActivityAPIHandler):
             if sink is not None:
                 sink(name, server, target, figures)
 
+        def first_cell(record_id: str, began: float) -> None:
+            # for a kernel-mode lab's report (hub/labs): its first GPU cell, on the hub's clock
+            record = culler.kernel_record(registry, name, record_id)
+            if record is not None:
+                lab_classes.note_first_cell(name, record.profile.resource, began)
+
         try:
-            server_name, ignored = culler.store.report(name, body, owns, on_use=used)
+            server_name, ignored = culler.store.report(name, body, owns, on_use=used, on_first_cell=first_cell)
         except ReportError as exc:
             culler.log.warning("GPU activity: a report of %s was refused: %s", name, exc.message)
             raise web.HTTPError(exc.status, "%s", exc.message) from None

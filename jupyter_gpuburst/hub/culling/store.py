@@ -11,7 +11,9 @@ the hub runs that never reported (``found``), so that limits from the hub's own 
 A report may also carry ``use``, for the server and for each GPU kernel: what its GPUs used
 since the previous report (peak memory, the devices' memory, peak utilization, and a sum and
 count of utilization samples for a mean). The store checks it and hands it on (``on_use``) to
-the GPU-hours ledger's right-sizing; culling does not read it.
+the GPU-hours ledger's right-sizing; culling does not read it. A GPU kernel's entry may also
+say how long ago its first cell began (``first_cell_ago_s``), handed on (``on_first_cell``) as a
+time on the hub's clock for a kernel-mode lab's report; culling does not read it either.
 """
 
 from __future__ import annotations
@@ -93,13 +95,17 @@ class SignalStore:
     sequence: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
     stopped: list[Stopped] = field(default_factory=list)
 
-    def report(self, user: str, body: Any, owns_kernel: Any, now: float | None = None, on_use: Any = None) -> tuple[str, list[str]]:
+    def report(
+        self, user: str, body: Any, owns_kernel: Any, now: float | None = None, on_use: Any = None, on_first_cell: Any = None
+    ) -> tuple[str, list[str]]:
         """Record one server's report; returns (server name, kernel ids ignored).
 
         ``owns_kernel(record_id, server_name) -> kernel_id | None`` says whether the record is a
         GPU kernel of this user's server; entries for any other are ignored (and logged by the
         caller), never stored. ``on_use(server_name, target, figures)`` hears each accepted
         ``use`` (the server's, target "server", and each of its own GPU kernels').
+        ``on_first_cell(record_id, began)`` hears, for each of its own GPU kernels that says so,
+        when its first cell began (hub clock).
         """
         now = time.time() if now is None else now
         if not isinstance(body, dict):
@@ -123,6 +129,7 @@ class SignalStore:
             raise ReportError(400, f"kernels must be an object of at most {MAX_KERNELS} GPU kernels")
         parsed: dict[str, tuple[float | None, str, str]] = {}
         kernel_use: dict[str, dict[str, Any]] = {}
+        first_cells: dict[str, float] = {}
         for record_id, entry in kernels.items():
             if not isinstance(entry, dict):
                 raise ReportError(400, "each kernel's entry is an object")
@@ -130,6 +137,9 @@ class SignalStore:
             if not isinstance(kernel_id, str):
                 raise ReportError(400, "kernel_id must be a string")
             parsed[str(record_id)] = (_idle(entry.get("idle_s"), "idle_s"), _basis(entry.get("basis", "utilization")), kernel_id)
+            first_cell = _idle(entry.get("first_cell_ago_s"), "first_cell_ago_s")
+            if first_cell is not None:
+                first_cells[str(record_id)] = now - first_cell
             figures = _use(entry.get("use"))
             if figures is not None:
                 kernel_use[str(record_id)] = figures
@@ -152,6 +162,8 @@ class SignalStore:
             self._put(user, server_name, record_id, kernel_id, kernel_idle, kernel_basis, now)
             if record_id in kernel_use and on_use is not None:
                 on_use(server_name, record_id, kernel_use[record_id])
+            if record_id in first_cells and on_first_cell is not None:
+                on_first_cell(record_id, first_cells[record_id])
         # a stopped kernel's server has heard why once it no longer reports the kernel
         reported = {k for _, _, k in parsed.values()}
         for stop in self.stopped:

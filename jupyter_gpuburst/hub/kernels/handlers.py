@@ -19,6 +19,7 @@ token (readable by whoever the server is shared with) sees its own server's kern
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from jupyterhub.services.auth import check_scopes
@@ -192,6 +193,8 @@ class KernelsHandler(KernelAPIHandler):
         groups = self.hub.groups(name)
         admin = self.is_admin()
         server_pod = await _server_pod(registry, spawner)
+        # a kernel-mode lab's report times each student from here to their first GPU cell
+        asked = time.time()
         try:
             record = await registry.start(
                 user=name,
@@ -208,7 +211,12 @@ class KernelsHandler(KernelAPIHandler):
                 refusal=lambda: budget_refusal(registry.tracker, name, groups, admin),
             )
         except KernelError as exc:
+            slug = body.get("profile")
+            profile = registry.profiles.get(slug) if isinstance(slug, str) else None
+            if exc.status >= 500 and profile is not None:  # no GPU to be had now: the student still waits for one
+                lab_classes.note_kernel_asked(name, groups, profile.resource, asked)
             raise self.kernel_error(exc) from None
+        lab_classes.note_kernel_asked(name, groups, record.profile.resource, asked)
         self.set_status(202)
         self.write_record(registry, record)
 

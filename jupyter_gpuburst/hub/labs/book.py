@@ -176,10 +176,12 @@ class LabBook:
             raise BookingError(f"The lab {booking.title} has labs 0 to {booking.weeks - 1}.")
         start, end = booking.occurrences()[index]
         days = [(start - warmup).astimezone(dt.UTC).date().isoformat(), end.astimezone(dt.UTC).date().isoformat()]
+        # kernel mode: the CPU server's start says nothing of the GPU; the first GPU cell does
+        timed = self.store.first_cells if booking.mode == KERNEL else self.store.starts
         return lab_reports.lab_report(
             booking,
             index,
-            self.store.starts(booking.id, start.timestamp()),
+            timed(booking.id, start.timestamp()),
             self.sources["usage"](booking.group, *days),
             self.sources["members"](booking.group),
             now,
@@ -193,6 +195,19 @@ class LabBook:
         for booking, start, _end in self.active(when):
             if booking.group in groups:
                 self.store.note_start(booking.id, start.timestamp(), user, asked, ready)
+
+    def note_kernel_asked(self, user: str, groups: frozenset[str], resource: str, asked: float) -> None:
+        """Keep when a class's student first asked for a GPU kernel of its lab's GPUs (kernel mode, only during its lab)."""
+        for booking, start, _end in self.active(dt.datetime.fromtimestamp(asked, self.tz)):
+            if booking.mode == KERNEL and booking.group in groups and booking.resource == resource:
+                self.store.note_kernel_asked(booking.id, start.timestamp(), user, asked)
+
+    def note_first_cell(self, user: str, resource: str, ran: float) -> None:
+        """Keep when a cell first ran on one of ``user``'s GPU kernels (of ``resource``), for
+        the report of a kernel-mode lab on at that moment in which they asked for one."""
+        for booking, start, _end in self.active(dt.datetime.fromtimestamp(ran, self.tz)):
+            if booking.mode == KERNEL and booking.resource == resource:
+                self.store.note_first_cell(booking.id, start.timestamp(), user, ran)
 
     def pools(self, when: dt.datetime) -> list[Any]:
         """A placeholder (in kernel mode: a pre-started kernel) per expected student, on the

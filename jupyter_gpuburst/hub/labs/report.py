@@ -1,8 +1,19 @@
 """How a lab went, for its teacher: who started and how fast, GPU-hours used against booked,
 held idle, and who was still waiting.
 
-Pure: the starts come from the lab book (the spawner notes each class student's Start and the
-moment the server was ready), the GPU-seconds from the GPU-hours ledger (hub/accounting).
+What the timing measures depends on the lab's mode, and the report says which (``measures``):
+
+- server mode (``server_ready``): from the student's Start to the moment the hub had heard their
+  server answer and routed it (the spawner notes both). That is when JupyterLab can open, not
+  when a cell ran: the hub never sees the cells of a GPU server's own kernels.
+- kernel mode (``first_gpu_cell``): from the first GPU kernel the student asked for during the
+  lab (the hub's kernel API notes the request) to the first cell that ran on one of their GPU
+  kernels after it. The kernel's pod notes its first cell; the student's server passes its age
+  on in its GPU activity reports (hub/culling), and the hub keeps the moment it works out.
+  The CPU server's start is not timed: it says nothing of the GPU.
+
+Pure: the times come from the lab book's store, the GPU-seconds from the GPU-hours ledger
+(hub/accounting).
 """
 
 from __future__ import annotations
@@ -12,7 +23,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from jupyter_gpuburst.hub.labs.model import Booking
+from jupyter_gpuburst.hub.labs.model import KERNEL, Booking
+
+SERVER_READY, FIRST_GPU_CELL = "server_ready", "first_gpu_cell"
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -39,8 +52,10 @@ def lab_report(
     warmup: dt.timedelta,
     counts_idle: bool,
 ) -> dict[str, Any]:
-    """The report of the booking's lab ``index``. ``usage``: the ledger's rows (per session and
-    day) of the class's sessions on the lab's days; ``members``: the class group's users."""
+    """The report of the booking's lab ``index``. ``starts``: (user, asked, reached or None) of
+    each student, as the module docstring says for the booking's mode; ``usage``: the ledger's
+    rows (per session and day) of the class's sessions on the lab's days; ``members``: the
+    class group's users."""
     start, end = booking.occurrences()[index]
     opens, closes = (start - warmup).timestamp(), min(end, now).timestamp()
     starts = list(starts)
@@ -61,6 +76,8 @@ def lab_report(
             seen.add(row["uid"])
             used += overlap * row["count"]
     booked = booking.demand * (end - start + warmup).total_seconds()
+    measures = FIRST_GPU_CELL if booking.mode == KERNEL else SERVER_READY
+    p50, p95 = _round(percentile(waits, 50)), _round(percentile(waits, 95))
 
     def hours(seconds: float) -> float:
         return round(seconds / 3600, 2)
@@ -74,10 +91,28 @@ def lab_report(
         "started": started,
         "still_waiting": waiting,
         "never_started": sorted(set(members) - set(started) - set(waiting)),
-        "seconds_to_ready": {"p50": _round(percentile(waits, 50)), "p95": _round(percentile(waits, 95)), "measured": len(waits)},
+        # kernel mode: seconds from asking for a GPU kernel to its first cell (see ``measures``)
+        "seconds_to_ready": {"p50": p50, "p95": p95, "measured": len(waits)},
+        "measures": measures,
+        "timing": timing_sentence(measures, p50, p95),
         "gpu_hours": {"used": hours(used), "booked": hours(booked), "held_idle": hours(idle) if counts_idle else None},
     }
 
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
+
+
+def timing_sentence(measures: str, p50: float | None, p95: float | None) -> str:
+    """What the page says of the timing, naming what was timed."""
+    if measures == FIRST_GPU_CELL:
+        if p50 is None:
+            return "No student ran a GPU cell."
+        return f"From asking for a GPU kernel to its first cell: {_seconds(p50)} s for half of them, {_seconds(p95)} s for 95%."
+    if p50 is None:
+        return "No student's server was ready."
+    return f"From Start to a ready server: {_seconds(p50)} s for half of them, {_seconds(p95)} s for 95%."
+
+
+def _seconds(value: float | None) -> str:
+    return f"{value or 0:.1f}".removesuffix(".0")

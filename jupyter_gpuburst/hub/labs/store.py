@@ -1,5 +1,6 @@
-"""The bookings on disk: one small SQLite file beside the hub's database, as the GPU-hours
-ledger keeps its rows (hub/accounting/store.py), so that bookings survive hub restarts.
+"""The bookings on disk, with what each lab's report times (servers ready, first GPU cells):
+one small SQLite file beside the hub's database, as the GPU-hours ledger keeps its rows
+(hub/accounting/store.py), so that both survive hub restarts.
 
 A save reads every booking and writes the new one in one ``BEGIN IMMEDIATE`` transaction:
 two saves at once (two requests, two hub processes on one file) are judged one after the
@@ -29,6 +30,14 @@ CREATE TABLE IF NOT EXISTS starts (
     user TEXT NOT NULL,
     asked REAL NOT NULL,
     ready REAL,
+    PRIMARY KEY (booking, lab, user)
+);
+CREATE TABLE IF NOT EXISTS first_cells (
+    booking TEXT NOT NULL,
+    lab REAL NOT NULL,
+    user TEXT NOT NULL,
+    asked REAL NOT NULL,
+    ran REAL,
     PRIMARY KEY (booking, lab, user)
 )
 """
@@ -83,6 +92,26 @@ class LabStore:
         """(user, asked, ready or None) of each student who started in that lab."""
         return self.db.execute(
             "SELECT user, asked, ready FROM starts WHERE booking = ? AND lab = ? ORDER BY asked", (booking_id, lab)
+        ).fetchall()
+
+    def note_kernel_asked(self, booking_id: str, lab: float, user: str, asked: float) -> None:
+        """A student's first GPU kernel asked for in a lab (kernel mode)."""
+        with self._transaction() as db:
+            db.execute("INSERT OR IGNORE INTO first_cells (booking, lab, user, asked) VALUES (?, ?, ?, ?)", (booking_id, lab, user, asked))
+
+    def note_first_cell(self, booking_id: str, lab: float, user: str, ran: float) -> None:
+        """The first cell that ran on one of the student's GPU kernels since they first asked
+        for one in that lab; later cells, and cells from before the ask, change nothing."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE first_cells SET ran = ? WHERE booking = ? AND lab = ? AND user = ? AND ran IS NULL AND asked <= ?",
+                (ran, booking_id, lab, user, ran),
+            )
+
+    def first_cells(self, booking_id: str, lab: float) -> list[tuple[str, float, float | None]]:
+        """(user, asked, first cell ran or None) of each student who asked for a GPU kernel in that lab."""
+        return self.db.execute(
+            "SELECT user, asked, ran FROM first_cells WHERE booking = ? AND lab = ? ORDER BY asked", (booking_id, lab)
         ).fetchall()
 
     def replace(self, booking_id: str, change: Callable[[Booking], Booking]) -> Booking:

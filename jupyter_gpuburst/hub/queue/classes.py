@@ -32,11 +32,24 @@ NoteStart = Callable[[str, frozenset[str], float, float | None], None]
 _goes_first: GoesFirst | None = None
 _hold_for: HoldFor | None = None
 _note_start: NoteStart | None = None
+# kernel mode: (user, groups, GPU resource, when a GPU kernel was asked for) and
+# (user, GPU resource, when a cell first ran on one of their GPU kernels)
+NoteKernelAsked = Callable[[str, frozenset[str], str, float], None]
+NoteFirstCell = Callable[[str, str, float], None]
+_note_kernel_asked: NoteKernelAsked | None = None
+_note_first_cell: NoteFirstCell | None = None
 
 
-def provide(goes_first: GoesFirst | None, hold_for: HoldFor | None, note_start: NoteStart | None = None) -> None:
-    global _goes_first, _hold_for, _note_start
+def provide(
+    goes_first: GoesFirst | None,
+    hold_for: HoldFor | None,
+    note_start: NoteStart | None = None,
+    note_kernel_asked: NoteKernelAsked | None = None,
+    note_first_cell: NoteFirstCell | None = None,
+) -> None:
+    global _goes_first, _hold_for, _note_start, _note_kernel_asked, _note_first_cell
     _goes_first, _hold_for, _note_start = goes_first, hold_for, note_start
+    _note_kernel_asked, _note_first_cell = note_kernel_asked, note_first_cell
 
 
 def note_start(user: str, groups: frozenset[str], asked: float, ready: float | None = None) -> None:
@@ -47,6 +60,26 @@ def note_start(user: str, groups: frozenset[str], asked: float, ready: float | N
         _note_start(user, groups, asked, ready)
     except Exception:  # noqa: BLE001 - a lab's report never fails a start
         log.warning("Could not note %s's start for a lab's report", user, exc_info=True)
+
+
+def note_kernel_asked(user: str, groups: frozenset[str], resource: str, asked: float) -> None:
+    """A GPU kernel of ``resource`` asked for at ``asked`` (wall clock)."""
+    if _note_kernel_asked is None:
+        return
+    try:
+        _note_kernel_asked(user, groups, resource, asked)
+    except Exception:  # noqa: BLE001 - a lab's report never fails a start
+        log.warning("Could not note %s's GPU kernel for a lab's report", user, exc_info=True)
+
+
+def note_first_cell(user: str, resource: str, ran: float) -> None:
+    """A cell first ran at ``ran`` (wall clock) on a GPU kernel of ``user`` holding ``resource``."""
+    if _note_first_cell is None:
+        return
+    try:
+        _note_first_cell(user, resource, ran)
+    except Exception:  # noqa: BLE001 - a lab's report never fails an activity report
+        log.warning("Could not note %s's first GPU cell for a lab's report", user, exc_info=True)
 
 
 def goes_first(request: GPURequest) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 
 import aiohttp
 import pytest
@@ -194,6 +195,8 @@ KERNEL_LABS = f"""
 c.JupyterHub.load_groups = {{"ml-101": {{"users": ["sam"]}}}}
 c.JupyterHub.load_roles.append({{"name": "gpu-kernels", "scopes": {KERNEL_SCOPES!r}, "groups": ["ml-101"]}})
 c.GPUKernelSettings.extra_env = {{"JUPYTER_GPUBURST_BACKEND": "simulated"}}
+# servers report their GPU kernels' first cells with their activity, each second here (culling stays off)
+c.GPUCullingSettings.period_seconds = 1
 """
 KERNEL_POOL = pool_name("origin", "gpu-1")
 
@@ -220,10 +223,23 @@ async def test_a_lab_in_kernel_mode_pre_starts_the_gpu_kernels_its_students_adop
     assert status == 201 and booking["mode"] == "kernel", booking
     (pooled,) = await wait_until(lambda: waiting_kernels(federation) or None, timeout=60, what="the lab's GPU kernel pre-started")
 
+    asked = time.time()
     status, kernel = await user_server.server_api(hub, "sam", "POST", "/kernels", {"name": "gpuburst-gpu-1"}, timeout=120)
     assert status == 201, kernel
     out = await execute(f"{hub.url}/user/sam", hub.token, kernel["id"], "import os; print(os.environ['JUPYTERHUB_USER'])")
+    ran = time.time()
     assert out["error"] is None and out["stdout"].split()[-1] == "sam", out
+
+    # the teacher's report times sam from asking for the GPU kernel to its first cell (his CPU
+    # server started before the lab was booked: a report of server starts would time no one)
+    async def first_cell_heard() -> dict | None:
+        status, report = await labs(hub, tina, "GET", f"/{booking['id']}/report")
+        assert status == 200, report
+        return report if report["seconds_to_ready"]["measured"] else None
+
+    report = await wait_until(first_cell_heard, timeout=30, what="sam's first GPU cell in the lab's report")
+    assert report["measures"] == "first_gpu_cell" and report["started"] == ["sam"], report
+    assert 0 < report["seconds_to_ready"]["p50"] <= ran - asked, (report, ran - asked)
     status, token = await hub.api("POST", "/users/sam/tokens", {"scopes": KERNEL_SCOPES, "note": "labs test"})
     assert status == 201, token
     async with aiohttp.ClientSession() as http:
