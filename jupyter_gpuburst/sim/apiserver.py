@@ -99,6 +99,15 @@ class ApiServer(WatchStreams):
         self._encoded = EncodedEvents()
         # An idle watch that allowed bookmarks gets one after this many seconds.
         self.bookmark_interval_s = 10.0
+        # Started again, it serves before its authorizer has read the roles, as kube-apiserver
+        # does: for this long every request RBAC decides is 403 (2 s restarted idle; more under
+        # load), and /readyz turns ready only this much later (its RBAC post-start hook reported
+        # done 0.9 s after the 403s had stopped, never before). The first start is before
+        # anyone's first request.
+        self.authorizer_sync_s = 2.0
+        self.readyz_lag_s = 1.0
+        self._authorizer_synced_at = self._ready_at = 0.0
+        self._started = False
 
     @property
     def url(self) -> str:
@@ -112,7 +121,24 @@ class ApiServer(WatchStreams):
         site = web.TCPSite(self._runner, self.host, self.port, shutdown_timeout=1.0)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # the OS-chosen port when port=0
+        if self._started:
+            self._authorizer_synced_at = asyncio.get_running_loop().time() + self.authorizer_sync_s
+            self._ready_at = self._authorizer_synced_at + self.readyz_lag_s
+        self._started = True
         log.info("API server listening on %s", self.url)
+
+    def authorizer_synced(self) -> bool:
+        """Whether the authorizer has the roles and bindings (not yet, just after a restart)."""
+        return asyncio.get_running_loop().time() >= self._authorizer_synced_at
+
+    def sync_authorizer(self) -> None:
+        """The authorizer has the roles now, /readyz a moment later (a test ends the window so)."""
+        self._authorizer_synced_at = asyncio.get_running_loop().time()
+        self._ready_at = self._authorizer_synced_at + self.readyz_lag_s
+
+    def ready(self) -> bool:
+        """What /readyz says: not before the authorizer has synced, and a moment after."""
+        return asyncio.get_running_loop().time() >= self._ready_at
 
     def drop_watches(self) -> int:
         """End every open HTTP watch stream, as a dropped connection would (faults); returns how many.
@@ -165,6 +191,12 @@ class ApiServer(WatchStreams):
         head = parts[0]
         if head == "version" and len(parts) == 1:
             return json_response(discovery.version(self.git_version))
+        if head == "readyz":
+            self.stats["readyz"] += 1
+        if head == "readyz" and not self.ready():
+            # kube-apiserver's answer while its RBAC post-start hook runs
+            failed = "[-]poststarthook/rbac/bootstrap-roles failed: reason withheld\nreadyz check failed\n"
+            return web.Response(text=failed, status=500)
         if head in ("healthz", "readyz", "livez"):
             return web.Response(text="ok")
         if head == "openapi":
@@ -211,7 +243,7 @@ class ApiServer(WatchStreams):
         who = self._identity(request)
         if who is not None:
             asked = rbac.Request(_verb(request, name), rt.group, rt.plural, sub or "", ns or "", name or "")
-            if not rbac.authorize(self.store, who, asked)[0]:
+            if not self.authorizer_synced() or not rbac.authorize(self.store, who, asked)[0]:
                 raise forbidden(rbac.forbidden_message(who, asked))
         if rt.key == EVENTS_V1_KEY:
             if method == "POST" and name is None and ns is not None:
