@@ -114,8 +114,11 @@ def probe(url: str, token: str, rate: float, until: float) -> list[tuple[float, 
         connection.get()  # the server's first answer on this connection is not timed
         nxt = time.monotonic()
         while not _stop.is_set() and time.monotonic() < until:
-            sent_ns = time.time_ns()
+            # this order makes the wire time never longer than the probe's own: read the other
+            # way round, a preemption between the two reads counted in the wire time only, and
+            # the call lost its wire time as if the realtime clock had been stepped
             started = time.monotonic()
+            sent_ns = time.time_ns()
             arrived_ns = connection.get()
             seconds = time.monotonic() - started
             wire = None
