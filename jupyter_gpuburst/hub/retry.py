@@ -20,6 +20,9 @@ What is retried, and why it is safe:
   KubeSpawner replaces a pod of the same name, so one server never has two pods).
 * A client-side timeout is retried for reads only: a write that timed out may have happened,
   and KubeSpawner retries its own writes after a timeout with the same 409 handling.
+* 403 while the API server's ``/readyz`` says it is not ready: a kube-apiserver just started
+  refuses what RBAC allows until its authorizer has read the roles (``readiness``). Nothing was
+  processed, so any verb is retried; a 403 from a ready server is final at once.
 
 The delay is exponential with full jitter (so 200 spawns do not come back in step), never below
 the server's ``Retry-After``, and the whole retry has a deadline: after it the last error is
@@ -44,6 +47,9 @@ from typing import Any, TypeVar
 
 import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from jupyter_gpuburst.hub.readiness import PATH as READYZ_PATH
+from jupyter_gpuburst.hub.readiness import Readiness
 
 log = logging.getLogger(__name__)
 
@@ -163,13 +169,15 @@ def retry_after_of(exc: BaseException) -> float | None:
     return seconds
 
 
-def describe(exc: BaseException) -> str:
-    """One log line about an API error: status and reason, never headers or bodies."""
+def describe(exc: BaseException, not_ready: str | None = None) -> str:
+    """One log line about an API error: status and reason, never headers or bodies; with
+    ``not_ready``, why a 403 was not taken as final."""
     status = api_status(exc)
     if status is not None:
         reason = str(getattr(exc, "reason", "") or "").splitlines()[0][:120] if getattr(exc, "reason", None) else ""
         message = _status_message(getattr(exc, "body", None))
-        return f"HTTP {status} {reason}{': ' + message if message else ''}".strip()
+        line = f"HTTP {status} {reason}{': ' + message if message else ''}".strip()
+        return f"{line} (the API server is not ready: {not_ready})" if not_ready else line
     return f"{type(exc).__name__}: {str(exc)[:160]}" if str(exc) else type(exc).__name__
 
 
@@ -177,9 +185,14 @@ def _status_message(body: Any) -> str:
     return str(_status_body(body).get("message") or "")[:160]
 
 
-def next_wait(policy: RetryPolicy, attempt: int, exc: BaseException, method: str, remaining: float) -> float | None:
-    """Seconds to wait before retrying after ``exc`` on try ``attempt``; None to give up."""
-    if not is_transient(exc, method) or attempt >= policy.attempts:
+def next_wait(
+    policy: RetryPolicy, attempt: int, exc: BaseException, method: str, remaining: float, transient: bool | None = None
+) -> float | None:
+    """Seconds to wait before retrying after ``exc`` on try ``attempt``; None to give up.
+
+    ``transient`` overrides ``is_transient`` where the caller knows more (a 403 of a server
+    that is not ready)."""
+    if not (is_transient(exc, method) if transient is None else transient) or attempt >= policy.attempts:
         return None
     wait = policy.delay(attempt, retry_after_of(exc))
     return wait if wait <= remaining else None
@@ -239,11 +252,15 @@ def install(api_client: Any, policy: RetryPolicy | None = None, logger: logging.
     policy = policy or RetryPolicy()
     logger = logger or log
     original = rest.request
+    readiness = Readiness(api_client)
 
     async def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
         raw = not kwargs.get("_preload_content", True)
         headers = kwargs.get("headers")
-        what = f"{method.upper()} /{url.split('?', 1)[0].split('://', 1)[-1].partition('/')[2]}"
+        path = "/" + url.split("?", 1)[0].split("://", 1)[-1].partition("/")[2]
+        if path == READYZ_PATH:
+            return await original(method, url, *args, **kwargs)  # the question a 403 asks: answered as it comes
+        what = f"{method.upper()} {path}"
         deadline = time.monotonic() + policy.deadline_s
         attempt = 0
         while True:
@@ -253,24 +270,26 @@ def install(api_client: Any, policy: RetryPolicy | None = None, logger: logging.
                 kwargs["headers"] = dict(headers)
             try:
                 response = await original(method, url, *args, **kwargs)
-                if raw and getattr(response, "status", 200) in RETRY_STATUSES:
+                if raw and getattr(response, "status", 200) in (*RETRY_STATUSES, 403):
                     raise _RetryableResponse(response)
                 return response
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                wait = next_wait(policy, attempt, exc, method, deadline - time.monotonic())
+                not_ready = await readiness.explains(exc)
+                wait = next_wait(policy, attempt, exc, method, deadline - time.monotonic(), True if not_ready else None)
                 if isinstance(exc, _RetryableResponse):
                     if wait is None:
-                        # out of tries: the caller reads the error status itself, as without us
-                        logger.warning("Giving up on %s after %d attempt(s): %s", what, attempt, describe(exc))
+                        # final, or out of tries: the caller reads the error status itself, as without us
+                        if is_transient(exc, method) or not_ready:
+                            logger.warning("Giving up on %s after %d attempt(s): %s", what, attempt, describe(exc, not_ready))
                         return exc.response
                     exc.response.release()
                 elif wait is None:
-                    if is_transient(exc, method):
-                        logger.warning("Giving up on %s after %d attempt(s): %s", what, attempt, describe(exc))
+                    if is_transient(exc, method) or not_ready:
+                        logger.warning("Giving up on %s after %d attempt(s): %s", what, attempt, describe(exc, not_ready))
                     raise
-                logger.info("Retrying %s in %.2fs (attempt %d): %s", what, wait, attempt, describe(exc))
+                logger.info("Retrying %s in %.2fs (attempt %d): %s", what, wait, attempt, describe(exc, not_ready))
                 await asyncio.sleep(wait)
 
     setattr(rest, _MARK, policy)
