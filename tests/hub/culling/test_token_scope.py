@@ -37,7 +37,7 @@ class Store:
     def __init__(self) -> None:
         self.reports: list[tuple[str, Any]] = []
 
-    def report(self, user: str, body: Any, owns: Any, on_use: Any = None) -> tuple[str, list[str]]:
+    def report(self, user: str, body: Any, owns: Any, on_use: Any = None, on_first_cell: Any = None) -> tuple[str, list[str]]:
         self.reports.append((user, body))
         return body.get("server_name", ""), []
 
