@@ -17,7 +17,7 @@ from jupyter_gpuburst.gpu.kernel_source import ServerKernelSource
 from jupyter_gpuburst.gpu.sampler import Sampler
 from jupyter_gpuburst.server import handlers
 from jupyter_gpuburst.server.activity import reporter_from_env
-from jupyter_gpuburst.server.kernels import withdraw
+from jupyter_gpuburst.server.kernels import websocket, withdraw
 from jupyter_gpuburst.server.kernels.handlers import GPUKernelProfilesHandler, GPUKernelsHandler
 from jupyter_gpuburst.server.placement import placement_from_env
 
@@ -152,6 +152,14 @@ class GPUBurstServerExtension(ExtensionApp):
             }
         )
         self._install_gpu_kernels()
+        # a pending kernel (a GPU kernel) that could not start fails its websocket's handshake
+        # without an error page, which the hub's proxy wrote to the browser's closed connection
+        if not websocket.install(self.settings, self.serverapp):
+            self.log.info(
+                "jupyter_gpuburst: ServerApp.kernel_websocket_connection_class %s kept: a kernel that "
+                "cannot start fails its websocket's handshake with that class's answer",
+                self.settings.get(websocket.SETTING),
+            )
         self.activity = reporter_from_env(self.sampler, serverapp.kernel_manager)
         self.settings[handlers.ACTIVITY_SETTING] = self.activity
         if self.activity is not None:
