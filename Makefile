@@ -107,7 +107,7 @@ test-browser: setup
 # files, the tests that reach what the prestarted ones do not: a donor spawn (and the namespace's
 # offloading), the Unschedulable redirect from kube-scheduler's own refusal, home volumes (the
 # site's provisioner), and the queue's cancel that deletes an unused claim.
-KUBE_TESTS := tests/kube/test_site.py tests/hub/pools/test_prestarted_integration.py \
+KUBE_TESTS := tests/kube/test_site.py tests/kube/test_apiserver_restart.py tests/hub/pools/test_prestarted_integration.py \
 	tests/hub/spawner/test_spawner_integration.py::test_capacity_stolen_after_decision_is_redirected_to_donor \
 	tests/hub/spawner/test_storage_and_profile_policy.py::test_scratch_on_donor_mounts_home_on_the_origin_and_scratch_on_the_donor \
 	tests/hub/spawner/test_queue_integration.py::test_the_queue_says_place_and_wait_live_and_cancel_leaves_nothing \
