@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from helpers.browser import save_docs_screenshot
+from helpers.browser import assert_readable, save_docs_screenshot
 from helpers.hub import Hub
 from helpers.hubsite import LoopThread, federation_and_hub
 from helpers.kernels import KERNEL_HUB
@@ -216,3 +216,20 @@ def wait_until_sync(condition, timeout: float, what: str) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.5)
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_jupyterhubs_admin_page_points_to_the_stop_that_says_why(page: Page, stop_site: StopSite, theme: str) -> None:
+    """JupyterHub's own Stop buttons tell the student nothing: its admin page says where the
+    Stop with a reason is, and the page's own user table still works under that line."""
+    site = stop_site
+    log_in(page, site, "admin", theme)
+    page.goto(f"{site.hub.url}/hub/admin")
+    note = page.locator(".gpuburst-admin-note")
+    expect(note).to_contain_text("A Stop here tells the student nothing.")
+    assert_readable(note, dark=theme == "dark")
+    # JupyterHub's React table renders below the line, with the users who have servers
+    expect(page.get_by_test_id("user-name-div-carol")).to_be_visible()
+    note.get_by_role("link", name="GPU capacity").click()
+    expect(page.locator("#gpuburst-capacity")).to_be_visible()
+    expect(stop_button(page, "carol/")).to_be_visible()
