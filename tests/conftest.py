@@ -19,6 +19,7 @@ pytest_plugins = [
     "helpers.fixtures",
     "helpers.fake_hub",
     "helpers.browser",
+    "helpers.browser_trouble",
     "helpers.realcluster",
     "helpers.failure_logs",
     "helpers.progress",
