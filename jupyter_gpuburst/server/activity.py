@@ -9,8 +9,12 @@ may differ from this pod's), and every report is numbered, so the hub can refuse
 Each report also says what the GPUs used since the previous one (``use``: peak memory and
 utilization, see ``gpuuse``), for the GPU-hours ledger's right-sizing; the hub's reply says
 whether it keeps them (``measure_use``), and then the GPUs are sampled even where nothing is culled.
-A GPU kernel's entry also says how long ago its first cell began, where its pod says so: a
-lab's report in kernel mode times each student to it (hub/labs/report.py).
+A GPU kernel's entry also says how long ago its first cell began, where its pod says so, and
+the report says the same of this server's own kernels (``first_cell_ago_s``, once one ran): a
+lab's report times each student to their first GPU cell (hub/labs/report.py). A cell is an
+``execute_input`` on a kernel's IOPub, which kernels send for each execution a person asked for
+(not for an extension's silent ones), watched from the moment jupyter_server watches the kernel:
+a kernel starting, a completion or an inspection is no cell.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PERIOD_S = 60.0
 SAMPLE_EVERY_S = 5.0
+# a first cell's age is for a lab's report, which hears it within a period: the hub refuses an
+# age over 30 days, and a server running that long would have every report refused
+FIRST_CELL_TOLD_S = 24 * 3600.0
 
 
 class ActivityReporter:
@@ -54,6 +61,10 @@ class ActivityReporter:
         self.busy_at: float | None = None  # monotonic; None until a GPU has been read
         self._gpu_busy_last_sample = False
         self._cell_streams: dict[str, Any] = {}  # kernel id -> its IOPub stream, watched for cells
+        # kernels watched since jupyter_server began watching them: only these can say which
+        # cell was their first (one watched later may have run cells before)
+        self._watched_from_start: set[str] = set()
+        self.first_cell_at: float | None = None  # monotonic: the first cell of this server's own kernels
         self.gpu_visible = False
         self.basis = "utilization"
         self._memory: dict[str, int] = {}
@@ -114,26 +125,65 @@ class ActivityReporter:
     def _watch_cells(self, kernels: list[tuple[str, Any]]) -> None:
         for kernel_id in set(self._cell_streams) - {kernel_id for kernel_id, _ in kernels}:
             self._cell_streams.pop(kernel_id).close()
+            self._watched_from_start.discard(kernel_id)
         for kernel_id, kernel in kernels:
-            if kernel_id in self._cell_streams or _remote(kernel) or not _ready(kernel):
-                continue
-            try:
-                stream = kernel.connect_iopub()
-                session = Session(config=kernel.session.config, key=kernel.session.key)
-            except Exception:  # noqa: BLE001 - not connectable yet: its execution state still counts
-                log.debug("GPU activity: cannot watch kernel %s yet", kernel_id, exc_info=True)
-                continue
-            stream.on_recv(functools.partial(self._on_iopub, session))
-            self._cell_streams[kernel_id] = stream
+            if kernel_id not in self._cell_streams:
+                self._watch(kernel_id, kernel)
 
-    def _on_iopub(self, session: Any, parts: list[bytes]) -> None:
+    def _watch(self, kernel_id: str, kernel: Any) -> bool:
+        if _remote(kernel) or not _ready(kernel):
+            return False
+        try:
+            stream = kernel.connect_iopub()
+            session = Session(config=kernel.session.config, key=kernel.session.key)
+        except Exception:  # noqa: BLE001 - not connectable yet: its execution state still counts
+            log.debug("GPU activity: cannot watch kernel %s yet", kernel_id, exc_info=True)
+            return False
+        stream.on_recv(functools.partial(self._on_iopub, kernel_id, session))
+        self._cell_streams[kernel_id] = stream
+        return True
+
+    def follow_kernel_starts(self) -> None:
+        """Watch each kernel's cells from the moment jupyter_server begins watching its activity
+        (once it is ready, and again after a restart): before its first cell can be sent, so
+        that cell is never missed, as it could be between two samples."""
+        manager = self.kernel_manager
+        begin = getattr(manager, "start_watching_activity", None)
+        if begin is None or getattr(begin, "_gpuburst_follows", False):
+            return
+
+        @functools.wraps(begin)
+        def start_watching_activity(kernel_id: str, *args: Any, **kwargs: Any) -> Any:
+            result = begin(kernel_id, *args, **kwargs)
+            try:
+                self._watch_from_start(kernel_id, manager.get_kernel(kernel_id))
+            except Exception:  # noqa: BLE001 - the kernel starts whatever its watch does
+                log.debug("GPU activity: cannot watch kernel %s from its start", kernel_id, exc_info=True)
+            return result
+
+        start_watching_activity._gpuburst_follows = True  # type: ignore[attr-defined]
+        manager.start_watching_activity = start_watching_activity
+
+    def _watch_from_start(self, kernel_id: str, kernel: Any) -> None:
+        stream = self._cell_streams.pop(kernel_id, None)
+        if stream is not None:  # a restarted kernel's channels may be new
+            stream.close()
+        if self._watch(kernel_id, kernel):
+            self._watched_from_start.add(kernel_id)
+
+    def _on_iopub(self, kernel_id: str, session: Any, parts: list[bytes]) -> None:
         try:
             _, message = session.feed_identities(parts)
             msg = session.deserialize(message, content=False)
         except Exception:  # noqa: BLE001 - a message we cannot read says nothing either way
             return
-        if msg["header"].get("msg_type") == "status" and (msg.get("parent_header") or {}).get("msg_type") == "execute_request":
+        if (msg.get("parent_header") or {}).get("msg_type") != "execute_request":
+            return
+        msg_type = msg["header"].get("msg_type")
+        if msg_type == "status":
             self.busy_at = time.monotonic()
+        elif msg_type == "execute_input" and self.first_cell_at is None and kernel_id in self._watched_from_start:
+            self.first_cell_at = time.monotonic()
 
     async def kernel_entries(self) -> dict[str, dict[str, Any]]:
         """Each GPU kernel's idle age: its pod measures its own GPU (see kernel/gpu.py)."""
@@ -155,7 +205,7 @@ class ActivityReporter:
                 return  # no answer: the hub hears nothing of it, and treats it as unknown
             entries[record_id] = {"kernel_id": kernel_id, "idle_s": round(float(idle), 1), "basis": gpu.get("busy_basis") or "utilization"}
             first_cell = gpu.get("first_cell_ago_s")
-            if isinstance(first_cell, int | float) and not isinstance(first_cell, bool) and first_cell >= 0:
+            if isinstance(first_cell, int | float) and not isinstance(first_cell, bool) and 0 <= first_cell <= FIRST_CELL_TOLD_S:
                 # for a kernel-mode lab's report: how long ago the kernel's first cell began
                 entries[record_id]["first_cell_ago_s"] = float(first_cell)
             figures = kernel_use(gpu)
@@ -170,7 +220,7 @@ class ActivityReporter:
         idle = None
         if self.gpu_visible and self.busy_at is not None:
             idle = round(max(0.0, time.monotonic() - self.busy_at), 1)
-        return {
+        body = {
             "server_name": self.server_name,
             "boot": self.boot,
             "seq": self.seq,
@@ -179,6 +229,10 @@ class ActivityReporter:
             "kernels": await self.kernel_entries(),
             "use": self.use.take(),
         }
+        if self.first_cell_at is not None and time.monotonic() - self.first_cell_at <= FIRST_CELL_TOLD_S:
+            # for a server-mode lab's report: how long ago the first cell of this server's own kernels began
+            body["first_cell_ago_s"] = round(time.monotonic() - self.first_cell_at, 1)
+        return body
 
     # ---- talking to the hub -----------------------------------------------------------------
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -256,6 +310,7 @@ class ActivityReporter:
     # ---- the loop -------------------------------------------------------------------------
     def start(self) -> None:
         if self._task is None:
+            self.follow_kernel_starts()
             self._task = asyncio.ensure_future(self._run())
 
     async def close(self) -> None:
@@ -265,6 +320,7 @@ class ActivityReporter:
         for stream in self._cell_streams.values():
             stream.close()
         self._cell_streams.clear()
+        self._watched_from_start.clear()
 
     @property
     def culling_off(self) -> bool:
@@ -279,8 +335,10 @@ class ActivityReporter:
         next_report = time.monotonic()
         while True:
             if self.culling_off:
-                # the hub's reply says whether that changed (an admin's new config)
+                # the hub's reply says whether that changed (an admin's new config); the kernels
+                # are still watched for their first cell, and gone ones' streams closed
                 await asyncio.sleep(self.period_s)
+                self._watch_cells(self._kernels())
                 await self.report()
                 continue
             try:

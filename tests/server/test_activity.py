@@ -92,3 +92,57 @@ async def test_a_cell_shorter_than_a_sample_still_counts_and_an_info_request_doe
     del kernels.kernels["a"]
     await reporter.sample()
     assert stream.closed
+
+
+class Manager(Kernels):
+    """A kernel manager that, as jupyter_server's, begins watching a kernel once it is ready."""
+
+    def __init__(self, states):
+        super().__init__(states)
+        self.watched: list[str] = []
+
+    def start_watching_activity(self, kernel_id):
+        self.watched.append(kernel_id)
+
+
+def iopub_kernel(manager: Manager, kernel_id: str):
+    from jupyter_client.session import Session
+
+    session, stream = Session(key=b"kernel-key"), Stream()
+    manager.kernels[kernel_id].session = session
+    manager.kernels[kernel_id].connect_iopub = lambda: stream
+
+    def send(msg_type: str, parent: str, content: dict | None = None) -> None:
+        stream.callback(session.serialize(session.msg(msg_type, content or {}, parent=session.msg(parent, {}))))
+
+    return send
+
+
+async def test_the_first_cell_of_the_servers_own_kernels_is_reported_as_an_age_and_a_start_is_no_cell():
+    from jupyter_gpuburst.server.activity import FIRST_CELL_TOLD_S
+
+    manager = Manager({"a": "idle", "late": "idle"})
+    send = iopub_kernel(manager, "a")
+    send_late = iopub_kernel(manager, "late")
+    gpus = [{"uuid": "GPU-0", "utilization": 0.0, "memory_used_bytes": MiB}]
+    reporter = ActivityReporter("http://hub/activity", "secret", "", Sampler(gpus), manager)
+    # "late" was running before the reporter watched kernel starts: cells it ran then are unknown
+    await reporter.sample()
+    reporter.follow_kernel_starts()
+    manager.start_watching_activity("a")
+    assert manager.watched == ["a"]  # jupyter_server's own watch still runs
+    # the kernel starting, the notebook asking its info, a completion, an extension's silent
+    # execution (no execute_input): no cell
+    send("status", "kernel_info_request", {"execution_state": "busy"})
+    send("status", "complete_request", {"execution_state": "busy"})
+    send("status", "execute_request", {"execution_state": "busy"})
+    send("status", "execute_request", {"execution_state": "idle"})
+    send_late("execute_input", "execute_request", {"code": "x", "execution_count": 7})
+    assert "first_cell_ago_s" not in await reporter.body()
+    send("execute_input", "execute_request", {"code": "import torch", "execution_count": 1})
+    reporter.first_cell_at -= 90  # as if it began 90 s ago
+    send("execute_input", "execute_request", {"code": "x", "execution_count": 2})  # a second cell leaves it
+    assert 90 <= (await reporter.body())["first_cell_ago_s"] < 92
+    # an age the hub has no use for is no longer told (it would refuse one over 30 days)
+    reporter.first_cell_at -= FIRST_CELL_TOLD_S
+    assert "first_cell_ago_s" not in await reporter.body()

@@ -476,5 +476,15 @@ def _holds_gpu(spawner: Any) -> bool:
     return bool(getattr(placement, "count", 0)) or bool(isinstance(restored, dict) and restored.get("count"))
 
 
+def held_resource(spawner: Any) -> str | None:
+    """The GPU resource a server was placed with (None: no GPU, or no such server)."""
+    if spawner is None or not _holds_gpu(spawner):
+        return None
+    placement = getattr(spawner, "_gb_placement", None)
+    restored = getattr(spawner, "gpuburst_placement", None)
+    resource = getattr(placement, "resource", None) or (restored.get("resource") if isinstance(restored, dict) else None)
+    return resource if isinstance(resource, str) and resource else None
+
+
 def _what(signal: Signal) -> str:
     return f"server {signal.server_name!r}" if signal.kind == SERVER else f"GPU kernel {signal.target}"

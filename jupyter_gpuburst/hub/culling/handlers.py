@@ -25,7 +25,8 @@ from jupyterhub.services.auth import check_scopes
 from tornado import web
 
 from jupyter_gpuburst.core import keys
-from jupyter_gpuburst.hub.culling.store import ReportError
+from jupyter_gpuburst.hub.culling.culler import held_resource
+from jupyter_gpuburst.hub.culling.store import SERVER, ReportError
 from jupyter_gpuburst.hub.queue import classes as lab_classes
 from jupyter_gpuburst.hub.tokenapi import UserTokenHandler
 
@@ -80,9 +81,15 @@ class ActivityHandler(ActivityAPIHandler):
             if sink is not None:
                 sink(name, server, target, figures)
 
-        def first_cell(record_id: str, began: float) -> None:
-            # for a kernel-mode lab's report (hub/labs): its first GPU cell, on the hub's clock
-            record = culler.kernel_record(registry, name, record_id)
+        def first_cell(server: str, target: str, began: float) -> None:
+            # for a lab's report (hub/labs): a first GPU cell, on the hub's clock, of one of the
+            # token owner's own GPU servers (server mode) or GPU kernels (kernel mode)
+            if target == SERVER:
+                resource = held_resource(culler.hub.active_spawner(name, server))
+                if resource is not None:
+                    lab_classes.note_server_first_cell(name, resource, began)
+                return
+            record = culler.kernel_record(registry, name, target)
             if record is not None:
                 lab_classes.note_first_cell(name, record.profile.resource, began)
 

@@ -11,9 +11,10 @@ the hub runs that never reported (``found``), so that limits from the hub's own 
 A report may also carry ``use``, for the server and for each GPU kernel: what its GPUs used
 since the previous report (peak memory, the devices' memory, peak utilization, and a sum and
 count of utilization samples for a mean). The store checks it and hands it on (``on_use``) to
-the GPU-hours ledger's right-sizing; culling does not read it. A GPU kernel's entry may also
-say how long ago its first cell began (``first_cell_ago_s``), handed on (``on_first_cell``) as a
-time on the hub's clock for a kernel-mode lab's report; culling does not read it either.
+the GPU-hours ledger's right-sizing; culling does not read it. The report and each GPU kernel's
+entry may also say how long ago the first cell of the server's own kernels, or of that kernel,
+began (``first_cell_ago_s``), handed on (``on_first_cell``) as a time on the hub's clock for a
+lab's report; culling does not read it either.
 """
 
 from __future__ import annotations
@@ -104,13 +105,13 @@ class SignalStore:
         GPU kernel of this user's server; entries for any other are ignored (and logged by the
         caller), never stored. ``on_use(server_name, target, figures)`` hears each accepted
         ``use`` (the server's, target "server", and each of its own GPU kernels').
-        ``on_first_cell(record_id, began)`` hears, for each of its own GPU kernels that says so,
-        when its first cell began (hub clock).
+        ``on_first_cell(server_name, target, began)`` hears, for the server and each of its own
+        GPU kernels that says so, when its first cell began (hub clock).
         """
         now = time.time() if now is None else now
         if not isinstance(body, dict):
             raise ReportError(400, "an activity report is a JSON object")
-        unknown = set(body) - {"server_name", "boot", "seq", "gpu_idle_s", "basis", "kernels", "use"}
+        unknown = set(body) - {"server_name", "boot", "seq", "gpu_idle_s", "basis", "kernels", "use", "first_cell_ago_s"}
         if unknown:
             raise ReportError(400, f"unknown field(s): {', '.join(sorted(map(str, unknown)))}")
         server_name = body.get("server_name", "")
@@ -124,6 +125,7 @@ class SignalStore:
         idle = _idle(body.get("gpu_idle_s"), "gpu_idle_s")
         basis = _basis(body.get("basis", "utilization"))
         use = _use(body.get("use"))
+        first_cell = _idle(body.get("first_cell_ago_s"), "first_cell_ago_s")
         kernels = body.get("kernels") or {}
         if not isinstance(kernels, dict) or len(kernels) > MAX_KERNELS:
             raise ReportError(400, f"kernels must be an object of at most {MAX_KERNELS} GPU kernels")
@@ -137,9 +139,9 @@ class SignalStore:
             if not isinstance(kernel_id, str):
                 raise ReportError(400, "kernel_id must be a string")
             parsed[str(record_id)] = (_idle(entry.get("idle_s"), "idle_s"), _basis(entry.get("basis", "utilization")), kernel_id)
-            first_cell = _idle(entry.get("first_cell_ago_s"), "first_cell_ago_s")
-            if first_cell is not None:
-                first_cells[str(record_id)] = now - first_cell
+            kernel_first_cell = _idle(entry.get("first_cell_ago_s"), "first_cell_ago_s")
+            if kernel_first_cell is not None:
+                first_cells[str(record_id)] = now - kernel_first_cell
             figures = _use(entry.get("use"))
             if figures is not None:
                 kernel_use[str(record_id)] = figures
@@ -154,6 +156,8 @@ class SignalStore:
         self._put(user, server_name, SERVER, "", idle, basis, now)
         if use is not None and on_use is not None:
             on_use(server_name, SERVER, use)
+        if first_cell is not None and on_first_cell is not None:
+            on_first_cell(server_name, SERVER, now - first_cell)
         ignored = []
         for record_id, (kernel_idle, kernel_basis, kernel_id) in parsed.items():
             if not owns_kernel(record_id, server_name):
@@ -163,7 +167,7 @@ class SignalStore:
             if record_id in kernel_use and on_use is not None:
                 on_use(server_name, record_id, kernel_use[record_id])
             if record_id in first_cells and on_first_cell is not None:
-                on_first_cell(record_id, first_cells[record_id])
+                on_first_cell(server_name, record_id, first_cells[record_id])
         # a stopped kernel's server has heard why once it no longer reports the kernel
         reported = {k for _, _, k in parsed.values()}
         for stop in self.stopped:

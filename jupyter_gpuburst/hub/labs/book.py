@@ -176,17 +176,23 @@ class LabBook:
             raise BookingError(f"The lab {booking.title} has labs 0 to {booking.weeks - 1}.")
         start, end = booking.occurrences()[index]
         days = [(start - warmup).astimezone(dt.UTC).date().isoformat(), end.astimezone(dt.UTC).date().isoformat()]
-        # kernel mode: the CPU server's start says nothing of the GPU; the first GPU cell does
-        timed = self.store.first_cells if booking.mode == KERNEL else self.store.starts
+        if booking.mode == KERNEL:
+            # the CPU server's start says nothing of the GPU; the first GPU cell does
+            rows = self.store.first_cells(booking.id, start.timestamp())
+            measures, starts, waits = lab_reports.FIRST_GPU_CELL, rows, lab_reports.waits(rows)
+        else:
+            measures, starts, waits = lab_reports.server_timing(self.store.server_starts(booking.id, start.timestamp()))
         return lab_reports.lab_report(
             booking,
             index,
-            timed(booking.id, start.timestamp()),
+            starts,
             self.sources["usage"](booking.group, *days),
             self.sources["members"](booking.group),
             now,
             warmup,
             self.sources["counts_idle"](),
+            measures,
+            waits,
         )
 
     def note_start(self, user: str, groups: frozenset[str], asked: float, ready: float | None) -> None:
@@ -208,6 +214,13 @@ class LabBook:
         for booking, start, _end in self.active(dt.datetime.fromtimestamp(ran, self.tz)):
             if booking.mode == KERNEL and booking.resource == resource:
                 self.store.note_first_cell(booking.id, start.timestamp(), user, ran)
+
+    def note_server_first_cell(self, user: str, resource: str, ran: float) -> None:
+        """Keep when a cell first ran in ``user``'s GPU server (of ``resource``), for the report
+        of a server-mode lab on at that moment in which they pressed Start."""
+        for booking, start, _end in self.active(dt.datetime.fromtimestamp(ran, self.tz)):
+            if booking.mode != KERNEL and booking.resource == resource:
+                self.store.note_server_first_cell(booking.id, start.timestamp(), user, ran)
 
     def pools(self, when: dt.datetime) -> list[Any]:
         """A placeholder (in kernel mode: a pre-started kernel) per expected student, on the

@@ -169,7 +169,9 @@ async def _open_book(c: Any, tracker_source: Any) -> None:
             sources=report_sources(tracker),
             kernel_profiles=gpu_kernel_profiles(config, log),
         )
-        classes.provide(_book.goes_first, _book.hold_for, _book.note_start, _book.note_kernel_asked, _book.note_first_cell)
+        classes.provide(
+            _book.goes_first, _book.hold_for, _book.note_start, _book.note_kernel_asked, _book.note_first_cell, _book.note_server_first_cell
+        )
         log.info("Lab bookings are kept in %s (%d booked)", path, len(_book.bookings()))
     except Exception:
         log.exception("Lab bookings could not open; the labs page is unavailable")

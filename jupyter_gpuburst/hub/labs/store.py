@@ -1,4 +1,5 @@
-"""The bookings on disk, with what each lab's report times (servers ready, first GPU cells):
+"""The bookings on disk, with what each lab's report times (servers ready, first GPU cells in
+servers and in GPU kernels):
 one small SQLite file beside the hub's database, as the GPU-hours ledger keeps its rows
 (hub/accounting/store.py), so that both survive hub restarts.
 
@@ -38,6 +39,13 @@ CREATE TABLE IF NOT EXISTS first_cells (
     user TEXT NOT NULL,
     asked REAL NOT NULL,
     ran REAL,
+    PRIMARY KEY (booking, lab, user)
+);
+CREATE TABLE IF NOT EXISTS server_first_cells (
+    booking TEXT NOT NULL,
+    lab REAL NOT NULL,
+    user TEXT NOT NULL,
+    ran REAL NOT NULL,
     PRIMARY KEY (booking, lab, user)
 )
 """
@@ -92,6 +100,26 @@ class LabStore:
         """(user, asked, ready or None) of each student who started in that lab."""
         return self.db.execute(
             "SELECT user, asked, ready FROM starts WHERE booking = ? AND lab = ? ORDER BY asked", (booking_id, lab)
+        ).fetchall()
+
+    def note_server_first_cell(self, booking_id: str, lab: float, user: str, ran: float) -> None:
+        """The first cell that ran in the student's GPU server since their Start in that lab (server
+        mode); a cell from before the Start, or without one, changes nothing, and the earliest stays."""
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO server_first_cells (booking, lab, user, ran) "
+                "SELECT booking, lab, user, ? FROM starts WHERE booking = ? AND lab = ? AND user = ? AND asked <= ? "
+                "ON CONFLICT (booking, lab, user) DO UPDATE SET ran = min(ran, excluded.ran)",
+                (ran, booking_id, lab, user, ran),
+            )
+
+    def server_starts(self, booking_id: str, lab: float) -> list[tuple[str, float, float | None, float | None]]:
+        """(user, asked, ready or None, first cell ran or None) of each student who started in that lab."""
+        return self.db.execute(
+            "SELECT s.user, s.asked, s.ready, c.ran FROM starts s LEFT JOIN server_first_cells c "
+            "ON c.booking = s.booking AND c.lab = s.lab AND c.user = s.user "
+            "WHERE s.booking = ? AND s.lab = ? ORDER BY s.asked",
+            (booking_id, lab),
         ).fetchall()
 
     def note_kernel_asked(self, booking_id: str, lab: float, user: str, asked: float) -> None:

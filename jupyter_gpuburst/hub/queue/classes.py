@@ -38,6 +38,8 @@ NoteKernelAsked = Callable[[str, frozenset[str], str, float], None]
 NoteFirstCell = Callable[[str, str, float], None]
 _note_kernel_asked: NoteKernelAsked | None = None
 _note_first_cell: NoteFirstCell | None = None
+# server mode: (user, GPU resource, when a cell first ran in their GPU server's own kernels)
+_note_server_first_cell: NoteFirstCell | None = None
 
 
 def provide(
@@ -46,10 +48,11 @@ def provide(
     note_start: NoteStart | None = None,
     note_kernel_asked: NoteKernelAsked | None = None,
     note_first_cell: NoteFirstCell | None = None,
+    note_server_first_cell: NoteFirstCell | None = None,
 ) -> None:
-    global _goes_first, _hold_for, _note_start, _note_kernel_asked, _note_first_cell
+    global _goes_first, _hold_for, _note_start, _note_kernel_asked, _note_first_cell, _note_server_first_cell
     _goes_first, _hold_for, _note_start = goes_first, hold_for, note_start
-    _note_kernel_asked, _note_first_cell = note_kernel_asked, note_first_cell
+    _note_kernel_asked, _note_first_cell, _note_server_first_cell = note_kernel_asked, note_first_cell, note_server_first_cell
 
 
 def note_start(user: str, groups: frozenset[str], asked: float, ready: float | None = None) -> None:
@@ -80,6 +83,16 @@ def note_first_cell(user: str, resource: str, ran: float) -> None:
         _note_first_cell(user, resource, ran)
     except Exception:  # noqa: BLE001 - a lab's report never fails an activity report
         log.warning("Could not note %s's first GPU cell for a lab's report", user, exc_info=True)
+
+
+def note_server_first_cell(user: str, resource: str, ran: float) -> None:
+    """A cell first ran at ``ran`` (wall clock) in a kernel of ``user``'s GPU server holding ``resource``."""
+    if _note_server_first_cell is None:
+        return
+    try:
+        _note_server_first_cell(user, resource, ran)
+    except Exception:  # noqa: BLE001 - a lab's report never fails an activity report
+        log.warning("Could not note %s's first cell in their GPU server for a lab's report", user, exc_info=True)
 
 
 def goes_first(request: GPURequest) -> bool:

@@ -102,7 +102,8 @@ async def test_booking_fills_pools_at_warmup_and_survives_restart(federation, st
 
 
 async def test_during_the_lab_its_gpus_are_held_from_others_until_its_students_take_them(federation, start_hub):
-    hub = await start_hub(LABS)
+    # servers report their first cells with their activity, each second here (culling stays off)
+    hub = await start_hub(LABS + "c.GPUCullingSettings.period_seconds = 1\n")
     status, data = await hub.api("POST", "/groups/ml-101", {"users": ["sam"]})
     assert status == 201, data
     tina = await user_token(hub, "tina")
@@ -120,6 +121,7 @@ async def test_during_the_lab_its_gpus_are_held_from_others_until_its_students_t
     outsider = gpu1_note(await hub.spawn_page("oli"))
     assert f"Full now: 10 GPUs are held for the lab ML-101 until {until}." in outsider, outsider
     assert "held for the lab" not in gpu1_note(await hub.spawn_page("sam"))
+    pressed = time.time()
     status, body = await hub.spawn("sam", {"profile": "gpu1"})
     assert status in (201, 202), body
     await hub.wait_ready("sam", timeout=60)
@@ -129,12 +131,30 @@ async def test_during_the_lab_its_gpus_are_held_from_others_until_its_students_t
         return f"9 GPUs are held for the lab ML-101 until {until}." in gpu1_note(await hub.spawn_page("oli"))
 
     await wait_until(nine_held, timeout=10, what="the hold less sam's GPU", interval=0.5)
-    # the teacher's report counts the start, from Start to a ready server
+    # the teacher's report counts the start; no cell ran yet: from Start to a ready server, and says so
     status, report = await labs(hub, tina, "GET", f"/{booking['id']}/report")
     assert status == 200, report
     assert report["started"] == ["sam"] and report["still_waiting"] == [] and not report["over"]
+    assert report["measures"] == "server_ready" and "no student's first GPU cell was heard of" in report["timing"], report
     assert report["seconds_to_ready"]["measured"] == 1 and 0 < report["seconds_to_ready"]["p50"] < 60
     assert report["gpu_hours"]["booked"] > report["gpu_hours"]["used"] >= 0
+    ready_s = report["seconds_to_ready"]["p50"]
+
+    # sam's first cell in his GPU server: the report times Start to it, as his server reports it
+    status, kernel = await user_server.server_api(hub, "sam", "POST", "/kernels", {"name": "python3"})
+    assert status == 201, kernel
+    out = await execute(f"{hub.url}/user/sam", hub.token, kernel["id"], "print(6 * 7)")
+    ran = time.time()
+    assert out["error"] is None and out["stdout"].split()[-1] == "42", out
+
+    async def first_cell_heard() -> dict | None:
+        status, report = await labs(hub, tina, "GET", f"/{booking['id']}/report")
+        assert status == 200, report
+        return report if report["measures"] == "server_first_gpu_cell" else None
+
+    report = await wait_until(first_cell_heard, timeout=30, what="sam's first cell in the lab's report")
+    assert report["started"] == ["sam"] and report["seconds_to_ready"]["measured"] == 1, report
+    assert ready_s < report["seconds_to_ready"]["p50"] <= ran - pressed, (report, ready_s, ran - pressed)
 
 
 # the book opens only once the pools have made a pass (their static pool's placeholder counted),
