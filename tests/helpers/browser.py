@@ -56,15 +56,20 @@ def _install_chromium() -> str | None:
 
 
 @pytest.fixture(scope="session")
-def browser_type_launch_args(browser_type_launch_args: dict) -> dict:
-    """pytest-playwright launch options: Debian's chromium instead of a downloaded browser."""
+def browser_type_launch_args(browser_type_launch_args: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """pytest-playwright launch options: Debian's chromium instead of a downloaded browser.
+
+    Chromium's own log goes to chromium.log in the run's temporary folder, where a failing
+    test's report finds it (helpers/failure_logs): a page whose every request failed at once,
+    with nothing in any server's log, is the browser's own matter (its network service)."""
     why = _install_chromium()
     if why:
         pytest.skip(f"Debian chromium unavailable: {why}")
+    log = tmp_path_factory.getbasetemp() / "chromium.log"
     return {
         **browser_type_launch_args,
         "executable_path": str(CHROMIUM),
-        "args": CHROMIUM_ARGS,
+        "args": [*CHROMIUM_ARGS, "--enable-logging", f"--log-file={log}", "--v=0"],
     }
 
 
