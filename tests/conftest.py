@@ -19,9 +19,9 @@ pytest_plugins = [
     "helpers.fixtures",
     "helpers.fake_hub",
     "helpers.browser",
-    "helpers.browser_trouble",
     "helpers.realcluster",
     "helpers.failure_logs",
+    "helpers.browser_trouble",  # after failure_logs, whose redaction it imports
     "helpers.progress",
     "helpers.sigterm",
 ]

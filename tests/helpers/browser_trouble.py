@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from helpers.failure_logs import redact
+
 MAX_LINES = 120
 _SEEN = pytest.StashKey[list[str]]()
 
@@ -23,7 +25,7 @@ def _browser_trouble(request: pytest.FixtureRequest):
     began = time.monotonic()
 
     def note(line: str) -> None:
-        seen.append(f"{time.monotonic() - began:8.2f}s  {line}")
+        seen.append(f"{time.monotonic() - began:8.2f}s  {redact(line)}")
 
     page.on("requestfailed", lambda r: note(f"request failed: {r.method} {r.url} ({r.failure})"))
     page.on("response", lambda r: r.status >= 400 and note(f"answered {r.status}: {r.request.method} {r.url}"))

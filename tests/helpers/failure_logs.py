@@ -9,6 +9,7 @@ after the test began, so a shared fixture's log shows only if it moved during th
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -17,6 +18,12 @@ import pytest
 MAX_LOGS = 8
 TAIL_LINES = 40
 TAIL_BYTES = 64 * 1024
+# a URL's token (a standalone lab's, a browser's document in chromium's log) never into a report
+TOKEN_IN_URL = re.compile(r"([?&](?:token|_xsrf)=)[^&#\s\"']+")
+
+
+def redact(text: str) -> str:
+    return TOKEN_IN_URL.sub(r"\1[secret]", text)
 
 
 def _tail(path: Path) -> str:
@@ -62,7 +69,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             text = _tail(path)
         except OSError:
             continue
-        report.sections.append((f"log tail: {path.relative_to(root)}", text))
+        report.sections.append((f"log tail: {path.relative_to(root)}", redact(text)))
 
 
 _STARTED = pytest.StashKey[float]()
