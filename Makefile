@@ -92,20 +92,24 @@ test:
 	@$(MAKE) --no-print-directory lint-py lint-ts
 	@$(MAKE) --no-print-directory -j$(TIER_JOBS) test-py test-browser-kube
 
-# The browser tier, then the kube tier where Go is present, beside the py tier: the browser tier
-# ends a minute or so before the py tier, and the kube tier waits on its control planes more than
-# it computes. The kube tier runs even when the browser tier failed, so one run says both.
+# Two lanes side by side: the py tier, and the browser tier followed by the kube tier where Go
+# is present (the browser tier ends a minute or so before the py tier, and the kube tier waits on
+# its control planes more than it computes). The second lane runs its tiers itself, not through
+# sub-makes: those took the jobserver's second slot, and the py tier once started only after the
+# whole second lane had ended. The kube tier runs even when the browser tier failed, so one run
+# says both.
 .PHONY: test-browser-kube
-test-browser-kube:
-	@status=0; $(MAKE) --no-print-directory test-browser || status=1; \
-	$(if $(GO),$(MAKE) --no-print-directory test-kube || status=1,echo "kube tier skipped: Go is not installed (install Go >= 1.25 and run make test again to run it)"); \
+test-browser-kube: setup $(if $(GO),kube)
+	@status=0; $(BROWSER_TIER) || status=1; \
+	$(if $(GO),$(KUBE_TIER) || status=1,echo "kube tier skipped: Go is not installed (install Go >= 1.25 and run make test again to run it)"); \
 	exit $$status
 
 test-py: setup
 	@tools/test-tier py -q -ra -m "not browser and not kube" -n $(TEST_WORKERS) --dist loadfile
 
+BROWSER_TIER = tools/test-tier browser -q -ra -m browser -n $(BROWSER_WORKERS) --dist loadfile
 test-browser: setup
-	@tools/test-tier browser -q -ra -m browser -n $(BROWSER_WORKERS) --dist loadfile
+	@$(BROWSER_TIER)
 
 # The real control plane's tier (docs/emulator.md): kube-apiserver, kube-scheduler,
 # kube-controller-manager and etcd built here (make kube), the hub as its ServiceAccount.
@@ -121,8 +125,9 @@ KUBE_TESTS := tests/kube/test_site.py tests/kube/test_apiserver_restart.py tests
 	tests/hub/spawner/test_queue_integration.py::test_the_queue_says_place_and_wait_live_and_cancel_leaves_nothing \
 	tests/hub/pools/test_pools_integration.py::test_a_donor_pool_gives_way_to_a_spawn_that_needs_its_room \
 	tests/kube/test_zz_admission.py tests/kube/test_zz_hub_rbac.py
+KUBE_TIER = GPUBURST_CONTROL_PLANE=kube tools/test-tier kube -q -ra $(KUBE_TESTS)
 test-kube: setup kube
-	@GPUBURST_CONTROL_PLANE=kube tools/test-tier kube -q -ra $(KUBE_TESTS)
+	@$(KUBE_TIER)
 
 # Proof by repetition (tools/flake-check): each browser test file and each test once known to
 # flake, 10 times in a row beside two busy loops. Long (an hour or more on 2 cores): not in `make test`.
