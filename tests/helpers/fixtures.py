@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from hub_config.readme import apply_rbac_manifest
 from kubernetes_asyncio import client, config
 
 from helpers.hub import Hub
@@ -61,3 +62,18 @@ async def api_server(tmp_path):
     async with client.ApiClient(configuration) as api_client:
         yield store, server, client.CoreV1Api(api_client)
     await server.stop()
+
+
+@pytest.fixture
+async def hub_rbac_apiserver():
+    """The API emulator alone, its store holding namespace ``jhub`` and what hub_config/rbac.yaml
+    grants the hub's ServiceAccount there (requests impersonating it are judged by RBAC)."""
+    store = Store()
+    store.create("namespaces", {"metadata": {"name": "jhub"}})
+    apply_rbac_manifest(store, "jhub")
+    server = ApiServer(store)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()

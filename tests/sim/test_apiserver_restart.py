@@ -7,26 +7,14 @@ import asyncio
 
 import httpx
 import pytest
-from hub_config.readme import apply_rbac_manifest
-
-from jupyter_gpuburst.sim.apiserver import ApiServer
-from jupyter_gpuburst.sim.store import Store
 
 AS_HUB = {"Impersonate-User": "system:serviceaccount:jhub:hub"}
 PODS = "/api/v1/namespaces/jhub/pods"
 
 
 @pytest.fixture
-async def server():
-    store = Store()
-    store.create("namespaces", {"metadata": {"name": "jhub"}})
-    apply_rbac_manifest(store, "jhub")
-    server = ApiServer(store)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
+def server(hub_rbac_apiserver):
+    return hub_rbac_apiserver
 
 
 async def test_a_restarted_server_refuses_what_rbac_allows_until_its_authorizer_is_ready(server):

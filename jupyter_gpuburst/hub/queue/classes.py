@@ -55,44 +55,34 @@ def provide(
     _note_kernel_asked, _note_first_cell, _note_server_first_cell = note_kernel_asked, note_first_cell, note_server_first_cell
 
 
-def note_start(user: str, groups: frozenset[str], asked: float, ready: float | None = None) -> None:
-    """A server start asked for at ``asked`` (wall clock), ready at ``ready`` once it is."""
-    if _note_start is None:
+def _tell(hook: Callable[..., None] | None, what: str, user: str, *args: Any) -> None:
+    # a lab's report never fails the start or the activity report it hears from
+    if hook is None:
         return
     try:
-        _note_start(user, groups, asked, ready)
-    except Exception:  # noqa: BLE001 - a lab's report never fails a start
-        log.warning("Could not note %s's start for a lab's report", user, exc_info=True)
+        hook(user, *args)
+    except Exception:  # noqa: BLE001
+        log.warning("Could not note %s's %s for a lab's report", user, what, exc_info=True)
+
+
+def note_start(user: str, groups: frozenset[str], asked: float, ready: float | None = None) -> None:
+    """A server start asked for at ``asked`` (wall clock), ready at ``ready`` once it is."""
+    _tell(_note_start, "start", user, groups, asked, ready)
 
 
 def note_kernel_asked(user: str, groups: frozenset[str], resource: str, asked: float) -> None:
     """A GPU kernel of ``resource`` asked for at ``asked`` (wall clock)."""
-    if _note_kernel_asked is None:
-        return
-    try:
-        _note_kernel_asked(user, groups, resource, asked)
-    except Exception:  # noqa: BLE001 - a lab's report never fails a start
-        log.warning("Could not note %s's GPU kernel for a lab's report", user, exc_info=True)
+    _tell(_note_kernel_asked, "GPU kernel", user, groups, resource, asked)
 
 
 def note_first_cell(user: str, resource: str, ran: float) -> None:
     """A cell first ran at ``ran`` (wall clock) on a GPU kernel of ``user`` holding ``resource``."""
-    if _note_first_cell is None:
-        return
-    try:
-        _note_first_cell(user, resource, ran)
-    except Exception:  # noqa: BLE001 - a lab's report never fails an activity report
-        log.warning("Could not note %s's first GPU cell for a lab's report", user, exc_info=True)
+    _tell(_note_first_cell, "first GPU cell", user, resource, ran)
 
 
 def note_server_first_cell(user: str, resource: str, ran: float) -> None:
     """A cell first ran at ``ran`` (wall clock) in a kernel of ``user``'s GPU server holding ``resource``."""
-    if _note_server_first_cell is None:
-        return
-    try:
-        _note_server_first_cell(user, resource, ran)
-    except Exception:  # noqa: BLE001 - a lab's report never fails an activity report
-        log.warning("Could not note %s's first cell in their GPU server for a lab's report", user, exc_info=True)
+    _tell(_note_server_first_cell, "first cell in their GPU server", user, resource, ran)
 
 
 def goes_first(request: GPURequest) -> bool:

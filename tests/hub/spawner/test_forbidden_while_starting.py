@@ -12,7 +12,6 @@ import time
 
 import pytest
 from helpers.federation import pod_of
-from hub_config.readme import apply_rbac_manifest
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -21,7 +20,6 @@ from jupyter_gpuburst.sim.apiserver import ApiServer
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.kube import deployment, hubaccount
 from jupyter_gpuburst.sim.kubeconfig import write_kubeconfig
-from jupyter_gpuburst.sim.store import Store
 from jupyter_gpuburst.sim.testing import wait_until
 
 HUB = "system:serviceaccount:jhub:hub"
@@ -29,16 +27,8 @@ LOG = logging.getLogger("test.forbidden")
 
 
 @pytest.fixture
-async def server():
-    store = Store()
-    store.create("namespaces", {"metadata": {"name": "jhub"}})
-    apply_rbac_manifest(store, "jhub")
-    server = ApiServer(store)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
+def server(hub_rbac_apiserver):
+    return hub_rbac_apiserver
 
 
 @pytest.fixture
