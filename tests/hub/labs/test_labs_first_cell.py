@@ -4,56 +4,20 @@ through its server's activity report, and is kept in the lab book's store across
 
 from __future__ import annotations
 
-import datetime as dt
 from types import SimpleNamespace
 
 import pytest
+from helpers.lab_book import CLASS, GPU, at, open_book
 
 from jupyter_gpuburst.hub.culling.store import ReportError, SignalStore
-from jupyter_gpuburst.hub.labs.book import LabBook
-from jupyter_gpuburst.hub.labs.settings import LabSettings
-from jupyter_gpuburst.hub.labs.store import LabStore
 from jupyter_gpuburst.kernel.gpu import KernelGPUReporter, install_in_kernel
 
-UTC = dt.UTC
-GPU = "nvidia.com/gpu"
-BOOKED_AT = dt.datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
-CLASS = frozenset({"ml-101"})
-
-
-def at(hh: int, mm: int, ss: int = 0) -> float:
-    return dt.datetime(2026, 12, 3, hh, mm, ss, tzinfo=UTC).timestamp()
-
-
-def federation():
-    site = SimpleNamespace(total=lambda resource: SimpleNamespace(allocatable=4 if resource == GPU else 0))
-    return SimpleNamespace(sites={"origin": site})
-
-
-def open_book(path, mode: str) -> LabBook:
-    clock = {"now": BOOKED_AT.timestamp()}
-    book = LabBook(
-        LabStore(path),
-        LabSettings(warmup_minutes=15.0),
-        UTC,
-        {"gpu1": (GPU, 1)},
-        lambda: ["ml-101"],
-        federation,
-        clock=lambda: clock["now"],
-        kernel_profiles={"gpu-1": (GPU, 1)},
-    )
-    book.sources["members"] = lambda group: ["sam", "eve", "max"]
-    book.clock_at = clock
-    if not book.bookings():
-        profile = "gpu-1" if mode == "kernel" else "gpu1"
-        body = {"title": "ML-101", "group": "ml-101", "profile": profile, "mode": mode, "students": 3}
-        book.save({**body, "start": "2026-12-03T10:00", "end": "11:00"}, "tina")
-    return book
+MEMBERS = ["sam", "eve", "max"]
 
 
 @pytest.fixture
 def kernel_lab(tmp_path):
-    return open_book(tmp_path / "labs.sqlite", "kernel")
+    return open_book(tmp_path / "labs.sqlite", "kernel", MEMBERS)
 
 
 def test_kernel_mode_times_the_first_gpu_cell_not_the_server_start(kernel_lab, tmp_path):
@@ -83,7 +47,7 @@ def test_kernel_mode_times_the_first_gpu_cell_not_the_server_start(kernel_lab, t
 
     # a restarted hub reads the same from its store
     book.store.close()
-    again = open_book(tmp_path / "labs.sqlite", "kernel")
+    again = open_book(tmp_path / "labs.sqlite", "kernel", MEMBERS)
     again.clock_at["now"] = at(11, 5)
     assert again.report(again.bookings()[0].id)["seconds_to_ready"] == report["seconds_to_ready"]
 
@@ -105,7 +69,7 @@ def test_a_cell_outside_the_lab_or_before_the_ask_or_on_other_gpus_is_not_the_fi
 
 def test_a_gpu_kernels_first_cell_is_no_server_mode_labs_figure(tmp_path):
     # server mode times the first cell of the GPU server itself (test_labs_server_first_cell)
-    book = open_book(tmp_path / "labs.sqlite", "server")
+    book = open_book(tmp_path / "labs.sqlite", "server", MEMBERS)
     book.note_start("sam", CLASS, at(10, 0), at(10, 0, 5))
     book.note_kernel_asked("sam", CLASS, GPU, at(10, 0, 5))  # not a kernel-mode lab: not kept
     book.note_first_cell("sam", GPU, at(10, 2))

@@ -4,54 +4,17 @@ heard of, it times Start to a ready server and says so."""
 
 from __future__ import annotations
 
-import datetime as dt
-from types import SimpleNamespace
-
 import pytest
+from helpers.lab_book import CLASS, GPU, at, open_book, report_at
 
 from jupyter_gpuburst.hub.culling.store import ReportError, SignalStore
-from jupyter_gpuburst.hub.labs.book import LabBook
-from jupyter_gpuburst.hub.labs.settings import LabSettings
-from jupyter_gpuburst.hub.labs.store import LabStore
 
-UTC = dt.UTC
-GPU = "nvidia.com/gpu"
 MIG = "nvidia.com/mig-1g.10gb"
-BOOKED_AT = dt.datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
-CLASS = frozenset({"ml-101"})
-
-
-def at(hh: int, mm: int, ss: int = 0) -> float:
-    return dt.datetime(2026, 12, 3, hh, mm, ss, tzinfo=UTC).timestamp()
-
-
-def open_book(path) -> LabBook:
-    clock = {"now": BOOKED_AT.timestamp()}
-    site = SimpleNamespace(total=lambda resource: SimpleNamespace(allocatable=4 if resource == GPU else 0))
-    book = LabBook(
-        LabStore(path),
-        LabSettings(warmup_minutes=15.0),
-        UTC,
-        {"gpu1": (GPU, 1)},
-        lambda: ["ml-101"],
-        lambda: SimpleNamespace(sites={"origin": site}),
-        clock=lambda: clock["now"],
-    )
-    book.sources["members"] = lambda group: ["sam", "eve", "max", "ada"]
-    book.clock_at = clock
-    if not book.bookings():
-        body = {"title": "ML-101", "group": "ml-101", "profile": "gpu1", "mode": "server", "students": 4}
-        book.save({**body, "start": "2026-12-03T10:00", "end": "11:00"}, "tina")
-    return book
-
-
-def report_at(book: LabBook, when: float) -> dict:
-    book.clock_at["now"] = when
-    return book.report(book.bookings()[0].id)
+MEMBERS = ["sam", "eve", "max", "ada"]
 
 
 def test_server_mode_times_start_to_the_first_gpu_cell(tmp_path):
-    book = open_book(tmp_path / "labs.sqlite")
+    book = open_book(tmp_path / "labs.sqlite", "server", MEMBERS)
     # sam presses Start at 10:00:00, his GPU server is ready at 10:00:05, his first cell at 10:01:30
     book.note_start("sam", CLASS, at(10, 0), None)
     book.note_start("sam", CLASS, at(10, 0), at(10, 0, 5))
@@ -72,11 +35,11 @@ def test_server_mode_times_start_to_the_first_gpu_cell(tmp_path):
 
     # a restarted hub reads the same from its store
     book.store.close()
-    assert report_at(open_book(tmp_path / "labs.sqlite"), at(11, 5))["seconds_to_ready"] == report["seconds_to_ready"]
+    assert report_at(open_book(tmp_path / "labs.sqlite", "server", MEMBERS), at(11, 5))["seconds_to_ready"] == report["seconds_to_ready"]
 
 
 def test_cells_without_a_start_before_it_outside_the_lab_or_on_other_gpus_are_not_first(tmp_path):
-    book = open_book(tmp_path / "labs.sqlite")
+    book = open_book(tmp_path / "labs.sqlite", "server", MEMBERS)
     book.note_start("sam", CLASS, at(10, 10), at(10, 10, 5))
     book.note_server_first_cell("sam", GPU, at(10, 9))  # from before his Start in the lab
     book.note_server_first_cell("sam", MIG, at(10, 11))  # a server of other GPUs than the lab's
@@ -90,7 +53,7 @@ def test_cells_without_a_start_before_it_outside_the_lab_or_on_other_gpus_are_no
 
 
 def test_without_a_first_cell_the_report_times_a_ready_server_and_says_so(tmp_path):
-    book = open_book(tmp_path / "labs.sqlite")
+    book = open_book(tmp_path / "labs.sqlite", "server", MEMBERS)
     assert report_at(book, at(10, 30))["timing"] == "No student's server was ready."
     book.note_start("sam", CLASS, at(10, 0), at(10, 0, 5))
     book.note_start("eve", CLASS, at(10, 1), None)  # still starting
