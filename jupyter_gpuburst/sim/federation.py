@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -80,15 +81,27 @@ class Federation:
 
     async def start(self) -> None:
         try:
-            await self.origin.start()
-            for cluster in self.donors.values():
-                await cluster.start()
+            if self.control_plane == "kube":
+                await self._start_sites_at_once()
+            else:
+                await self.origin.start()
+                for cluster in self.donors.values():
+                    await cluster.start()
             for peering in self.peerings.values():
                 await peering.start()
         except BaseException:
             await self.stop()
             raise
         self.started = True
+
+    async def _start_sites_at_once(self) -> None:
+        """Real control planes start side by side: much of each start is waiting on its own
+        processes (etcd, then kube-apiserver's readiness). Every start runs to its end before the
+        first failure is raised, so ``stop()`` never meets a site still starting."""
+        results = await asyncio.gather(*(site.start() for site in self.clusters.values()), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     async def stop(self) -> None:
         """Stop everything: peerings, then clusters (their pod processes are killed)."""
