@@ -154,7 +154,13 @@ class Peering:
         self.ready = False
         self._tasks: list[asyncio.Task] = []
         self._remote: dict[tuple[str, str], tuple[str, str]] = {}  # donor (ns, name) -> origin (ns, name)
-        self.reflector = ConfigurationReflector(origin.store, donor.store, origin.cluster_id, donor.cluster_id, self._reflected_namespace)
+        self._reflector: ConfigurationReflector | None = None  # made by start(): see there
+
+    @property
+    def reflector(self) -> ConfigurationReflector:
+        if self._reflector is None:
+            raise RuntimeError(f"the peering with {self.cluster_id} has not started")
+        return self._reflector
 
     def remote_namespace(self, namespace: str) -> str:
         return liqo.remote_namespace_name(namespace, self.origin.cluster_id)
@@ -164,6 +170,9 @@ class Peering:
     async def start(self) -> None:
         """Peer: tenant namespace, VirtualNode, virtual Node, then reflect."""
         o = self.origin.store
+        # the sites' stores as they are now: a site on the real control plane has its store only
+        # once it has started, after this peering was made
+        self._reflector = ConfigurationReflector(o, self.donor.store, self.origin.cluster_id, self.cluster_id, self._reflected_namespace)
         install_liqo_class(o)
         tenant = tenant_namespace(self.cluster_id)
         try:
@@ -189,6 +198,8 @@ class Peering:
             asyncio.create_task(self._donor_events(), name=f"peering-{self.cluster_id}-events"),
             *(asyncio.create_task(self.reflector.run(rtype), name=f"peering-{self.cluster_id}-{rtype}") for rtype in REFLECTED_TYPES),
         ]
+        for task in self._tasks:
+            task.add_done_callback(_say_if_it_died)
 
     async def stop(self) -> None:
         if self.origin.virtual_kubelets.get(self.node_name) is self:
@@ -476,3 +487,10 @@ def _remove(store: Any, namespace: str, name: str) -> None:
         store.remove("pods", namespace, name)
     except ApiError:
         pass
+
+
+def _say_if_it_died(task: asyncio.Task) -> None:
+    """A peering task ends only when the peering stops; one that raised stopped offloading or
+    reflecting for good, which nothing else would show."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("%s stopped: %r", task.get_name(), exc, exc_info=exc)
