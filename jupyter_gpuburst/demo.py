@@ -374,7 +374,7 @@ class Demo:
             return self.kubeconfig
         from jupyter_gpuburst.sim.kube import deployment
 
-        return deployment.hub_kubeconfig(self.fed.origin, self.state, users=NAMESPACE)
+        return deployment.hub_kubeconfig(self.fed.origin, self.state, users=NAMESPACE, donors=self.fed.donors)
 
     async def _start_hub(self, kubeconfig: Path, timeout: float = 60.0) -> None:
         env = {

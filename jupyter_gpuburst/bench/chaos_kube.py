@@ -49,7 +49,7 @@ def hub_kubeconfig(fed: Federation, workdir: Path) -> Path:
     from jupyter_gpuburst.sim.kube import deployment
 
     workdir.mkdir(parents=True, exist_ok=True)
-    return deployment.hub_kubeconfig(fed.origin, workdir, users=NAMESPACE)
+    return deployment.hub_kubeconfig(fed.origin, workdir, users=NAMESPACE, donors=fed.donors)
 
 
 def running_on(fed: Federation, node: str) -> int:

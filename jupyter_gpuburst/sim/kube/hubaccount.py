@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.kube.credentials import service_account_kubeconfig
 
@@ -29,27 +30,39 @@ KINDS = {
 
 
 # what an admin applies besides RBAC, as hub_config/ ships it (the warm pools' PriorityClass, a
-# kernel network policy), with the type the API serves it under
+# kernel network policy, a donor's kernel namespace and its offloading), with the type the API
+# serves it under
 ADMIN_KINDS = {
     "PriorityClass": "priorityclasses.scheduling.k8s.io",
     "NetworkPolicy": "networkpolicies.networking.k8s.io",
     "Namespace": "namespaces",
+    liqo.NAMESPACE_OFFLOADING_KIND: f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}",
 }
 
 
 def apply_as_admin(site: Any, manifests: Iterable[Path], namespaces: Mapping[str, str]) -> None:
     """Create what ``manifests`` hold with the federation's admin credentials, as an admin's
     ``kubectl apply`` of the shipped files would (an existing object is left as it is)."""
-    for doc in documents(manifests):
+    apply_documents_as_admin(site, documents(manifests), namespaces)
+
+
+def apply_documents_as_admin(site: Any, docs: Iterable[dict[str, Any]], namespaces: Mapping[str, str]) -> None:
+    """``apply_as_admin`` for documents already read (a shipped file edited as install says)."""
+    for doc in docs:
         obj = retarget(doc, namespaces)
         rtype = ADMIN_KINDS.get(obj.get("kind", "")) or KINDS.get(obj.get("kind", ""))
         if rtype is None:
             raise ValueError(f"{obj.get('kind')} {obj.get('metadata', {}).get('name')}: not a kind the admin's step applies")
-        try:
-            site.store.create(rtype, obj, obj["metadata"].get("namespace"))
-        except ApiError as exc:
-            if exc.code != 409:
-                raise
+        _create(site.store, rtype, obj)
+
+
+def _create(store: Any, rtype: str, obj: dict[str, Any]) -> None:
+    """Create ``obj``; one that exists is left as it is, as ``kubectl apply`` of an unchanged file does."""
+    try:
+        store.create(rtype, obj, obj["metadata"].get("namespace"))
+    except ApiError as exc:
+        if exc.code != 409:
+            raise
 
 
 def label_namespace(site: Any, name: str, labels: Mapping[str, str]) -> None:
@@ -72,11 +85,13 @@ def documents(paths: Iterable[Path]) -> list[dict[str, Any]]:
 
 
 def retarget(doc: dict[str, Any], namespaces: Mapping[str, str]) -> dict[str, Any]:
-    """``doc`` with each namespace named in ``namespaces`` replaced by its value."""
+    """``doc`` with each namespace named in ``namespaces`` replaced by its value (a Namespace's own name too)."""
     doc = copy.deepcopy(doc)
     meta = doc.setdefault("metadata", {})
     if meta.get("namespace") in namespaces:
         meta["namespace"] = namespaces[meta["namespace"]]
+    if doc.get("kind") == "Namespace" and meta.get("name") in namespaces:
+        meta["name"] = namespaces[meta["name"]]
     for subject in doc.get("subjects") or []:
         if subject.get("namespace") in namespaces:
             subject["namespace"] = namespaces[subject["namespace"]]
@@ -108,9 +123,5 @@ def grant_hub(
         rtype = KINDS.get(obj.get("kind", ""))
         if rtype is None:
             raise ValueError(f"{obj.get('kind')} {obj.get('metadata', {}).get('name')}: not an RBAC object the hub's grant may hold")
-        try:
-            store.create(rtype, obj, obj["metadata"].get("namespace"))
-        except ApiError as exc:
-            if exc.code != 409:
-                raise
+        _create(store, rtype, obj)
     return service_account_kubeconfig(Path(workdir) / f"{service_account}.kubeconfig", site, hub_namespace, service_account)
