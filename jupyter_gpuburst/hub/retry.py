@@ -23,6 +23,12 @@ What is retried, and why it is safe:
 * 403 while the API server's ``/readyz`` says it is not ready: a kube-apiserver just started
   refuses what RBAC allows until its authorizer has read the roles (``readiness``). Nothing was
   processed, so any verb is retried; a 403 from a ready server is final at once.
+* 403 ``error looking up service account NS/default: serviceaccount "default" not found``: a pod
+  created in a namespace made a moment before, whose ``default`` ServiceAccount
+  kube-controller-manager has not made yet (the ServiceAccount admission refuses the pod; the
+  real control plane showed it, a pod created just after its namespace). Nothing was stored.
+  Only ``default``, which the controller makes in every namespace: a missing ServiceAccount a
+  profile names is a mistake to report at once.
 
 The delay is exponential with full jitter (so 200 spawns do not come back in step), never below
 the server's ``Retry-After``, and the whole retry has a deadline: after it the last error is
@@ -40,6 +46,7 @@ import email.utils
 import json
 import logging
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -58,6 +65,8 @@ T = TypeVar("T")
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 # answers that say the request was not processed: safe to repeat for any verb
 NOT_PROCESSED = frozenset({429, 503})
+# the ServiceAccount admission's refusal while a new namespace has no default ServiceAccount yet
+_DEFAULT_SERVICE_ACCOUNT_NOT_YET = re.compile(r'error looking up service account [^/\s]+/default: serviceaccount "default" not found')
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _MARK = "_gpuburst_retry_policy"
 
@@ -150,6 +159,9 @@ def api_status(exc: BaseException) -> int | None:
 def is_transient(exc: BaseException, method: str = "GET") -> bool:
     """Whether ``exc`` from a ``method`` request is worth retrying (see the module doc)."""
     status = api_status(exc)
+    if status == 403:
+        message = str(_status_body(getattr(exc, "body", None)).get("message") or "")
+        return _DEFAULT_SERVICE_ACCOUNT_NOT_YET.search(message) is not None
     if status is not None:
         return status in RETRY_STATUSES
     if isinstance(exc, aiohttp.ClientConnectorError):

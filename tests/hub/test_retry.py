@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from email.utils import formatdate
@@ -95,6 +96,23 @@ def test_what_is_transient():
     # a write that timed out may have happened: its caller decides
     assert not retry.is_transient(asyncio.TimeoutError(), "POST")
     assert not retry.is_transient(ValueError("bug"), "GET")
+
+
+def test_a_pod_in_a_namespace_whose_default_service_account_is_not_made_yet_is_retried():
+    """kube-apiserver's ServiceAccount admission, a moment after the namespace was made (seen on
+    the real control plane): retried; a missing ServiceAccount a profile names is final."""
+
+    def refused(namespace: str, account: str) -> ApiException:
+        message = (
+            f'pods "gpuburst-kernel-0123456789ab-1" is forbidden: error looking up service account '
+            f'{namespace}/{account}: serviceaccount "{account}" not found'
+        )
+        return _api_error(403, body=json.dumps({"kind": "Status", "code": 403, "reason": "Forbidden", "message": message}))
+
+    assert retry.is_transient(refused("jhub-users-kernels-a-donor-with-a-long-cluster-id", "default"), "POST")
+    assert not retry.is_transient(refused("jhub-users", "notebook-runner"), "POST")
+    rbac = 'pods is forbidden: User "system:serviceaccount:jhub:hub" cannot create resource "pods" in the namespace "x"'
+    assert not retry.is_transient(_api_error(403, body=json.dumps({"message": rbac})), "POST")
 
 
 def test_retry_after_from_header_or_status_details():
