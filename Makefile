@@ -105,27 +105,42 @@ test-browser-kube: setup $(if $(GO),kube)
 	exit $$status
 
 test-py: setup
-	@tools/test-tier py -q -ra -m "not browser and not kube" -n $(TEST_WORKERS) --dist loadfile
+	@tools/test-tier py -q -ra -m "not browser and not kube" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-BROWSER_TIER = tools/test-tier browser -q -ra -m browser -n $(BROWSER_WORKERS) --dist loadfile
+BROWSER_TIER = tools/test-tier browser -q -ra -m browser -n $(BROWSER_WORKERS) --dist loadfile --no-loadscope-reorder
 test-browser: setup
 	@$(BROWSER_TIER)
 
 # The real control plane's tier (docs/emulator.md): kube-apiserver, kube-scheduler,
 # kube-controller-manager and etcd built here (make kube), the hub as its ServiceAccount.
 # The emulator tiers' own files named here run unchanged on it (GPUBURST_CONTROL_PLANE=kube switches
-# the shared fixtures); in one process, where tests/kube/test_zz_hub_rbac.py comes last and
-# judges the hub's RBAC by the audit log of everything before it. Of the emulator tier's longer
-# files, the tests that reach what the prestarted ones do not: a donor spawn (and the namespace's
-# offloading), the Unschedulable redirect from kube-scheduler's own refusal, home volumes (the
-# site's provisioner), and the queue's cancel that deletes an unused claim.
-KUBE_TESTS := tests/kube/test_site.py tests/kube/test_apiserver_restart.py tests/hub/pools/test_prestarted_integration.py \
+# the shared fixtures), two files at a time (each test starts control planes of its own, and
+# mostly waits on them), the longest first. Their origins' audit logs gather in KUBE_AUDIT; then
+# KUBE_JUDGES read them: tests/kube/test_zz_hub_rbac.py judges the hub's RBAC by everything the
+# hub did before it, test_zz_admission.py what it sent. Of the emulator tier's longer files, the
+# tests that reach what the prestarted ones do not: GPU kernels on the origin and a donor (the
+# donor's kernel namespace installed as docs/install.md says), culling of an idle server and an
+# idle kernel, a kernel stopped over its budget (accounting from the pods' real events), a
+# kernel's use in the ledger, a donor spawn (and the namespace's offloading), the Unschedulable
+# redirect from kube-scheduler's own refusal, home volumes (the site's provisioner), and the
+# queue's cancel that deletes an unused claim.
+KUBE_TESTS := tests/hub/pools/test_prestarted_integration.py \
+	tests/hub/culling/test_budget_hub.py::test_a_gpu_kernel_over_budget_is_warned_then_stopped_and_its_notebook_hears_why \
+	tests/hub/culling/test_hub.py::test_idle_gpu_server_is_warned_kept_once_then_stopped_and_the_spawn_page_says_why \
+	tests/hub/culling/test_kernels.py::test_idle_gpu_kernel_is_warned_then_stopped_and_a_computing_one_is_kept \
+	tests/hub/kernels/test_kernels_integration.py::test_cpu_server_runs_gpu_kernels_on_origin_then_donor \
+	tests/hub/accounting/test_right_sizing_hub.py::test_a_gpu_kernels_use_reaches_the_ledger_through_its_server \
 	tests/hub/spawner/test_spawner_integration.py::test_capacity_stolen_after_decision_is_redirected_to_donor \
 	tests/hub/spawner/test_storage_and_profile_policy.py::test_scratch_on_donor_mounts_home_on_the_origin_and_scratch_on_the_donor \
 	tests/hub/spawner/test_queue_integration.py::test_the_queue_says_place_and_wait_live_and_cancel_leaves_nothing \
 	tests/hub/pools/test_pools_integration.py::test_a_donor_pool_gives_way_to_a_spawn_that_needs_its_room \
-	tests/kube/test_zz_admission.py tests/kube/test_zz_hub_rbac.py
-KUBE_TIER = GPUBURST_CONTROL_PLANE=kube tools/test-tier kube -q -ra $(KUBE_TESTS)
+	tests/kube/test_site.py tests/kube/test_apiserver_restart.py tests/kube/test_doctor_kube.py
+KUBE_JUDGES := tests/kube/test_zz_admission.py tests/kube/test_zz_hub_rbac.py
+KUBE_WORKERS ?= 2
+KUBE_AUDIT := $(abspath $(or $(GPUBURST_TEST_LOGS),.test-logs)/kube-audit)
+KUBE_TIER = (rm -rf $(KUBE_AUDIT); export GPUBURST_CONTROL_PLANE=kube GPUBURST_KUBE_AUDIT_DIR=$(KUBE_AUDIT); \
+	tools/test-tier kube -q -ra -n $(KUBE_WORKERS) --dist loadfile --no-loadscope-reorder $(KUBE_TESTS) \
+	&& tools/test-tier kube-judges -q -ra $(KUBE_JUDGES))
 test-kube: setup kube
 	@$(KUBE_TIER)
 

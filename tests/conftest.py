@@ -96,6 +96,9 @@ def pytest_collection_modifyitems(config, items):
     # pytest-asyncio cannot run a test while one is running: browser tests go last. Integration
     # tests (minutes a file: hubs, servers, builds) go first, so that xdist hands out the long
     # files first and the quick ones fill in at the end, instead of a long file ending alone.
+    # xdist keeps this order only with --no-loadscope-reorder (the Makefile's tiers): by default
+    # --dist loadfile hands out the files with the most tests first, and a one-test walk of
+    # three minutes started last and ran alone for two.
     items.sort(key=lambda item: ("browser" in item.keywords, item.get_closest_marker("integration") is None))
     skip_real = pytest.mark.skip(reason="set GPUBURST_KUBECONFIG to run real-cluster tests")
     for item in items:

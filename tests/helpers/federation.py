@@ -3,6 +3,8 @@ the messages a spawn showed."""
 
 from __future__ import annotations
 
+import time
+
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim.errors import ApiError
 
@@ -28,6 +30,8 @@ def occupy(federation, node: str, count: int, name: str) -> None:
         store.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "others"}})
     except ApiError:
         pass  # already there
+    if federation.control_plane == "kube":
+        _wait_for_default_service_account(store, "others")
     spec = {
         "nodeName": node,
         "containers": [{"name": "c", "image": "busybox", "command": SLEEPER, "resources": {"limits": {"nvidia.com/gpu": str(count)}}}],
@@ -35,6 +39,20 @@ def occupy(federation, node: str, count: int, name: str) -> None:
     if node == DONOR:
         spec["tolerations"] = [liqo.virtual_node_toleration()]
     store.create("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "others"}, "spec": spec})
+
+
+def _wait_for_default_service_account(store, namespace: str, timeout_s: float = 30.0) -> None:
+    """kube-apiserver refuses a pod in a namespace whose ``default`` ServiceAccount
+    kube-controller-manager has not made yet (a moment after the namespace), as a client meets it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            store.get("serviceaccounts", namespace, "default")
+            return
+        except ApiError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def release(federation, name: str) -> None:

@@ -8,22 +8,28 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from jupyter_gpuburst.core import podsecurity
+from jupyter_gpuburst.sim.config import load_config
 from jupyter_gpuburst.sim.kube import binaries, deployment
 from jupyter_gpuburst.sim.kube.deployment import ADMIN_MANIFESTS, HUB_NAMESPACE, HUB_RBAC, OUR_RBAC
 
 __all__ = ["ADMIN_MANIFESTS", "HUB_NAMESPACE", "HUB_RBAC", "HUB_USER", "NAMESPACES", "OUR_RBAC"]
 
 CONTROL_PLANE_ENV = "GPUBURST_CONTROL_PLANE"
+AUDIT_DIR_ENV = "GPUBURST_KUBE_AUDIT_DIR"
 NOT_BUILT = "kube tier: the real control plane is not built here (`make kube` builds it; it needs Go >= 1.25)"
 # the tier's users' namespace is the one the tests' pods are in
 USERS_NAMESPACE = "default"
-NAMESPACES = deployment.namespaces(USERS_NAMESPACE)
+# the default federation's donors, each with its kernel namespace (hub_config/donor-kernels.yaml)
+DONORS = tuple(donor.cluster.id for donor in load_config().donors)
+NAMESPACES = deployment.namespaces(USERS_NAMESPACE, DONORS)
 HUB_USER = f"system:serviceaccount:{HUB_NAMESPACE}:hub"
 # servers share the users' namespace with kernels: restricted is reported (warn, audit), not enforced
 USERS_POD_SECURITY = podsecurity.namespace_labels(warn=podsecurity.RESTRICTED, audit=podsecurity.RESTRICTED)
@@ -34,8 +40,22 @@ def on_kube() -> bool:
 
 
 def audit_collection(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where the tier gathers the origin's audit events (the tier runs in one process)."""
-    return tmp_path_factory.getbasetemp() / "origin-audit.jsonl"
+    """The folder where the tier gathers its origins' audit logs, a file per federation: the one
+    ``GPUBURST_KUBE_AUDIT_DIR`` names, which the tier's parallel run and the run of the files that
+    read it afterwards share (make test-kube); else one in this run's temporary folder, for a
+    single run in which those files come last."""
+    shared = os.environ.get(AUDIT_DIR_ENV)
+    folder = Path(shared) if shared else tmp_path_factory.getbasetemp() / "origin-audit"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def collected_audit(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Every audit log the tier has gathered; a test that reads them fails when there is none."""
+    logs = sorted(audit_collection(tmp_path_factory).glob("*.jsonl"))
+    if not logs:
+        pytest.fail("no audit events were collected: run the whole kube tier (make test-kube), whose other files make them")
+    return logs
 
 
 @contextlib.asynccontextmanager
@@ -54,8 +74,7 @@ async def kube_federation(tmp_path: Path, tmp_path_factory: pytest.TempPathFacto
         finally:
             audit = fed.origin.control_plane.audit_log
             if audit.exists():
-                with open(audit_collection(tmp_path_factory), "a") as out:
-                    out.write(audit.read_text())
+                shutil.copyfile(audit, audit_collection(tmp_path_factory) / f"{uuid.uuid4().hex}.jsonl")
 
 
 def hub_kubeconfig(federation, tmp_path: Path) -> Path:
@@ -65,4 +84,4 @@ def hub_kubeconfig(federation, tmp_path: Path) -> Path:
     from jupyter_gpuburst.sim.kube.hubaccount import label_namespace
 
     label_namespace(federation.origin, USERS_NAMESPACE, USERS_POD_SECURITY)
-    return deployment.hub_kubeconfig(federation.origin, tmp_path, users=USERS_NAMESPACE)
+    return deployment.hub_kubeconfig(federation.origin, tmp_path, users=USERS_NAMESPACE, donors=DONORS)

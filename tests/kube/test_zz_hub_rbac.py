@@ -7,10 +7,11 @@ to the same set."""
 from __future__ import annotations
 
 import pytest
-from helpers.kubetier import HUB_NAMESPACE, HUB_RBAC, HUB_USER, NAMESPACES, OUR_RBAC, audit_collection
+from helpers.kubetier import DONORS, HUB_NAMESPACE, HUB_RBAC, HUB_USER, NAMESPACES, OUR_RBAC, collected_audit
 
 from jupyter_gpuburst.doctor.permissions import KERNEL_PERMISSIONS, REQUIRED_PERMISSIONS
 from jupyter_gpuburst.sim.kube import audit
+from jupyter_gpuburst.sim.kube.deployment import donor_kernel_documents
 from jupyter_gpuburst.sim.kube.hubaccount import documents, retarget
 
 pytestmark = pytest.mark.kube
@@ -38,15 +39,13 @@ EXPECTED_REFUSALS: dict[audit.Use, str] = {
 
 
 def hub_rules(manifests):
-    docs = [retarget(doc, NAMESPACES) for doc in documents(manifests)]
+    """The rules ``manifests`` and each donor's kernel namespace (donor-kernels.yaml) bind to the hub."""
+    docs = [retarget(doc, NAMESPACES) for doc in (*documents(manifests), *donor_kernel_documents(DONORS))]
     return audit.grants(docs, HUB_NAMESPACE, "hub")
 
 
 def test_the_hub_uses_what_its_rbac_grants_and_nothing_else(tmp_path_factory):
-    collected = audit_collection(tmp_path_factory)
-    if not collected.exists():
-        pytest.fail("no audit events were collected: run the whole kube tier (make test-kube), whose other files make them")
-    used = audit.uses([collected], HUB_USER)
+    used = audit.uses(collected_audit(tmp_path_factory), HUB_USER)
     assert used, "the hub made no request the audit log recorded"
     rules = hub_rules(HUB_RBAC)
     refused = sorted(str(u) for u, code in used.items() if code == 403 and u not in EXPECTED_REFUSALS)
@@ -66,10 +65,11 @@ def _covers(grant: audit.Use, use: audit.Use) -> bool:
 
 
 def test_doctor_checks_what_the_hub_uses(tmp_path_factory):
-    collected = audit_collection(tmp_path_factory)
-    if not collected.exists():
-        pytest.fail("no audit events were collected: run the whole kube tier (make test-kube)")
-    used = {(u.verb, u.group, u.resource_path, u.namespaced) for u in audit.uses([collected], HUB_USER) if u not in EXPECTED_REFUSALS}
+    used = {
+        (u.verb, u.group, u.resource_path, u.namespaced)
+        for u in audit.uses(collected_audit(tmp_path_factory), HUB_USER)
+        if u not in EXPECTED_REFUSALS
+    }
     checked = {(p.verb, p.group, p.resource, p.namespaced) for p in (*REQUIRED_PERMISSIONS, *KERNEL_PERMISSIONS)}
     missing = sorted(str(u) for u in used - checked)
     assert not missing, f"doctor does not check these requests the hub makes: {missing}"
