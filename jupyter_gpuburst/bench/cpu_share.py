@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 import psutil
@@ -24,11 +25,12 @@ OTHER = "other"
 
 
 class CPUShare:
-    """Samples of CPU time by role; ``roots`` name a process whose descendants take the role
-    ``children[name]`` (the process's own name where ``children`` has none)."""
+    """Samples of CPU time by role; ``roots`` name a process (or several: a real control plane's
+    etcd, kube-apiserver, ...) whose descendants take the role ``children[name]`` (the process's
+    own name where ``children`` has none)."""
 
-    def __init__(self, roots: dict[str, int], children: dict[str, str] | None = None, period: float = PERIOD_S):
-        self.roots = {pid: name for name, pid in roots.items()}
+    def __init__(self, roots: dict[str, int | Iterable[int]], children: dict[str, str] | None = None, period: float = PERIOD_S):
+        self.roots = {pid: name for name, pids in roots.items() for pid in ([pids] if isinstance(pids, int) else pids)}
         self.children = children or {}
         self.period = period
         self._start: dict[tuple[int, float], float] = {}  # a process's CPU seconds when first seen

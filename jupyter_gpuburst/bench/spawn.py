@@ -42,11 +42,22 @@ from typing import Any
 import aiohttp
 import psutil
 
-from jupyter_gpuburst.bench import stats, stopping
+from jupyter_gpuburst.bench import cpu_share, stats, stopping
 from jupyter_gpuburst.bench.hubproc import HubProcess
-from jupyter_gpuburst.core import keys, liqo
+from jupyter_gpuburst.bench.spawn_federation import (
+    BENCHMARK_ROLE,
+    api_reads,
+    clear_pods,
+    cpu_roles,
+    failed_scheduling,
+    offload_namespace,
+    pod_rss_mib,
+    pod_sites,
+    pod_states,
+)
+from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim.config import FederationConfig, parse_config
-from jupyter_gpuburst.sim.federation import Federation
+from jupyter_gpuburst.sim.federation import CONTROL_PLANES, Federation
 from jupyter_gpuburst.sim.testing import running_federation
 
 GPU = "nvidia.com/gpu"
@@ -145,46 +156,6 @@ c.Spawner.poll_interval = 300
 """
 
 
-def api_reads(fed: Federation) -> int:
-    """List and get requests the origin's API server has answered so far."""
-    stats = fed.origin.api.stats
-    return int(stats.get("list", 0) + stats.get("get", 0))
-
-
-def failed_scheduling(fed: Federation, pod_prefix: str) -> int:
-    """FailedScheduling events the origin's API server holds about pods named ``pod_prefix*``.
-
-    Read through the store's list, as ``kubectl get events`` would; a donor's FailedScheduling
-    is reflected onto the origin pod by the peering, so it is counted here too.
-    """
-    events, _ = fed.origin.store.list("events")
-    return sum(
-        1
-        for e in events
-        if e.get("reason") == "FailedScheduling" and str((e.get("involvedObject") or {}).get("name", "")).startswith(pod_prefix)
-    )
-
-
-def offload_namespace(fed: Federation, namespace: str) -> None:
-    """The NamespaceOffloading an admin creates so plain pods may run on virtual nodes."""
-    rtype = f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}"
-    if fed.origin.store.list(rtype, namespace)[0]:
-        return
-    fed.origin.store.create(rtype, liqo.namespace_offloading(namespace), namespace)
-
-
-def pod_rss_mib(fed: Federation) -> float:
-    """Resident memory of every pod process (the stand-in servers), in MiB."""
-    total = 0
-    for cluster in fed.clusters.values():
-        for pid in cluster.kubelet.processes().values():
-            try:
-                total += psutil.Process(pid).memory_info().rss
-            except psutil.Error:
-                continue
-    return total / 2**20
-
-
 async def metric_sum(hub: HubProcess, session: aiohttp.ClientSession, name: str) -> float:
     """Sum of one series over all its labels, from the hub's /hub/metrics."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -197,41 +168,6 @@ async def metric_sum(hub: HubProcess, session: aiohttp.ClientSession, name: str)
             if sample.name == name:
                 total += sample.value
     return total
-
-
-async def clear_pods(fed: Federation, timeout: float = 60.0) -> None:
-    """Delete every pod left in the user namespace and wait for their processes to end."""
-    for cluster in fed.clusters.values():
-        for pod in cluster.store.list("pods")[0]:
-            try:
-                cluster.store.delete("pods", pod["metadata"]["namespace"], pod["metadata"]["name"], grace_period_seconds=0)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not any(c.kubelet.processes() for c in fed.clusters.values()) and not any(
-            c.store.list("pods")[0] for c in fed.clusters.values()
-        ):
-            break
-        await asyncio.sleep(0.1)
-    clear_events(fed)
-
-
-def clear_events(fed: Federation) -> None:
-    """Delete the events the phase left, so that every phase starts from the same cluster.
-
-    Events stay on an API server for an hour, and each phase adds about six per spawn. Every
-    hub lists them and KubeSpawner sorts them all twice per spawn (``KubeSpawner.events``): left
-    in place, each phase would pay for every earlier phase's events, and in A B A B order each B
-    for one phase more than the A it is compared with.
-    """
-    for cluster in fed.clusters.values():
-        for event in cluster.store.list("events")[0]:
-            meta = event["metadata"]
-            try:
-                cluster.store.delete("events", meta.get("namespace"), meta["name"])
-            except Exception:  # noqa: BLE001 - already gone
-                pass
 
 
 @dataclass
@@ -250,6 +186,7 @@ class PhaseResult:
     sites: dict[str, int] = field(default_factory=dict)
     spawn_s_by_site: dict[str, list[float]] = field(default_factory=dict)
     events_left: int = 0  # events on the origin's API server after the phase, before clearing
+    cpu: dict[str, Any] = field(default_factory=dict)  # cpu_share's summary of the spawns
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -268,6 +205,7 @@ class PhaseResult:
                 for site, values in sorted(self.spawn_s_by_site.items())
             },
             "events_left": self.events_left,
+            "cpu": self.cpu,
         }
 
 
@@ -293,32 +231,6 @@ async def spawn_all(hub: HubProcess, session: aiohttp.ClientSession, users: list
 
     outcomes = await asyncio.gather(*(one(u) for u in users))
     return ({u: s for u, (s, _) in zip(users, outcomes, strict=True) if s is not None}, [f for _, f in outcomes if f is not None])
-
-
-def pod_states(fed: Federation) -> dict[str, int]:
-    """How many pods are in each (cluster, phase, ready) state: what a failed run leaves behind."""
-    states: dict[str, int] = {}
-    for name, cluster in fed.clusters.items():
-        for pod in cluster.store.list("pods")[0]:
-            status = pod.get("status") or {}
-            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-            key = f"{name}:{status.get('phase')}:{'ready' if ready else 'not-ready'}"
-            states[key] = states.get(key, 0) + 1
-    return states
-
-
-def pod_sites(fed: Federation, pod_prefix: str) -> dict[str, str]:
-    """Where each of the phase's pods runs, by pod name: the origin, or the donor whose virtual
-    node it is bound to."""
-    nodes = {n["metadata"]["name"]: n for n in fed.origin.store.list("nodes")[0]}
-    sites: dict[str, str] = {}
-    for pod in fed.origin.store.list("pods")[0]:
-        name = pod["metadata"]["name"]
-        if not name.startswith(pod_prefix):
-            continue
-        node = nodes.get((pod.get("spec") or {}).get("nodeName") or "")
-        sites[name] = "unbound" if node is None else liqo.remote_cluster_id(node) or keys.ORIGIN_SITE
-    return sites
 
 
 async def run_phase(
@@ -363,8 +275,16 @@ async def _run_phase(fed: Federation, hub: HubProcess, result: PhaseResult, spaw
             if spawner == GPUBURST and status != 200:
                 raise RuntimeError(f"capacity API: HTTP {status}: {body}")
             reads_before = api_reads(fed)
+            cpu = cpu_share.CPUShare(cpu_roles(fed, hub), {"hub": "proxy", BENCHMARK_ROLE: "pods"})
+            stop = asyncio.Event()
+            sampler = asyncio.create_task(cpu.run(stop))
             started = time.monotonic()
-            by_user, result.failures = await spawn_all(hub, session, names, GPU_PROFILE["slug"])
+            try:
+                by_user, result.failures = await spawn_all(hub, session, names, GPU_PROFILE["slug"])
+            finally:
+                stop.set()
+                await sampler
+            result.cpu = cpu.summary()
             result.spawn_s = list(by_user.values())
             result.wall_s = time.monotonic() - started
             result.api_reads = api_reads(fed) - reads_before
@@ -444,12 +364,17 @@ async def run(
     repeats: int = 6,
     api_timeout: int | None = None,
     hub_db: str | None = None,
+    control_plane: str = "emulator",
 ) -> dict[str, Any]:
     hub_db = hub_db or ("tmpfs" if os.path.isdir(SHM) else "disk")
     kubeconfig = state_dir / "kubeconfig"
     config = federation_config(local_gpus, donor_gpus, users)
     rounds: list[tuple[PhaseResult, PhaseResult]] = []
-    async with running_federation(config, state_dir=state_dir / "sim", kubeconfig=kubeconfig) as fed:
+    async with running_federation(config, state_dir=state_dir / "sim", kubeconfig=kubeconfig, control_plane=control_plane) as fed:
+        if control_plane == "kube":  # both hubs as the hub's ServiceAccount, installed as the docs say
+            from jupyter_gpuburst.sim.kube import deployment
+
+            kubeconfig = deployment.hub_kubeconfig(fed.origin, state_dir / "hub-account", users=NAMESPACE, donors=fed.donors)
         if donor_gpus:
             offload_namespace(fed, NAMESPACE)
         for r in range(repeats):
@@ -478,6 +403,7 @@ async def run(
     all_base = [s for b, _ in rounds for s in b.spawn_s]
     result: dict[str, Any] = {
         "benchmark": "spawn",
+        "control_plane": control_plane,
         "requested": users,
         "repeats": repeats,
         "order": " ".join("AB" if r % 2 == 0 else "BA" for r in range(repeats))
@@ -553,9 +479,21 @@ def main(argv: list[str]) -> int:
         "JupyterHub commits it about 28 times per spawn, the same for both spawners; on a disk shared with "
         "other work those fsyncs, not the spawners, decide the spawn times",
     )
+    parser.add_argument(
+        "--control-plane",
+        choices=CONTROL_PLANES,
+        default="emulator",
+        help="'kube': every site on its own real control plane (make kube), kube-scheduler placing the baseline's "
+        "pods, both hubs as the hub's ServiceAccount (default: %(default)s)",
+    )
     parser.add_argument("--state-dir", type=Path, default=None, help="keep hub logs and pod logs here (default: a temp dir, removed)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on one line")
     args = parser.parse_args(argv)
+    if args.control_plane == "kube":
+        from jupyter_gpuburst.sim.kube import deployment
+
+        if why := deployment.unavailable():
+            parser.exit(2, f"gpuburst bench spawn: {why}\n")
     if args.concurrent < 1:
         parser.error("--concurrent must be at least 1")
     if args.repeats < 2 or args.repeats % 2:
@@ -566,7 +504,15 @@ def main(argv: list[str]) -> int:
         parser.error("--local-gpus and --donor-gpus must not be negative")
     return stopping.run_and_print(
         lambda state_dir: run(
-            args.concurrent, local, donor, state_dir, args.start_timeout, args.repeats, args.api_request_timeout, args.hub_db
+            args.concurrent,
+            local,
+            donor,
+            state_dir,
+            args.start_timeout,
+            args.repeats,
+            args.api_request_timeout,
+            args.hub_db,
+            args.control_plane,
         ),
         args.state_dir,
         "spawn",

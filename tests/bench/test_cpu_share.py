@@ -50,6 +50,15 @@ def test_a_process_outside_every_root_is_other_and_a_root_is_its_own_role():
     assert share._role(99, ppid) == OTHER  # gone before its parent was read
 
 
+def test_a_role_of_several_processes_holds_each_and_its_children():
+    """A real control plane's processes (etcd, kube-apiserver, ...) share one role, nested in the
+    benchmark's process tree; a root found before the benchmark's wins."""
+    me = os.getpid()
+    share = CPUShare({"benchmark": me, "control plane": [21, 22]}, {"benchmark": "pods"})
+    ppid = {21: me, 22: me, 23: 22, 24: me}
+    assert [share._role(pid, ppid) for pid in (21, 22, 23, 24)] == ["control plane", "control plane", "control plane", "pods"]
+
+
 # starts a grandchild that waits, says its pid, then waits itself to be killed
 PARENT = (
     "import subprocess, sys, time\n"

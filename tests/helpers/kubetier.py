@@ -18,7 +18,7 @@ import pytest
 from jupyter_gpuburst.core import podsecurity
 from jupyter_gpuburst.sim.config import load_config
 from jupyter_gpuburst.sim.kube import binaries, deployment
-from jupyter_gpuburst.sim.kube.deployment import ADMIN_MANIFESTS, HUB_NAMESPACE, HUB_RBAC, OUR_RBAC
+from jupyter_gpuburst.sim.kube.deployment import ADMIN_MANIFESTS, HUB_NAMESPACE, HUB_RBAC, HUB_USER, OUR_RBAC
 
 __all__ = ["ADMIN_MANIFESTS", "HUB_NAMESPACE", "HUB_RBAC", "HUB_USER", "NAMESPACES", "OUR_RBAC"]
 
@@ -30,7 +30,6 @@ USERS_NAMESPACE = "default"
 # the default federation's donors, each with its kernel namespace (hub_config/donor-kernels.yaml)
 DONORS = tuple(donor.cluster.id for donor in load_config().donors)
 NAMESPACES = deployment.namespaces(USERS_NAMESPACE, DONORS)
-HUB_USER = f"system:serviceaccount:{HUB_NAMESPACE}:hub"
 # servers share the users' namespace with kernels: restricted is reported (warn, audit), not enforced
 USERS_POD_SECURITY = podsecurity.namespace_labels(warn=podsecurity.RESTRICTED, audit=podsecurity.RESTRICTED)
 

@@ -24,6 +24,7 @@ ADMIN_MANIFESTS = (REPO / "hub_config" / "warm-pools.yaml",)
 DONOR_KERNELS = REPO / "hub_config" / "donor-kernels.yaml"
 DONOR_KERNELS_SHIPPED_FOR = "polito-hpc"
 HUB_NAMESPACE = "jhub"  # the hub's own, apart from the users' (the manifests' "jhub-users")
+HUB_USER = f"system:serviceaccount:{HUB_NAMESPACE}:hub"  # the hub's identity in audit logs
 
 
 def namespaces(users: str, donors: Iterable[str] = ()) -> dict[str, str]:

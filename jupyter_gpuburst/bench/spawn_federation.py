@@ -1,0 +1,138 @@
+"""The federation as `gpuburst bench spawn` reads and resets it between phases: what the API
+server answered, where each pod runs, what the pods and the processes cost, and the clearing that
+makes every phase start from the same cluster. On the emulator and on the real control plane
+alike (``Federation.control_plane``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import psutil
+
+from jupyter_gpuburst.bench.hubproc import HubProcess
+from jupyter_gpuburst.core import keys, liqo
+from jupyter_gpuburst.sim.federation import Federation
+
+
+def api_reads(fed: Federation) -> int:
+    """List and get requests the origin's API server has answered so far; on the real control
+    plane, the hub's, from the API server's audit log (its other clients are the node agents)."""
+    if fed.control_plane == "kube":
+        from jupyter_gpuburst.sim.kube import audit
+        from jupyter_gpuburst.sim.kube.deployment import HUB_USER
+
+        return sum(1 for event in audit.events([fed.origin.control_plane.audit_log], HUB_USER) if event["verb"] in ("get", "list"))
+    stats = fed.origin.api.stats
+    return int(stats.get("list", 0) + stats.get("get", 0))
+
+
+def failed_scheduling(fed: Federation, pod_prefix: str) -> int:
+    """FailedScheduling events the origin's API server holds about pods named ``pod_prefix*``.
+
+    Read through the store's list, as ``kubectl get events`` would; a donor's FailedScheduling
+    is reflected onto the origin pod by the peering, so it is counted here too.
+    """
+    events, _ = fed.origin.store.list("events")
+    return sum(
+        1
+        for e in events
+        if e.get("reason") == "FailedScheduling" and str((e.get("involvedObject") or {}).get("name", "")).startswith(pod_prefix)
+    )
+
+
+def offload_namespace(fed: Federation, namespace: str) -> None:
+    """The NamespaceOffloading an admin creates so plain pods may run on virtual nodes."""
+    rtype = f"{liqo.NAMESPACE_OFFLOADING_PLURAL}.{liqo.OFFLOADING_GROUP}"
+    if fed.origin.store.list(rtype, namespace)[0]:
+        return
+    fed.origin.store.create(rtype, liqo.namespace_offloading(namespace), namespace)
+
+
+# this process: the users' requests, the node agents (the emulator too, where it is the control
+# plane), and the pods' processes under it
+BENCHMARK_ROLE = "benchmark and node agents"
+
+
+def cpu_roles(fed: Federation, hub: HubProcess) -> dict[str, int | list[int]]:
+    """The processes whose CPU time ``cpu_share`` reports apart: the hub, the real control
+    plane's (every site's etcd, kube-apiserver, kube-controller-manager, kube-scheduler), and
+    this process."""
+    roles: dict[str, int | list[int]] = {"hub": hub.proc.pid if hub.proc else -1, BENCHMARK_ROLE: os.getpid()}
+    if fed.control_plane == "kube":
+        roles["control plane"] = [pid for site in fed.clusters.values() for pid in site.control_plane.pids()]
+    return roles
+
+
+def pod_rss_mib(fed: Federation) -> float:
+    """Resident memory of every pod process (the stand-in servers), in MiB."""
+    total = 0
+    for cluster in fed.clusters.values():
+        for pid in cluster.kubelet.processes().values():
+            try:
+                total += psutil.Process(pid).memory_info().rss
+            except psutil.Error:
+                continue
+    return total / 2**20
+
+
+async def clear_pods(fed: Federation, timeout: float = 60.0) -> None:
+    """Delete every pod left in the user namespace and wait for their processes to end."""
+    for cluster in fed.clusters.values():
+        for pod in cluster.store.list("pods")[0]:
+            try:
+                cluster.store.delete("pods", pod["metadata"]["namespace"], pod["metadata"]["name"], grace_period_seconds=0)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(c.kubelet.processes() for c in fed.clusters.values()) and not any(
+            c.store.list("pods")[0] for c in fed.clusters.values()
+        ):
+            break
+        await asyncio.sleep(0.1)
+    clear_events(fed)
+
+
+def clear_events(fed: Federation) -> None:
+    """Delete the events the phase left, so that every phase starts from the same cluster.
+
+    Events stay on an API server for an hour, and each phase adds about six per spawn. Every
+    hub lists them and KubeSpawner sorts them all twice per spawn (``KubeSpawner.events``): left
+    in place, each phase would pay for every earlier phase's events, and in A B A B order each B
+    for one phase more than the A it is compared with.
+    """
+    for cluster in fed.clusters.values():
+        for event in cluster.store.list("events")[0]:
+            meta = event["metadata"]
+            try:
+                cluster.store.delete("events", meta.get("namespace"), meta["name"])
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
+
+def pod_states(fed: Federation) -> dict[str, int]:
+    """How many pods are in each (cluster, phase, ready) state: what a failed run leaves behind."""
+    states: dict[str, int] = {}
+    for name, cluster in fed.clusters.items():
+        for pod in cluster.store.list("pods")[0]:
+            status = pod.get("status") or {}
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+            key = f"{name}:{status.get('phase')}:{'ready' if ready else 'not-ready'}"
+            states[key] = states.get(key, 0) + 1
+    return states
+
+
+def pod_sites(fed: Federation, pod_prefix: str) -> dict[str, str]:
+    """Where each of the phase's pods runs, by pod name: the origin, or the donor whose virtual
+    node it is bound to."""
+    nodes = {n["metadata"]["name"]: n for n in fed.origin.store.list("nodes")[0]}
+    sites: dict[str, str] = {}
+    for pod in fed.origin.store.list("pods")[0]:
+        name = pod["metadata"]["name"]
+        if not name.startswith(pod_prefix):
+            continue
+        node = nodes.get((pod.get("spec") or {}).get("nodeName") or "")
+        sites[name] = "unbound" if node is None else liqo.remote_cluster_id(node) or keys.ORIGIN_SITE
+    return sites
