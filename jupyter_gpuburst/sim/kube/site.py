@@ -194,7 +194,7 @@ class KubeSite:
     # -- Liqo ----------------------------------------------------------------------------------
 
     async def _install_liqo_crds(self) -> None:
-        """Liqo's CRDs of the group this product speaks (``offloading.liqo.io``: NamespaceOffloading,
+        """Liqo's CRDs of the group this product speaks (``liqo.OFFLOADING_GROUP``: NamespaceOffloading,
         VirtualNode, VkOptionsTemplate, ...), from the build (Liqo's Go module), each Established
         before it is used. Liqo's other groups (networking, IPAM, authentication) are its own
         machinery, which nothing here reads or writes; each CRD costs the API server an OpenAPI
