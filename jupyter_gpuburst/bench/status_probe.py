@@ -104,6 +104,9 @@ class Connection:
 
 
 _stop = threading.Event()  # set by SIGTERM: the benchmark's run is over
+# untimed calls, after the connection's first, while the kernel does not stamp yet; back to back,
+# so this many take well under a second (loaded, the deferred work lands within the first few)
+WARM_UP_CALLS = 100
 
 
 def probe(url: str, token: str, rate: float, until: float) -> list[tuple[float, float, float | None]]:
@@ -114,8 +117,11 @@ def probe(url: str, token: str, rate: float, until: float) -> list[tuple[float, 
         stamped = connection.get()  # the server's first answer on this connection is not timed
         # Linux stamps received packets only once timestamping is on system-wide, which the
         # first socket to ask switches on in deferred work (net_enable_timestamp, net/core/dev.c):
-        # responses before it go unstamped. Untimed calls until one is stamped.
-        while connection.stamps and stamped is None and not _stop.is_set() and time.monotonic() < until:
+        # responses before it go unstamped. Untimed calls until one is stamped, at most
+        # WARM_UP_CALLS: a kernel that never stamps must not leave the probe warming up for good.
+        for _ in range(WARM_UP_CALLS):
+            if not connection.stamps or stamped is not None or _stop.is_set() or time.monotonic() >= until:
+                break
             stamped = connection.get()
         nxt = time.monotonic()
         while not _stop.is_set() and time.monotonic() < until:
