@@ -16,6 +16,9 @@ from jupyter_gpuburst.sim.kubeconfig import write_kubeconfig
 from jupyter_gpuburst.sim.peering import Peering
 
 CONTROL_PLANES = ("emulator", "kube")
+# the taints the node lifecycle controller keeps on a node while it is not (yet) Ready
+CONDITION_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+NODES_ADMITTED_TIMEOUT_S = 60.0
 
 
 class Federation:
@@ -89,6 +92,8 @@ class Federation:
                     await cluster.start()
             for peering in self.peerings.values():
                 await peering.start()
+            if self.control_plane == "kube":
+                await self._nodes_admitted()
         except BaseException:
             await self.stop()
             raise
@@ -102,6 +107,28 @@ class Federation:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+
+    async def _nodes_admitted(self, timeout_s: float = NODES_ADMITTED_TIMEOUT_S) -> None:
+        """Wait until no node of any site carries a not-ready or unreachable taint.
+
+        kube-apiserver's TaintNodesByCondition admission taints every new node
+        ``node.kubernetes.io/not-ready:NoSchedule``, and kube-controller-manager's node lifecycle
+        controller lifts it once it has read the node Ready: until then kube-scheduler passes the
+        node by and the hub counts none of its GPUs. On a loaded machine that took seconds after
+        the sites had started (``gpuburst doctor`` saw both sites without a free GPU)."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            tainted = [
+                node["metadata"]["name"]
+                for site in self.clusters.values()
+                for node in site.store.list("nodes")[0]
+                if any(t.get("key") in CONDITION_TAINTS for t in (node.get("spec") or {}).get("taints") or [])
+            ]
+            if not tainted:
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"nodes still tainted not ready {timeout_s:.0f} s after start: {', '.join(sorted(tainted))}")
+            await asyncio.sleep(0.1)
 
     async def stop(self) -> None:
         """Stop everything: peerings, then clusters (their pod processes are killed)."""
