@@ -13,10 +13,15 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError
 
+from jupyter_gpuburst import __version__
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.doctor.view import ClusterUnreachable, NotPermitted
 
 DEFAULT_NAMESPACE = "default"
+# doctor's requests name it, as kubectl's do: run with the hub's own token, an API server's audit
+# log still tells them from the hub's
+USER_AGENT_PRODUCT = "gpuburst-doctor"
+USER_AGENT = f"{USER_AGENT_PRODUCT}/{__version__}"
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
@@ -153,6 +158,7 @@ def connect(
             raise ClusterUnreachable(f"cannot load kubeconfig {path}: {exc}") from exc
         ctx_name = chosen["name"]
         ctx_namespace = (chosen.get("context") or {}).get("namespace") or DEFAULT_NAMESPACE
+    api_client.user_agent = USER_AGENT
     if impersonate:
         api_client.set_default_header("Impersonate-User", impersonate)
         if impersonate_group:

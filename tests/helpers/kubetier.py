@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_gpuburst.core import podsecurity
+from jupyter_gpuburst.doctor.connect import USER_AGENT_PRODUCT
 from jupyter_gpuburst.sim.config import load_config
 from jupyter_gpuburst.sim.kube import binaries, deployment
 from jupyter_gpuburst.sim.kube.deployment import ADMIN_MANIFESTS, HUB_NAMESPACE, HUB_RBAC, HUB_USER, OUR_RBAC
@@ -27,6 +28,8 @@ AUDIT_DIR_ENV = "GPUBURST_KUBE_AUDIT_DIR"
 NOT_BUILT = "kube tier: the real control plane is not built here (`make kube` builds it; it needs Go >= 1.25)"
 # the tier's users' namespace is the one the tests' pods are in
 USERS_NAMESPACE = "default"
+# the hub's requests are its ServiceAccount's but those of `gpuburst doctor` run with its token
+NOT_THE_HUB = f"{USER_AGENT_PRODUCT}/"
 # the default federation's donors, each with its kernel namespace (hub_config/donor-kernels.yaml)
 DONORS = tuple(donor.cluster.id for donor in load_config().donors)
 NAMESPACES = deployment.namespaces(USERS_NAMESPACE, DONORS)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from helpers.kubetier import ADMIN_MANIFESTS, HUB_USER, NAMESPACES, collected_audit
+from helpers.kubetier import ADMIN_MANIFESTS, HUB_USER, NAMESPACES, NOT_THE_HUB, collected_audit
 from kubernetes_asyncio.client import ApiClient
 from kubespawner.objects import make_pod
 
@@ -37,7 +37,7 @@ WARM_POOL_CLASS = next(d["metadata"]["name"] for d in documents(ADMIN_MANIFESTS)
 
 
 def hub_writes(tmp_path_factory) -> list[dict]:
-    return list(audit.writes(collected_audit(tmp_path_factory), HUB_USER))
+    return list(audit.writes(collected_audit(tmp_path_factory), HUB_USER, not_from=NOT_THE_HUB))
 
 
 def pod_creates(writes: list[dict]) -> dict[str, list[dict]]:

@@ -37,30 +37,34 @@ class Use:
         return f"{self.verb} {self.resource_path} ({group}) {scope}"
 
 
-def events(audit_logs: Iterable[Path], username: str) -> Iterator[dict[str, Any]]:
-    """``username``'s completed requests, in the order each log has them."""
+def events(audit_logs: Iterable[Path], username: str, *, not_from: str | None = None) -> Iterator[dict[str, Any]]:
+    """``username``'s completed requests, in the order each log has them; with ``not_from``, but
+    those of a client whose user agent starts so (``gpuburst doctor`` run with the same token)."""
     for path in audit_logs:
         if not Path(path).exists():
             continue
         for line in Path(path).read_text().splitlines():
             event = json.loads(line)
-            if (event.get("user") or {}).get("username") == username and event.get("stage") == "ResponseComplete":
-                yield event
+            if (event.get("user") or {}).get("username") != username or event.get("stage") != "ResponseComplete":
+                continue
+            if not_from is not None and str(event.get("userAgent") or "").startswith(not_from):
+                continue
+            yield event
 
 
-def writes(audit_logs: Iterable[Path], username: str) -> Iterator[dict[str, Any]]:
+def writes(audit_logs: Iterable[Path], username: str, *, not_from: str | None = None) -> Iterator[dict[str, Any]]:
     """``username``'s creates, updates and patches of a resource that the API server carried
     out, each with the body it sent (``requestObject``)."""
-    for event in events(audit_logs, username):
+    for event in events(audit_logs, username, not_from=not_from):
         code = (event.get("responseStatus") or {}).get("code", 0)
         if event["verb"] in ("create", "update", "patch") and event.get("objectRef") and "requestObject" in event and code < 300:
             yield event
 
 
-def uses(audit_logs: Iterable[Path], username: str) -> dict[Use, int]:
+def uses(audit_logs: Iterable[Path], username: str, *, not_from: str | None = None) -> dict[Use, int]:
     """Every kind of request ``username`` made, with the worst response code seen for it."""
     found: dict[Use, int] = {}
-    for event in events(audit_logs, username):
+    for event in events(audit_logs, username, not_from=not_from):
         ref = event.get("objectRef")
         if not ref:
             continue  # a non-resource URL (discovery)
