@@ -29,6 +29,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from helpers.browser import stop_my_server
 from helpers.demo_process import DemoSite, demo_site
 from playwright.sync_api import Browser, Page, expect
 
@@ -244,8 +245,6 @@ def test_a_teacher_books_a_lab_its_class_goes_first_and_the_teacher_reads_how_it
     assert 0 < lab["gpu_hours"]["used"] <= lab["gpu_hours"]["booked"] == 0.53, lab
 
     # student1 leaves; student3's wait ends on the GPU it gave back
-    students["student1"].goto(f"{demo.url}/hub/home")
-    students["student1"].click("#stop")
-    expect(students["student1"].locator("#stop")).to_be_hidden(timeout=60_000)
+    stop_my_server(students["student1"], demo.url)
     outsider.wait_for_url(f"**/user/{OUTSIDER}/lab**", timeout=120_000)
     print(f"\nthe lab walk took {time.monotonic() - began:.0f} s")

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.browser import save_docs_screenshot, switch_theme
+from helpers.browser import save_docs_screenshot, stop_my_server, switch_theme
 from helpers.demo_process import DemoSite, demo_site
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -236,9 +236,7 @@ def test_student_journey(browser: Browser, demo: DemoSite, artifacts: Path) -> N
         save_docs_screenshot(artifacts / "journey-refused-form.png", "journey-refused-form.png")
 
         # 4. student1 stops; student3 tries again and lands on the origin
-        s1.page.goto(f"{demo.url}/hub/home")
-        s1.page.click("#stop")
-        expect(s1.page.locator("#stop")).to_be_hidden(timeout=60_000)
+        stop_my_server(s1.page, demo.url)
         s3.page.goto(f"{demo.url}/hub/spawn")
         expect(s3.page.locator("#profile-item-gpu-2")).to_be_enabled(timeout=30_000)
         page, started = spawn(s3, "gpu-2")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page
+from playwright.sync_api import Page, expect
 
 from jupyter_gpuburst.hub.ports import free_port
 
@@ -267,3 +267,18 @@ def assert_readable(warning, dark: bool) -> None:
     high, low = sorted((luminance(text), luminance(back)), reverse=True)
     assert (high + 0.05) / (low + 0.05) >= 4.5, f"text {colors[0]} on {colors[1]}"
     assert (luminance(back) < 0.2) == dark, f"background {colors[1]} in the {'dark' if dark else 'light'} theme"
+
+
+def stop_my_server(page: Page, hub_url: str, timeout_ms: float = 60_000) -> None:
+    """Stop the user's server from JupyterHub's home page, as a student does, and wait until the
+    page says it stopped. The page's script binds Stop only once requirejs has loaded it
+    (``require(["home"])``, after the page's load event): a click before then does nothing, as a
+    loaded machine's fresh clone showed (no stop request reached the hub). The click waits for it."""
+    page.goto(f"{hub_url}/hub/home")
+    page.wait_for_function(
+        "() => { const stop = document.getElementById('stop');"
+        " return !!(stop && window.jQuery && (window.jQuery._data(stop, 'events') || {}).click); }",
+        timeout=timeout_ms,
+    )
+    page.click("#stop")
+    expect(page.locator("#stop")).to_be_hidden(timeout=timeout_ms)
