@@ -112,9 +112,14 @@ class Command:
             if self.proc.returncode is not None:
                 raise AssertionError(f"{what} exited with {self.proc.returncode} before the hub and a pod were up:\n{self.output()}")
             roles = self.roles()
-            return roles if roles["hub"] and roles["proxy"] and roles["pod"] else None
+            if not (roles["hub"] and roles["proxy"] and roles["pod"]):
+                return None
+            # their processes may exist a moment before they listen (a loaded fresh clone sent
+            # SIGTERM then, and the check found no port to check): up is listening
+            listening = self.listening({p.pid for p in self.processes()} | {self.proc.pid})
+            return roles if listening else None
 
-        return await wait_until(up, STARTED_S, f"{what}'s hub, proxy and a pod", interval=0.5)
+        return await wait_until(up, STARTED_S, f"{what}'s hub, proxy and a pod, listening", interval=0.5)
 
     async def terminate_and_check(self, what: str) -> None:
         """SIGTERM now; the command ends by itself, leaving no process and no listening port."""
