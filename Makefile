@@ -90,7 +90,7 @@ TIER_JOBS ?= $(if $(filter 1,$(shell nproc 2>/dev/null || echo 1)),1,2)
 test:
 	@$(MAKE) --no-print-directory -j2 --output-sync=target setup $(if $(GO),kube)
 	@$(MAKE) --no-print-directory lint-py lint-ts
-	@$(MAKE) --no-print-directory -j$(TIER_JOBS) test-py test-browser-kube
+	@$(MAKE) --no-print-directory -j$(TIER_JOBS) test-py test-browser-kube KUBE_TIER_RUNS=1
 
 # Two lanes side by side: the py tier, and the browser tier followed by the kube tier where Go
 # is present (the browser tier ends a minute or so before the py tier, and the kube tier waits on
@@ -104,9 +104,10 @@ test-browser-kube: setup $(if $(GO),kube)
 	$(if $(GO),$(KUBE_TIER) || status=1,echo "kube tier skipped: Go is not installed (install Go >= 1.25 and run make test again to run it)"); \
 	exit $$status
 
-# Where Go is present, the emulator tier's tests that the kube tier runs (KUBE_TESTS) run there
-# alone, judged by the real control plane: each once, not twice on a CPU-bound machine.
-KUBE_RUNS_INSTEAD = $(if $(GO),$(addprefix --deselect ,$(filter-out tests/kube/%,$(KUBE_TESTS))))
+# In `make test` where Go is present, the emulator tier's tests that the kube tier runs
+# (KUBE_TESTS) run there alone, judged by the real control plane: each once, not twice on a
+# CPU-bound machine. `make test-py` alone runs them all.
+KUBE_RUNS_INSTEAD = $(if $(and $(GO),$(KUBE_TIER_RUNS)),$(addprefix --deselect ,$(filter-out tests/kube/%,$(KUBE_TESTS))))
 test-py: setup
 	@tools/test-tier py -q -ra -m "not browser and not kube" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(KUBE_RUNS_INSTEAD)
 
