@@ -154,7 +154,8 @@ async def test_during_the_lab_its_gpus_are_held_from_others_until_its_students_t
 
     report = await wait_until(first_cell_heard, timeout=30, what="sam's first cell in the lab's report")
     assert report["started"] == ["sam"] and report["seconds_to_ready"]["measured"] == 1, report
-    assert ready_s < report["seconds_to_ready"]["p50"] <= ran - pressed, (report, ready_s, ran - pressed)
+    # the report gives tenths of a second: 6.2957 s reads 6.3
+    assert ready_s < report["seconds_to_ready"]["p50"] <= ran - pressed + 0.05, (report, ready_s, ran - pressed)
 
 
 # the book opens only once the pools have made a pass (their static pool's placeholder counted),
