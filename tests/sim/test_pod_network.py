@@ -4,7 +4,10 @@ loopback and wildcard ports, pod IPs reachable from the host and from other pods
 from __future__ import annotations
 
 import asyncio
+import http.server
+import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -89,6 +92,42 @@ async def test_two_pods_take_the_same_ports_and_reach_each_other(cluster):
     # the loopback servers are the pods' alone
     with pytest.raises(OSError):
         await asyncio.to_thread(get, f"http://{ip_a}:8001/")
+
+
+def host_addresses() -> set[str]:
+    """Every IPv4 address of the host's network namespace, with its interface."""
+    out = subprocess.run(["ip", "-4", "-o", "address", "show"], capture_output=True, text=True, check=True).stdout
+    return {" ".join(line.split()[1:4]) for line in out.splitlines()}
+
+
+class _HostReply(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "4")
+        self.end_headers()
+        self.wfile.write(b"host")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def test_a_pods_wire_adds_no_address_to_the_hosts_network_and_reaches_the_host(cluster):
+    """A new address in the host's namespace is a network change to every program watching for
+    one: chromium fails each request still waiting for a connection with ERR_NETWORK_CHANGED, so
+    a browser test beside a test with pod networks loaded half a JupyterLab."""
+    before = host_addresses()
+    host = http.server.ThreadingHTTPServer(("127.0.0.2", 0), _HostReply)
+    threading.Thread(target=host.serve_forever, daemon=True).start()
+    try:
+        cluster.store.create("pods", server_pod("wired"), "default")
+        await wait_for_pod(cluster.store, "default", "wired", ready, timeout=20)
+        assert host_addresses() == before
+        # the host, beyond the pod's own loopback, is reached through the node's address
+        url = f"http://127.0.0.2:{host.server_address[1]}/"
+        assert await exec_in(cluster, "wired", sys.executable, "-c", FETCH, url) == "host"
+    finally:
+        host.shutdown()
+        host.server_close()
 
 
 async def test_deleting_the_pod_removes_its_wire_and_sandbox(cluster):

@@ -13,10 +13,14 @@ wiring is kernel routing only, as a CNI plugin's ptp mode does it:
 
 - a sandbox process (the "pause" container) holds the namespace: a shell in ``unshare --net``
   that waits on a pipe from this kubelet, so the namespace goes when the kubelet does;
-- a veth pair: ``gb<uid>`` on the host (the node's address, a /32 route to the pod IP in the
-  ``local`` table, which wins over ``local 127.0.0.0/8``) and ``eth0`` in the pod (the pod IP and
-  127.0.0.1 on ``lo`` as /32s, the rest of 127.0.0.0/8 routed through the node's address, which
-  the host answers ARP for, as it does not for other pods' addresses);
+- a veth pair: ``gb<uid>`` on the host (a /32 route to the pod IP in the ``local`` table, which
+  wins over ``local 127.0.0.0/8``) and ``eth0`` in the pod (the pod IP and 127.0.0.1 on ``lo`` as
+  /32s, the rest of 127.0.0.0/8 routed through the node's address, which the host answers ARP
+  for as it does for any address of ``local 127.0.0.0/8``, and not for other pods' addresses);
+- no address on the host's end: the node's address is the host's already (all of 127.0.0.0/8
+  is), and a new address in the host's namespace is a network change to every program that
+  watches for one. Chromium does: it fails every request still waiting for a connection with
+  ERR_NETWORK_CHANGED, and a JupyterLab that loads then shows half a page;
 - ``route_localnet`` on both ends, since loopback addresses may not cross a wire otherwise, and
   ``forwarding`` on the host's end, so that pods reach one another through the host.
 """
@@ -151,7 +155,6 @@ class PodNetwork:
             "-",
             stdin=(
                 f"link add {self.interface} type veth peer name {POD_INTERFACE} netns {self.sandbox.pid}\n"
-                f"address add {node_ip}/32 dev {self.interface}\n"
                 f"link set {self.interface} up\n"
                 f"route replace {self.pod_ip}/32 dev {self.interface} table local src {node_ip}\n"
             ),
