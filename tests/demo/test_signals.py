@@ -184,8 +184,11 @@ def command(tmp_path):
 
 
 async def test_sigterm_mid_rush_leaves_nothing_running(command):
-    # server mode without pools first: the students' servers are pods as soon as they start
-    rush = command("bench", "rush", "--students", "3", "--rounds", "1", "--mode", "server", "--window", "2")
+    # server mode without pools first: the students' servers are pods as soon as they start.
+    # Their arrivals (the default seed) spread over the window: 4 s, 43 s and 56 s into a 120 s
+    # one, so the rush is still on when the signal comes; in a 2 s window a fresh clone's rush
+    # had ended, its hub and federation stopping, between the wait and the signal.
+    rush = command("bench", "rush", "--students", "3", "--rounds", "1", "--mode", "server", "--window", "120")
     rush.argv += ["--pull-speedup", "50", "--start-timeout", "120", "--warm-up-timeout", "120", "--json"]
     await rush.start()
     roles = await rush.wait_running("bench rush")
