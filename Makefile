@@ -25,6 +25,12 @@ $(STAMP): pyproject.toml
 	@# The lab extension is built below, once, from `npm ci`'s node_modules: the build hook would
 	@# otherwise `npm install` and build it here too.
 	HATCH_JUPYTER_BUILDER_SKIP_NPM=1 $(BIN)/python -m pip install --quiet --no-build-isolation -e '.[test]'
+	@# Every hub and server process imports jsonschema (through jupyter_events), which without
+	@# rfc3987 imports rfc3987_syntax instead, and that builds 35 Earley parsers at import: 1 s
+	@# of CPU per process, about 400 of them in `make test`, for IRI formats no Jupyter schema
+	@# uses. With rfc3987 (jsonschema's first choice) a hub starts on half the CPU. It is GPL:
+	@# installed here only, never a dependency of the package.
+	$(BIN)/python -m pip install --quiet 'rfc3987==1.3.8'
 	@touch $(STAMP)
 
 # Lab extension: npm workspace at the root (lockfile committed), prebuilt into
