@@ -90,25 +90,15 @@ TIER_JOBS ?= $(if $(filter 1,$(shell nproc 2>/dev/null || echo 1)),1,2)
 # Setup's steps run two at a time where they do not need each other (pip beside npm ci and
 # chromium's install, and the real control plane's build where Go is present), then the lints
 # (lint-ts compiles into labextension/lib, which the lab extension's build clears: not beside
-# it), then the tiers. Each tier writes its whole output to .test-logs/ and prints progress lines
-# while it runs, then its failures (with their logs' tails) and its summary (tools/test-tier).
+# it), then the tiers (tools/test-lanes): the py and browser tiers side by side, and the kube
+# tier where Go is present as soon as the first of them ends. Each tier writes its whole output
+# to .test-logs/ and prints progress lines while it runs, then its failures (with their logs'
+# tails) and its summary (tools/test-tier).
 .PHONY: test-py test-browser test-kube
 test:
 	@$(MAKE) --no-print-directory -j2 --output-sync=target setup $(if $(GO),kube)
 	@$(MAKE) --no-print-directory lint-py lint-ts
-	@$(MAKE) --no-print-directory -j$(TIER_JOBS) test-py test-browser-kube KUBE_TIER_RUNS=1
-
-# Two lanes side by side: the py tier, and the browser tier followed by the kube tier where Go
-# is present (the browser tier ends a minute or so before the py tier, and the kube tier waits on
-# its control planes more than it computes). The second lane runs its tiers itself, not through
-# sub-makes: those took the jobserver's second slot, and the py tier once started only after the
-# whole second lane had ended. The kube tier runs even when the browser tier failed, so one run
-# says both.
-.PHONY: test-browser-kube
-test-browser-kube: setup $(if $(GO),kube)
-	@status=0; $(BROWSER_TIER) || status=1; \
-	$(if $(GO),$(KUBE_TIER) || status=1,echo "kube tier skipped: Go is not installed (install Go >= 1.25 and run make test again to run it)"); \
-	exit $$status
+	@MAKE="$(MAKE)" TIER_JOBS=$(TIER_JOBS) tools/test-lanes $(if $(GO),kube)
 
 # In `make test` where Go is present, the emulator tier's tests that the kube tier runs
 # (KUBE_TESTS) run there alone, judged by the real control plane: each once, not twice on a
@@ -131,20 +121,23 @@ test-browser: setup
 # tests that reach what the prestarted ones do not: GPU kernels on the origin and a donor (the
 # donor's kernel namespace installed as docs/install.md says), culling of an idle server and an
 # idle kernel, a kernel stopped over its budget (accounting from the pods' real events), a
-# kernel's use in the ledger, a donor spawn (and the namespace's offloading), the Unschedulable
-# redirect from kube-scheduler's own refusal, home volumes (the site's provisioner), and the
-# queue's cancel that deletes an unused claim.
+# kernel's use in the ledger, a GPU kernel through its donor's loss (the donor's control plane
+# SIGKILLed), a donor spawn (and the namespace's offloading), the Unschedulable redirect from
+# kube-scheduler's own refusal, home volumes (the site's provisioner), the queue's cancel that
+# deletes an unused claim, and a small `bench rush` (adoption, and placeholders kube-scheduler
+# preempts).
 KUBE_TESTS := tests/hub/pools/test_prestarted_integration.py \
 	tests/hub/culling/test_budget_hub.py::test_a_gpu_kernel_over_budget_is_warned_then_stopped_and_its_notebook_hears_why \
 	tests/hub/culling/test_hub.py::test_idle_gpu_server_is_warned_kept_once_then_stopped_and_the_spawn_page_says_why \
 	tests/hub/culling/test_kernels.py::test_idle_gpu_kernel_is_warned_then_stopped_and_a_computing_one_is_kept \
 	tests/hub/kernels/test_kernels_integration.py::test_cpu_server_runs_gpu_kernels_on_origin_then_donor \
+	tests/hub/kernels/test_kernels_integration.py::test_a_gpu_kernel_on_a_donor_lost_for_a_while_keeps_running_once_and_nothing_is_left \
 	tests/hub/accounting/test_right_sizing_hub.py::test_a_gpu_kernels_use_reaches_the_ledger_through_its_server \
 	tests/hub/spawner/test_spawner_integration.py::test_capacity_stolen_after_decision_is_redirected_to_donor \
 	tests/hub/spawner/test_storage_and_profile_policy.py::test_scratch_on_donor_mounts_home_on_the_origin_and_scratch_on_the_donor \
 	tests/hub/spawner/test_queue_integration.py::test_the_queue_says_place_and_wait_live_and_cancel_leaves_nothing \
 	tests/hub/pools/test_pools_integration.py::test_a_donor_pool_gives_way_to_a_spawn_that_needs_its_room \
-	tests/kube/test_site.py tests/kube/test_apiserver_restart.py tests/kube/test_doctor_kube.py
+	tests/kube/test_site.py tests/kube/test_apiserver_restart.py tests/kube/test_doctor_kube.py tests/kube/test_rush_kube.py
 KUBE_JUDGES := tests/kube/test_zz_admission.py tests/kube/test_zz_hub_rbac.py
 KUBE_WORKERS ?= 3
 KUBE_AUDIT := $(abspath $(or $(GPUBURST_TEST_LOGS),.test-logs)/kube-audit)
