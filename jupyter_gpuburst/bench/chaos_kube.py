@@ -89,19 +89,17 @@ def actions(fed: Federation, notes: list[dict[str, Any]]) -> dict[str, Any]:
 
     async def donor_control_plane_lost(step: FaultStep) -> None:
         donor_id = str(step.params.get("donor") or next(iter(fed.donors)))
-        site, peering = fed.donors[donor_id], fed.peerings[donor_id]
+        peering = fed.peerings[donor_id]
         # the loss is of a donor with servers on it: on a loaded machine the spawns that the
         # origin's outages held back may reach it seconds after the schedule's time
         waited = await until_running_on(fed, peering.node_name, SERVERS_WAIT_S)
         running = running_on(fed, peering.node_name)
-        await site.control_plane.lose()  # type: ignore[attr-defined] - a KubeSite's
-        peering.set_ready(False)  # Liqo's virtual kubelet: the foreign cluster is unreachable
+        await fed.donor_outage(donor_id, True)  # its virtual node NotReady, as Liqo's virtual kubelet says
         started = time.monotonic()
         try:
             await asyncio.sleep(step.duration_s)
         finally:
-            await site.control_plane.recover()  # type: ignore[attr-defined]
-            peering.set_ready(True)
+            await fed.donor_outage(donor_id, False)
             notes.append(
                 {
                     "fault": "donor_control_plane_lost",

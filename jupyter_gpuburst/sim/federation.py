@@ -141,14 +141,17 @@ class Federation:
             shutil.rmtree(self.state_dir, ignore_errors=True)
 
     async def donor_outage(self, cluster_id: str, down: bool = True) -> None:
-        """Make a donor unreachable (its API server stops, its virtual node turns NotReady) or bring it back."""
+        """Make a donor unreachable or bring it back: its API server stops (on the real control
+        plane, every control-plane process is SIGKILLed; its node agent and pods run on), and its
+        virtual node turns NotReady, as Liqo's virtual kubelet reports a foreign cluster it cannot
+        reach."""
         donor, peering = self.donors[cluster_id], self.peerings[cluster_id]
-        if down:
-            await donor.api.stop()
-            peering.set_ready(False)
+        if self.control_plane == "kube":
+            control_plane = donor.control_plane  # type: ignore[attr-defined] - a KubeSite's
+            await (control_plane.lose() if down else control_plane.recover())
         else:
-            await donor.api.start()
-            peering.set_ready(True)
+            await (donor.api.stop() if down else donor.api.start())
+        peering.set_ready(not down)
 
     async def __aenter__(self) -> Federation:
         await self.start()

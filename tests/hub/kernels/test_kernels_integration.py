@@ -179,6 +179,59 @@ async def test_cpu_server_runs_gpu_kernels_on_origin_then_donor(federation, star
     await wait_until(lambda: not kernel_pods(federation), timeout=30, what="kernel pods gone with the server")
 
 
+def donor_kernel_twins(federation, donor: str) -> list[dict]:
+    """The donor's copies of offloaded kernel pods (Liqo's reflection), in every namespace."""
+    items, _ = federation.donors[donor].store.list("pods", label_selector=f"{keys.COMPONENT_LABEL}={keys.KERNEL_COMPONENT}")
+    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+
+# as the chaos benchmark's donor loss: long enough for the virtual node to be NotReady and every
+# watch on the donor to break, short of the 300 s after which Kubernetes evicts its pods
+DONOR_LOST_S = 15.0
+
+
+async def test_a_gpu_kernel_on_a_donor_lost_for_a_while_keeps_running_once_and_nothing_is_left(federation, start_hub):
+    """The donor's control plane goes (on the real one every process SIGKILLed) while a GPU
+    kernel runs there. Its node agent and the kernel's process run on, as a cluster's data plane
+    does: the notebook still computes meanwhile, and once the donor is back the kernel is the
+    same process, with one pod on the origin and one twin on the donor, neither duplicated nor
+    orphaned once its server stops."""
+    hub = await start_hub(KERNEL_HUB)
+    status, body = await hub.spawn("alice", {"profile": "cpu"})
+    assert status in (201, 202), body
+    await hub.wait_ready("alice")
+    occupy_origin(federation, 2)  # the origin full: the kernel goes to the donor
+    status, kernel = await server_api(hub, "alice", "POST", "/kernels", {"name": "gpuburst-gpu-1"})
+    assert status == 201, (kernel, hub.log_tail())
+    lab = f"{hub.url}/user/alice"
+    out = await execute(lab, hub.token, kernel["id"], f"{WHERE}; import os; pid = os.getpid()")
+    assert out["stdout"].split("\n")[-2].split()[0] == "donor-1", out
+    (pod,) = kernel_pods(federation)
+    await wait_until(lambda: len(donor_kernel_twins(federation, "donor-1")) == 1, timeout=30, what="the kernel's twin on the donor")
+
+    await federation.donor_outage("donor-1", True)
+    try:
+        await asyncio.sleep(DONOR_LOST_S / 2)
+        during = await execute(lab, hub.token, kernel["id"], "print(pid * 2)")
+        assert during["error"] is None and during["stdout"].strip(), during
+        await asyncio.sleep(DONOR_LOST_S / 2)
+    finally:
+        await federation.donor_outage("donor-1", False)
+
+    # back: the same kernel process, still reached, on one pod and one twin
+    after = await execute(lab, hub.token, kernel["id"], "import os; print(os.getpid() == pid)", timeout=120)
+    assert after["stdout"].strip() == "True", after
+    assert [p["metadata"]["uid"] for p in kernel_pods(federation)] == [pod["metadata"]["uid"]]
+    await wait_until(lambda: len(donor_kernel_twins(federation, "donor-1")) == 1, timeout=60, what="the donor's cache read again")
+    status, listing = await server_api(hub, "alice", "GET", "/gpuburst/kernels")
+    assert status == 200 and [(k["site"], k["kernel_id"]) for k in listing["kernels"]] == [("donor-1", kernel["id"])], listing
+
+    status, _ = await hub.api("DELETE", "/users/alice/server")
+    assert status in (202, 204)
+    await wait_until(lambda: not kernel_pods(federation), timeout=60, what="the kernel's pod gone with its server")
+    await wait_until(lambda: not donor_kernel_twins(federation, "donor-1"), timeout=60, what="the kernel's twin gone from the donor")
+
+
 async def test_kernel_that_cannot_be_placed_fails_fast_with_the_reason(federation, start_hub):
     hub = await start_hub(KERNEL_HUB)
     await hub.spawn("alice", {"profile": "cpu"})
