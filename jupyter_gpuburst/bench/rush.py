@@ -73,8 +73,10 @@ from jupyter_gpuburst.bench.rush_setup import (
 )
 from jupyter_gpuburst.bench.spawn import NAMESPACE, metric_sum
 from jupyter_gpuburst.hub.accounting.ledger import POOL_TARGET
+from jupyter_gpuburst.sim.federation import CONTROL_PLANES
 
 HUB_LOG_LEVEL = os.environ.get("GPUBURST_BENCH_HUB_LOG_LEVEL", "WARN")
+CONTROL_PLANE_ROLE = "control plane"  # every site's etcd, kube-apiserver, ... (the real one's)
 QUEUE_METRIC = "jupyterhub_gpuburst_spawn_queue_length"
 SCALED = {
     "real": "JupyterHub and its proxy, GPUBurstSpawner and KubeSpawner, the hub's GPU kernel API, warm pools and queue, "
@@ -364,11 +366,12 @@ async def run_arm(setup: ArmSetup, round_: int, shape: Shape, arrivals: list[flo
     users = [f"s{i:03d}" for i in range(len(arrivals))]
     arm.students = [Student(u, t) for u, t in zip(users, arrivals, strict=True)]
     work = state_dir / f"r{round_}-{setup.name}"
-    async with federation_process(federation_data(shape, args.pull_speedup, setup.pulled), work / "sim") as fed:
+    data = federation_data(shape, args.pull_speedup, setup.pulled)
+    async with federation_process(data, work / "sim", args.control_plane, NAMESPACE) as fed:
         hub = HubProcess(
             work / "hub",
             hub_config(setup, users, args.start_timeout, args.api_request_timeout, args.hub_sqlite == "wal"),
-            env={"KUBECONFIG": str(fed.kubeconfig)},
+            env={"KUBECONFIG": str(fed.hub_kubeconfig)},
             log_level=HUB_LOG_LEVEL,
         )
         try:
@@ -381,10 +384,10 @@ async def run_arm(setup: ArmSetup, round_: int, shape: Shape, arrivals: list[flo
                     arm.warm_up_s, arm.pools_ready = await warm_up(fed, setup.warm, args.warm_up_timeout)
                 stop = asyncio.Event()
                 watcher = asyncio.create_task(watch(arm, fed, hub, http, stop))
-                cpu = cpu_share.CPUShare(
-                    {"hub": hub.proc.pid if hub.proc else -1, "federation": fed.pid or -1, "benchmark": os.getpid()},
-                    {"hub": "proxy", "federation": "pods"},
-                )
+                roles: dict[str, Any] = {"hub": hub.proc.pid if hub.proc else -1, "federation": fed.pid or -1, "benchmark": os.getpid()}
+                if control_plane := fed.control_plane_pids():
+                    roles[CONTROL_PLANE_ROLE] = control_plane
+                cpu = cpu_share.CPUShare(roles, {"hub": "proxy", "federation": "pods"})
                 sampler = asyncio.create_task(cpu.run(stop))
                 started = time.monotonic()
                 deadline = started + arrivals[-1] + args.start_timeout + 60
@@ -502,6 +505,7 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
             arms.append(await run_arm(setup, round_, shape, arrivals, args, state_dir))
     result: dict[str, Any] = {
         "benchmark": "rush",
+        "control_plane": args.control_plane,
         "students": args.students,
         "modes": list(args.modes),
         "window_s": args.window,
@@ -550,6 +554,13 @@ def main(argv: list[str]) -> int:
         help="the hub's SQLite journal: WAL, as docs/warm-pools.md prepares a hub for a lab (default), "
         "or SQLite's default rollback journal",
     )
+    parser.add_argument(
+        "--control-plane",
+        choices=CONTROL_PLANES,
+        default="emulator",
+        help="'kube': every site on its own real control plane (make kube), the hub as its ServiceAccount installed as "
+        "docs/install.md says, kube-scheduler placing and preempting (default: %(default)s)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="arrivals' random seed")
     parser.add_argument(
         "--mode",
@@ -565,4 +576,9 @@ def main(argv: list[str]) -> int:
     args.modes = tuple(args.modes or ("kernel", "server"))
     if args.students < 1 or args.rounds < 1 or args.window <= 0 or not 0 < args.pool_fraction <= 1 or args.pull_speedup <= 0:
         parser.error("need --students and --rounds >= 1, --window > 0 and 0 < --pool-fraction <= 1")
+    if args.control_plane == "kube":
+        from jupyter_gpuburst.sim.kube import deployment
+
+        if why := deployment.unavailable():
+            parser.error(f"--control-plane kube: {why}")
     return stopping.run_and_print(lambda state_dir: run(args, state_dir), args.state_dir, "rush", args.json)

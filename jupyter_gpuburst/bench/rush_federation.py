@@ -32,16 +32,37 @@ from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub.kernels.prestarted import pool_namespace
 
 START_TIMEOUT_S = 120.0
+CONTROL_PLANE_PROGRAMS = frozenset({"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"})
 
 
 class FederationView:
     """One API client per cluster of the federation (its kubeconfig's contexts)."""
 
-    def __init__(self, apis: dict[str, client.ApiClient], origin: str, kubeconfig: Path, pid: int | None = None):
+    def __init__(
+        self, apis: dict[str, client.ApiClient], origin: str, kubeconfig: Path, pid: int | None = None, hub_kubeconfig: Path | None = None
+    ):
         self.apis = apis
         self.origin = origin
-        self.kubeconfig = kubeconfig  # the hub's, too
-        self.pid = pid  # the emulator's process, whose children are the pods' processes
+        self.kubeconfig = kubeconfig  # the admin's
+        # the hub's: on the real control plane its ServiceAccount's; the emulator's clients are all admins
+        self.hub_kubeconfig = hub_kubeconfig or kubeconfig
+        self.pid = pid  # the federation's process, whose children are the pods' processes
+
+    def control_plane_pids(self) -> list[int]:
+        """The real control planes' processes (etcd, kube-apiserver, ...), children of the
+        federation's process; none on the emulator, whose API servers are that process."""
+        if self.pid is None:
+            return []
+        try:
+            children = psutil.Process(self.pid).children()
+        except psutil.Error:
+            return []
+        pids = []
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                if child.name() in CONTROL_PLANE_PROGRAMS:
+                    pids.append(child.pid)
+        return pids
 
     def core(self, cluster: str | None = None) -> client.CoreV1Api:
         return client.CoreV1Api(self.apis[cluster or self.origin])
@@ -77,14 +98,20 @@ class FederationView:
 
 
 @contextlib.asynccontextmanager
-async def federation_process(data: dict[str, Any], workdir: Path) -> AsyncIterator[FederationView]:
+async def federation_process(
+    data: dict[str, Any], workdir: Path, control_plane: str = "emulator", users_namespace: str = "default"
+) -> AsyncIterator[FederationView]:
     """``gpuburst sim --config`` with ``data`` (rush.yaml, scaled), until the block ends; its
-    output goes to ``workdir/sim.log``."""
+    output goes to ``workdir/sim.log``. On the real control plane (``control_plane="kube"``) it
+    installs the hub as docs/install.md says, its users in ``users_namespace``."""
     workdir.mkdir(parents=True, exist_ok=True)
     config_path, kubeconfig = workdir / "federation.yaml", workdir / "kubeconfig"
     config_path.write_text(yaml.safe_dump(data, sort_keys=False))
     log_path = workdir / "sim.log"
     argv = [sys.executable, "-m", "jupyter_gpuburst.cli", "sim", "--config", str(config_path), "--kubeconfig-out", str(kubeconfig)]
+    argv += ["--control-plane", control_plane]
+    if control_plane == "kube":
+        argv += ["--install-hub", users_namespace]
     # --stop-with-parent: a benchmark killed outright (no clean-up of its own) still ends it
     argv += ["--state-dir", str(workdir / "pods"), "--gpus", "simulated", "--stop-with-parent"]
     with log_path.open("wb") as log:
@@ -98,7 +125,8 @@ async def federation_process(data: dict[str, Any], workdir: Path) -> AsyncIterat
             configuration = client.Configuration()
             await config.load_kube_config(config_file=str(kubeconfig), context=context["name"], client_configuration=configuration)
             apis[context["name"]] = client.ApiClient(configuration)
-        yield FederationView(apis, current["name"], kubeconfig, proc.pid)
+        hub_kubeconfig = workdir / "hub.kubeconfig" if control_plane == "kube" else None
+        yield FederationView(apis, current["name"], kubeconfig, proc.pid, hub_kubeconfig)
     finally:
         # shielded: a second cancellation must not leave the federation half stopped
         await asyncio.shield(_close_and_stop(apis, proc))

@@ -38,6 +38,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="where to write the kubeconfig with a context per cluster (default: %(default)s)",
     )
     parser.add_argument(
+        "--install-hub",
+        metavar="NAMESPACE",
+        default=None,
+        help="with --control-plane kube: install on the origin as docs/install.md asks an admin to (the hub's RBAC, "
+        "the users' namespace NAMESPACE, each donor's kernel namespace), and write a kubeconfig acting as the hub's "
+        "ServiceAccount, hub.kubeconfig, beside --kubeconfig-out",
+    )
+    parser.add_argument(
         "--state-dir", type=Path, default=None, help="pod working directories and logs (default: a temp dir, removed on exit)"
     )
     parser.add_argument(
@@ -65,9 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def serve(
-    config: FederationConfig, kubeconfig_out: Path, state_dir: Path | None, parent: int | None = None, control_plane: str = "emulator"
+    config: FederationConfig,
+    kubeconfig_out: Path,
+    state_dir: Path | None,
+    parent: int | None = None,
+    control_plane: str = "emulator",
+    install_hub: str | None = None,
 ) -> None:
-    """Run the federation until SIGINT, SIGTERM or, with ``parent``, that process's end."""
+    """Run the federation until SIGINT, SIGTERM or, with ``parent``, that process's end;
+    ``install_hub``: the users' namespace of a hub installed as docs/install.md says."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -93,6 +107,11 @@ async def serve(
         for name, url in fed.contexts().items():
             print(f"{name}: {url}", flush=True)
         print(f"kubeconfig: {path} (contexts: {', '.join(fed.contexts())}; current: {fed.origin.name})", flush=True)
+        if install_hub is not None:
+            from jupyter_gpuburst.sim.kube import deployment
+
+            hub = deployment.hub_kubeconfig(fed.origin, Path(kubeconfig_out).parent, users=install_hub, donors=fed.donors)
+            print(f"hub kubeconfig: {hub} (the hub's ServiceAccount, users in namespace {install_hub})", flush=True)
         print("ready; Ctrl-C to stop", flush=True)
         await stop.wait()
         print("stopping", flush=True)
@@ -111,10 +130,13 @@ def main(argv: list[str]) -> int:
     if args.check:
         print(f"{config.source}: ok ({1 + len(config.donors)} clusters)")
         return 0
+    if args.install_hub is not None and args.control_plane != "kube":
+        print("gpuburst sim: --install-hub needs --control-plane kube (the emulator's clients are all admins)", file=sys.stderr)
+        return 2
     if args.control_plane == "kube":
-        from jupyter_gpuburst.sim.kube import binaries  # the emulator needs none of it
+        from jupyter_gpuburst.sim.kube import binaries, deployment  # the emulator needs none of it
 
-        if why := binaries.missing():
+        if why := (deployment.unavailable() if args.install_hub is not None else binaries.missing()):
             print(f"gpuburst sim: {why}", file=sys.stderr)
             return 2
     # read first: a parent that is gone by the time the federation is up still counts
@@ -140,7 +162,7 @@ def main(argv: list[str]) -> int:
         print(f"gpuburst sim: no pod network namespaces: {why}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(serve(config, args.kubeconfig_out, args.state_dir, parent, args.control_plane))
+        asyncio.run(serve(config, args.kubeconfig_out, args.state_dir, parent, args.control_plane, args.install_hub))
     except (OSError, RuntimeError) as exc:  # a port taken, a control plane that did not come up (its log's tail follows)
         print(f"gpuburst sim: {exc}", file=sys.stderr)
         return 1

@@ -1,0 +1,64 @@
+"""`gpuburst bench rush --control-plane kube`: a lab's rush on real control planes, the hub as its
+ServiceAccount installed as docs/install.md says. Kernel mode adopts pre-started GPU kernels
+(the hub's `patch` on pods, judged by kube-apiserver's RBAC), and server mode's spawns take
+their GPUs from warm placeholders that kube-scheduler preempts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import uuid
+
+import pytest
+from helpers.kubetier import audit_collection
+
+from jupyter_gpuburst.bench import rush
+from jupyter_gpuburst.sim.kube import binaries
+
+pytestmark = pytest.mark.kube
+
+STUDENTS = 6
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_a_small_rush_on_real_control_planes_runs_every_arm(capsys, tmp_path, tmp_path_factory):
+    if not binaries.available():
+        pytest.skip("the real control plane is not built here (`make kube`)")
+    argv = ["--control-plane", "kube", "--students", str(STUDENTS), "--rounds", "1", "--window", "6"]
+    argv += ["--pull-speedup", "50", "--start-timeout", "180", "--warm-up-timeout", "300", "--state-dir", str(tmp_path), "--json"]
+    try:
+        code = rush.main(argv)
+    finally:
+        # each arm's hub, judged with the tier's others (tests/kube/test_zz_hub_rbac.py)
+        for audit in tmp_path.glob("r*/sim/pods/control-planes/origin/audit.log"):
+            shutil.copyfile(audit, audit_collection(tmp_path_factory) / f"{uuid.uuid4().hex}.jsonl")
+    result = json.loads(capsys.readouterr().out)
+    assert result["control_plane"] == "kube"
+    assert code == 0 and result["ok"], (result["checks"], [r.get("lost_detail") for r in result["rounds"]])
+    for name, arm in result["arms"].items():
+        assert arm["ran"] == STUDENTS and arm["lost"] == 0, (name, arm)
+    by_arm = {r["arm"]: r for r in result["rounds"]}
+    # adoption patches the pre-started kernel's pod: refused, every start would have been cold
+    assert by_arm["kernel_pools"]["adopted_prestarted"] > 0, by_arm["kernel_pools"]
+    assert by_arm["kernel_no_pools"]["adopted_prestarted"] == 0
+    # each arm's CPU shows the real control plane's share apart from the node agents' and the hub's
+    for r in result["rounds"]:
+        used = r["cpu"]["cpu_s_by_role"]
+        assert used[rush.CONTROL_PLANE_ROLE] > 0 and used["hub"] > 0 and used["federation"] > 0, (r["arm"], used)
+
+
+def test_install_hub_needs_the_real_control_plane(tmp_path):
+    """On the emulator every client is an admin: a hub installed there would prove nothing."""
+    out = subprocess.run(
+        [sys.executable, "-m", "jupyter_gpuburst.cli", "sim", "--install-hub", "default", "--kubeconfig-out", str(tmp_path / "k")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and out.stderr.strip() == (
+        "gpuburst sim: --install-hub needs --control-plane kube (the emulator's clients are all admins)"
+    ), out
+    assert not (tmp_path / "k").exists()
