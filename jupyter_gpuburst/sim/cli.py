@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -16,6 +17,15 @@ from jupyter_gpuburst.sim.federation import CONTROL_PLANES, Federation
 from jupyter_gpuburst.sim.hostgpus import GPUS_MODE_ENV, GPUS_MODES, HostGPUError, host_gpus, with_host_gpus
 from jupyter_gpuburst.sim.kubelet import netns
 from jupyter_gpuburst.sim.lifeline import on_parent_exit
+
+# a namespace's name, as kube-apiserver validates it (RFC 1123 label)
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _namespace(value: str) -> str:
+    if not _NAMESPACE.match(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a namespace's name (lowercase letters, digits and '-', at most 63)")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--install-hub",
         metavar="NAMESPACE",
+        type=_namespace,
         default=None,
         help="with --control-plane kube: install on the origin as docs/install.md asks an admin to (the hub's RBAC, "
         "the users' namespace NAMESPACE, each donor's kernel namespace), and write a kubeconfig acting as the hub's "

@@ -62,3 +62,15 @@ def test_install_hub_needs_the_real_control_plane(tmp_path):
         "gpuburst sim: --install-hub needs --control-plane kube (the emulator's clients are all admins)"
     ), out
     assert not (tmp_path / "k").exists()
+
+
+def test_install_hub_refuses_what_is_no_namespace_name(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "jupyter_gpuburst.cli", "sim", "--control-plane", "kube", "--install-hub", "Students_2026"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and out.stderr.strip().endswith(
+        "argument --install-hub: 'Students_2026' is not a namespace's name (lowercase letters, digits and '-', at most 63)"
+    ), out
