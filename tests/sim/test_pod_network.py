@@ -95,8 +95,9 @@ async def test_two_pods_take_the_same_ports_and_reach_each_other(cluster):
 
 
 def host_addresses() -> set[str]:
-    """Every IPv4 address of the host's network namespace, with its interface."""
-    out = subprocess.run(["ip", "-4", "-o", "address", "show"], capture_output=True, text=True, check=True).stdout
+    """Every address of the host's network namespace, IPv4 and IPv6 (a link-local one too), with
+    its interface."""
+    out = subprocess.run(["ip", "-o", "address", "show"], capture_output=True, text=True, check=True).stdout
     return {" ".join(line.split()[1:4]) for line in out.splitlines()}
 
 

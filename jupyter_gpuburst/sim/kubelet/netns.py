@@ -17,9 +17,10 @@ wiring is kernel routing only, as a CNI plugin's ptp mode does it:
   wins over ``local 127.0.0.0/8``) and ``eth0`` in the pod (the pod IP and 127.0.0.1 on ``lo`` as
   /32s, the rest of 127.0.0.0/8 routed through the node's address, which the host answers ARP
   for as it does for any address of ``local 127.0.0.0/8``, and not for other pods' addresses);
-- no address on the host's end: the node's address is the host's already (all of 127.0.0.0/8
-  is), and a new address in the host's namespace is a network change to every program that
-  watches for one. Chromium does: it fails every request still waiting for a connection with
+- no address on the host's end, not even the IPv6 link-local one the kernel would give it
+  (``addrgenmode none``): the node's address is the host's already (all of 127.0.0.0/8 is), and
+  a new address in the host's namespace is a network change to every program that watches for
+  one. Chromium does: it fails every request still waiting for a connection with
   ERR_NETWORK_CHANGED, and a JupyterLab that loads then shows half a page;
 - ``route_localnet`` on both ends, since loopback addresses may not cross a wire otherwise, and
   ``forwarding`` on the host's end, so that pods reach one another through the host.
@@ -155,6 +156,9 @@ class PodNetwork:
             "-",
             stdin=(
                 f"link add {self.interface} type veth peer name {POD_INTERFACE} netns {self.sandbox.pid}\n"
+                # no IPv6 link-local address: one turns permanent a second after the link is up,
+                # an address change in the host's namespace as any other (the module docstring)
+                f"link set {self.interface} addrgenmode none\n"
                 f"link set {self.interface} up\n"
                 f"route replace {self.pod_ip}/32 dev {self.interface} table local src {node_ip}\n"
             ),
