@@ -124,8 +124,7 @@ test-browser: setup
 # kernel's use in the ledger, a GPU kernel through its donor's loss (the donor's control plane
 # SIGKILLed), a donor spawn (and the namespace's offloading), the Unschedulable redirect from
 # kube-scheduler's own refusal, home volumes (the site's provisioner), the queue's cancel that
-# deletes an unused claim, and a small `bench rush` (adoption, and placeholders kube-scheduler
-# preempts).
+# deletes an unused claim, and a small `bench rush` in kernel mode (pre-started kernels adopted).
 KUBE_TESTS := tests/hub/pools/test_prestarted_integration.py \
 	tests/hub/culling/test_budget_hub.py::test_a_gpu_kernel_over_budget_is_warned_then_stopped_and_its_notebook_hears_why \
 	tests/hub/culling/test_hub.py::test_idle_gpu_server_is_warned_kept_once_then_stopped_and_the_spawn_page_says_why \

@@ -18,7 +18,7 @@ import pytest
 from jupyter_gpuburst.core import podsecurity
 from jupyter_gpuburst.doctor.connect import USER_AGENT_PRODUCT
 from jupyter_gpuburst.sim.config import load_config
-from jupyter_gpuburst.sim.kube import binaries, deployment
+from jupyter_gpuburst.sim.kube import audit, binaries, deployment
 from jupyter_gpuburst.sim.kube.deployment import ADMIN_MANIFESTS, HUB_NAMESPACE, HUB_RBAC, HUB_USER, OUR_RBAC
 
 __all__ = ["ADMIN_MANIFESTS", "HUB_NAMESPACE", "HUB_RBAC", "HUB_USER", "NAMESPACES", "OUR_RBAC"]
@@ -35,6 +35,18 @@ DONORS = tuple(donor.cluster.id for donor in load_config().donors)
 NAMESPACES = deployment.namespaces(USERS_NAMESPACE, DONORS)
 # servers share the users' namespace with kernels: restricted is reported (warn, audit), not enforced
 USERS_POD_SECURITY = podsecurity.namespace_labels(warn=podsecurity.RESTRICTED, audit=podsecurity.RESTRICTED)
+
+# Refused on purpose, each with why the hub asks anyway.
+EXPECTED_REFUSALS: dict[audit.Use, str] = {
+    audit.Use("create", "", "namespaces", namespaced=False): (
+        "GPU kernels on a donor: the hub makes the donor's kernel namespace where it may; install has "
+        "the admin apply hub_config/donor-kernels.yaml instead, and the hub uses that one (hub/kernels/donorspace.py)"
+    ),
+    audit.Use("create", "scheduling.k8s.io", "priorityclasses", namespaced=False): (
+        "warm pools: the hub creates its PriorityClass where it may; install has the admin apply "
+        "hub_config/warm-pools.yaml instead, and the hub says so once (hub/pools/controller.py)"
+    ),
+}
 
 
 def on_kube() -> bool:

@@ -1,21 +1,19 @@
-"""`gpuburst bench rush --control-plane kube`: a lab's rush on real control planes, the hub as its
-ServiceAccount installed as docs/install.md says. Kernel mode adopts pre-started GPU kernels
-(the hub's `patch` on pods, judged by kube-apiserver's RBAC), and server mode's spawns take
-their GPUs from warm placeholders that kube-scheduler preempts."""
+"""`gpuburst bench rush --control-plane kube`: a lab's rush in kernel mode on real control planes,
+the hub as its ServiceAccount installed as docs/install.md says: with pools, each student's GPU
+kernel adopts a pre-started one (the hub's `patch` on pods, which kube-apiserver's RBAC judges).
+Server mode's placeholders preempted by kube-scheduler are the pools tests' (test_pools_integration)."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-import uuid
 
 import pytest
-from helpers.kubetier import audit_collection
+from helpers.kubetier import EXPECTED_REFUSALS, HUB_USER
 
 from jupyter_gpuburst.bench import rush
-from jupyter_gpuburst.sim.kube import binaries
+from jupyter_gpuburst.sim.kube import audit, binaries
 
 pytestmark = pytest.mark.kube
 
@@ -24,17 +22,12 @@ STUDENTS = 6
 
 @pytest.mark.integration
 @pytest.mark.timeout(600)
-def test_a_small_rush_on_real_control_planes_runs_every_arm(capsys, tmp_path, tmp_path_factory):
+def test_a_small_kernel_rush_on_real_control_planes_adopts_pre_started_kernels(capsys, tmp_path):
     if not binaries.available():
         pytest.skip("the real control plane is not built here (`make kube`)")
-    argv = ["--control-plane", "kube", "--students", str(STUDENTS), "--rounds", "1", "--window", "6"]
+    argv = ["--control-plane", "kube", "--mode", "kernel", "--students", str(STUDENTS), "--rounds", "1", "--window", "6"]
     argv += ["--pull-speedup", "50", "--start-timeout", "180", "--warm-up-timeout", "300", "--state-dir", str(tmp_path), "--json"]
-    try:
-        code = rush.main(argv)
-    finally:
-        # each arm's hub, judged with the tier's others (tests/kube/test_zz_hub_rbac.py)
-        for audit in tmp_path.glob("r*/sim/pods/control-planes/origin/audit.log"):
-            shutil.copyfile(audit, audit_collection(tmp_path_factory) / f"{uuid.uuid4().hex}.jsonl")
+    code = rush.main(argv)
     result = json.loads(capsys.readouterr().out)
     assert result["control_plane"] == "kube"
     assert code == 0 and result["ok"], (result["checks"], [r.get("lost_detail") for r in result["rounds"]])
@@ -48,6 +41,14 @@ def test_a_small_rush_on_real_control_planes_runs_every_arm(capsys, tmp_path, tm
     for r in result["rounds"]:
         used = r["cpu"]["cpu_s_by_role"]
         assert used[rush.CONTROL_PLANE_ROLE] > 0 and used["hub"] > 0 and used["federation"] > 0, (r["arm"], used)
+    # the API server refused each arm's hub nothing but what the hub asks for knowing it may be refused
+    logs = sorted(tmp_path.glob("r0-*/sim/pods/control-planes/origin/audit.log"))
+    assert len(logs) == 2
+    for log in logs:
+        used = audit.uses([log], HUB_USER)
+        assert used, f"{log}: no request of the hub's"
+        refused = sorted(str(u) for u, code in used.items() if code == 403 and u not in EXPECTED_REFUSALS)
+        assert not refused, f"{log}: the API server refused the hub: {refused}"
 
 
 def test_install_hub_needs_the_real_control_plane(tmp_path):

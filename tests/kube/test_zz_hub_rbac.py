@@ -7,7 +7,17 @@ to the same set."""
 from __future__ import annotations
 
 import pytest
-from helpers.kubetier import DONORS, HUB_NAMESPACE, HUB_RBAC, HUB_USER, NAMESPACES, NOT_THE_HUB, OUR_RBAC, collected_audit
+from helpers.kubetier import (
+    DONORS,
+    EXPECTED_REFUSALS,
+    HUB_NAMESPACE,
+    HUB_RBAC,
+    HUB_USER,
+    NAMESPACES,
+    NOT_THE_HUB,
+    OUR_RBAC,
+    collected_audit,
+)
 
 from jupyter_gpuburst.doctor.permissions import KERNEL_PERMISSIONS, REQUIRED_PERMISSIONS
 from jupyter_gpuburst.sim.kube import audit
@@ -28,17 +38,6 @@ UNUSED_BUT_NEEDED: dict[audit.Use, str] = {
         for verb in ("get", "create", "update")
         for group, resource in (("", "services"), ("discovery.k8s.io", "endpointslices"))
     },
-}
-# Refused on purpose, each with why the hub asks anyway.
-EXPECTED_REFUSALS: dict[audit.Use, str] = {
-    audit.Use("create", "", "namespaces", namespaced=False): (
-        "GPU kernels on a donor: the hub makes the donor's kernel namespace where it may; install has "
-        "the admin apply hub_config/donor-kernels.yaml instead, and the hub uses that one (hub/kernels/donorspace.py)"
-    ),
-    audit.Use("create", "scheduling.k8s.io", "priorityclasses", namespaced=False): (
-        "warm pools: the hub creates its PriorityClass where it may; install has the admin apply "
-        "hub_config/warm-pools.yaml instead, and the hub says so once (hub/pools/controller.py)"
-    ),
 }
 
 
