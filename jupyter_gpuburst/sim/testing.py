@@ -44,14 +44,21 @@ async def running_federation(
 
 @contextlib.asynccontextmanager
 async def one_node_cluster(
-    state_dir: Path, index: int, resources: dict[str, int] | None = None, backoff_initial_s: float | None = None
+    state_dir: Path,
+    index: int,
+    resources: dict[str, int] | None = None,
+    backoff_initial_s: float | None = None,
+    sync_frequency_s: float | None = None,
 ) -> AsyncIterator[Cluster]:
     """A started cluster ``c`` with one node ``n`` (``resources``) and its kubelet, for kubelet
     tests. ``index`` picks its pod network: test files that may run at once each take their own.
-    ``backoff_initial_s`` shortens the kubelet's restart back-off (10 s)."""
+    ``backoff_initial_s`` shortens the kubelet's restart back-off (10 s), ``sync_frequency_s``
+    its periodic sync of every running pod (60 s)."""
     cluster = Cluster(ClusterConfig(name="c", nodes=(NodeConfig(name="n", resources=dict(resources or {})),)), index, state_dir)
     if backoff_initial_s is not None:
         cluster.kubelet.backoff_initial_s = backoff_initial_s
+    if sync_frequency_s is not None:
+        cluster.kubelet.sync_frequency_s = sync_frequency_s
     await cluster.start()
     try:
         yield cluster

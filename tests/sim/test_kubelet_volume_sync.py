@@ -1,6 +1,7 @@
 """The kubelet keeps a running pod's Secret volumes in step with their Secrets: an optional
 Secret that appears after the pod started gets its files once the pod is synced (an update to
-the pod syncs it), as a real kubelet's secret manager and volume manager do."""
+the pod syncs it, and so does the kubelet's periodic sync), as a real kubelet's secret manager
+and volume manager do."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 
 import pytest
 
-from jupyter_gpuburst.sim.testing import one_node_cluster, wait_for_pod
+from jupyter_gpuburst.sim.testing import one_node_cluster, wait_for_pod, wait_until
 
 PY = sys.executable
 # waits for the file, prints it, and exits: what a pre-started kernel's entry point does
@@ -98,3 +99,20 @@ async def test_a_status_write_alone_does_not_sync_and_a_changed_secret_replaces_
     store.mutate("pods", "default", "reader", lambda p: p["metadata"].setdefault("annotations", {}).update(note="sync"))
     done = await wait_for_pod(store, "default", "reader", lambda p: p["status"].get("phase") in ("Succeeded", "Failed"), timeout=10)
     assert done["status"]["phase"] == "Succeeded" and "read second" in logged(cluster, "reader")
+
+
+async def test_a_secret_that_comes_after_the_pods_update_fills_the_volume_at_the_periodic_sync(tmp_path):
+    """Liqo reflects a Secret and a pod's update apart: on a donor the adopted kernel's update can
+    come first, and its sync finds no Secret. The kubelet's periodic sync (--sync-frequency)
+    fills the volume then, as a real kubelet's does; without it the kernel waited for ever."""
+    async with one_node_cluster(tmp_path, 15, sync_frequency_s=0.5) as cluster:
+        store = cluster.store
+        store.create("pods", waiting_pod("late", "after-update"), "default")
+        await wait_for_pod(store, "default", "late", lambda p: "started []" in logged(cluster, "late"))
+        store.mutate("pods", "default", "late", lambda p: p["metadata"].setdefault("labels", {}).update(adopted="yes"))
+        # the kubelet has synced the update (found no Secret) before the Secret comes
+        synced = lambda: (cluster.kubelet._pods[("default", "late")].pod["metadata"].get("labels") or {}).get("adopted") == "yes"  # noqa: E731
+        await wait_until(synced, timeout=10, what="the kubelet's sync of the update")
+        store.create("secrets", secret("after-update", "late-key"), "default")
+        done = await wait_for_pod(store, "default", "late", lambda p: p["status"].get("phase") in ("Succeeded", "Failed"), timeout=10)
+        assert done["status"]["phase"] == "Succeeded" and "got late-key" in logged(cluster, "late"), logged(cluster, "late")

@@ -40,6 +40,11 @@ from jupyter_gpuburst.sim.store import Store
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
+# The kubelet's --sync-frequency (default 1m): it syncs every running pod this often, besides on
+# each update to the pod, and a Secret or ConfigMap volume then follows its source. A Secret that
+# reaches the node's cache after the pod's update (Liqo reflects the two apart, and on the real
+# control plane each through its own watch) is in the pod's files by the next sync, not never.
+SYNC_FREQUENCY_S = 60.0
 
 
 class Kubelet(ContainerRunner, ContainerLifecycle):
@@ -55,8 +60,10 @@ class Kubelet(ContainerRunner, ContainerLifecycle):
         backoff_initial_s: float = BACKOFF_INITIAL_S,
         image_settings: images.ImageSettings | None = None,
         devices: DevicePlugin | None = None,
+        sync_frequency_s: float = SYNC_FREQUENCY_S,
     ):
         self.store = store
+        self.sync_frequency_s = sync_frequency_s
         self.devices = devices or DevicePlugin()
         self.images = images.ImageCache(store, image_settings)
         self.stop_grace_s = stop_grace_s
@@ -72,6 +79,7 @@ class Kubelet(ContainerRunner, ContainerLifecycle):
         self._service_table: list[tuple[str, str, str]] = []
         self._services_task: asyncio.Task | None = None
         self._slices_task: asyncio.Task | None = None
+        self._sync_task: asyncio.Task | None = None
         self._hosts_refresh: asyncio.TimerHandle | None = None
         self.pod_networks = netns.requested()
 
@@ -123,6 +131,7 @@ class Kubelet(ContainerRunner, ContainerLifecycle):
             if not liqo.is_virtual_node(node):
                 self.images.preload(node["metadata"]["name"])
         self._task = asyncio.create_task(self._run(), name="kubelet")
+        self._sync_task = asyncio.create_task(self._sync_periodically(), name="kubelet-sync")
         if processes.uts_namespaces():  # service names live in the pods' own /etc/hosts
             self._services_task = asyncio.create_task(self._watch_services(), name="kubelet-services")
             self._slices_task = asyncio.create_task(self._watch_slices(), name="kubelet-endpointslices")
@@ -130,7 +139,7 @@ class Kubelet(ContainerRunner, ContainerLifecycle):
     async def stop(self) -> None:
         if self._hosts_refresh is not None:
             self._hosts_refresh.cancel()
-        for task in (self._task, self._services_task, self._slices_task):
+        for task in (self._task, self._sync_task, self._services_task, self._slices_task):
             if task:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -243,6 +252,13 @@ class Kubelet(ContainerRunner, ContainerLifecycle):
                         pr.tasks.append(asyncio.create_task(self._finish(pr, grace, remove=True)))
         finally:
             watch.close()
+
+    async def _sync_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.sync_frequency_s)
+            for pr in list(self._pods.values()):
+                if pr.volumes and not pr.killing:
+                    volumes.refresh(self.store, pr.pod, pr.volumes)
 
     def _event(self, pr: PodRun, reason: str, message: str, *, container: ContainerRun | None = None, warning: bool = False) -> None:
         """Record an event; a refused one (namespace terminating, pod gone) is dropped, as the
