@@ -41,6 +41,9 @@ POOL_COMPONENT = "gpuburst-warm-pool"
 POOL_KIND_LABEL = f"{GROUP}/pool-kind"
 POOL_KIND_KERNEL = "kernel"
 PRESTARTED_ANNOTATION = f"{GROUP}/prestarted"
+# Bumped on an adopted donor kernel's pod a few seconds after its adoption: an update that makes
+# the donor's kubelet sync the pod again, in case Liqo brought it the adoption before the Secret.
+VOLUME_SYNC_ANNOTATION = f"{GROUP}/volume-sync"
 
 # The release of the hub that created a server's or a kernel's pod (images are tagged alike):
 # `gpuburst doctor` warns about pods of another release than its own after an upgrade.

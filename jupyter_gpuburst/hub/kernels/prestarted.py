@@ -13,6 +13,11 @@ nothing and belongs to no one. Adoption, for a request placed on that site:
 3. on the origin, it creates the kernel's own NetworkPolicy (``ingress``), owned by the pod:
    until then nothing reaches a waiting kernel, and from then on only the adopter's server.
 
+On a donor, Liqo reflects the Secret and the pod's update apart, and the update may come first:
+the donor's kubelet then syncs the pod before the Secret is there, and the connection file
+appears only at its next periodic sync (a minute by default). So the hub updates the adopted
+pod again a few seconds later (``VOLUME_SYNC_AFTER_S``), which syncs it with the Secret there.
+
 The key is in the Secret only, never in the pod spec, env, the hub's log or its API. Liqo
 reflects the Secret only where the kernel runs: never from the origin, and on a donor only from
 that donor's kernel namespace (``manifests.kernel_namespace``); a waiting kernel elsewhere (a
@@ -23,6 +28,7 @@ the pod besides), and the request starts a pod of its own (``adopt`` returns Fal
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import secrets
@@ -58,6 +64,10 @@ POOL_LABELS = (keys.POOL_LABEL, keys.POOL_SITE_LABEL, keys.POOL_PROFILE_LABEL, k
 CLAIMS: dict[str, tuple[float, str]] = {}
 CLAIM_S = 60.0  # from before the request is placed until it adopts (or gives up): longer than a loaded hub takes
 ADOPTED_HOLD_S = 30.0  # after: longer than a pools pass that listed it before takes
+# after an adoption on a donor, the pod is updated again at these delays (s): Liqo's reflection
+# takes well under a second when all is well, seconds on a busy link or a loaded machine
+VOLUME_SYNC_AFTER_S = (2.0, 5.0)
+_SYNCS: set[asyncio.Task] = set()  # the running second syncs (a task must be referenced to run)
 
 
 def claimed(namespace: str, name: str) -> bool:
@@ -386,7 +396,24 @@ async def _adopt_one(
     registry.tracker.own_namespace(namespace)  # a donor's kernel namespace: the watch follows its pods
     record.prestarted = True
     registry.log.info("GPU kernel %s of %s: adopted pre-started pod %s on %s", record.id, record.user, name, placement.site)
+    if placement.is_donor:
+        task = asyncio.create_task(_sync_again(registry, namespace, name, meta["uid"]), name=f"volume-sync-{name}")
+        _SYNCS.add(task)
+        task.add_done_callback(_SYNCS.discard)
     return True
+
+
+async def _sync_again(registry: KernelRegistry, namespace: str, name: str, uid: str) -> None:
+    """Update the adopted pod after each of ``VOLUME_SYNC_AFTER_S`` (see the module docstring);
+    a pod gone or replaced meanwhile ends it."""
+    for count, delay in enumerate(VOLUME_SYNC_AFTER_S, start=1):
+        await asyncio.sleep(delay)
+        patch = {"metadata": {"uid": uid, "annotations": {keys.VOLUME_SYNC_ANNOTATION: str(count)}}}
+        try:
+            await registry.api.patch_namespaced_pod(name, namespace, patch)
+        except ApiException as exc:
+            registry.log.debug("pre-started kernel %s: no second sync (%s)", name, exc.status)
+            return
 
 
 async def _admit_server(registry: KernelRegistry, record: KernelRecord, uid: str) -> bool:

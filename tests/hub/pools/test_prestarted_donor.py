@@ -91,6 +91,11 @@ async def test_a_donor_kernel_pool_waits_in_the_donors_kernel_namespace_and_a_re
         connection = {"transport": "tcp", "ip": reg.pod_ip(record), **record.ports}
         await first_reply(connection, key.encode(), timeout=30)
         assert name not in {s["metadata"]["name"] for s in store.list("secrets", "default")[0]}
+        # updated again seconds later, so that the donor's kubelet syncs it once more: Liqo may
+        # bring the donor the adoption's update before the Secret (prestarted.VOLUME_SYNC_AFTER_S)
+        last = str(len(prestarted.VOLUME_SYNC_AFTER_S))
+        synced = lambda: (store.get("pods", DONOR_KERNELS, name)["metadata"].get("annotations") or {}).get(keys.VOLUME_SYNC_ANNOTATION)  # noqa: E731
+        await wait_until(lambda: synced() == last, timeout=30, what="the adopted pod updated again")
 
         # adopted, it is no pool's: the next pass makes another one there
         await pools.reconcile()
