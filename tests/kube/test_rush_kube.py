@@ -1,6 +1,7 @@
 """`gpuburst bench rush --control-plane kube`: a lab's rush in kernel mode on real control planes,
 the hub as its ServiceAccount installed as docs/install.md says: with pools, each student's GPU
-kernel adopts a pre-started one (the hub's `patch` on pods, which kube-apiserver's RBAC judges).
+kernel adopts a pre-started one (the hub's `patch` on pods, which kube-apiserver's RBAC judges),
+on the origin and on the donor (where Liqo reflects the adoption's Secret and update apart).
 Server mode's placeholders preempted by kube-scheduler are the pools tests' (test_pools_integration)."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from jupyter_gpuburst.sim.kube import audit, binaries
 
 pytestmark = pytest.mark.kube
 
-STUDENTS = 6
+STUDENTS = 12  # the origin has 8 GPUs (rush_setup.Shape): 4 students adopt on the donor
 
 
 @pytest.mark.integration
@@ -35,7 +36,8 @@ def test_a_small_kernel_rush_on_real_control_planes_adopts_pre_started_kernels(c
         assert arm["ran"] == STUDENTS and arm["lost"] == 0, (name, arm)
     by_arm = {r["arm"]: r for r in result["rounds"]}
     # adoption patches the pre-started kernel's pod: refused, every start would have been cold
-    assert by_arm["kernel_pools"]["adopted_prestarted"] > 0, by_arm["kernel_pools"]
+    assert by_arm["kernel_pools"]["adopted_prestarted"] == STUDENTS, by_arm["kernel_pools"]
+    assert by_arm["kernel_pools"]["by_site"]["donor-1"]["n"] > 0, by_arm["kernel_pools"]["by_site"]
     assert by_arm["kernel_no_pools"]["adopted_prestarted"] == 0
     # each arm's CPU shows the real control plane's share apart from the node agents' and the hub's
     for r in result["rounds"]:

@@ -397,18 +397,18 @@ async def _adopt_one(
     record.prestarted = True
     registry.log.info("GPU kernel %s of %s: adopted pre-started pod %s on %s", record.id, record.user, name, placement.site)
     if placement.is_donor:
-        task = asyncio.create_task(_sync_again(registry, namespace, name, meta["uid"]), name=f"volume-sync-{name}")
+        task = asyncio.create_task(_sync_again(registry, namespace, name), name=f"volume-sync-{name}")
         _SYNCS.add(task)
         task.add_done_callback(_SYNCS.discard)
     return True
 
 
-async def _sync_again(registry: KernelRegistry, namespace: str, name: str, uid: str) -> None:
+async def _sync_again(registry: KernelRegistry, namespace: str, name: str) -> None:
     """Update the adopted pod after each of ``VOLUME_SYNC_AFTER_S`` (see the module docstring);
-    a pod gone or replaced meanwhile ends it."""
+    a pod gone meanwhile ends it (its name, random, is never a later pod's)."""
     for count, delay in enumerate(VOLUME_SYNC_AFTER_S, start=1):
         await asyncio.sleep(delay)
-        patch = {"metadata": {"uid": uid, "annotations": {keys.VOLUME_SYNC_ANNOTATION: str(count)}}}
+        patch = {"metadata": {"annotations": {keys.VOLUME_SYNC_ANNOTATION: str(count)}}}
         try:
             await registry.api.patch_namespaced_pod(name, namespace, patch)
         except ApiException as exc:

@@ -258,7 +258,10 @@ class Kubelet(ContainerRunner, ContainerLifecycle):
             await asyncio.sleep(self.sync_frequency_s)
             for pr in list(self._pods.values()):
                 if pr.volumes and not pr.killing:
-                    volumes.refresh(self.store, pr.pod, pr.volumes)
+                    try:
+                        volumes.refresh(self.store, pr.pod, pr.volumes)
+                    except OSError as exc:  # its directory going with the pod: the next sync skips it
+                        log.debug("periodic sync of pod %s/%s: %s", *pr.key, exc)
 
     def _event(self, pr: PodRun, reason: str, message: str, *, container: ContainerRun | None = None, warning: bool = False) -> None:
         """Record an event; a refused one (namespace terminating, pod gone) is dropped, as the
