@@ -22,6 +22,8 @@ from jupyter_gpuburst.sim.testing import wait_until
 
 pytestmark = pytest.mark.integration
 WARMUP_S = 12
+# how late the hub may hear a server's activity report on a loaded machine (see its use)
+REPORT_TRIP_S = 0.5
 LABS = f"""
 from jupyter_gpuburst.hub import install
 c.Authenticator.allowed_users = {{"tina", "sam", "oli"}}
@@ -260,7 +262,12 @@ async def test_a_lab_in_kernel_mode_pre_starts_the_gpu_kernels_its_students_adop
 
     report = await wait_until(first_cell_heard, timeout=30, what="sam's first GPU cell in the lab's report")
     assert report["measures"] == "first_gpu_cell" and report["started"] == ["sam"], report
-    assert 0 < report["seconds_to_ready"]["p50"] <= ran - asked, (report, ran - asked)
+    # The hub works the first cell's moment out as when it heard the report minus the age the
+    # report gives (ages, not clock readings: the kernel's, the server's and the hub's clocks
+    # need not agree), so the moment is late by the report's trip from the kernel's answer to
+    # the hub, a tenth or two on a loaded machine (a fresh clone read 0.8 against 0.63 s), and
+    # the report gives tenths. Counted from the CPU server's start instead, it would be seconds.
+    assert 0 < report["seconds_to_ready"]["p50"] <= ran - asked + REPORT_TRIP_S + 0.05, (report, ran - asked)
     status, token = await hub.api("POST", "/users/sam/tokens", {"scopes": KERNEL_SCOPES, "note": "labs test"})
     assert status == 201, token
     async with aiohttp.ClientSession() as http:
