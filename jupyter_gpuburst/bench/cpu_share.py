@@ -22,6 +22,7 @@ import psutil
 
 PERIOD_S = 2.0
 OTHER = "other"
+CONTROL_PLANE = "control plane"  # every site's etcd, kube-apiserver, ... (the real control plane's)
 
 
 class CPUShare:

@@ -76,7 +76,6 @@ from jupyter_gpuburst.hub.accounting.ledger import POOL_TARGET
 from jupyter_gpuburst.sim.federation import CONTROL_PLANES
 
 HUB_LOG_LEVEL = os.environ.get("GPUBURST_BENCH_HUB_LOG_LEVEL", "WARN")
-CONTROL_PLANE_ROLE = "control plane"  # every site's etcd, kube-apiserver, ... (the real one's)
 QUEUE_METRIC = "jupyterhub_gpuburst_spawn_queue_length"
 SCALED = {
     "real": "JupyterHub and its proxy, GPUBurstSpawner and KubeSpawner, the hub's GPU kernel API, warm pools and queue, "
@@ -386,7 +385,7 @@ async def run_arm(setup: ArmSetup, round_: int, shape: Shape, arrivals: list[flo
                 watcher = asyncio.create_task(watch(arm, fed, hub, http, stop))
                 roles: dict[str, Any] = {"hub": hub.proc.pid if hub.proc else -1, "federation": fed.pid or -1, "benchmark": os.getpid()}
                 if control_plane := fed.control_plane_pids():
-                    roles[CONTROL_PLANE_ROLE] = control_plane
+                    roles[cpu_share.CONTROL_PLANE] = control_plane
                 cpu = cpu_share.CPUShare(roles, {"hub": "proxy", "federation": "pods"})
                 sampler = asyncio.create_task(cpu.run(stop))
                 started = time.monotonic()

@@ -32,7 +32,6 @@ from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub.kernels.prestarted import pool_namespace
 
 START_TIMEOUT_S = 120.0
-CONTROL_PLANE_PROGRAMS = frozenset({"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"})
 
 
 class FederationView:
@@ -53,6 +52,8 @@ class FederationView:
         federation's process; none on the emulator, whose API servers are that process."""
         if self.pid is None:
             return []
+        from jupyter_gpuburst.sim.kube.controlplane import COMPONENTS  # the emulator needs none of it
+
         try:
             children = psutil.Process(self.pid).children()
         except psutil.Error:
@@ -60,7 +61,7 @@ class FederationView:
         pids = []
         for child in children:
             with contextlib.suppress(psutil.Error):
-                if child.name() in CONTROL_PLANE_PROGRAMS:
+                if child.name() in COMPONENTS:
                     pids.append(child.pid)
         return pids
 

@@ -11,6 +11,7 @@ import time
 
 import psutil
 
+from jupyter_gpuburst.bench import cpu_share
 from jupyter_gpuburst.bench.hubproc import HubProcess
 from jupyter_gpuburst.core import keys, liqo
 from jupyter_gpuburst.sim.federation import Federation
@@ -61,7 +62,7 @@ def cpu_roles(fed: Federation, hub: HubProcess) -> dict[str, int | list[int]]:
     this process."""
     roles: dict[str, int | list[int]] = {"hub": hub.proc.pid if hub.proc else -1, BENCHMARK_ROLE: os.getpid()}
     if fed.control_plane == "kube":
-        roles["control plane"] = [pid for site in fed.clusters.values() for pid in site.control_plane.pids()]
+        roles[cpu_share.CONTROL_PLANE] = [pid for site in fed.clusters.values() for pid in site.control_plane.pids()]
     return roles
 
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 from helpers.kubetier import EXPECTED_REFUSALS, HUB_USER
 
-from jupyter_gpuburst.bench import rush
+from jupyter_gpuburst.bench import cpu_share, rush
 from jupyter_gpuburst.sim.kube import audit, binaries
 
 pytestmark = pytest.mark.kube
@@ -42,7 +42,7 @@ def test_a_small_kernel_rush_on_real_control_planes_adopts_pre_started_kernels(c
     # each arm's CPU shows the real control plane's share apart from the node agents' and the hub's
     for r in result["rounds"]:
         used = r["cpu"]["cpu_s_by_role"]
-        assert used[rush.CONTROL_PLANE_ROLE] > 0 and used["hub"] > 0 and used["federation"] > 0, (r["arm"], used)
+        assert used[cpu_share.CONTROL_PLANE] > 0 and used["hub"] > 0 and used["federation"] > 0, (r["arm"], used)
     # the API server refused each arm's hub nothing but what the hub asks for knowing it may be refused
     logs = sorted(tmp_path.glob("r0-*/sim/pods/control-planes/origin/audit.log"))
     assert len(logs) == 2
