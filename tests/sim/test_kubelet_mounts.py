@@ -119,7 +119,10 @@ async def test_emptydir_is_shared_between_containers_and_writes_outside_volumes_
     a, b = fresh_dir_under("/etc"), fresh_dir_under("/var")
     writer = py(
         "writer",
-        f"import time\nopen('{a}/shared/f','w').write('from writer')\nopen('/etc/{Path(a).name}-outside','w').write('x')\ntime.sleep(60)",
+        # written aside and renamed: the reader polls for the name, and a file created by open()
+        # is there, empty, before its write lands
+        f"import os,time\nopen('{a}/shared/f.part','w').write('from writer')\nos.replace('{a}/shared/f.part','{a}/shared/f')\n"
+        f"open('/etc/{Path(a).name}-outside','w').write('x')\ntime.sleep(60)",
         workingDir=f"{a}/shared",
         volumeMounts=[{"name": "scratch", "mountPath": f"{a}/shared"}],
     )
