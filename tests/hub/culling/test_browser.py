@@ -94,8 +94,20 @@ install(c)
 c.JupyterHub.load_roles.append({"name": "gpu-kernels", "scopes": ["custom:gpuburst:kernels", "access:services!service=gpuburst"], "users": ["alice"]})
 c.GPUKernelSettings.extra_env = {"JUPYTER_GPUBURST_BACKEND": "simulated"}
 """
+# The cell keeps the (simulated) GPU busy for two of the kernel's one-second samples, so the idle
+# time runs from the cell's end, when the test opens the panel. A cell too short to be sampled
+# left it counting from the kernel's start: on a loaded machine the first output came late, and
+# the kernel was stopped before the panel opened, with its 30 s of warning missed.
 NOTEBOOK = {
-    "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": "print('on a GPU')"}],
+    "cells": [
+        {
+            "cell_type": "code",
+            "execution_count": None,
+            "metadata": {},
+            "outputs": [],
+            "source": "import time\ntime.sleep(2)\nprint('on a GPU')",
+        }
+    ],
     "metadata": {"kernelspec": {"name": "gpuburst-gpu-1", "display_name": "Python 3 (1 GPU)", "language": "python"}},
     "nbformat": 4,
     "nbformat_minor": 5,
