@@ -266,7 +266,10 @@ def main(argv: list[str] | None = None) -> None:
     note = os.environ.pop(NOTE_ENV, "").strip()
     from ipykernel.kernelapp import IPKernelApp
 
-    app = IPKernelApp.instance()
+    from jupyter_gpuburst.kernel.interrupt import GPUBurstKernel
+
+    # interrupted through its main thread: kernel/interrupt.py says why
+    app = IPKernelApp.instance(kernel_class=GPUBurstKernel)
     try:
         app.initialize(["-f", connection_file, *(argv if argv is not None else sys.argv[1:])])
     finally:

@@ -1,0 +1,60 @@
+"""tools/cpu-by-program: a command's CPU by program, its orphans included, nothing else counted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TOOL = Path(__file__).resolve().parents[1] / "tools" / "cpu-by-program"
+BUSY = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\n"
+
+
+def test_a_commands_processes_are_counted_by_program_and_an_outsider_is_not(tmp_path):
+    if os.environ.get("CPU_BY_PROGRAM_ACTIVE"):
+        pytest.skip("the suite itself runs under tools/cpu-by-program, which does not nest")
+    # busy beside the command but not started by it: must not be counted
+    outsider = subprocess.Popen([sys.executable, "-c", BUSY.format(s=3)])
+    script = tmp_path / "spend.sh"
+    # a child that spends 0.4 s, and one left running when the shell ends (an orphan) that
+    # spends 0.3 s more after it
+    script.write_text(
+        f'"{sys.executable}" -c "$CHILD"\n(sleep 0.3; exec "{sys.executable}" -c "$ORPHAN") &\n',
+    )
+    env = {"CHILD": BUSY.format(s=0.4), "ORPHAN": BUSY.format(s=0.3), "PATH": "/usr/bin:/bin"}
+    try:
+        done = subprocess.run(
+            [sys.executable, str(TOOL), "--json", "--", "bash", str(script)], capture_output=True, text=True, env=env, timeout=60
+        )
+    finally:
+        outsider.kill()
+        outsider.wait()
+    if done.returncode == 2 and "refused" in done.stderr:
+        pytest.skip("process accounting needs root here")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    python = {p["program"]: p for p in result["by_program"]}["python (other)"]
+    assert python["processes"] == 2
+    # 0.7 s between them; the outsider's 3 s would show
+    assert 0.6 <= python["cpu_s"] <= 1.5, result
+    assert result["still_running_after_grace"] == 0
+
+
+def test_no_command_is_a_usage_error():
+    done = subprocess.run([sys.executable, str(TOOL)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "give the command to run after --" in done.stderr
+
+
+def test_a_run_inside_a_run_is_refused():
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--", "true"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "CPU_BY_PROGRAM_ACTIVE": "1"},
+    )
+    assert done.returncode == 3 and "does not nest" in done.stderr
