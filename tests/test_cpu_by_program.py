@@ -44,6 +44,27 @@ def test_a_commands_processes_are_counted_by_program_and_an_outsider_is_not(tmp_
     assert result["still_running_after_grace"] == 0
 
 
+def test_an_orphan_is_reaped_when_it_ends_not_left_a_zombie(tmp_path):
+    if os.environ.get("CPU_BY_PROGRAM_ACTIVE"):
+        pytest.skip("the suite itself runs under tools/cpu-by-program, which does not nest")
+    # the command waits for its orphan to be gone, as a test waits for a daemon it stopped
+    script = (
+        "import os, subprocess, sys, time\n"
+        "orphan = subprocess.Popen(['sh', '-c', 'sleep 0.3 & echo $!'], stdout=subprocess.PIPE).stdout.readline()\n"
+        "pid = int(orphan)\n"
+        "deadline = time.monotonic() + 10\n"
+        "while os.path.exists(f'/proc/{pid}') and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        "sys.exit(0 if time.monotonic() < deadline else 7)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--json", "--", sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    if done.returncode == 2 and "refused" in done.stderr:
+        pytest.skip("process accounting needs root here")
+    assert done.returncode == 0, done.stderr
+
+
 def test_no_command_is_a_usage_error():
     done = subprocess.run([sys.executable, str(TOOL)], capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and "give the command to run after --" in done.stderr
