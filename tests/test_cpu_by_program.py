@@ -28,7 +28,11 @@ def test_a_commands_processes_are_counted_by_program_and_an_outsider_is_not(tmp_
     env = {"CHILD": BUSY.format(s=0.4), "ORPHAN": BUSY.format(s=0.3), "PATH": "/usr/bin:/bin"}
     try:
         done = subprocess.run(
-            [sys.executable, str(TOOL), "--json", "--", "bash", str(script)], capture_output=True, text=True, env=env, timeout=60
+            [sys.executable, str(TOOL), "--json", str(tmp_path / "cpu.json"), "--", "bash", str(script)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
         )
     finally:
         outsider.kill()
@@ -36,7 +40,8 @@ def test_a_commands_processes_are_counted_by_program_and_an_outsider_is_not(tmp_
     if done.returncode == 2 and "refused" in done.stderr:
         pytest.skip("process accounting needs root here")
     assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
+    result = json.loads((tmp_path / "cpu.json").read_text())
+    assert "python (other)" in done.stderr  # the table, after the command's own output
     python = {p["program"]: p for p in result["by_program"]}["python (other)"]
     assert python["processes"] == 2
     # 0.7 s between them; the outsider's 3 s would show
@@ -57,9 +62,7 @@ def test_an_orphan_is_reaped_when_it_ends_not_left_a_zombie(tmp_path):
         "    time.sleep(0.05)\n"
         "sys.exit(0 if time.monotonic() < deadline else 7)\n"
     )
-    done = subprocess.run(
-        [sys.executable, str(TOOL), "--json", "--", sys.executable, "-c", script], capture_output=True, text=True, timeout=60
-    )
+    done = subprocess.run([sys.executable, str(TOOL), "--", sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     if done.returncode == 2 and "refused" in done.stderr:
         pytest.skip("process accounting needs root here")
     assert done.returncode == 0, done.stderr
