@@ -266,10 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     note = os.environ.pop(NOTE_ENV, "").strip()
     from ipykernel.kernelapp import IPKernelApp
 
-    from jupyter_gpuburst.kernel.interrupt import GPUBurstKernel
-
-    # interrupted through its main thread: kernel/interrupt.py says why
-    app = IPKernelApp.instance(kernel_class=GPUBurstKernel)
+    app = IPKernelApp.instance()
     try:
         app.initialize(["-f", connection_file, *(argv if argv is not None else sys.argv[1:])])
     finally:

@@ -59,8 +59,6 @@ async def test_gpu_kernel_lifecycle_through_the_hub_api(hub, specs):
             "'JUPYTER_GPUBURST_KERNEL_CONNECTION' in os.environ)",
         )
         assert leftover["result"] == "(False, False)"
-        # interrupted through its main thread (kernel/interrupt.py)
-        assert (await run(client, "type(get_ipython().kernel).__name__"))["result"] == "'GPUBurstKernel'"
         assert await km.is_alive()
 
         # interrupt travels on the control channel, like for any kernel with interrupt_mode message
