@@ -109,6 +109,34 @@ class FakeHub:
         """Every pod's output so far, each under its record id."""
         return "\n".join(f"--- pod {path.stem[4:]}\n{path.read_text(errors='replace')}" for path in sorted(self.log_dir.glob("pod-*.log")))
 
+    def signal_report(self) -> str:
+        """Where each running kernel's SIGINT stands, thread by thread (from /proc), for a lost
+        interrupt's report: ignored, caught, blocked or pending, and what each thread waits in."""
+        lines = []
+        for record in self.kernels.values():
+            pid = record["process"].pid
+            if record["process"].poll() is not None:
+                continue
+            status = _proc_status(Path(f"/proc/{pid}/status"))
+            sigint = [
+                name
+                for name, mask in (("ignored", "SigIgn"), ("caught", "SigCgt"), ("pending for the process", "ShdPnd"))
+                if _has_sigint(status, mask)
+            ]
+            lines.append(f"--- pod {record['id']} (pid {pid}): SIGINT {', '.join(sigint) or 'default'}")
+            for task in sorted(Path(f"/proc/{pid}/task").iterdir(), key=lambda t: int(t.name)):
+                try:
+                    fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                    wchan = (task / "wchan").read_text().strip() or "-"
+                    name = (task / "comm").read_text().strip()
+                except OSError:
+                    continue
+                thread = _proc_status(task / "status")
+                flags = [word for word, mask in (("blocked", "SigBlk"), ("pending", "SigPnd")) if _has_sigint(thread, mask)]
+                main = " (main)" if task.name == str(pid) else ""
+                lines.append(f"  {task.name}{main} {name}: {fields[0]} in {wchan}; SIGINT {', '.join(flags) or 'deliverable'}")
+        return "\n".join(lines)
+
     def state(self, record: dict[str, Any]) -> dict[str, Any]:
         process = record["process"]
         if process.poll() is not None:
@@ -130,6 +158,18 @@ class FakeHub:
         if state == "running":
             out["connection"] = {"transport": "tcp", "ip": record["ip"], **record["ports"]}
         return out
+
+
+def _proc_status(path: Path) -> dict[str, str]:
+    try:
+        return dict(line.split(":\t", 1) for line in path.read_text().splitlines() if ":\t" in line)
+    except OSError:
+        return {}
+
+
+def _has_sigint(status: dict[str, str], mask: str) -> bool:
+    """Whether SIGINT (signal 2: bit 1) is set in one of /proc's hexadecimal signal masks."""
+    return bool(int(status.get(mask, "0").strip() or "0", 16) & (1 << 1))
 
 
 class Base(web.RequestHandler):

@@ -108,6 +108,7 @@ async def interrupt_the_running_cell(client, km, hub) -> dict:
             reply = await client.get_shell_msg(timeout=max(deadline - time.monotonic(), 0.1))
         except queue.Empty:
             published = await iopub_story(client, seen)
+            signals = hub.signal_report()  # before the second interrupt changes it
             # for the report only (the test fails either way): whether a second interrupt gets
             # through tells a lost SIGINT from a kernel whose main thread no longer takes one
             await km.interrupt_kernel()
@@ -118,7 +119,7 @@ async def interrupt_the_running_cell(client, km, hub) -> dict:
                 second = "none"
             raise AssertionError(
                 f"no reply to the interrupted cell (to a second interrupt: {second}); the kernel published:\n{published}\n"
-                f"its pod said:\n{hub.pod_logs()}"
+                f"its SIGINT, thread by thread:\n{signals}\nits pod said:\n{hub.pod_logs()}"
             ) from None
         # wait_for_ready asks again each second the kernel is slow to answer: skip those replies
         if reply["msg_type"] != "kernel_info_reply":
