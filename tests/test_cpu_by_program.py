@@ -82,3 +82,29 @@ def test_a_run_inside_a_run_is_refused():
         env={**os.environ, "CPU_BY_PROGRAM_ACTIVE": "1"},
     )
     assert done.returncode == 3 and "does not nest" in done.stderr
+
+
+def load_tool():
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader("cpu_by_program", str(TOOL))
+    spec = importlib.util.spec_from_loader("cpu_by_program", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_a_child_is_its_parents_though_their_starts_are_a_second_apart_and_its_pid_was_used_before():
+    tool = load_tool()
+    root = 100
+    rows = [
+        # the kernel reckons a start at exit (now less the run time): the child's reads a second
+        # before its parent's
+        {"pid": 200, "ppid": root, "start": 1001, "cpu_s": 0.0, "comm": "bash"},
+        {"pid": 300, "ppid": 200, "start": 1000, "cpu_s": 1.0, "comm": "python3"},
+        # pid 200 used again later, by a process outside the command: its child is not counted
+        {"pid": 200, "ppid": 1, "start": 1500, "cpu_s": 0.0, "comm": "cron"},
+        {"pid": 301, "ppid": 200, "start": 1501, "cpu_s": 5.0, "comm": "backup"},
+    ]
+    assert sorted(row["pid"] for row in tool.descendants(rows, root)) == [200, 300]
