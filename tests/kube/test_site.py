@@ -48,6 +48,31 @@ async def test_nodes_join_with_gpus_and_renew_their_leases(federation):
     # unreachable after the controller's 40 s grace and the hub took the donor for gone)
     first = await wait_until(lambda: _lease(origin, "donor-1"), timeout=30, what="the virtual node's lease")
     await wait_until(lambda: _lease(origin, "donor-1") != first, timeout=30, what="the virtual node's lease renewed")
+    # a lease late once (the node agents under load): the controller sets Ready Unknown, and the
+    # kubelet posts Ready again at its next status sync, as a real one does
+    node = origin.get("nodes", None, "origin-gpu")
+    for condition in node["status"]["conditions"]:
+        condition.update(status="Unknown", reason="NodeStatusUnknown", message="Kubelet stopped posting node status.")
+    marked = origin.replace("nodes", node, "status")
+    assert {c["status"] for c in marked["status"]["conditions"]} == {"Unknown"}
+    # posted after the mark (the store reads its watch cache, which may still hold the node as it
+    # was; etcd's revisions only grow, so a later write has a larger resourceVersion)
+    await wait_until(
+        lambda: _ready(origin, "origin-gpu") == "True" and _version(origin, "origin-gpu") > int(marked["metadata"]["resourceVersion"]),
+        timeout=30,
+        what="the node Ready again",
+    )
+    pressure = {c["type"]: c["status"] for c in origin.get("nodes", None, "origin-gpu")["status"]["conditions"]}
+    assert pressure == {"MemoryPressure": "False", "DiskPressure": "False", "PIDPressure": "False", "Ready": "True"}
+
+
+def _version(store, name: str) -> int:
+    return int(store.get("nodes", None, name)["metadata"]["resourceVersion"])
+
+
+def _ready(store, name: str) -> str:
+    conditions = store.get("nodes", None, name)["status"]["conditions"]
+    return next(c["status"] for c in conditions if c["type"] == "Ready")
 
 
 def _lease(store, name: str) -> str | None:

@@ -18,6 +18,7 @@ import asyncio
 import ipaddress
 import logging
 import ssl
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ import yaml
 
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim import defaults
-from jupyter_gpuburst.sim.cluster import NodeKubelet, node_object
+from jupyter_gpuburst.sim.cluster import NodeKubelet, node_object, ready_conditions
 from jupyter_gpuburst.sim.config import ClusterConfig
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.kube.controlplane import ControlPlane
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 LEASE_RENEW_S = 10.0  # the kubelet's nodeLeaseRenewInterval
 LEASE_DURATION_S = 40  # the kubelet's nodeLeaseDurationSeconds
+NODE_STATUS_REPORT_S = 300.0  # the kubelet's nodeStatusReportFrequency
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 # what the node agents read through their cache
 CACHED = (
@@ -79,6 +81,7 @@ class KubeSite:
         self.provisioner: Provisioner | None = None
         self._leases: asyncio.Task | None = None
         self._lease_nodes: list[str] = []
+        self._own_nodes: set[str] = set()  # our kubelet's (a virtual node's status is its virtual kubelet's)
         self.running = False
 
     @property
@@ -140,6 +143,7 @@ class KubeSite:
             for name in node.names():
                 created.append(self.store.create("nodes", node_object(name, node, str(next(self._node_ips)), now)))
                 self._lease_nodes.append(name)
+                self._own_nodes.add(name)
         return created
 
     def add_lease_node(self, name: str) -> None:
@@ -156,9 +160,39 @@ class KubeSite:
             for name in self._heartbeat_nodes():
                 try:
                     await asyncio.to_thread(self._renew, name)
+                    if name in self._own_nodes:
+                        await asyncio.to_thread(self._sync_status, name)
                 except (ApiError, httpx.HTTPError) as exc:
-                    log.debug("lease of node %s not renewed: %s", name, exc)
+                    log.debug("lease or status of node %s not renewed: %s", name, exc)
             await asyncio.sleep(LEASE_RENEW_S)
+
+    def _sync_status(self, name: str) -> None:
+        """What the kubelet's status sync does (every nodeStatusUpdateFrequency, 10 s) against
+        the node it reads: where that differs from what the kubelet reports, it posts its own.
+        A lease renewed late once (the node agents under load) lets the node lifecycle controller
+        set Ready Unknown; a kubelet sets it back at its next sync. Posting Ready only at
+        registration left such a node NotReady for good (a 200-student rush on the real control
+        plane lost every donor node so). The heartbeats are refreshed every
+        ``NODE_STATUS_REPORT_S`` as well."""
+        store = self.store
+        assert store is not None
+        node = store.get("nodes", None, name)
+        conditions = (node.get("status") or {}).get("conditions") or []
+        ready = next((c for c in conditions if c.get("type") == "Ready"), {})
+        stamp = ready.get("lastHeartbeatTime") or ""
+        heartbeat = datetime.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc) if stamp else None
+        fresh = heartbeat is not None and (store.now().astimezone(timezone.utc) - heartbeat).total_seconds() < NODE_STATUS_REPORT_S
+        if ready.get("status") == "True" and fresh:
+            return
+        now = defaults.timestamp(store.now())
+        wanted = {c["type"]: c for c in ready_conditions(True, now)}
+        for condition in conditions:
+            if condition.get("status") == wanted.get(condition.get("type"), condition).get("status"):
+                wanted[condition["type"]]["lastTransitionTime"] = condition.get("lastTransitionTime", now)
+        node.setdefault("status", {})["conditions"] = list(wanted.values())
+        store.replace("nodes", node, "status")
+        if ready.get("status") != "True":
+            log.info("node %s: posted Ready again (it was %s: %s)", name, ready.get("status"), ready.get("reason"))
 
     def _heartbeat_nodes(self) -> list[str]:
         """Our kubelet's nodes, and each virtual node while its peering is up: Liqo's virtual
