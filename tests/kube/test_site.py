@@ -53,8 +53,12 @@ async def test_nodes_join_with_gpus_and_renew_their_leases(federation):
     node = origin.get("nodes", None, "origin-gpu")
     for condition in node["status"]["conditions"]:
         condition.update(status="Unknown", reason="NodeStatusUnknown", message="Kubelet stopped posting node status.")
+    # a condition another controller owns is left as it is
+    node["status"]["conditions"].append(
+        {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated", "message": "routes made by the test"}
+    )
     marked = origin.replace("nodes", node, "status")
-    assert {c["status"] for c in marked["status"]["conditions"]} == {"Unknown"}
+    assert {c["type"]: c["status"] for c in marked["status"]["conditions"]}["Ready"] == "Unknown"
     # posted after the mark (the store reads its watch cache, which may still hold the node as it
     # was; etcd's revisions only grow, so a later write has a larger resourceVersion)
     await wait_until(
@@ -63,7 +67,13 @@ async def test_nodes_join_with_gpus_and_renew_their_leases(federation):
         what="the node Ready again",
     )
     pressure = {c["type"]: c["status"] for c in origin.get("nodes", None, "origin-gpu")["status"]["conditions"]}
-    assert pressure == {"MemoryPressure": "False", "DiskPressure": "False", "PIDPressure": "False", "Ready": "True"}
+    assert pressure == {
+        "MemoryPressure": "False",
+        "DiskPressure": "False",
+        "PIDPressure": "False",
+        "Ready": "True",
+        "NetworkUnavailable": "False",
+    }
 
 
 def _version(store, name: str) -> int:

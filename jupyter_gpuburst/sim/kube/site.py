@@ -187,9 +187,12 @@ class KubeSite:
         now = defaults.timestamp(store.now())
         wanted = {c["type"]: c for c in ready_conditions(True, now)}
         for condition in conditions:
-            if condition.get("status") == wanted.get(condition.get("type"), condition).get("status"):
-                wanted[condition["type"]]["lastTransitionTime"] = condition.get("lastTransitionTime", now)
-        node.setdefault("status", {})["conditions"] = list(wanted.values())
+            want = wanted.get(condition.get("type"))
+            if want is not None and condition.get("status") == want["status"]:
+                want["lastTransitionTime"] = condition.get("lastTransitionTime", now)
+        # a condition the kubelet does not own (another controller's) stays as it is
+        others = [c for c in conditions if c.get("type") not in wanted]
+        node.setdefault("status", {})["conditions"] = [*wanted.values(), *others]
         store.replace("nodes", node, "status")
         if ready.get("status") != "True":
             log.info("node %s: posted Ready again (it was %s: %s)", name, ready.get("status"), ready.get("reason"))
