@@ -33,6 +33,13 @@ def timestamp(when: datetime) -> str:
     return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def parse_timestamp(stamp: str | None) -> datetime | None:
+    """The moment a metav1.Time (or MicroTime, read to the second) names, UTC; None for none."""
+    if not stamp:
+        return None
+    return datetime.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
+
+
 def micro_timestamp(when: datetime) -> str:
     """metav1.MicroTime: RFC 3339 with microseconds, UTC."""
     return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

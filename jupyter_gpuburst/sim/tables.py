@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
+from jupyter_gpuburst.sim.defaults import parse_timestamp
 from jupyter_gpuburst.sim.resources import ResourceType
 
 Obj = dict[str, Any]
@@ -18,12 +19,6 @@ Column = tuple[str, str, int, str]  # name, type, priority, description
 
 _NAME = ("Name", "string", 0, "Name must be unique within a namespace.")
 _AGE = ("Age", "string", 0, "CreationTimestamp is a timestamp representing the server time when this object was created.")
-
-
-def _parse(ts: str | None) -> datetime | None:
-    if not ts:
-        return None
-    return datetime.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
 
 
 def human_duration(seconds: float) -> str:
@@ -51,7 +46,7 @@ def human_duration(seconds: float) -> str:
 
 
 def _age(ts: str | None, now: datetime) -> str:
-    when = _parse(ts)
+    when = parse_timestamp(ts)
     return "<unknown>" if when is None else human_duration((now - when).total_seconds())
 
 

@@ -18,7 +18,6 @@ import asyncio
 import ipaddress
 import logging
 import ssl
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -179,9 +178,8 @@ class KubeSite:
         node = store.get("nodes", None, name)
         conditions = (node.get("status") or {}).get("conditions") or []
         ready = next((c for c in conditions if c.get("type") == "Ready"), {})
-        stamp = ready.get("lastHeartbeatTime") or ""
-        heartbeat = datetime.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc) if stamp else None
-        fresh = heartbeat is not None and (store.now().astimezone(timezone.utc) - heartbeat).total_seconds() < NODE_STATUS_REPORT_S
+        heartbeat = defaults.parse_timestamp(ready.get("lastHeartbeatTime"))
+        fresh = heartbeat is not None and (store.now() - heartbeat).total_seconds() < NODE_STATUS_REPORT_S
         if ready.get("status") == "True" and fresh:
             return
         now = defaults.timestamp(store.now())
