@@ -278,6 +278,10 @@ def main(argv: list[str] | None = None) -> None:
     from jupyter_gpuburst.kernel.gpu import install_in_kernel, reporter_from_env
 
     install_in_kernel(app.kernel, app.shell, reporter_from_env(os.environ))
+    # an interrupt whose SIGINT lands just before the cell's wait must still stop the cell
+    from jupyter_gpuburst.kernel import interrupts
+
+    interrupts.install(app.kernel, app.shell)
     if note and app.shell is not None:
         note_once(app.shell, note)
     app.start()
