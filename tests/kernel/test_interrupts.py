@@ -54,12 +54,30 @@ async def kernel(tmp_path):
     client.load_connection_info(connection)
     client.start_channels()
     try:
-        await client.wait_for_ready(timeout=60)
+        await until_ready(client, proc, tmp_path / "kernel.log")
         yield client
     finally:
         client.stop_channels()
         proc.kill()
         proc.wait()
+
+
+async def until_ready(client, proc, log, timeout: float = 60) -> None:
+    """Until the kernel answers kernel_info and its IOPub reaches us (a SUB socket misses what
+    is sent before it joins). Not jupyter_client's wait_for_ready: a client without a kernel
+    manager takes one late heartbeat (a second, on a loaded machine) for a dead kernel."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the kernel ended ({proc.returncode}): {log.read_text()[-2000:]}"
+        client.kernel_info()
+        try:
+            reply = await client.get_shell_msg(timeout=1)
+            if reply["msg_type"] == "kernel_info_reply":
+                await client.get_iopub_msg(timeout=1)
+                return
+        except queue.Empty:
+            continue
+    raise AssertionError(f"the kernel did not answer in {timeout} s: {log.read_text()[-2000:]}")
 
 
 async def interrupt_once_running(client, code: str, wait_s: float) -> dict | None:
