@@ -98,7 +98,9 @@ TIER_JOBS ?= $(if $(filter 1,$(shell nproc 2>/dev/null || echo 1)),1,2)
 test:
 	@$(MAKE) --no-print-directory -j2 --output-sync=target setup $(if $(GO),kube)
 	@$(MAKE) --no-print-directory lint-py lint-ts
-	@MAKE="$(MAKE)" TIER_JOBS=$(TIER_JOBS) tools/test-lanes $(if $(GO),kube)
+	@# exec: make passes a SIGTERM to its own child only, and a shell between them would die of
+	@# it, leaving the tiers running
+	@exec env MAKE="$(MAKE)" TIER_JOBS=$(TIER_JOBS) tools/test-lanes $(if $(GO),kube)
 
 # In `make test` where Go is present, the emulator tier's tests that the kube tier runs
 # (KUBE_TESTS) run there alone, judged by the real control plane: each once, not twice on a

@@ -71,3 +71,48 @@ def test_sigterm_mid_test_runs_fixture_teardown(tmp_path: Path) -> None:
     finally:
         if child.is_running():
             child.kill()
+
+
+# stands in for make in `make test`'s recipes (MAKE=...): setup and lint pass at once, and each
+# tier's `make test-<tier>` notes its pid and sleeps as a tier runs, until a signal ends it
+TIER_STANDIN = """#!/usr/bin/env bash
+case "$*" in
+	*test-py*|*test-browser*|*test-kube*) echo $$ >> "$(dirname "$0")/tiers"; exec sleep 600 ;;
+esac
+exit 0
+"""
+
+
+def test_sigterm_to_make_test_reaches_every_tier(tmp_path: Path) -> None:
+    """A CI timeout sends SIGTERM to `make test` (through .ci/run, which execs it). make passes it
+    to its own child only: the tiers must get it from there, not run on without their make."""
+    standin = tmp_path / "make"
+    standin.write_text(TIER_STANDIN)
+    standin.chmod(0o755)
+    output = tmp_path / "make-test.log"  # a file, not a pipe: a tier left running would hold a pipe open
+    with output.open("w") as out:
+        run = subprocess.Popen(
+            ["make", "--no-print-directory", "test", f"MAKE={standin}", "GO=", "TIER_JOBS=2"],
+            cwd=TESTS.parent, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    tiers_file = tmp_path / "tiers"
+    tiers: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(tiers_file.read_text().split() if tiers_file.exists() else []) < 2:
+            assert run.poll() is None, f"make test ended before its tiers ran:\n{output.read_text()}"
+            assert time.monotonic() < deadline, "the tiers never started"
+            time.sleep(0.1)
+        tiers = [psutil.Process(int(pid)) for pid in tiers_file.read_text().split()]
+        run.send_signal(signal.SIGTERM)
+        run.wait(timeout=30)
+        _, alive = psutil.wait_procs(tiers, timeout=15)
+        assert not alive, f"tiers still running after make test got SIGTERM: {[p.pid for p in alive]}"
+    finally:
+        # without the fix the tiers' tools/test-lanes runs on too, reparented: it goes with them
+        parents = [tier.parent() for tier in tiers if tier.is_running()]
+        for process in [*tiers, *(p for p in parents if p is not None and p.pid != os.getpid())]:
+            if process.is_running():
+                process.kill()
+        if run.poll() is None:
+            run.kill()
