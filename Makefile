@@ -107,7 +107,7 @@ test:
 # CPU-bound machine. `make test-py` alone runs them all.
 KUBE_RUNS_INSTEAD = $(if $(and $(GO),$(KUBE_TIER_RUNS)),$(addprefix --deselect ,$(filter-out tests/kube/%,$(KUBE_TESTS))))
 test-py: setup
-	@tools/test-tier py -q -ra -m "not browser and not kube" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(KUBE_RUNS_INSTEAD)
+	@exec tools/test-tier py -q -ra -m "not browser and not kube" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(KUBE_RUNS_INSTEAD)
 
 BROWSER_TIER = tools/test-tier browser -q -ra -m browser -n $(BROWSER_WORKERS) --dist loadfile --no-loadscope-reorder
 test-browser: setup
