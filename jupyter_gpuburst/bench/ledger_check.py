@@ -6,14 +6,15 @@ the moment it is bound until it is removed or has finished. The ledger is the hu
 read after the run: per pod, its GPU-seconds on disk plus the time since it was last written
 (what the hub counts for a pod still running). Each pod must agree within ``tolerance_s``.
 
-Why ``TOLERANCE_S`` is 1 s: the hub counts what its watch hands over as news at its own clock,
-as this check does, and counts from the cluster's stamps only what it heard late (from a list,
-or a watch's replay after a gap: ``WatchFeed.on_time``). The cluster stamps whole seconds, and
-the ledger counts such a stamp from the middle of its second: half a second at most at each end
-of a session. A defect of the ledger shows as tens of seconds (a restart's downtime), well
-beyond it. An offloaded pod leaves the origin once Liqo has removed its donor twin, seconds
-after its ``deletionTimestamp`` when the donor is slow or away; the hub hears that removal as
-news and counts to it, where it once counted to the stamp and needed 2 s here.
+Why ``TOLERANCE_S`` is 1 s: the hub counts from the cluster's stamps only what it heard late
+(after the stamp's second was over, or from a list or a watch's replay after a gap:
+``WatchFeed.on_time``), and the rest at its own clock, as this check does. The cluster stamps
+whole seconds, and the ledger counts such a stamp from the middle of its second: half a second
+at most at each end of a session. A removal has no stamp: an offloaded pod leaves the origin
+once Liqo has removed its donor twin, seconds after its ``deletionTimestamp`` when the donor is
+slow or away. The hub, which saw it linger, counts its removal heard as news to then; it once
+counted to the stamp, and this check needed 2 s. A defect of the ledger shows as tens of seconds
+(a restart's downtime), well beyond it.
 """
 
 from __future__ import annotations
