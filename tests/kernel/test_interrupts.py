@@ -82,7 +82,9 @@ async def until_ready(client, proc, log, timeout: float = 60) -> None:
 
 async def interrupt_once_running(client, code: str, wait_s: float) -> dict | None:
     """Run ``code``, send one interrupt_request once it printed; its execute_reply, or None."""
-    msg_id = client.execute(code)
+    # stop_on_error=False: an error's reply otherwise makes ipykernel abort the next request
+    # that reaches it before its own note to stop aborting, and this test sends one right away
+    msg_id = client.execute(code, stop_on_error=False)
     while True:
         msg = await client.get_iopub_msg(timeout=30)
         if msg["parent_header"].get("msg_id") == msg_id and msg["header"]["msg_type"] == "stream":
