@@ -26,8 +26,8 @@ import signal
 import threading
 from typing import Any
 
-# a real-time signal: no default action to undo, and none that Python, ipykernel or the GPU
-# libraries use (SIGUSR1 and SIGUSR2 are user code's)
+# a real-time signal, which Python, ipykernel and the GPU libraries leave alone (SIGUSR1 and
+# SIGUSR2 are user code's); only this process's main thread is sent it, never a child
 WAKE_SIGNAL: int | None = signal.SIGRTMIN + 6 if hasattr(signal, "SIGRTMIN") else None
 # after the SIGINT: the first wake once the control thread has let go of the GIL, the last for
 # a node so loaded that the main thread ran not once in seconds

@@ -6,9 +6,9 @@ A pod holds GPUs from the moment it is bound to a node until it is deleted or ha
 cluster's stamps (to the second); one that reaches the hub late (a hub that started again, a
 watch that was resuming after an API server outage, a relist) is counted at the cluster's own
 time: a binding from the pod's ``PodScheduled`` condition, an end from its containers'
-``terminated.finishedAt`` or, for a deleted pod, its ``deletionTimestamp``. For an end, the
-watch says which it is (``on_time``); a binding, and an end where nobody says, is on time when
-heard within half a second of its stamp.
+``terminated.finishedAt`` or, for a deleted pod, its ``deletionTimestamp``: on time is within
+half a second of the stamp. A removal has no stamp: that of a pod seen lingering after it was
+asked to go is counted to when the watch hands it over as news (``pod_event``'s ``on_time``).
 
 Open sessions are counted on disk every ``flush_seconds`` and when they end (see ``store``), so a
 hub that is killed and starts again resumes each pod where it was counted up to, and a pod that

@@ -31,8 +31,8 @@ EventCallback = Callable[[str, Mapping[str, Any]], None]
 # meanwhile: those events are as late as the gap, and the ones after them are news. Before such a
 # resume the feed reads the collection's resourceVersion (a list of one item): the events up to
 # it are the replay. Where the version is not a number, the watch's first CATCH_UP_S count as
-# the replay. A resume within GAP_S of the last watch's end (one that reached
-# its timeoutSeconds) has missed nothing worth the name.
+# the replay. A resume within GAP_S of the last watch's end (one that reached its
+# timeoutSeconds) has missed nothing worth the name.
 GAP_S = 0.5
 CATCH_UP_S = 2.0
 VERSION_READ_TIMEOUT_S = 5.0  # an API server whose etcd is down holds a read for a minute
@@ -86,8 +86,7 @@ class WatchFeed:
     def on_time(self) -> bool:
         """Whether the event being handed over is news: heard as it happened, not from a list
         nor from a watch's replay of what changed while it was away. The consumer reads it in
-        its callback; a ledger counts news at its own clock, and the rest from the cluster's
-        stamps."""
+        its callback (the GPU-hours ledger counts a removal heard as news at its own clock)."""
         if time.monotonic() < self._on_time_from:
             return False
         replayed = self._replayed_up_to
