@@ -6,9 +6,7 @@ A pod holds GPUs from the moment it is bound to a node until it is deleted or ha
 cluster's stamps (to the second); one that reaches the hub late (a hub that started again, a
 watch that was resuming after an API server outage, a relist) is counted at the cluster's own
 time: a binding from the pod's ``PodScheduled`` condition, an end from its containers'
-``terminated.finishedAt`` or, for a deleted pod, its ``deletionTimestamp``: on time is within
-half a second of the stamp. A removal has no stamp: that of a pod seen lingering after it was
-asked to go is counted to when the watch hands it over as news (``pod_event``'s ``on_time``).
+``terminated.finishedAt`` or, for a deleted pod, its ``deletionTimestamp``.
 
 Open sessions are counted on disk every ``flush_seconds`` and when they end (see ``store``), so a
 hub that is killed and starts again resumes each pod where it was counted up to, and a pod that
@@ -90,8 +88,6 @@ class UsageLedger:
         self._open: dict[str, list[Session]] = {}
         # pods seen before they were bound, and when: their binding came after that
         self._waiting: dict[str, float] = {}
-        # pods of open sessions seen asked to go (a deletionTimestamp) and still there
-        self._lingering: set[str] = set()
         self._task: asyncio.Task | None = None
         # sessions open on disk from before this hub started: resumed when their pod is seen
         self._resumable: dict[str, Session] = store.open_sessions()
@@ -114,31 +110,18 @@ class UsageLedger:
         self._write_soon = False  # the handle is for the loop's next turn (an end is pending)
 
     # ---- the tracker's pod events -------------------------------------------------------------
-    def pod_event(self, event_type: str, key: str, pod: Mapping[str, Any] | None, *, on_time: bool = False) -> None:
+    def pod_event(self, event_type: str, key: str, pod: Mapping[str, Any] | None) -> None:
         """``pod``: the hub's own pod (a server's, a kernel's, a warm pool's placeholder) as last
-        seen, None when it is not the hub's; for a DELETED event, the pod as it was removed.
-        ``on_time``: the watch says the event is news (``WatchFeed.on_time``).
-
-        A pod removed at once (grace period 0: a preempted placeholder) went at its
-        ``deletionTimestamp``, and the hub hears only its removal. One that lingered after it was
-        asked to go (a grace period, a finalizer, an offloaded pod that goes once Liqo has
-        removed its twin on the donor: seconds later when the donor is slow or away) was first
-        seen with that stamp, and no stamp says when it went: a removal of such a pod heard on
-        time is counted to now. Any other end heard well after the cluster's stamps is counted
-        from them (``_end_time``): the hub's own loop may hand over news late."""
+        seen, None when it is not the hub's; for a DELETED event, the pod as it was removed."""
         sessions = self._open.get(key)
         if pod is None or event_type == "DELETED" or _finished(pod):
             self._waiting.pop(key, None)
-            lingered = key in self._lingering
-            self._lingering.discard(key)
             if sessions is not None:
-                self._end(key, sessions, pod, on_time=on_time and lingered and event_type == "DELETED")
+                self._end(key, sessions, pod)
             elif pod is not None and not self._listed:
                 self._end_resumable(pod)
             return
         meta = pod.get("metadata") or {}
-        if meta.get("deletionTimestamp") and sessions is not None:
-            self._lingering.add(key)
         uid = str(meta.get("uid") or key)
         adopted = False
         if sessions is not None:
@@ -220,12 +203,12 @@ class UsageLedger:
         self._schedule_write()
         return session
 
-    def _end(self, key: str, sessions: list[Session], pod: Mapping[str, Any] | None = None, *, on_time: bool = False) -> None:
+    def _end(self, key: str, sessions: list[Session], pod: Mapping[str, Any] | None = None) -> None:
         """End ``key``'s sessions: now, or when the cluster says ``pod`` ended if we hear it late."""
         self._open.pop(key, None)
         now = self.clock()
         for s in sessions:
-            end = max(now, s.counted_until) if on_time else _end_time(pod, now, s.counted_until)
+            end = _end_time(pod, now, s.counted_until)
             self._pending.append((s, end, self._idle_since(s), end))
         self._schedule_write(soon=True)
 

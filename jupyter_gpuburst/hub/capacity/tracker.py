@@ -109,7 +109,6 @@ class CapacityTracker:
         # how long recent requests waited in it, for estimates when no session's end is known
         self.waits = WaitHistory()
         self._feeds: list[WatchFeed] = []
-        self._pod_feed: WatchFeed | None = None
         # GPU-hours accounting (hub.accounting), fed by the same pod events; None when off
         self.accounting: Any = None
         self.ready = False
@@ -171,7 +170,6 @@ class CapacityTracker:
         nodes = WatchFeed(self.api.list_node, self._on_node_event, kind="nodes", log=self.log)
         pods = WatchFeed(self.api.list_pod_for_all_namespaces, self._on_pod_event, kind="pods", log=self.log)
         self._feeds = [nodes, pods]
-        self._pod_feed = pods
         # nodes first: pods bound to a node are then counted on the right site at once
         await nodes.start()
         try:
@@ -182,7 +180,6 @@ class CapacityTracker:
                 raise
             pods = WatchFeed(functools.partial(self.api.list_namespaced_pod, namespace), self._on_pod_event, kind="pods", log=self.log)
             self._feeds = [nodes, pods]
-            self._pod_feed = pods
             self.pods_namespace = namespace
             await pods.start()
         self.loaded()
@@ -283,8 +280,7 @@ class CapacityTracker:
                 own = pod
             elif own is None and self.ownership.is_pool_pod(pod):
                 own = _kept(pod)  # a warm pool's placeholder: the ledger counts it as the pool's
-            on_time = self._pod_feed is not None and self._pod_feed.on_time
-            self.accounting.ledger.pod_event(event_type, key, own, on_time=on_time)
+            self.accounting.ledger.pod_event(event_type, key, own)
         if self._pod_events:
             event = self._pod_events.get(key)
             if event is not None:

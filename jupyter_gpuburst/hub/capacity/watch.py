@@ -16,8 +16,8 @@ import asyncio
 import itertools
 import json
 import logging
-import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from kubernetes_asyncio import watch
@@ -26,16 +26,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from jupyter_gpuburst.hub import retry
 
 EventCallback = Callable[[str, Mapping[str, Any]], None]
-
-# A watch that resumes after a gap (an API server outage, a backoff) is first handed what changed
-# meanwhile: those events are as late as the gap, and the ones after them are news. Before such a
-# resume the feed reads the collection's resourceVersion (a list of one item): the events up to
-# it are the replay. Where the version is not a number, the watch's first CATCH_UP_S count as
-# the replay. A resume within GAP_S of the last watch's end (one that reached its
-# timeoutSeconds) has missed nothing worth the name.
-GAP_S = 0.5
-CATCH_UP_S = 2.0
-VERSION_READ_TIMEOUT_S = 5.0  # an API server whose etcd is down holds a read for a minute
 
 
 def object_key(obj: Mapping[str, Any]) -> str:
@@ -76,29 +66,6 @@ class WatchFeed:
         self.resource_version = ""
         self._known: dict[str, str] = {}
         self._task: asyncio.Task | None = None
-        # monotonic: from when the events handed over are news (never, while listing)
-        self._on_time_from = float("inf")
-        self._current_at = time.monotonic()  # when the feed last knew it was up to date
-        self._replayed_up_to: int | None = None  # a resumed watch's replay ends at this version
-        self._event_version: int | None = None  # the version of the event being handed over
-
-    @property
-    def on_time(self) -> bool:
-        """Whether the event being handed over is news: heard as it happened, not from a list
-        nor from a watch's replay of what changed while it was away. The consumer reads it in
-        its callback (the GPU-hours ledger counts a removal heard as news at its own clock)."""
-        if time.monotonic() < self._on_time_from:
-            return False
-        replayed = self._replayed_up_to
-        return replayed is None or (self._event_version is not None and self._event_version > replayed)
-
-    async def _version_now(self) -> int | None:
-        """The collection's resourceVersion now, where it is a number (etcd's revision, as
-        kube-apiserver and the emulator give it), else None. Raises where the API server does
-        not answer, as the watch would: it is not resumed before it does."""
-        body = await self._list(limit=1, _request_timeout=VERSION_READ_TIMEOUT_S)
-        version = str(((body if isinstance(body, dict) else {}).get("metadata") or {}).get("resourceVersion") or "")
-        return int(version) if version.isdigit() else None
 
     async def start(self) -> None:
         """List once (raising if that fails), then keep watching in the background."""
@@ -125,19 +92,15 @@ class WatchFeed:
         except Exception:  # one bad object must not end the watch for every spawn
             self.log.exception("Ignoring %s event the inventory could not apply", self.kind)
 
-    async def _list(self, **request: Any) -> Any:
-        response = await self.list_method(_preload_content=False, **request, **self.list_kwargs)
+    async def _relist(self) -> str:
+        response = await self.list_method(_preload_content=False, _request_timeout=self.request_timeout, **self.list_kwargs)
         raw = await response.read()
         if getattr(response, "status", 200) >= 400:
             # kubernetes_asyncio raises only for preloaded responses; this one is read raw
             exc = ApiException(status=response.status, reason=response.reason)
             exc.body = raw
             raise exc
-        return json.loads(raw)
-
-    async def _relist(self) -> str:
-        body = await self._list(_request_timeout=self.request_timeout)
-        self._on_time_from = float("inf")
+        body = json.loads(raw)
         if not isinstance(body, dict) or "items" not in body:
             raise RuntimeError(f"listing {self.kind} returned no items: {str(body)[:200]}")
         seen: dict[str, str] = {}
@@ -152,7 +115,6 @@ class WatchFeed:
             meta = {"name": name, **({"namespace": namespace} if namespace else {})}
             self._emit("DELETED", {"metadata": meta})
         self._known = seen
-        self._current_at = time.monotonic()
         self.relists += 1
         if not self.first_load.done():
             self.first_load.set_result(None)
@@ -203,14 +165,7 @@ class WatchFeed:
 
     async def _watch(self, version: str) -> None:
         w = watch.Watch()
-        connected = False  # the API server answered: the feed was current until this watch ends
-
-        async def method(**request: Any) -> Any:
-            nonlocal connected
-            response = await self.list_method(**request)
-            connected = getattr(response, "status", 200) < 400
-            return response
-
+        method = partial(self.list_method, _preload_content=False)
         kwargs: dict[str, Any] = dict(self.list_kwargs)
         kwargs.update(
             timeout_seconds=self.timeout_seconds,
@@ -219,9 +174,6 @@ class WatchFeed:
         )
         if version:
             kwargs["resource_version"] = version
-        away = time.monotonic() - self._current_at > GAP_S
-        self._replayed_up_to = await self._version_now() if away else None
-        self._on_time_from = time.monotonic() + (CATCH_UP_S if away and self._replayed_up_to is None else 0.0)
         try:
             async with w.stream(method, **kwargs) as stream:
                 async for event in stream:
@@ -234,7 +186,6 @@ class WatchFeed:
                         # nothing changed for us, but the resume point moved on
                         self.bookmarks += 1
                         continue
-                    self._event_version = int(version) if isinstance(version, str) and version.isdigit() else None
                     key = object_key(obj)
                     if event_type == "DELETED":
                         self._known.pop(key, None)
@@ -242,9 +193,6 @@ class WatchFeed:
                         self._known[key] = (obj.get("metadata") or {}).get("resourceVersion", "")
                     self._emit(event_type, obj)
         finally:
-            self._on_time_from = float("inf")
-            if connected:
-                self._current_at = time.monotonic()
             w.stop()
             await w.close()
 

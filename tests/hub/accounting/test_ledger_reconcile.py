@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from types import SimpleNamespace
 
 import pytest
 from helpers.ledger import DAY0, Clock, ledger_at, pod, seconds
@@ -45,9 +44,9 @@ def finished_at(p: dict, t: float, phase: str = "Succeeded") -> dict:
     return p
 
 
-def deleted_at(p: dict, t: float, grace: int = 0) -> dict:
-    p["metadata"]["deletionTimestamp"] = stamp(t + grace)
-    p["metadata"]["deletionGracePeriodSeconds"] = grace
+def deleted_at(p: dict, t: float) -> dict:
+    p["metadata"]["deletionTimestamp"] = stamp(t)
+    p["metadata"]["deletionGracePeriodSeconds"] = 0
     return p
 
 
@@ -184,56 +183,3 @@ def test_a_binding_replayed_by_a_watch_catching_up_is_counted_from_the_scheduler
     ledger.pod_event("DELETED", "jhub/p", deleted_at(pod("p"), DAY0 + 40.0))
     # from 20.5, not from 21.74 when the replay showed it pending
     assert seconds(ledger) == pytest.approx(19.5)
-
-
-def test_a_lingering_pods_removal_heard_as_news_is_counted_to_then_however_old_its_stamps(tmp_path) -> None:
-    """An offloaded pod leaves the origin once Liqo has removed its twin on the donor: seconds
-    after its deletionTimestamp when the donor is slow, or away, and no stamp says when. Seen
-    lingering after it was asked to go, its removal heard as news (``WatchFeed.on_time``) is
-    counted to then; heard from a list or a watch catching up, from the stamp."""
-    clock = Clock(DAY0 + 100.2)
-    ledger = ledger_at(tmp_path / "u.sqlite", clock)
-    ledger.pod_event("ADDED", "jhub/p", pod("p"), on_time=True)
-    ledger.pod_event("ADDED", "jhub/q", pod("q", user="bob"))
-    clock.t = DAY0 + 124.4  # both asked to go at 124.3, with a second's grace: they linger
-    ledger.pod_event("MODIFIED", "jhub/p", deleted_at(pod("p"), DAY0 + 124.3, grace=1), on_time=True)
-    ledger.pod_event("MODIFIED", "jhub/q", deleted_at(pod("q", user="bob"), DAY0 + 124.3, grace=1))
-    clock.t = DAY0 + 130.0  # and are removed now, long after their grace period's end (125.3)
-    ledger.pod_event("DELETED", "jhub/p", deleted_at(pod("p"), DAY0 + 124.3, grace=1), on_time=True)
-    ledger.pod_event("DELETED", "jhub/q", deleted_at(pod("q", user="bob"), DAY0 + 124.3, grace=1))
-    clock.t += 100
-    assert seconds(ledger, user="alice") == pytest.approx(130.0 - 100.2)
-    assert seconds(ledger, user="bob") == pytest.approx(125.5 - 100.2)  # the stamp's second's middle
-
-
-def test_a_pod_removed_at_once_ends_at_its_stamp_though_the_hub_hears_it_late_as_news(tmp_path) -> None:
-    """A grace period of 0 removes a pod at its deletionTimestamp, and nothing lingers to be
-    seen. The hub's own loop, busy (a hub starting), may hand that removal over seconds late,
-    still as news: the stamp says when it went."""
-    clock = Clock(DAY0 + 100.2)
-    ledger = ledger_at(tmp_path / "u.sqlite", clock)
-    ledger.pod_event("ADDED", "jhub/p", pod("p"), on_time=True)
-    clock.t = DAY0 + 127.0
-    ledger.pod_event("DELETED", "jhub/p", deleted_at(pod("p"), DAY0 + 124.3), on_time=True)
-    clock.t += 100
-    assert seconds(ledger) == pytest.approx(124.5 - 100.2)
-
-
-def test_the_tracker_tells_the_ledger_which_ends_its_watch_heard_as_news(tmp_path) -> None:
-    config = Config()
-    config.JupyterHub.db_url = f"sqlite:///{tmp_path}/jupyterhub.sqlite"
-    tracker = CapacityTracker(NotUsed(), settings_from_config(config), ownership=PodOwnership(["jhub"]))
-    tracker.accounting = accounting.from_config(config, tracker.inventory.pod_requests)
-    clock = Clock(DAY0 + 100.2)
-    tracker.accounting.ledger.clock = clock
-    tracker._pod_feed = SimpleNamespace(on_time=True)  # the pods' watch, live
-    tracker._on_node_event("ADDED", synthetic.node("gpu-a", {"nvidia.com/gpu": 2}))
-    placeholder = scheduled_at(synthetic.watch_pod("gpuburst-pool-donor-gpu1-x", 1, "gpu-a", namespace="jhub"), DAY0 + 100.0)
-    placeholder["metadata"]["labels"] = {keys.POOL_LABEL: "donor.gpu1", keys.POOL_SITE_LABEL: "donor", keys.POOL_PROFILE_LABEL: "gpu1"}
-    tracker._on_pod_event("ADDED", placeholder)
-    clock.t = DAY0 + 124.2  # preempted at 124.x on a donor away: it lingers until the donor is back
-    tracker._on_pod_event("MODIFIED", deleted_at(placeholder, DAY0 + 124.0, grace=1))
-    clock.t = DAY0 + 131.0
-    tracker._on_pod_event("DELETED", deleted_at(placeholder, DAY0 + 124.0, grace=1))
-    rows = tracker.accounting.ledger.usage_rows("2000-01-01", "2100-01-01")
-    assert [(r["mode"], r["gpu_seconds"]) for r in rows] == [("pool", pytest.approx(2 * 30.8))]  # 2 GPUs, 100.2 -> 131.0

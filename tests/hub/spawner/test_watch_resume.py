@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from jupyter_gpuburst.bench import synthetic
-from jupyter_gpuburst.hub.capacity import watch as watch_module
 from jupyter_gpuburst.hub.capacity.watch import WatchFeed, object_key
 from jupyter_gpuburst.sim.store import Store
 from jupyter_gpuburst.sim.testing import wait_until
@@ -96,28 +93,3 @@ async def test_bookmarks_move_the_resume_point_so_a_quiet_watch_is_not_expired(a
     finally:
         await feed.stop()
     assert feed.relists == 1, "a bookmark's version must be enough to resume"
-
-
-async def test_events_are_news_from_a_live_watch_not_from_a_list_nor_from_a_watch_catching_up(api_server):
-    store, server, core = api_server
-    heard: dict[str, bool] = {}
-    feed = WatchFeed(
-        core.list_pod_for_all_namespaces, lambda _type, obj: heard.update({obj["metadata"]["name"]: feed.on_time}), kind="pods"
-    )
-    add_pod(store, "listed")
-    await feed.start()
-    try:
-        await wait_until(lambda: server.stats["watch"] >= 1, 10, "the watch")
-        add_pod(store, "live")
-        await wait_until(lambda: "live" in heard, 5, "a live event")
-        await server.stop()  # an outage: what changes meanwhile comes when the watch resumes
-        add_pod(store, "meanwhile")
-        await asyncio.sleep(2 * watch_module.GAP_S)
-        await server.start()
-        await wait_until(lambda: "meanwhile" in heard, 20, "the watch resumed")
-        add_pod(store, "after")
-        await wait_until(lambda: "after" in heard, 5, "a live event after the resume")
-    finally:
-        await feed.stop()
-    assert heard == {"listed": False, "live": True, "meanwhile": False, "after": True}
-    assert feed.relists == 1  # "meanwhile" came from the resumed watch, not from a list
