@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,14 @@ class HubSite:
                 return None
 
         return self.loop.run(get())
+
+    def created_pod(self, user: str, timeout: float = 30) -> dict[str, Any] | None:
+        """The server's pod once the hub has created it: the hub's decision reaches the progress
+        log first, and the create follows (a second later on a loaded machine)."""
+        deadline = time.monotonic() + timeout
+        while (pod := self.pod(user)) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return pod
 
 
 def hub_config(go_file: Path) -> str:
@@ -200,7 +209,7 @@ def test_free_profile_starts_and_pending_page_says_why(page: Page, hub_site: Hub
     # The student stays on the page the proxy served: progress arrives as the hub sends it.
     log = page.locator("#progress-log")
     expect(log).to_contain_text(DONOR, timeout=30_000)
-    pod = hub_site.pod(STUDENT)
+    pod = hub_site.created_pod(STUDENT)
     assert pod is not None, "the server's pod was not created"
     assert pod["metadata"]["labels"][keys.SITE_LABEL] == DONOR
     reason = pod["metadata"]["annotations"][keys.REASON_ANNOTATION]
