@@ -294,6 +294,9 @@ export function followGpuKernelStarts(app: JupyterFrontEnd, onDead: () => void =
   const forget: Forget = async widget => {
     if (!widget.console) {
       await widget.sessionContext?.shutdown();
+      // the kernel picker offers what the kernel manager last listed, and it lists again only
+      // at its next poll: a student who opens the picker at once would be offered the dead one
+      await app.serviceManager.kernels.refreshRunning();
     }
   };
   const add = (widget: unknown): void => {
