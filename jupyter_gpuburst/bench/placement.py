@@ -187,9 +187,9 @@ async def run(
     ledger_ns = [0]
     ledger_event = ledger.pod_event
 
-    def timed_ledger_event(*args: Any, **kwargs: Any) -> None:
+    def timed_ledger_event(*args: Any) -> None:
         t0 = time.perf_counter_ns()
-        ledger_event(*args, **kwargs)
+        ledger_event(*args)
         ledger_ns[0] += time.perf_counter_ns() - t0
 
     ledger.pod_event = timed_ledger_event  # type: ignore[method-assign]

@@ -42,14 +42,15 @@ async def kernel(tmp_path):
     os.unlink(path)  # the pod gets it from its environment, as from its Secret
     connection["key"] = connection["key"].decode() if isinstance(connection["key"], bytes) else connection["key"]
     env = {**os.environ, KERNEL_CONNECTION_ENV: json.dumps(connection), BACKEND_ENV: "none"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_gpuburst.kernel.pod"],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "kernel.log", "w"),  # noqa: SIM115 - closed with the process
-        start_new_session=True,  # as the kubelet starts a pod: ipykernel then signals its group
-    )
+    with open(tmp_path / "kernel.log", "w") as log:  # the kernel keeps its own copy of the fd
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_gpuburst.kernel.pod"],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,  # as the kubelet starts a pod: ipykernel then signals its group
+        )
     client = AsyncKernelClient()
     client.load_connection_info(connection)
     client.start_channels()

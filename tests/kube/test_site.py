@@ -66,8 +66,8 @@ async def test_nodes_join_with_gpus_and_renew_their_leases(federation):
         timeout=30,
         what="the node Ready again",
     )
-    pressure = {c["type"]: c["status"] for c in origin.get("nodes", None, "origin-gpu")["status"]["conditions"]}
-    assert pressure == {
+    conditions = {c["type"]: c["status"] for c in origin.get("nodes", None, "origin-gpu")["status"]["conditions"]}
+    assert conditions == {
         "MemoryPressure": "False",
         "DiskPressure": "False",
         "PIDPressure": "False",
