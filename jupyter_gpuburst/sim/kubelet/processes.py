@@ -1,10 +1,17 @@
 """A container's processes on the host, without any pod's state: the argv that starts one in
 the pod's own UTS and mount namespaces (``unshare``) or enters a running one's (``nsenter``),
-and stopping a container's whole process tree (SIGTERM, SIGKILL after the grace period)."""
+and stopping a container's whole process tree (SIGTERM, SIGKILL after the grace period).
+
+Every container started here is remembered (``started``) until it is gone, and whatever of them
+still runs when this Python process exits is SIGKILLed with its group (``atexit``): a kubelet in
+a process whose event loop was interrupted (SIGTERM made KeyboardInterrupt in a test worker, a
+benchmark run in-process) never ran the teardown that stops its pods, and they outlived it,
+reparented to init (a stopped run's chaos test left three stand-in servers running)."""
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import shutil
 import signal
@@ -20,6 +27,35 @@ from jupyter_gpuburst.sim.kubelet import mounts, netns
 
 UNSHARE = mounts.UNSHARE
 NSENTER = netns.NSENTER
+
+# by pid; each psutil.Process knows its start time, so a pid the system reused is not taken for it
+_started: dict[int, psutil.Process] = {}
+_forget_at = 256  # the gone are forgotten when there are this many, then twice as many as remain
+
+
+def started(proc: asyncio.subprocess.Process) -> asyncio.subprocess.Process:
+    """Remember the container ``proc`` (the leader of a process group of its own) until it is
+    gone, to be killed with its group if this process exits first."""
+    global _forget_at
+    try:
+        _started[proc.pid] = psutil.Process(proc.pid)
+    except psutil.Error:
+        return proc
+    if len(_started) >= _forget_at:
+        for pid in [pid for pid, process in _started.items() if not process.is_running()]:
+            del _started[pid]
+        _forget_at = max(256, 2 * len(_started))
+    return proc
+
+
+@atexit.register
+def _kill_left_running() -> None:
+    for pid, process in list(_started.items()):
+        if process.is_running():
+            family = descendants(pid)
+            signal_group(pid, signal.SIGKILL)
+            signal_all(family, signal.SIGKILL)
+    _started.clear()
 
 
 @cache
