@@ -115,9 +115,11 @@ test-browser: setup
 
 # The real control plane's tier (docs/emulator.md): kube-apiserver, kube-scheduler,
 # kube-controller-manager and etcd built here (make kube), the hub as its ServiceAccount.
-# The emulator tiers' own files named here run unchanged on it (GPUBURST_CONTROL_PLANE=kube switches
-# the shared fixtures), three tests at a time (each test starts control planes of its own, and
-# mostly waits on them), the longest first. Their origins' audit logs gather in KUBE_AUDIT; then
+# The emulator tiers' own files named here run unchanged on it (GPUBURST_CONTROL_PLANE=kube
+# switches the shared fixtures), several tests at a time (KUBE_WORKERS: each test starts control
+# planes of its own, and mostly waits on them), the longest first (a minute or more each: the
+# rush, the budget's and culling's waits; last in line, the rush ended the tier). Their origins'
+# audit logs gather in KUBE_AUDIT; then
 # KUBE_JUDGES read them: tests/kube/test_zz_hub_rbac.py judges the hub's RBAC by everything the
 # hub did before it, test_zz_admission.py what it sent. Of the emulator tier's longer files, the
 # tests that reach what the prestarted ones do not: GPU kernels on the origin and a donor (the
@@ -127,20 +129,24 @@ test-browser: setup
 # SIGKILLed), a donor spawn (and the namespace's offloading), the Unschedulable redirect from
 # kube-scheduler's own refusal, home volumes (the site's provisioner), the queue's cancel that
 # deletes an unused claim, and a small `bench rush` in kernel mode (pre-started kernels adopted).
-KUBE_TESTS := tests/hub/pools/test_prestarted_integration.py \
+KUBE_TESTS := tests/kube/test_rush_kube.py \
 	tests/hub/culling/test_budget_hub.py::test_a_gpu_kernel_over_budget_is_warned_then_stopped_and_its_notebook_hears_why \
 	tests/hub/culling/test_hub.py::test_idle_gpu_server_is_warned_kept_once_then_stopped_and_the_spawn_page_says_why \
 	tests/hub/culling/test_kernels.py::test_idle_gpu_kernel_is_warned_then_stopped_and_a_computing_one_is_kept \
-	tests/hub/kernels/test_kernels_integration.py::test_cpu_server_runs_gpu_kernels_on_origin_then_donor \
+	tests/kube/test_site.py \
 	tests/hub/kernels/test_kernels_integration.py::test_a_gpu_kernel_on_a_donor_lost_for_a_while_keeps_running_once_and_nothing_is_left \
+	tests/hub/pools/test_prestarted_integration.py \
+	tests/hub/kernels/test_kernels_integration.py::test_cpu_server_runs_gpu_kernels_on_origin_then_donor \
 	tests/hub/accounting/test_right_sizing_hub.py::test_a_gpu_kernels_use_reaches_the_ledger_through_its_server \
 	tests/hub/spawner/test_spawner_integration.py::test_capacity_stolen_after_decision_is_redirected_to_donor \
 	tests/hub/spawner/test_storage_and_profile_policy.py::test_scratch_on_donor_mounts_home_on_the_origin_and_scratch_on_the_donor \
 	tests/hub/spawner/test_queue_integration.py::test_the_queue_says_place_and_wait_live_and_cancel_leaves_nothing \
 	tests/hub/pools/test_pools_integration.py::test_a_donor_pool_gives_way_to_a_spawn_that_needs_its_room \
-	tests/kube/test_site.py tests/kube/test_apiserver_restart.py tests/kube/test_doctor_kube.py tests/kube/test_rush_kube.py
+	tests/kube/test_apiserver_restart.py tests/kube/test_doctor_kube.py
 KUBE_JUDGES := tests/kube/test_zz_admission.py tests/kube/test_zz_hub_rbac.py
-KUBE_WORKERS ?= 3
+# four at a time in `make test`, where the tier starts as the first other tier ends and, at
+# three, its waits left a quarter of the CPU idle once it ran alone; three when run alone
+KUBE_WORKERS ?= $(if $(KUBE_TIER_RUNS),4,3)
 KUBE_AUDIT := $(abspath $(or $(GPUBURST_TEST_LOGS),.test-logs)/kube-audit)
 KUBE_TIER = (rm -rf $(KUBE_AUDIT); export GPUBURST_CONTROL_PLANE=kube GPUBURST_KUBE_AUDIT_DIR=$(KUBE_AUDIT); \
 	tools/test-tier kube -q -ra -n $(KUBE_WORKERS) --dist load $(KUBE_TESTS) \
