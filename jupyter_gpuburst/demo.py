@@ -464,6 +464,9 @@ class Demo:
                     child.kill()  # psutil checks it is still the process it listed, not a reused pid
             with contextlib.suppress(ProcessLookupError):
                 await hub.wait()
+            # until they are gone: the hub SIGTERMs its proxy without waiting, and the proxy, still
+            # exiting when the hub was, held the public port as `run` checked it (under load)
+            await asyncio.to_thread(psutil.wait_procs, children, timeout)
         if self.fed is not None:
             fed, self.fed = self.fed, None
             await fed.stop()  # kills the pod processes that are still running
