@@ -144,7 +144,7 @@ KUBE_TESTS := tests/kube/test_rush_kube.py \
 	tests/hub/pools/test_pools_integration.py::test_a_donor_pool_gives_way_to_a_spawn_that_needs_its_room \
 	tests/kube/test_apiserver_restart.py tests/kube/test_doctor_kube.py
 KUBE_JUDGES := tests/kube/test_zz_admission.py tests/kube/test_zz_hub_rbac.py
-# three: four at a time in `make test` took longer (1,012 s in a fresh clone) for all its waits
+# three: four in `make test`, tried once, was no faster (that run was slower in every tier)
 KUBE_WORKERS ?= 3
 KUBE_AUDIT := $(abspath $(or $(GPUBURST_TEST_LOGS),.test-logs)/kube-audit)
 KUBE_TIER = (rm -rf $(KUBE_AUDIT); export GPUBURST_CONTROL_PLANE=kube GPUBURST_KUBE_AUDIT_DIR=$(KUBE_AUDIT); \
