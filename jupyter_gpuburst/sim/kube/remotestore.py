@@ -11,6 +11,12 @@ instead, as a kubelet or a virtual kubelet does:
   resourceVersion, again on 409 Conflict, as the kubelet's status manager syncs status;
 - ``record_event`` posts in the background (a lost event is logged, never fatal, as client-go's
   recorder drops them);
+- the background writes and Events send at most ``IN_FLIGHT`` requests at once, as a kubelet's
+  client has a QPS limit: unbounded, a 200-student rush queued hundreds in httpx's connection
+  pool, which walks its whole queue on every change (httpcore's
+  ``_assign_requests_to_connections``, 83 % of the agents' main thread under py-spy), so the
+  nodes' lease and status threads got so little of the interpreter that every node went
+  ``Ready: Unknown``;
 - ``create``, ``delete`` and ``remove`` go to the API server at once (a short blocking call: the
   callers use the object returned).
 
@@ -47,6 +53,7 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 Key = tuple[str, str]
 WRITE_TRIES = 5
+IN_FLIGHT = 32  # background requests at once (module docstring), well under httpx's pool of 100
 WATCH_TIMEOUT_S = 300  # the server ends a watch after this; it is resumed from its last version
 RETRY_DELAY_S = 0.5
 STORAGE_READY_S = 60.0
@@ -84,6 +91,7 @@ class RemoteStore:
         self._ssl.load_cert_chain(cert, key)
         self._async = httpx.AsyncClient(verify=self._ssl, timeout=httpx.Timeout(10.0, read=WATCH_TIMEOUT_S + 30))
         self._sync = httpx.Client(verify=self._ssl, timeout=10.0)
+        self._in_flight = asyncio.Semaphore(IN_FLIGHT)
         self._types = {self._rt(k).key: self._rt(k) for k in cached}
         self._objects: dict[str, dict[Key, Obj]] = {k: {} for k in self._types}
         self._watchers: dict[str, set[Watch]] = defaultdict(set)
@@ -369,34 +377,39 @@ class RemoteStore:
         item = self._item(rt, namespace or None, name)
         has_status = "status" in rt.subresources or rt.kind in ("Pod", "Node")
         conflicts = 0
+        wait = False
         try:
             while conflicts < WRITE_TRIES:
+                if wait:
+                    await asyncio.sleep(RETRY_DELAY_S)
+                    wait = False
                 fns = list(self._pending.get((rt.key, key), []))
                 if not fns:
                     return
                 try:
-                    response = await self._async.get(item)
-                    if response.status_code == 404:
-                        return
-                    if response.status_code in TRANSIENT:
-                        await asyncio.sleep(RETRY_DELAY_S)
-                        continue
-                    if response.status_code != 200:
-                        raise _error(response)
-                    before = response.json()
-                    after = copy.deepcopy(before)
-                    for fn in fns:
-                        fn(after)
-                    response = None
-                    # the object itself (metadata, spec) and its status are separate writes
-                    if not has_status or {k: v for k, v in after.items() if k != "status"} != {
-                        k: v for k, v in before.items() if k != "status"
-                    }:
-                        response = await self._async.put(item, json=after, params={"fieldValidation": "Strict"})
-                        if response.status_code == 200 and has_status:
-                            after["metadata"]["resourceVersion"] = response.json()["metadata"]["resourceVersion"]
-                    if has_status and after.get("status") != before.get("status") and (response is None or response.status_code == 200):
-                        response = await self._async.put(f"{item}/status", json=after, params={"fieldValidation": "Strict"})
+                    async with self._in_flight:
+                        response = await self._async.get(item)
+                        if response.status_code == 404:
+                            return
+                        if response.status_code in TRANSIENT:
+                            wait = True  # outside the bound: a wait holds no request's place
+                            continue
+                        if response.status_code != 200:
+                            raise _error(response)
+                        before = response.json()
+                        after = copy.deepcopy(before)
+                        for fn in fns:
+                            fn(after)
+                        response = None
+                        # the object itself (metadata, spec) and its status are separate writes
+                        if not has_status or {k: v for k, v in after.items() if k != "status"} != {
+                            k: v for k, v in before.items() if k != "status"
+                        }:
+                            response = await self._async.put(item, json=after, params={"fieldValidation": "Strict"})
+                            if response.status_code == 200 and has_status:
+                                after["metadata"]["resourceVersion"] = response.json()["metadata"]["resourceVersion"]
+                        if has_status and after.get("status") != before.get("status") and (response is None or response.status_code == 200):
+                            response = await self._async.put(f"{item}/status", json=after, params={"fieldValidation": "Strict"})
                 except httpx.HTTPError as exc:
                     log.debug("write of %s %s/%s waits for the API server: %s", rt.key, namespace, name, exc)
                     await asyncio.sleep(RETRY_DELAY_S)
@@ -458,7 +471,8 @@ class RemoteStore:
 
     async def _post_event(self, namespace: str, event: Obj) -> None:
         try:
-            response = await self._async.post(self._collection(resource("events"), namespace), json=event)
+            async with self._in_flight:
+                response = await self._async.post(self._collection(resource("events"), namespace), json=event)
             if response.status_code not in (200, 201):
                 log.warning("event %s dropped: %s", event["reason"], _error(response).message)
         except httpx.HTTPError as exc:
