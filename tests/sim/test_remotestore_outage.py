@@ -120,3 +120,32 @@ async def test_a_blocking_call_that_cannot_connect_is_a_503_and_a_removal_waits(
     await wait_until(lambda: len(tries) >= 3, timeout=10, what="the removal sent again")
     assert tries == ["POST", "DELETE", "DELETE"]
     await store.stop()
+
+
+async def test_background_writes_and_events_are_bounded_in_flight(store):
+    """A pod storm's Events and status writes go out at most IN_FLIGHT at a time: unbounded they
+    queued by the hundred in httpx's pool, whose walk of its queue starved the node agents."""
+    from jupyter_gpuburst.sim.kube import remotestore
+
+    in_flight = peak = 0
+    stored = configmap("storm", "7")
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        try:
+            await asyncio.sleep(0.02)  # an API server under load
+            if request.method == "GET":
+                return httpx.Response(200, json=stored)
+            return httpx.Response(201 if request.method == "POST" else 200, json=json.loads(request.content))
+        finally:
+            in_flight -= 1
+
+    script(store, handler)
+    store._objects["configmaps"][("default", "storm")] = configmap("storm", "7")
+    for i in range(150):
+        store.record_event(stored, "Started", f"container {i}")
+    store.mutate("configmaps", "default", "storm", lambda obj: obj["data"].update(v="2"))
+    await wait_until(lambda: not store._background and not store._writers, timeout=30, what="the storm sent")
+    assert peak == remotestore.IN_FLIGHT, f"{peak} requests at once"
