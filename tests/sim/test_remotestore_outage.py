@@ -149,3 +149,33 @@ async def test_background_writes_and_events_are_bounded_in_flight(store):
     store.mutate("configmaps", "default", "storm", lambda obj: obj["data"].update(v="2"))
     await wait_until(lambda: not store._background and not store._writers, timeout=30, what="the storm sent")
     assert peak == remotestore.IN_FLIGHT, f"{peak} requests at once"
+
+
+async def test_a_queued_change_that_no_longer_applies_is_dropped_and_the_rest_written(store):
+    """A status change queued for a pod that a newer one of the same name has replaced raises
+    ApiError when applied (the kubelet's own check): it is dropped, once, and the changes queued
+    with it are written."""
+    from jupyter_gpuburst.sim.errors import ApiError
+
+    stored = configmap("replaced", "7")
+    requests: list[str] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(request.method)
+        if request.method == "GET":
+            return httpx.Response(200, json=stored)
+        stored.update(json.loads(request.content))
+        return httpx.Response(200, json=stored)
+
+    def for_the_old_one(obj: dict) -> None:
+        raise ApiError(409, "Conflict", "a newer pod of the same name")
+
+    script(store, handler)
+    store._objects["configmaps"][("default", "replaced")] = configmap("replaced", "7")
+    with pytest.raises(ApiError):
+        store.mutate("configmaps", "default", "replaced", for_the_old_one)  # applied to the cache at once
+    store._pending[("configmaps", ("default", "replaced"))] = [for_the_old_one]  # as if queued before the cache saw the new one
+    store.mutate("configmaps", "default", "replaced", lambda obj: obj["data"].update(v="new"))
+    await wait_until(lambda: not store._writers and not store._pending, timeout=10, what="the queue emptied")
+    assert stored["data"]["v"] == "new"
+    assert requests == ["GET", "PUT"], requests

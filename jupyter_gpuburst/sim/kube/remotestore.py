@@ -399,7 +399,14 @@ class RemoteStore:
                         before = response.json()
                         after = copy.deepcopy(before)
                         for fn in fns:
-                            fn(after)
+                            try:
+                                fn(after)
+                            except ApiError as exc:
+                                # a change that no longer applies (the pod there now is a newer
+                                # one of the same name) is dropped with the rest once written;
+                                # raised, it ended the task with its change still queued, and
+                                # the next task met it again, forever
+                                log.debug("a queued change to %s %s/%s no longer applies: %s", rt.key, namespace, name, exc.message)
                         response = None
                         # the object itself (metadata, spec) and its status are separate writes
                         if not has_status or {k: v for k, v in after.items() if k != "status"} != {
