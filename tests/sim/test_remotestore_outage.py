@@ -13,7 +13,7 @@ import pytest
 
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.kube.pki import Pki
-from jupyter_gpuburst.sim.kube.remotestore import RemoteStore
+from jupyter_gpuburst.sim.kube.remotestore import IN_FLIGHT, RemoteStore
 from jupyter_gpuburst.sim.testing import wait_until
 
 URL = "https://api.test"
@@ -125,8 +125,6 @@ async def test_a_blocking_call_that_cannot_connect_is_a_503_and_a_removal_waits(
 async def test_background_writes_and_events_are_bounded_in_flight(store):
     """A pod storm's Events and status writes go out at most IN_FLIGHT at a time: unbounded they
     queued by the hundred in httpx's pool, whose walk of its queue starved the node agents."""
-    from jupyter_gpuburst.sim.kube import remotestore
-
     in_flight = peak = 0
     stored = configmap("storm", "7")
 
@@ -148,15 +146,13 @@ async def test_background_writes_and_events_are_bounded_in_flight(store):
         store.record_event(stored, "Started", f"container {i}")
     store.mutate("configmaps", "default", "storm", lambda obj: obj["data"].update(v="2"))
     await wait_until(lambda: not store._background and not store._writers, timeout=30, what="the storm sent")
-    assert peak == remotestore.IN_FLIGHT, f"{peak} requests at once"
+    assert peak == IN_FLIGHT, f"{peak} requests at once"
 
 
 async def test_a_queued_change_that_no_longer_applies_is_dropped_and_the_rest_written(store):
     """A status change queued for a pod that a newer one of the same name has replaced raises
     ApiError when applied (the kubelet's own check): it is dropped, once, and the changes queued
     with it are written."""
-    from jupyter_gpuburst.sim.errors import ApiError
-
     stored = configmap("replaced", "7")
     requests: list[str] = []
 
