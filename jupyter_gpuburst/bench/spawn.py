@@ -35,7 +35,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ from jupyter_gpuburst.bench import cpu_share, stats, stopping
 from jupyter_gpuburst.bench.hubproc import HubProcess
 from jupyter_gpuburst.bench.spawn_federation import (
     BENCHMARK_ROLE,
+    ClearedPods,
     api_reads,
     clear_pods,
     cpu_roles,
@@ -187,6 +188,7 @@ class PhaseResult:
     spawn_s_by_site: dict[str, list[float]] = field(default_factory=dict)
     events_left: int = 0  # events on the origin's API server after the phase, before clearing
     cpu: dict[str, Any] = field(default_factory=dict)  # cpu_share's summary of the spawns
+    cleared: ClearedPods | None = None  # the clearing after the phase, before the next one
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -206,6 +208,8 @@ class PhaseResult:
             },
             "events_left": self.events_left,
             "cpu": self.cpu,
+            # late: pods made after the phase ended, which a single pass would have left running
+            "cleared_after": None if self.cleared is None else asdict(self.cleared),
         }
 
 
@@ -305,7 +309,7 @@ async def _run_phase(fed: Federation, hub: HubProcess, result: PhaseResult, spaw
     finally:
         await hub.stop(timeout=30)
         result.events_left = len(fed.origin.store.list("events")[0])
-        await clear_pods(fed)
+        result.cleared = await clear_pods(fed)
     return result
 
 

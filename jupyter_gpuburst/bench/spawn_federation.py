@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from dataclasses import dataclass
 
 import psutil
 
@@ -78,22 +79,70 @@ def pod_rss_mib(fed: Federation) -> float:
     return total / 2**20
 
 
-async def clear_pods(fed: Federation, timeout: float = 60.0) -> None:
-    """Delete every pod left in the user namespace and wait for their processes to end."""
-    for cluster in fed.clusters.values():
-        for pod in cluster.store.list("pods")[0]:
-            try:
-                cluster.store.delete("pods", pod["metadata"]["namespace"], pod["metadata"]["name"], grace_period_seconds=0)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not any(c.kubelet.processes() for c in fed.clusters.values()) and not any(
-            c.store.list("pods")[0] for c in fed.clusters.values()
-        ):
+@dataclass(frozen=True)
+class ClearedPods:
+    """How one clearing went: seconds until the federation was clear, pods deleted, and of
+    them those listed only after the first pass (made after the phase had ended)."""
+
+    seconds: float
+    pods: int
+    late: int
+
+
+class NotCleared(RuntimeError):
+    """The federation still had pods or containers when the next phase was to start."""
+
+
+async def clear_pods(fed: Federation, timeout: float = 120.0, quiet: float = 2.0) -> ClearedPods:
+    """Delete every pod, in every cluster, until none is listed and no container runs for
+    ``quiet`` seconds in a row; raise ``NotCleared`` (what is left, where) after ``timeout``.
+
+    Like for like must be checked, not assumed: a phase that started while the last one's pods
+    still held GPUs would be compared with one that did not, and nothing would say so. So the
+    next phase starts only from a federation seen clear, and the clearing is in the results. A
+    pod asked to go is asked once; one listed after the first pass (made after the phase ended,
+    as a reflection catching up could) is deleted too and counted ``late``.
+    """
+    started = time.monotonic()
+    asked: set[tuple[str, str]] = set()
+    late = 0  # pods first listed after the first pass
+    first_pass = True
+    clear_since: float | None = None
+    while True:
+        left: dict[str, int] = {}
+        new = 0
+        for name, cluster in fed.clusters.items():
+            pods = cluster.store.list("pods")[0]
+            if pods:
+                left[f"{name} pods"] = len(pods)
+            for pod in pods:
+                uid = (name, pod["metadata"].get("uid", ""))
+                if uid in asked:
+                    continue
+                asked.add(uid)
+                new += 1
+                try:
+                    cluster.store.delete("pods", pod["metadata"]["namespace"], pod["metadata"]["name"], grace_period_seconds=0)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+            running = len(cluster.kubelet.processes())
+            if running:
+                left[f"{name} containers"] = running
+        if not first_pass:
+            late += new
+        first_pass = False
+        now = time.monotonic()
+        if left:
+            clear_since = None
+        elif clear_since is None:
+            clear_since = now
+        elif now - clear_since >= quiet:
             break
-        await asyncio.sleep(0.1)
+        if now - started >= timeout:
+            raise NotCleared(f"{timeout:g} s after the phase its pods were deleted, still left: {left}")
+        await asyncio.sleep(0.2)
     clear_events(fed)
+    return ClearedPods(seconds=round(time.monotonic() - started - quiet, 2), pods=len(asked), late=late)
 
 
 def clear_events(fed: Federation) -> None:
