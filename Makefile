@@ -40,7 +40,7 @@ LABEXT_OUT := jupyter_gpuburst/labextension/package.json
 LABEXT_SRC := $(wildcard labextension/src/* labextension/style/* labextension/style/icons/* labextension/schema/*) \
 	labextension/package.json labextension/tsconfig.json
 LABEXT_LINK := $(VENV)/share/jupyter/labextensions/jupyter-gpuburst
-CHROMIUM := /usr/bin/chromium
+CHROMIUM := /usr/bin/chromium-headless-shell
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 $(NPM_STAMP): package.json package-lock.json labextension/package.json
@@ -54,10 +54,11 @@ labextension: $(LABEXT_OUT)
 	@if [ ! -L $(LABEXT_LINK) ]; then rm -rf $(LABEXT_LINK); mkdir -p $(dir $(LABEXT_LINK)); \
 		ln -s $(CURDIR)/jupyter_gpuburst/labextension $(LABEXT_LINK); fi
 
-# Browser tests drive Debian's chromium; no browser is downloaded from anywhere else.
+# Browser tests drive Debian's chromium-headless-shell (Chromium's own headless build, which
+# Playwright also uses for headless runs); no browser is downloaded from anywhere else.
 chromium:
 	@test -x $(CHROMIUM) || { $(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium-headless-shell; }
 
 # Type-check, lint and unit-test the lab extension's TypeScript.
 lint-ts: $(NPM_STAMP)
