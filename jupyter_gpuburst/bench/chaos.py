@@ -347,7 +347,7 @@ async def run_phase(
                 await faults_task
         await lifetimes.stop()
         await hub.stop()
-        await clear_pods(fed)
+        await clear_pods(fed, timeout=60)
     return phase, counts
 
 

@@ -169,7 +169,7 @@ async def run(runs: int, state_dir: Path) -> dict[str, Any]:
         finally:
             interposer.restore()
             await hub.stop(timeout=30)
-            await clear_pods(fed)
+            await clear_pods(fed, timeout=60)
     result = {
         "benchmark": "redirect",
         "runs": runs,

@@ -348,6 +348,8 @@ def checks(result: dict[str, Any], ratio_goal: float = RATIO_GOAL) -> dict[str, 
         "all_ready": bool(phases) and all(p["ready"] == p["requested"] for p in phases),
         "no_failed_scheduling_of_pinned_pods": bool(gpu) and all(p["failed_scheduling"] == 0 for p in gpu),
         "no_redirects": bool(gpu) and all(p["redirects"] == 0 for p in gpu),
+        # like for like: each phase left the federation clear for the next (clear_pods)
+        "every_phase_cleared": all(not (p.get("cleared_after") or {}).get("left") for p in phases),
         # a watch that reconnects re-lists once per hub, not per spawn: allow a few, never one per spawn
         "no_extra_api_reads": result["extra_api_reads_per_spawn"] < EXTRA_READS_PER_SPAWN_LIMIT,
         # both estimates, over rounds where each spawner went first equally often

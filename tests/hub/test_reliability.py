@@ -72,7 +72,7 @@ async def test_a_quarter_of_api_requests_failing_cold_and_warm(tmp_path):
                 warm = await spawn_many(hub, session, users[6:])
         finally:
             await hub.stop()
-            await clear_pods(fed)
+            await clear_pods(fed, timeout=60)
         log = hub.log_tail(2_000_000)
     assert sum(fed.origin.api.stats.values()) > served_before  # the faults were in the path
     for outcomes in (cold, warm):
@@ -121,7 +121,7 @@ async def test_refused_options_do_not_stick_and_unlisted_choices_work(tmp_path):
                 assert model["servers"] == {} or "" not in model["servers"]
         finally:
             await hub.stop()
-            await clear_pods(fed)
+            await clear_pods(fed, timeout=60)
         log = hub.log_tail(5_000_000)
     assert huge not in log and "x" * 200 not in log
 
