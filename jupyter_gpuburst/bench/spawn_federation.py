@@ -110,6 +110,7 @@ async def clear_pods(fed: Federation, timeout: float = 120.0, quiet: float = 2.0
     clear_since: float | None = None
     while True:
         left: dict[str, int] = {}
+        running_pods: list[str] = []  # named in the warning: what to look for in the kubelet's log
         new = 0
         for name, cluster in fed.clusters.items():
             pods = cluster.store.list("pods")[0]
@@ -125,9 +126,10 @@ async def clear_pods(fed: Federation, timeout: float = 120.0, quiet: float = 2.0
                     cluster.store.delete("pods", pod["metadata"]["namespace"], pod["metadata"]["name"], grace_period_seconds=0)
                 except Exception:  # noqa: BLE001 - already gone
                     pass
-            running = len(cluster.kubelet.processes())
+            running = cluster.kubelet.processes()
             if running:
-                left[f"{name} containers"] = running
+                left[f"{name} containers"] = len(running)
+                running_pods += [f"{name}:{namespace}/{pod}" for namespace, pod in running]
         if not first_pass:
             late += new
         first_pass = False
@@ -139,7 +141,7 @@ async def clear_pods(fed: Federation, timeout: float = 120.0, quiet: float = 2.0
         elif now - clear_since >= quiet:
             break
         if now - started >= timeout:
-            log.warning("%g s after the phase its pods were deleted, still left: %s", timeout, left)
+            log.warning("%g s after the phase its pods were deleted, still left: %s (containers of %s)", timeout, left, running_pods)
             break
         await asyncio.sleep(0.2)
     clear_events(fed)

@@ -280,6 +280,45 @@ async def test_pod_recreated_under_the_name_of_a_force_deleted_one_starts(cluste
     assert new["status"]["podIP"]
 
 
+async def test_a_pod_whose_deletion_the_kubelet_missed_is_killed_by_housekeeping(cluster, monkeypatch, caplog):
+    store, kubelet = cluster.store, cluster.kubelet
+    store.create("pods", pod("missed", py("main", "import time; time.sleep(60)")), "default")
+    await wait_for_pod(store, "default", "missed", lambda p: p["status"].get("phase") == "Running")
+    assert ("default", "missed") in kubelet.processes()
+    seen = kubelet._on_pod_event
+
+    def deaf_to_deletions(etype, p):
+        if etype != "DELETED":
+            seen(etype, p)
+
+    # the event of the deletion is lost, as one is when a node's watch breaks at the wrong time
+    monkeypatch.setattr(kubelet, "_on_pod_event", deaf_to_deletions)
+    store.delete("pods", "default", "missed", grace_period_seconds=0)
+    await asyncio.sleep(0.5)
+    assert ("default", "missed") in kubelet.processes(), "the deletion was seen after all: this test tests nothing"
+    await wait_until(lambda: ("default", "missed") not in kubelet.processes(), 15, "housekeeping to kill the orphaned pod")
+    assert "default/missed" in caplog.text and "gone from the API" in caplog.text
+
+
+async def test_a_pod_whose_sync_fails_leaves_the_node_running_the_others(cluster, monkeypatch, caplog):
+    store, kubelet = cluster.store, cluster.kubelet
+    start = kubelet._start_pod
+
+    def broken_for_one(key, p):
+        if key[1] == "broken":
+            raise OSError("No space left on device")
+        start(key, p)
+
+    monkeypatch.setattr(kubelet, "_start_pod", broken_for_one)
+    store.create("pods", pod("broken", py("main", "import time; time.sleep(60)")), "default")
+    store.create("pods", pod("fine", py("main", "import time; time.sleep(60)")), "default")
+    await wait_for_pod(store, "default", "fine", lambda p: p["status"].get("phase") == "Running")
+    assert "sync of pod default/broken failed" in caplog.text and "No space left on device" in caplog.text
+    # and the node still sees what comes after: the running pod's deletion
+    store.delete("pods", "default", "fine")
+    await wait_until(lambda: not store.exists("pods", "default", "fine"), 15, "the pod to go")
+
+
 async def test_grpc_probe_is_reported_unsupported_and_never_passes(cluster):
     from jupyter_gpuburst.sim.kubelet.probes import GRPC_UNSUPPORTED
 

@@ -166,9 +166,7 @@ class ContainerRunner:
             cwd = pr.dir  # the working directory may exist only in the new mount namespace
         if pr.network is not None:
             argv = pr.network.enter_argv(argv)
-        return processes.started(
-            await asyncio.create_subprocess_exec(*argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr, stdin=stdin, start_new_session=True)
-        )
+        return await processes.start(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr, stdin=stdin)
 
     async def _spawn_in(
         self, pr: PodRun, c: ContainerRun, command: list[str], *, stdin: bool, tty: bool
@@ -189,7 +187,7 @@ class ContainerRunner:
                 raise bad_request(f'container "{c.name}" is not running')
             await processes.entered(c.process.pid)
             wrapped = processes.enter_container_argv(c.process.pid, [exe, *argv[1:]], cwd, network=pr.network is not None)
-            return processes.started(await asyncio.create_subprocess_exec(*wrapped, env=env, cwd=pr.dir, start_new_session=True, **streams))
+            return await processes.start(wrapped, env=env, cwd=pr.dir, **streams)
 
         if tty:
             import pty

@@ -45,6 +45,10 @@ Obj = dict[str, Any]
 # reaches the node's cache after the pod's update (Liqo reflects the two apart, and on the real
 # control plane each through its own watch) is in the pod's files by the next sync, not never.
 SYNC_FREQUENCY_S = 60.0
+# The kubelet's housekeeping period (2 s): each time, a pod it runs that the API no longer has
+# (HandlePodCleanups' "orphaned" pods) is killed, so a deletion it did not see cannot leave
+# containers running for good.
+HOUSEKEEPING_S = 2.0
 
 
 class Kubelet(ContainerRunner, ContainerLifecycle):
@@ -80,6 +84,7 @@ class Kubelet(ContainerRunner, ContainerLifecycle):
         self._services_task: asyncio.Task | None = None
         self._slices_task: asyncio.Task | None = None
         self._sync_task: asyncio.Task | None = None
+        self._housekeeping_task: asyncio.Task | None = None
         self._hosts_refresh: asyncio.TimerHandle | None = None
         self.pod_networks = netns.requested()
 
@@ -132,6 +137,7 @@ class Kubelet(ContainerRunner, ContainerLifecycle):
                 self.images.preload(node["metadata"]["name"])
         self._task = asyncio.create_task(self._run(), name="kubelet")
         self._sync_task = asyncio.create_task(self._sync_periodically(), name="kubelet-sync")
+        self._housekeeping_task = asyncio.create_task(self._housekeeping(), name="kubelet-housekeeping")
         if processes.uts_namespaces():  # service names live in the pods' own /etc/hosts
             self._services_task = asyncio.create_task(self._watch_services(), name="kubelet-services")
             self._slices_task = asyncio.create_task(self._watch_slices(), name="kubelet-endpointslices")
@@ -139,7 +145,7 @@ class Kubelet(ContainerRunner, ContainerLifecycle):
     async def stop(self) -> None:
         if self._hosts_refresh is not None:
             self._hosts_refresh.cancel()
-        for task in (self._task, self._sync_task, self._services_task, self._slices_task):
+        for task in (self._task, self._sync_task, self._housekeeping_task, self._services_task, self._slices_task):
             if task:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -220,38 +226,61 @@ class Kubelet(ContainerRunner, ContainerLifecycle):
         watch = self.store.watch("pods")
         try:
             async for etype, pod in watch:
-                if self._services:
-                    self._refresh_hosts_soon()  # a Service's pod may have come, gone or turned ready
-                node = (pod.get("spec") or {}).get("nodeName")
-                if not node or not self._is_ours(node):
-                    continue
-                key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
-                pr = self._pods.get(key)
-                if pr is not None and pr.uid != pod["metadata"]["uid"]:
-                    continue  # an event of an older pod of the same name
-                if etype == "DELETED":
-                    if pr and not pr.killing:
-                        pr.killing = True
-                        pr.tasks.append(asyncio.create_task(self._finish(pr, 0, remove=False)))
-                    continue
-                if pr is None and not pod["metadata"].get("deletionTimestamp"):
-                    if (pod.get("status") or {}).get("phase", "Pending") == "Pending" and not (pod.get("status") or {}).get("podIP"):
-                        self._start_pod(key, pod)
-                elif not pod["metadata"].get("deletionTimestamp") and _synced_metadata(pod) != _synced_metadata(pr.pod):
-                    # an update to the pod (not the kubelet's own status write) syncs it: its
-                    # Secret and ConfigMap volumes follow their sources, as the kubelet's do
-                    pr.pod = pod
-                    if pr.volumes:
-                        volumes.refresh(self.store, pod, pr.volumes)
-                elif pod["metadata"].get("deletionTimestamp"):
-                    if pr is None:
-                        self._remove(key, pod["metadata"]["uid"])
-                    elif not pr.killing:
-                        pr.killing = True
-                        grace = int(pod["metadata"].get("deletionGracePeriodSeconds", 30))
-                        pr.tasks.append(asyncio.create_task(self._finish(pr, grace, remove=True)))
+                try:
+                    self._on_pod_event(etype, pod)
+                except Exception:  # one pod's failed sync must not leave the node deaf to the rest
+                    log.exception("sync of pod %s/%s failed", pod["metadata"].get("namespace"), pod["metadata"].get("name"))
         finally:
             watch.close()
+
+    def _on_pod_event(self, etype: str, pod: Obj) -> None:
+        if self._services:
+            self._refresh_hosts_soon()  # a Service's pod may have come, gone or turned ready
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or not self._is_ours(node):
+            return
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        pr = self._pods.get(key)
+        if pr is not None and pr.uid != pod["metadata"]["uid"]:
+            return  # an event of another pod of the same name: _start_successor's once pr is gone
+        if etype == "DELETED":
+            if pr and not pr.killing:
+                self._kill(pr, 0, remove=False)
+            return
+        if pr is None and not pod["metadata"].get("deletionTimestamp"):
+            if (pod.get("status") or {}).get("phase", "Pending") == "Pending" and not (pod.get("status") or {}).get("podIP"):
+                self._start_pod(key, pod)
+        elif not pod["metadata"].get("deletionTimestamp") and _synced_metadata(pod) != _synced_metadata(pr.pod):
+            # an update to the pod (not the kubelet's own status write) syncs it: its
+            # Secret and ConfigMap volumes follow their sources, as the kubelet's do
+            pr.pod = pod
+            if pr.volumes:
+                volumes.refresh(self.store, pod, pr.volumes)
+        elif pod["metadata"].get("deletionTimestamp"):
+            if pr is None:
+                self._remove(key, pod["metadata"]["uid"])
+            elif not pr.killing:
+                self._kill(pr, int(pod["metadata"].get("deletionGracePeriodSeconds", 30)), remove=True)
+
+    def _kill(self, pr: PodRun, grace: float, *, remove: bool) -> None:
+        pr.killing = True
+        pr.tasks.append(asyncio.create_task(self._finish(pr, grace, remove=remove)))
+
+    async def _housekeeping(self) -> None:
+        missing_before: set[str] = set()
+        while True:
+            await asyncio.sleep(HOUSEKEEPING_S)
+            missing = set()
+            known = {pod["metadata"]["uid"] for pod in self.store.iter_objects("pods")}  # read, not copied
+            for pr in [pr for pr in self._pods.values() if not pr.killing]:
+                if pr.uid in known:
+                    continue
+                missing.add(pr.uid)
+                # gone on two passes in a row: not a deletion whose event is still on its way
+                if pr.uid in missing_before:
+                    log.warning("pod %s/%s (uid %s) runs here but is gone from the API: killing it", *pr.key, pr.uid)
+                    self._kill(pr, 0, remove=False)
+            missing_before = missing
 
     async def _sync_periodically(self) -> None:
         while True:
@@ -481,7 +510,9 @@ class Kubelet(ContainerRunner, ContainerLifecycle):
         node = (pod.get("spec") or {}).get("nodeName")
         if pr.key in self._pods or pod["metadata"]["uid"] == pr.uid or not node or not self._is_ours(node):
             return
-        if not pod["metadata"].get("deletionTimestamp") and not (pod.get("status") or {}).get("podIP"):
+        if pod["metadata"].get("deletionTimestamp"):
+            self._remove(pr.key, pod["metadata"]["uid"])  # deleted before it ever ran: nothing to wait for
+        elif not (pod.get("status") or {}).get("podIP"):
             self._start_pod(pr.key, pod)
 
     async def _kill_pod(self, pr: PodRun, grace: float) -> None:

@@ -6,12 +6,16 @@ Every container started here is remembered (``started``) until it is gone, and w
 still runs when this Python process exits is SIGKILLed with its group (``atexit``): a kubelet in
 a process whose event loop was interrupted (SIGTERM made KeyboardInterrupt in a test worker, a
 benchmark run in-process) never ran the teardown that stops its pods, and they outlived it,
-reparented to init (a stopped run's chaos test left three stand-in servers running)."""
+reparented to init (a stopped run's chaos test left three stand-in servers running). Where this
+process cannot run its exit handlers (SIGKILL), or a container's start was cancelled before its
+pid was known (a SIGTERM during a spawn left one server running), the container still goes: it
+starts with the parent-death signal SIGKILL (``setpriv --pdeathsig``), as the last resort."""
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import os
 import shutil
 import signal
@@ -27,10 +31,28 @@ from jupyter_gpuburst.sim.kubelet import mounts, netns
 
 UNSHARE = mounts.UNSHARE
 NSENTER = netns.NSENTER
+SETPRIV = shutil.which("setpriv")  # util-linux, beside unshare and nsenter
 
 # by pid; each psutil.Process knows its start time, so a pid the system reused is not taken for it
 _started: dict[int, psutil.Process] = {}
 _forget_at = 256  # the gone are forgotten when there are this many, then twice as many as remain
+
+
+async def start(argv: list[str], **popen: object) -> asyncio.subprocess.Process:
+    """Start a container's process (or one beside it) as the leader of a process group of its
+    own, remembered by ``started``, and killed with this process (thread) however it ends.
+
+    A cancelled start still finishes forking, then kills what it started: asyncio would kill
+    only the direct child, and what that had started already would be left running."""
+    if SETPRIV is not None:
+        argv = [SETPRIV, "--pdeathsig", "KILL", "--", *argv]
+    spawning = asyncio.ensure_future(asyncio.create_subprocess_exec(*argv, start_new_session=True, **popen))
+    try:
+        return started(await asyncio.shield(spawning))
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await stop_process(await spawning, 0)
+        raise
 
 
 def started(proc: asyncio.subprocess.Process) -> asyncio.subprocess.Process:
@@ -101,7 +123,8 @@ async def entered(pid: int, timeout: float = 2.0) -> None:
             argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 3)
         except OSError:
             return
-        if argv0[0] not in (UNSHARE.encode(), NSENTER.encode()) and argv0[2:3] != [_ENTER_POD_SCRIPT.encode()]:
+        wrappers = [tool.encode() for tool in (UNSHARE, NSENTER, SETPRIV) if tool]
+        if argv0[0] not in wrappers and argv0[2:3] != [_ENTER_POD_SCRIPT.encode()]:
             return
         await asyncio.sleep(0.005)
 
