@@ -24,8 +24,8 @@ PULLED = re.compile(r'^Successfully pulled image "(.+)" in (\S+) \((\S+) includi
 
 
 @contextlib.asynccontextmanager
-async def cold_cluster(tmp_path, index: int, preloaded: tuple[str, ...] = ()):
-    settings = ImageSettings(sizes={BIG: 80 * MI, SMALL: 4 * MI}, default_size=2 * MI, bandwidth=100 * MI, preloaded=preloaded)
+async def cold_cluster(tmp_path, index: int, preloaded: tuple[str, ...] = (), bandwidth: int = 100 * MI):
+    settings = ImageSettings(sizes={BIG: 80 * MI, SMALL: 4 * MI}, default_size=2 * MI, bandwidth=bandwidth, preloaded=preloaded)
     cluster = Cluster(ClusterConfig(name="c", nodes=(NodeConfig(name="n"),), images=settings), index, tmp_path)
     await cluster.start()
     try:
@@ -132,7 +132,9 @@ async def test_pulls_on_a_node_are_serialized_and_shared(tmp_path):
 
 
 async def test_pull_policies(tmp_path):
-    async with cold_cluster(tmp_path, 44, preloaded=(SMALL,)) as cluster:
+    # 1 MiB/s: fetching SMALL's 4 MiB again would take 4 s, which a pull of layers already there
+    # is told apart from however loaded the machine (a loaded event loop adds tenths of a second)
+    async with cold_cluster(tmp_path, 44, preloaded=(SMALL,), bandwidth=MI) as cluster:
         store = cluster.store
         assert store.get("nodes", None, "n")["status"]["images"] == [{"names": [SMALL], "sizeBytes": 4 * MI}]
         store.create("pods", sleeper("never-missing", "example.org/absent:1", "Never"), "default")
@@ -155,11 +157,11 @@ async def test_pull_policies(tmp_path):
         warning = next(e for e in events_of(store, "never-missing") if e["reason"] == "ErrImageNeverPull")
         assert warning["type"] == "Warning"
         for name in ("never-present", "always", "latest"):
-            await wait_for_pod(store, "default", name, running, timeout=5)
+            await wait_for_pod(store, "default", name, running, timeout=30)  # "latest" pulls 2 MiB: 2 s
         assert [e["reason"] for e in events_of(store, "never-present")][:2] == ["Scheduled", "Pulled"]
         always = [e for e in events_of(store, "always") if e["reason"] in ("Pulling", "Pulled")]
         assert [e["reason"] for e in always] == ["Pulling", "Pulled"] and PULLED.match(always[1]["message"])
-        assert seconds(PULLED.match(always[1]["message"]).group(2)) < 0.3  # its layers were there
+        assert seconds(PULLED.match(always[1]["message"]).group(2)) < 2.0  # its layers were there: not 4 s
         assert "Pulling" in [e["reason"] for e in events_of(store, "latest")]
 
 
