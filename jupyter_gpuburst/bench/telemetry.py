@@ -43,6 +43,10 @@ its even ones: what the run cannot tell from no difference. ``status_wire_ms`` t
 to when its response reached the probe's socket (the kernel's receive timestamp), leaving out
 the probe's own wait for a CPU.
 
+Longer than 600 lines: a sixth of it is this account of what is measured and why, and the rest
+is one benchmark whose two parts share the run's arguments, blocks and checks; the server's
+own pieces live beside it (``telemetry_server``, ``telemetry_figures``, ``status_probe``).
+
 What the slowest status calls overlapped (``slowest_status_overlapped``, per phase and round,
 and pooled): the probe and the server share ``time.monotonic()``, so each of the slowest 2.5 %
 of a phase's status calls (those behind its p99) is laid over the server's timeline of loop

@@ -1,4 +1,7 @@
-"""The benchmarks' JSON and checks: small runs for the shape, bad inputs to see each check fail."""
+"""The benchmarks' JSON and checks: small runs for the shape, bad inputs to see each check fail.
+
+Longer than 600 lines: 40 short tests, each making one benchmark's check fail on the input
+meant to fail it; one file, so that a check without such a test is seen beside the others."""
 
 from __future__ import annotations
 

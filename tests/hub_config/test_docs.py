@@ -1,5 +1,7 @@
 """The README and docs/: the two commands first, a short README that links every page, and a
-configuration reference that matches the traits."""
+configuration reference that matches the traits.
+
+Longer than 600 lines: 30 short tests of the same pages, sharing how they read them."""
 
 from __future__ import annotations
 

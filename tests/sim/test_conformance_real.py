@@ -4,6 +4,9 @@ local federation by ``test_tier_runs_against_emulator.py``; one test per behavio
 
 Pods use ``GPUBURST_TEST_IMAGE`` (busybox by default) and only ``sh``, ``sleep``, ``cat``, ``touch``, ``rm``,
 ``echo``, ``hostname`` and ``test``; the network test uses ``GPUBURST_PYTHON_IMAGE`` (``python3``).
+
+Longer than 600 lines: it is the list of those behaviours, one short test each, that
+tests/REALCLUSTER.md points a cluster's admin to; the 15 tests share nothing but their helpers.
 """
 
 from __future__ import annotations
