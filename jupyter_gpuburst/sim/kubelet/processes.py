@@ -32,6 +32,8 @@ from jupyter_gpuburst.sim.kubelet import mounts, netns
 UNSHARE = mounts.UNSHARE
 NSENTER = netns.NSENTER
 SETPRIV = shutil.which("setpriv")  # util-linux, beside unshare and nsenter
+# what a container's argv0 is until its own program has been exec'd (``entered``)
+_WRAPPERS = tuple(tool.encode() for tool in (UNSHARE, NSENTER, SETPRIV) if tool)
 
 # by pid; each psutil.Process knows its start time, so a pid the system reused is not taken for it
 _started: dict[int, psutil.Process] = {}
@@ -123,8 +125,7 @@ async def entered(pid: int, timeout: float = 2.0) -> None:
             argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 3)
         except OSError:
             return
-        wrappers = [tool.encode() for tool in (UNSHARE, NSENTER, SETPRIV) if tool]
-        if argv0[0] not in wrappers and argv0[2:3] != [_ENTER_POD_SCRIPT.encode()]:
+        if argv0[0] not in _WRAPPERS and argv0[2:3] != [_ENTER_POD_SCRIPT.encode()]:
             return
         await asyncio.sleep(0.005)
 
