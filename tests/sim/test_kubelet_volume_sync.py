@@ -89,6 +89,8 @@ async def test_a_status_write_alone_does_not_sync_and_a_changed_secret_replaces_
         "while last!='second':\n  v=open(p).read()\n  if v!=last: print('read',v,flush=True); last=v\n  time.sleep(0.02)\n",
     ]
     store.create("pods", body, "default")
+    # the container's first line can come before the kubelet's write of the Running phase
+    await wait_for_pod(store, "default", "reader", lambda p: p["status"].get("phase") == "Running")
     await wait_for_pod(store, "default", "reader", lambda p: "read first" in logged(cluster, "reader"))
     store.mutate("secrets", "default", "conn", lambda s: s.update(secret("conn", "second")))
     # nothing syncs the pod yet: its file is as it was
