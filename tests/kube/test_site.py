@@ -3,12 +3,15 @@ kube-controller-manager's controllers act, and Liqo's CRDs validate what we writ
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 import pytest
 
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim.errors import ApiError
+from jupyter_gpuburst.sim.kube.controlplane import GO_GC_PERCENT
 from jupyter_gpuburst.sim.peering import NSOFF
 from jupyter_gpuburst.sim.testing import is_running_ready, wait_for_pod, wait_until
 
@@ -74,6 +77,12 @@ async def test_nodes_join_with_gpus_and_renew_their_leases(federation):
         "Ready": "True",
         "NetworkUnavailable": "False",
     }
+    # every component runs with the collector set for CPU (controlplane.GO_GC_PERCENT)
+    wanted = f"GOGC={os.environ.get('GOGC', GO_GC_PERCENT)}".encode()
+    pids = federation.origin.control_plane.pids()
+    assert len(pids) == 4
+    for pid in pids:
+        assert wanted in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"), pid
 
 
 def _version(store, name: str) -> int:
