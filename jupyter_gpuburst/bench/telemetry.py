@@ -60,9 +60,6 @@ every A block (else something else ran on the machine and the ratios mean nothin
 p99 ratio B/A (pooled) <= 1.1, and B/C likewise; A against A within 1/1.1 and 1.1 (else the run
 cannot tell those ratios from no difference); at least 1,000 samples behind each tail; every
 stream client connected for 3 periods or more received samples, about one per period (>= 0.8).
-
-Longer than 600 lines: its two parts share their stand-in kernels, options and checks; the
-server part's process and the figures are in telemetry_server and telemetry_figures.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
+import psutil
 import pytest
 
 from jupyter_gpuburst.core import liqo
@@ -78,11 +78,10 @@ async def test_nodes_join_with_gpus_and_renew_their_leases(federation):
         "NetworkUnavailable": "False",
     }
     # every component runs with the collector set for CPU (controlplane.GO_GC_PERCENT)
-    wanted = f"GOGC={os.environ.get('GOGC', GO_GC_PERCENT)}".encode()
     pids = federation.origin.control_plane.pids()
     assert len(pids) == 4
     for pid in pids:
-        assert wanted in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"), pid
+        assert psutil.Process(pid).environ().get("GOGC") == os.environ.get("GOGC", GO_GC_PERCENT), pid
 
 
 def _version(store, name: str) -> int:
