@@ -4,7 +4,6 @@ pre-started kernel that goes mid-adoption leaves the request a kernel of its own
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from functools import partial
@@ -13,6 +12,7 @@ import aiohttp
 import kubernetes_validate
 import pytest
 from helpers import user_server
+from helpers.admission import on_create
 from helpers.federation import occupy, pod_of
 from helpers.kernels import KERNEL_SCOPES
 
@@ -172,27 +172,19 @@ async def test_a_pre_started_kernel_that_goes_mid_adoption_leaves_a_kernel_of_it
     name = pooled["metadata"]["name"]
     store = federation.origin.store
 
-    async def preempt_when_adopted() -> None:
-        # the moment the hub writes the adopter's Secret, the pod goes: at once, or as a
-        # preemption deletes it, with its own grace period (None: the pod's)
-        watch = store.watch("secrets")
-        try:
-            async for _etype, secret in watch:
-                if secret["metadata"]["name"] == name:
-                    store.delete("pods", "default", name, grace_period_seconds=grace)
-                    return
-        finally:
-            watch.close()
+    def preempt() -> None:
+        store.delete("pods", "default", name, grace_period_seconds=grace)
 
-    preempter = asyncio.ensure_future(preempt_when_adopted())
-    try:
+    # the moment the hub writes the adopter's Secret, before the hub goes on, the pod goes: at
+    # once, or as a preemption deletes it, with its own grace period (None: the pod's)
+    async with on_create(federation, federation.origin, "secrets", name, preempt) as preempted:
         kernel_id = await gpu_kernel(hub, "alice")
-        out = await execute(f"{hub.url}/user/alice", hub.token, kernel_id, WHO)
-    except TimeoutError:
-        # what the hub did with the request, for the failure message
-        pytest.fail("no reply from the kernel:\n" + "\n".join(line for line in hub.log().splitlines() if "GPU kernel" in line))
-    finally:
-        preempter.cancel()
+        try:
+            out = await execute(f"{hub.url}/user/alice", hub.token, kernel_id, WHO)
+        except TimeoutError:
+            # what the hub did with the request, for the failure message
+            pytest.fail("no reply from the kernel:\n" + "\n".join(line for line in hub.log().splitlines() if "GPU kernel" in line))
+    assert preempted == [name]
     assert out["error"] is None and out["stdout"].split("\n")[-2] == "origin alice False", out
     record = await record_of(hub, "alice", kernel_id)
     # a kernel of its own, not the pod that went; no Secret left of the one that went
