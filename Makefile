@@ -183,8 +183,10 @@ clean:
 	rm -rf $(VENV) build dist .pytest_cache node_modules labextension/lib jupyter_gpuburst/labextension
 
 # KubeSpawner's own test suite, unmodified, against `gpuburst sim` (docs/emulator.md), on the
-# emulator or, with CONTROL_PLANE=kube, on the real control plane. It fetches the release's tests
-# and its test dependencies, so it needs the network: not part of `make test`.
+# emulator or, with CONTROL_PLANE=kube, on the real control plane. Its tests are vendored
+# (tests/reference/kubespawner); it installs their runner as the release's CI did, from PyPI.
+# Not part of `make test`: on the real control plane its exec and log tests need a kubelet API
+# that our process kubelet does not serve (docs/emulator.md).
 .PHONY: kubespawner-suite
 kubespawner-suite: $(STAMP) $(if $(filter kube,$(CONTROL_PLANE)),kube)
 	CONTROL_PLANE=$(CONTROL_PLANE) tools/kubespawner-suite.sh

@@ -2,22 +2,24 @@
 # KubeSpawner's own test suite, unmodified, against `gpuburst sim`, on the emulator or on the real
 # control plane (CONTROL_PLANE=kube, built by `make kube`).
 #
-# Fetches the tests of the KubeSpawner release below (the PyPI sdist ships no tests/, so they come
-# from the release tag of its repository, or from a local clone named by KUBESPAWNER_SOURCE),
-# installs them into a virtual environment of their own exactly as KubeSpawner's CI does
+# Takes the tests of the KubeSpawner release below (the PyPI sdist ships no tests/): 7.1.0's are
+# vendored in tests/reference/kubespawner; another release's come from a local clone named by
+# KUBESPAWNER_SOURCE, or from the release tag's archive on GitHub. It installs the runner into a
+# virtual environment of its own exactly as KubeSpawner's CI does
 # (`jupyterhub-kubespawner[test]` of that release), starts the local federation with the
 # project's environment as the pods' "image", points KUBECONFIG at it and runs pytest.
 # Prints the pass/fail counts and the machine's load average; exits with pytest's status.
 #
-# Needs the network (PyPI, and the tag archive unless KUBESPAWNER_SOURCE is given) and the
-# project's virtual environment (`make setup`, or `make kubespawner-suite` which checks it).
+# Needs PyPI (the runner's packages; and GitHub for a release neither vendored nor in
+# KUBESPAWNER_SOURCE) and the project's virtual environment (`make setup`, or
+# `make kubespawner-suite` which checks it).
 #
 #   CONTROL_PLANE        emulator (default) or kube: each site on its own real control plane
 #   KUBESPAWNER_VERSION  release to test (default 7.1.0)
 #   KUBESPAWNER_RELEASED install its test dependencies as PyPI held them before this time
 #                        (default: the day after 7.1.0 was tagged)
 #   KUBESPAWNER_SOURCE   a clone of the KubeSpawner repository (bare or not) holding the tag,
-#                        used instead of downloading the tag archive
+#                        used instead of the vendored tests or the tag archive
 #   SUITE_DIR            where the tests, their venv, the federation's state and the log go
 #                        (default ${TMPDIR:-/tmp}/gpuburst-kubespawner-suite; reused when present)
 #   PYTEST_ARGS          extra pytest arguments (e.g. "-k spawn_start -x")
@@ -49,7 +51,10 @@ mkdir -p "$SUITE_DIR"
 # 1. The release's tests and pyproject (pytest options, test extras), untouched.
 if [ ! -f "$SRC/tests/conftest.py" ]; then
     rm -rf "$SRC" && mkdir -p "$SRC"
-    if [ -n "${KUBESPAWNER_SOURCE:-}" ]; then
+    VENDORED="$REPO/tests/reference/kubespawner"
+    if [ -z "${KUBESPAWNER_SOURCE:-}" ] && grep -q "^Tag: *$VERSION " "$VENDORED/PROVENANCE"; then
+        cp -R "$VENDORED/tests" "$VENDORED/pyproject.toml" "$SRC/"
+    elif [ -n "${KUBESPAWNER_SOURCE:-}" ]; then
         git -C "$KUBESPAWNER_SOURCE" archive "$VERSION" tests pyproject.toml | tar -x -C "$SRC"
     else
         url="https://github.com/jupyterhub/kubespawner/archive/refs/tags/$VERSION.tar.gz"
