@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -25,6 +27,8 @@ VENV_BIN = Path(sys.executable).parent
 # the federation's admin kubeconfig in the hub's environment, for config that acts as someone
 # other than the hub (on the real control plane the hub's own credentials are its RBAC's)
 ADMIN_KUBECONFIG_ENV = "GPUBURST_TEST_ADMIN_KUBECONFIG"
+# a hub log line's time: "[I 2026-11-30 08:43:00.893 JupyterHub ..." (local time)
+LOG_TIME = re.compile(r"\[[A-Z] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) ")
 
 GPU_PROFILES = [
     {
@@ -163,6 +167,16 @@ c.Spawner.default_url = "/api"
             return self.log_path.read_text()
         except OSError:
             return ""
+
+    def logged_at(self, text: str) -> list[float]:
+        """When the hub logged each line holding ``text`` (epoch seconds, its own clock, to the
+        millisecond): what the hub did when, apart from how late a loaded machine let a test see it."""
+        times = []
+        for line in self.log().splitlines():
+            stamp = LOG_TIME.match(line)
+            if stamp and text in line:
+                times.append(datetime.datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp())
+        return times
 
     def log_tail(self, chars: int = 6000) -> str:
         """The log's end, for a failing assertion's message."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import aiohttp
 import pytest
@@ -93,11 +92,16 @@ async def test_idle_gpu_server_is_warned_kept_once_then_stopped_and_the_spawn_pa
     status, refused = await server_api(hub, "alice", "POST", "/gpuburst/culling/keep", {"target": "server"})
     assert status == 409 and "1 times" in refused["message"], refused
 
-    # the stop lands within one period (plus the report's own period) of the timeout
-    warned_at = time.monotonic()
-    await wait_until(lambda: _not(running(hub, "alice")), WARNING_S + 3 * PERIOD_S + 5, "alice's server stopped", interval=0.2)
-    assert time.monotonic() - warned_at <= again["stops_in_s"] + 2 * PERIOD_S + 3
-    assert "GPU culling: stopping alice's server" in hub.log()
+    await wait_until(lambda: _not(running(hub, "alice")), WARNING_S + 3 * PERIOD_S + 60, "alice's server stopped", interval=0.2)
+    # the stop is decided when the warning said, within one period (plus the report's own), by
+    # the hub's clock: its log's times, apart from the pod's removal after it (the kubelet's,
+    # as fast as the machine lets it) and from how late a loaded machine lets this test look
+    warnings = hub.logged_at("GPU culling: warning alice:")
+    (stopped,) = hub.logged_at("GPU culling: stopping alice's server")
+    assert len(warnings) == 2, hub.log_tail()
+    # never before the time the warning said (read after it was logged: that much or more
+    # after it; 0.05 s for the log's milliseconds), and at most two periods after
+    assert again["stops_in_s"] - 0.05 <= stopped - warnings[-1] <= WARNING_S + 2 * PERIOD_S, hub.log_tail()
     page = await hub.spawn_page("alice")
     assert 'id="gpuburst-stopped"' in page and "its GPU was idle for" in page
     assert not computing.done(), "bob's cell ended before alice's server was stopped: make COMPUTE_S longer"
