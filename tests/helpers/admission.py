@@ -20,9 +20,9 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import httpx
 from aiohttp import web
 
+from jupyter_gpuburst.sim.kube.remotestore import WEBHOOKS
 from jupyter_gpuburst.sim.testing import wait_until
 
 PROBE_PREFIX = "admission-probe-"
@@ -102,30 +102,20 @@ async def _webhook(site: Any, plural: str, name: str, act: Callable[[], None], a
             }
         ],
     }
-    ca, cert, key = site.credentials()
-    api = httpx.AsyncClient(base_url=site.url, verify=ssl.create_default_context(cafile=ca), cert=(cert, key))
-    path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+    store = site.store
     try:
-        created = await api.post(path, json=config)
-        assert created.status_code == 201, created.text
+        store.create(WEBHOOKS, config)
 
         async def in_force() -> bool:
             # the API server's webhooks come from a watch of their configurations: a dry-run
-            # create of the probe reaches this one once it is in force there
-            dry = {"apiVersion": "v1", "kind": _kind(plural), "metadata": {"name": probe, "namespace": "default"}}
-            await api.post(f"/api/v1/namespaces/default/{plural}", json=dry, params={"dryRun": "All"})
+            # create of the probe reaches this one once it is in force there (from a thread: the
+            # webhook answers on this loop, which a blocking call here would hold)
+            probe_object = {"metadata": {"name": probe, "namespace": "default"}}
+            await asyncio.to_thread(store.create, plural, probe_object, "default", dry_run=True)
             return bool(probed)
 
         await wait_until(in_force, timeout=30, what=f"the webhook on {plural} in force")
         yield
     finally:
-        await api.delete(f"{path}/{config_name}")
-        await api.aclose()
+        store.delete(WEBHOOKS, None, config_name)
         await runner.cleanup()
-
-
-def _kind(plural: str) -> str:
-    kinds = {"secrets": "Secret", "configmaps": "ConfigMap"}
-    if plural not in kinds:
-        raise ValueError(f"on_create knows the kinds of {', '.join(kinds)} only")
-    return kinds[plural]

@@ -59,9 +59,14 @@ RETRY_DELAY_S = 0.5
 STORAGE_READY_S = 60.0
 # answers that say "not now": the request is sent again rather than given up
 TRANSIENT = frozenset({429, 500, 502, 503, 504})
-# kinds a node agent uses on a real API server that the emulator does not serve
+WEBHOOKS = "validatingwebhookconfigurations.admissionregistration.k8s.io"
+# kinds a node agent (or a test acting as the admin) uses on a real API server that the
+# emulator does not serve
 EXTRA_TYPES = {
     "leases": ResourceType("coordination.k8s.io", "v1", "Lease", "leases", True),
+    WEBHOOKS: ResourceType(
+        "admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", False
+    ),
 }
 
 
