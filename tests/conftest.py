@@ -27,7 +27,9 @@ pytest_plugins = [
 ]
 
 REPO = Path(__file__).resolve().parent.parent
-# Upstream reference data, vendored with its provenance and license (tests/reference/README.md)
+# Upstream reference data, vendored with its provenance and license (tests/reference/README.md);
+# KubeSpawner's suite in it runs in an environment of its own (tools/kubespawner-suite.sh)
+collect_ignore = ["reference"]
 REFERENCE = REPO / "tests" / "reference"
 LIQO_CRDS = REFERENCE / "liqo-crds"
 Z2JH = REFERENCE / "z2jh"

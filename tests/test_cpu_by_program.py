@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,6 +52,38 @@ def test_a_commands_processes_are_counted_by_program_and_an_outsider_is_not(tmp_
     # runs low (0.5 s and 0.3 s were read): the count above says both were counted
     assert 0 < python["cpu_s"] <= 1.5, result
     assert result["still_running_after_grace"] == 0
+
+
+def test_a_run_beside_another_waits_for_it_then_counts_its_own(tmp_path):
+    if os.environ.get("CPU_BY_PROGRAM_ACTIVE"):
+        pytest.skip("the suite itself runs under tools/cpu-by-program, which does not nest")
+    # two runs side by side: the second moved the machine's accounting to its own file and the
+    # first to end turned it off for both (each counted 0 CPU seconds). Here the other run is
+    # this test, holding the tool's lock as a run does while it measures.
+    log = tmp_path / "err"
+    with open(load_tool().LOCK, "a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        with log.open("w") as err:
+            tool = [sys.executable, str(TOOL), "--json", str(tmp_path / "cpu.json"), "--", sys.executable, "-c", BUSY.format(s=0.4)]
+            run = subprocess.Popen(tool, stderr=err, text=True, env={"PATH": "/usr/bin:/bin"})
+        try:
+            deadline = time.monotonic() + 60
+            while "waiting for it to end" not in log.read_text():
+                assert run.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+            time.sleep(0.5)
+            assert run.poll() is None and not (tmp_path / "cpu.json").exists(), "it measured while the other did"
+        except BaseException:
+            run.kill()
+            run.wait()
+            raise
+    code = run.wait(timeout=120)
+    if code == 2 and "refused" in log.read_text():
+        pytest.skip("process accounting needs root here")
+    assert code == 0, log.read_text()
+    result = json.loads((tmp_path / "cpu.json").read_text())
+    python = {p["program"]: p for p in result["by_program"]}.get("python (other)")
+    assert python is not None and python["processes"] == 1 and python["cpu_s"] > 0, result
 
 
 def test_an_orphan_is_reaped_when_it_ends_not_left_a_zombie(tmp_path):
