@@ -13,6 +13,13 @@ import pytest
 
 from jupyter_gpuburst.sim.hostgpus import GPUS_MODE_ENV
 
+# pytest caches a test module with its asserts rewritten in __pycache__, unless bytecode may not
+# be written (PYTHONDONTWRITEBYTECODE, which CI machines often set): then every pytest process
+# rewrote all 250 test modules again as it collected them, 7 of its 12 CPU seconds, and `make
+# test` runs ten such processes. Here, for pytest's own process only (a hub or server started
+# by a test keeps the environment's choice), the cache is written and read as pytest intends.
+sys.dont_write_bytecode = False
+
 # Fixtures several folders use: the local federation and a hub in front of it, the stand-in hub
 # of GPU kernels, chromium for browser tests, the real-cluster tier (tests/REALCLUSTER.md)
 pytest_plugins = [

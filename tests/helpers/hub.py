@@ -10,7 +10,6 @@ import os
 import re
 import secrets
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import aiohttp
 import psutil
 
+from helpers.preloaded import PreloadedHub
 from jupyter_gpuburst.bench.hubproc import running_proxy
 from jupyter_gpuburst.demo import proxy_command
 from jupyter_gpuburst.hub.ports import free_port
@@ -55,7 +55,7 @@ GPU_PROFILES = [
 
 
 class Hub:
-    """Starts, restarts and stops one JupyterHub subprocess; talks to its REST API."""
+    """Starts, restarts and stops one JupyterHub process (helpers.preloaded); talks to its REST API."""
 
     def __init__(self, workdir: Path, kubeconfig: Path, extra_config: str = "", admin_kubeconfig: Path | None = None) -> None:
         self.workdir = workdir
@@ -67,7 +67,7 @@ class Hub:
         self.proxy_api_port = free_port()
         self.url = f"http://127.0.0.1:{self.proxy_port}"
         self.extra_config = extra_config
-        self.proc: subprocess.Popen | None = None
+        self.proc: PreloadedHub | None = None
         self.log_path = workdir / "hub.log"
         self._write_config()
 
@@ -114,16 +114,9 @@ c.Spawner.default_url = "/api"
             env[ADMIN_KUBECONFIG_ENV] = str(self.admin_kubeconfig)
         env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
         env.pop("KUBERNETES_SERVICE_HOST", None)
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [str(VENV_BIN / "jupyterhub"), "-f", str(self.workdir / "jupyterhub_config.py")],
-            cwd=self.workdir,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        self.proc = PreloadedHub(
+            [str(VENV_BIN / "jupyterhub"), "-f", str(self.workdir / "jupyterhub_config.py")], self.workdir, env, self.log_path
         )
-        log.close()
 
     async def wait_up(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
