@@ -24,7 +24,7 @@ PRELOAD = ["jupyterhub.app"]
 # a forked hub is named as the `jupyterhub` command's process is (ps, pgrep, process accounting)
 PROGRAM_NAME = b"jupyterhub"
 PR_SET_NAME = 15
-SESSION_WAIT_S = 5.0
+SESSION_WAIT_S = 30.0
 
 
 class PreloadedHub:
@@ -69,6 +69,8 @@ class PreloadedHub:
 def _run_hub(argv: list[str], cwd: str, env: dict[str, str], log_path: str) -> None:
     """In the forked child: become what ``subprocess.Popen(argv, cwd=, env=, stdout=log,
     stderr=STDOUT, start_new_session=True)`` would have started, then run JupyterHub."""
+    # named first: once its session is its own (what the parent waits for), it is a hub by name too
+    ctypes.CDLL(None).prctl(PR_SET_NAME, PROGRAM_NAME, 0, 0, 0)
     os.setsid()
     os.chdir(cwd)
     os.environ.clear()
@@ -77,7 +79,6 @@ def _run_hub(argv: list[str], cwd: str, env: dict[str, str], log_path: str) -> N
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    ctypes.CDLL(None).prctl(PR_SET_NAME, PROGRAM_NAME, 0, 0, 0)
     sys.argv = list(argv)
     from jupyterhub.app import main
 
