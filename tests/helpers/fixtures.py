@@ -7,19 +7,21 @@ from hub_config.readme import apply_rbac_manifest
 from kubernetes_asyncio import client, config
 
 from helpers.hub import Hub
-from helpers.kubetier import hub_kubeconfig, kube_federation, on_kube
+from helpers.kubetier import hub_kubeconfig, kube_federation, kube_federation_pool, on_kube
 from jupyter_gpuburst.sim.apiserver import ApiServer
 from jupyter_gpuburst.sim.kubeconfig import write_kubeconfig
 from jupyter_gpuburst.sim.store import Store
 from jupyter_gpuburst.sim.testing import running_federation
 
+__all__ = ["api_server", "federation", "hub_rbac_apiserver", "kube_federation_pool", "start_hub"]
+
 
 @pytest.fixture
-async def federation(tmp_path, tmp_path_factory):
+async def federation(tmp_path, tmp_path_factory, kube_federation_pool, request):
     """The default local federation (origin 1 GPU node x 2; donor-1 granting 8), with a kubeconfig;
     on the real control plane with ``GPUBURST_CONTROL_PLANE=kube`` (the kube tier)."""
     if on_kube():
-        async with kube_federation(tmp_path, tmp_path_factory) as fed:
+        async with kube_federation(tmp_path, tmp_path_factory, kube_federation_pool, request) as fed:
             yield fed
         return
     kubeconfig = tmp_path / "kubeconfig"

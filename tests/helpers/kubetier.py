@@ -12,8 +12,10 @@ import shutil
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from jupyter_gpuburst.core import podsecurity
 from jupyter_gpuburst.doctor.connect import USER_AGENT_PRODUCT
@@ -73,13 +75,25 @@ def collected_audit(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 
 @contextlib.asynccontextmanager
-async def kube_federation(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator:
+async def kube_federation(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, pool: Any = None, request: pytest.FixtureRequest | None = None
+) -> AsyncIterator:
     """The default federation, each site on its own real control plane, with an admin kubeconfig
-    at ``.kubeconfig`` (and ``.kubeconfig_path``); its origin's audit log is collected on the way out."""
+    at ``.kubeconfig`` (and ``.kubeconfig_path``); its origin's audit log is collected on the way
+    out. Where all of a worker's tests share one event loop (the kube tier), a federation is kept
+    from one test to the next, put back as it started (helpers/kubepool.py)."""
     from jupyter_gpuburst.sim.testing import running_federation
 
     if not binaries.available():
         pytest.skip(NOT_BUILT)
+    if pool is not None and request is not None:
+        fed = await pool.take(install)
+        failed_before = request.session.testsfailed
+        try:
+            yield fed
+        finally:
+            await pool.give_back(fed, failed=request.session.testsfailed > failed_before)
+        return
     kubeconfig = tmp_path / "federation.kubeconfig"
     async with running_federation(state_dir=tmp_path / "pods", kubeconfig=kubeconfig, control_plane="kube") as fed:
         fed.kubeconfig = fed.kubeconfig_path = kubeconfig
@@ -89,6 +103,41 @@ async def kube_federation(tmp_path: Path, tmp_path_factory: pytest.TempPathFacto
             audit = fed.origin.control_plane.audit_log
             if audit.exists():
                 shutil.copyfile(audit, audit_collection(tmp_path_factory) / f"{uuid.uuid4().hex}.jsonl")
+
+
+def shares_one_loop(config: pytest.Config) -> bool:
+    """Whether every test and fixture of a worker runs in one event loop (pytest-asyncio's
+    session loop scope), which a federation kept between tests needs."""
+    return config.getini("asyncio_default_test_loop_scope") == "session" == config.getini("asyncio_default_fixture_loop_scope")
+
+
+def install(federation) -> None:
+    """What docs/install.md asks of an admin, on a kept federation before its first test (each
+    test's ``hub_kubeconfig`` applies it again, which changes nothing)."""
+    hub_kubeconfig(federation, federation.kubeconfig_path.parent)
+
+
+if on_kube():
+
+    @pytest_asyncio.fixture(scope="session", loop_scope="session")
+    async def kube_federation_pool(request, tmp_path_factory):
+        """The worker's kept federation (helpers/kubepool.py), stopped when its tests are done;
+        None where its tests do not share one event loop."""
+        from helpers.kubepool import FederationPool
+
+        if not shares_one_loop(request.config):
+            yield None
+            return
+        pool = FederationPool(tmp_path_factory.mktemp("kube-federations"), audit_collection(tmp_path_factory))
+        yield pool
+        await pool.close()
+
+else:
+
+    @pytest.fixture(scope="session")
+    def kube_federation_pool():
+        """On the emulator, nothing is kept: each test's federation is its own."""
+        return None
 
 
 def hub_kubeconfig(federation, tmp_path: Path) -> Path:

@@ -8,6 +8,6 @@ from helpers.kubetier import kube_federation
 
 
 @pytest.fixture
-async def federation(tmp_path, tmp_path_factory):
-    async with kube_federation(tmp_path, tmp_path_factory) as fed:
+async def federation(tmp_path, tmp_path_factory, kube_federation_pool, request):
+    async with kube_federation(tmp_path, tmp_path_factory, kube_federation_pool, request) as fed:
         yield fed
