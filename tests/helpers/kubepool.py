@@ -6,7 +6,7 @@ etcd, kube-apiserver, controller-manager and scheduler, Liqo's CRDs, the node ag
 most kube tests spend on their own. Once started, the install docs/install.md asks of an admin is
 applied to it (the hub's RBAC, the warm pools' PriorityClass, each donor's kernel namespace), and
 what is then on every site, once it stops changing, is its baseline. After a test, everything
-that is not in the baseline is deleted (pods at once, as a node's loss would), and the federation
+that is not in the baseline is deleted (pods with no grace period), and the federation
 is kept when every site is back to its baseline and our kubelets run nothing.
 
 A federation is stopped instead, and the next test gets a new one, when its test failed (what it
