@@ -119,6 +119,7 @@ class FederationPool:
         self.idle: Any = None
         self.baseline = Baseline()
         self._collections: dict[str, list[str]] = {}
+        self._contexts: dict[int, Any] = {}  # id(federation) -> the running_federation it came from
         self.started = 0
         self.kept = 0
 
@@ -135,7 +136,7 @@ class FederationPool:
         context = running_federation(state_dir=state_dir / "pods", kubeconfig=state_dir / "federation.kubeconfig", control_plane="kube")
         fed = await context.__aenter__()
         fed.kubeconfig = fed.kubeconfig_path = state_dir / "federation.kubeconfig"
-        fed._pool_context = context
+        self._contexts[id(fed)] = context
         try:
             install(fed)
             await self._take_baseline(fed)
@@ -162,7 +163,7 @@ class FederationPool:
 
     async def _stop(self, fed: Any) -> None:
         try:
-            await fed._pool_context.__aexit__(None, None, None)
+            await self._contexts.pop(id(fed)).__aexit__(None, None, None)
         finally:
             audit = fed.origin.control_plane.audit_log
             if audit.exists():
