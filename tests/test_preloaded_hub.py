@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -55,3 +57,43 @@ def test_a_hub_that_cannot_start_reports_its_failure(tmp_path):
     hub = PreloadedHub([JUPYTERHUB, "--no-such-option"], tmp_path, dict(os.environ), log)
     assert hub.wait(timeout=60) != 0
     assert "no-such-option" in log.read_text()
+
+
+# a worker that starts a hub and waits; the hub's config blocks, so that JupyterHub's own
+# lifeline (the tests' configs set one) never comes into play
+WORKER = """
+import os, sys, time
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from helpers.preloaded import PreloadedHub
+here = Path({here!r})
+hub = PreloadedHub([{jupyterhub!r}, "-f", str(here / "jupyterhub_config.py")], here, dict(os.environ), here / "hub.log")
+print(hub.pid, flush=True)
+time.sleep(600)
+"""
+BLOCKING_CONFIG = """
+import time
+print("config read", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def test_a_preloaded_hub_and_its_forkserver_end_when_the_test_run_is_killed(tmp_path):
+    """A pytest worker killed outright (a CI timeout) must leave no hub, forkserver or
+    multiprocessing resource tracker behind."""
+    (tmp_path / "jupyterhub_config.py").write_text(BLOCKING_CONFIG)
+    script = WORKER.format(tests=str(Path(__file__).parent), here=str(tmp_path), jupyterhub=JUPYTERHUB)
+    worker = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        hub = psutil.Process(int(worker.stdout.readline()))
+        deadline = time.monotonic() + 60
+        while "config read" not in (tmp_path / "hub.log").read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        helpers = [hub, hub.parent(), *(p for p in psutil.Process(worker.pid).children() if "resource_tracker" in " ".join(p.cmdline()))]
+        assert len(helpers) == 3, helpers
+    finally:
+        worker.kill()
+        worker.wait()
+    gone, alive = psutil.wait_procs(helpers, timeout=15)
+    assert not alive, [(p.pid, p.name()) for p in alive]

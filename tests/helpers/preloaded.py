@@ -15,10 +15,13 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from jupyter_gpuburst.sim.lifeline import on_parent_exit
 
 PRELOAD = ["jupyterhub.app"]
 # a forked hub is named as the `jupyterhub` command's process is (ps, pgrep, process accounting)
@@ -71,6 +74,15 @@ def _run_hub(argv: list[str], cwd: str, env: dict[str, str], log_path: str) -> N
     stderr=STDOUT, start_new_session=True)`` would have started, then run JupyterHub."""
     # named first: once its session is its own (what the parent waits for), it is a hub by name too
     ctypes.CDLL(None).prctl(PR_SET_NAME, PROGRAM_NAME, 0, 0, 0)
+    # The forkserver hands each child the write ends of its own pipe and the resource tracker's,
+    # so that both outlive their client while a child lives; a hub ends when its parent (the
+    # forkserver) does (the config's lifeline), so a hub kept the forkserver and itself running
+    # after a stopped run. A process the subprocess module starts inherits no such descriptor:
+    # neither does this one. The forkserver is our parent until then (it waits for that end), so
+    # the lifeline set here, before the config's, cannot miss its going.
+    forkserver = os.getppid()
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    on_parent_exit(lambda: os.kill(os.getpid(), signal.SIGTERM), parent=forkserver)
     os.setsid()
     os.chdir(cwd)
     os.environ.clear()
