@@ -12,6 +12,7 @@ from typing import Any
 
 from jupyter_gpuburst.sim.cluster import Cluster
 from jupyter_gpuburst.sim.config import ClusterConfig, FederationConfig, NodeConfig, load_config, parse_config
+from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.faults import Faults
 from jupyter_gpuburst.sim.federation import Federation
 from jupyter_gpuburst.sim.store import Store
@@ -105,3 +106,12 @@ def is_running_ready(pod: dict[str, Any]) -> bool:
     return status.get("phase") == "Running" and any(
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
     )
+
+
+def gone(store: Any, rtype: str, namespace: str | None, name: str) -> bool:
+    """Whether the store answers 404 for the object (a Store, or a real control plane's RemoteStore)."""
+    try:
+        store.get(rtype, namespace, name)
+    except ApiError as exc:
+        return exc.code == 404
+    return False

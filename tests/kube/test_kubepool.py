@@ -9,8 +9,7 @@ import pytest
 from helpers.kubepool import FederationPool
 from helpers.kubetier import USERS_NAMESPACE, install
 
-from jupyter_gpuburst.sim.errors import ApiError
-from jupyter_gpuburst.sim.testing import is_running_ready, wait_for_pod
+from jupyter_gpuburst.sim.testing import gone, is_running_ready, wait_for_pod
 
 pytestmark = pytest.mark.kube
 
@@ -21,14 +20,6 @@ def pod(name: str, gpus: int = 0) -> dict:
     limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
     container = {"name": "c", "image": "python", "command": SLEEPER, "resources": {"limits": limits}}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": [container]}}
-
-
-def gone(store, rtype: str, namespace: str | None, name: str) -> bool:
-    try:
-        store.get(rtype, namespace, name)
-    except ApiError as exc:
-        return exc.code == 404
-    return False
 
 
 async def test_a_kept_federation_is_put_back_as_it_started_or_not_kept(tmp_path):

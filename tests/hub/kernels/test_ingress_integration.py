@@ -13,9 +13,8 @@ from jupyter_gpuburst.hub.kernels import ingress, prestarted
 from jupyter_gpuburst.hub.kernels.podstate import ready
 from jupyter_gpuburst.hub.kernels.records import KernelError
 from jupyter_gpuburst.hub.settings import GPUBurstSettings
-from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.peering import NSOFF
-from jupyter_gpuburst.sim.testing import wait_until
+from jupyter_gpuburst.sim.testing import gone, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -56,14 +55,6 @@ def assert_admits_its_server_only(registry, record) -> None:
     assert sorted(p["port"] for p in rule["ports"]) == sorted(record.ports.values())
     [owner] = policy["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("Pod", record.pod_name, pod["metadata"]["uid"])
-
-
-def gone(store, rtype: str, namespace: str, name: str) -> bool:
-    try:
-        store.get(rtype, namespace, name)
-    except ApiError as exc:
-        return exc.code == 404
-    return False
 
 
 async def test_a_kernel_started_cold_admits_its_server_and_its_policy_goes_with_its_pod(tmp_path):
