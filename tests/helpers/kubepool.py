@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-import ssl
 import time
 import uuid
 from collections.abc import Iterable
@@ -58,10 +57,7 @@ class Baseline:
 
 
 def _client(site: Any) -> httpx.AsyncClient:
-    cp = site.control_plane
-    context = ssl.create_default_context(cafile=str(cp.pki.ca))
-    context.load_cert_chain(str(cp.harness_cert.cert), str(cp.harness_cert.key))
-    return httpx.AsyncClient(base_url=site.url, verify=context, timeout=10.0)
+    return site.control_plane.harness_client(timeout=10.0)
 
 
 async def _collections(client: httpx.AsyncClient) -> list[str]:

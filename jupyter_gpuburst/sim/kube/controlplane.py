@@ -195,10 +195,11 @@ class ControlPlane:
         self._procs.append(entry)
         return entry
 
-    def _client(self) -> httpx.AsyncClient:
+    def harness_client(self, timeout: float = 5.0) -> httpx.AsyncClient:
+        """An HTTP client of this API server (its URL the base) acting as the harness."""
         context = ssl.create_default_context(cafile=str(self.pki.ca))
         context.load_cert_chain(str(self.harness_cert.cert), str(self.harness_cert.key))
-        return httpx.AsyncClient(verify=context, timeout=5.0)
+        return httpx.AsyncClient(base_url=self.url, verify=context, timeout=timeout)
 
     async def _wait_healthy(self, entry: _Process, url: str, client: httpx.AsyncClient, deadline: float) -> None:
         while True:
@@ -230,7 +231,7 @@ class ControlPlane:
         if name == "etcd":
             return httpx.AsyncClient(timeout=5.0)
         if name == "kube-apiserver":
-            return self._client()
+            return self.harness_client()
         # both serve /healthz to anyone (authorization-always-allow-paths) with a self-signed cert
         return httpx.AsyncClient(verify=False, timeout=5.0)  # noqa: S501 - a loopback health probe
 
@@ -282,7 +283,7 @@ class ControlPlane:
             "--audit-log-maxbackup=0",
             "--profiling=false",
         )
-        async with self._client() as client:
+        async with self.harness_client() as client:
             await self._wait_healthy(apiserver, f"{self.url}/readyz", client, deadline)
             controllers = await self._spawn(
                 "kube-controller-manager",

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-import ssl
 from pathlib import Path
 from typing import Any
 
@@ -239,11 +238,8 @@ class KubeSite:
         if not self.liqo_crds.is_dir():
             log.warning("Liqo's CRDs are not in %s: Liqo objects are not validated on %s", self.liqo_crds, self.name)
             return
-        cp = self.control_plane
-        context = ssl.create_default_context(cafile=str(cp.pki.ca))
-        context.load_cert_chain(str(cp.harness_cert.cert), str(cp.harness_cert.key))
         base = f"{self.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-        async with httpx.AsyncClient(verify=context, timeout=10.0) as client:
+        async with self.control_plane.harness_client(timeout=10.0) as client:
             names = []
             for path in sorted(self.liqo_crds.glob(f"{liqo.OFFLOADING_GROUP}_*.yaml")):
                 crd = yaml.load(path.read_text(), Loader=SAFE_LOADER)
