@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpuburst-installed
+UV_VERSION := 0.13.8
+# uses the system's certificates, as pip does here (PIP_CERT)
+UV_INSTALL := $(BIN)/uv pip install --quiet --system-certs --python $(BIN)/python
 
 .PHONY: setup demo-setup demo test test-unit bench clean lint lint-py lint-ts labextension chromium gpu-bundle gpu-check
 
@@ -15,22 +18,26 @@ demo-setup: $(STAMP) labextension
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	@# pip would otherwise uninstall the old copy's files through the dev link, deleting the build
+	@# uv installs what pip would (the same versions, checked against `pip freeze`), in about a
+	@# quarter of the time: 12 s against 52 on a warm machine, in every fresh clone's setup,
+	@# which nothing else overlaps. Its cache is uv's own, outside the repository.
+	$(BIN)/python -m pip install --quiet 'uv==$(UV_VERSION)'
+	@# the installer would otherwise uninstall the old copy's files through the dev link, deleting the build
 	@test ! -L $(LABEXT_LINK) || rm $(LABEXT_LINK)
 	@# The build backend goes into the venv, from pyproject.toml's [build-system], and builds there:
 	@# an isolated build would install it (JupyterLab included) again in a throwaway env first.
 	$(BIN)/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'], sep='\n')" \
-		| $(BIN)/python -m pip install --quiet editables -r /dev/stdin
+		| $(UV_INSTALL) editables -r /dev/stdin
 	@# The lab extension is built below, once, from `npm ci`'s node_modules: the build hook would
 	@# otherwise `npm install` and build it here too.
-	HATCH_JUPYTER_BUILDER_SKIP_NPM=1 $(BIN)/python -m pip install --quiet --no-build-isolation -e '.[test]'
 	@# Every hub and server process imports jsonschema (through jupyter_events), which without
 	@# rfc3987 imports rfc3987_syntax instead, and that builds 35 Earley parsers at import: 1 s
 	@# of CPU per process, about 400 of them in `make test`, for IRI formats no Jupyter schema
 	@# uses. With rfc3987 (jsonschema's first choice) a hub starts on half the CPU. It is GPL:
-	@# installed here only, never a dependency of the package.
-	$(BIN)/python -m pip install --quiet 'rfc3987==1.3.8'
+	@# installed here only, never a dependency of the package. pip stays, upgraded: tests run
+	@# `python -m pip` as a user would.
+	HATCH_JUPYTER_BUILDER_SKIP_NPM=1 $(UV_INSTALL) --no-build-isolation -e '.[test]' 'rfc3987==1.3.8' \
+		--upgrade-package pip pip
 	@touch $(STAMP)
 
 # Lab extension: npm workspace at the root (lockfile committed), prebuilt into
