@@ -19,6 +19,7 @@ from jupyter_gpuburst.server import handlers
 from jupyter_gpuburst.server.activity import reporter_from_env
 from jupyter_gpuburst.server.kernels import websocket, withdraw
 from jupyter_gpuburst.server.kernels.handlers import GPUKernelProfilesHandler, GPUKernelsHandler
+from jupyter_gpuburst.server.kernels.usage import untrack_probes
 from jupyter_gpuburst.server.placement import placement_from_env
 
 # time for open streams to send `stopping` when the server stops (a write and a flush each)
@@ -122,6 +123,7 @@ class GPUBurstServerExtension(ExtensionApp):
     def initialize_settings(self) -> None:
         serverapp = self.serverapp
         self.stopping = handlers.Stopping()
+        untrack_probes(serverapp.kernel_manager)
         kernel_source = ServerKernelSource(serverapp.kernel_manager, getattr(serverapp, "session_manager", None))
         process_period = self.process_sampling_period_s
         if process_period < self.sampling_period_s:

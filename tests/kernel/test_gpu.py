@@ -3,11 +3,13 @@ over the kernel's signed control channel; the figures follow what the kernel doe
 
 from __future__ import annotations
 
+import asyncio
+
 from jupyter_client.manager import AsyncKernelManager
 
 from jupyter_gpuburst.gpu.simulated import KERNEL_BASE_MEMORY, SimulatedBackend
 from jupyter_gpuburst.kernel.gpu import KernelGPUReporter, reporter_from_env
-from jupyter_gpuburst.server.kernels.usage import KernelUsageCache, ask_usage, gpu_figures
+from jupyter_gpuburst.server.kernels.usage import KernelUsageCache, ask_usage, gpu_figures, untrack_probes
 from jupyter_gpuburst.sim.testing import wait_until
 
 GiB = 1024**3
@@ -92,3 +94,34 @@ async def test_a_remote_kernel_answers_its_gpu_use_on_its_control_channel(hub, s
         assert await cache.figures(Manager(), []) == {}
     finally:
         await km.shutdown_kernel(now=True)
+
+
+async def test_the_servers_gpu_probe_is_no_activity_of_the_kernel(hub, specs):
+    """The server asks each GPU kernel for its GPU use every second or so. jupyter_server reads
+    the kernel's busy status while it answers as activity unless the probe's message types are
+    untracked: the culling report then said 0 s idle whenever a probe overlapped it, and the
+    kernel's idleness jumped between its true age and 0."""
+    from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+
+    manager = AsyncMappingKernelManager(kernel_spec_manager=specs)
+    kernel_id = await manager.start_kernel(kernel_name="gpuburst-gpu-1")
+    kernel = manager.get_kernel(kernel_id)
+    try:
+        # tracked, as jupyter_server has it by default: the probe is activity (what the test
+        # would miss if it could not see it)
+        before = kernel.last_activity
+        assert gpu_figures(await ask_usage(kernel, timeout=10)) is not None
+        await wait_until(lambda: kernel.last_activity > before and kernel.execution_state == "idle", 15, "the probe seen as activity")
+
+        untrack_probes(manager)
+        untrack_probes(manager)
+        assert manager.untracked_message_types.count("usage_request") == 1
+        settled = kernel.last_activity
+        for _ in range(5):
+            assert gpu_figures(await ask_usage(kernel, timeout=10)) is not None
+        # the kernel's status messages of those probes came (they precede its replies on a loaded
+        # machine by milliseconds); none counted
+        await asyncio.sleep(1.5)
+        assert kernel.last_activity == settled and kernel.execution_state == "idle"
+    finally:
+        await manager.shutdown_kernel(kernel_id, now=True)

@@ -23,6 +23,22 @@ log = logging.getLogger(__name__)
 
 TTL_S = 3.0
 TIMEOUT_S = 2.0
+# Jupyter's message types of the probe, answered on the control channel (kernel/gpu.py)
+PROBE_MESSAGE_TYPES = ("usage_request", "usage_reply")
+
+
+def untrack_probes(kernel_manager: Any) -> None:
+    """Keep the probe out of jupyter_server's activity tracking, as its other control messages are
+    (``untracked_message_types``: "a superset of the message types sent on any channel other than
+    the shell channel"). Tracked, the kernel's busy status while it answers made the kernel
+    "busy" in the server's eyes: the GPU culling report then said 0 s idle for every probe that
+    overlapped it, and the kernel's idleness jumped between its true age and 0 (a panel saw
+    "active" where the hub warned); and every probe counted as activity for jupyter_server's own
+    kernel culler."""
+    untracked = list(getattr(kernel_manager, "untracked_message_types", None) or [])
+    missing = [t for t in PROBE_MESSAGE_TYPES if t not in untracked]
+    if missing and hasattr(kernel_manager, "untracked_message_types"):
+        kernel_manager.untracked_message_types = [*untracked, *missing]
 
 
 async def ask_usage(kernel: Any, timeout: float = TIMEOUT_S, content: dict[str, Any] | None = None) -> dict[str, Any] | None:
@@ -38,7 +54,7 @@ async def ask_usage(kernel: Any, timeout: float = TIMEOUT_S, content: dict[str, 
     client.start_channels(shell=False, iopub=False, stdin=False, hb=False, control=True)
     channel = client.control_channel
     try:
-        request = session.msg("usage_request", content or {})
+        request = session.msg(PROBE_MESSAGE_TYPES[0], content or {})
         channel.send(request)
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
