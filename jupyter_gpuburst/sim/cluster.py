@@ -29,8 +29,9 @@ class NodeKubelet(Protocol):
     async def open_exec(self, namespace: str, name: str, container: str | None, command: list[str], *, stdin: bool, tty: bool) -> Any: ...
 
 
-def node_object(name: str, node: NodeConfig, internal_ip: str, now: str) -> Obj:
-    """The Node a real kubelet would register for ``node`` (Ready)."""
+def node_object(name: str, node: NodeConfig, internal_ip: str, now: str, kubelet_port: int | None = None) -> Obj:
+    """The Node a real kubelet would register for ``node`` (Ready); ``kubelet_port``, where its
+    API is served (a real control plane's pods/exec and pods/log go there)."""
     capacity = {"cpu": node.cpu, "memory": node.memory, "pods": str(node.pods), "ephemeral-storage": "100Gi"}
     capacity.update({res: str(n) for res, n in node.resources.items()})
     labels = {
@@ -51,6 +52,7 @@ def node_object(name: str, node: NodeConfig, internal_ip: str, now: str) -> Obj:
             "allocatable": dict(capacity),
             "conditions": ready_conditions(True, now),
             "addresses": [{"type": "InternalIP", "address": internal_ip}, {"type": "Hostname", "address": name}],
+            **daemon_endpoints(kubelet_port),
             "nodeInfo": {
                 "architecture": "amd64",
                 "operatingSystem": "linux",
@@ -65,6 +67,11 @@ def node_object(name: str, node: NodeConfig, internal_ip: str, now: str) -> Obj:
             },
         },
     }
+
+
+def daemon_endpoints(kubelet_port: int | None) -> Obj:
+    """A node status's ``daemonEndpoints``, where its kubelet serves its API."""
+    return {"daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}}} if kubelet_port else {}
 
 
 def ready_conditions(ready: bool, now: str, reason: str | None = None, message: str | None = None) -> list[Obj]:

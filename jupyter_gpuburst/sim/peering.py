@@ -46,7 +46,7 @@ from typing import Any
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.core.nodeselector import selector_matches
 from jupyter_gpuburst.sim import defaults
-from jupyter_gpuburst.sim.cluster import KUBELET_VERSION, Cluster, ready_conditions
+from jupyter_gpuburst.sim.cluster import KUBELET_VERSION, Cluster, daemon_endpoints, ready_conditions
 from jupyter_gpuburst.sim.errors import ApiError, bad_request
 from jupyter_gpuburst.sim.reflection import REFLECTED_TYPES, ConfigurationReflector
 from jupyter_gpuburst.sim.storage import install_liqo_class, reflect_claims
@@ -63,8 +63,9 @@ def tenant_namespace(cluster_id: str) -> str:
     return f"liqo-tenant-{cluster_id}"
 
 
-def virtual_node_object(cluster_id: str, grant: dict[str, str], internal_ip: str, now: str) -> Obj:
-    """The origin's Node for a donor: Liqo's labels and taint, the grant as capacity."""
+def virtual_node_object(cluster_id: str, grant: dict[str, str], internal_ip: str, now: str, kubelet_port: int | None = None) -> Obj:
+    """The origin's Node for a donor: Liqo's labels and taint, the grant as capacity; where its
+    virtual kubelet serves pods/exec and pods/log when the origin's API server asks a kubelet."""
     capacity = {"pods": "110", **{k: str(v) for k, v in grant.items()}}
     labels = {
         **liqo.virtual_node_labels(cluster_id),
@@ -84,6 +85,7 @@ def virtual_node_object(cluster_id: str, grant: dict[str, str], internal_ip: str
             "allocatable": dict(capacity),
             "conditions": ready_conditions(True, now, "KubeletReady", "The Liqo Virtual Kubelet is posting ready status"),
             "addresses": [{"type": "InternalIP", "address": internal_ip}],
+            **daemon_endpoints(kubelet_port),
             "nodeInfo": {
                 "architecture": "amd64",
                 "operatingSystem": "linux",
@@ -188,7 +190,8 @@ class Peering:
             o.get("nodes", None, self.node_name)
             self.set_ready(True)
         except ApiError:
-            o.create("nodes", virtual_node_object(self.cluster_id, self.grant, self.node_ip, now))
+            port = getattr(self.origin, "kubelet_port", None)  # a site on the real control plane
+            o.create("nodes", virtual_node_object(self.cluster_id, self.grant, self.node_ip, now, port))
         self.ready = True
         self.origin.virtual_kubelets[self.node_name] = self
         self._tasks = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,15 @@ Obj = dict[str, Any]
 LogReader = Callable[[str, str, "str | None", bool], "Path | None"]
 
 
-async def serve_log(request: web.Request, store: Store, log_reader: LogReader | None, ns: str, name: str) -> web.StreamResponse:
-    """pods/log: a container's log, its tail or a prefix of it, or followed while it runs."""
+async def serve_log(
+    request: web.Request, store: Store, log_reader: LogReader | None, ns: str, name: str, container: str | None = None
+) -> web.StreamResponse:
+    """pods/log: a container's log, its tail or a prefix of it, or followed while it runs.
+    ``container`` is the query's unless given (a kubelet's path names it)."""
     pod = store.get("pods", ns, name)
     containers = [c["name"] for c in pod["spec"].get("containers", [])]
     init = [c["name"] for c in pod["spec"].get("initContainers") or []]
-    container = request.query.get("container")
+    container = container or request.query.get("container")
     if not container:
         if len(containers) > 1:
             raise bad_request(
@@ -67,7 +71,9 @@ async def serve_log(request: web.Request, store: Store, log_reader: LogReader | 
         elif current["metadata"]["uid"] != pod["metadata"]["uid"] or instance_ended(current, container):
             break
         await asyncio.sleep(0.2)
-    await response.write_eof()
+    # a follower that went away (kube-apiserver relays a client's hang-up) needs no end
+    with contextlib.suppress(ConnectionResetError):
+        await response.write_eof()
     return response
 
 

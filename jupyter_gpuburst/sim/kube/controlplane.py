@@ -40,6 +40,7 @@ from jupyter_gpuburst.sim.kube.pki import ClientCert, Pki
 
 log = logging.getLogger(__name__)
 HARNESS_USER = "gpuburst-harness"  # the federation's own client: system:masters, never audited
+KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"  # kube-apiserver at the kubelets (kubeadm's name)
 SERVICE_CIDR = "10.96.0.0/16"
 START_TIMEOUT_S = 90.0  # a cold kube-apiserver on a loaded 2-core machine takes 10-30 s
 STOP_GRACE_S = 10.0
@@ -158,6 +159,8 @@ class ControlPlane:
         self.pki = Pki(self.dir / "pki")
         self.serving = self.pki.serving("apiserver", ["127.0.0.1", "localhost", "kubernetes", "kubernetes.default.svc"])
         self.harness_cert = self.pki.client("harness", HARNESS_USER, ("system:masters",))
+        # kube-apiserver's identity at the nodes' kubelet API (pods/exec, pods/log: kubeletapi.py)
+        self.kubelet_client_cert = self.pki.client("apiserver-kubelet-client", KUBELET_CLIENT_USER)
         self.admin_kubeconfig = kubeconfig_for(self.dir / "admin.kubeconfig", self.url, self.pki.ca, self.harness_cert)
         self._component_kubeconfigs = {
             "kube-scheduler": kubeconfig_for(
@@ -282,6 +285,10 @@ class ControlPlane:
             "--audit-log-format=json",
             "--audit-log-maxbackup=0",
             "--profiling=false",
+            f"--kubelet-client-certificate={self.kubelet_client_cert.cert}",
+            f"--kubelet-client-key={self.kubelet_client_cert.key}",
+            # the nodes report an InternalIP and a Hostname no resolver here knows
+            "--kubelet-preferred-address-types=InternalIP",
         )
         async with self.harness_client() as client:
             await self._wait_healthy(apiserver, f"{self.url}/readyz", client, deadline)

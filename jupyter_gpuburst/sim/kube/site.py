@@ -3,7 +3,7 @@
 The same surface as ``sim.cluster.Cluster`` (name, cluster_id, url, store, kubelet, pool,
 virtual_kubelets, start/stop), so the federation and Liqo's reflection run unchanged on it.
 The kubelet joins as a node agent does: it registers its Nodes (capacity with ``nvidia.com/gpu``
-and MIG resources, their labels, Ready), renews each node's Lease in ``kube-node-lease`` every
+and MIG resources, their labels, Ready, the port of its API: kubeletapi.py), renews each node's Lease in ``kube-node-lease`` every
 ``LEASE_RENEW_S`` (kube-controller-manager's node lifecycle controller judges health by it, and
 evicts from a node whose lease lapses), writes ``pods/status``, and removes a deleted pod only
 when its containers have stopped. Claims of the default StorageClass get their volumes from a
@@ -29,6 +29,7 @@ from jupyter_gpuburst.sim.cluster import NodeKubelet, node_object, ready_conditi
 from jupyter_gpuburst.sim.config import ClusterConfig
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.kube.controlplane import ControlPlane
+from jupyter_gpuburst.sim.kube.kubeletapi import KubeletApi
 from jupyter_gpuburst.sim.kube.remotestore import RemoteStore
 from jupyter_gpuburst.sim.kube.volumes import Provisioner
 from jupyter_gpuburst.sim.kubelet import AddressPool, Kubelet
@@ -77,6 +78,7 @@ class KubeSite:
         self.store: RemoteStore | None = None
         self.kubelet: Kubelet | None = None
         self.provisioner: Provisioner | None = None
+        self.kubelet_api: KubeletApi | None = None
         self._leases: asyncio.Task | None = None
         self._lease_nodes: list[str] = []
         self._own_nodes: set[str] = set()  # our kubelet's (a virtual node's status is its virtual kubelet's)
@@ -101,6 +103,10 @@ class KubeSite:
             cached = CACHED + (LIQO_CACHED if self.liqo_crds.is_dir() else ())
             self.store = RemoteStore(self.url, self.credentials(), cached)
             await self.store.start()
+            pki = self.control_plane.pki
+            serving = pki.serving("kubelet", ["127.0.0.1", self.name])
+            self.kubelet_api = KubeletApi(self.store, self._node_kubelet, pki.ca, (serving.cert, serving.key))
+            await self.kubelet_api.start()
             self.register_nodes()
             self.provisioner = Provisioner(self.store)
             await self.provisioner.start()
@@ -123,6 +129,8 @@ class KubeSite:
         if self._leases is not None:
             self._leases.cancel()
             await asyncio.gather(self._leases, return_exceptions=True)
+        if self.kubelet_api is not None:
+            await self.kubelet_api.stop()
         if self.kubelet is not None:
             await self.kubelet.stop()
         if self.provisioner is not None:
@@ -133,13 +141,25 @@ class KubeSite:
 
     # -- nodes ---------------------------------------------------------------------------------
 
+    @property
+    def kubelet_port(self) -> int | None:
+        """The port every node of this site reports for its kubelet's API (None before start)."""
+        return self.kubelet_api.port if self.kubelet_api is not None else None
+
+    def _node_kubelet(self, namespace: str, name: str) -> NodeKubelet:
+        """Who runs the pod: the virtual kubelet of its node (Liqo's), else ours."""
+        assert self.store is not None and self.kubelet is not None
+        node = (self.store.get("pods", namespace, name).get("spec") or {}).get("nodeName") or ""
+        return self.virtual_kubelets.get(node, self.kubelet)
+
     def register_nodes(self) -> list[Obj]:
         assert self.store is not None
         now = defaults.timestamp(self.store.now())
         created = []
         for node in self.config.nodes:
             for name in node.names():
-                created.append(self.store.create("nodes", node_object(name, node, str(next(self._node_ips)), now)))
+                obj = node_object(name, node, str(next(self._node_ips)), now, kubelet_port=self.kubelet_port)
+                created.append(self.store.create("nodes", obj))
                 self._lease_nodes.append(name)
                 self._own_nodes.add(name)
         return created

@@ -24,6 +24,10 @@ from aiohttp import WSMsgType, web
 from jupyter_gpuburst.sim.errors import bad_request
 
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
+# the streams asked for, as a client names them to the API server, and as kube-apiserver names them
+# to the node's kubelet (ExecStdinParam, ... in k8s.io/kubernetes's pod strategy)
+API_FLAGS = ("stdin", "stdout", "stderr", "tty")
+KUBELET_FLAGS = ("input", "output", "error", "tty")
 STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
 Opener = Callable[..., Awaitable[tuple[asyncio.subprocess.Process, int | None]]]
 
@@ -44,10 +48,20 @@ def _flag(request: web.Request, name: str) -> bool:
     return request.query.get(name, "").lower() in ("true", "1")
 
 
-async def serve(request: web.Request, namespace: str, name: str, opener: Opener | None) -> web.StreamResponse:
-    """Answer one exec request; 400 before the upgrade for what kube-apiserver refuses."""
+async def serve(
+    request: web.Request,
+    namespace: str,
+    name: str,
+    opener: Opener | None,
+    *,
+    container: str | None = None,
+    flags: tuple[str, str, str, str] = API_FLAGS,
+) -> web.StreamResponse:
+    """Answer one exec request; 400 before the upgrade for what kube-apiserver refuses.
+    ``container`` is the query's unless given (a kubelet's path names it)."""
     command = request.query.getall("command", [])
-    stdin, stdout, stderr, tty = (_flag(request, n) for n in ("stdin", "stdout", "stderr", "tty"))
+    stdin, stdout, stderr, tty = (_flag(request, n) for n in flags)
+    container = container or request.query.get("container")
     if not (stdin or stdout or stderr):
         raise bad_request("you must specify at least 1 of stdin, stdout, stderr")
     if tty and stderr:
@@ -61,7 +75,7 @@ async def serve(request: web.Request, namespace: str, name: str, opener: Opener 
     if not ready.ok or ready.protocol not in PROTOCOLS:
         raise bad_request(f"unable to upgrade connection: no supported subprotocol requested (supported: {', '.join(PROTOCOLS)})")
     # errors (no such container, not running, unknown command) are answered before the upgrade
-    proc, master = await opener(namespace, name, request.query.get("container"), command, stdin=stdin, tty=tty)
+    proc, master = await opener(namespace, name, container, command, stdin=stdin, tty=tty)
     await ws.prepare(request)
     v5 = ws.ws_protocol == PROTOCOLS[0]
     try:

@@ -1,0 +1,100 @@
+"""pods/exec and pods/log on the real control plane: kube-apiserver forwards them to the node's
+kubelet API (sim/kube/kubeletapi.py), which our node agent serves to kube-apiserver alone."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import sys
+
+import httpx
+import pytest
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.stream import WsApiClient
+
+from jupyter_gpuburst.sim.testing import exists, is_running_ready, wait_for_pod, wait_until
+
+pytestmark = pytest.mark.kube
+GREETING = "hello from the pod"
+
+
+def talking_pod(name: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "talk",
+                    "image": "python",
+                    "command": [sys.executable, "-u", "-c", f"import time; print({GREETING!r}); time.sleep(600)"],
+                }
+            ],
+        },
+    }
+
+
+async def test_exec_and_logs_reach_the_pod_through_its_nodes_kubelet(federation):
+    origin = federation.origin
+    await wait_until(lambda: exists(origin.store, "serviceaccounts", "default", "default"), timeout=60, what="the default ServiceAccount")
+    origin.store.create("pods", talking_pod("talk"), "default")
+    pod = await wait_for_pod(origin.store, "default", "talk", is_running_ready, timeout=60)
+    # the node says where its kubelet serves, as a kubelet reports it
+    node = origin.store.get("nodes", None, pod["spec"]["nodeName"])
+    assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == origin.kubelet_port
+
+    configuration = client.Configuration()
+    await config.load_kube_config(config_file=str(origin.admin_kubeconfig), client_configuration=configuration)
+    api = client.ApiClient(configuration)
+    ws = WsApiClient(configuration=configuration)
+    try:
+        core = client.CoreV1Api(api)
+        logs = await wait_until(lambda: _log(core), timeout=30, what="the container's greeting in pods/log (kube-apiserver -> the kubelet)")
+        assert logs == f"{GREETING}\n"
+        # exec over WebSocket (v4.channel.k8s.io, as KubeSpawner's client speaks it): stdout, and
+        # a failing command's exit code in the error channel's Status
+        out = await client.CoreV1Api(ws).connect_get_namespaced_pod_exec(
+            "talk", "default", command=["sh", "-c", "echo out; echo err >&2"], stdout=True, stderr=True
+        )
+        assert "out" in out
+        failing = await client.CoreV1Api(ws).connect_get_namespaced_pod_exec(
+            "talk", "default", command=["sh", "-c", "exit 3"], stdout=True, stderr=True, _preload_content=False
+        )
+        status = None
+        async with failing as socket:
+            async for message in socket:
+                data = message.data if isinstance(message.data, bytes) else message.data.encode()
+                if data[:1] == b"\x03" and data[1:]:
+                    status = json.loads(data[1:])
+        assert status is not None and status["status"] == "Failure", status
+        assert status["details"]["causes"][0] == {"reason": "ExitCode", "message": "3"}
+    finally:
+        await ws.close()
+        await api.close()
+
+    # the kubelet's API answers kube-apiserver only: the federation's admin is refused there
+    # (a real kubelet asks the API server whether a caller may use nodes/proxy), and a caller
+    # without a certificate of the site's CA never gets past TLS
+    cp = origin.control_plane
+    url = f"https://127.0.0.1:{origin.kubelet_port}/containerLogs/default/talk/talk"
+    admin = ssl.create_default_context()
+    admin.check_hostname = False
+    admin.verify_mode = ssl.CERT_NONE
+    admin.load_cert_chain(str(cp.harness_cert.cert), str(cp.harness_cert.key))
+    async with httpx.AsyncClient(verify=admin) as caller:
+        refused = await caller.get(url)
+    assert refused.status_code == 403, refused.text
+    assert GREETING not in refused.text
+    anonymous = ssl.create_default_context()
+    anonymous.check_hostname = False
+    anonymous.verify_mode = ssl.CERT_NONE
+    with pytest.raises(httpx.HTTPError):
+        async with httpx.AsyncClient(verify=anonymous) as caller:
+            await caller.get(url)
+
+
+async def _log(core) -> str | None:
+    text = await core.read_namespaced_pod_log("talk", "default", container="talk")
+    return text or None
