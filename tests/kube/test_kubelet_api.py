@@ -1,8 +1,11 @@
 """pods/exec and pods/log on the real control plane: kube-apiserver forwards them to the node's
-kubelet API (sim/kube/kubeletapi.py), which our node agent serves to kube-apiserver alone."""
+kubelet API (sim/kube/kubeletapi.py), which our node agent serves to kube-apiserver alone: exec
+over WebSocket as a v4 client asks it, and over SPDY, into which kube-apiserver translates a v5
+client's exec (spdyexec.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 import sys
@@ -74,6 +77,12 @@ async def test_exec_and_logs_reach_the_pod_through_its_nodes_kubelet(federation)
         await ws.close()
         await api.close()
 
+    # the `kubernetes` client offers v5.channel.k8s.io, as kubectl does: kube-apiserver speaks
+    # SPDY to the kubelet for it. Output, input until the client ends it, and the exit code.
+    assert await asyncio.to_thread(_v5_exec, origin.admin_kubeconfig, ["sh", "-c", "echo out; echo err >&2"], None) == (0, "out\n", "err\n")
+    assert (await asyncio.to_thread(_v5_exec, origin.admin_kubeconfig, ["sh", "-c", "exit 3"], None))[0] == 3
+    assert await asyncio.to_thread(_v5_exec, origin.admin_kubeconfig, ["cat"], "typed\n") == (0, "typed\n", "")
+
     # the kubelet's API answers kube-apiserver only: the federation's admin is refused there
     # (a real kubelet asks the API server whether a caller may use nodes/proxy), and a caller
     # without a certificate of the site's CA never gets past TLS
@@ -98,3 +107,35 @@ async def test_exec_and_logs_reach_the_pod_through_its_nodes_kubelet(federation)
 async def _log(core) -> str | None:
     text = await core.read_namespaced_pod_log("talk", "default", container="talk")
     return text or None
+
+
+def _v5_exec(kubeconfig, command: list[str], typed: str | None) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of an exec through the ``kubernetes`` client (v5 offered)."""
+    from kubernetes import client as sync_client
+    from kubernetes import config as sync_config
+    from kubernetes.stream import stream
+    from kubernetes.stream.ws_client import STDIN_CHANNEL
+
+    core = sync_client.CoreV1Api(sync_config.new_client_from_config(config_file=str(kubeconfig)))
+    session = stream(
+        core.connect_get_namespaced_pod_exec,
+        "talk",
+        "default",
+        command=command,
+        stdin=typed is not None,
+        stdout=True,
+        stderr=True,
+        tty=False,
+        _preload_content=False,
+    )
+    assert session.subprotocol == "v5.channel.k8s.io", session.subprotocol
+    if typed is not None:
+        session.write_stdin(typed)
+        session.close_channel(STDIN_CHANNEL)
+    out, err = [], []
+    session.run_forever(timeout=30)
+    out.append(session.read_stdout(timeout=0) if session.peek_stdout() else "")
+    err.append(session.read_stderr(timeout=0) if session.peek_stderr() else "")
+    code = session.returncode
+    session.close()
+    return code, "".join(out), "".join(err)

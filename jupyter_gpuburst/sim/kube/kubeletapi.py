@@ -13,10 +13,10 @@ pod), on one port, as each node reports it.
 - **Serving certificate:** the kubelet's own, which kube-apiserver does not verify unless it is
   given ``--kubelet-certificate-authority`` (kubeadm does not give it: kubelets serve
   self-signed certificates by default).
-- **Protocols:** exec over WebSocket (``v4.channel.k8s.io``, the kubernetes Python clients'),
-  which kube-apiserver passes through to the kubelet as it came. A ``v5.channel.k8s.io`` client
-  (kubectl 1.30+) is translated to SPDY by kube-apiserver 1.35 before the kubelet, and SPDY is
-  not served here: that exec is refused with a 400 the client sees.
+- **Protocols:** exec over WebSocket (``v4.channel.k8s.io``: kubernetes_asyncio, so the hub and
+  KubeSpawner), which kube-apiserver passes through to the kubelet as it came, and over SPDY
+  (spdyexec.py), into which kube-apiserver 1.35 translates a client's ``v5.channel.k8s.io``
+  (kubectl 1.30+, the ``kubernetes`` client).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from aiohttp import web
 
 from jupyter_gpuburst.sim.cluster import NodeKubelet
 from jupyter_gpuburst.sim.errors import ApiError
+from jupyter_gpuburst.sim.kube import spdyexec
 from jupyter_gpuburst.sim.kube.controlplane import KUBELET_CLIENT_USER
 from jupyter_gpuburst.sim.kubelet import exec as exec_stream
 from jupyter_gpuburst.sim.podlog import serve_log
@@ -106,7 +107,15 @@ class KubeletApi:
 
     async def _exec(self, request: web.Request) -> web.StreamResponse:
         ns, pod, container = (request.match_info[k] for k in ("namespace", "pod", "container"))
-        if request.headers.get("Upgrade", "").lower() == "spdy/3.1":
-            return web.Response(status=400, text="SPDY is not served by this node agent: exec over WebSocket (v4.channel.k8s.io)")
         kubelet = self.kubelet_of(ns, pod)
-        return await exec_stream.serve(request, ns, pod, kubelet.open_exec, container=container, flags=exec_stream.KUBELET_FLAGS)
+        if request.headers.get("Upgrade", "").lower() != "spdy/3.1":
+            return await exec_stream.serve(request, ns, pod, kubelet.open_exec, container=container, flags=exec_stream.KUBELET_FLAGS)
+        protocol = spdyexec.negotiate(request)
+        if protocol is None:
+            return web.Response(status=400, text=f"no protocol in common: this kubelet speaks {', '.join(spdyexec.PROTOCOLS)} over SPDY")
+        stdin, stdout, stderr, tty = (request.query.get(n, "").lower() in ("1", "true") for n in exec_stream.KUBELET_FLAGS)
+        command = request.query.getall("command", [])
+        # errors (no such container, not running, unknown command) are answered before the upgrade
+        opened = await kubelet.open_exec(ns, pod, container, command, stdin=stdin, tty=tty)
+        wanted = {"stdin": stdin, "stdout": stdout, "stderr": stderr and not tty, "resize": tty}
+        return await spdyexec.serve(request, opened, protocol, wanted, command)

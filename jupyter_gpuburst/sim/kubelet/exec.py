@@ -32,7 +32,8 @@ STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
 Opener = Callable[..., Awaitable[tuple[asyncio.subprocess.Process, int | None]]]
 
 
-def _status(code: int, command: list[str]) -> dict[str, Any]:
+def exit_status(code: int, command: list[str]) -> dict[str, Any]:
+    """The Status a kubelet sends on the error channel once the command has exited."""
     if code == 0:
         return {"metadata": {}, "status": "Success"}
     return {
@@ -169,7 +170,7 @@ async def _pump(
     try:
         await asyncio.gather(*outputs)
         code = await proc.wait()
-        await send(ERROR, json.dumps(_status(code if code >= 0 else 128 - code, command)).encode())
+        await send(ERROR, json.dumps(exit_status(code if code >= 0 else 128 - code, command)).encode())
     finally:
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
