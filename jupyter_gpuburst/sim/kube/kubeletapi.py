@@ -7,6 +7,8 @@ with its kubelet client certificate, and relays ``/exec/{namespace}/{pod}/{conta
 our process kubelet's and Liqo's virtual nodes alike (a virtual kubelet forwards to the donor's
 pod), on one port, as each node reports it.
 
+- **Where:** on every address (the nodes' InternalIPs are loopback addresses of their own), as a
+  kubelet's port is, so what guards it is who may call.
 - **Who may call:** TLS with a client certificate from the site's CA, and only kube-apiserver's
   kubelet client identity (``KUBELET_CLIENT_USER``); a real kubelet asks the API server
   (SubjectAccessReview on ``nodes/proxy``) instead, which grants that identity the same.

@@ -3,10 +3,10 @@
 The same surface as ``sim.cluster.Cluster`` (name, cluster_id, url, store, kubelet, pool,
 virtual_kubelets, start/stop), so the federation and Liqo's reflection run unchanged on it.
 The kubelet joins as a node agent does: it registers its Nodes (capacity with ``nvidia.com/gpu``
-and MIG resources, their labels, Ready, the port of its API: kubeletapi.py), renews each node's Lease in ``kube-node-lease`` every
-``LEASE_RENEW_S`` (kube-controller-manager's node lifecycle controller judges health by it, and
-evicts from a node whose lease lapses), writes ``pods/status``, and removes a deleted pod only
-when its containers have stopped. Claims of the default StorageClass get their volumes from a
+and MIG resources, their labels, Ready, the port of its API: kubeletapi.py), renews each node's
+Lease in ``kube-node-lease`` every ``LEASE_RENEW_S`` (kube-controller-manager's node lifecycle
+controller judges health by it, and evicts from a node whose lease lapses), writes
+``pods/status``, and removes a deleted pod only when its containers have stopped. Claims of the default StorageClass get their volumes from a
 provisioner (volumes.py), as a cluster's storage driver makes them. kube-scheduler binds the
 pods; garbage collection, namespace deletion and the other controllers are
 kube-controller-manager's own.
