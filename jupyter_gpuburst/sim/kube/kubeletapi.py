@@ -78,7 +78,7 @@ class KubeletApi:
         site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self._tls)
         await site.start()
         if not self.port:
-            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self.port = self._runner.addresses[0][1]
 
     async def stop(self) -> None:
         if self._runner is not None:
