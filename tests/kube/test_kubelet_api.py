@@ -82,6 +82,12 @@ async def test_exec_and_logs_reach_the_pod_through_its_nodes_kubelet(federation)
     assert await asyncio.to_thread(_v5_exec, origin.admin_kubeconfig, ["sh", "-c", "echo out; echo err >&2"], None) == (0, "out\n", "err\n")
     assert (await asyncio.to_thread(_v5_exec, origin.admin_kubeconfig, ["sh", "-c", "exit 3"], None))[0] == 3
     assert await asyncio.to_thread(_v5_exec, origin.admin_kubeconfig, ["cat"], "typed\n") == (0, "typed\n", "")
+    # with a terminal (its resize stream too): one output, the terminal's line ends
+    assert await asyncio.to_thread(_v5_exec, origin.admin_kubeconfig, ["sh", "-c", "test -t 1 && echo terminal"], None, True) == (
+        0,
+        "terminal\r\n",
+        "",
+    )
 
     # the kubelet's API answers kube-apiserver only: the federation's admin is refused there
     # (a real kubelet asks the API server whether a caller may use nodes/proxy), and a caller
@@ -109,7 +115,7 @@ async def _log(core) -> str | None:
     return text or None
 
 
-def _v5_exec(kubeconfig, command: list[str], typed: str | None) -> tuple[int, str, str]:
+def _v5_exec(kubeconfig, command: list[str], typed: str | None, tty: bool = False) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of an exec through the ``kubernetes`` client (v5 offered)."""
     from kubernetes import client as sync_client
     from kubernetes import config as sync_config
@@ -124,8 +130,8 @@ def _v5_exec(kubeconfig, command: list[str], typed: str | None) -> tuple[int, st
         command=command,
         stdin=typed is not None,
         stdout=True,
-        stderr=True,
-        tty=False,
+        stderr=not tty,
+        tty=tty,
         _preload_content=False,
     )
     assert session.subprotocol == "v5.channel.k8s.io", session.subprotocol

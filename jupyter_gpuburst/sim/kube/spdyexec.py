@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from jupyter_gpuburst.sim.kube import spdy
-from jupyter_gpuburst.sim.kubelet.exec import exit_status
+from jupyter_gpuburst.sim.kubelet.exec import end_command, exit_status, terminal_output
 
 # what this side speaks after the upgrade, best first (v5 over SPDY is v4: its close signal is
 # a WebSocket matter, and SPDY ends a stream by itself)
@@ -60,13 +60,7 @@ async def serve(
         if streams is not None:
             await _run(streams, proc, master, command)
     finally:
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, 9)
-            await proc.wait()
-        if master is not None:
-            with contextlib.suppress(OSError):
-                os.close(master)
+        await end_command(proc, master)
         session.goaway()
         session.end()
         transport.close()
@@ -89,8 +83,6 @@ async def _streams(session: spdy.Session, wanted: dict[str, bool]) -> dict[str, 
 
 
 async def _run(streams: dict[str, spdy.Stream], proc: asyncio.subprocess.Process, master: int | None, command: list[str]) -> None:
-    loop = asyncio.get_running_loop()
-
     async def copy_out(reader: asyncio.StreamReader | None, name: str) -> None:
         while reader is not None and (chunk := await reader.read(65536)):
             if name in streams:
@@ -98,23 +90,8 @@ async def _run(streams: dict[str, spdy.Stream], proc: asyncio.subprocess.Process
 
     async def copy_tty() -> None:
         assert master is not None
-        queue: asyncio.Queue[bytes] = asyncio.Queue()
-
-        def readable() -> None:
-            try:
-                data = os.read(master, 65536)
-            except OSError:
-                data = b""
-            queue.put_nowait(data)
-            if not data:
-                loop.remove_reader(master)
-
-        loop.add_reader(master, readable)
-        try:
-            while data := await queue.get():
-                streams["stdout"].write(data)
-        finally:
-            loop.remove_reader(master)
+        async for data in terminal_output(master):
+            streams["stdout"].write(data)
 
     async def copy_in() -> None:
         stdin = streams.get("stdin")

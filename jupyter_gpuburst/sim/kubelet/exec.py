@@ -16,7 +16,7 @@ import json
 import os
 import struct
 import termios
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -30,6 +30,28 @@ API_FLAGS = ("stdin", "stdout", "stderr", "tty")
 KUBELET_FLAGS = ("input", "output", "error", "tty")
 STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
 Opener = Callable[..., Awaitable[tuple[asyncio.subprocess.Process, int | None]]]
+
+
+async def terminal_output(master: int) -> AsyncIterator[bytes]:
+    """What a command writes to its terminal (``master``), as it comes, until the terminal closes."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[bytes] = asyncio.Queue()
+
+    def readable() -> None:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            data = b""
+        queue.put_nowait(data)
+        if not data:
+            loop.remove_reader(master)
+
+    loop.add_reader(master, readable)
+    try:
+        while data := await queue.get():
+            yield data
+    finally:
+        loop.remove_reader(master)
 
 
 def exit_status(code: int, command: list[str]) -> dict[str, Any]:
@@ -82,15 +104,20 @@ async def serve(
     try:
         await _pump(ws, proc, master, stdin=stdin, stdout=stdout, stderr=stderr, v5=v5, command=command)
     finally:
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, 9)
-            await proc.wait()
-        if master is not None:
-            with contextlib.suppress(OSError):
-                os.close(master)
+        await end_command(proc, master)
         await ws.close()
     return ws
+
+
+async def end_command(proc: asyncio.subprocess.Process, master: int | None) -> None:
+    """The exec is over (done, or its client gone): the command goes too, and its terminal."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 9)
+        await proc.wait()
+    if master is not None:
+        with contextlib.suppress(OSError):
+            os.close(master)
 
 
 async def _pump(
@@ -104,7 +131,6 @@ async def _pump(
     v5: bool,
     command: list[str],
 ) -> None:
-    loop = asyncio.get_running_loop()
     send_lock = asyncio.Lock()
 
     async def send(channel: int, data: bytes) -> None:
@@ -118,23 +144,9 @@ async def _pump(
                 await send(channel, chunk)
 
     async def copy_tty() -> None:
-        queue: asyncio.Queue[bytes] = asyncio.Queue()
-
-        def readable() -> None:
-            try:
-                data = os.read(master, 65536)
-            except OSError:
-                data = b""
-            queue.put_nowait(data)
-            if not data:
-                loop.remove_reader(master)
-
-        loop.add_reader(master, readable)
-        try:
-            while data := await queue.get():
-                await send(STDOUT, data)
-        finally:
-            loop.remove_reader(master)
+        assert master is not None
+        async for data in terminal_output(master):
+            await send(STDOUT, data)
 
     async def copy_in() -> None:
         async for msg in ws:
