@@ -207,8 +207,8 @@ clean:
 # KubeSpawner's own test suite, unmodified, against `gpuburst sim` (docs/emulator.md), on the
 # emulator or, with CONTROL_PLANE=kube, on the real control plane. Its tests are vendored
 # (tests/reference/kubespawner); it installs their runner as the release's CI did, from PyPI.
-# Not part of `make test`: on the real control plane its exec and log tests need a kubelet API
-# that our process kubelet does not serve (docs/emulator.md).
+# Not part of `make test`: on a loaded machine its own test_spawn_start family loses a start race,
+# on either control plane (docs/emulator.md).
 .PHONY: kubespawner-suite
 kubespawner-suite: $(STAMP) $(if $(filter kube,$(CONTROL_PLANE)),kube)
 	CONTROL_PLANE=$(CONTROL_PLANE) tools/kubespawner-suite.sh
