@@ -108,16 +108,6 @@ def is_running_ready(pod: dict[str, Any]) -> bool:
     )
 
 
-def exists(store: Any, rtype: str, namespace: str | None, name: str) -> bool:
-    """Whether the store has the object (a real control plane's controllers make some a moment
-    after the namespace: the default ServiceAccount, which a pod needs before it is admitted)."""
-    try:
-        store.get(rtype, namespace, name)
-    except ApiError:
-        return False
-    return True
-
-
 def gone(store: Any, rtype: str, namespace: str | None, name: str) -> bool:
     """Whether the store answers 404 for the object (a Store, or a real control plane's RemoteStore)."""
     try:

@@ -243,15 +243,18 @@ async def _until_gone(client: httpx.AsyncClient, store: Any, keys: set[Key], dea
 
 
 def _cached(store: Any, key: Key) -> bool:
-    """Whether the site's store still holds ``key`` (for a type it serves)."""
+    """Whether the site's store still holds ``key`` in its cache (for a type it caches; for any
+    other, the API server's word, already heard, stands)."""
     path, namespace, name, uid = key
     parts = path.split("/")  # /api/v1/<plural> or /apis/<group>/<version>/<plural>
     rtype = parts[-1] if parts[1] == "api" else f"{parts[-1]}.{parts[2]}"
     try:
+        if not store.caches(rtype):
+            return False
         return store.get(rtype, namespace or None, name)["metadata"]["uid"] == uid
     except ApiError:
         return False
-    except (KeyError, ValueError):  # a type the store does not serve: the API server's word stands
+    except (KeyError, ValueError):  # a type the store does not know at all
         return False
 
 

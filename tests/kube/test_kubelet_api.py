@@ -15,7 +15,7 @@ import pytest
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.stream import WsApiClient
 
-from jupyter_gpuburst.sim.testing import exists, is_running_ready, wait_for_pod, wait_until
+from jupyter_gpuburst.sim.testing import is_running_ready, wait_for_pod, wait_until
 
 pytestmark = pytest.mark.kube
 GREETING = "hello from the pod"
@@ -41,7 +41,7 @@ def talking_pod(name: str) -> dict:
 
 async def test_exec_and_logs_reach_the_pod_through_its_nodes_kubelet(federation):
     origin = federation.origin
-    await wait_until(lambda: exists(origin.store, "serviceaccounts", "default", "default"), timeout=60, what="the default ServiceAccount")
+    await wait_until(lambda: origin.store.exists("serviceaccounts", "default", "default"), timeout=60, what="the default ServiceAccount")
     origin.store.create("pods", talking_pod("talk"), "default")
     pod = await wait_for_pod(origin.store, "default", "talk", is_running_ready, timeout=60)
     # the node says where its kubelet serves, as a kubelet reports it

@@ -13,7 +13,7 @@ from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim.errors import ApiError
 from jupyter_gpuburst.sim.kube.controlplane import GO_GC_PERCENT
 from jupyter_gpuburst.sim.peering import NSOFF
-from jupyter_gpuburst.sim.testing import exists, is_running_ready, wait_for_pod, wait_until
+from jupyter_gpuburst.sim.testing import is_running_ready, wait_for_pod, wait_until
 
 pytestmark = pytest.mark.kube
 
@@ -102,7 +102,7 @@ def _lease(store, name: str) -> str | None:
 
 async def test_kube_scheduler_binds_and_our_kubelet_runs_the_pod(federation):
     origin = federation.origin.store
-    await wait_until(lambda: exists(origin, "serviceaccounts", "default", "default"), timeout=60, what="the default ServiceAccount")
+    await wait_until(lambda: origin.exists("serviceaccounts", "default", "default"), timeout=60, what="the default ServiceAccount")
     origin.create("pods", gpu_pod("one", 2), "default")
     running = await wait_for_pod(origin, "default", "one", is_running_ready, timeout=60)
     assert running["spec"]["nodeName"] == "origin-gpu"

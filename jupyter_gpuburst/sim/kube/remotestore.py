@@ -234,9 +234,22 @@ class RemoteStore:
     def iter_objects(self, rtype: str) -> Iterator[Obj]:
         return iter(list(self._objects[self._rt(rtype).key].values()))
 
+    def caches(self, rtype: str) -> bool:
+        """Whether this store keeps ``rtype`` in its cache (else it asks the API server)."""
+        return self._rt(rtype).key in self._objects
+
     def exists(self, rtype: str, namespace: str | None, name: str) -> bool:
         rt = self._rt(rtype)
-        return self._key(rt, namespace, name) in self._objects[rt.key]
+        if rt.key in self._objects:
+            return self._key(rt, namespace, name) in self._objects[rt.key]
+        # a type the cache does not keep (a ServiceAccount, say): the API server's word
+        try:
+            self.get(rtype, namespace, name)
+        except ApiError as exc:
+            if exc.code == 404:
+                return False
+            raise
+        return True
 
     def get(self, rtype: str, namespace: str | None, name: str) -> Obj:
         rt = self._rt(rtype)
