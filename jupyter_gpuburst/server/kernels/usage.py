@@ -35,9 +35,11 @@ def untrack_probes(kernel_manager: Any) -> None:
     overlapped it, and the kernel's idleness jumped between its true age and 0 (a panel saw
     "active" where the hub warned); and every probe counted as activity for jupyter_server's own
     kernel culler."""
-    untracked = list(getattr(kernel_manager, "untracked_message_types", None) or [])
+    untracked = getattr(kernel_manager, "untracked_message_types", None)
+    if untracked is None:  # a kernel manager that tracks no activity
+        return
     missing = [t for t in PROBE_MESSAGE_TYPES if t not in untracked]
-    if missing and hasattr(kernel_manager, "untracked_message_types"):
+    if missing:
         kernel_manager.untracked_message_types = [*untracked, *missing]
 
 

@@ -115,7 +115,7 @@ class KubeletApi:
         protocol = spdyexec.negotiate(request)
         if protocol is None:
             return web.Response(status=400, text=f"no protocol in common: this kubelet speaks {', '.join(spdyexec.PROTOCOLS)} over SPDY")
-        stdin, stdout, stderr, tty = (request.query.get(n, "").lower() in ("1", "true") for n in exec_stream.KUBELET_FLAGS)
+        stdin, stdout, stderr, tty = (exec_stream.asked(request, n) for n in exec_stream.KUBELET_FLAGS)
         command = request.query.getall("command", [])
         # errors (no such container, not running, unknown command) are answered before the upgrade
         opened = await kubelet.open_exec(ns, pod, container, command, stdin=stdin, tty=tty)

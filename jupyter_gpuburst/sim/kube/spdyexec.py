@@ -11,18 +11,12 @@ goes out on the error stream and every stream ends.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
 import json
-import os
-import struct
-import termios
-from typing import Any
 
 from aiohttp import web
 
 from jupyter_gpuburst.sim.kube import spdy
-from jupyter_gpuburst.sim.kubelet.exec import end_command, exit_status, terminal_output
+from jupyter_gpuburst.sim.kubelet.exec import end_command, end_input, exit_status, resize_terminal, terminal_output, write_input
 
 # what this side speaks after the upgrade, best first (v5 over SPDY is v4: its close signal is
 # a WebSocket matter, and SPDY ends a stream by itself)
@@ -96,31 +90,21 @@ async def _run(streams: dict[str, spdy.Stream], proc: asyncio.subprocess.Process
     async def copy_in() -> None:
         stdin = streams.get("stdin")
         while stdin is not None and (data := await stdin.received.get()) is not None:
-            if master is not None:
-                os.write(master, data)
-            elif proc.stdin is not None:
-                proc.stdin.write(data)
-                await proc.stdin.drain()
-        if master is not None:
-            with contextlib.suppress(OSError):
-                os.write(master, b"\x04")  # end of input on a terminal
-        elif proc.stdin is not None:
-            proc.stdin.close()
+            await write_input(proc, master, data)
+        end_input(proc, master)
 
     async def resize() -> None:
         stream = streams.get("resize")
         while stream is not None and master is not None and (data := await stream.received.get()) is not None:
-            for line in data.splitlines():
-                with contextlib.suppress(ValueError, KeyError, TypeError, OSError):
-                    size: Any = json.loads(line)
-                    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", int(size["Height"]), int(size["Width"]), 0, 0))
+            for line in data.splitlines():  # a stream's data may carry several sizes at once
+                resize_terminal(master, line)
 
     outputs = [copy_tty()] if master is not None else [copy_out(proc.stdout, "stdout"), copy_out(proc.stderr, "stderr")]
     inputs = [asyncio.create_task(copy_in()), asyncio.create_task(resize())]
     try:
         await asyncio.gather(*outputs)
         code = await proc.wait()
-        streams["error"].write(json.dumps(exit_status(code if code >= 0 else 128 - code, command)).encode())
+        streams["error"].write(json.dumps(exit_status(code, command)).encode())
         for stream in streams.values():
             stream.close()
     finally:

@@ -55,7 +55,9 @@ async def terminal_output(master: int) -> AsyncIterator[bytes]:
 
 
 def exit_status(code: int, command: list[str]) -> dict[str, Any]:
-    """The Status a kubelet sends on the error channel once the command has exited."""
+    """The Status a kubelet sends on the error channel once the command has exited (``code`` as
+    asyncio gives it: a signal's negative, reported as a shell does, 128 + the signal)."""
+    code = code if code >= 0 else 128 - code
     if code == 0:
         return {"metadata": {}, "status": "Success"}
     return {
@@ -67,7 +69,8 @@ def exit_status(code: int, command: list[str]) -> dict[str, Any]:
     }
 
 
-def _flag(request: web.Request, name: str) -> bool:
+def asked(request: web.Request, name: str) -> bool:
+    """Whether the exec request asks for the stream ``name`` (``1`` or ``true``)."""
     return request.query.get(name, "").lower() in ("true", "1")
 
 
@@ -83,7 +86,7 @@ async def serve(
     """Answer one exec request; 400 before the upgrade for what kube-apiserver refuses.
     ``container`` is the query's unless given (a kubelet's path names it)."""
     command = request.query.getall("command", [])
-    stdin, stdout, stderr, tty = (_flag(request, n) for n in flags)
+    stdin, stdout, stderr, tty = (asked(request, n) for n in flags)
     container = container or request.query.get("container")
     if not (stdin or stdout or stderr):
         raise bad_request("you must specify at least 1 of stdin, stdout, stderr")
@@ -107,6 +110,31 @@ async def serve(
         await end_command(proc, master)
         await ws.close()
     return ws
+
+
+async def write_input(proc: asyncio.subprocess.Process, master: int | None, data: bytes) -> None:
+    """What the client typed, to the command's terminal or its stdin."""
+    if master is not None:
+        os.write(master, data)
+    elif proc.stdin is not None:
+        proc.stdin.write(data)
+        await proc.stdin.drain()
+
+
+def end_input(proc: asyncio.subprocess.Process, master: int | None) -> None:
+    """The client ended its input: end of input on a terminal, else stdin closed."""
+    if master is not None:
+        with contextlib.suppress(OSError):
+            os.write(master, b"\x04")
+    elif proc.stdin is not None:
+        proc.stdin.close()
+
+
+def resize_terminal(master: int, size: bytes) -> None:
+    """A client's ``{"Width": .., "Height": ..}``, applied to the terminal; a malformed one is dropped."""
+    with contextlib.suppress(ValueError, KeyError, TypeError, OSError):
+        parsed = json.loads(size)
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", int(parsed["Height"]), int(parsed["Width"]), 0, 0))
 
 
 async def end_command(proc: asyncio.subprocess.Process, master: int | None) -> None:
@@ -158,20 +186,11 @@ async def _pump(
                 continue
             channel, data = raw[0], raw[1:]
             if channel == STDIN and stdin:
-                if master is not None:
-                    os.write(master, data)
-                elif proc.stdin is not None:
-                    proc.stdin.write(data)
-                    await proc.stdin.drain()
+                await write_input(proc, master, data)
             elif channel == RESIZE and master is not None:
-                with contextlib.suppress(ValueError, KeyError, OSError):
-                    size = json.loads(data)
-                    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", int(size["Height"]), int(size["Width"]), 0, 0))
+                resize_terminal(master, data)
             elif channel == CLOSE and v5 and data[:1] == bytes([STDIN]):
-                if master is not None:
-                    os.write(master, b"\x04")  # end of input on a terminal
-                elif proc.stdin is not None:
-                    proc.stdin.close()
+                end_input(proc, master)
         # the client went away: the command goes too
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
@@ -182,7 +201,7 @@ async def _pump(
     try:
         await asyncio.gather(*outputs)
         code = await proc.wait()
-        await send(ERROR, json.dumps(exit_status(code if code >= 0 else 128 - code, command)).encode())
+        await send(ERROR, json.dumps(exit_status(code, command)).encode())
     finally:
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
