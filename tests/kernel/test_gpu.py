@@ -3,8 +3,6 @@ over the kernel's signed control channel; the figures follow what the kernel doe
 
 from __future__ import annotations
 
-import asyncio
-
 from jupyter_client.manager import AsyncKernelManager
 
 from jupyter_gpuburst.gpu.simulated import KERNEL_BASE_MEMORY, SimulatedBackend
@@ -96,6 +94,11 @@ async def test_a_remote_kernel_answers_its_gpu_use_on_its_control_channel(hub, s
         await km.shutdown_kernel(now=True)
 
 
+def busy_then_idle(changes: list[tuple[str, object]]) -> bool:
+    states = [value for name, value in changes if name == "execution_state"]
+    return "busy" in states and "idle" in states[states.index("busy") :]
+
+
 async def test_the_servers_gpu_probe_is_no_activity_of_the_kernel(hub, specs):
     """The server asks each GPU kernel for its GPU use every second or so. jupyter_server reads
     the kernel's busy status while it answers as activity unless the probe's message types are
@@ -106,22 +109,44 @@ async def test_the_servers_gpu_probe_is_no_activity_of_the_kernel(hub, specs):
     manager = AsyncMappingKernelManager(kernel_spec_manager=specs)
     kernel_id = await manager.start_kernel(kernel_name="gpuburst-gpu-1")
     kernel = manager.get_kernel(kernel_id)
+    # what the server's activity watch changes, in order (both are traits of its kernel manager)
+    changes: list[tuple[str, object]] = []
+    kernel.observe(lambda change: changes.append((change.name, change.new)), names=["execution_state", "last_activity"])
+    client = kernel.client()
+    client.start_channels()
+
+    async def run_a_cell() -> None:
+        """A cell is tracked activity. Once the server has seen its busy and idle statuses, it has
+        seen every message the kernel published before them (one socket, in order): the kernel's
+        late "starting" status (ipykernel publishes it after its control channel already answers),
+        an earlier probe's statuses, the welcome for this client's subscription."""
+        msg_id = client.execute("pass")
+        while (await client.get_shell_msg(timeout=60))["parent_header"].get("msg_id") != msg_id:
+            pass
+        await wait_until(lambda: busy_then_idle(changes), 15, "the cell's statuses seen by the server")
+
     try:
+        await client.wait_for_ready(timeout=60)
+        changes.clear()
+        await run_a_cell()
+
         # tracked, as jupyter_server has it by default: the probe is activity (what the test
         # would miss if it could not see it)
-        before = kernel.last_activity
+        changes.clear()
         assert gpu_figures(await ask_usage(kernel, timeout=10)) is not None
-        await wait_until(lambda: kernel.last_activity > before and kernel.execution_state == "idle", 15, "the probe seen as activity")
+        await wait_until(lambda: busy_then_idle(changes), 15, "the probe seen as activity")
 
         untrack_probes(manager)
         untrack_probes(manager)
         assert manager.untracked_message_types.count("usage_request") == 1
-        settled = kernel.last_activity
+        changes.clear()
         for _ in range(5):
             assert gpu_figures(await ask_usage(kernel, timeout=10)) is not None
-        # the kernel's status messages of those probes came (they precede its replies on a loaded
-        # machine by milliseconds); none counted
-        await asyncio.sleep(1.5)
-        assert kernel.last_activity == settled and kernel.execution_state == "idle"
+        await run_a_cell()
+        # all the server saw was the cell: its busy status (activity, then busy), its input and
+        # idle status (activity), then idle; a counted probe would come first
+        assert [name for name, _ in changes[:2]] == ["last_activity", "execution_state"], changes
+        assert [value for name, value in changes if name == "execution_state"] == ["busy", "idle"], changes
     finally:
+        client.stop_channels()
         await manager.shutdown_kernel(kernel_id, now=True)
