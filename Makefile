@@ -215,7 +215,7 @@ kubespawner-suite: $(STAMP) $(if $(filter kube,$(CONTROL_PLANE)),kube)
 
 # The `gpu` tier on a machine with an NVIDIA GPU (docs/gpu.md). `make gpu-bundle` builds, here,
 # the wheels tools/gpu-check installs there with nothing fetched (GPU_PYTHON_VERSION: that
-# machine's Python, default 3.12); `make gpu-check` runs the tier and writes its figures to
+# machine's Python, default 3.12.3); `make gpu-check` runs the tier and writes its figures to
 # $$GPUBURST_GPU_FIGURES (default gpu-figures.json), there or on a GPU workstation after setup.
 gpu-bundle: $(STAMP) labextension
 	tools/gpu-bundle gpu-bundle
