@@ -83,14 +83,16 @@ def _run_hub(argv: list[str], cwd: str, env: dict[str, str], log_path: str) -> N
     forkserver = os.getppid()
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     on_parent_exit(lambda: os.kill(os.getpid(), signal.SIGTERM), parent=forkserver)
-    os.setsid()
-    os.chdir(cwd)
-    os.environ.clear()
-    os.environ.update(env)
+    # before the session, which is what the parent waits for: as with Popen's stdout, the log
+    # exists once the hub's constructor returns (a test reading it at once found none)
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
+    os.setsid()
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
     sys.argv = list(argv)
     from jupyterhub.app import main
 
