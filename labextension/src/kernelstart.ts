@@ -293,10 +293,18 @@ export function followGpuKernelStarts(app: JupyterFrontEnd, onDead: () => void =
   // and the reason with them; its dead kernel stays listed until the console is closed.
   const forget: Forget = async widget => {
     if (!widget.console) {
+      // The kernel picker offers what the kernel manager last listed, read once as it opens,
+      // and the toolbar reads "No Kernel" as soon as the session's shutdown begins: the dead
+      // kernel leaves the server and that list first (the manager's shutdown lists again), or
+      // a student who opens the picker at once would be offered it.
+      const dead = widget.sessionContext?.session?.kernel?.id;
+      if (dead) {
+        await app.serviceManager.kernels
+          .shutdown(dead)
+          .catch(reason => console.warn('gpuburst: a dead GPU kernel could not be shut down', reason));
+      }
+      // its session, whose kernel the server no longer has (a 404 that JupyterLab accepts)
       await widget.sessionContext?.shutdown();
-      // the kernel picker offers what the kernel manager last listed, and it lists again only
-      // at its next poll: a student who opens the picker at once would be offered the dead one
-      await app.serviceManager.kernels.refreshRunning();
     }
   };
   const add = (widget: unknown): void => {

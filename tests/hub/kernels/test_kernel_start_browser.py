@@ -367,13 +367,16 @@ def test_a_notebook_whose_gpu_kernel_was_stopped_offers_a_new_start(page: Page, 
     }
     server_api(slow_site, "PUT", f"contents/{name}", {"type": "notebook", "format": "json", "content": notebook})
     log_in_to(page, slow_site, f"lab/tree/{name}?reset", landing="lab/tree/**")
+    # the cell shows once the file has loaded, but the notebook asks for its kernel only after
+    # making the file's checkpoint: a run before then meets JupyterLab's Select Kernel dialog
+    kernel_name = page.locator(".jp-NotebookPanel-toolbar .jp-Toolbar-kernelName")
+    expect(kernel_name).to_have_text("Python 3 (1 GPU)", timeout=60_000)
     page.locator(".jp-Notebook .jp-Cell").first.click()
     page.keyboard.press("Shift+Enter")
     output = page.locator(".jp-Notebook .jp-OutputArea-output").first
     expect(output).to_have_text(re.compile(r"(^|\n)(origin|donor-1)\s*$"), timeout=(START_DELAY_S + 60) * 1000)
     session = next(s for s in server_api(slow_site, "GET", "sessions") if s["path"] == name)
     server_api(slow_site, "DELETE", f"kernels/{session['kernel']['id']}")
-    kernel_name = page.locator(".jp-NotebookPanel-toolbar .jp-Toolbar-kernelName")
     expect(kernel_name).to_have_text("No Kernel", timeout=30_000)
     kernel_name.click()
     picker = page.locator(".jp-Dialog select")
