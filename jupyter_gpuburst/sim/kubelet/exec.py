@@ -137,12 +137,17 @@ def resize_terminal(master: int, size: bytes) -> None:
         fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", int(parsed["Height"]), int(parsed["Width"]), 0, 0))
 
 
-async def end_command(proc: asyncio.subprocess.Process, master: int | None) -> None:
-    """The exec is over (done, or its client gone): the command goes too, and its terminal."""
+def kill_command(proc: asyncio.subprocess.Process) -> None:
+    """The command and whatever it started (its own process group), if still running."""
     if proc.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, 9)
-        await proc.wait()
+
+
+async def end_command(proc: asyncio.subprocess.Process, master: int | None) -> None:
+    """The exec is over (done, or its client gone): the command goes too, and its terminal."""
+    kill_command(proc)
+    await proc.wait()
     if master is not None:
         with contextlib.suppress(OSError):
             os.close(master)
@@ -191,10 +196,7 @@ async def _pump(
                 resize_terminal(master, data)
             elif channel == CLOSE and v5 and data[:1] == bytes([STDIN]):
                 end_input(proc, master)
-        # the client went away: the command goes too
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, 9)
+        kill_command(proc)  # the client went away: the command goes too
 
     outputs = [copy_tty()] if master is not None else [copy_out(proc.stdout, STDOUT, stdout), copy_out(proc.stderr, STDERR, stderr)]
     reader = asyncio.create_task(copy_in())
