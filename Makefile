@@ -152,8 +152,10 @@ test-browser: setup
 # kernel's use in the ledger, a GPU kernel through its donor's loss (the donor's control plane
 # SIGKILLed), a donor spawn (and the namespace's offloading), the Unschedulable redirect from
 # kube-scheduler's own refusal, home volumes (the site's provisioner), the queue's cancel that
-# deletes an unused claim, a small `bench rush` in kernel mode (pre-started kernels adopted), and
-# pods/exec and pods/log through kube-apiserver to our node agent's kubelet API.
+# deletes an unused claim, a small `bench rush` in kernel mode (pre-started kernels adopted),
+# pods/exec and pods/log through kube-apiserver to our node agent's kubelet API, and a pod
+# offloaded through Liqo's own virtual kubelet and ShadowPod controller (built by `make kube`),
+# which pins our emulator's Liqo to Liqo's.
 KUBE_TESTS := tests/kube/test_rush_kube.py \
 	tests/hub/culling/test_budget_hub.py::test_a_gpu_kernel_over_budget_is_warned_then_stopped_and_its_notebook_hears_why \
 	tests/hub/culling/test_hub.py::test_idle_gpu_server_is_warned_kept_once_then_stopped_and_the_spawn_page_says_why \
@@ -167,7 +169,8 @@ KUBE_TESTS := tests/kube/test_rush_kube.py \
 	tests/hub/spawner/test_storage_and_profile_policy.py::test_scratch_on_donor_mounts_home_on_the_origin_and_scratch_on_the_donor \
 	tests/hub/spawner/test_queue_integration.py::test_the_queue_says_place_and_wait_live_and_cancel_leaves_nothing \
 	tests/hub/pools/test_pools_integration.py::test_a_donor_pool_gives_way_to_a_spawn_that_needs_its_room \
-	tests/kube/test_apiserver_restart.py tests/kube/test_doctor_kube.py tests/kube/test_kubepool.py tests/kube/test_kubelet_api.py
+	tests/kube/test_apiserver_restart.py tests/kube/test_doctor_kube.py tests/kube/test_kubepool.py tests/kube/test_kubelet_api.py \
+	tests/kube/test_liqo_virtual_kubelet.py
 KUBE_JUDGES := tests/kube/test_zz_admission.py tests/kube/test_zz_hub_rbac.py
 # three: four in `make test`, tried once, was no faster (that run was slower in every tier)
 KUBE_WORKERS ?= 3

@@ -50,6 +50,14 @@ STORAGE_PROVISIONER = "liqo.io/storage"
 # annotated to skip it; under AllowList only those annotated to allow it are (consts).
 REFLECTION_ORIGIN_LABEL = "offloading.liqo.io/origin"
 REFLECTION_DESTINATION_LABEL = "offloading.liqo.io/destination"
+# An offloaded pod: the origin's is labelled as Liqo's (consts.LocalPodLabelKey), and the donor's
+# twin, made by Liqo's ShadowPod controller, carries the origin pod's labels and these
+# (forge.RemoteShadowPod, the controller's managed-by label), as Liqo's own virtual kubelet shows
+# (tests/kube/test_liqo_virtual_kubelet.py)
+OFFLOADED_POD_LABEL = "liqo.io/shadowPod"
+REMOTE_POD_NODE_LABEL = "offloading.liqo.io/nodename"
+MANAGED_BY_LABEL = "liqo.io/managed-by"
+MANAGED_BY_SHADOWPOD = "shadowpod"
 SKIP_REFLECTION_ANNOTATION = "liqo.io/skip-reflection"
 ALLOW_REFLECTION_ANNOTATION = "liqo.io/allow-reflection"
 # the manager of EndpointSlices Liqo reflects (forge.EndpointSliceManagedBy): the donor's own

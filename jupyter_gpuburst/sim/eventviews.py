@@ -84,6 +84,10 @@ def core_event(ev: Obj) -> Obj:
     return out
 
 
+# what Liqo's event reflection appends to a donor event's source (reflection/event)
+REMOTE_SUFFIX = " (remote)"
+
+
 def recorded_event(
     involved: Obj,
     name: str,
@@ -92,17 +96,20 @@ def recorded_event(
     type: str,
     component: str,
     *,
-    scheduler_style: bool,
-    host: str | None,
-    field_path: str | None,
-    action: str | None,
     now: datetime,
+    scheduler_style: bool = False,
+    host: str | None = None,
+    field_path: str | None = None,
+    action: str | None = None,
+    remote: bool = False,
 ) -> Obj:
     """A core/v1 Event about ``involved``, as its recorder writes it.
 
     Kubelet style (default): ``source`` set, first/lastTimestamp set, ``eventTime`` null.
     Scheduler style: ``eventTime`` set, first/lastTimestamp null, ``reportingComponent``
     default-scheduler, as kube-scheduler's events.k8s.io recorder writes them.
+    ``remote``: a donor's event about an offloaded pod as Liqo reflects it onto the origin's pod,
+    its ``source.component`` followed by `` (remote)`` (empty before it for a scheduler's).
     """
     meta = involved.get("metadata") or {}
     ref = {
@@ -124,7 +131,7 @@ def recorded_event(
     if scheduler_style:
         event.update(
             {
-                "source": {},
+                "source": {"component": REMOTE_SUFFIX} if remote else {},
                 "firstTimestamp": None,
                 "lastTimestamp": None,
                 "eventTime": defaults.micro_timestamp(now),
@@ -135,7 +142,7 @@ def recorded_event(
         )
     else:
         stamp = defaults.timestamp(now)
-        source = {"component": component}
+        source = {"component": component + (REMOTE_SUFFIX if remote else "")}
         if host:
             source["host"] = host
         event.update(

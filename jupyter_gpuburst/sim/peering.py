@@ -12,7 +12,9 @@ What Liqo does and this emulates:
 * A pod the origin scheduler binds to the virtual node is created in the remote namespace (node
   name, node selector and node affinity, which name origin nodes, and Liqo's own toleration left
   out, and so are its priority class, priority and preemption policy: Liqo's RemotePodSpec does
-  not copy them, so the donor gives it its own default priority); the donor's scheduler and
+  not copy them, so the donor gives it its own default priority), labelled as Liqo's ShadowPod
+  controller labels it (``twin_labels``), the origin pod then labelled as offloaded
+  (``liqo.OFFLOADED_POD_LABEL``); the donor's scheduler and
   kubelet place and run it; its status (phase, conditions, pod IP,
   container statuses) is reflected into the origin pod, and the donor's events about it are
   reflected as events about the origin pod (so a donor FailedScheduling shows on the origin pod,
@@ -117,8 +119,21 @@ def virtual_node_cr(cluster_id: str, grant: dict[str, str]) -> Obj:
     }
 
 
-def remote_pod(pod: Obj, remote_namespace: str) -> Obj:
-    """The donor's twin of an origin pod."""
+def twin_labels(pod: Obj, origin_id: str, donor_id: str, node_name: str) -> dict[str, str]:
+    """The labels of an origin pod's donor twin: the pod's own but Liqo's mark of an offloaded
+    pod, and those Liqo adds (``liqo.OFFLOADED_POD_LABEL`` says where from)."""
+    labels = {k: v for k, v in (pod["metadata"].get("labels") or {}).items() if k != liqo.OFFLOADED_POD_LABEL}
+    return {
+        **labels,
+        liqo.REFLECTION_ORIGIN_LABEL: origin_id,
+        liqo.REFLECTION_DESTINATION_LABEL: donor_id,
+        liqo.REMOTE_POD_NODE_LABEL: node_name,
+        liqo.MANAGED_BY_LABEL: liqo.MANAGED_BY_SHADOWPOD,
+    }
+
+
+def remote_pod(pod: Obj, remote_namespace: str, labels: dict[str, str]) -> Obj:
+    """The donor's twin of an origin pod, labelled ``labels`` (``twin_labels``)."""
     meta = pod["metadata"]
     spec = copy.deepcopy(pod["spec"])
     for key in ("nodeName", "nodeSelector", "priority", "priorityClassName", "preemptionPolicy"):
@@ -136,7 +151,7 @@ def remote_pod(pod: Obj, remote_namespace: str) -> Obj:
         "metadata": {
             "name": meta["name"],
             "namespace": remote_namespace,
-            "labels": dict(meta.get("labels") or {}),
+            "labels": labels,
             "annotations": dict(meta.get("annotations") or {}),
         },
         "spec": spec,
@@ -290,11 +305,27 @@ class Peering:
         self._reflect_secrets(pod)
         try:
             reflect_claims(pod, self.origin.store, self.donor.store, remote_ns, self.node_name)
-            self.donor.store.create("pods", remote_pod(pod, remote_ns), remote_ns)
+            self.donor.store.create("pods", remote_pod(pod, remote_ns, self._twin_labels(pod)), remote_ns)
         except ApiError as exc:
             if exc.code != 409:
                 del self._remote[(remote_ns, name)]
                 log.warning("offloading %s/%s to %s failed: %s", ns, name, self.cluster_id, exc)
+            return
+        self._mark_offloaded(ns, name)
+
+    def _twin_labels(self, pod: Obj) -> dict[str, str]:
+        return twin_labels(pod, self.origin.cluster_id, self.cluster_id, self.node_name)
+
+    def _mark_offloaded(self, namespace: str, name: str) -> None:
+        """Liqo's label on the origin pod, once its twin exists."""
+
+        def mark(obj: Obj) -> None:
+            obj["metadata"].setdefault("labels", {})[liqo.OFFLOADED_POD_LABEL] = "true"
+
+        try:
+            self.origin.store.mutate("pods", namespace, name, mark)
+        except ApiError:
+            pass  # gone meanwhile: its deletion reaches the twin
 
     def _reflect_secrets(self, pod: Obj) -> None:
         """The pod's Secrets now, before the pod: the reflector's watch may not have got to them."""
@@ -347,7 +378,7 @@ class Peering:
     def _reflect_metadata(self, remote_key: tuple[str, str], pod: Obj) -> None:
         """The origin pod's labels and annotations onto its donor twin, where they differ."""
         meta = pod["metadata"]
-        labels, annotations = dict(meta.get("labels") or {}), dict(meta.get("annotations") or {})
+        labels, annotations = self._twin_labels(pod), dict(meta.get("annotations") or {})
         try:
             twin = self.donor.store.get("pods", *remote_key)
         except ApiError:
@@ -460,6 +491,8 @@ class Peering:
                 except ApiError:
                     continue
                 component = event.get("reportingComponent") or (event.get("source") or {}).get("component") or "kubelet"
+                # as Liqo reflects it: the donor's component marked remote, the donor's own node
+                host = (event.get("source") or {}).get("host") or event.get("reportingInstance") or None
                 self.origin.store.record_event(
                     pod,
                     event["reason"],
@@ -467,9 +500,10 @@ class Peering:
                     type=event.get("type", "Normal"),
                     component=component,
                     scheduler_style=bool(event.get("eventTime")),
-                    host=self.node_name,
+                    host=host,
                     field_path=inv.get("fieldPath"),
                     action=event.get("action"),
+                    remote=True,
                 )
         finally:
             watch.close()

@@ -11,7 +11,7 @@ annotated to skip it (``liqo.SKIP_REFLECTION_ANNOTATION``), under Liqo's default
 policy; under AllowList (``secret_policy``, Liqo's ``offloading.reflection.secret.type``) a
 Secret is reflected only when annotated to allow it (``liqo.ALLOW_REFLECTION_ANNOTATION``).
 The origin's ``kube-root-ca.crt`` is reflected under a name of its own, so as not to collide with
-the donor's.
+the donor's: ``root_ca_remote_name``.
 
 Services and EndpointSlices (Liqo's exposition reflectors) keep their names, so a Service's short
 name resolves on the donor as on the origin, and only from offloaded namespaces: the donor never
@@ -57,6 +57,16 @@ CONTENT = {
 }
 
 
+def root_ca_remote_name(origin_id: str) -> str:
+    """The name of the origin's root CA ConfigMap on the donor, as Liqo forges it
+    (forge.RemoteConfigMapName): the first five characters of the origin's cluster id after a
+    dot, and an ``a`` after them where they end in a character a name may not end in. Seen
+    from Liqo's own virtual kubelet: ``kube-root-ca.crt.origi`` for the origin ``origin``
+    (tests/kube/test_liqo_virtual_kubelet.py)."""
+    name = f"{ROOT_CA}.{origin_id[:5]}"
+    return name if name[-1].isascii() and name[-1].isalnum() else f"{name}a"
+
+
 class ConfigurationReflector:
     """Keeps the donor's copies of one origin's reflected objects in offloaded namespaces.
 
@@ -84,7 +94,7 @@ class ConfigurationReflector:
         self._virtual_nodes: set[str] = set()
 
     def remote_name(self, rtype: str, name: str) -> str:
-        return f"{ROOT_CA}.{self.origin_id}" if rtype == "configmaps" and name == ROOT_CA else name
+        return root_ca_remote_name(self.origin_id) if rtype == "configmaps" and name == ROOT_CA else name
 
     def reflected(self, obj: Obj) -> bool:
         labels = obj["metadata"].get("labels") or {}

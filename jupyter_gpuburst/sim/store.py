@@ -541,35 +541,14 @@ class Store:
         return pod
 
     def record_event(
-        self,
-        involved: Obj,
-        reason: str,
-        message: str,
-        type: str = "Normal",
-        component: str = "kubelet",
-        *,
-        scheduler_style: bool = False,
-        host: str | None = None,
-        field_path: str | None = None,
-        action: str | None = None,
+        self, involved: Obj, reason: str, message: str, type: str = "Normal", component: str = "kubelet", **options: Any
     ) -> Obj:
-        """Create a core/v1 Event about ``involved`` (``eventviews.recorded_event``)."""
+        """Create a core/v1 Event about ``involved`` (``eventviews.recorded_event``, whose keyword
+        options ``options`` are: scheduler_style, host, field_path, action, remote)."""
         meta = involved.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
         name = f"{meta.get('name')}.{time.time_ns() + self.resource_version:x}"
-        event = eventviews.recorded_event(
-            involved,
-            name,
-            reason,
-            message,
-            type,
-            component,
-            scheduler_style=scheduler_style,
-            host=host,
-            field_path=field_path,
-            action=action,
-            now=self.now(),
-        )
+        event = eventviews.recorded_event(involved, name, reason, message, type, component, now=self.now(), **options)
         return self.create("events", event, namespace)
 
 

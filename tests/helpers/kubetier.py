@@ -148,3 +148,21 @@ def hub_kubeconfig(federation, tmp_path: Path) -> Path:
 
     label_namespace(federation.origin, USERS_NAMESPACE, USERS_POD_SECURITY)
     return deployment.hub_kubeconfig(federation.origin, tmp_path, users=USERS_NAMESPACE, donors=DONORS)
+
+
+@contextlib.asynccontextmanager
+async def admin_clients(kubeconfig: Path) -> AsyncIterator[tuple[Any, Any]]:
+    """kubernetes_asyncio's REST client and its WebSocket client (for pods/exec), acting as
+    ``kubeconfig``'s user; both closed afterwards."""
+    from kubernetes_asyncio import client, config
+    from kubernetes_asyncio.stream import WsApiClient
+
+    configuration = client.Configuration()
+    await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    api = client.ApiClient(configuration)
+    ws = WsApiClient(configuration=configuration)
+    try:
+        yield api, ws
+    finally:
+        await ws.close()
+        await api.close()

@@ -12,8 +12,8 @@ import sys
 
 import httpx
 import pytest
-from kubernetes_asyncio import client, config
-from kubernetes_asyncio.stream import WsApiClient
+from helpers.kubetier import admin_clients
+from kubernetes_asyncio import client
 
 from jupyter_gpuburst.sim.testing import is_running_ready, wait_for_pod, wait_until
 
@@ -48,11 +48,7 @@ async def test_exec_and_logs_reach_the_pod_through_its_nodes_kubelet(federation)
     node = origin.store.get("nodes", None, pod["spec"]["nodeName"])
     assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == origin.kubelet_port
 
-    configuration = client.Configuration()
-    await config.load_kube_config(config_file=str(origin.admin_kubeconfig), client_configuration=configuration)
-    api = client.ApiClient(configuration)
-    ws = WsApiClient(configuration=configuration)
-    try:
+    async with admin_clients(origin.admin_kubeconfig) as (api, ws):
         core = client.CoreV1Api(api)
         logs = await wait_until(lambda: _log(core), timeout=30, what="the container's greeting in pods/log (kube-apiserver -> the kubelet)")
         assert logs == f"{GREETING}\n"
@@ -73,9 +69,6 @@ async def test_exec_and_logs_reach_the_pod_through_its_nodes_kubelet(federation)
                     status = json.loads(data[1:])
         assert status is not None and status["status"] == "Failure", status
         assert status["details"]["causes"][0] == {"reason": "ExitCode", "message": "3"}
-    finally:
-        await ws.close()
-        await api.close()
 
     # the `kubernetes` client offers v5.channel.k8s.io, as kubectl does: kube-apiserver speaks
     # SPDY to the kubelet for it. Output, input until the client ends it, and the exit code.

@@ -83,6 +83,15 @@ async def test_offloaded_pod_runs_on_donor_and_status_is_reflected(federation, l
     running = await wait_for_pod(origin, "default", "train", is_running_ready)
     remote = donor.get("pods", REMOTE_NS, "train")
     assert running["spec"]["nodeName"] == "donor-1" and remote["spec"]["nodeName"].startswith("donor-1-gpu-")
+    # labelled as Liqo labels both (tests/kube/test_liqo_virtual_kubelet.py saw Liqo's own)
+    assert running["metadata"]["labels"][liqo.OFFLOADED_POD_LABEL] == "true"
+    assert remote["metadata"]["labels"] == {
+        **{k: v for k, v in running["metadata"]["labels"].items() if k != liqo.OFFLOADED_POD_LABEL},
+        liqo.REFLECTION_ORIGIN_LABEL: "origin",
+        liqo.REFLECTION_DESTINATION_LABEL: "donor-1",
+        liqo.REMOTE_POD_NODE_LABEL: "donor-1",
+        liqo.MANAGED_BY_LABEL: liqo.MANAGED_BY_SHADOWPOD,
+    }
     assert running["status"]["podIP"] == remote["status"]["podIP"]
     assert running["status"]["containerStatuses"] == remote["status"]["containerStatuses"]
     assert "affinity" not in remote["spec"] and not any(liqo.is_virtual_node_taint(t) for t in remote["spec"]["tolerations"])
@@ -90,6 +99,9 @@ async def test_offloaded_pod_runs_on_donor_and_status_is_reflected(federation, l
     # the donor's kubelet events show on the origin pod
     events, _ = origin.list("events", "default", field_selector="involvedObject.name=train")
     assert {"Scheduled", "Pulled", "Created", "Started"} <= {e["reason"] for e in events}
+    # ...marked remote, from the donor's own node, as Liqo reflects them
+    started = next(e for e in events if e["reason"] == "Started")
+    assert started["source"] == {"component": "kubelet (remote)", "host": remote["spec"]["nodeName"]}
     for obj in [*events, running]:
         kubernetes_validate.validate(obj, "1.31", strict=True)
     # deleting the origin pod deletes the remote one, then the origin one goes
@@ -341,3 +353,15 @@ async def test_an_offloaded_pod_relabelled_on_the_origin_is_synced_on_the_donor_
     assert donor.get("pods", REMOTE_NS, "waiter")["metadata"]["labels"]["adopted"] == "yes"
     log = federation.donors["donor-1"].kubelet.log_path(REMOTE_NS, "waiter")
     assert "got s3cret" in log.read_text()
+
+
+def test_the_origins_root_ca_is_reflected_under_the_name_liqo_gives_it():
+    """Liqo's forge.RemoteConfigMapName, as its own virtual kubelet named the origin's root CA on
+    a real donor (tests/kube/test_liqo_virtual_kubelet.py): five characters of the origin's id."""
+    from jupyter_gpuburst.sim.reflection import root_ca_remote_name
+
+    assert root_ca_remote_name("origin") == "kube-root-ca.crt.origi"
+    assert root_ca_remote_name("uni") == "kube-root-ca.crt.uni"
+    # a name may not end in a dash or a dot: Liqo adds an "a"
+    assert root_ca_remote_name("uni-a-b") == "kube-root-ca.crt.uni-a"
+    assert root_ca_remote_name("abcd-efg") == "kube-root-ca.crt.abcd-a"

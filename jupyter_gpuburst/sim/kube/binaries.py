@@ -47,3 +47,19 @@ def missing() -> str | None:
     except ControlPlaneMissing as exc:
         return str(exc)
     return None
+
+
+LIQO_NAMES = ("virtual-kubelet", "liqo-controller-manager")
+
+
+def liqo_locate() -> Path:
+    """The folder holding Liqo's own programs (``LIQO_NAMES``), which the same build makes beside
+    the control plane, under ``liqo-current`` (``GPUBURST_LIQO_BIN`` names another), or
+    ControlPlaneMissing saying how to build them."""
+    folder = Path(os.environ["GPUBURST_LIQO_BIN"]) if os.environ.get("GPUBURST_LIQO_BIN") else cache_dir() / "liqo-current" / "bin"
+    missing = [name for name in LIQO_NAMES if not os.access(folder / name, os.X_OK)]
+    if missing:
+        raise ControlPlaneMissing(
+            f"Liqo's programs are not built ({', '.join(missing)} missing in {folder}); build them with `make kube` (needs Go >= 1.25)"
+        )
+    return folder

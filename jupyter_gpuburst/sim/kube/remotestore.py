@@ -473,6 +473,7 @@ class RemoteStore:
         host: str | None = None,
         field_path: str | None = None,
         action: str | None = None,
+        remote: bool = False,
     ) -> Obj:
         """Post a core/v1 Event about ``involved`` (``eventviews.recorded_event``), in the background."""
         meta = involved.get("metadata") or {}
@@ -489,6 +490,7 @@ class RemoteStore:
             field_path=field_path,
             action=action,
             now=self.now(),
+            remote=remote,
         )
         event.update({"apiVersion": "v1", "kind": "Event"})
         self._in_background(self._post_event(namespace, event))
