@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from helpers.kubetier import admin_clients
 from kubernetes_asyncio import client
 
@@ -79,30 +78,21 @@ def _free_port() -> int:
 
 
 async def _install_crds(site: Any, files: tuple[str, ...]) -> None:
-    base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    async with site.control_plane.harness_client(timeout=10.0) as http:
-        names = []
-        for name in files:
-            crd = yaml.safe_load((site.liqo_crds / name).read_text())
-            response = await http.post(f"{site.url}{base}", json=crd)
-            assert response.status_code in (201, 409), response.text[:300]
-            names.append(crd["metadata"]["name"])
+    crds = await site.install_liqo_crds(list(files))
 
-        async def served() -> bool:
-            # Established, and in discovery: a controller manager that starts before its kinds are
-            # listed there stops at once ("failed to get API group resources")
-            for name in names:
-                crd = (await http.get(f"{site.url}{base}/{name}")).json()
-                if not any(c["type"] == "Established" and c["status"] == "True" for c in (crd.get("status") or {}).get("conditions") or []):
-                    return False
+    async def listed() -> bool:
+        # Established, and in discovery too: a controller manager that starts before its kinds are
+        # listed there stops at once ("failed to get API group resources")
+        async with site.control_plane.harness_client(timeout=10.0) as http:
+            for crd in crds:
                 plural, group = crd["spec"]["names"]["plural"], crd["spec"]["group"]
                 for version in crd["spec"]["versions"]:
-                    listed = await http.get(f"{site.url}/apis/{group}/{version['name']}")
-                    if listed.status_code != 200 or plural not in {r["name"] for r in listed.json()["resources"]}:
+                    answer = await http.get(f"{site.url}/apis/{group}/{version['name']}")
+                    if answer.status_code != 200 or plural not in {r["name"] for r in answer.json()["resources"]}:
                         return False
-            return True
+        return True
 
-        await wait_until(served, timeout=60, what=f"Liqo's CRDs served on {site.name}", interval=0.2)
+    await wait_until(listed, timeout=60, what=f"Liqo's CRDs listed in {site.name}'s discovery", interval=0.2)
 
 
 async def _post(site: Any, path: str, obj: dict, status: dict | None = None) -> None:
@@ -144,7 +134,7 @@ async def _peer(origin: Any, donor: Any) -> None:
     remote_namespace = liqo.remote_namespace_name(NAMESPACE, origin.cluster_id)
     donor.store.create("namespaces", {"metadata": {"name": remote_namespace}})
     # Liqo finds a cluster's objects by this label (ForeignCluster, VirtualNode, NamespaceMap)
-    labels = {"liqo.io/remote-cluster-id": FOREIGN_ID}
+    labels = {liqo.REMOTE_CLUSTER_ID_LABEL: FOREIGN_ID}
     kubeconfig = donor.admin_kubeconfig.read_text()
     origin.store.create(
         "secrets", {"metadata": {"name": "donor-kubeconfig"}, "stringData": {"kubeconfig": kubeconfig}, "type": "Opaque"}, TENANT
@@ -197,7 +187,7 @@ def _pod() -> dict:
             "nodeName": NODE,
             "terminationGracePeriodSeconds": 1,
             # the toleration Liqo's webhook gives the pods of an offloaded namespace
-            "tolerations": [{"key": liqo.VIRTUAL_NODE_TAINT["key"], "operator": "Exists"}],
+            "tolerations": [{"key": liqo.VIRTUAL_NODE_TAINT_KEY, "operator": "Exists"}],
             "containers": [
                 {
                     "name": "main",

@@ -26,12 +26,16 @@ def cache_dir() -> Path:
 
 def locate() -> Path:
     """The folder holding every binary in ``NAMES``, or ControlPlaneMissing saying how to build them."""
-    folder = Path(os.environ["GPUBURST_KUBE_BIN"]) if os.environ.get("GPUBURST_KUBE_BIN") else cache_dir() / "current" / "bin"
-    missing = [name for name in NAMES if not os.access(folder / name, os.X_OK)]
+    return _built("GPUBURST_KUBE_BIN", "current", NAMES, "the real control plane is not built", ", or use the emulator (the default)")
+
+
+def _built(env: str, link: str, names: tuple[str, ...], what: str, instead: str = "") -> Path:
+    """``$env``'s folder, else the build cache's ``link``/bin, if it holds every one of ``names``."""
+    folder = Path(os.environ[env]) if os.environ.get(env) else cache_dir() / link / "bin"
+    missing = [name for name in names if not os.access(folder / name, os.X_OK)]
     if missing:
         raise ControlPlaneMissing(
-            f"the real control plane is not built ({', '.join(missing)} missing in {folder}); "
-            "build it with `make kube` (needs Go >= 1.25), or use the emulator (the default)"
+            f"{what} ({', '.join(missing)} missing in {folder}); build it with `make kube` (needs Go >= 1.25){instead}"
         )
     return folder
 
@@ -56,10 +60,4 @@ def liqo_locate() -> Path:
     """The folder holding Liqo's own programs (``LIQO_NAMES``), which the same build makes beside
     the control plane, under ``liqo-current`` (``GPUBURST_LIQO_BIN`` names another), or
     ControlPlaneMissing saying how to build them."""
-    folder = Path(os.environ["GPUBURST_LIQO_BIN"]) if os.environ.get("GPUBURST_LIQO_BIN") else cache_dir() / "liqo-current" / "bin"
-    missing = [name for name in LIQO_NAMES if not os.access(folder / name, os.X_OK)]
-    if missing:
-        raise ControlPlaneMissing(
-            f"Liqo's programs are not built ({', '.join(missing)} missing in {folder}); build them with `make kube` (needs Go >= 1.25)"
-        )
-    return folder
+    return _built("GPUBURST_LIQO_BIN", "liqo-current", LIQO_NAMES, "Liqo's programs are not built")

@@ -251,23 +251,28 @@ class KubeSite:
 
     async def _install_liqo_crds(self) -> None:
         """Liqo's CRDs of the group this product speaks (``liqo.OFFLOADING_GROUP``: NamespaceOffloading,
-        VirtualNode, VkOptionsTemplate, ...), from the build (Liqo's Go module), each Established
-        before it is used. Liqo's other groups (networking, IPAM, authentication) are its own
-        machinery, which nothing here reads or writes; each CRD costs the API server an OpenAPI
-        rebuild, and all 28 took over half of a site's start."""
+        VirtualNode, VkOptionsTemplate, ...), from the build (Liqo's Go module). Liqo's other
+        groups (networking, IPAM, authentication) are its own machinery, which nothing here reads
+        or writes; each CRD costs the API server an OpenAPI rebuild, and all 28 took over half of
+        a site's start."""
         if not self.liqo_crds.is_dir():
             log.warning("Liqo's CRDs are not in %s: Liqo objects are not validated on %s", self.liqo_crds, self.name)
             return
+        await self.install_liqo_crds(sorted(p.name for p in self.liqo_crds.glob(f"{liqo.OFFLOADING_GROUP}_*.yaml")))
+
+    async def install_liqo_crds(self, files: list[str]) -> list[dict[str, Any]]:
+        """Liqo's CRDs named by their files in the build's ``liqo_crds``, each Established before
+        this returns; the CRDs as sent."""
         base = f"{self.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
         async with self.control_plane.harness_client(timeout=10.0) as client:
-            names = []
-            for path in sorted(self.liqo_crds.glob(f"{liqo.OFFLOADING_GROUP}_*.yaml")):
-                crd = yaml.load(path.read_text(), Loader=SAFE_LOADER)
+            crds = []
+            for file in files:
+                crd = yaml.load((self.liqo_crds / file).read_text(), Loader=SAFE_LOADER)
                 response = await client.post(base, json=crd)
                 if response.status_code not in (200, 201, 409):
-                    raise RuntimeError(f"Liqo CRD {path.name} refused by {self.name}: {response.text[:300]}")
-                names.append(crd["metadata"]["name"])
-            for name in names:
+                    raise RuntimeError(f"Liqo CRD {file} refused by {self.name}: {response.text[:300]}")
+                crds.append(crd)
+            for name in (crd["metadata"]["name"] for crd in crds):
                 for _ in range(300):
                     crd = (await client.get(f"{base}/{name}")).json()
                     conditions = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
@@ -276,3 +281,4 @@ class KubeSite:
                     await asyncio.sleep(0.1)
                 else:
                     raise RuntimeError(f"Liqo CRD {name} not Established on {self.name}")
+        return crds
