@@ -6,12 +6,13 @@ the moment it is bound until it is removed or has finished. The ledger is the hu
 read after the run: per pod, its GPU-seconds on disk plus the time since it was last written
 (what the hub counts for a pod still running). Each pod must agree within ``tolerance_s``.
 
-Why ``TOLERANCE_S`` is 2 s: the cluster stamps whole seconds, and an end or a binding the hub
+Why ``TOLERANCE_S`` is 1 s: the cluster stamps whole seconds, and an end or a binding the hub
 heard late (a watch resuming after an outage, a restarted hub) is counted from the middle of its
-stamped second, so a session whose two ends both come from stamps is within 1 s by construction;
-and an offloaded pod leaves the origin's API server only once Liqo has removed its donor twin, a
-moment after the ``deletionTimestamp`` the hub counts to, which no stamp records. A defect of
-the ledger shows as tens of seconds (a restart's downtime), well beyond it.
+stamped second, within half a second of the real moment; a session is therefore off by more than
+1 s only if both its ends came from stamps, each at the far edge of its second, the two in
+opposite directions. The offloaded pod's removal after the ``deletionTimestamp`` the hub counts
+to (Liqo first removes its donor twin) adds tens of milliseconds. Runs came within 0.22 s
+(benchmarks/README.md); a defect of the ledger shows as tens of seconds (a restart's downtime).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from jupyter_gpuburst.core.inventory import Inventory
 
 LEDGER_FILE = "gpuburst-usage.sqlite"
-TOLERANCE_S = 2.0  # see the module docstring
+TOLERANCE_S = 1.0  # see the module docstring
 
 
 class PodLifetimes:
