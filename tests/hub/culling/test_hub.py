@@ -19,8 +19,11 @@ pytestmark = pytest.mark.integration
 TIMEOUT_S = 10
 WARNING_S = 6
 PERIOD_S = 1
-# bob's cell: longer than alice's start, two warnings and her stop together
-COMPUTE_S = 4 * TIMEOUT_S
+# bob's cell computes until the test writes this file next to it (through the server's contents
+# API): a fixed length lost the race with alice's start, warnings and stop on a loaded machine
+RELEASE_FILE = "release-bob"
+# the cell's own bound, so that a test that failed before releasing it does not leave it running
+COMPUTE_LIMIT_S = 300
 
 CULLING_HUB = f"""
 c.KubeSpawner.environment = {{"JUPYTER_GPUBURST_BACKEND": "simulated"}}
@@ -64,17 +67,15 @@ async def test_idle_gpu_server_is_warned_kept_once_then_stopped_and_the_spawn_pa
     status, body = await hub.spawn("bob", {"profile": "gpu1"})
     assert status in (201, 202), body
     await hub.wait_ready("bob")
-    status, kernel = await server_api(hub, "bob", "POST", "/kernels", {"name": "python3"})
+    # path "": the kernel starts in the server's root, where the contents API writes
+    status, kernel = await server_api(hub, "bob", "POST", "/kernels", {"name": "python3", "path": ""})
     assert status == 201, kernel
-    computing = asyncio.ensure_future(
-        execute(
-            f"{hub.url}/user/bob",
-            hub.token,
-            kernel["id"],
-            f"import time\nfor _ in range({COMPUTE_S}):\n    time.sleep(1)\nprint('done')",
-            timeout=120,
-        )
+    cell = (
+        f"import os, time\nlimit = time.monotonic() + {COMPUTE_LIMIT_S}\n"
+        f"while not os.path.exists({RELEASE_FILE!r}) and time.monotonic() < limit:\n    time.sleep(0.2)\n"
+        "print('done')"
     )
+    computing = asyncio.ensure_future(execute(f"{hub.url}/user/bob", hub.token, kernel["id"], cell, timeout=COMPUTE_LIMIT_S + 30))
     status, body = await hub.spawn("alice", {"profile": "gpu1"})
     assert status in (201, 202), body
     await hub.wait_ready("alice")
@@ -104,9 +105,11 @@ async def test_idle_gpu_server_is_warned_kept_once_then_stopped_and_the_spawn_pa
     assert again["stops_in_s"] - 0.05 <= stopped - warnings[-1] <= WARNING_S + 2 * PERIOD_S, hub.log_tail()
     page = await hub.spawn_page("alice")
     assert 'id="gpuburst-stopped"' in page and "its GPU was idle for" in page
-    assert not computing.done(), "bob's cell ended before alice's server was stopped: make COMPUTE_S longer"
+    assert not computing.done(), await computing
 
-    # bob's kernel computed through it all; his server still runs, the cell finished
+    # bob's kernel computed through it all; his server still runs, the cell finishes when told
+    status, written = await server_api(hub, "bob", "PUT", f"/contents/{RELEASE_FILE}", {"type": "file", "format": "text", "content": ""})
+    assert status in (200, 201), written
     out = await computing
     assert out["stdout"] == "done\n", out
     assert await running(hub, "bob")
