@@ -1,4 +1,5 @@
-"""The package's shape: no import cycle (an import hidden in a function counts too), package
+"""The package's shape: no import cycle (an import hidden in a function, or in a package
+``__init__`` run on the way to a module, counts too), package
 ``__init__`` files that only hand names on, contracts defined once, modules of a readable size."""
 
 from __future__ import annotations
@@ -42,7 +43,15 @@ def imports(path: Path, known: set[str], name: str | None = None) -> set[str]:
         else:
             continue
         found.update(t for t in targets if t in known and t != name)
+    # importing a module first runs each package __init__ above it that is not yet running (those
+    # above the importer are): a package __init__ that imports a module of its own is on the path
+    found.update(p for t in list(found) for p in _packages_above(t) if p in known and p != name and p not in _packages_above(name))
     return found
+
+
+def _packages_above(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -78,6 +87,10 @@ def test_the_cycle_finder_finds_a_cycle_through_a_function_local_import(tmp_path
     a.write_text("import c\n\n\ndef f():\n    from b import x\n")
     assert imports(a, {"b", "c"}, name="a") == {"b", "c"}
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    # a module of a package whose __init__ imports another of its modules goes through the __init__
+    d = tmp_path / "d.py"
+    d.write_text("from p.light import y\n")
+    assert imports(d, {"p", "p.light", "p.heavy"}, name="d") == {"p", "p.light"}
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
 
 
@@ -91,6 +104,8 @@ def test_package_init_files_only_hand_names_on():
                 continue  # the docstring
             if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and t.id.isupper() or t.id == "__all__" for t in node.targets):
                 continue  # __all__ and constants handed on
+            if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["__getattr__"]:
+                continue  # names handed on when first read (core/lazy.py)
             if isinstance(node, ast.Try) and all(isinstance(n, ast.ImportFrom | ast.Assign) for n in node.body):
                 continue  # __version__ of a checkout that was never built
             if isinstance(node, ast.FunctionDef) and node.name in JUPYTER_HOOKS:

@@ -16,6 +16,8 @@ several use: ``settings``, ``metrics``, ``retry``, ``ports``, and ``service`` (t
 that serves the capacity and kernel APIs).
 """
 
-from jupyter_gpuburst.hub.installer import DEFAULT_SERVICE_PORT, install
+from jupyter_gpuburst.core import lazy
 
 __all__ = ["DEFAULT_SERVICE_PORT", "install"]
+# the installer imports JupyterHub's whole app: only where install(c) is called
+__getattr__ = lazy.exports(__name__, dict.fromkeys(__all__, "installer"))
