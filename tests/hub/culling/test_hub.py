@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import aiohttp
 import pytest
@@ -22,6 +23,12 @@ PERIOD_S = 1
 # bob's cell computes until the test writes this file next to it (through the server's contents
 # API): a fixed length lost the race with alice's start, warnings and stop on a loaded machine
 RELEASE_FILE = "release-bob"
+# Bob's server, on a profile of its own, may sit idle longer than alice's: his GPU is idle from
+# his server's start until his kernel has started and runs the cell (15 s beside two busy loops
+# on a slow 2-core machine, where 10 s stopped him first). The test runs on until an idle bob
+# would have been stopped: that his computing kernel kept him is still what it shows.
+BOB_PROFILE = "gpu1-local"
+BOB_TIMEOUT_S = 30
 # the cell's own bound, so that a test that failed before releasing it does not leave it running
 COMPUTE_LIMIT_S = 300
 
@@ -32,7 +39,7 @@ c.GPUCullingSettings.period_seconds = {PERIOD_S}
 c.GPUCullingSettings.timeout_seconds = {TIMEOUT_S}
 c.GPUCullingSettings.warning_seconds = {WARNING_S}
 c.GPUCullingSettings.keep_limit = 1
-c.GPUCullingSettings.server_profiles = {{"cpu": {{"enabled": False}}}}
+c.GPUCullingSettings.server_profiles = {{"cpu": {{"enabled": False}}, "{BOB_PROFILE}": {{"timeout_seconds": {BOB_TIMEOUT_S}}}}}
 from jupyter_gpuburst.hub import install
 install(c)
 """
@@ -64,7 +71,7 @@ async def test_idle_gpu_server_is_warned_kept_once_then_stopped_and_the_spawn_pa
     # bob works first: a cell that runs until after alice's server is stopped, typed and run
     # at once; alice's idle time starts only when her server does, so a slow start of bob's
     # cannot eat into it
-    status, body = await hub.spawn("bob", {"profile": "gpu1"})
+    status, body = await hub.spawn("bob", {"profile": BOB_PROFILE})
     assert status in (201, 202), body
     await hub.wait_ready("bob")
     # path "": the kernel starts in the server's root, where the contents API writes
@@ -76,6 +83,8 @@ async def test_idle_gpu_server_is_warned_kept_once_then_stopped_and_the_spawn_pa
         "print('done')"
     )
     computing = asyncio.ensure_future(execute(f"{hub.url}/user/bob", hub.token, kernel["id"], cell, timeout=COMPUTE_LIMIT_S + 30))
+    await wait_until(lambda: _busy(hub, "bob", kernel["id"], computing), BOB_TIMEOUT_S, "bob's cell running", interval=0.2)
+    computing_since = time.monotonic()
     status, body = await hub.spawn("alice", {"profile": "gpu1"})
     assert status in (201, 202), body
     await hub.wait_ready("alice")
@@ -107,7 +116,11 @@ async def test_idle_gpu_server_is_warned_kept_once_then_stopped_and_the_spawn_pa
     assert 'id="gpuburst-stopped"' in page and "its GPU was idle for" in page
     assert not computing.done(), await computing
 
-    # bob's kernel computed through it all; his server still runs, the cell finishes when told
+    # bob's kernel computed through it all, for longer than an idle bob would have been kept
+    await asyncio.sleep(max(0.0, computing_since + BOB_TIMEOUT_S + 2 * PERIOD_S - time.monotonic()))
+    assert (await server_target(hub, "bob"))["state"] == "active"
+    assert not computing.done(), await computing
+    # his server still runs, the cell finishes when told
     status, written = await server_api(hub, "bob", "PUT", f"/contents/{RELEASE_FILE}", {"type": "file", "format": "text", "content": ""})
     assert status in (200, 201), written
     out = await computing
@@ -119,6 +132,13 @@ async def test_idle_gpu_server_is_warned_kept_once_then_stopped_and_the_spawn_pa
 async def _state(hub, user: str, state: str):
     target = await server_target(hub, user)
     return target if target and target["state"] == state else None
+
+
+async def _busy(hub, user: str, kernel_id: str, computing: asyncio.Future) -> bool:
+    if computing.done():  # the cell's connection failed: say why now, not at the timeout
+        await computing
+    status, model = await server_api(hub, user, "GET", f"/kernels/{kernel_id}")
+    return status == 200 and model["execution_state"] == "busy"
 
 
 async def _not(awaitable) -> bool:
