@@ -22,6 +22,13 @@ ORIGIN_SITE = "origin"
 # reservation and placement are kept under the kernel's own key, never its server's.
 KERNEL_ANNOTATION = f"{GROUP}/kernel"
 SERVER_ANNOTATION = f"{GROUP}/server"
+# a donor's GPU kernels run in a namespace of their own beside their server's:
+# "<server namespace>-kernels-<donor's cluster id>" (hub/kernels/manifests.py says why)
+KERNEL_NAMESPACE_INFIX = "-kernels-"
+# the server's own id of the kernel (Jupyter's kernel id, which its URLs carry): a server starts
+# an id again only once its earlier start failed or was shut down, so a new start of the same id
+# replaces an earlier one still alive at the hub, one whose answer never reached the server
+JUPYTER_KERNEL_ANNOTATION = f"{GROUP}/jupyter-kernel-id"
 # the same id as a label: the kernel's own NetworkPolicy selects its pod by it
 KERNEL_LABEL = f"{GROUP}/kernel"
 COMPONENT_LABEL = "component"

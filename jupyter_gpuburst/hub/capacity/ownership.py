@@ -60,6 +60,17 @@ def template_pattern(template: str, hub_namespace: str) -> re.Pattern[str]:
     return re.compile("".join(parts))
 
 
+def kernel_namespace_patterns(namespace: str, server_patterns: Iterable[re.Pattern[str]]) -> list[re.Pattern[str]]:
+    """The names of donors' GPU kernel namespaces beside ``namespace`` and beside the names
+    ``server_patterns`` match (``keys.KERNEL_NAMESPACE_INFIX``), whatever the donor.
+
+    Owned from the hub's start: a restarted hub then counts the kernels running on donors in its
+    ledger, and its capacity for them, from its first list of pods, not from whenever something
+    first asks its kernel registry (which owned them, donor by donor, until then)."""
+    servers = [re.escape(namespace), *(p.pattern for p in server_patterns)]
+    return [re.compile(f"(?:{server}){re.escape(keys.KERNEL_NAMESPACE_INFIX)}{_FIELD}") for server in servers]
+
+
 class PodOwnership:
     """Decides whether a pod is one of the hub's user servers."""
 
@@ -68,6 +79,7 @@ class PodOwnership:
         namespaces: Iterable[str] = ("default",),
         *,
         namespace_patterns: Iterable[re.Pattern[str]] = (),
+        kernel_namespace_patterns: Iterable[re.Pattern[str]] = (),
         component: str = "singleuser-server",
         managed_by: str | None = "kubespawner",
         origin_cluster_id: str | None = None,
@@ -76,6 +88,9 @@ class PodOwnership:
         self.pool_namespaces = frozenset(pool_namespaces)
         self.namespaces: set[str] = set()
         self.namespace_patterns = list(namespace_patterns)
+        # kept apart: a hub whose RBAC lets it read one namespace's pods only (the tracker's
+        # narrowed watch) has no donors' kernel namespaces to read either
+        self.kernel_namespace_patterns = list(kernel_namespace_patterns)
         self.component = component
         self.managed_by = managed_by
         self.origin_cluster_id = origin_cluster_id
@@ -105,6 +120,7 @@ class PodOwnership:
         return cls(
             [namespace],
             namespace_patterns=patterns,
+            kernel_namespace_patterns=kernel_namespace_patterns(namespace, patterns),
             component=trait("component_label", "singleuser-server"),
             managed_by=managed_by,
             pool_namespaces=pool_namespaces,
@@ -120,7 +136,7 @@ class PodOwnership:
     def owns_namespace(self, namespace: str | None) -> bool:
         if not namespace:
             return False
-        if namespace in self.namespaces or any(p.fullmatch(namespace) for p in self.namespace_patterns):
+        if namespace in self.namespaces or any(p.fullmatch(namespace) for p in (*self.namespace_patterns, *self.kernel_namespace_patterns)):
             return True
         if self.origin_cluster_id:
             # a donor's copy of an offloaded pod lives in Liqo's remapped namespace

@@ -69,7 +69,7 @@ def kernel_namespace(server_namespace: str, placement: Placement) -> str:
 
 def donor_kernel_namespace(server_namespace: str, cluster_id: str) -> str:
     """The namespace of the GPU kernels on donor ``cluster_id`` of servers in ``server_namespace``."""
-    name = f"{server_namespace}-kernels-{cluster_id}"
+    name = f"{server_namespace}{keys.KERNEL_NAMESPACE_INFIX}{cluster_id}"
     if len(name) > NAMESPACE_MAX:
         raise ValueError(
             f"the namespace for GPU kernels on donor {cluster_id}, {name!r}, is longer than "
@@ -149,6 +149,7 @@ def kernel_pod(
     uid: int | None = None,
     gid: int | None = None,
     fs_gid: int | None = None,
+    kernel_id: str = "",
 ) -> dict[str, Any]:
     """The kernel pod, pinned to ``placement`` exactly like a GPU server's pod."""
     env: list[dict[str, Any]] = [
@@ -208,6 +209,8 @@ def kernel_pod(
             PORTS_ANNOTATION: json.dumps(ports, sort_keys=True),
         },
     }
+    if kernel_id:
+        metadata["annotations"][keys.JUPYTER_KERNEL_ANNOTATION] = kernel_id
     owner = server_owner(server_pod, namespace)
     if owner:
         metadata["ownerReferences"] = owner

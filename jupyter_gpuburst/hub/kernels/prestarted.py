@@ -40,7 +40,7 @@ from kubernetes_asyncio.client import ApiException
 
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.core.placement import GPURequest, Placement, decide, validate_request
-from jupyter_gpuburst.hub.kernels import ingress, manifests
+from jupyter_gpuburst.hub.kernels import ingress, leftovers, manifests
 from jupyter_gpuburst.hub.kernels.donorspace import server_namespace
 from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, decide_files, scratch
 from jupyter_gpuburst.hub.kernels.settings import GPUKernelSettings, KernelProfile
@@ -211,6 +211,8 @@ def adoption_patch(
         keys.SERVER_ANNOTATION: record.server_name,
         keys.PRESTARTED_ANNOTATION: (pod["metadata"].get("labels") or {}).get(keys.POOL_LABEL, ""),
     }
+    if record.kernel_id:
+        annotations[keys.JUPYTER_KERNEL_ANNOTATION] = record.kernel_id
     patch: dict[str, Any] = {"metadata": {"labels": labels, "annotations": annotations}}
     owner = manifests.server_owner(server_pod, pod["metadata"]["namespace"])
     if owner:
@@ -459,7 +461,7 @@ async def went(registry: KernelRegistry, record: KernelRecord, pod: dict[str, An
 
 async def _remove(registry: KernelRegistry, namespace: str, name: str, *, secret: bool, pod: bool = True) -> None:
     if secret:
-        await registry._delete_secret(namespace, name)
+        await leftovers.delete_secret(registry, namespace, name)
     if pod:
         try:
             await registry.api.delete_namespaced_pod(name, namespace, grace_period_seconds=0)

@@ -95,7 +95,7 @@ def record_from_pod(
         id=record_id,
         user=annotations.get(keys.USER_ANNOTATION, ""),
         server_name=annotations.get(keys.SERVER_ANNOTATION, ""),
-        kernel_id="",
+        kernel_id=annotations.get(keys.JUPYTER_KERNEL_ANNOTATION, ""),
         profile=profile,
         namespace=meta.get("namespace", ""),
         pod_name=meta.get("name", ""),

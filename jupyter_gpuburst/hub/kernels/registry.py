@@ -23,7 +23,7 @@ from kubernetes_asyncio.client import ApiException, NetworkingV1Api
 from jupyter_gpuburst.core import images, keys, reasons
 from jupyter_gpuburst.core.placement import GPURequest, NoCapacity, Placement, PlacementInputError
 from jupyter_gpuburst.hub.capacity.tracker import CapacityTracker
-from jupyter_gpuburst.hub.kernels import ingress, manifests, prestarted, queued
+from jupyter_gpuburst.hub.kernels import ingress, leftovers, manifests, prestarted, queued
 from jupyter_gpuburst.hub.kernels.availability import availability
 from jupyter_gpuburst.hub.kernels.donorspace import DonorNamespaces, server_namespace
 from jupyter_gpuburst.hub.kernels.files import KernelFilesRequest, clean_notebook_dir, decide_files
@@ -211,6 +211,8 @@ class KernelRegistry:
         if lock is None:
             lock = self._user_locks[user] = asyncio.Lock()
         async with lock:
+            if kernel_id:
+                await leftovers.stop_earlier_start(self, user, server_name, kernel_id)
             record = self._accept(user, groups, server_name, server_pod, profile, kernel_id, port_set, refusal)
             request = self._request(profile, user, groups)
             # a restart goes back where this kernel ran, as the hub's own record says: a site the
@@ -379,6 +381,7 @@ class KernelRegistry:
             uid=self.settings.uid,
             gid=self.settings.gid,
             fs_gid=self.settings.fs_gid,
+            kernel_id=record.kernel_id,
         )
         if self.settings.modify_pod_hook is not None:
             pod = self.settings.modify_pod_hook(pod, placement)
@@ -403,7 +406,7 @@ class KernelRegistry:
             # a create that went through before its error (retried, it answers 409) left its
             # Secret or pod behind: the name is this start's own, so whatever has it goes (a
             # policy created before its error is owned by the pod and goes with it)
-            await self._discard(record)
+            await leftovers.discard(self, record)
             raise
         self.log.info("GPU kernel %s of %s: pod %s on %s (%s)", record.id, record.user, record.pod_name, placement.site, placement.reason)
 
@@ -576,25 +579,4 @@ class KernelRegistry:
         except ApiException as exc:
             if exc.status != 404:
                 raise
-        await self._delete_secret(record.namespace, record.pod_name)
-
-    async def _discard(self, record: KernelRecord) -> None:
-        """Delete the pod and Secret of a start that failed, whichever of them exists; never
-        raises (the start's own error is the one to report)."""
-        try:
-            await self.api.delete_namespaced_pod(record.pod_name, record.namespace, grace_period_seconds=0)
-        except Exception as exc:  # noqa: BLE001 - logged; the Secret is still deleted
-            if not (isinstance(exc, ApiException) and exc.status == 404):
-                self.log.warning(
-                    "Could not delete the pod %s/%s of a failed start: %s", record.namespace, record.pod_name, exc.__class__.__name__
-                )
-        await self._delete_secret(record.namespace, record.pod_name)
-
-    async def _delete_secret(self, namespace: str, name: str) -> None:
-        try:
-            await self.api.delete_namespaced_secret(name, namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                self.log.warning("Could not delete the connection secret %s/%s: %s", namespace, name, exc.status)
-        except Exception as exc:  # noqa: BLE001 - the API server gone past the retries: said, not raised
-            self.log.warning("Could not delete the connection secret %s/%s: %s", namespace, name, exc.__class__.__name__)
+        await leftovers.delete_secret(self, record.namespace, record.pod_name)

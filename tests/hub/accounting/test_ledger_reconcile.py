@@ -183,3 +183,24 @@ def test_a_binding_replayed_by_a_watch_catching_up_is_counted_from_the_scheduler
     ledger.pod_event("DELETED", "jhub/p", deleted_at(pod("p"), DAY0 + 40.0))
     # from 20.5, not from 21.74 when the replay showed it pending
     assert seconds(ledger) == pytest.approx(19.5)
+
+
+def test_a_hub_started_while_a_gpu_kernel_runs_on_a_donor_counts_it_from_its_first_list(tmp_path) -> None:
+    """A donor's GPU kernels run in a namespace of their own. A hub started (or restarted) while
+    one runs counts it from its first list of pods, not from whenever something first asks its
+    kernel registry: until then it once counted nothing for them."""
+    config = Config()
+    config.JupyterHub.db_url = f"sqlite:///{tmp_path}/jupyterhub.sqlite"
+    config.KubeSpawner.namespace = "jhub"
+    tracker = CapacityTracker(NotUsed(), settings_from_config(config), ownership=PodOwnership.from_config(config))
+    tracker.accounting = accounting.from_config(config, tracker.inventory.pod_requests)
+    clock = Clock(DAY0 + 100.2)
+    tracker.accounting.ledger.clock = clock
+    tracker._on_node_event("ADDED", synthetic.node("liqo-donor-1", {"nvidia.com/gpu": 8}))
+    kernel = scheduled_at(synthetic.watch_pod("gpuburst-kernel-abc-1", 0, "liqo-donor-1", namespace="jhub-kernels-donor-1"), DAY0 + 90.0)
+    kernel["metadata"]["labels"] = {keys.COMPONENT_LABEL: keys.KERNEL_COMPONENT, keys.KERNEL_LABEL: "abc", keys.SITE_LABEL: "donor-1"}
+    kernel["metadata"]["annotations"] = {keys.USER_ANNOTATION: "ann", keys.KERNEL_ANNOTATION: "abc", keys.SERVER_ANNOTATION: ""}
+    tracker._on_pod_event("ADDED", kernel)
+    clock.t = DAY0 + 130.0
+    rows = tracker.accounting.ledger.usage_rows("2000-01-01", "2100-01-01")
+    assert [(r["user"], r["mode"], r["gpu_seconds"]) for r in rows] == [("ann", "kernel", pytest.approx(130.0 - 90.5))]

@@ -195,6 +195,14 @@ def test_ownership_follows_the_spawner_config():
     assert not owner.owns(pod("tenant-x")) and not owner.owns(pod("jhub-alice-x.y"))
     assert not owner.owns(pod("jhub", component="singleuser-server"))
     assert not owner.owns(pod("jhub", **{"app.kubernetes.io/managed-by": "helm"}))
+    # the GPU kernels each donor runs beside the servers' namespace, and beside a user's, from
+    # the start: a restarted hub counts them before anything asks its kernel registry
+    kernel = {"component": "gpuburst-kernel"}
+    assert owner.owns(pod("jhub-kernels-donor-1", **kernel)) and owner.owns(pod("jhub-alice-kernels-donor-1", **kernel))
+    assert not owner.owns(pod("tenant-x-kernels-donor-1", **kernel)) and not owner.owns(pod("jhub-kernels-", **kernel))
+    assert not owner.owns(pod("jhub-kernels-donor-1", component="worker"))
+    # kept apart from the users' namespaces: one namespace's RBAC alone still narrows the watch
+    assert PodOwnership.from_config(Config()).namespace_patterns == []
     # a Liqo donor's copy of an offloaded pod, in the remapped namespace
     donor_view = PodOwnership(["jhub"], origin_cluster_id="origin-1")
     assert donor_view.owns(

@@ -146,7 +146,7 @@ def test_a_pre_started_kernel_is_reached_by_no_one_until_adopted_and_then_by_its
     own = server_pod_labels(USER, SERVER)
     # a policy of any kernel selects no waiting one (the pool's pods carry no kernel id)
     assert not any(admitted([STATIC, policy_of()], pooled["metadata"]["labels"], own, port) for port in PORTS.values())
-    record = SimpleNamespace(id="abc1", user=USER, groups=frozenset(), attempts=[], server_name=SERVER)
+    record = SimpleNamespace(id="abc1", user=USER, groups=frozenset(), attempts=[], server_name=SERVER, kernel_id="k1")
     patch = prestarted.adoption_patch(pooled, record, ORIGIN, None, "adopted")
     labels = {k: v for k, v in {**pooled["metadata"]["labels"], **patch["metadata"]["labels"]}.items() if v is not None}
     assert labels[keys.KERNEL_LABEL] == "abc1"

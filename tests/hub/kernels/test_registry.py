@@ -180,6 +180,33 @@ async def test_a_restart_returns_to_its_site_when_it_still_fits(registry):
     assert "restarted on the origin" in env["JUPYTER_GPUBURST_KERNEL_NOTE"]
 
 
+async def test_a_start_of_a_kernel_id_again_stops_the_earlier_start_its_server_never_heard_of(registry):
+    """A hub killed mid-start: the server's start failed (no answer) and its delete was lost, but
+    the pod was made. The server starts the same kernel again: the earlier pod goes, found by
+    the kernel id that a restarted hub reads from the pod, and another kernel's stays."""
+    lost = await start(registry, kernel_id="k1")
+    other = await start(registry, kernel_id="k2")
+    (pod,) = [p for p in kernel_pods(registry) if p["metadata"]["name"] == lost.pod_name]
+    assert pod["metadata"]["annotations"][keys.JUPYTER_KERNEL_ANNOTATION] == "k1"
+    registry.records.clear()  # the hub restarted: its records come back from the pods
+    registry._adopt()
+    assert registry.records[lost.id].kernel_id == "k1" and registry.records[other.id].kernel_id == "k2"
+
+    again = await start(registry, kernel_id="k1", key="e" * 32)
+    live = {r.id for r in registry.list("alice") if registry.state(r) in ("pending", "running")}
+    assert live == {other.id, again.id}
+    await wait_until(
+        lambda: lost.pod_name not in {p["metadata"]["name"] for p in kernel_pods(registry)}, timeout=30, what="the lost start's pod gone"
+    )
+    names = {p["metadata"]["name"] for p in kernel_pods(registry)}
+    assert names == {other.pod_name, again.pod_name}
+    # another user's, or another server's, kernel of the same id is not theirs to stop
+    await registry.stop(other, wait=0)  # room under the limit of two kernels a user
+    bobs = await start(registry, user="bob", kernel_id="k1")
+    named = await start(registry, kernel_id="k1", server_name="gpu", key="d" * 32)
+    assert {registry.state(r) for r in (again, bobs, named)} <= {"pending", "running"}
+
+
 async def test_a_site_the_server_names_does_not_outrank_the_policy(registry):
     """The server's code can read its token: a kernel it has never started goes where the
     policy says (the origin, which has room), whatever the server asks."""
@@ -191,10 +218,10 @@ async def test_a_site_the_server_names_does_not_outrank_the_policy(registry):
 
 
 async def test_a_restarted_kernels_pod_listens_on_the_other_ports_and_a_new_hub_reads_them(registry):
-    first = await start(registry)
-    restarted = await start(registry, port_set=1)
-    await wait_until(lambda: registry.state(first) == registry.state(restarted) == "running", timeout=30, what="both kernels running")
     base = registry.settings.base_port
+    first = await start(registry, kernel_id="k1")
+    restarted = await start(registry, kernel_id="k2", port_set=1)
+    await wait_until(lambda: registry.state(first) == registry.state(restarted) == "running", timeout=30, what="both kernels running")
     for record, ports in [(first, range(base, base + 5)), (restarted, range(base + 5, base + 10))]:
         (pod,) = [p for p in kernel_pods(registry) if p["metadata"]["name"] == record.pod_name]
         assert sorted(p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]) == list(ports)

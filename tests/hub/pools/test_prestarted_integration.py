@@ -221,8 +221,9 @@ async def test_a_restarted_hub_keeps_adopted_kernels_and_the_pool_without_doubli
     await hub.stop()
     hub.start()
     await hub.wait_up()
-    # the adopted kernel is alice's still (its record rebuilt from its pod), the pool the same pod
-    record = await record_of(hub, "alice", "")
+    # the adopted kernel is alice's still (its record rebuilt from its pod, her server's own id of
+    # the kernel with it), the pool the same pod
+    record = await record_of(hub, "alice", kernel_id)
     assert record["prestarted"] is True and record["state"] == "running", record
     out = await execute(f"{hub.url}/user/alice", hub.token, kernel_id, "print(x + 1)")
     assert out["stdout"] == "42\n", out
