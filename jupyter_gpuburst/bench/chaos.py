@@ -38,18 +38,20 @@ import json
 import os
 import random
 import time
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from jupyter_gpuburst.bench import chaos_kube, chaos_pools, stopping
+from jupyter_gpuburst.bench import chaos_kernels, chaos_kube, chaos_pools, stopping
 from jupyter_gpuburst.bench.chaos_count import USER_LABEL as USER_LABEL  # the tests' name for it
 from jupyter_gpuburst.bench.chaos_count import complaints_about as complaints_about
 from jupyter_gpuburst.bench.chaos_count import count
 from jupyter_gpuburst.bench.chaos_count import user_pods as user_pods
 from jupyter_gpuburst.bench.hubproc import HubProcess
+from jupyter_gpuburst.bench.kernel_client import user_tokens
 from jupyter_gpuburst.bench.ledger_check import LEDGER_FILE, PodLifetimes, compare
 from jupyter_gpuburst.bench.spawn import NAMESPACE, clear_pods, federation_config, hub_config, percentile
 from jupyter_gpuburst.sim.faults import FaultSchedule, FaultStep
@@ -106,10 +108,10 @@ class Phase:
 class Hub:
     """A HubProcess that can be killed like a crashed pod and started again on the same ports."""
 
-    def __init__(self, workdir: Path, kubeconfig: Path, start_timeout: int, before: str = "") -> None:
+    def __init__(self, workdir: Path, kubeconfig: Path, start_timeout: int, before: str = "", after: str = "") -> None:
         self.process = HubProcess(
             workdir,
-            before + hub_config("gpuburst", start_timeout, HUB_CONFIG_EXTRA),
+            before + hub_config("gpuburst", start_timeout, HUB_CONFIG_EXTRA + after),
             env={"KUBECONFIG": str(kubeconfig)},
             log_level=HUB_LOG_LEVEL,
         )
@@ -157,7 +159,7 @@ def _message(body: Any) -> str:
     return str(body or "")
 
 
-async def journey(hub: Hub, session: aiohttp.ClientSession, user: str, attempts: int, deadline: float) -> Journey:
+async def journey(hub: Hub, session: aiohttp.ClientSession, user: str, attempts: int, deadline: float, profile: str = "gpu1") -> Journey:
     """Start ``user``'s server as a student would, through hub deaths; see the module doc."""
     out = Journey(user)
     started = time.monotonic()
@@ -169,7 +171,7 @@ async def journey(hub: Hub, session: aiohttp.ClientSession, user: str, attempts:
         out.posts += 1
         out.note("POST")
         try:
-            status, body = await _request(hub, session, "POST", f"/users/{user}/server", json={"profile": "gpu1"})
+            status, body = await _request(hub, session, "POST", f"/users/{user}/server", json={"profile": profile})
             out.note(f"HTTP {status}")
         except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
             out.note(f"hub gone: {type(exc).__name__}")
@@ -236,7 +238,9 @@ async def _after_hub_loss(hub: Hub, session: aiohttp.ClientSession, user: str, d
 # ---- the run -----------------------------------------------------------------------------------
 
 
-def chaos_actions(fed: Federation, hub: Hub, kube_notes: list[dict[str, Any]]) -> dict[str, Any]:
+def chaos_actions(
+    fed: Federation, hub: Hub, kube_notes: list[dict[str, Any]], kernels: Callable[[], Collection[str]] | None = None
+) -> dict[str, Any]:
     async def hub_kill(step: FaultStep) -> None:
         await hub.kill_and_restart()
 
@@ -244,7 +248,7 @@ def chaos_actions(fed: Federation, hub: Hub, kube_notes: list[dict[str, Any]]) -
         hub.preempt_waits.append(await chaos_pools.preempt_once_watched(fed, hub))
 
     if fed.control_plane == "kube":
-        return {**chaos_kube.actions(fed, kube_notes), "hub_kill": hub_kill, "pools_preempted": pools_preempted}
+        return {**chaos_kube.actions(fed, kube_notes, kernels), "hub_kill": hub_kill, "pools_preempted": pools_preempted}
     faults = fed.origin.api.faults
 
     async def errors(step: FaultStep) -> None:
@@ -298,22 +302,33 @@ async def run_phase(
     schedule: FaultSchedule | None,
     args: argparse.Namespace,
     pools: list[dict[str, Any]],
+    kernel_students: Sequence[tuple[str, float]] = (),  # (user, arrival) of each kernel student
 ) -> tuple[Phase, dict[str, Any]]:
     phase = Phase(name)
-    # every GPU pod's real life, from the origin's store: what the hub's ledger must match
-    lifetimes = PodLifetimes(fed.origin.store, NAMESPACE)
+    donor_id = next(iter(fed.donors))
+    # every GPU pod's real life, from the origin's store: what the hub's ledger must match (a
+    # donor's GPU kernels run in a namespace of their own)
+    lifetimes = PodLifetimes(fed.origin.store, NAMESPACE, *([chaos_kernels.donor_namespace(donor_id)] if kernel_students else []))
     lifetimes.start()
-    hub = Hub(workdir, kubeconfig, args.start_timeout, chaos_pools.config_lines(pools))
+    kernel_users = [user for user, _ in kernel_students]
+    hub = Hub(
+        workdir,
+        kubeconfig,
+        args.start_timeout,
+        chaos_pools.config_lines(pools),
+        chaos_kernels.config_lines(kernel_users, donor_id, args.start_timeout),
+    )
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=args.start_timeout + 60)
     faults_task: asyncio.Task | None = None
     try:
         await hub.start()
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            status, body = await _request(hub, session, "POST", "/users", json={"usernames": users})
+            status, body = await _request(hub, session, "POST", "/users", json={"usernames": users + kernel_users})
             if status != 201:
                 raise RuntimeError(f"could not create users: HTTP {status}: {body}")
-            deadline = time.monotonic() + arrivals[-1] + args.start_timeout * args.attempts
+            tokens = await user_tokens(hub.process, session, kernel_users, "bench chaos") if kernel_users else {}
+            deadline = time.monotonic() + max([*arrivals, *(at for _, at in kernel_students)]) + args.start_timeout * args.attempts
 
             rng = random.Random(args.seed)
 
@@ -324,9 +339,31 @@ async def run_phase(
                     return await chaos_pools.cancel_while_placed(hub, session, user, Journey(user), rng.uniform(0.3, 3.0), deadline)
                 return await journey(hub, session, user, args.attempts, deadline)
 
+            kernels = [chaos_kernels.KernelStart(user) for user in kernel_users]
+
+            async def with_kernel(k: chaos_kernels.KernelStart, at: float) -> Journey:
+                await asyncio.sleep(at)
+                server = await journey(hub, session, k.user, args.attempts, deadline, profile=chaos_kernels.CPU_SERVER)
+                if server.outcome == "ready":
+                    await chaos_kernels.start_kernel(hub, session, fed, k, tokens[k.user], args.attempts, deadline)
+                else:
+                    k.outcome, k.message = "lost", f"no server: {server.outcome} {server.message}".strip()
+                return server
+
             started = time.monotonic()
-            faults_task = asyncio.create_task(schedule.run(chaos_actions(fed, hub, phase.kube_faults))) if schedule else None
-            phase.journeys = list(await asyncio.gather(*(one(i, u, t) for i, (u, t) in enumerate(zip(users, arrivals, strict=True)))))
+            faults_task = (
+                asyncio.create_task(
+                    schedule.run(chaos_actions(fed, hub, phase.kube_faults, (lambda: chaos_kernels.working(kernels)) if kernels else None))
+                )
+                if schedule
+                else None
+            )
+            phase.journeys = list(
+                await asyncio.gather(
+                    *(one(i, u, t) for i, (u, t) in enumerate(zip(users, arrivals, strict=True))),
+                    *(with_kernel(k, at) for k, (_, at) in zip(kernels, kernel_students, strict=True)),
+                )
+            )
             if faults_task is not None:
                 await faults_task  # every fault has ended and the hub is back before counting
                 phase.faults_done = list(schedule.done)
@@ -334,11 +371,15 @@ async def run_phase(
             phase.hub_restarts = hub.restarts
             await _wait_hub(hub, time.monotonic() + 120)
             counts = await count(fed, hub, session, phase.journeys, pools)
+            counts["kernels"] = await chaos_kernels.count(hub, session, fed, kernels, tokens, is_clear)
             counts["ledger"] = compare(lifetimes, workdir / LEDGER_FILE)
             counts["placeholders_bound"] = chaos_pools.placeholders_bound(lifetimes.pods.values())
             counts["pools_preempted_waited_s"] = [round(w, 2) for w in hub.preempt_waits]
             trace = [{"user": j.user, "outcome": j.outcome, "message": j.message[:300], "trace": j.trace} for j in phase.journeys]
-            (workdir / "journeys.json").write_text(json.dumps({"faults": phase.faults_done, "journeys": trace}, indent=1))
+            kernel_trace = [{"user": k.user, "outcome": k.outcome, "message": k.message[:300], "trace": k.trace} for k in kernels]
+            (workdir / "journeys.json").write_text(
+                json.dumps({"faults": phase.faults_done, "journeys": trace, "kernels": kernel_trace}, indent=1)
+            )
     finally:
         # the faults first: one still running would restart a hub or an API server after this stopped
         if faults_task is not None:
@@ -353,6 +394,7 @@ async def run_phase(
 
 def checks(counts: dict[str, Any], requested: int) -> dict[str, bool]:
     """Pass/fail over the counts read after the chaos phase settled."""
+    kernels = counts.get("kernels") or {}
     return {
         "none_lost": counts["lost"] == 0,
         "none_duplicated": counts["duplicated"] == 0,
@@ -365,6 +407,10 @@ def checks(counts: dict[str, Any], requested: int) -> dict[str, bool]:
         "every_student_ready_or_refused": counts["ready"] + counts["refused"] + counts.get("cancelled", 0) == requested,
         # GPU-hours: each pod's GPU-seconds in the hub's ledger within ledger_check.TOLERANCE_S of its real life
         "ledger_matches_pod_lifetimes": counts["ledger"]["off_by_more"] == 0 and counts["ledger"]["pods"] > 0,
+        # the kernel students' GPU kernels (chaos_kernels): each that ran still runs where it ran
+        "no_gpu_kernel_lost": kernels.get("lost", 0) == 0,
+        "no_gpu_kernel_duplicated_or_orphaned": kernels.get("duplicated", 0) == 0 and kernels.get("orphaned", 0) == 0,
+        "every_kernel_student_ran_or_refused": kernels.get("ran", 0) + kernels.get("refused", 0) == kernels.get("students", 0),
     }
 
 
@@ -374,34 +420,43 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
     kube = control_plane == "kube"
     kubeconfig = state_dir / "kubeconfig"
     local = args.local_gpus if args.local_gpus is not None else max(1, n // 4)
-    donor = args.donor_gpus if args.donor_gpus is not None else n - local + max(2, n // 10)
+    k = getattr(args, "kernel_students", 0)
+    # room on the donor for every kernel student's GPU kernel (allowed there only) beside the servers
+    donor = args.donor_gpus if args.donor_gpus is not None else n - local + max(2, n // 10) + k
     config = federation_config(local, donor, n)
     span = args.span if args.span is not None else max(45.0, n * 0.6)
     rng = random.Random(args.seed)
     arrivals = sorted(rng.uniform(0, span * 0.8) for _ in range(n))
     pools = chaos_pools.pools_for(local, donor) if args.pools else []
+    # kernel students come early, so that their kernels run before the donor goes and through
+    # most faults (drawn apart from the others', whose arrivals stay those of a run without them)
+    kernel_rng = random.Random(args.seed + 1)
+    kernel_arrivals = sorted(kernel_rng.uniform(0, span * 0.2) for _ in range(k))
     async with running_federation(config, state_dir=state_dir / "sim", kubeconfig=kubeconfig, control_plane=control_plane) as fed:
         chaos_pools.prepare_donors(fed)
         if kube:  # the hub as its ServiceAccount, never with the federation's admin certificate
             kubeconfig = chaos_kube.hub_kubeconfig(fed, state_dir / "hub-account")
-        base, base_counts = await run_phase(
-            fed, state_dir / "hub-fault-free", kubeconfig, "fault-free", [f"calm{i:03d}" for i in range(n)], arrivals, None, args, pools
-        )
+
+        def phase(name: str, prefix: str, schedule: FaultSchedule | None) -> Any:
+            servers = [f"{prefix}{i:03d}" for i in range(n)]
+            kernel_students = [(f"{prefix}k{i:02d}", at) for i, at in enumerate(kernel_arrivals)]
+            return run_phase(fed, state_dir / f"hub-{name}", kubeconfig, name, servers, arrivals, schedule, args, pools, kernel_students)
+
+        base, base_counts = await phase("fault-free", "calm", None)
         donor_id = next(iter(fed.donors))
         schedule = FaultSchedule.kube_chaos(span, donor_id) if kube else FaultSchedule.chaos(span, donor=donor_id)
         if pools:
             schedule = chaos_pools.with_pool_faults(schedule, span)
-        chaos, counts = await run_phase(
-            fed, state_dir / "hub-chaos", kubeconfig, "chaos", [f"storm{i:03d}" for i in range(n)], arrivals, schedule, args, pools
-        )
+        chaos, counts = await phase("chaos", "storm", schedule)
     times = [j.seconds for j in chaos.journeys if j.outcome == "ready" and j.seconds is not None]
     base_times = [j.seconds for j in base.journeys if j.outcome == "ready" and j.seconds is not None]
-    passed = checks(counts, n)
+    passed = checks(counts, n + k)  # a kernel student's CPU server is a server like the others
     return {
         "benchmark": "chaos",
         "control_plane": control_plane,
         "load_average": [round(v, 2) for v in os.getloadavg()],
         "requested": n,
+        "kernel_students": k,
         "local_gpus": local,
         "donor_gpus": donor,
         "pools": pools,
@@ -420,6 +475,7 @@ async def run(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
         "fault_free_orphaned": base_counts["orphaned"],
         "fault_free_duplicated": base_counts["duplicated"],
         "fault_free_ledger": base_counts["ledger"],
+        "fault_free_kernels": base_counts["kernels"],
         "hub_restarts": chaos.hub_restarts,
         "faults": [f"{t:.0f}s {kind}" for t, kind in chaos.faults_done],
         **({"kube_faults": chaos.kube_faults} if kube else {}),
@@ -440,6 +496,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--span", type=float, default=None, help="seconds arrivals and faults span (default: 0.6 s a spawn, at least 45)")
     parser.add_argument("--attempts", type=int, default=4, help="times a student starts the server again after losing the hub (default 4)")
     parser.add_argument("--start-timeout", type=int, default=180, help="seconds one spawn may take before the hub gives up")
+    parser.add_argument(
+        "--kernel-students",
+        type=int,
+        default=2,
+        help="students with a CPU server and a GPU kernel on the donor, besides --spawns (default %(default)s)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="arrival times' random seed")
     parser.add_argument(
         "--no-pools", dest="pools", action="store_false", help="without warm pools (default: on, with their faults, cancels)"
@@ -460,6 +522,8 @@ def main(argv: list[str]) -> int:
         parser.error("--spawns must be at least 1")
     if args.attempts < 1:
         parser.error("--attempts must be at least 1")
+    if args.kernel_students < 0:
+        parser.error("--kernel-students must be 0 or more")
     if args.control_plane == "kube" and (why := chaos_kube.unavailable()):
         parser.exit(2, f"gpuburst bench chaos: {why}\n")
     return stopping.run_and_print(lambda state_dir: run(args, state_dir), args.state_dir, "chaos", args.json)

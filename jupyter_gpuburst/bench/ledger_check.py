@@ -33,28 +33,28 @@ TOLERANCE_S = 1.0  # see the module docstring
 
 
 class PodLifetimes:
-    """Bound and ended wall-clock times of every GPU pod in one namespace of a store."""
+    """Bound and ended wall-clock times of every GPU pod in some namespaces of a store."""
 
-    def __init__(self, store: Any, namespace: str) -> None:
+    def __init__(self, store: Any, *namespaces: str) -> None:
         self.store = store
-        self.namespace = namespace
+        self.namespaces = namespaces
         self.pods: dict[str, dict[str, Any]] = {}
         self._requests = Inventory().pod_requests
-        self._task: asyncio.Task | None = None
+        self._tasks: list[asyncio.Task] = []
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
+        self._tasks = [asyncio.create_task(self._run(namespace)) for namespace in self.namespaces]
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
 
-    async def _run(self) -> None:
+    async def _run(self, namespace: str) -> None:
         version: str | None = None
         while True:
-            watch = self.store.watch("pods", self.namespace, resource_version=version, read_only=True)
+            watch = self.store.watch("pods", namespace, resource_version=version, read_only=True)
             try:
                 async for etype, pod in watch:
                     version = (pod.get("metadata") or {}).get("resourceVersion") or version

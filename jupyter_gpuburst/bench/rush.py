@@ -58,13 +58,13 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from jupyter_gpuburst.bench import cpu_share, stats, stopping
 from jupyter_gpuburst.bench.chaos import is_clear
 from jupyter_gpuburst.bench.hubproc import HubProcess
+from jupyter_gpuburst.bench.kernel_client import run_cell, user_tokens
 from jupyter_gpuburst.bench.ledger_check import LEDGER_FILE
 from jupyter_gpuburst.bench.rush_federation import FederationView, federation_process
 from jupyter_gpuburst.bench.rush_setup import (
     CPU_PROFILE,
     GPU_PROFILE,
     KERNEL_PROFILE,
-    KERNEL_SCOPES,
     ArmSetup,
     Shape,
     arm_setup,
@@ -248,31 +248,6 @@ async def _failed_progress(hub: HubProcess, http: aiohttp.ClientSession, user: s
     return ""
 
 
-async def _first_cell(connection: dict[str, Any], key: str, deadline: float) -> bool:
-    """Whether the kernel answered the first cell before ``deadline``."""
-    from queue import Empty
-
-    from jupyter_client.asynchronous.client import AsyncKernelClient
-
-    client = AsyncKernelClient()
-    client.load_connection_info({**connection, "key": key.encode(), "signature_scheme": "hmac-sha256"})
-    # the shell channel only: the cell's reply is all that is timed, and five channels (and a
-    # heartbeat thread) a student reach ZMQ's 1023 sockets a context at about 200 students
-    client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
-    try:
-        msg_id = client.execute("import torch; torch.ones(1).cuda()")
-        while time.monotonic() < deadline:
-            try:
-                reply = await client.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
-            except Empty:
-                return False  # one student's silent kernel is theirs alone: the others' journeys go on
-            if reply["parent_header"].get("msg_id") == msg_id:
-                return reply["content"].get("status") == "ok"
-        return False
-    finally:
-        client.stop_channels()
-
-
 async def kernel_journey(hub: HubProcess, http: aiohttp.ClientSession, student: Student, token: str, deadline: float) -> None:
     """A CPU server, then a GPU kernel from the hub, then the first cell (see the module docstring)."""
     t0 = time.monotonic()
@@ -299,7 +274,7 @@ async def kernel_journey(hub: HubProcess, http: aiohttp.ClientSession, student: 
     student.site, student.adopted = record.get("site"), bool(record.get("prestarted"))
     running = time.monotonic()
     student.kernel_s = running - asked
-    if await _first_cell(record["connection"], key, deadline):
+    if await run_cell(record["connection"], key, deadline):
         student.outcome, student.seconds = "ran", time.monotonic() - t0
         student.cell_s = time.monotonic() - running
     else:
@@ -378,7 +353,7 @@ async def run_arm(setup: ArmSetup, round_: int, shape: Shape, arrivals: list[flo
             async with aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=args.start_timeout + 120)
             ) as http:
-                tokens = await user_tokens(hub, http, users) if setup.mode == "kernel" else {}
+                tokens = await user_tokens(hub, http, users, "bench rush") if setup.mode == "kernel" else {}
                 if setup.warm:
                     arm.warm_up_s, arm.pools_ready = await warm_up(fed, setup.warm, args.warm_up_timeout)
                 stop = asyncio.Event()
@@ -418,20 +393,6 @@ async def run_arm(setup: ArmSetup, round_: int, shape: Shape, arrivals: list[flo
         finally:
             await asyncio.shield(kill(hub))
     return arm
-
-
-async def user_tokens(hub: HubProcess, http: aiohttp.ClientSession, users: list[str]) -> dict[str, str]:
-    """Each student's token for the GPU kernel API (a server's own token carries the same scopes)."""
-    limit = asyncio.Semaphore(8)
-
-    async def one(user: str) -> tuple[str, str]:
-        async with limit:
-            status, body = await hub.request(http, "POST", f"/users/{user}/tokens", json={"scopes": KERNEL_SCOPES, "note": "bench rush"})
-        if status != 201:
-            raise RuntimeError(f"a token for {user}: HTTP {status}: {body}")
-        return user, body["token"]
-
-    return dict(await asyncio.gather(*(one(u) for u in users)))
 
 
 async def warm_up(fed: FederationView, placeholders: int, timeout: float) -> tuple[float, bool]:

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from jupyter_gpuburst.bench.kernel_client import KERNEL_SCOPES
 from jupyter_gpuburst.bench.spawn import NAMESPACE, STANDIN, api_timeout_lines
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim.config import FederationConfig, parse_config
@@ -41,7 +42,6 @@ GPU_PROFILE = "gpu1"  # a whole GPU server (server mode), and the pools' profile
 CPU_PROFILE = "cpu"  # the CPU server that stays home in kernel mode
 KERNEL_PROFILE = "gpu-1"
 GROUP = "rush-students"
-KERNEL_SCOPES = ["custom:gpuburst:kernels", "access:services!service=gpuburst"]
 GPUS_PER_NODE = 8  # rush.yaml's GPU nodes, origin and donor
 CPU_SERVERS_PER_NODE = 120  # 0.5 CPU each on rush.yaml's 64-CPU nodes, room left for the system
 STANDIN_KERNEL = [sys.executable, "-I", "-m", "jupyter_gpuburst.bench.standin_kernel"]

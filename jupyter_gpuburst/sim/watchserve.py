@@ -136,6 +136,10 @@ class WatchStreams:
                 sent += 1
                 if self.faults.drop_watch_after is not None and sent >= self.faults.drop_watch_after:
                     break  # the injected drop: end the stream mid-watch
+        except ConnectionResetError:
+            # the client went (a hub killed) between the check above and the write: nothing to
+            # report, as kube-apiserver reports nothing of a watcher that hung up
+            return response
         finally:
             watch.close()
             self._streams.discard(watch)

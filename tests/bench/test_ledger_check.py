@@ -13,7 +13,7 @@ def session(uid: str, started: float, until: float, ended: float | None) -> Sess
 
 
 def lifetimes(pods: dict) -> PodLifetimes:
-    found = PodLifetimes(store=None, namespace="jhub")
+    found = PodLifetimes(None, "jhub")
     found.pods = pods
     return found
 

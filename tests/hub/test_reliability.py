@@ -127,8 +127,11 @@ async def test_refused_options_do_not_stick_and_unlisted_choices_work(tmp_path):
 
 
 async def test_chaos_benchmark_short(tmp_path):
-    """Faults of every kind, the hub killed twice: nothing lost, duplicated, orphaned or leaked."""
-    args = argparse.Namespace(spawns=12, local_gpus=None, donor_gpus=None, span=45.0, attempts=4, start_timeout=90, seed=3, pools=True)
+    """Faults of every kind, the hub killed twice: nothing lost, duplicated, orphaned or leaked,
+    GPU kernels of students with a CPU server included."""
+    args = argparse.Namespace(
+        spawns=12, kernel_students=2, local_gpus=None, donor_gpus=None, span=45.0, attempts=4, start_timeout=90, seed=3, pools=True
+    )
     result = await chaos.run(args, tmp_path)
     # whole, in the report of a failure (an assertion's own message is cut short)
     print(json.dumps(result, indent=1, default=str))
@@ -140,10 +143,16 @@ async def test_chaos_benchmark_short(tmp_path):
     assert result["placeholders_bound"] > 0 and result["fault_free_placeholders_bound"] > 0, result
     assert result["lost"] == result["duplicated"] == result["orphaned"] == 0, result
     assert result["leaked_reservations"] == result["leaked_placeholders"] == result["wrong_placement"] == 0, result
-    # two of the twelve pressed Cancel while being placed, and nothing of theirs is left
-    assert result["cancelled"] == 2 and result["ready"] + result["refused"] == 10, result
-    assert result["fault_free_ready"] == 12
-    assert result["checks"] == chaos.checks(result, 12)
+    # two of the twelve pressed Cancel while being placed, and nothing of theirs is left; the
+    # two kernel students' CPU servers are servers like the others
+    assert result["cancelled"] == 2 and result["ready"] + result["refused"] == 12, result
+    assert result["fault_free_ready"] == 14
+    assert result["checks"] == chaos.checks(result, 14)
+    # each kernel student's GPU kernel ran on the donor, or they read why not; each that ran
+    # still runs in the pod it ran in, and no start the hub made is left behind
+    kernels = result["kernels"]
+    assert kernels["ran"] + kernels["refused"] == 2 and kernels["lost"] == kernels["duplicated"] == kernels["orphaned"] == 0, kernels
+    assert result["fault_free_kernels"]["ran"] == result["fault_free_kernels"]["on_donor"] == 2, result["fault_free_kernels"]
     # GPU-hours: each pod's ledger entry within 1 s of its real life (bench/ledger_check.py), the hub killed or not, the
     # placeholders preempted while a restarted hub's watch was still coming back included
     ledger = result["ledger"]
@@ -210,12 +219,17 @@ def test_a_clear_reason_is_short_and_says_something():
         ({"leaked_placeholders": 1}, "no_leaked_placeholder"),
         ({"ledger": {"off_by_more": 1, "pods": 12}}, "ledger_matches_pod_lifetimes"),
         ({"ledger": {"off_by_more": 0, "pods": 0}}, "ledger_matches_pod_lifetimes"),
+        ({"kernels": {"students": 2, "ran": 1, "refused": 0, "lost": 1}}, "no_gpu_kernel_lost"),
+        ({"kernels": {"students": 2, "ran": 1, "refused": 0, "lost": 1}}, "every_kernel_student_ran_or_refused"),
+        ({"kernels": {"students": 2, "ran": 2, "refused": 0, "orphaned": 1}}, "no_gpu_kernel_duplicated_or_orphaned"),
+        ({"kernels": {"students": 2, "ran": 2, "refused": 0, "duplicated": 1}}, "no_gpu_kernel_duplicated_or_orphaned"),
     ],
 )
 def test_each_chaos_check_fails_on_its_count(change, check):
     good = {"ready": 10, "refused": 0, "cancelled": 2, "lost": 0, "duplicated": 0, "orphaned": 0, "leaked_reservations": 0}
     good |= {"leaked_placeholders": 0, "wrong_placement": 0}
     good["ledger"] = {"off_by_more": 0, "pods": 12}
+    good["kernels"] = {"students": 2, "ran": 1, "refused": 1, "lost": 0, "duplicated": 0, "orphaned": 0}
     assert all(chaos.checks(good, 12).values())
     failed = chaos.checks({**good, **change}, 12)
     assert failed[check] is False

@@ -1,6 +1,6 @@
 """`gpuburst bench chaos --control-plane kube`: the same students and checks on real control
 planes, with real faults: the origin's etcd killed 8 s, its kube-apiserver restarted mid-spawn,
-the donor's whole control plane lost with servers running there, the hub killed."""
+the donor's whole control plane lost with servers and GPU kernels running there, the hub killed."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ async def test_chaos_on_real_control_planes(tmp_path):
         pytest.skip("the real control plane is not built here (`make kube`)")
     args = argparse.Namespace(
         spawns=8,
+        kernel_students=2,
         local_gpus=None,
         donor_gpus=None,
         span=45.0,
@@ -38,12 +39,17 @@ async def test_chaos_on_real_control_planes(tmp_path):
     assert kinds == ["etcd_down", "apiserver_restart", "hub_kill", "donor_control_plane_lost"], kinds
     done = {note["fault"]: note for note in result["kube_faults"]}
     assert done["etcd_down"]["down_s"] >= 8.0
-    # the donor went with servers on it: what it held must have come through
+    # the donor went with servers and GPU kernels on it: what it held must have come through
     assert done["donor_control_plane_lost"]["servers_running_there"] > 0, done
+    assert done["donor_control_plane_lost"]["gpu_kernels_running_there"] > 0, done
+    kernels = result["kernels"]
+    assert kernels["ran"] + kernels["refused"] == 2 and kernels["ran"] > 0, kernels
+    assert kernels["lost"] == kernels["duplicated"] == kernels["orphaned"] == 0, kernels
     assert result["hub_restarts"] == 1
     assert result["lost"] == result["duplicated"] == result["orphaned"] == 0, result
     assert result["leaked_reservations"] == result["wrong_placement"] == 0, result
-    assert result["ready"] + result["refused"] == 8 and result["fault_free_ready"] == 8, result
+    # the kernel students' CPU servers are servers like the others
+    assert result["ready"] + result["refused"] == 10 and result["fault_free_ready"] == 10, result
     ledger = result["ledger"]
     assert ledger["pods"] > 0 and ledger["missing"] == 0 and ledger["off_by_more"] == 0, ledger
     assert all(result["checks"].values()), result["checks"]
