@@ -21,12 +21,12 @@ async def stop_earlier_start(registry: Any, user: str, server_name: str, kernel_
     for record in registry.list(user, server_name):
         if record.kernel_id != kernel_id or registry.state(record) not in ("pending", "running"):
             continue
-        registry.log.info("GPU kernel %s of %s: its server starts kernel %s again; stopping this earlier start", record.id, user, kernel_id)
+        registry.log.info("GPU kernel %s of %s: its server starts kernel %r again; stopping this earlier start", record.id, user, kernel_id)
         try:
             await registry.stop(record, wait=0)
         except Exception:  # noqa: BLE001 - logged; the new start goes on
             registry.log.warning(
-                "Could not stop GPU kernel %s of %s, an earlier start of kernel %s", record.id, user, kernel_id, exc_info=True
+                "Could not stop GPU kernel %s of %s, an earlier start of kernel %r", record.id, user, kernel_id, exc_info=True
             )
 
 
