@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import sys
 import time
 import uuid
 from collections import Counter
@@ -40,21 +39,21 @@ from typing import Any
 
 import aiohttp
 
-from jupyter_gpuburst.bench.kernel_client import KERNEL_SCOPES, run_cell
-from jupyter_gpuburst.bench.spawn import NAMESPACE
+from jupyter_gpuburst.bench.kernel_client import KERNEL_SCOPES, STANDIN_KERNEL, run_cell
+from jupyter_gpuburst.bench.spawn import GPU, NAMESPACE
 from jupyter_gpuburst.core import keys
 from jupyter_gpuburst.hub.kernels.manifests import donor_kernel_namespace
 
-GPU = "nvidia.com/gpu"
 CPU_SERVER = "cpu"  # the server profile that stays home
 KERNEL_PROFILE = "gpu-1-donor"
 GROUP = "chaos-kernel-students"
-STANDIN_KERNEL = [sys.executable, "-I", "-m", "jupyter_gpuburst.bench.standin_kernel"]
 CPU_SERVER_PROFILE = {
     "display_name": "CPU server with GPU kernels",
     "slug": CPU_SERVER,
     "kubespawner_override": {"cpu_guarantee": 0.5, "mem_guarantee": "1G"},
 }
+# the students' kernel pods: the hub's GPU kernels, pre-started ones still waiting in a pool aside
+STUDENT_KERNELS = f"{keys.COMPONENT_LABEL}={keys.KERNEL_COMPONENT},!{keys.POOL_LABEL}"
 WAIT_STEP_S = 5.0
 RESTART_AFTER_S = 3.0  # a student reading why their kernel did not start, then restarting it
 
@@ -90,7 +89,6 @@ class KernelStart:
     record: str | None = None  # the hub's id of the start that ran
     site: str | None = None
     pod_uid: str | None = None  # the origin pod that answered the first cell
-    connection: dict[str, Any] | None = None
     key: str = ""
     trace: list[tuple[float, str]] = field(default_factory=list)  # (seconds since it began, what)
     began: float = field(default_factory=time.monotonic)
@@ -168,10 +166,10 @@ async def start_kernel(
             k.note(f"failed: {k.message[:80]}")
             await asyncio.sleep(RESTART_AFTER_S)
             continue
-        k.record, k.site, k.connection = record["id"], record.get("site"), record["connection"]
+        k.record, k.site = record["id"], record.get("site")
         pod = kernel_pod(fed, k.record)
         k.pod_uid = pod["metadata"]["uid"] if pod else None
-        if await run_cell(k.connection, k.key, deadline):
+        if await run_cell(record["connection"], k.key, deadline):
             k.outcome = "ran"
             k.note("first cell answered")
         else:
@@ -204,15 +202,14 @@ def _alive(pod: dict[str, Any]) -> bool:
 def kernel_pods(fed: Any) -> tuple[list[dict[str, Any]], int, int]:
     """Students' kernel pods alive on the origin; donor twins beyond one per pod; donor twins
     without their origin pod."""
-    selector = f"{keys.COMPONENT_LABEL}={keys.KERNEL_COMPONENT},!{keys.POOL_LABEL}"
-    pods = [p for p in fed.origin.store.list("pods", label_selector=selector)[0] if _alive(p)]
+    pods = [p for p in fed.origin.store.list("pods", label_selector=STUDENT_KERNELS)[0] if _alive(p)]
     names = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods}
     twins: Counter[tuple[str, str]] = Counter()
     orphans = 0
     for donor_id, donor in fed.donors.items():
         peering = fed.peerings[donor_id]
         local = {peering.remote_namespace(ns): ns for ns, _ in names}
-        for twin in donor.store.list("pods", label_selector=selector)[0]:
+        for twin in donor.store.list("pods", label_selector=STUDENT_KERNELS)[0]:
             if not _alive(twin):
                 continue
             origin_ns = local.get(twin["metadata"]["namespace"])
@@ -250,7 +247,7 @@ async def count(
             continue
         ran += 1
         on_donor += k.site is not None and k.site != "origin"
-    accounted = {k.record for k in starts if k.outcome == "ran" and k.record}
+    accounted = working(starts)
     duplicated = sum(len(p) - 1 for p in by_record.values() if len(p) > 1) + extra_twins
     orphaned = sum(len(p) for record, p in by_record.items() if record not in accounted) + donor_orphans
     return {
@@ -269,8 +266,7 @@ async def count(
 
 def running_on(fed: Any, node: str, records: Collection[str]) -> int:
     """How many of the hub's kernels ``records`` run on ``node`` now, as the origin sees them."""
-    selector = f"{keys.COMPONENT_LABEL}={keys.KERNEL_COMPONENT},!{keys.POOL_LABEL}"
-    pods, _ = fed.origin.store.list("pods", label_selector=selector, field_selector=f"spec.nodeName={node}")
+    pods, _ = fed.origin.store.list("pods", label_selector=STUDENT_KERNELS, field_selector=f"spec.nodeName={node}")
     return sum(
         1
         for p in pods

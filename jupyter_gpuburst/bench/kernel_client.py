@@ -7,6 +7,7 @@ benchmark itself: the servers there are stand-ins that run no kernel manager.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from typing import Any
 
@@ -17,6 +18,8 @@ from jupyter_gpuburst.bench.hubproc import HubProcess
 # a server's own token carries the same scopes
 KERNEL_SCOPES = ["custom:gpuburst:kernels", "access:services!service=gpuburst"]
 FIRST_CELL = "import torch; torch.ones(1).cuda()"
+# the benchmarks' GPU kernel: answers the Jupyter protocol, runs no code (its module says why)
+STANDIN_KERNEL = [sys.executable, "-I", "-m", "jupyter_gpuburst.bench.standin_kernel"]
 
 
 async def user_tokens(hub: HubProcess, http: aiohttp.ClientSession, users: list[str], note: str) -> dict[str, str]:

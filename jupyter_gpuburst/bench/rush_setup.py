@@ -23,14 +23,13 @@ settings are made, and :func:`arm_setup` what an admin preparing the lab turns o
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from jupyter_gpuburst.bench.kernel_client import KERNEL_SCOPES
+from jupyter_gpuburst.bench.kernel_client import KERNEL_SCOPES, STANDIN_KERNEL
 from jupyter_gpuburst.bench.spawn import NAMESPACE, STANDIN, api_timeout_lines
 from jupyter_gpuburst.core import liqo
 from jupyter_gpuburst.sim.config import FederationConfig, parse_config
@@ -44,7 +43,6 @@ KERNEL_PROFILE = "gpu-1"
 GROUP = "rush-students"
 GPUS_PER_NODE = 8  # rush.yaml's GPU nodes, origin and donor
 CPU_SERVERS_PER_NODE = 120  # 0.5 CPU each on rush.yaml's 64-CPU nodes, room left for the system
-STANDIN_KERNEL = [sys.executable, "-I", "-m", "jupyter_gpuburst.bench.standin_kernel"]
 
 
 def rush_yaml() -> dict[str, Any]:
