@@ -38,6 +38,7 @@ from traitlets.config import Config
 from jupyter_gpuburst.bench.stats import summary
 from jupyter_gpuburst.gpu.backend import KernelRef
 from jupyter_gpuburst.gpu.sampler import Sampler
+from jupyter_gpuburst.sim.lifeline import on_parent_exit
 
 PROBE_INTERVAL_S = 0.001
 # the timeline keeps steps at least this long: shorter ones cannot move a millisecond-scale call
@@ -269,8 +270,14 @@ class WhatRan:
 
 
 def standin_kernels(count: int) -> tuple[list[subprocess.Popen], list[KernelRef]]:
-    """``count`` process trees that stand for kernels; every other one reports itself busy."""
-    procs = [subprocess.Popen(["sh", "-c", "sleep 86400 & wait"], stdin=subprocess.DEVNULL, start_new_session=True) for _ in range(count)]
+    """``count`` process trees that stand for kernels; every other one reports itself busy.
+
+    Each reads its stdin, a pipe only this process writes to, and ends with its child when that
+    closes: however this process ends (a test's timeout sends SIGKILL), none outlives it."""
+    procs = [
+        subprocess.Popen(["sh", "-c", "sleep 86400 & read -r _; kill $!"], stdin=subprocess.PIPE, start_new_session=True)
+        for _ in range(count)
+    ]
     refs = [
         KernelRef(
             kernel_id=f"bench-kernel-{i:03d}",
@@ -291,6 +298,7 @@ def stop_standins(procs: list[subprocess.Popen]) -> None:
         except ProcessLookupError:
             pass
         p.wait()
+        p.stdin.close()
 
 
 class FloorTicker:
@@ -414,6 +422,8 @@ def main(argv: list[str]) -> int:
             },
         }
     )
+    # the benchmark may be killed outright (a test's timeout): the server then stops as on SIGTERM
+    on_parent_exit(lambda: os.kill(os.getpid(), signal.SIGTERM))
     app = ServerApp.instance(config=config)
     app.initialize(argv=[])
     what_ran = WhatRan()

@@ -2,51 +2,66 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import time
 
+import psutil
 import pytest
 
 from jupyter_gpuburst.bench.telemetry import cpu_layout
 
+# A guard against a hang: the run below takes 21 s on an idle 2-core machine, 56 s at a load of 8
+# there, 96 s at 14 and in a fresh clone's whole suite.
+SMOKE_TIMEOUT_S = 240
+
 
 def test_bench_telemetry_smoke():
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jupyter_gpuburst.cli",
-            "bench",
-            "telemetry",
-            "--json",
-            "--gpus",
-            "2",
-            "--kernels",
-            "3",
-            "--samples",
-            "50",
-            "--clients",
-            "5",
-            "--churn",
-            "2",
-            "--rounds",
-            "1",
-            "--seconds",
-            "3",
-            "--block",
-            "1.5",
-            "--status-rate",
-            "20",
-            "--cpu-seconds",
-            "0.5",
-            "--period",
-            "0.1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
+    started = time.monotonic()
+    try:
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "jupyter_gpuburst.cli",
+                "bench",
+                "telemetry",
+                "--json",
+                "--gpus",
+                "2",
+                "--kernels",
+                "3",
+                "--samples",
+                "50",
+                "--clients",
+                "5",
+                "--churn",
+                "2",
+                "--rounds",
+                "1",
+                "--seconds",
+                "3",
+                "--block",
+                "1.5",
+                "--status-rate",
+                "20",
+                "--cpu-seconds",
+                "0.5",
+                "--period",
+                "0.1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=SMOKE_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired as exc:
+        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        pytest.fail(f"bench telemetry ran over {SMOKE_TIMEOUT_S} s; the end of its stderr:\n{stderr[-3000:]}")
+    assert out.stdout.strip(), (
+        f"bench telemetry printed no result (exit {out.returncode}, {time.monotonic() - started:.0f} s):\n{out.stderr[-3000:]}"
     )
     result = json.loads(out.stdout)
     # the exit status follows the checks (a small run cannot have 1,000 samples: it fails those)
@@ -102,6 +117,47 @@ def test_bench_telemetry_smoke():
         # the load generator never runs on the server's CPU
         layout = server["cpu_layout"]
         assert layout["server"] and not set(layout["server"]) & (set(layout["clients"]) | set(layout["status_probe"]))
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def test_a_benchmark_killed_outright_leaves_no_server_or_kernel_behind():
+    """SIGKILL, as a test's timeout sends it, gives the benchmark no chance to stop what it
+    started: its server and the server's stand-in kernels end by themselves."""
+    kernels = 3
+    argv = [sys.executable, "-m", "jupyter_gpuburst.cli", "bench", "telemetry", "--json", "--kernels", str(kernels)]
+    argv += ["--samples", "5", "--clients", "1", "--rounds", "1", "--seconds", "600", "--no-pin"]
+    bench = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    started: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not started and time.monotonic() < deadline and bench.poll() is None:
+            try:
+                servers = [p for p in psutil.Process(bench.pid).children() if "telemetry_server" in " ".join(p.cmdline())]
+                # the server's stand-ins: each a shell with a child of its own
+                if servers and len(shells := servers[0].children()) >= kernels and all(shell.children() for shell in shells):
+                    started = [servers[0], *servers[0].children(recursive=True)]
+            except psutil.Error:  # a process that ended while being read
+                pass
+            time.sleep(0.2)
+        assert started, f"the benchmark's server and its {kernels} stand-in kernels never ran (exit {bench.poll()})"
+        bench.kill()
+        bench.wait()
+        deadline = time.monotonic() + 60  # the server's own stop, on a loaded machine
+        while (left := [p for p in started if _alive(p)]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left, f"left running once the benchmark was killed: {[p.pid for p in left]}"
+    finally:
+        bench.kill()
+        bench.wait()
+        for p in started:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
 
 
 def test_cpu_layout_keeps_the_server_apart_or_pins_nothing():

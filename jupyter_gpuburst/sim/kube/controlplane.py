@@ -44,6 +44,11 @@ KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"  # kube-apiserver at the k
 SERVICE_CIDR = "10.96.0.0/16"
 START_TIMEOUT_S = 90.0  # a cold kube-apiserver on a loaded 2-core machine takes 10-30 s
 STOP_GRACE_S = 10.0
+# kube-apiserver's own deadline for a request (its --request-timeout default): a client that gives
+# up sooner abandons a write the server still performs, as a 10 s wait for a CRD's POST did on a
+# loaded machine while both tiers ran. kubectl waits for the server's answer (its own
+# --request-timeout is 0); the harness's writes wait as long as the server may take.
+REQUEST_TIMEOUT_S = 60.0
 # Go's collector at its default (GOGC=100) took a fifth of a control plane's start: two sites'
 # components took 14.1 CPU-s to start, and 11.5 at GOGC=400 (three interleaved starts each), for
 # about 230 MB more per API server. A control plane here lives for a test or a demo, on a

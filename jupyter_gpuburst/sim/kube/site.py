@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from jupyter_gpuburst.sim import defaults
 from jupyter_gpuburst.sim.cluster import NodeKubelet, node_object, ready_conditions
 from jupyter_gpuburst.sim.config import ClusterConfig
 from jupyter_gpuburst.sim.errors import ApiError
-from jupyter_gpuburst.sim.kube.controlplane import ControlPlane
+from jupyter_gpuburst.sim.kube.controlplane import REQUEST_TIMEOUT_S, ControlPlane
 from jupyter_gpuburst.sim.kube.kubeletapi import KubeletApi
 from jupyter_gpuburst.sim.kube.remotestore import RemoteStore
 from jupyter_gpuburst.sim.kube.volumes import Provisioner
@@ -264,11 +265,13 @@ class KubeSite:
         """Liqo's CRDs named by their files in the build's ``liqo_crds``, each Established before
         this returns; the CRDs as sent."""
         base = f"{self.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-        async with self.control_plane.harness_client(timeout=10.0) as client:
+        async with self.control_plane.harness_client(timeout=REQUEST_TIMEOUT_S) as client:
             crds = []
             for file in files:
                 crd = yaml.load((self.liqo_crds / file).read_text(), Loader=SAFE_LOADER)
+                sent = time.monotonic()
                 response = await client.post(base, json=crd)
+                log.debug("Liqo CRD %s answered %s by %s in %.1f s", file, response.status_code, self.name, time.monotonic() - sent)
                 if response.status_code not in (200, 201, 409):
                     raise RuntimeError(f"Liqo CRD {file} refused by {self.name}: {response.text[:300]}")
                 crds.append(crd)
