@@ -57,7 +57,10 @@ def built_dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(sdist, wheel), built once per run as an admin would (`python -m build`: the sdist, then
     the wheel from it), with npm and node failing if anything calls them: once the lab extension
     is built (`make setup`), packaging needs no Node. Under xdist the first worker to ask builds
-    (a build takes a minute or more) and the others wait for it and share its result."""
+    (a build takes a minute or more) and the others wait for it and share its result. The build
+    has a guard of its own (280 s): the tests that ask for it time their own function only
+    (``timeout(..., func_only=True)``), since whichever asks first pays for the build, which
+    took 162 s in a fresh clone's suite; beside twelve busy loops, build and install ran past 300 s."""
     if not (REPO / "jupyter_gpuburst" / "labextension" / "static" / "style.js").exists():
         pytest.skip("the lab extension is not built (make setup builds it)")
     # every worker's basetemp sits in this run's own folder; without xdist it is our own

@@ -142,7 +142,7 @@ def _interpreter() -> str | None:
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(300, func_only=True)
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to an unprivileged user needs root")
 @pytest.mark.skipif(_interpreter() is None, reason="no Python of this version that an unprivileged user can run")
 @pytest.mark.parametrize("dockerfile", ["hub.Dockerfile", "singleuser.Dockerfile"])

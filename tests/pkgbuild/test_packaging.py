@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300, func_only=True)]
 
 REPO = Path(__file__).resolve().parents[2]
 # What only the hub, the emulator or the demo need: none of it may reach a user image.

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180, func_only=True)]
 
 REPO = Path(__file__).resolve().parents[2]
 LABEXT = "share/jupyter/labextensions/jupyter-gpuburst"
