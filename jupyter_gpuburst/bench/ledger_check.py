@@ -6,15 +6,23 @@ the moment it is bound until it is removed or has finished. The ledger is the hu
 read after the run: per pod, its GPU-seconds on disk plus the time since it was last written
 (what the hub counts for a pod still running). Each pod must agree within ``tolerance_s``.
 
-Why ``TOLERANCE_S`` is 1 s: the cluster stamps whole seconds, and an end or a binding the hub
-heard late (a watch resuming after an outage, a restarted hub) is counted from the middle of its
-stamped second, within half a second of the real moment: two stamped ends are within 1 s. An
-event heard live is counted when the hub hears it, and the real life here is taken when this
-watch hears it; on a loaded machine the two hear late by different amounts. The offloaded pod's
-removal after the ``deletionTimestamp`` the hub counts to (Liqo first removes its donor twin)
-adds tens of milliseconds. Runs came within 0.11-0.22 s, on either control plane; one at load 22
-on 2 cores reached 1.33 s (benchmarks/README.md). A defect of the ledger shows as tens of
-seconds (a restart's downtime).
+Why ``TOLERANCE_S`` is 5 s, the sum of two parts:
+- ``STAMP_S``, 1 s: the cluster stamps whole seconds, and an end or a binding the hub heard late
+  (a watch resuming after an outage, a restarted hub) is counted from the middle of its stamped
+  second, within half a second of the real moment: two stamped ends are within 1 s. The
+  offloaded pod's removal after the ``deletionTimestamp`` the hub counts to (Liqo first removes
+  its donor twin) adds tens of milliseconds.
+- ``HEARING_S``, 4 s: an event heard live is counted when the hub hears it, and the real life
+  here is taken when this watch, in the process that serves the API, hears it. A removal has no
+  stamp of its own, so a hub starved of CPU counts it as late as it hears it: beside eight busy
+  loops on 2 cores, a GPU kernel's pod the hub deleted at 06:16:16.17 was counted to 06:16:18.06,
+  1.84 s more than it lived, and in a fresh clone's suite 7 of 27 pods were off by 1-3.5 s. On an
+  idle machine runs came
+  within 0.11-0.22 s, on either control plane; one at load 22 reached 1.33 s
+  (benchmarks/README.md). ``worst_error_s`` reports how close a run came.
+
+A defect of the ledger shows as tens of seconds (a restart's downtime, a namespace not counted
+after a restart: 40 s), well over the tolerance.
 """
 
 from __future__ import annotations
@@ -23,13 +31,16 @@ import asyncio
 import contextlib
 import sqlite3
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from jupyter_gpuburst.core.inventory import Inventory
 
 LEDGER_FILE = "gpuburst-usage.sqlite"
-TOLERANCE_S = 1.0  # see the module docstring
+STAMP_S = 1.0  # see the module docstring
+HEARING_S = 4.0
+TOLERANCE_S = STAMP_S + HEARING_S
 
 
 class PodLifetimes:
@@ -94,10 +105,26 @@ def ledger_seconds(path: Path, now: float) -> dict[str, float]:
     return {uid: charged + (0.0 if ended is not None else max(0.0, now - until) * count) for uid, count, until, ended, charged in rows}
 
 
+def ledger_spans(path: Path) -> dict[str, tuple[float, float | None]]:
+    """(started, ended) per pod uid as the hub's ledger has them, ended None while open."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    try:
+        return {uid: (started, ended) for uid, started, ended in db.execute("SELECT uid, started, ended FROM sessions")}
+    finally:
+        db.close()
+
+
+def _clock(t: float | None) -> str | None:
+    """A wall-clock time as the hub's log writes it (UTC, to the millisecond), to find it there."""
+    return None if t is None else datetime.fromtimestamp(t, timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+
+
 def compare(lifetimes: PodLifetimes, ledger: Path, tolerance_s: float = TOLERANCE_S) -> dict[str, Any]:
-    """How far the ledger is from the pods' real GPU-seconds, pod by pod."""
+    """How far the ledger is from the pods' real GPU-seconds, pod by pod; for each pod off by
+    more, both spans, at the hub log's clock."""
     now = time.time()
     counted = ledger_seconds(ledger, now) if ledger.exists() else {}
+    spans = ledger_spans(ledger) if ledger.exists() else {}
     worst = 0.0
     off: list[dict[str, Any]] = []
     missing = 0
@@ -113,7 +140,16 @@ def compare(lifetimes: PodLifetimes, ledger: Path, tolerance_s: float = TOLERANC
             missing += 1
         worst = max(worst, error)
         if error > tolerance_s:
-            off.append({"pod": record["name"], "real_s": round(real, 2), "ledger_s": round(counted[uid], 2) if uid in counted else None})
+            started, ended = spans.get(uid, (None, None))
+            off.append(
+                {
+                    "pod": record["name"],
+                    "real_s": round(real, 2),
+                    "ledger_s": round(counted[uid], 2) if uid in counted else None,
+                    "real": [_clock(record["bound"]), _clock(record["ended"])],
+                    "ledger": [_clock(started), _clock(ended)],
+                }
+            )
     extra = len(set(counted) - set(lifetimes.pods))
     return {
         "pods": sum(1 for r in lifetimes.pods.values() if r["bound"] is not None),

@@ -153,10 +153,10 @@ async def test_chaos_benchmark_short(tmp_path):
     kernels = result["kernels"]
     assert kernels["ran"] + kernels["refused"] == 2 and kernels["lost"] == kernels["duplicated"] == kernels["orphaned"] == 0, kernels
     assert result["fault_free_kernels"]["ran"] == result["fault_free_kernels"]["on_donor"] == 2, result["fault_free_kernels"]
-    # GPU-hours: each pod's ledger entry within 1 s of its real life (bench/ledger_check.py), the hub killed or not, the
+    # GPU-hours: each pod's ledger entry within 5 s of its real life (bench/ledger_check.py), the hub killed or not, the
     # placeholders preempted while a restarted hub's watch was still coming back included
     ledger = result["ledger"]
-    assert ledger["pods"] > 0 and ledger["missing"] == 0 and ledger["off_by_more"] == 0, ledger
+    assert ledger["pods"] > 0 and ledger["missing"] == 0 and ledger["off_by_more"] == 0, json.dumps(ledger)
     assert result["ok"] is True, result["checks"]
 
 

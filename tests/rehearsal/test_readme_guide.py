@@ -67,7 +67,13 @@ def federation_config_from_the_peer_command() -> dict:
     }
 
 
-async def run(args: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
+# A guard against a hang, not a speed check: `gpuburst doctor` is CPU-bound (2.7 CPU-s, most of it
+# importing the kubernetes client) and took 13-14 s a run here beside eight busy loops; in a fresh
+# clone's `make test` one ran past 60 s just as the kube tier's control planes started (load 15).
+COMMAND_TIMEOUT_S = 180
+
+
+async def run(args: list[str], env: dict[str, str], timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess:
     return await asyncio.to_thread(
         subprocess.run, args, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO
     )  # the guide's paths are the checkout's
