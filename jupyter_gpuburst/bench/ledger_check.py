@@ -17,9 +17,8 @@ Why ``TOLERANCE_S`` is 5 s, the sum of two parts:
   stamp of its own, so a hub starved of CPU counts it as late as it hears it: beside eight busy
   loops on 2 cores, a GPU kernel's pod the hub deleted at 06:16:16.17 was counted to 06:16:18.06,
   1.84 s more than it lived, and in a fresh clone's suite 7 of 27 pods were off by 1-3.5 s. On an
-  idle machine runs came
-  within 0.11-0.22 s, on either control plane; one at load 22 reached 1.33 s
-  (benchmarks/README.md). ``worst_error_s`` reports how close a run came.
+  idle machine runs came within 0.11-0.22 s, on either control plane; one at load 22 reached
+  1.33 s (benchmarks/README.md). ``worst_error_s`` reports how close a run came.
 
 A defect of the ledger shows as tens of seconds (a restart's downtime, a namespace not counted
 after a restart: 40 s), well over the tolerance.
