@@ -91,26 +91,21 @@ class PodLifetimes:
             record["ended"] = now
 
 
-def ledger_seconds(path: Path, now: float) -> dict[str, float]:
-    """GPU-seconds per pod uid as the hub counts them at ``now``."""
+def ledger_sessions(path: Path, now: float) -> dict[str, tuple[float, float, float | None]]:
+    """Per pod uid, as the hub counts it at ``now``: (GPU-seconds, started, ended), ended None
+    while open. One read of the hub's file for both the figures and a failure's detail."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
     try:
         rows = db.execute(
-            "SELECT s.uid, s.count, s.counted_until, s.ended, COALESCE(SUM(c.gpu_seconds), 0) FROM sessions s "
+            "SELECT s.uid, s.count, s.started, s.counted_until, s.ended, COALESCE(SUM(c.gpu_seconds), 0) FROM sessions s "
             "LEFT JOIN charges c ON c.uid = s.uid GROUP BY s.uid"
         ).fetchall()
     finally:
         db.close()
-    return {uid: charged + (0.0 if ended is not None else max(0.0, now - until) * count) for uid, count, until, ended, charged in rows}
-
-
-def ledger_spans(path: Path) -> dict[str, tuple[float, float | None]]:
-    """(started, ended) per pod uid as the hub's ledger has them, ended None while open."""
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
-    try:
-        return {uid: (started, ended) for uid, started, ended in db.execute("SELECT uid, started, ended FROM sessions")}
-    finally:
-        db.close()
+    return {
+        uid: (charged + (0.0 if ended is not None else max(0.0, now - until) * count), started, ended)
+        for uid, count, started, until, ended, charged in rows
+    }
 
 
 def _clock(t: float | None) -> str | None:
@@ -122,8 +117,8 @@ def compare(lifetimes: PodLifetimes, ledger: Path, tolerance_s: float = TOLERANC
     """How far the ledger is from the pods' real GPU-seconds, pod by pod; for each pod off by
     more, both spans, at the hub log's clock."""
     now = time.time()
-    counted = ledger_seconds(ledger, now) if ledger.exists() else {}
-    spans = ledger_spans(ledger) if ledger.exists() else {}
+    sessions = ledger_sessions(ledger, now) if ledger.exists() else {}
+    counted = {uid: seconds for uid, (seconds, _, _) in sessions.items()}
     worst = 0.0
     off: list[dict[str, Any]] = []
     missing = 0
@@ -139,7 +134,7 @@ def compare(lifetimes: PodLifetimes, ledger: Path, tolerance_s: float = TOLERANC
             missing += 1
         worst = max(worst, error)
         if error > tolerance_s:
-            started, ended = spans.get(uid, (None, None))
+            _, started, ended = sessions.get(uid, (None, None, None))
             off.append(
                 {
                     "pod": record["name"],
