@@ -11,6 +11,7 @@ import time
 
 import psutil
 import pytest
+from helpers.processes import alive
 
 from jupyter_gpuburst.bench.telemetry import cpu_layout
 
@@ -119,13 +120,6 @@ def test_bench_telemetry_smoke():
         assert layout["server"] and not set(layout["server"]) & (set(layout["clients"]) | set(layout["status_probe"]))
 
 
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 def test_a_benchmark_killed_outright_leaves_no_server_or_kernel_behind():
     """SIGKILL, as a test's timeout sends it, gives the benchmark no chance to stop what it
     started: its server and the server's stand-in kernels end by themselves."""
@@ -149,7 +143,7 @@ def test_a_benchmark_killed_outright_leaves_no_server_or_kernel_behind():
         bench.kill()
         bench.wait()
         deadline = time.monotonic() + 60  # the server's own stop, on a loaded machine
-        while (left := [p for p in started if _alive(p)]) and time.monotonic() < deadline:
+        while (left := [p for p in started if alive(p)]) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not left, f"left running once the benchmark was killed: {[p.pid for p in left]}"
     finally:

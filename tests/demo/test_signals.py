@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers.processes import alive
 
 from jupyter_gpuburst.hub.ports import free_port
 from jupyter_gpuburst.sim.testing import wait_until
@@ -75,7 +76,7 @@ class Command:
             self.seen[root.pid] = root
             with contextlib.suppress(psutil.Error):
                 self.seen.update({child.pid: child for child in root.children(recursive=True)})
-        return [p for pid, p in self.seen.items() if pid != self.proc.pid and _alive(p)]
+        return [p for pid, p in self.seen.items() if pid != self.proc.pid and alive(p)]
 
     def roles(self) -> dict[str, list[psutil.Process]]:
         out: dict[str, list[psutil.Process]] = {"hub": [], "proxy": [], "federation": [], "pod": []}
@@ -153,14 +154,6 @@ class Command:
                 p.kill()
             except psutil.Error:
                 pass
-
-
-def _alive(p: psutil.Process) -> bool:
-    """Running, and still the process found (psutil compares its start time), not a zombie."""
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _describe(p: psutil.Process) -> str:
